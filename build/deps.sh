@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs the Debian packages that building, booting and testing Cairn need.
+# It does nothing when they are all present, so every make target that needs
+# them can call it. Go modules come through the module proxy on their own.
+set -euo pipefail
+
+packages=(
+  qemu-system-x86
+  ovmf
+  systemd-boot-efi
+  swtpm swtpm-tools
+  protobuf-compiler
+  zstd cpio
+  iproute2
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "deps: installing ${missing[*]}"
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -q
+$sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
