@@ -1,0 +1,148 @@
+// Package memory implements event.Value in process memory: the Value every
+// part of a node uses to publish state to the other parts of the same node.
+//
+// The current state is one immutable snapshot behind an atomic pointer:
+//
+//	Set ──▶ snapshot{value, generation 7, changed} ──close(changed)──▶ wakes
+//	        replaces snapshot{value, generation 6, changed}            waiters
+//
+//	Watcher.Get: load snapshot; generation > last seen? return its value
+//	             else wait on its changed channel, then load again
+//
+// Set allocates a new snapshot and closes the old one's channel; it never
+// waits for a watcher and keeps no list of them. Watchers read without
+// taking any lock, and a Watcher holds nothing inside the Value, so a
+// forgotten Watcher costs only its own memory.
+package memory
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"cairn.dev/cairn/pkg/event"
+)
+
+// Value is an event.Value kept in memory. The zero value is ready to use and
+// holds no value yet: a Get on a new Watcher blocks until the first Set.
+// A Value must not be copied after first use.
+type Value[T any] struct {
+	// mu serializes Set, so that generations grow by one and every
+	// snapshot's channel is closed exactly once.
+	mu sync.Mutex
+	// current is nil until the Value is first used.
+	current atomic.Pointer[snapshot[T]]
+}
+
+var _ event.Value[int] = &Value[int]{}
+
+// snapshot is one state of a Value. It never changes once published, except
+// that changed is closed when the next snapshot replaces it.
+type snapshot[T any] struct {
+	value T
+	// generation counts the Sets so far; 0 means no value was ever set.
+	generation uint64
+	// changed is closed when a newer snapshot replaces this one.
+	changed chan struct{}
+}
+
+// load returns the current snapshot, publishing the empty one on first use.
+func (v *Value[T]) load() *snapshot[T] {
+	if s := v.current.Load(); s != nil {
+		return s
+	}
+	v.current.CompareAndSwap(nil, &snapshot[T]{changed: make(chan struct{})})
+	return v.current.Load()
+}
+
+// Set replaces the current value and wakes every watcher waiting for it.
+// It never blocks on watchers. When T is a pointer, slice or map, the data
+// behind it is shared with every watcher: do not mutate it after Set.
+func (v *Value[T]) Set(val T) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	old := v.load()
+	v.current.Store(&snapshot[T]{
+		value:      val,
+		generation: old.generation + 1,
+		changed:    make(chan struct{}),
+	})
+	close(old.changed)
+}
+
+// Watch returns a new Watcher that has seen nothing yet.
+func (v *Value[T]) Watch() event.Watcher[T] {
+	return &watcher[T]{
+		value:  v,
+		closed: make(chan struct{}),
+	}
+}
+
+// watcher is one reader's position in a Value's stream of Sets.
+type watcher[T any] struct {
+	value *Value[T]
+	// seen is the generation this watcher returned last. It is advanced by
+	// compare-and-swap, so that even concurrent Gets on one watcher never
+	// return the same Set twice.
+	seen atomic.Uint64
+	// closed is closed by Close; closeOnce guards it.
+	closed    chan struct{}
+	closeOnce sync.Once
+}
+
+// Get implements event.Watcher.
+func (w *watcher[T]) Get(ctx context.Context, opts ...event.GetOption[T]) (T, error) {
+	var zero T
+	o := event.NewGetOptions(opts...)
+	for {
+		select {
+		case <-w.closed:
+			return zero, event.ErrWatcherClosed
+		default:
+		}
+		if err := ctx.Err(); err != nil {
+			return zero, fmt.Errorf("when waiting for a value: %w", err)
+		}
+
+		s := w.value.load()
+		if w.claim(s.generation) {
+			if o.Accepts(s.value) {
+				return s.value, nil
+			}
+			// Rejected by a filter: it counts as seen, look again.
+			continue
+		}
+		if o.BacklogOnly {
+			return zero, event.ErrBacklogDone
+		}
+
+		select {
+		case <-s.changed:
+		case <-w.closed:
+			return zero, event.ErrWatcherClosed
+		case <-ctx.Done():
+			return zero, fmt.Errorf("when waiting for a value: %w", ctx.Err())
+		}
+	}
+}
+
+// claim marks generation as seen and reports whether it was new to this
+// watcher. Generation 0 (nothing set yet) is never new.
+func (w *watcher[T]) claim(generation uint64) bool {
+	for {
+		seen := w.seen.Load()
+		if generation <= seen {
+			return false
+		}
+		if w.seen.CompareAndSwap(seen, generation) {
+			return true
+		}
+	}
+}
+
+// Close implements event.Watcher.
+func (w *watcher[T]) Close() error {
+	w.closeOnce.Do(func() { close(w.closed) })
+	return nil
+}
