@@ -6,16 +6,22 @@ OUT ?= out
 # Tools fetched through the Go module proxy, pinned here and nowhere else.
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build test unit e2e lint bench image cluster proto clean
+.PHONY: all deps build test unit e2e lint bench image cluster proto clean
 
 all: build
+
+# deps installs the Debian packages a fresh machine lacks; a no-op otherwise.
+deps:
+	@./build/deps.sh
 
 build:
 	$(GO) build ./...
 
 # make test runs every test: the unit tests under the race detector, then the
 # qemu end-to-end suites against a freshly built image.
-test: unit e2e
+test: deps
+	@$(MAKE) --no-print-directory unit
+	@$(MAKE) --no-print-directory e2e
 
 unit:
 	$(GO) test -race -count=1 ./...
