@@ -1,0 +1,71 @@
+package logtree
+
+import (
+	"io"
+	"sync"
+)
+
+// consoleStreamBuffer is how many entries a console may fall behind before
+// it drops some. Consoles are often slow serial lines, and boot is bursty.
+const consoleStreamBuffer = 4096
+
+// ConsoleOption configures Console.
+type ConsoleOption func(*consoleConfig)
+
+type consoleConfig struct {
+	dn          DN
+	minSeverity Severity
+}
+
+// ConsoleMinimumSeverity leaves out entries less severe than s. Raw entries
+// count as INFO.
+func ConsoleMinimumSeverity(s Severity) ConsoleOption {
+	return func(c *consoleConfig) { c.minSeverity = s }
+}
+
+// ConsoleDN limits the console to the node dn and the nodes below it. The
+// default is the whole tree. Empty parts of dn are dropped, as for
+// LeveledFor.
+func ConsoleDN(dn DN) ConsoleOption {
+	return func(c *consoleConfig) { c.dn = dn }
+}
+
+// Console copies entries matching the options to w, one String() line each,
+// until stop is called. It prints entries logged from now on, not the
+// backlog.
+//
+// A goroutine of the console's own does the writing, fed by a streaming
+// reader: a slow w makes the console drop entries (and print a note saying
+// how many), never the loggers wait. Errors from w are ignored, as there is
+// nowhere left to report them. The goroutine runs until stop, which closes
+// the reader, lets the goroutine print what the reader had buffered and
+// waits for it to return. stop may be called more than once; if w blocks
+// forever, so does stop.
+func (t *LogTree) Console(w io.Writer, opts ...ConsoleOption) (stop func()) {
+	var c consoleConfig
+	for _, o := range opts {
+		o(&c)
+	}
+	r := t.read(c.dn.normalized(), readConfig{
+		children:     true,
+		stream:       true,
+		streamBuffer: consoleStreamBuffer,
+		minSeverity:  c.minSeverity,
+	})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var line []byte
+		for e := range r.Stream {
+			line = append(e.appendText(line[:0]), '\n')
+			_, _ = w.Write(line)
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			r.Close()
+			<-done
+		})
+	}
+}

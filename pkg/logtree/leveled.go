@@ -1,0 +1,105 @@
+package logtree
+
+import (
+	"fmt"
+	"path"
+	"runtime"
+	"strings"
+	"sync"
+)
+
+// LeveledLogger logs messages with a severity to one node of a LogTree. Each
+// entry records the source file and line of the call that logged it.
+//
+// The methods without f format their arguments like fmt.Sprint, the ones
+// with f like fmt.Sprintf. Trailing newlines are dropped from messages.
+// A LeveledLogger is safe for concurrent use.
+type LeveledLogger interface {
+	Info(args ...any)
+	Infof(format string, args ...any)
+	Warning(args ...any)
+	Warningf(format string, args ...any)
+	Error(args ...any)
+	Errorf(format string, args ...any)
+
+	// WithAddedStackDepth returns a logger that attributes entries to a
+	// caller depth frames further up (for helpers that log on behalf of
+	// others).
+	WithAddedStackDepth(depth int) LeveledLogger
+}
+
+// LeveledFor returns a leveled logger writing to the node dn. Empty parts of
+// dn are dropped ("a..b" logs to "a.b"), since logging has no way to fail.
+func (t *LogTree) LeveledFor(dn DN) LeveledLogger {
+	return &leveledLogger{tree: t, node: t.nodeFor(dn.normalized())}
+}
+
+// leveledLogger is the LeveledLogger of a LogTree. It is immutable.
+type leveledLogger struct {
+	tree  *LogTree
+	node  *node
+	depth int
+}
+
+func (l *leveledLogger) Info(args ...any) { l.log(INFO, fmt.Sprint(args...)) }
+func (l *leveledLogger) Infof(format string, args ...any) {
+	l.log(INFO, fmt.Sprintf(format, args...))
+}
+func (l *leveledLogger) Warning(args ...any) { l.log(WARNING, fmt.Sprint(args...)) }
+func (l *leveledLogger) Warningf(format string, args ...any) {
+	l.log(WARNING, fmt.Sprintf(format, args...))
+}
+func (l *leveledLogger) Error(args ...any) { l.log(ERROR, fmt.Sprint(args...)) }
+func (l *leveledLogger) Errorf(format string, args ...any) {
+	l.log(ERROR, fmt.Sprintf(format, args...))
+}
+
+func (l *leveledLogger) WithAddedStackDepth(depth int) LeveledLogger {
+	return &leveledLogger{tree: l.tree, node: l.node, depth: max(l.depth+depth, 0)}
+}
+
+// log stores one entry. It must be called directly by the exported methods:
+// the caller it records is two frames up from here, plus l.depth.
+func (l *leveledLogger) log(s Severity, msg string) {
+	var pc [1]uintptr
+	// Frames: 0 runtime.Callers, 1 log, 2 Info & co., 3 their caller.
+	var loc location
+	if runtime.Callers(3+l.depth, pc[:]) == 1 {
+		loc = locate(pc[0])
+	} else {
+		loc = location{file: "???"}
+	}
+	l.tree.append(l.node, &entry{LogEntry: LogEntry{
+		Severity: s,
+		File:     loc.file,
+		Line:     loc.line,
+		Message:  strings.TrimRight(msg, "\n"),
+	}})
+}
+
+// location is a resolved source position.
+type location struct {
+	file string
+	line int
+}
+
+// locations caches locate's answers by program counter. Turning a program
+// counter into file and line means decoding the binary's line tables, which
+// costs several times more than the rest of logging an entry. The cache is
+// bounded by the number of logging call sites in the binary.
+var locations sync.Map // uintptr -> location
+
+// locate returns the source position of the call whose return address is pc,
+// as found by runtime.Callers.
+func locate(pc uintptr) location {
+	if v, ok := locations.Load(pc); ok {
+		return v.(location)
+	}
+	frame, _ := runtime.CallersFrames([]uintptr{pc}).Next()
+	loc := location{file: path.Base(frame.File), line: frame.Line}
+	if frame.File == "" {
+		loc.file = "???"
+	}
+	locations.Store(pc, loc)
+	return loc
+}
