@@ -68,6 +68,10 @@ type GetOptions[T any] struct {
 
 // NewGetOptions combines opts into the settings of one Get call.
 func NewGetOptions[T any](opts ...GetOption[T]) GetOptions[T] {
+	if len(opts) == 0 {
+		// Spares the allocation that handing o to the options costs.
+		return GetOptions[T]{}
+	}
 	var o GetOptions[T]
 	for _, opt := range opts {
 		if opt != nil {
@@ -78,7 +82,7 @@ func NewGetOptions[T any](opts ...GetOption[T]) GetOptions[T] {
 }
 
 // Accepts reports whether every predicate accepts v.
-func (o *GetOptions[T]) Accepts(v T) bool {
+func (o GetOptions[T]) Accepts(v T) bool {
 	for _, pred := range o.Predicates {
 		if !pred(v) {
 			return false

@@ -1,18 +1,25 @@
 // Package memory implements event.Value in process memory: the Value every
 // part of a node uses to publish state to the other parts of the same node.
 //
-// The current state is one immutable snapshot behind an atomic pointer:
+// The current state is one immutable snapshot behind an atomic pointer. A
+// Set publishes a new snapshot and retires the old one, closing the old
+// snapshot's wake channel if any watcher asked for one:
 //
-//	Set ──▶ snapshot{value, generation 7, changed} ──close(changed)──▶ wakes
-//	        replaces snapshot{value, generation 6, changed}            waiters
+//	             ┌─ current ─────────────┐       ┌─ retired ─────────────┐
+//	Set(v) ────▶ │ value v, generation 7 │ ────▶ │ value u, generation 6 │
+//	             │ wake: none yet        │       │ wake: closed ──────────┼─▶ blocked
+//	             └───────────────────────┘       └───────────────────────┘   Gets wake
 //
-//	Watcher.Get: load snapshot; generation > last seen? return its value
-//	             else wait on its changed channel, then load again
+//	Watcher.Get: load the current snapshot; generation newer than the last
+//	one returned? return its value. Otherwise wait on the snapshot's wake
+//	channel (making it if needed), then look again.
 //
-// Set allocates a new snapshot and closes the old one's channel; it never
-// waits for a watcher and keeps no list of them. Watchers read without
-// taking any lock, and a Watcher holds nothing inside the Value, so a
-// forgotten Watcher costs only its own memory.
+// Set costs the same whether a thousand watchers exist or none: it keeps no
+// list of them, never waits for them, and allocates a wake channel never
+// (the first watcher to wait does that). Closing the channel readies the
+// goroutines parked on it, which the Go runtime does in one pass. Watchers
+// read without taking any lock, and a Watcher holds nothing inside the
+// Value, so a forgotten Watcher costs only its own memory.
 package memory
 
 import (
@@ -37,14 +44,44 @@ type Value[T any] struct {
 
 var _ event.Value[int] = &Value[int]{}
 
-// snapshot is one state of a Value. It never changes once published, except
-// that changed is closed when the next snapshot replaces it.
+// snapshot is one state of a Value. Its value and generation never change
+// once published.
 type snapshot[T any] struct {
 	value T
 	// generation counts the Sets so far; 0 means no value was ever set.
 	generation uint64
-	// changed is closed when a newer snapshot replaces this one.
-	changed chan struct{}
+	// wake is nil until a watcher waits for this snapshot to be replaced.
+	// Set swaps in retired when it replaces the snapshot and closes the
+	// channel that was there, if any.
+	wake atomic.Pointer[chan struct{}]
+}
+
+// retired marks a snapshot that a newer one replaced. Its channel is closed,
+// so a watcher that finds it waits for nothing.
+var retired = func() *chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return &c
+}()
+
+// wakeChannel returns a channel that is closed once s is replaced.
+func (s *snapshot[T]) wakeChannel() <-chan struct{} {
+	if c := s.wake.Load(); c != nil {
+		return *c
+	}
+	c := make(chan struct{})
+	if s.wake.CompareAndSwap(nil, &c) {
+		return c
+	}
+	// Another watcher made one first, or Set retired s meanwhile.
+	return *s.wake.Load()
+}
+
+// retire wakes every watcher waiting on s. It is called once per snapshot.
+func (s *snapshot[T]) retire() {
+	if c := s.wake.Swap(retired); c != nil {
+		close(*c)
+	}
 }
 
 // load returns the current snapshot, publishing the empty one on first use.
@@ -52,7 +89,7 @@ func (v *Value[T]) load() *snapshot[T] {
 	if s := v.current.Load(); s != nil {
 		return s
 	}
-	v.current.CompareAndSwap(nil, &snapshot[T]{changed: make(chan struct{})})
+	v.current.CompareAndSwap(nil, &snapshot[T]{})
 	return v.current.Load()
 }
 
@@ -63,12 +100,8 @@ func (v *Value[T]) Set(val T) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	old := v.load()
-	v.current.Store(&snapshot[T]{
-		value:      val,
-		generation: old.generation + 1,
-		changed:    make(chan struct{}),
-	})
-	close(old.changed)
+	v.current.Store(&snapshot[T]{value: val, generation: old.generation + 1})
+	old.retire()
 }
 
 // Watch returns a new Watcher that has seen nothing yet.
@@ -118,7 +151,7 @@ func (w *watcher[T]) Get(ctx context.Context, opts ...event.GetOption[T]) (T, er
 		}
 
 		select {
-		case <-s.changed:
+		case <-s.wakeChannel():
 		case <-w.closed:
 			return zero, event.ErrWatcherClosed
 		case <-ctx.Done():
