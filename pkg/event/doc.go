@@ -4,15 +4,16 @@
 //
 // A Value[T] holds the latest T. One side Sets it; any number of others each
 // Watch it and call Get on their Watcher to receive the current value, then
-// every newer one, in order, never the same Set twice:
+// newer ones as they come, never the same Set twice and never an older one:
 //
-//	network runnable                              Watchers (one per reader)
-//	┌──────────────┐  Set(10.0.0.5)  ┌──────────┐  Get ─▶ 10.0.0.5  cluster
-//	│ DHCP lease   │ ──────────────▶ │ Value[IP]│  Get ─▶ 10.0.0.5  roleserve
-//	└──────────────┘  Set(10.0.0.9)  │ latest:  │  Get ─▶ (blocks until the
-//	                  ──────────────▶│ 10.0.0.9 │          next Set) ...
-//	                                 └──────────┘
-//	a reader that was busy during both Sets gets only 10.0.0.9 on its next Get
+//	writer                          Value[netip.Addr]         readers
+//	network ── Set(10.0.0.5) ──▶ ┌──────────────────┐ ◀─ Watcher ─ cluster
+//	        ── Set(10.0.0.9) ──▶ │ latest: 10.0.0.9 │ ◀─ Watcher ─ roleserve
+//	                             └──────────────────┘ ◀─ Watcher ─ kubernetes
+//
+//	cluster, reading all along:    Get 10.0.0.5, Get 10.0.0.9, Get blocks
+//	roleserve, busy during both:   Get 10.0.0.9 (10.0.0.5 was stale, skipped)
+//	kubernetes, started after:     Get 10.0.0.9 (the current value, at once)
 //
 // # Why not just channels?
 //

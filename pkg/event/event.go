@@ -115,13 +115,15 @@ func BacklogOnly[T any]() GetOption[T] {
 // until ctx is done. Returns at once.
 //
 // Pipe lets one runnable select over several Values, or over a Value and a
-// timer, in one loop. Like a Watcher, the pipe drops intermediate updates
-// while the reader of c lags: when the send into c is pending, newer values
-// are picked up only after it completes. Pipe never closes c (several Pipes
-// may feed one channel) and stops early only when Get fails for another
-// reason than ctx, as it does under BacklogOnly once the backlog is read.
-// Its goroutine closes its Watcher and exits as soon as ctx is done, also
-// while it waits to send into c.
+// timer, in one loop. Like a Watcher, a pipe skips updates that are stale by
+// the time it can deliver them: while a send into c waits for its reader,
+// newer Sets are not queued, and the send after it carries the newest value.
+// opts apply to every Get of the pipe's Watcher.
+//
+// Pipe never closes c, so several Pipes may feed one channel. Its goroutine
+// closes its Watcher and exits as soon as ctx is done, also while it waits
+// to send into c; it exits earlier only when Get fails for another reason,
+// as it does under BacklogOnly once the current value was sent.
 func Pipe[T any](ctx context.Context, value Value[T], c chan<- T, opts ...GetOption[T]) {
 	w := value.Watch()
 	go func() {

@@ -3,23 +3,32 @@
 //
 // The current state is one immutable snapshot behind an atomic pointer. A
 // Set publishes a new snapshot and retires the old one, closing the old
-// snapshot's wake channel if any watcher asked for one:
+// snapshot's wake channel if a watcher asked for one:
 //
-//	             ┌─ current ─────────────┐       ┌─ retired ─────────────┐
-//	Set(v) ────▶ │ value v, generation 7 │ ────▶ │ value u, generation 6 │
-//	             │ wake: none yet        │       │ wake: closed ──────────┼─▶ blocked
-//	             └───────────────────────┘       └───────────────────────┘   Gets wake
+//	      Set(v)
+//	        │ 1. publish                 2. retire: close its wake channel
+//	        ▼                                         │
+//	current ─▶ ┌─ snapshot ────────────┐   ┌─ snapshot ▼───────────┐
+//	           │ value v, generation 7 │   │ value u, generation 6 │
+//	           │ wake: none asked yet  │   │ wake: closed          │
+//	           └───────────────────────┘   └───────────┬───────────┘
+//	                       ▲                           │ 3. wakes
+//	                       │                           ▼
+//	                       └── 4. load: 7 is newer ── Watcher.Get
+//	                              than seen, return v  (was waiting on 6)
 //
-//	Watcher.Get: load the current snapshot; generation newer than the last
-//	one returned? return its value. Otherwise wait on the snapshot's wake
-//	channel (making it if needed), then look again.
+// Watcher.Get loads the current snapshot. If its generation is newer than
+// the last one this watcher returned, Get returns its value; otherwise Get
+// waits on the snapshot's wake channel (making it if none exists yet) and
+// looks again.
 //
-// Set costs the same whether a thousand watchers exist or none: it keeps no
-// list of them, never waits for them, and allocates a wake channel never
-// (the first watcher to wait does that). Closing the channel readies the
-// goroutines parked on it, which the Go runtime does in one pass. Watchers
-// read without taking any lock, and a Watcher holds nothing inside the
-// Value, so a forgotten Watcher costs only its own memory.
+// Set keeps no list of watchers, never waits for them and never allocates a
+// wake channel (the first watcher to wait makes it). The one part of its
+// work that grows with the number of watchers is closing the channel, in
+// which the Go runtime readies every goroutine parked on it in a single pass
+// without waiting for any of them to run. Watchers read without taking a
+// lock, and a Watcher holds nothing inside the Value, so a forgotten Watcher
+// costs only its own memory.
 package memory
 
 import (
@@ -33,7 +42,10 @@ import (
 
 // Value is an event.Value kept in memory. The zero value is ready to use and
 // holds no value yet: a Get on a new Watcher blocks until the first Set.
-// A Value must not be copied after first use.
+// A Value must not be copied after first use; share a pointer to it.
+//
+// Its Watchers also allow concurrent Gets from several goroutines, which
+// then split the updates between them: each Set is returned at most once.
 type Value[T any] struct {
 	// mu serializes Set, so that generations grow by one and every
 	// snapshot's channel is closed exactly once.

@@ -253,6 +253,8 @@ func TestGetOptions(t *testing.T) {
 	even := event.Filter(func(v int) bool { return v%2 == 0 })
 	positive := event.Filter(func(v int) bool { return v > 0 })
 	backlog := event.BacklogOnly[int]()
+	with := func(o ...event.GetOption[int]) []event.GetOption[int] { return o }
+	done := event.ErrBacklogDone
 	for _, tc := range []struct {
 		name     string
 		sets     []int
@@ -261,14 +263,14 @@ func TestGetOptions(t *testing.T) {
 		want     int
 		wantErr  error
 	}{
-		{name: "newest value", sets: []int{1, 2, 3}, opts: []event.GetOption[int]{backlog}, want: 3},
-		{name: "no value yet", opts: []event.GetOption[int]{backlog}, wantErr: event.ErrBacklogDone},
-		{name: "already seen", sets: []int{1}, seenLast: true, opts: []event.GetOption[int]{backlog}, wantErr: event.ErrBacklogDone},
-		{name: "filter accepts", sets: []int{1, 4}, opts: []event.GetOption[int]{even, backlog}, want: 4},
-		{name: "filter rejects", sets: []int{2, 3}, opts: []event.GetOption[int]{even, backlog}, wantErr: event.ErrBacklogDone},
-		{name: "both filters accept", sets: []int{-2, 6}, opts: []event.GetOption[int]{even, positive, backlog}, want: 6},
-		{name: "one of two filters rejects", sets: []int{6, -2}, opts: []event.GetOption[int]{even, positive, backlog}, wantErr: event.ErrBacklogDone},
-		{name: "nil filter and option", sets: []int{5}, opts: []event.GetOption[int]{event.Filter[int](nil), nil, backlog}, want: 5},
+		{name: "newest value", sets: []int{1, 2, 3}, opts: with(backlog), want: 3},
+		{name: "no value yet", opts: with(backlog), wantErr: done},
+		{name: "already seen", sets: []int{1}, seenLast: true, opts: with(backlog), wantErr: done},
+		{name: "filter accepts", sets: []int{1, 4}, opts: with(even, backlog), want: 4},
+		{name: "filter rejects", sets: []int{2, 3}, opts: with(even, backlog), wantErr: done},
+		{name: "both filters accept", sets: []int{-2, 6}, opts: with(even, positive, backlog), want: 6},
+		{name: "one of two filters rejects", sets: []int{6, -2}, opts: with(even, positive, backlog), wantErr: done},
+		{name: "nil filter and option", sets: []int{5}, opts: with(event.Filter[int](nil), nil, backlog), want: 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var v Value[int]
