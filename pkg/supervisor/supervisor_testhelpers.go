@@ -1,0 +1,58 @@
+package supervisor
+
+import (
+	"bytes"
+	"context"
+	"sync"
+	"testing"
+
+	"cairn.dev/cairn/pkg/logtree"
+)
+
+// TestHarness runs r as the root of a new supervision tree for the test t.
+// Panics propagate (WithPropagatePanic), so a panicking runnable fails the
+// test with its stack. Every log entry of the tree is printed with t.Log.
+//
+// It returns a function that cancels the tree, and the log tree. When the
+// test ends, the tree is cancelled and the cleanup waits for every runnable
+// to return, so that no goroutine of the tree outlives the test.
+func TestHarness(t testing.TB, r Runnable) (context.CancelFunc, *logtree.LogTree) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	lt := logtree.New()
+	w := &testLogWriter{t: t}
+	stopConsole := lt.Console(w)
+	s := New(ctx, r, WithPropagatePanic(), WithLogTree(lt))
+	t.Cleanup(func() {
+		cancel()
+		if err := s.Wait(); err != nil {
+			t.Errorf("supervisor: %v", err)
+		}
+		stopConsole()
+		w.close()
+	})
+	return cancel, lt
+}
+
+// testLogWriter passes each line written to it to t.Log, until it is
+// closed: a test's Log must not be called once the test has ended.
+type testLogWriter struct {
+	t      testing.TB
+	mu     sync.Mutex
+	closed bool
+}
+
+func (w *testLogWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.closed {
+		w.t.Log(string(bytes.TrimRight(p, "\n")))
+	}
+	return len(p), nil
+}
+
+func (w *testLogWriter) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.closed = true
+}
