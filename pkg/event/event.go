@@ -54,7 +54,7 @@ var ErrWatcherClosed = errors.New("watcher closed")
 // BacklogOnly; implementations of Watcher read them with NewGetOptions.
 type GetOption[T any] func(*GetOptions[T])
 
-// GetOptions is the combined effect of the GetOptions passed to one Get. It
+// GetOptions is the combined effect of the GetOption values of one Get. It
 // exists for implementations of Watcher; callers use Filter and BacklogOnly.
 type GetOptions[T any] struct {
 	// Predicates must all accept a value for Get to return it. Values that
