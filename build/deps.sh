@@ -11,6 +11,7 @@ packages=(
   swtpm swtpm-tools
   protobuf-compiler
   zstd cpio
+  kmod
   iproute2
 )
 
