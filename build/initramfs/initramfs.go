@@ -1,0 +1,101 @@
+package initramfs
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"path"
+	"slices"
+	"strings"
+
+	"github.com/klauspost/compress/zstd"
+
+	"cairn.dev/cairn/build/modules"
+)
+
+// An Archive collects the entries of an initramfs. Parent directories are
+// added on their own; Write emits everything sorted by name.
+type Archive struct {
+	entries map[string]Entry
+}
+
+// New returns an archive holding Cairn's base layout: the mount points,
+// scratch directories and the device nodes the kernel opens before /init
+// can mount devtmpfs.
+func New() *Archive {
+	a := &Archive{entries: map[string]Entry{}}
+	for _, dir := range []string{"dev", "etc", "proc", "run", "sys"} {
+		a.Add(Entry{Name: dir, Mode: TypeDir | 0o755})
+	}
+	a.Add(Entry{Name: "tmp", Mode: TypeDir | 0o1777})
+	// The kernel opens /dev/console for /init's stdin, stdout and stderr.
+	a.Add(Entry{Name: "dev/console", Mode: TypeChar | 0o600, Major: 5, Minor: 1})
+	a.Add(Entry{Name: "dev/null", Mode: TypeChar | 0o666, Major: 1, Minor: 3})
+	return a
+}
+
+// Add puts e into the archive, replacing an entry of the same name, and
+// adds the directories above it that are not there yet.
+func (a *Archive) Add(e Entry) {
+	for dir := path.Dir(e.Name); dir != "." && dir != "/"; dir = path.Dir(dir) {
+		if _, ok := a.entries[dir]; !ok {
+			a.entries[dir] = Entry{Name: dir, Mode: TypeDir | 0o755}
+		}
+	}
+	a.entries[e.Name] = e
+}
+
+// AddInit puts the node binary at /init.
+func (a *Archive) AddInit(binary []byte) {
+	a.Add(Entry{Name: "init", Mode: TypeRegular | 0o755, Data: binary})
+}
+
+// AddModules puts a module set under /lib/modules/<release>.
+func (a *Archive) AddModules(s *modules.Set) {
+	base := path.Join("lib/modules", s.Release)
+	a.Add(Entry{Name: base, Mode: TypeDir | 0o755})
+	for _, f := range s.Files {
+		a.Add(Entry{Name: path.Join(base, f.Name), Mode: TypeRegular | 0o644, Data: f.Data})
+	}
+}
+
+// Write writes the archive, uncompressed, entries sorted by name so every
+// directory comes before what it holds.
+func (a *Archive) Write(w io.Writer) error {
+	names := make([]string, 0, len(a.entries))
+	for name := range a.entries {
+		names = append(names, name)
+	}
+	slices.SortFunc(names, comparePaths)
+	cw := NewWriter(w)
+	for _, name := range names {
+		if err := cw.Add(a.entries[name]); err != nil {
+			return err
+		}
+	}
+	return cw.Close()
+}
+
+// comparePaths orders paths component by component, so "a/b" sorts right
+// after "a" and before "a-b": a directory's contents directly follow it.
+func comparePaths(x, y string) int {
+	return slices.Compare(strings.Split(x, "/"), strings.Split(y, "/"))
+}
+
+// Compressed returns the archive compressed with zstd, in one frame whose
+// window the kernel's decompressor accepts.
+func (a *Archive) Compressed() ([]byte, error) {
+	var raw bytes.Buffer
+	if err := a.Write(&raw); err != nil {
+		return nil, err
+	}
+	enc, err := zstd.NewWriter(nil,
+		zstd.WithEncoderLevel(zstd.SpeedBetterCompression),
+		zstd.WithEncoderConcurrency(1),
+		zstd.WithWindowSize(8<<20))
+	if err != nil {
+		return nil, fmt.Errorf("when starting zstd: %w", err)
+	}
+	defer enc.Close()
+	return enc.EncodeAll(raw.Bytes(), nil), nil
+}

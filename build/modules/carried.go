@@ -1,0 +1,73 @@
+package modules
+
+// A Prefix selects every module whose path below the module directory's
+// kernel/ folder starts with Path. Why says what the modules are for.
+type Prefix struct {
+	// Path is a prefix of module paths relative to kernel/, like
+	// "drivers/virtio/" (a folder) or "fs/xfs/xfs.ko" (one module).
+	Path string
+	// Why is the reason Cairn carries these modules, for people.
+	Why string
+}
+
+// Carried is the set of modules Cairn's initramfs carries, before their
+// dependencies are added. Every entry must match at least one module of the
+// kernel, so a module Debian renames or drops fails the build instead of
+// vanishing silently.
+var Carried = []Prefix{
+	// Virtual machines: qemu's virtio devices and its firmware config.
+	{"drivers/virtio/", "virtio bus: pci, mmio, balloon, input"},
+	{"drivers/block/virtio_blk.ko", "virtio disks"},
+	{"drivers/scsi/virtio_scsi.ko", "virtio-scsi disks"},
+	{"drivers/net/virtio_net.ko", "virtio network"},
+	{"drivers/char/hw_random/virtio-rng.ko", "virtio entropy source"},
+	{"drivers/char/virtio_console.ko", "virtio serial console"},
+	{"drivers/firmware/qemu_fw_cfg.ko", "node parameters from qemu fw_cfg"},
+
+	// Disks of real machines.
+	{"drivers/nvme/host/nvme.ko", "NVMe disks"},
+	{"drivers/ata/ahci.ko", "SATA disks (AHCI)"},
+	{"drivers/ata/ata_piix.ko", "older Intel SATA/PATA controllers"},
+	{"drivers/ata/ata_generic.ko", "generic ATA controllers"},
+	{"drivers/scsi/sd_mod.ko", "SCSI disk class, used by SATA and virtio-scsi"},
+	{"drivers/block/loop.ko", "loop devices for containers and images"},
+
+	// Common network cards.
+	{"drivers/net/ethernet/intel/e1000/", "Intel PRO/1000 (qemu's default e1000)"},
+	{"drivers/net/ethernet/intel/e1000e/", "Intel PCIe gigabit"},
+	{"drivers/net/ethernet/intel/igb/", "Intel server gigabit"},
+	{"drivers/net/ethernet/intel/ixgbe/", "Intel 10 gigabit"},
+	{"drivers/net/ethernet/realtek/r8169.ko", "Realtek gigabit"},
+	{"drivers/net/ethernet/broadcom/bnxt/", "Broadcom NetXtreme-C/E"},
+	{"drivers/net/ethernet/broadcom/tg3.ko", "Broadcom Tigon3"},
+
+	// Storage stack: the encrypted data partition and its filesystems.
+	{"drivers/md/dm-mod.ko", "device mapper"},
+	{"drivers/md/dm-crypt.ko", "encrypted data partition"},
+	{"drivers/md/dm-verity.ko", "verified system partition (planned)"},
+	{"crypto/", "cipher modes and hashes dm-crypt asks for (xts, ...)"},
+	{"arch/x86/crypto/", "accelerated AES, SHA and CRC"},
+	{"fs/xfs/", "data partition filesystem"},
+	{"fs/ext4/", "ext4 filesystems"},
+	{"fs/fat/", "EFI system partition (vfat)"},
+	{"fs/nls/nls_cp437.ko", "vfat default codepage"},
+	{"fs/nls/nls_iso8859-1.ko", "vfat default iocharset"},
+	{"fs/nls/nls_utf8.ko", "vfat utf8 names"},
+	{"fs/efivarfs/", "EFI variables"},
+
+	// Platform.
+	{"drivers/char/tpm/", "TPM 2.0 (tpm_tis, tpm_crb) for sealing"},
+	{"drivers/acpi/button.ko", "ACPI power button: clean shutdown from the host"},
+
+	// Kubernetes networking and container storage.
+	{"fs/overlayfs/", "container image layers"},
+	{"net/bridge/", "bridge, br_netfilter, ebtables"},
+	{"drivers/net/veth.ko", "pod network pairs"},
+	{"drivers/net/vxlan/", "overlay networks"},
+	{"drivers/net/dummy.ko", "kube-proxy ipvs address holder"},
+	{"net/ipv4/ipip.ko", "IP-in-IP overlay networks"},
+	{"net/netfilter/", "nf_tables, conntrack, xtables, ipvs"},
+	{"net/ipv4/netfilter/", "iptables and IPv4 NAT"},
+	{"net/ipv6/netfilter/", "ip6tables and IPv6 NAT"},
+	{"net/sched/", "traffic control for CNI plugins"},
+}
