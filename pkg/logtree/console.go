@@ -34,11 +34,13 @@ func ConsoleDN(dn DN) ConsoleOption {
 // until stop is called. It prints entries logged from now on, not the
 // backlog.
 //
-// A goroutine of the console's own does the writing, fed by a streaming
-// reader: a slow w makes the console drop entries (and print a note saying
-// how many), never the loggers wait. Errors from w are ignored, as there is
-// nowhere left to report them. The goroutine runs until stop, which closes
-// the reader, lets the goroutine print what the reader had buffered and
+// The writing is done by a goroutine of the console's own, fed by a
+// streaming reader, so a slow w makes the console drop entries (and print a
+// note saying how many) instead of making loggers wait. Errors from w are
+// ignored, as there is nowhere left to report them.
+//
+// The goroutine runs until stop, which closes the reader, lets the goroutine
+// print what the reader had buffered and a last note of entries lost, and
 // waits for it to return. stop may be called more than once; if w blocks
 // forever, so does stop.
 func (t *LogTree) Console(w io.Writer, opts ...ConsoleOption) (stop func()) {
@@ -56,9 +58,15 @@ func (t *LogTree) Console(w io.Writer, opts ...ConsoleOption) (stop func()) {
 	go func() {
 		defer close(done)
 		var line []byte
-		for e := range r.Stream {
+		write := func(e *LogEntry) {
 			line = append(e.appendText(line[:0]), '\n')
 			_, _ = w.Write(line)
+		}
+		for e := range r.Stream {
+			write(e)
+		}
+		if note := r.finalNote(); note != nil {
+			write(note)
 		}
 	}()
 	var once sync.Once

@@ -182,6 +182,22 @@ func (r *LogReader) Close() {
 	close(s.ch)
 }
 
+// finalNote returns, once the stream is closed, the note of entries lost
+// after the last one delivered, or nil if there were none. Readers that
+// drain their stream to the end, like the console, use it so that a loss
+// just before Close is not kept silent.
+func (r *LogReader) finalNote() *LogEntry {
+	s := r.sub
+	r.tree.mu.Lock()
+	defer r.tree.mu.Unlock()
+	if s.pending == 0 {
+		return nil
+	}
+	note := s.dropNote()
+	s.pending = 0
+	return note
+}
+
 // subscriber is the streaming side of a LogReader. Everything but dropped is
 // guarded by LogTree.mu.
 type subscriber struct {
@@ -204,13 +220,15 @@ func (s *subscriber) offer(e *entry) {
 		return
 	}
 	if s.pending > 0 {
-		select {
-		case s.ch <- s.dropNote():
-			s.pending = 0
-		default:
+		// Senders only ever send under the tree's lock, which we hold, so
+		// room seen now stays room. Checking first spares building a note
+		// for every entry dropped.
+		if len(s.ch) == cap(s.ch) {
 			s.lose()
 			return
 		}
+		s.ch <- s.dropNote()
+		s.pending = 0
 	}
 	select {
 	case s.ch <- &e.LogEntry:
