@@ -59,7 +59,9 @@ func (l *leveledLogger) WithAddedStackDepth(depth int) LeveledLogger {
 }
 
 // log stores one entry. It must be called directly by the exported methods:
-// the caller it records is two frames up from here, plus l.depth.
+// the caller it records is two frames up from here, plus l.depth. The
+// message is formatted before, outside the tree's lock, so that a String
+// method which itself logs cannot deadlock.
 func (l *leveledLogger) log(s Severity, msg string) {
 	var pc [1]uintptr
 	// Frames: 0 runtime.Callers, 1 log, 2 Info & co., 3 their caller.
@@ -86,20 +88,33 @@ type location struct {
 // locations caches locate's answers by program counter. Turning a program
 // counter into file and line means decoding the binary's line tables, which
 // costs several times more than the rest of logging an entry. The cache is
-// bounded by the number of logging call sites in the binary.
-var locations sync.Map // uintptr -> location
+// bounded by the number of logging call sites in the binary, and shared by
+// all trees as the facts it holds are those of the binary. (A sync.Map would
+// box every key into an interface, one allocation per entry logged.)
+var locations struct {
+	sync.RWMutex
+	m map[uintptr]location
+}
 
 // locate returns the source position of the call whose return address is pc,
 // as found by runtime.Callers.
 func locate(pc uintptr) location {
-	if v, ok := locations.Load(pc); ok {
-		return v.(location)
+	locations.RLock()
+	loc, ok := locations.m[pc]
+	locations.RUnlock()
+	if ok {
+		return loc
 	}
 	frame, _ := runtime.CallersFrames([]uintptr{pc}).Next()
-	loc := location{file: path.Base(frame.File), line: frame.Line}
+	loc = location{file: path.Base(frame.File), line: frame.Line}
 	if frame.File == "" {
 		loc.file = "???"
 	}
-	locations.Store(pc, loc)
+	locations.Lock()
+	if locations.m == nil {
+		locations.m = make(map[uintptr]location)
+	}
+	locations.m[pc] = loc
+	locations.Unlock()
 	return loc
 }

@@ -68,7 +68,7 @@ type node struct {
 	parent   *node
 	children map[string]*node
 
-	// ring holds the node's newest entries. It grows by append up to the
+	// ring holds the node's newest entries. It grows as needed up to the
 	// tree's nodeBacklog, so that quiet nodes stay small, and then wraps:
 	// next is the slot the following entry overwrites, which is also the
 	// oldest entry. While the ring is growing next stays 0.
@@ -142,6 +142,12 @@ func (t *LogTree) append(n *node, e *entry) {
 // push stores e as the newest entry of n's ring of the given size.
 func (n *node) push(e *entry, size int) {
 	if len(n.ring) < size {
+		if len(n.ring) == cap(n.ring) {
+			// Grow by doubling as append would, but never past size.
+			grown := make([]*entry, len(n.ring), min(max(2*cap(n.ring), 16), size))
+			copy(grown, n.ring)
+			n.ring = grown
+		}
 		n.ring = append(n.ring, e)
 		return
 	}
@@ -159,7 +165,7 @@ func (n *node) collect(dst []*entry, limit int, minSev Severity) []*entry {
 			break
 		}
 		// i-th newest entry.
-		e := n.ring[(n.next-1-i+2*len(n.ring))%len(n.ring)]
+		e := n.ring[(n.next-1-i+len(n.ring))%len(n.ring)]
 		if e.Severity >= minSev {
 			dst = append(dst, e)
 		}

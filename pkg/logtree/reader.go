@@ -81,7 +81,9 @@ type LogReader struct {
 
 // Read returns the entries of the node dn, and with WithChildren also of all
 // nodes below it. At least one of WithBacklog and WithStream is required.
-// A DN with an empty part is an error.
+// A DN with an empty part is an error. Streaming from a DN nothing has
+// logged to yet creates its node, so that what is logged there later is
+// seen.
 func (t *LogTree) Read(dn DN, opts ...ReadOption) (*LogReader, error) {
 	parts, err := dn.split()
 	if err != nil {
