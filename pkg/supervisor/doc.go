@@ -77,7 +77,8 @@
 //	          └─────── start: one per instance ───────┘
 //
 // One goroutine, the processor, owns all state of the tree; runnables talk
-// to it only through channels, so there are no locks to get wrong. The
+// to it only through channels, so there are no locks to get wrong. (A
+// fourth channel lets tests ask it for the state of every runnable.) The
 // goroutines are:
 //
 //   - the processor, started by New. It lives until no runnable runs and no

@@ -78,6 +78,7 @@ type Supervisor struct {
 	scheduleC chan *scheduleRequest
 	signalC   chan *signalRequest
 	diedC     chan *diedRequest
+	inspectC  chan chan<- map[logtree.DN]nodeState
 
 	// done is closed by the processor when it returns: every runnable has
 	// returned, and err holds what Wait reports.
@@ -144,6 +145,7 @@ func New(ctx context.Context, root Runnable, opts ...Option) *Supervisor {
 		scheduleC:        make(chan *scheduleRequest),
 		signalC:          make(chan *signalRequest),
 		diedC:            make(chan *diedRequest),
+		inspectC:         make(chan chan<- map[logtree.DN]nodeState),
 		done:             make(chan struct{}),
 	}
 	for _, o := range opts {

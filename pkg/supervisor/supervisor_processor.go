@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"cairn.dev/cairn/pkg/logtree"
 )
 
 // processorState is the tree as the processor goroutine sees it. Only that
@@ -76,6 +78,8 @@ func (s *Supervisor) process(root Runnable) {
 			s.processSignal(r)
 		case r := <-s.diedC:
 			s.processDied(r)
+		case reply := <-s.inspectC:
+			reply <- s.states()
 		case <-timerC:
 			s.restartDue(time.Now())
 		case <-ctxDone:
@@ -271,5 +275,33 @@ func (s *Supervisor) restart(g *group) {
 	}
 	for _, n := range g.members {
 		s.start(n)
+	}
+}
+
+// states returns the state of every current node by DN.
+func (s *Supervisor) states() map[logtree.DN]nodeState {
+	out := map[logtree.DN]nodeState{}
+	var walk func(g *group)
+	walk = func(g *group) {
+		for _, m := range g.members {
+			out[m.dn] = m.state
+			for _, cg := range m.groups {
+				walk(cg)
+			}
+		}
+	}
+	walk(s.state.rootGroup)
+	return out
+}
+
+// inspect returns the state of every current node by DN, as the processor
+// sees it, or nil once the supervisor has stopped. For tests and debugging.
+func (s *Supervisor) inspect() map[logtree.DN]nodeState {
+	reply := make(chan map[logtree.DN]nodeState, 1)
+	select {
+	case s.inspectC <- reply:
+		return <-reply
+	case <-s.done:
+		return nil
 	}
 }

@@ -37,6 +37,9 @@ func RunCommand(ctx context.Context, cmd *exec.Cmd) error {
 		return err
 	}
 	name := filepath.Base(cmd.Path)
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("when starting %s: %w", name, context.Cause(ctx))
+	}
 	if cmd.Stdout != nil || cmd.Stderr != nil {
 		return fmt.Errorf("when running %s: Stdout and Stderr must be nil, RunCommand logs them", name)
 	}

@@ -3,6 +3,8 @@ package supervisor
 import (
 	"context"
 	"errors"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -383,5 +385,31 @@ func TestBackoff(t *testing.T) {
 		if gap := starts[i+1].Sub(starts[i]); gap < delays[i] {
 			t.Errorf("gap between starts %d and %d = %v, shorter than the delay %v", i, i+1, gap, delays[i])
 		}
+	}
+}
+
+// panicChildEnv makes the test binary, run again by TestPropagatePanic, be
+// the program that panics.
+const panicChildEnv = "CAIRN_SUPERVISOR_PANIC_CHILD"
+
+// TestPropagatePanic checks that WithPropagatePanic lets a panic crash the
+// program. As that ends the process, it runs in a copy of the test binary.
+func TestPropagatePanic(t *testing.T) {
+	if os.Getenv(panicChildEnv) != "" {
+		s := New(context.Background(), func(ctx context.Context) error {
+			panic("propagated on purpose")
+		}, WithPropagatePanic())
+		s.Wait()
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestPropagatePanic$")
+	cmd.Env = append(os.Environ(), panicChildEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	var exitErr *exec.ExitError
+	if !errors.As(err, &exitErr) || exitErr.ExitCode() != 2 {
+		t.Fatalf("child exited with %v, want exit status 2 (a panic); output:\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "panic: propagated on purpose") {
+		t.Errorf("child output lacks the panic:\n%s", out)
 	}
 }

@@ -49,6 +49,7 @@ func TestNames(t *testing.T) {
 func TestNamesPerParent(t *testing.T) {
 	nested := make(chan error, 1)
 	group := make(chan error, 1)
+	after := make(chan error, 1)
 	root := func(ctx context.Context) error {
 		err := Run(ctx, "a", func(ctx context.Context) error {
 			nested <- Run(ctx, "a", idle)
@@ -58,6 +59,7 @@ func TestNamesPerParent(t *testing.T) {
 			return err
 		}
 		group <- RunGroup(ctx, map[string]Runnable{"b": idle, "a": idle})
+		after <- Run(ctx, "b", idle) // free: the refused group took nothing
 		return idle(ctx)
 	}
 	startTree(t, root)
@@ -66,6 +68,9 @@ func TestNamesPerParent(t *testing.T) {
 	}
 	if err := <-group; err == nil {
 		t.Error("RunGroup(a, b) under root with a taken succeeded")
+	}
+	if err := <-after; err != nil {
+		t.Errorf("Run(\"b\") after the refused group = %v, want nil", err)
 	}
 }
 

@@ -1,0 +1,151 @@
+package supervisor
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"cairn.dev/cairn/pkg/logtree"
+)
+
+// commandTree runs cmd through RunCommand in the runnable root.cmd and
+// reports what RunCommand returned on the first run. The runnable finishes
+// (Done) when the command exits cleanly.
+func commandTree(t *testing.T, cmd func() *exec.Cmd, opts ...Option) (*Supervisor, context.CancelFunc, <-chan error) {
+	t.Helper()
+	result := make(chan error, 1)
+	run := func(ctx context.Context) error {
+		err := RunCommand(ctx, cmd())
+		select {
+		case result <- err:
+		default:
+		}
+		if err != nil {
+			return err
+		}
+		Signal(ctx, SignalDone)
+		return nil
+	}
+	s, cancel := startTree(t, func(ctx context.Context) error {
+		if err := Run(ctx, "cmd", run); err != nil {
+			return err
+		}
+		Signal(ctx, SignalHealthy)
+		Signal(ctx, SignalDone)
+		return nil
+	}, opts...)
+	return s, cancel, result
+}
+
+// TestRunCommandOutput checks that both output streams land in the raw log
+// line by line, and that a command that exits cleanly has let the runnable
+// become healthy (Done would otherwise kill it).
+func TestRunCommandOutput(t *testing.T) {
+	s, _, result := commandTree(t, func() *exec.Cmd {
+		return exec.Command("sh", "-c", "echo out one; echo err one >&2; printf 'out two\\npartial'")
+	})
+	if err := waitFor(t, s); err != nil {
+		t.Fatalf("Wait() = %v, want nil: the tree finishes", err)
+	}
+	if err := <-result; err != nil {
+		t.Fatalf("RunCommand = %v, want nil", err)
+	}
+	r, err := s.LogTree().Read("root.cmd", logtree.WithBacklog(logtree.BacklogAll))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var raw []string
+	for _, e := range r.Backlog {
+		if e.Raw {
+			raw = append(raw, e.Message)
+		}
+	}
+	want := []string{"out one", "err one", "out two", "partial"}
+	if strings.Join(raw, "|") != strings.Join(want, "|") {
+		t.Errorf("raw log = %q, want %q", raw, want)
+	}
+}
+
+// TestRunCommandError checks that a failing command's error is the
+// process's, wrapped with the command's name.
+func TestRunCommandError(t *testing.T) {
+	_, _, result := commandTree(t, func() *exec.Cmd { return exec.Command("sh", "-c", "exit 3") })
+	err := <-result
+	var exitErr *exec.ExitError
+	if !errors.As(err, &exitErr) || exitErr.ExitCode() != 3 {
+		t.Fatalf("RunCommand = %v, want exit status 3", err)
+	}
+	if !strings.Contains(err.Error(), "when running sh") {
+		t.Errorf("RunCommand = %q, want the command's name in it", err)
+	}
+}
+
+// TestRunCommandStartError checks that a command that cannot start says so.
+func TestRunCommandStartError(t *testing.T) {
+	_, _, result := commandTree(t, func() *exec.Cmd { return exec.Command("/nonexistent/cairn-test") })
+	if err := <-result; err == nil || !strings.Contains(err.Error(), "when starting cairn-test") {
+		t.Errorf("RunCommand = %v, want a start error naming cairn-test", err)
+	}
+}
+
+// TestRunCommandOutputTaken checks that RunCommand refuses a command whose
+// output already goes elsewhere.
+func TestRunCommandOutputTaken(t *testing.T) {
+	_, _, result := commandTree(t, func() *exec.Cmd {
+		cmd := exec.Command("true")
+		cmd.Stdout = &bytes.Buffer{}
+		return cmd
+	})
+	if err := <-result; err == nil {
+		t.Error("RunCommand with Stdout set succeeded")
+	}
+}
+
+// TestRunCommandCancel checks that cancelling the runnable stops the
+// process: SIGTERM for a process that heeds it, SIGKILL after the grace
+// for one that does not. Either way no process is left behind.
+func TestRunCommandCancel(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		script     string
+		wantSignal string
+	}{
+		{"terminated", "echo ready; exec sleep 60", "signal: terminated"},
+		{"killed", "trap '' TERM; echo ready; while :; do sleep 0.05; done", "signal: killed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var cmd *exec.Cmd // written before the runnable becomes healthy
+			s, cancel, result := commandTree(t, func() *exec.Cmd {
+				cmd = exec.Command("sh", "-c", tc.script)
+				return cmd
+			}, withCommandKillGrace(100*time.Millisecond))
+			waitLog(t, s.LogTree(), "root.cmd", "ready")
+			start := time.Now()
+			cancel()
+			waitFor(t, s)
+			t.Logf("stopped in %v", time.Since(start))
+			err := <-result
+			if err == nil || !strings.Contains(err.Error(), tc.wantSignal) {
+				t.Errorf("RunCommand = %v, want %q", err, tc.wantSignal)
+			}
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("RunCommand = %v, want it to carry context.Canceled", err)
+			}
+			// Killed grandchildren stay in the group as zombies until
+			// their new parent reaps them: give it a moment.
+			eventually(t, waitTimeout, func() error {
+				if err := syscall.Kill(-cmd.Process.Pid, 0); !errors.Is(err, syscall.ESRCH) {
+					return fmt.Errorf("process group %d: kill(0) = %v, want ESRCH: something is left", cmd.Process.Pid, err)
+				}
+				return nil
+			})
+		})
+	}
+}
