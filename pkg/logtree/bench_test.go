@@ -69,3 +69,14 @@ func BenchmarkRawLog(b *testing.B) {
 		w.Write(line)
 	}
 }
+
+// BenchmarkLeveledFor measures asking for a logger again, as the supervisor
+// does on each Logger(ctx).
+func BenchmarkLeveledFor(b *testing.B) {
+	lt := New()
+	lt.LeveledFor("root.network.dhcp")
+	b.ReportAllocs()
+	for b.Loop() {
+		lt.LeveledFor("root.network.dhcp")
+	}
+}

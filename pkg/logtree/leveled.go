@@ -30,8 +30,19 @@ type LeveledLogger interface {
 
 // LeveledFor returns a leveled logger writing to the node dn. Empty parts of
 // dn are dropped ("a..b" logs to "a.b"), since logging has no way to fail.
+//
+// Callers may ask for the logger of a DN on every log call, as the
+// supervisor's Logger(ctx) does, so loggers are kept per DN and handed out
+// again without allocating.
 func (t *LogTree) LeveledFor(dn DN) LeveledLogger {
-	return &leveledLogger{tree: t, node: t.nodeFor(dn.normalized())}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	l, ok := t.leveled[dn]
+	if !ok {
+		l = &leveledLogger{tree: t, node: t.nodeForLocked(dn.normalized())}
+		t.leveled[dn] = l
+	}
+	return l
 }
 
 // leveledLogger is the LeveledLogger of a LogTree. It is immutable.

@@ -139,3 +139,14 @@ func TestLeveledForNormalizesDN(t *testing.T) {
 		t.Errorf("LeveledFor(%q) logged %v, want one entry in a.b", ".a..b.", got)
 	}
 }
+
+func TestLeveledForReusesLoggers(t *testing.T) {
+	lt := New()
+	a := lt.LeveledFor("a")
+	if lt.LeveledFor("a") != a {
+		t.Errorf("LeveledFor(%q) twice gave two loggers, want the same", "a")
+	}
+	if lt.LeveledFor("a.b") == a || a.WithAddedStackDepth(1) == a {
+		t.Errorf("a logger of another DN or depth is the logger of %q", "a")
+	}
+}

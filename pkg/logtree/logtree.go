@@ -19,16 +19,19 @@ type LogTree struct {
 	// nodeBacklog is the ring size of every node, fixed at New.
 	nodeBacklog int
 
-	// mu guards the tree's shape, every node's ring and readers, and seq.
-	// One lock for all of it is what lets Read take a backlog and subscribe
-	// to the stream atomically, so that a reader sees every entry exactly
-	// once. Work under it is bounded: a ring slot write plus one
-	// non-blocking channel send per interested reader.
+	// mu guards the tree's shape, every node's ring and readers, seq and
+	// leveled. One lock for all of it is what lets Read take a backlog and
+	// subscribe to the stream atomically, so that a reader sees every entry
+	// exactly once. A logger holds it for a ring slot write and one
+	// non-blocking channel send per interested reader; Read for copying the
+	// pointers of the entries it returns, which it sorts after letting go.
 	mu   sync.Mutex
 	root *node
 	// seq numbers entries in the order the tree accepted them. Backlogs of
 	// several nodes are merged in seq order.
 	seq uint64
+	// leveled holds the loggers LeveledFor handed out, by the DN asked for.
+	leveled map[DN]*leveledLogger
 }
 
 // TreeOption configures New.
@@ -47,6 +50,7 @@ func New(opts ...TreeOption) *LogTree {
 	t := &LogTree{
 		nodeBacklog: DefaultNodeBacklog,
 		root:        &node{},
+		leveled:     make(map[DN]*leveledLogger),
 	}
 	for _, o := range opts {
 		o(t)

@@ -414,7 +414,13 @@ func TestConcurrentUse(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if n := len(backlog(t, lt, "root")); n != 6*64 {
+	merged := backlog(t, lt, "root")
+	if n := len(merged); n != 6*64 {
 		t.Errorf("backlog of root has %d entries, want %d (6 nodes of 64)", n, 6*64)
+	}
+	for i := 1; i < len(merged); i++ {
+		if merged[i].Time.Before(merged[i-1].Time) {
+			t.Errorf("merged backlog out of time order at %d: %v after %v", i, merged[i].Time, merged[i-1].Time)
+		}
 	}
 }
