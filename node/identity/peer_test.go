@@ -1,0 +1,116 @@
+package identity
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestPeerIdentity judges connection states made up by hand, as a server
+// would see them if a handshake had let the peer through.
+func TestPeerIdentity(t *testing.T) {
+	ca := newTestCA(t, "cluster CA")
+	foreign := newTestCA(t, "foreign CA")
+	server := ca.newNode(t)
+	client := ca.newNode(t)
+	ownerKey, ownerDER := ca.owner(t)
+	lookalikeKey := mustKey(t)
+	lookalike := selfSignedLike(t, NodeCertificateTemplate(pub(lookalikeKey)), lookalikeKey)
+
+	for _, tc := range []struct {
+		name    string
+		certs   [][]byte
+		want    Peer
+		wantErr string
+	}{
+		{name: "no certificate", want: Peer{Kind: PeerAnonymous}},
+		{
+			name:  "node",
+			certs: [][]byte{client.Certificate().Raw},
+			want:  Peer{Kind: PeerNode, NodeID: client.ID(), PublicKey: client.PublicKey()},
+		},
+		{
+			name:  "owner",
+			certs: [][]byte{ownerDER},
+			want:  Peer{Kind: PeerOwner, PublicKey: pub(ownerKey)},
+		},
+		{
+			name:  "self-signed node lookalike",
+			certs: [][]byte{lookalike},
+			want:  Peer{Kind: PeerSelfSigned, PublicKey: pub(lookalikeKey)},
+		},
+		{
+			name:    "self-signed behind another certificate",
+			certs:   [][]byte{lookalike, ca.der()},
+			wantErr: "not valid under the cluster CA",
+		},
+		{
+			name:    "foreign node",
+			certs:   [][]byte{foreign.newNode(t).Certificate().Raw},
+			wantErr: "signed by unknown authority",
+		},
+		{
+			name:    "expired node",
+			certs:   [][]byte{ca.newExpiredNode(t).Certificate().Raw},
+			wantErr: "expired",
+		},
+		{
+			name:    "the CA itself",
+			certs:   [][]byte{ca.der()},
+			wantErr: "CA certificate",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var cs tls.ConnectionState
+			for _, der := range tc.certs {
+				cert, err := x509.ParseCertificate(der)
+				if err != nil {
+					t.Fatal(err)
+				}
+				cs.PeerCertificates = append(cs.PeerCertificates, cert)
+			}
+			got, err := server.PeerIdentity(cs)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Errorf("PeerIdentity() = %+v, %v; want an error containing %q", got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("PeerIdentity() = %v", err)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("PeerIdentity() (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestPeerIdentityJudgesAtCallTime(t *testing.T) {
+	ca := newTestCA(t, "cluster CA")
+	server := ca.newNode(t)
+	client := ca.newNode(t)
+	cs := tls.ConnectionState{PeerCertificates: []*x509.Certificate{client.Certificate()}}
+	server.verifier.now = func() time.Time { return client.Certificate().NotAfter.Add(time.Second) }
+	if got, err := server.PeerIdentity(cs); err == nil {
+		t.Errorf("PeerIdentity() after the certificate expired = %+v, want an error", got)
+	}
+}
+
+func TestPeerKindString(t *testing.T) {
+	for k, want := range map[PeerKind]string{
+		PeerAnonymous:  "anonymous",
+		PeerSelfSigned: "self-signed",
+		PeerNode:       "node",
+		PeerOwner:      "owner",
+		PeerKind(9):    "PeerKind(9)",
+	} {
+		if got := k.String(); got != want {
+			t.Errorf("PeerKind(%d).String() = %q, want %q", int(k), got, want)
+		}
+	}
+}

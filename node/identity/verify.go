@@ -1,0 +1,115 @@
+package identity
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// parseCA parses the cluster CA certificate and checks that it is an
+// ed25519 CA.
+func parseCA(der []byte) (*x509.Certificate, error) {
+	ca, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, fmt.Errorf("when parsing CA certificate: %w", err)
+	}
+	if !ca.BasicConstraintsValid || !ca.IsCA {
+		return nil, fmt.Errorf("CA certificate %q is not marked as a CA", ca.Subject.CommonName)
+	}
+	if _, ok := ca.PublicKey.(ed25519.PublicKey); !ok {
+		return nil, fmt.Errorf("CA key is %T, want ed25519", ca.PublicKey)
+	}
+	return ca, nil
+}
+
+// parseLeaf parses a certificate issued to key by ca and returns what it
+// identifies. It checks the key, the CA's signature and the profile, but not
+// the validity period (see NewNode).
+func parseLeaf(key ed25519.PrivateKey, certDER []byte, ca *x509.Certificate) (*x509.Certificate, Peer, error) {
+	if err := checkPrivateKey(key); err != nil {
+		return nil, Peer{}, err
+	}
+	cert, err := x509.ParseCertificate(certDER)
+	if err != nil {
+		return nil, Peer{}, fmt.Errorf("when parsing certificate: %w", err)
+	}
+	pub, ok := cert.PublicKey.(ed25519.PublicKey)
+	if !ok || !pub.Equal(key.Public()) {
+		return nil, Peer{}, fmt.Errorf("certificate %q is not for this private key", cert.Subject.CommonName)
+	}
+	if err := cert.CheckSignatureFrom(ca); err != nil {
+		return nil, Peer{}, fmt.Errorf("certificate %q is not issued by the cluster CA: %w", cert.Subject.CommonName, err)
+	}
+	peer, err := classify(cert)
+	if err != nil {
+		return nil, Peer{}, err
+	}
+	return cert, peer, nil
+}
+
+// checkPrivateKey refuses anything but a well-formed ed25519 private key,
+// whose public half matches its seed.
+func checkPrivateKey(key ed25519.PrivateKey) error {
+	if len(key) != ed25519.PrivateKeySize {
+		return fmt.Errorf("private key is %d bytes, want %d", len(key), ed25519.PrivateKeySize)
+	}
+	if !bytes.Equal(ed25519.NewKeyFromSeed(key.Seed()), key) {
+		return errors.New("private key's public half does not match its seed")
+	}
+	return nil
+}
+
+// verifier judges peers' certificates against one cluster CA.
+type verifier struct {
+	roots *x509.CertPool
+	// now is the time at which certificates must be valid; tests move it.
+	now func() time.Time
+}
+
+func newVerifier(ca *x509.Certificate) *verifier {
+	roots := x509.NewCertPool()
+	roots.AddCert(ca)
+	return &verifier{roots: roots, now: time.Now}
+}
+
+// verify judges the certificates a peer presented, leaf first. No
+// certificate makes a PeerAnonymous. A leaf signed by the CA, valid now,
+// allowed for usage and following a profile makes a PeerNode or PeerOwner.
+// When selfSigned is set, a lone self-signed leaf makes a PeerSelfSigned.
+// Anything else is an error.
+func (v *verifier) verify(certs []*x509.Certificate, usage x509.ExtKeyUsage, selfSigned bool) (Peer, error) {
+	if len(certs) == 0 {
+		return Peer{Kind: PeerAnonymous}, nil
+	}
+	leaf := certs[0]
+	_, err := leaf.Verify(x509.VerifyOptions{
+		Roots:       v.roots,
+		CurrentTime: v.now(),
+		KeyUsages:   []x509.ExtKeyUsage{usage},
+	})
+	if err == nil {
+		return classify(leaf)
+	}
+	if selfSigned && len(certs) == 1 {
+		if pub, ok := selfSignedKey(leaf); ok {
+			return Peer{Kind: PeerSelfSigned, PublicKey: pub}, nil
+		}
+	}
+	return Peer{}, fmt.Errorf("peer certificate %q is not valid under the cluster CA: %w", leaf.Subject.CommonName, err)
+}
+
+// selfSignedKey returns the key of a certificate that names itself as its
+// issuer and is signed by its own ed25519 key.
+func selfSignedKey(cert *x509.Certificate) (ed25519.PublicKey, bool) {
+	pub, ok := cert.PublicKey.(ed25519.PublicKey)
+	if !ok || !bytes.Equal(cert.RawIssuer, cert.RawSubject) {
+		return nil, false
+	}
+	if cert.CheckSignature(cert.SignatureAlgorithm, cert.RawTBSCertificate, cert.Signature) != nil {
+		return nil, false
+	}
+	return pub, true
+}
