@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -313,81 +314,6 @@ func TestRootFatalChildDeath(t *testing.T) {
 	f.wantCounts(t, map[string][2]int{"root": {1, 0}})
 }
 
-// TestBackoff measures restarts of a runnable that keeps failing: the
-// delays grow, and fall back to the initial delay once it was healthy. The
-// delays are read from the supervisor's log; the measured gaps between
-// starts must be at least those delays.
-func TestBackoff(t *testing.T) {
-	const (
-		initial   = 10 * time.Millisecond
-		failFirst = 5 // instances that fail before becoming healthy
-	)
-	var starts []time.Time
-	healthyAt := -1
-	stable := make(chan struct{}) // closed by the first instance that stays
-	flaky := func(ctx context.Context) error {
-		starts = append(starts, time.Now()) // one instance at a time
-		n := len(starts)
-		switch {
-		case n <= failFirst:
-			return errors.New("not yet")
-		case n == failFirst+1:
-			healthyAt = n
-			Signal(ctx, SignalHealthy)
-			return errors.New("failed while healthy")
-		}
-		Signal(ctx, SignalHealthy)
-		if n == failFirst+2 {
-			close(stable)
-		}
-		<-ctx.Done()
-		return ctx.Err()
-	}
-	root := func(ctx context.Context) error {
-		if err := Run(ctx, "flaky", flaky); err != nil {
-			return err
-		}
-		Signal(ctx, SignalHealthy)
-		<-ctx.Done()
-		return ctx.Err()
-	}
-	s, cancel := startTree(t, root, WithBackoff(initial, time.Minute))
-	select {
-	case <-stable:
-	case <-time.After(waitTimeout):
-		t.Fatalf("no stable instance within %v", waitTimeout)
-	}
-	cancel()
-	waitFor(t, s)
-	entries := logMessages(t, s.LogTree(), "root.flaky", "restarting in ")
-	if len(entries) != failFirst+1 {
-		t.Fatalf("got %d restart entries, want %d", len(entries), failFirst+1)
-	}
-
-	var delays []time.Duration
-	for _, e := range entries {
-		d, err := time.ParseDuration(strings.TrimPrefix(e.Message, "restarting in "))
-		if err != nil {
-			t.Fatalf("restart entry %q: %v", e.Message, err)
-		}
-		delays = append(delays, d)
-	}
-	t.Logf("delays: %v", delays)
-	for i := 1; i < failFirst; i++ {
-		if delays[i] <= delays[i-1] {
-			t.Errorf("delay %d = %v, not above delay %d = %v", i, delays[i], i-1, delays[i-1])
-		}
-	}
-	if maxReset := initial * 12 / 10; delays[failFirst] > maxReset {
-		t.Errorf("delay after instance %d was healthy = %v, want at most %v", healthyAt, delays[failFirst], maxReset)
-	}
-	for i := range failFirst + 1 {
-		if gap := starts[i+1].Sub(starts[i]); gap < delays[i] {
-			t.Errorf("gap between starts %d and %d = %v, shorter than the delay %v", i, i+1, gap, delays[i])
-		}
-	}
-}
-
 // panicChildEnv makes the test binary, run again by TestPropagatePanic, be
 // the program that panics.
 const panicChildEnv = "CAIRN_SUPERVISOR_PANIC_CHILD"
@@ -411,5 +337,67 @@ func TestPropagatePanic(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "panic: propagated on purpose") {
 		t.Errorf("child output lacks the panic:\n%s", out)
+	}
+}
+
+// TestRestartWaitsForReturn checks that a group is restarted only once
+// every runnable in it and below it has returned, however long one of them
+// takes to heed its cancellation: two instances of a runnable never run at
+// once.
+func TestRestartWaitsForReturn(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// lingerer is the DN of the runnable that is slow to return.
+		lingerer string
+	}{
+		{"group sibling", "root.sibling"},
+		{"child", "root.victim.child"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFleet()
+			release := make(chan struct{})
+			var lingerStarts, victimStarts atomic.Int32
+			var firstReturned atomic.Bool // the first lingerer has returned
+			var overlaps atomic.Int32
+			linger := func(ctx context.Context) error {
+				first := lingerStarts.Add(1) == 1
+				err := f.leaf(tc.lingerer)(ctx)
+				if first {
+					<-release
+					firstReturned.Store(true)
+				}
+				return err
+			}
+			victim := func(ctx context.Context) error {
+				if victimStarts.Add(1) > 1 && !firstReturned.Load() {
+					overlaps.Add(1)
+				}
+				return f.runnable("root.victim", func(ctx context.Context) error {
+					if tc.lingerer == "root.victim.child" {
+						return Run(ctx, "child", linger)
+					}
+					return nil
+				})(ctx)
+			}
+			root := f.runnable("root", func(ctx context.Context) error {
+				group := map[string]Runnable{"victim": victim}
+				if tc.lingerer == "root.sibling" {
+					group["sibling"] = linger
+				}
+				return RunGroup(ctx, group)
+			})
+			startTree(t, root)
+			f.waitLive(t, tc.lingerer, 1)
+			f.waitLive(t, "root.victim", 1)
+			f.send(t, "root.victim", cmdFail)
+			// Give a supervisor that does not wait time to go wrong.
+			time.Sleep(50 * time.Millisecond)
+			close(release)
+			f.waitLive(t, "root.victim", 2)
+			f.waitLive(t, tc.lingerer, 2)
+			if n := overlaps.Load(); n != 0 {
+				t.Errorf("root.victim restarted %d times while %s had not returned", n, tc.lingerer)
+			}
+		})
 	}
 }
