@@ -1,0 +1,117 @@
+package launch
+
+import (
+	"strconv"
+	"strings"
+)
+
+// plan is a node with every host resource in place: the paths of the files
+// and sockets that Launch prepared. Turning it into qemu's command line is
+// a pure function, so that it can be tested without running anything.
+type plan struct {
+	name      string
+	memoryMiB int
+	cpus      int
+	kvm       bool
+	// disk is the qcow2 overlay; empty for a node without a disk.
+	disk string
+	// rawSnapshot, when set, makes disk the raw image itself, which qemu
+	// opens read-only behind a temporary overlay of its own (snapshot=on):
+	// the way out when qemu-img is missing.
+	rawSnapshot bool
+	// ovmfCode and ovmfVars are the firmware and the node's own copy of the
+	// variable store; unused with direct boot.
+	ovmfCode, ovmfVars string
+	direct             *DirectBoot
+	// tpmSocket is swtpm's control socket; empty for no TPM.
+	tpmSocket string
+	fwcfg     []fwcfgPath
+	network   Network
+	qmpSocket string
+	noReboot  bool
+	extraArgs []string
+}
+
+// fwcfgPath is an fw_cfg file written to disk for qemu to read.
+type fwcfgPath struct {
+	name, path string
+}
+
+// args returns qemu's arguments, without the binary's name. The serial
+// console is qemu's standard output; the monitor is QMP on a socket.
+func (p plan) args() []string {
+	a := []string{
+		"-name", opt(p.name),
+		"-nodefaults", "-no-user-config",
+		"-display", "none",
+		"-machine", "q35",
+	}
+	if p.kvm {
+		a = append(a, "-accel", "kvm", "-cpu", "host")
+	} else {
+		a = append(a, "-accel", "tcg", "-cpu", "max")
+	}
+	a = append(a,
+		"-m", strconv.Itoa(p.memoryMiB),
+		"-smp", strconv.Itoa(p.cpus),
+	)
+	a = append(a, p.bootArgs()...)
+	if p.disk != "" {
+		drive := "if=none,id=disk0,format=qcow2,cache=unsafe,file=" + opt(p.disk)
+		if p.rawSnapshot {
+			drive = "if=none,id=disk0,format=raw,snapshot=on,cache=unsafe,file=" + opt(p.disk)
+		}
+		a = append(a,
+			"-drive", drive,
+			"-device", "virtio-blk-pci,drive=disk0,bootindex=1",
+		)
+	}
+	a = append(a,
+		"-object", "rng-random,id=rng0,filename=/dev/urandom",
+		"-device", "virtio-rng-pci,rng=rng0",
+	)
+	if p.network != nil {
+		a = append(a, p.network.netArgs(p.name)...)
+	}
+	if p.tpmSocket != "" {
+		a = append(a,
+			"-chardev", "socket,id=chrtpm,path="+opt(p.tpmSocket),
+			"-tpmdev", "emulator,id=tpm0,chardev=chrtpm",
+			"-device", "tpm-tis,tpmdev=tpm0",
+		)
+	}
+	for _, f := range p.fwcfg {
+		a = append(a, "-fw_cfg", "name="+opt(f.name)+",file="+opt(f.path))
+	}
+	a = append(a,
+		"-chardev", "stdio,id=console,signal=off",
+		"-serial", "chardev:console",
+		"-qmp", "unix:"+opt(p.qmpSocket)+",server=on,wait=off",
+	)
+	if p.noReboot {
+		a = append(a, "-no-reboot")
+	}
+	return append(a, p.extraArgs...)
+}
+
+// bootArgs returns the firmware or the kernel that qemu starts.
+func (p plan) bootArgs() []string {
+	if d := p.direct; d != nil {
+		// qemu's default BIOS loads the kernel itself: no OVMF.
+		a := []string{"-kernel", d.Kernel}
+		if d.Initrd != "" {
+			a = append(a, "-initrd", d.Initrd)
+		}
+		return append(a, "-append", d.Cmdline)
+	}
+	return []string{
+		"-drive", "if=pflash,format=raw,unit=0,readonly=on,file=" + opt(p.ovmfCode),
+		"-drive", "if=pflash,format=raw,unit=1,file=" + opt(p.ovmfVars),
+	}
+}
+
+// opt escapes a value inside a qemu option list, where a comma separates
+// options and two commas stand for one.
+func opt(v string) string {
+	return strings.ReplaceAll(v, ",", ",,")
+}

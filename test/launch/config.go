@@ -1,0 +1,251 @@
+package launch
+
+import (
+	"fmt"
+	"hash/fnv"
+	"io"
+	"net"
+	"strings"
+)
+
+// Defaults used where a Config or an option leaves a setting empty.
+const (
+	DefaultQEMU      = "qemu-system-x86_64"
+	DefaultQEMUImg   = "qemu-img"
+	DefaultSWTPM     = "swtpm"
+	DefaultOVMFCode  = "/usr/share/OVMF/OVMF_CODE_4M.fd"
+	DefaultOVMFVars  = "/usr/share/OVMF/OVMF_VARS_4M.fd"
+	DefaultMemoryMiB = 1024
+	DefaultCPUs      = 1
+)
+
+// ParametersFWCfgName is the fw_cfg file from which a node reads its node
+// parameters (cairn.api.NodeParameters).
+const ParametersFWCfgName = "opt/dev.cairn/parameters.pb"
+
+// Config is what every node needs: a name and a disk, and its size.
+type Config struct {
+	// Name identifies the node in errors, file names and its MAC address.
+	// Empty means "node".
+	Name string
+	// Image is the raw disk image to boot. The node writes to a qcow2
+	// overlay backed by it (made with qemu-img; where qemu-img is missing,
+	// qemu keeps a temporary snapshot of its own); the image itself is
+	// never modified. Empty is allowed only with WithDirectBoot, for a node
+	// without a disk.
+	Image string
+	// MemoryMiB is the guest's memory. Zero means DefaultMemoryMiB.
+	MemoryMiB int
+	// CPUs is the number of virtual CPUs. Zero means DefaultCPUs.
+	CPUs int
+}
+
+// DirectBoot is a kernel that qemu loads itself, skipping the firmware and
+// the unified kernel image on the disk: the fast path for tests that need a
+// different kernel command line.
+type DirectBoot struct {
+	// Kernel is the path of the kernel (bzImage).
+	Kernel string
+	// Initrd is the path of the initramfs; empty for none.
+	Initrd string
+	// Cmdline is the kernel command line.
+	Cmdline string
+}
+
+// FWCfgFile is a file handed to the guest through qemu's fw_cfg device,
+// visible in sysfs under /sys/firmware/qemu_fw_cfg/by_name/<Name>/raw.
+type FWCfgFile struct {
+	// Name is the fw_cfg name; qemu requires it to start with "opt/".
+	Name string
+	// Data is the file's content.
+	Data []byte
+}
+
+// Network attaches a node's network card to something on the host. NoNetwork
+// and UserNetwork are the ones that exist so far.
+type Network interface {
+	// netArgs returns the qemu arguments for the node's network card.
+	netArgs(name string) []string
+}
+
+// NoNetwork gives the node no network card at all.
+type NoNetwork struct{}
+
+func (NoNetwork) netArgs(string) []string { return nil }
+
+// UserNetwork gives the node a virtio network card on qemu's user-mode
+// network: a private NAT with its own DHCP server, reachable from the host
+// only through Forwards.
+type UserNetwork struct {
+	// MAC is the card's address. Empty means one derived from the node's
+	// name, so that nodes of a cluster differ and a node keeps its own.
+	MAC string
+	// Forwards are host ports forwarded to the guest.
+	Forwards []PortForward
+}
+
+// PortForward forwards a host TCP port to a guest TCP port.
+type PortForward struct {
+	// HostAddr is the host address to listen on. Empty means 127.0.0.1.
+	HostAddr string
+	// HostPort is the host port to listen on.
+	HostPort int
+	// GuestPort is the port on the node that connections go to.
+	GuestPort int
+}
+
+func (u UserNetwork) netArgs(name string) []string {
+	netdev := "user,id=net0"
+	for _, f := range u.Forwards {
+		addr := f.HostAddr
+		if addr == "" {
+			addr = "127.0.0.1"
+		}
+		netdev += fmt.Sprintf(",hostfwd=tcp:%s:%d-:%d", addr, f.HostPort, f.GuestPort)
+	}
+	mac := u.MAC
+	if mac == "" {
+		mac = MACFor(name)
+	}
+	return []string{
+		"-netdev", netdev,
+		"-device", "virtio-net-pci,netdev=net0,mac=" + mac,
+	}
+}
+
+// MACFor derives a stable, locally administered MAC address in qemu's
+// 52:54:00 range from a node name.
+func MACFor(name string) string {
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	s := h.Sum32()
+	mac := net.HardwareAddr{0x52, 0x54, 0x00, byte(s >> 16), byte(s >> 8), byte(s)}
+	return mac.String()
+}
+
+// Accel chooses qemu's accelerator.
+type Accel int
+
+const (
+	// AccelAuto uses KVM when /dev/kvm can be opened, TCG otherwise.
+	AccelAuto Accel = iota
+	// AccelKVM requires KVM.
+	AccelKVM
+	// AccelTCG uses software emulation even where KVM exists.
+	AccelTCG
+)
+
+// options are the optional settings of a node, set by Options.
+type options struct {
+	qemu, qemuImg, swtpm string
+	ovmfCode, ovmfVars   string
+	accel                Accel
+	tpm                  bool
+	parameters           []byte
+	fwcfg                []FWCfgFile
+	network              Network
+	direct               *DirectBoot
+	noReboot             bool
+	consoleCopy          io.Writer
+	consoleFile          string
+	extraArgs            []string
+}
+
+func defaultOptions() options {
+	return options{
+		qemu:     DefaultQEMU,
+		qemuImg:  DefaultQEMUImg,
+		swtpm:    DefaultSWTPM,
+		ovmfCode: DefaultOVMFCode,
+		ovmfVars: DefaultOVMFVars,
+		network:  UserNetwork{},
+	}
+}
+
+// Option changes an optional setting of a node.
+type Option func(*options)
+
+// WithOVMF uses other firmware files than Debian's OVMF_CODE_4M/VARS_4M.
+// The variable store is copied; the node writes only to its own copy.
+func WithOVMF(code, vars string) Option {
+	return func(o *options) { o.ovmfCode, o.ovmfVars = code, vars }
+}
+
+// WithTPM gives the node a TPM 2.0, emulated by a swtpm process of its own.
+func WithTPM() Option { return func(o *options) { o.tpm = true } }
+
+// WithParameters hands the node its node parameters (a serialized
+// cairn.api.NodeParameters) through fw_cfg, as ParametersFWCfgName.
+func WithParameters(pb []byte) Option {
+	return func(o *options) { o.parameters = pb }
+}
+
+// WithFWCfgFile hands the node one more fw_cfg file.
+func WithFWCfgFile(name string, data []byte) Option {
+	return func(o *options) { o.fwcfg = append(o.fwcfg, FWCfgFile{Name: name, Data: data}) }
+}
+
+// WithNetwork chooses the node's network; the default is UserNetwork{}.
+func WithNetwork(n Network) Option { return func(o *options) { o.network = n } }
+
+// WithDirectBoot boots a kernel given to qemu instead of going through OVMF
+// and the disk's unified kernel image.
+func WithDirectBoot(d DirectBoot) Option {
+	return func(o *options) { o.direct = &d }
+}
+
+// WithNoReboot makes a guest reboot end qemu instead of restarting the
+// machine, so that a test can see that the node chose to reboot.
+func WithNoReboot() Option { return func(o *options) { o.noReboot = true } }
+
+// WithConsoleCopy also copies the raw serial console to w (os.Stdout for a
+// person watching). Errors writing to w are ignored.
+func WithConsoleCopy(w io.Writer) Option {
+	return func(o *options) { o.consoleCopy = w }
+}
+
+// WithConsoleFile writes the raw serial console to path, which outlives the
+// node, instead of a file in the node's temporary state directory.
+func WithConsoleFile(path string) Option {
+	return func(o *options) { o.consoleFile = path }
+}
+
+// WithAccel chooses the accelerator; the default is AccelAuto.
+func WithAccel(a Accel) Option { return func(o *options) { o.accel = a } }
+
+// WithBinaries uses other qemu-system-x86_64, qemu-img and swtpm binaries;
+// empty arguments keep the defaults.
+func WithBinaries(qemu, qemuImg, swtpm string) Option {
+	return func(o *options) {
+		if qemu != "" {
+			o.qemu = qemu
+		}
+		if qemuImg != "" {
+			o.qemuImg = qemuImg
+		}
+		if swtpm != "" {
+			o.swtpm = swtpm
+		}
+	}
+}
+
+// WithExtraArgs appends raw arguments to qemu's command line.
+func WithExtraArgs(args ...string) Option {
+	return func(o *options) { o.extraArgs = append(o.extraArgs, args...) }
+}
+
+// checkFWCfgName rejects names that qemu would refuse, with a clearer error
+// than qemu's and before anything is started.
+func checkFWCfgName(name string) error {
+	// qemu keeps fw_cfg names in 56 bytes, including the final NUL.
+	const maxLen = 55
+	switch {
+	case !strings.HasPrefix(name, "opt/"):
+		return fmt.Errorf("fw_cfg name %q does not start with opt/", name)
+	case len(name) > maxLen:
+		return fmt.Errorf("fw_cfg name %q is longer than %d bytes", name, maxLen)
+	case strings.ContainsAny(name, ",\x00"):
+		return fmt.Errorf("fw_cfg name %q contains a comma or NUL", name)
+	}
+	return nil
+}

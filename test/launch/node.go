@@ -1,0 +1,148 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"sync"
+	"time"
+)
+
+// Node is one running qemu virtual machine and the host resources it uses.
+//
+// Its goroutines: one reads the console until qemu closes it (read is
+// closed after), one waits for qemu's exit and the console's end (exited),
+// and with a TPM one waits for swtpm's (tpmDone). All of them end once their process has
+// exited, which Close makes sure of.
+type Node struct {
+	name        string
+	dir         string
+	console     *Console
+	consolePath string
+	qmpSocket   string
+	stderr      *tailBuffer
+	started     time.Time
+
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	exitErr error // set before exited is closed
+	read    chan struct{}
+
+	tpm     *exec.Cmd
+	tpmDone chan struct{}
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Name returns the node's name.
+func (n *Node) Name() string { return n.name }
+
+// Console returns the node's serial console.
+func (n *Node) Console() *Console { return n.console }
+
+// ConsolePath returns the file that holds the raw serial console. Unless
+// WithConsoleFile chose it, it is removed by Close.
+func (n *Node) ConsolePath() string { return n.consolePath }
+
+// Started returns the host time just before qemu was started.
+func (n *Node) Started() time.Time { return n.started }
+
+// WaitFor waits for a console line that m matches (see Console.WaitFor).
+// When qemu exits first, the error says how, with qemu's stderr.
+func (n *Node) WaitFor(ctx context.Context, m Matcher) (Line, error) {
+	return n.WaitFrom(ctx, 0, m)
+}
+
+// WaitFrom waits for a console line at or after index from that m matches
+// (see Console.WaitFrom).
+func (n *Node) WaitFrom(ctx context.Context, from int, m Matcher) (Line, error) {
+	l, err := n.console.WaitFrom(ctx, from, m)
+	if errors.Is(err, ErrConsoleClosed) {
+		<-n.exited
+		how := "qemu exited with status 0"
+		if n.exitErr != nil {
+			how = n.exitErr.Error()
+		}
+		return l, fmt.Errorf("node %s: %w (%s)", n.name, err, how)
+	}
+	if err != nil {
+		return l, fmt.Errorf("node %s: %w", n.name, err)
+	}
+	return l, nil
+}
+
+// Powerdown presses the virtual power button (QMP system_powerdown): the
+// guest is asked to shut down and power off, after which qemu exits.
+func (n *Node) Powerdown(ctx context.Context) error {
+	if err := qmpExecute(ctx, n.qmpSocket, "system_powerdown", false); err != nil {
+		return fmt.Errorf("node %s: %w", n.name, err)
+	}
+	return nil
+}
+
+// Quit ends qemu at once (QMP quit) without asking the guest.
+func (n *Node) Quit(ctx context.Context) error {
+	if err := qmpExecute(ctx, n.qmpSocket, "quit", true); err != nil {
+		return fmt.Errorf("node %s: %w", n.name, err)
+	}
+	return nil
+}
+
+// Kill ends qemu with SIGKILL and returns once it has exited.
+func (n *Node) Kill() error {
+	if n.cmd == nil {
+		return nil
+	}
+	if err := kill(n.cmd); err != nil {
+		return fmt.Errorf("when killing qemu of node %s: %w", n.name, err)
+	}
+	<-n.exited
+	return nil
+}
+
+// Done is closed when qemu has exited and its console has been read to the
+// end.
+func (n *Node) Done() <-chan struct{} { return n.exited }
+
+// Wait waits for qemu to exit (and its last console lines to be read) and
+// returns nil if its exit status was 0, or
+// an error with the status and qemu's stderr. It returns ctx's error if ctx
+// ends first; qemu keeps running then.
+func (n *Node) Wait(ctx context.Context) error {
+	select {
+	case <-n.exited:
+		return n.exitErr
+	case <-ctx.Done():
+		return fmt.Errorf("waiting for qemu of node %s to exit: %w", n.name, context.Cause(ctx))
+	}
+}
+
+// Close kills qemu and swtpm if they still run, waits for them and removes
+// the state directory. It is safe to call more than once and concurrently;
+// every call returns the first call's result.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() { n.closeErr = n.close() })
+	return n.closeErr
+}
+
+func (n *Node) close() error {
+	var errs []error
+	if n.cmd != nil {
+		if err := n.Kill(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if n.tpm != nil {
+		if err := kill(n.tpm); err != nil {
+			errs = append(errs, fmt.Errorf("when killing swtpm of node %s: %w", n.name, err))
+		}
+		<-n.tpmDone
+	}
+	if err := os.RemoveAll(n.dir); err != nil {
+		errs = append(errs, fmt.Errorf("when removing state of node %s: %w", n.name, err))
+	}
+	return errors.Join(errs...)
+}

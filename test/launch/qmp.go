@@ -1,0 +1,109 @@
+package launch
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+)
+
+// qmpExecute runs one QMP command on the monitor at socket: it connects,
+// leaves capabilities negotiation mode and executes cmd. qemu serves one
+// QMP client at a time per socket, so holding no connection between
+// commands leaves the socket free for other tools.
+//
+// When qemu closes the connection right after the command (as after
+// "quit"), the command counts as done if closing was the point: pass
+// eofIsSuccess.
+func qmpExecute(ctx context.Context, socket, cmd string, eofIsSuccess bool) error {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return fmt.Errorf("when connecting to QMP: %w", err)
+	}
+	defer conn.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		conn.SetDeadline(dl)
+	} else {
+		conn.SetDeadline(time.Now().Add(time.Minute))
+	}
+	// Unblock reads and writes when ctx ends early.
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+
+	q := &qmpConn{r: bufio.NewReader(conn), w: conn}
+	if _, err := q.read(); err != nil {
+		return fmt.Errorf("when reading QMP greeting: %w", err)
+	}
+	if err := q.execute("qmp_capabilities"); err != nil {
+		return fmt.Errorf("when negotiating QMP capabilities: %w", err)
+	}
+	err = q.execute(cmd)
+	if eofIsSuccess && errors.Is(err, io.EOF) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("when executing QMP %s: %w", cmd, err)
+	}
+	return nil
+}
+
+// qmpMessage is any message from qemu: a greeting, a reply or an event.
+type qmpMessage struct {
+	QMP    json.RawMessage `json:"QMP"`
+	Return json.RawMessage `json:"return"`
+	Error  *struct {
+		Class string `json:"class"`
+		Desc  string `json:"desc"`
+	} `json:"error"`
+	Event string `json:"event"`
+}
+
+type qmpConn struct {
+	r *bufio.Reader
+	w io.Writer
+}
+
+// read returns the next message. qemu sends one JSON object per line.
+func (q *qmpConn) read() (*qmpMessage, error) {
+	line, err := q.r.ReadBytes('\n')
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, io.EOF
+		}
+		return nil, err
+	}
+	var m qmpMessage
+	if err := json.Unmarshal(line, &m); err != nil {
+		return nil, fmt.Errorf("bad QMP message %q: %w", line, err)
+	}
+	return &m, nil
+}
+
+// execute sends a command and waits for its reply, skipping the events
+// that qemu may send in between.
+func (q *qmpConn) execute(cmd string) error {
+	req, err := json.Marshal(map[string]string{"execute": cmd})
+	if err != nil {
+		return err
+	}
+	if _, err := q.w.Write(append(req, '\n')); err != nil {
+		return err
+	}
+	for {
+		m, err := q.read()
+		if err != nil {
+			return err
+		}
+		switch {
+		case m.Error != nil:
+			return fmt.Errorf("qemu refused: %s: %s", m.Error.Class, m.Error.Desc)
+		case m.Return != nil:
+			return nil
+		}
+	}
+}
