@@ -1,0 +1,43 @@
+// Package kmod loads Linux kernel modules: the ones a machine's hardware
+// asks for (coldplug) and ones named explicitly. It reads the text indexes
+// that depmod writes next to the modules and loads with finit_module(2); it
+// needs no modprobe, no udev and no C library.
+//
+// Coldplug works from what the kernel already knows about the machine.
+// Every device the kernel has found carries a modalias in sysfs, a string
+// such as "pci:v00001AF4d00001000sv00001AF4sd00000001bc02sc00i00" that
+// describes it. modules.alias maps glob patterns over those strings to the
+// modules that drive the matching devices:
+//
+//	/sys/devices/**/modalias ──▶ AliasIndex.Match ──▶ module names
+//	        ▲                     (modules.alias,        │
+//	        │                      indexed by prefix)     ▼
+//	        │                               Loader.Load: skip builtin and
+//	        │                               loaded ones, load modules.dep
+//	        │                               dependencies first, then
+//	        └── new devices appear ◀──────  finit_module(2) each file
+//	            (e.g. virtio_pci creates
+//	             virtio devices): scan again
+//
+// Loading a bus driver makes the kernel find the devices on that bus, which
+// bring modaliases of their own, so Coldplug scans sysfs again after every
+// round that loaded something, until a scan brings no new modalias.
+//
+// # Why an index of patterns?
+//
+// A distribution kernel ships tens of thousands of alias patterns and a
+// machine has hundreds of devices. Trying every pattern on every device is
+// millions of glob matches, which takes seconds on an emulated machine at
+// boot. Almost all patterns begin with a literal prefix ("pci:v00008086d",
+// "acpi", "virtio:d00000001v"), so AliasIndex files each pattern under its
+// prefix and, for a modalias, only tries the patterns filed under one of
+// its own prefixes.
+//
+// # What it does not do
+//
+// There is no hotplug here: devices that appear later (USB sticks, devices
+// probed asynchronously after Coldplug returned) are not seen. Soft
+// dependencies (modules.softdep) and module parameters are not supported.
+// A failed module load is reported to the Logger and to the caller, never
+// fatal: the machine may well boot without that device.
+package kmod
