@@ -38,8 +38,12 @@ lint: proto-check
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
 
-cluster:
-	@echo "make cluster: booting nodes is not available yet"
+# make cluster boots a node from the fresh image, its console on the terminal,
+# until Ctrl-C powers it down. The launcher is built first so that Ctrl-C
+# reaches it directly (qemu itself runs in a process group of its own).
+cluster: image
+	$(GO) build -o $(OUT)/launch-cluster ./cmd/launch-cluster
+	$(OUT)/launch-cluster -image $(OUT)/cairn.img
 
 # Protocol buffers. `make proto` regenerates the committed Go code beside the
 # .proto files of proto/; `make proto-check` (part of lint) regenerates into a
