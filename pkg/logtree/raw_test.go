@@ -212,3 +212,25 @@ func FuzzLineSplitter(f *testing.F) {
 		}
 	})
 }
+
+func TestCutPoint(t *testing.T) {
+	for _, tc := range []struct {
+		p     string
+		limit int
+		want  int
+	}{
+		{"abcdef", 4, 4},
+		{"abcé", 4, 3},             // é is c3 a9: its first byte is at 3
+		{"abcéd", 5, 5},            // é ends at the limit
+		{"ab€", 4, 2},              // € is e2 82 ac
+		{"a𝄞", 4, 1},               // 𝄞 is f0 9d 84 9e
+		{"a𝄞", 5, 5},               // whole
+		{"\x80\x80\x80\x80", 4, 4}, // no character start at all
+		{"\xff\xff\xff\xff", 4, 4}, // invalid bytes
+		{"𝄞", 3, 3},                // cannot do better than the limit
+	} {
+		if got := cutPoint([]byte(tc.p), tc.limit); got != tc.want {
+			t.Errorf("cutPoint(%q, %d) = %d, want %d", tc.p, tc.limit, got, tc.want)
+		}
+	}
+}

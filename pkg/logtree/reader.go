@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync/atomic"
 	"time"
 )
@@ -250,6 +249,6 @@ func (s *subscriber) dropNote() *LogEntry {
 		Time:     time.Now(),
 		DN:       s.node.dn,
 		Severity: WARNING,
-		Message:  "logtree: reader fell behind, " + strconv.FormatUint(s.pending, 10) + " entries dropped",
+		Message:  fmt.Sprintf("logtree: reader fell behind, %d entries dropped", s.pending),
 	}
 }

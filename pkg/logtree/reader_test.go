@@ -269,8 +269,12 @@ func TestStreamClose(t *testing.T) {
 	if readers != 0 {
 		t.Errorf("node a has %d readers after Close, want 0", readers)
 	}
-	// Closing a backlog-only reader is harmless.
-	mustRead(t, lt, "a", WithBacklog(1)).Close()
+	// A backlog-only reader drops nothing, and closing it is harmless.
+	b := mustRead(t, lt, "a", WithBacklog(1))
+	if d := b.Dropped(); d != 0 {
+		t.Errorf("Dropped() of a backlog-only reader = %d, want 0", d)
+	}
+	b.Close()
 }
 
 // TestBacklogThenStream checks that a reader asking for both gets every entry
