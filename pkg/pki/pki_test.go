@@ -1,0 +1,231 @@
+package pki
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, etcdLeaks()...)
+}
+
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestEnsureRace has many goroutines on two clients Ensure the same CA at
+// once, each with a Certificate of its own as separate nodes would: they
+// must all end up with one CA.
+func TestEnsureRace(t *testing.T) {
+	ctx := testContext(t)
+	cl := startEtcd(t)
+	clients := []*clientv3.Client{cl, newClient(t, cl.Endpoints()[0])}
+	ns := &Namespace{Prefix: "pki/"}
+
+	const n = 16
+	ders := make([][]byte, n)
+	keys := make([]ed25519.PrivateKey, n)
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ca := &Certificate{Namespace: ns, Name: "ca", Issuer: SelfSigned, Template: CA("race CA")}
+			<-start
+			ders[i], errs[i] = ca.Ensure(ctx, clients[i%2])
+			if errs[i] == nil {
+				keys[i], errs[i] = ca.PrivateKey(ctx, clients[i%2])
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil {
+			t.Fatalf("Ensure #%d: %v", i, errs[i])
+		}
+		if !bytes.Equal(ders[i], ders[0]) {
+			t.Errorf("Ensure #%d returned another certificate than #0", i)
+		}
+		if !keys[i].Equal(keys[0]) {
+			t.Errorf("Ensure #%d returned another key than #0", i)
+		}
+	}
+	resp, err := cl.Get(ctx, ns.certKey("ca"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 1 || !bytes.Equal(resp.Kvs[0].Value, ders[0]) {
+		t.Errorf("stored CA differs from the one Ensure returned")
+	}
+	if v := resp.Kvs[0].Version; v != 1 {
+		t.Errorf("CA key written %d times, want 1", v)
+	}
+}
+
+// TestIssueVerifyRevoke issues a server and a client certificate from a CA,
+// verifies them against it, and revokes one.
+func TestIssueVerifyRevoke(t *testing.T) {
+	ctx := testContext(t)
+	cl := startEtcd(t)
+	ns := &Namespace{Prefix: "cluster"}
+	ca := &Certificate{Namespace: ns, Name: "ca", Template: CA("cluster CA")}
+
+	nodePub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := &Certificate{
+		Namespace: ns, Issuer: ca, Name: "node-cairn-0123",
+		Template: Server("cairn-0123", []net.IP{net.IPv4(10, 0, 0, 5)}),
+		Mode:     ExternalKey, PublicKey: nodePub,
+	}
+	client := &Certificate{Namespace: ns, Issuer: ca, Name: "owner", Template: Client("owner")}
+
+	caCert, err := ca.X509(ctx, cl)
+	if err != nil {
+		t.Fatalf("CA: %v", err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(caCert)
+
+	serverCert, err := server.X509(ctx, cl)
+	if err != nil {
+		t.Fatalf("server: %v", err)
+	}
+	if _, err := serverCert.Verify(x509.VerifyOptions{Roots: pool, DNSName: "cairn-0123"}); err != nil {
+		t.Errorf("server certificate does not verify for its node ID: %v", err)
+	}
+	if _, err := serverCert.Verify(x509.VerifyOptions{Roots: pool, DNSName: "10.0.0.5"}); err != nil {
+		t.Errorf("server certificate does not verify for its IP: %v", err)
+	}
+	if !nodePub.Equal(serverCert.PublicKey) {
+		t.Errorf("server certificate is not for the node's key")
+	}
+	if _, err := server.PrivateKey(ctx, cl); !errors.Is(err, ErrNoPrivateKey) {
+		t.Errorf("PrivateKey of an external key certificate: %v, want ErrNoPrivateKey", err)
+	}
+
+	clientCert, err := client.X509(ctx, cl)
+	if err != nil {
+		t.Fatalf("client: %v", err)
+	}
+	if _, err := clientCert.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		t.Errorf("client certificate does not verify: %v", err)
+	}
+	if _, err := clientCert.Verify(x509.VerifyOptions{Roots: pool}); err == nil {
+		t.Errorf("client certificate verifies as a server certificate")
+	}
+
+	// A foreign CA's certificate does not verify against ours.
+	other := &Certificate{Namespace: &Namespace{Prefix: "other/"}, Name: "ca", Template: CA("cluster CA")}
+	otherCert, err := other.X509(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := otherCert.Verify(x509.VerifyOptions{Roots: pool}); err == nil {
+		t.Errorf("a CA of another namespace verifies against ours")
+	}
+
+	// Same name, another key: refused, the stored one stays.
+	otherPub, _, _ := ed25519.GenerateKey(rand.Reader)
+	impostor := &Certificate{Namespace: ns, Issuer: ca, Name: "node-cairn-0123", Template: Server("cairn-0123", nil), Mode: ExternalKey, PublicKey: otherPub}
+	if _, err := impostor.Ensure(ctx, cl); !errors.Is(err, ErrKeyMismatch) {
+		t.Errorf("Ensure with another key: %v, want ErrKeyMismatch", err)
+	}
+
+	// Revocation.
+	crl0 := mustCRL(t, ctx, cl, ca, caCert)
+	if len(crl0.RevokedCertificateEntries) != 0 {
+		t.Errorf("fresh CRL lists %d entries, want 0", len(crl0.RevokedCertificateEntries))
+	}
+	for range 2 { // twice: revoking is idempotent
+		if err := ca.Revoke(ctx, cl, serverCert.SerialNumber); err != nil {
+			t.Fatalf("Revoke: %v", err)
+		}
+	}
+	crl1 := mustCRL(t, ctx, cl, ca, caCert)
+	if len(crl1.RevokedCertificateEntries) != 1 || crl1.RevokedCertificateEntries[0].SerialNumber.Cmp(serverCert.SerialNumber) != 0 {
+		t.Errorf("CRL after revoking %x: %+v", serverCert.SerialNumber, crl1.RevokedCertificateEntries)
+	}
+	if crl1.Number.Cmp(crl0.Number) <= 0 {
+		t.Errorf("CRL number went from %v to %v, want it to grow", crl0.Number, crl1.Number)
+	}
+	if err := crl1.CheckSignatureFrom(otherCert); err == nil {
+		t.Errorf("CRL verifies against a foreign CA")
+	}
+}
+
+func mustCRL(t *testing.T, ctx context.Context, kv clientv3.KV, ca *Certificate, caCert *x509.Certificate) *x509.RevocationList {
+	t.Helper()
+	der, err := ca.CRL(ctx, kv)
+	if err != nil {
+		t.Fatalf("CRL: %v", err)
+	}
+	crl, err := x509.ParseRevocationList(der)
+	if err != nil {
+		t.Fatalf("ParseRevocationList: %v", err)
+	}
+	if err := crl.CheckSignatureFrom(caCert); err != nil {
+		t.Errorf("CRL signature: %v", err)
+	}
+	return crl
+}
+
+func TestEnsureInvalid(t *testing.T) {
+	ctx := testContext(t)
+	cl := startEtcd(t)
+	ns := &Namespace{Prefix: "pki/"}
+	pub, _, _ := ed25519.GenerateKey(rand.Reader)
+	ca := &Certificate{Namespace: ns, Name: "ca", Template: CA("ca")}
+	self := &Certificate{Namespace: ns, Name: "self", Template: CA("self")}
+	self.Issuer = self
+	for _, tc := range []struct {
+		name string
+		c    *Certificate
+	}{
+		{"no namespace", &Certificate{Name: "x", Template: CA("x")}},
+		{"empty name", &Certificate{Namespace: ns, Template: CA("x")}},
+		{"slash in name", &Certificate{Namespace: ns, Name: "a/b", Template: CA("x")}},
+		{"external without key", &Certificate{Namespace: ns, Issuer: ca, Name: "x", Mode: ExternalKey}},
+		{"external self-signed", &Certificate{Namespace: ns, Name: "x", Mode: ExternalKey, PublicKey: pub}},
+		{"own issuer", self},
+		{"unknown mode", &Certificate{Namespace: ns, Issuer: ca, Name: "x", Mode: 7}},
+	} {
+		if der, err := tc.c.Ensure(ctx, cl); err == nil {
+			t.Errorf("Ensure(%s) = %d bytes, want an error", tc.name, len(der))
+		}
+	}
+}
+
+func TestNewSerial(t *testing.T) {
+	seen := make(map[string]bool)
+	for range 1000 {
+		s, err := NewSerial()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Sign() <= 0 || s.BitLen() != 127 {
+			t.Fatalf("NewSerial() = %x, want a positive 127-bit number", s)
+		}
+		if seen[s.String()] {
+			t.Fatalf("NewSerial() repeated %x", s)
+		}
+		seen[s.String()] = true
+	}
+}
