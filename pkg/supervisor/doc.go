@@ -27,8 +27,8 @@
 //	Run, RunGroup or restart
 //	   │
 //	   ▼
-//	┌─────┐ Signal(Healthy) ┌─────────┐ Signal(Done) ┌──────┐ returns nil
-//	│ NEW │────────────────▶│ HEALTHY │─────────────▶│ DONE │────────────▶ finished
+//	┌─────┐ Signal(Healthy) ┌─────────┐ Signal(Done) ┌──────┐ return nil
+//	│ NEW │────────────────▶│ HEALTHY │─────────────▶│ DONE │──────────▶ finished
 //	└─────┘                 └─────────┘              └──────┘
 //	   │ returns (error or nil), │ returns (error or nil), │ returns an
 //	   │ panics, Signal(Done)    │ panics                  │ error, panics

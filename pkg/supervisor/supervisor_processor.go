@@ -167,6 +167,9 @@ func (s *Supervisor) processDied(r *diedRequest) {
 	case n.state == stateDone && err == nil:
 		// Finished as promised. Its context stays live, so that its
 		// children keep running.
+		if n.ctx.Err() == nil {
+			n.log().Info("finished")
+		}
 	case n.ctx.Err() != nil:
 		n.state = stateCanceled
 		if err != nil && !errors.Is(err, context.Canceled) {
