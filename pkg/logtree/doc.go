@@ -34,7 +34,7 @@
 // Entries are stamped and numbered under the tree's lock, so the merged
 // backlog of several nodes is in the order the entries were logged, and a
 // reader that asks for a backlog and a stream gets every entry exactly once
-// across the two.
+// across the two, unless it falls behind (see below).
 //
 // # Never blocking the loggers
 //
