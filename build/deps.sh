@@ -11,7 +11,7 @@ packages=(
   swtpm swtpm-tools
   protobuf-compiler
   zstd cpio
-  kmod
+  kmod dosfstools mtools
   iproute2
 )
 
