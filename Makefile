@@ -26,8 +26,12 @@ test: deps
 unit:
 	$(GO) test -race -count=1 ./...
 
-e2e:
-	@echo "e2e: no end-to-end suites yet"
+# e2e boots the fresh image in qemu: the suites of test/e2e, in parallel,
+# each with its own deadline and a table of boot phase timings.
+e2e: image
+	@start=$$(date +%s); \
+	  $(GO) test -tags e2e -count=1 -v -timeout 40m ./test/e2e/... -image-dir $(abspath $(OUT)); rc=$$?; \
+	  echo "e2e: took $$(( $$(date +%s) - start )) s"; exit $$rc
 
 lint: proto-check
 	@out=$$(gofmt -l $$(git ls-files '*.go')); \
@@ -37,6 +41,13 @@ lint: proto-check
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
+
+# bench-boot boots cairn.img and the null image five times each through
+# OVMF and prints every boot phase's min / median / max, and Cairn's cost
+# against the null image's floor.
+.PHONY: bench-boot
+bench-boot: image
+	$(GO) run ./test/bootbench -image-dir $(OUT) -boots 5
 
 # make cluster boots a node from the fresh image, its console on the terminal,
 # until Ctrl-C powers it down. The launcher is built first so that Ctrl-C

@@ -1,0 +1,109 @@
+// Command bootbench measures how long Cairn takes to boot, and how much of
+// that is Cairn's own: it boots out/cairn.img and the null image (same
+// kernel and firmware, an init that only powers off) several times each
+// through OVMF, one boot at a time, and prints min / median / max of every
+// boot phase for both, then Cairn's cost against the null image's floor.
+//
+//	go run ./test/bootbench [-image-dir out] [-boots 5]
+//
+// `make bench-boot` runs it after building the images.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"cairn.dev/cairn/test/launch"
+)
+
+func main() {
+	dir := flag.String("image-dir", "out", "directory with cairn.img and null.img")
+	boots := flag.Int("boots", 5, "boots of each image")
+	memory := flag.Int("memory", 2048, "memory of the node in MiB")
+	tpm := flag.Bool("tpm", false, "give the node a TPM 2.0 (swtpm)")
+	timeout := flag.Duration("timeout", 5*time.Minute, "deadline of each boot")
+	flag.Parse()
+
+	b := bench{memoryMiB: *memory, tpm: *tpm, timeout: *timeout}
+	cairn := subject{name: "cairn.img", image: filepath.Join(*dir, "cairn.img"), marks: launch.CairnBoot, powerdown: true}
+	null := subject{name: "null.img", image: filepath.Join(*dir, "null.img"), marks: launch.NullBoot}
+	results := map[string][][]launch.Phase{}
+	for _, s := range []subject{cairn, null} {
+		for i := range *boots {
+			phases, err := b.boot(s, i)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "bootbench: %s boot %d: %v\n", s.name, i+1, err)
+				os.Exit(1)
+			}
+			fmt.Fprintf(os.Stderr, "bootbench: %s boot %d/%d done\n", s.name, i+1, *boots)
+			results[s.name] = append(results[s.name], phases)
+		}
+	}
+	accel := "TCG (software emulation)"
+	if _, err := os.Stat("/dev/kvm"); err == nil {
+		accel = "KVM when usable"
+	}
+	fmt.Printf("boot phases over %d boots of each image through OVMF, %s, %d MiB\n\n", *boots, accel, *memory)
+	for _, s := range []subject{cairn, null} {
+		fmt.Print(summaryTable(s.name, summarize(results[s.name])))
+		fmt.Println()
+	}
+	fmt.Print(costTable(summarize(results[cairn.name]), summarize(results[null.name])))
+}
+
+// subject is an image to boot and how to tell that it booted.
+type subject struct {
+	name  string
+	image string
+	marks launch.BootMarks
+	// powerdown says to press the power button once booted; the null
+	// image powers off by itself.
+	powerdown bool
+}
+
+type bench struct {
+	memoryMiB int
+	tpm       bool
+	timeout   time.Duration
+}
+
+// offPhase is the phase that follows the boot: from the ready line to
+// qemu's exit, with the power button pressed at once where needed.
+const offPhase = "ready → powered off"
+
+// boot boots s once and returns its phases, offPhase last.
+func (b bench) boot(s subject, i int) ([]launch.Phase, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+	defer cancel()
+	var opts []launch.Option
+	if b.tpm {
+		opts = append(opts, launch.WithTPM())
+	}
+	cfg := launch.Config{Name: fmt.Sprintf("bench%d", i), Image: s.image, MemoryMiB: b.memoryMiB}
+	n, err := launch.Launch(ctx, cfg, opts...)
+	if err != nil {
+		return nil, err
+	}
+	defer n.Close()
+	ready, err := n.WaitFor(ctx, s.marks.Ready)
+	if err != nil {
+		return nil, fmt.Errorf("%w\nlast console lines:\n%s", err, n.Console().Tail(20))
+	}
+	t, err := launch.BootTimings(n.Started(), n.Console().Lines(), 0, s.marks)
+	if err != nil {
+		return nil, err
+	}
+	if s.powerdown {
+		if err := n.Powerdown(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if err := n.Wait(ctx); err != nil {
+		return nil, fmt.Errorf("powering off: %w", err)
+	}
+	return append(t.Phases(), launch.Phase{Name: offPhase, Duration: time.Since(ready.Time)}), nil
+}

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"cairn.dev/cairn/test/launch"
+)
+
+// stat is one phase over several boots.
+type stat struct {
+	name             string
+	min, median, max time.Duration
+}
+
+// summarize reduces boots (each a list of phases in the same order) to one
+// stat per phase, in that order.
+func summarize(boots [][]launch.Phase) []stat {
+	if len(boots) == 0 {
+		return nil
+	}
+	var stats []stat
+	for i, p := range boots[0] {
+		var d []time.Duration
+		for _, b := range boots {
+			d = append(d, b[i].Duration)
+		}
+		slices.Sort(d)
+		stats = append(stats, stat{name: p.Name, min: d[0], median: median(d), max: d[len(d)-1]})
+	}
+	return stats
+}
+
+// median of sorted durations; the mean of the middle two for an even count.
+func median(sorted []time.Duration) time.Duration {
+	n := len(sorted)
+	if n%2 == 1 {
+		return sorted[n/2]
+	}
+	return (sorted[n/2-1] + sorted[n/2]) / 2
+}
+
+// summaryTable prints the stats of one image, in seconds.
+func summaryTable(title string, stats []stat) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\n", title)
+	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "phase\tmin s\tmedian s\tmax s\t\n")
+	for _, s := range stats {
+		fmt.Fprintf(w, "%s\t%.3f\t%.3f\t%.3f\t\n", s.name, s.min.Seconds(), s.median.Seconds(), s.max.Seconds())
+	}
+	w.Flush()
+	return b.String()
+}
+
+// costTable sets Cairn's medians against the null image's, phase by phase:
+// the ratio and the seconds Cairn adds. A floor of zero has no ratio.
+func costTable(cairn, null []stat) string {
+	floor := map[string]time.Duration{}
+	for _, s := range null {
+		floor[s.name] = s.median
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Cairn's cost against the null image's floor (medians)\n")
+	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(w, "phase\tcairn s\tnull s\tratio\tadded s\t\n")
+	for _, s := range cairn {
+		f, ok := floor[s.name]
+		if !ok {
+			continue
+		}
+		ratio := "-"
+		if f > 0 {
+			ratio = fmt.Sprintf("%.2fx", s.median.Seconds()/f.Seconds())
+		}
+		fmt.Fprintf(w, "%s\t%.3f\t%.3f\t%s\t%+.3f\t\n", s.name, s.median.Seconds(), f.Seconds(), ratio, (s.median - f).Seconds())
+	}
+	w.Flush()
+	return b.String()
+}

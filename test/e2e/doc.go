@@ -1,0 +1,15 @@
+// Package e2e holds Cairn's end-to-end suites: they boot the real image
+// built by `make image` in qemu (through test/launch) and check what the
+// node does by reading its serial console and, later, by calling its APIs.
+//
+// The suites sit behind the build tag e2e, so that `go test ./...` stays a
+// unit test run; `make e2e` builds the image and runs them:
+//
+//	go test -tags e2e -count=1 -v ./test/e2e/... [-image-dir DIR]
+//
+// The image directory defaults to out/ at the repository's root (or
+// $CAIRN_IMAGE_DIR). Every suite runs in parallel with the others, under a
+// deadline of its own, and logs its duration and a table of phase timings;
+// each node's raw console is kept in out/e2e/<suite>.console.log.
+// Timings are reported, never asserted.
+package e2e

@@ -1,0 +1,170 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"cairn.dev/cairn/test/launch"
+)
+
+var (
+	imageDirFlag = flag.String("image-dir", "", "directory with cairn.img, vmlinuz, initramfs.img and cmdline (default $CAIRN_IMAGE_DIR or out/ at the repository root)")
+	memoryFlag   = flag.Int("memory", 2048, "memory of each node in MiB")
+)
+
+// repoRoot returns the directory above the working directory (the test's
+// package directory) that holds go.mod.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("no go.mod above the test's directory: cannot find the repository root")
+		}
+		dir = parent
+	}
+}
+
+// imageDir returns the directory that holds the build's output.
+func imageDir(t *testing.T) string {
+	t.Helper()
+	if *imageDirFlag != "" {
+		return *imageDirFlag
+	}
+	if d := os.Getenv("CAIRN_IMAGE_DIR"); d != "" {
+		return d
+	}
+	return filepath.Join(repoRoot(t), "out")
+}
+
+// artifact returns the path of a build output, failing the test (with the
+// command that makes it) when it is missing.
+func artifact(t *testing.T, name string) string {
+	t.Helper()
+	p := filepath.Join(imageDir(t), name)
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("build output missing: %v (run make image, or pass -image-dir)", err)
+	}
+	return p
+}
+
+// suite is one end-to-end suite: a deadline, the nodes it launched and the
+// steps it timed.
+type suite struct {
+	t     *testing.T
+	ctx   context.Context
+	start time.Time
+	steps []launch.Phase
+}
+
+// newSuite starts a parallel suite that must finish within deadline. When
+// it ends it logs its duration and its timings.
+func newSuite(t *testing.T, deadline time.Duration) *suite {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	s := &suite{t: t, ctx: ctx, start: time.Now()}
+	t.Cleanup(func() {
+		cancel()
+		s.report()
+	})
+	return s
+}
+
+// launch boots a node whose console goes to out/e2e/<suite>.console.log;
+// it is closed when the suite ends, and its console's tail is logged if
+// the suite failed.
+func (s *suite) launch(cfg launch.Config, opts ...launch.Option) *launch.Node {
+	s.t.Helper()
+	logDir := filepath.Join(repoRoot(s.t), "out", "e2e")
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		s.t.Fatal(err)
+	}
+	logFile := filepath.Join(logDir, strings.ReplaceAll(s.t.Name(), "/", "_")+".console.log")
+	opts = append(opts, launch.WithConsoleFile(logFile))
+	if cfg.MemoryMiB == 0 {
+		cfg.MemoryMiB = *memoryFlag
+	}
+	n, err := launch.Launch(s.ctx, cfg, opts...)
+	if err != nil {
+		s.t.Fatalf("launching %s: %v", cfg.Name, err)
+	}
+	s.t.Cleanup(func() {
+		if s.t.Failed() {
+			s.t.Logf("last console lines of %s (all in %s):\n%s", n.Name(), logFile, n.Console().Tail(40))
+		}
+		if err := n.Close(); err != nil {
+			s.t.Errorf("closing %s: %v", n.Name(), err)
+		}
+	})
+	return n
+}
+
+// waitFor waits for a console line of n, failing the suite at its deadline
+// or when qemu exits first.
+func (s *suite) waitFor(n *launch.Node, m launch.Matcher) launch.Line {
+	s.t.Helper()
+	return s.waitFrom(n, 0, m)
+}
+
+func (s *suite) waitFrom(n *launch.Node, from int, m launch.Matcher) launch.Line {
+	s.t.Helper()
+	l, err := n.WaitFrom(s.ctx, from, m)
+	if err != nil {
+		s.t.Fatalf("%v", err)
+	}
+	return l
+}
+
+// ctxWithin returns the suite's context, cut to end within d.
+func (s *suite) ctxWithin(d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(s.ctx, d)
+	s.t.Cleanup(cancel)
+	return ctx
+}
+
+// step records a timing for the report.
+func (s *suite) step(name string, d time.Duration) {
+	s.steps = append(s.steps, launch.Phase{Name: name, Duration: d})
+}
+
+// bootTimings records the phases of n's boot from its console.
+func (s *suite) bootTimings(n *launch.Node, marks launch.BootMarks) {
+	s.t.Helper()
+	tm, err := launch.BootTimings(n.Started(), n.Console().Lines(), 0, marks)
+	if err != nil {
+		s.t.Errorf("boot timings of %s: %v", n.Name(), err)
+		return
+	}
+	for _, p := range tm.Phases() {
+		s.step(p.Name, p.Duration)
+	}
+}
+
+// report logs the suite's duration and its timings as a table.
+func (s *suite) report() {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s took %v\n", s.t.Name(), time.Since(s.start).Round(time.Millisecond))
+	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(w, "  phase\tseconds\n")
+	for _, p := range s.steps {
+		fmt.Fprintf(w, "  %s\t%7.3f\n", p.Name, p.Duration.Seconds())
+	}
+	w.Flush()
+	s.t.Log("\n" + b.String())
+}
