@@ -28,11 +28,16 @@ func TestBootAndPowerOff(t *testing.T) {
 	s.waitFor(n, launch.Substring("cairn: supervisor started"))
 	s.bootTimings(n, launch.CairnBoot)
 
-	// Coldplug ran before the supervisor: every module line is there.
-	s.waitFor(n, regexp.MustCompile(`cairn: coldplug loaded [1-9][0-9]* modules`))
-	for _, module := range []string{"virtio_net", "virtio_rng"} {
-		if _, ok := n.Console().Find(0, launch.Substring("loaded module "+module)); !ok {
-			t.Errorf("no %q line on the console: the node has a virtio %s device", "loaded module "+module, module)
+	// Coldplug ran before the supervisor: every module line is there, one
+	// for each virtio device the node has (the PCI transport, disk,
+	// network card and random number generator).
+	coldplug := s.waitFor(n, regexp.MustCompile(`cairn: coldplug loaded [1-9][0-9]* modules`))
+	t.Logf("%s", coldplug.Text)
+	for _, module := range []string{"virtio_pci", "virtio_blk", "virtio_net", "virtio_rng"} {
+		// Module names may be spelt with - or _.
+		re := regexp.MustCompile(`loaded module ` + strings.ReplaceAll(module, "_", "[-_]") + `\b`)
+		if _, ok := n.Console().Find(0, re); !ok {
+			t.Errorf("no line matching %q on the console: the node has a device for %s", re, module)
 		}
 	}
 
