@@ -56,6 +56,69 @@ cluster: image
 	$(GO) build -o $(OUT)/launch-cluster ./cmd/launch-cluster
 	$(OUT)/launch-cluster -image $(OUT)/cairn.img
 
+# The boot image (build/README.md). `make image` builds out/cairn.img, a GPT
+# disk whose ESP holds one unified kernel image, and the pieces of that image
+# for the direct -kernel fast path; `make null-image` the same with a /init
+# that only powers off, the floor for boot benchmarks. Every rule depends on
+# exactly what it reads, so a second `make image` does no work but the
+# kernel lookup; out/kernel-version is rewritten only when Debian's current
+# kernel changes, and everything built from the kernel depends on it.
+IMAGE_CACHE := .cache/image
+KERNEL_CACHE := .cache/kernel
+EFI_STUB ?= /usr/lib/systemd/boot/efi/linuxx64.efi.stub
+# INIT_BIN may name a prebuilt static /init instead of building cmd/init.
+INIT_BIN ?= $(IMAGE_CACHE)/init
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+MKIMAGE := $(IMAGE_CACHE)/mkimage
+KERNEL_VERSION := $(OUT)/kernel-version
+# The kernel's release and its unpacked package, read when a recipe runs.
+KREL = $$(cut -d' ' -f1 $(KERNEL_VERSION))
+KDIR = $(KERNEL_CACHE)/$$(tr ' ' _ <$(KERNEL_VERSION))
+BUILD_GO := $(shell git ls-files -co --exclude-standard 'build/*.go' | grep -v '_test\.go$$')
+NODE_GO := $(shell git ls-files -co --exclude-standard '*.go' | grep -v -e '_test\.go$$' -e '^build/' -e '^test/')
+
+.PHONY: null-image FORCE
+
+image: $(OUT)/cairn.img $(OUT)/vmlinuz $(OUT)/initramfs.img $(OUT)/cmdline $(KERNEL_VERSION)
+
+null-image: $(OUT)/null.img $(OUT)/null-initramfs.img
+
+$(KERNEL_VERSION): FORCE | deps
+	@build/kernel.sh $(KERNEL_CACHE) $@
+
+$(MKIMAGE): $(BUILD_GO) go.mod go.sum
+	@echo "image: building mkimage"
+	@mkdir -p $(@D) && $(GO) build -o $@ ./build/mkimage
+
+$(IMAGE_CACHE)/init: $(NODE_GO) go.mod go.sum
+	@echo "image: building /init (cmd/init)"
+	@mkdir -p $(@D) && CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./cmd/init
+
+$(IMAGE_CACHE)/nullinit: build/nullinit/main.go go.mod
+	@mkdir -p $(@D) && CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./build/nullinit
+
+$(OUT)/vmlinuz: $(KERNEL_VERSION)
+	@cp "$(KDIR)/boot/vmlinuz-$(KREL)" $@
+
+$(OUT)/cmdline: build/cmdline
+	@mkdir -p $(@D) && cp $< $@
+
+$(OUT)/initramfs.img: $(MKIMAGE) $(INIT_BIN) $(KERNEL_VERSION)
+	@$(MKIMAGE) initramfs -kernel "$(KDIR)" -release "$(KREL)" -init $(INIT_BIN) -o $@
+
+$(OUT)/null-initramfs.img: $(MKIMAGE) $(IMAGE_CACHE)/nullinit
+	@$(MKIMAGE) initramfs -modules=false -name null-initramfs -init $(IMAGE_CACHE)/nullinit -o $@
+
+$(OUT)/cairn.efi $(OUT)/null.efi: $(OUT)/%.efi: $(MKIMAGE) $(EFI_STUB) $(OUT)/vmlinuz $(OUT)/cmdline
+	@$(MKIMAGE) uki -stub $(EFI_STUB) -kernel $(OUT)/vmlinuz -initramfs $(filter %initramfs.img,$^) \
+	  -cmdline $(OUT)/cmdline -release "$(KREL)" -version "$(VERSION)" -o $@
+
+$(OUT)/cairn.efi: $(OUT)/initramfs.img
+$(OUT)/null.efi: $(OUT)/null-initramfs.img
+
+$(OUT)/cairn.img $(OUT)/null.img: $(OUT)/%.img: $(MKIMAGE) $(OUT)/%.efi
+	@$(MKIMAGE) disk -uki $(OUT)/$*.efi -o $@
+
 # Protocol buffers. `make proto` regenerates the committed Go code beside the
 # .proto files of proto/; `make proto-check` (part of lint) regenerates into a
 # scratch directory and names every committed file that differs. protoc is

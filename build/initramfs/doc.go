@@ -4,7 +4,7 @@
 //
 //	/init                       the static node binary (cmd/init)
 //	/lib/modules/<release>/     the carried kernel modules and their indexes
-//	/dev/console, /dev/null     device nodes the kernel and /init open first
+//	/dev/console, null, ttyS0   device nodes the kernel and /init open first
 //	/proc /sys /run /tmp /etc   mount points and scratch directories
 //
 // The archive is cpio "newc" (Writer), compressed with zstd, which the

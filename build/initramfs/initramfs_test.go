@@ -42,7 +42,7 @@ func TestArchiveLayout(t *testing.T) {
 	// Directories come first and before their contents; "lib/..." stays
 	// together ahead of "lib-extra".
 	want := []string{
-		"dev", "dev/console", "dev/null", "etc", "init",
+		"dev", "dev/console", "dev/null", "dev/ttyS0", "etc", "init",
 		"lib", "lib/modules", "lib/modules/6.1.0-99-amd64",
 		"lib/modules/6.1.0-99-amd64/kernel",
 		"lib/modules/6.1.0-99-amd64/kernel/fs",

@@ -1,0 +1,48 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+
+	"cairn.dev/cairn/build/uki"
+)
+
+func ukiCmd(args []string) error {
+	fs := flag.NewFlagSet("uki", flag.ExitOnError)
+	stub := fs.String("stub", "", "systemd EFI stub (linuxx64.efi.stub)")
+	kernel := fs.String("kernel", "", "kernel image (vmlinuz)")
+	initrd := fs.String("initramfs", "", "compressed initramfs")
+	cmdline := fs.String("cmdline", "", "file holding the kernel command line")
+	release := fs.String("release", "", "kernel release, e.g. 6.1.0-56-amd64")
+	version := fs.String("version", "dev", "Cairn version for os-release")
+	out := fs.String("o", "", "output file")
+	fs.Parse(args)
+	if err := need(map[string]string{"stub": *stub, "kernel": *kernel, "initramfs": *initrd,
+		"cmdline": *cmdline, "release": *release, "o": *out}); err != nil {
+		return err
+	}
+	inputs := map[string][]byte{}
+	for _, path := range []string{*stub, *kernel, *initrd, *cmdline} {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("when reading input: %w", err)
+		}
+		inputs[path] = data
+	}
+	// The stub hands .cmdline to the kernel as is; a trailing newline from
+	// the file would become part of the last parameter.
+	line := strings.TrimSpace(string(inputs[*cmdline]))
+	img, err := uki.Build(inputs[*stub], uki.Sections(
+		uki.OSRelease(*version, *release), []byte(line), []byte(*release),
+		inputs[*initrd], inputs[*kernel]))
+	if err != nil {
+		return err
+	}
+	if err := writeFile(*out, img); err != nil {
+		return fmt.Errorf("when writing the unified kernel image: %w", err)
+	}
+	fmt.Printf("image: unified kernel image %s (%s)\n", mb(int64(len(img))), *out)
+	return nil
+}
