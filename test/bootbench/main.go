@@ -98,7 +98,7 @@ func (b bench) boot(s subject, i int) ([]launch.Phase, error) {
 		return nil, err
 	}
 	if s.powerdown {
-		if err := n.Powerdown(ctx); err != nil {
+		if err := n.Powerdown(ctx); err != nil && !exited(n) {
 			return nil, err
 		}
 	}
@@ -106,4 +106,14 @@ func (b bench) boot(s subject, i int) ([]launch.Phase, error) {
 		return nil, fmt.Errorf("powering off: %w", err)
 	}
 	return append(t.Phases(), launch.Phase{Name: offPhase, Duration: time.Since(ready.Time)}), nil
+}
+
+// exited reports whether n's qemu has exited already.
+func exited(n *launch.Node) bool {
+	select {
+	case <-n.Done():
+		return true
+	default:
+		return false
+	}
 }

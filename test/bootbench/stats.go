@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"cairn.dev/cairn/test/launch"
@@ -47,12 +46,10 @@ func median(sorted []time.Duration) time.Duration {
 func summaryTable(title string, stats []stat) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\n", title)
-	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "phase\tmin s\tmedian s\tmax s\t\n")
+	fmt.Fprintf(&b, "  %-22s %8s %9s %8s\n", "phase", "min s", "median s", "max s")
 	for _, s := range stats {
-		fmt.Fprintf(w, "%s\t%.3f\t%.3f\t%.3f\t\n", s.name, s.min.Seconds(), s.median.Seconds(), s.max.Seconds())
+		fmt.Fprintf(&b, "  %-22s %8.3f %9.3f %8.3f\n", s.name, s.min.Seconds(), s.median.Seconds(), s.max.Seconds())
 	}
-	w.Flush()
 	return b.String()
 }
 
@@ -65,8 +62,7 @@ func costTable(cairn, null []stat) string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "Cairn's cost against the null image's floor (medians)\n")
-	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(w, "phase\tcairn s\tnull s\tratio\tadded s\t\n")
+	fmt.Fprintf(&b, "  %-22s %8s %8s %7s %8s\n", "phase", "cairn s", "null s", "ratio", "added s")
 	for _, s := range cairn {
 		f, ok := floor[s.name]
 		if !ok {
@@ -76,8 +72,7 @@ func costTable(cairn, null []stat) string {
 		if f > 0 {
 			ratio = fmt.Sprintf("%.2fx", s.median.Seconds()/f.Seconds())
 		}
-		fmt.Fprintf(w, "%s\t%.3f\t%.3f\t%s\t%+.3f\t\n", s.name, s.median.Seconds(), f.Seconds(), ratio, (s.median - f).Seconds())
+		fmt.Fprintf(&b, "  %-22s %8.3f %8.3f %7s %+8.3f\n", s.name, s.median.Seconds(), f.Seconds(), ratio, (s.median - f).Seconds())
 	}
-	w.Flush()
 	return b.String()
 }
