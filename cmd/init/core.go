@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/signal"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"cairn.dev/cairn/pkg/cmdline"
+	"cairn.dev/cairn/pkg/logtree"
+	"cairn.dev/cairn/pkg/supervisor"
+)
+
+// runCore is the core process: it loads modules, runs the supervision tree
+// until it is asked to stop or its root dies, and returns the exit code
+// that tells PID 1 what to do.
+func runCore() int {
+	con := openConsoles()
+	// Signals are caught from the start and queued for the power runnable;
+	// until it runs, a shutdown request waits rather than killing the core.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT)
+
+	cl, err := cmdline.Read()
+	if err != nil {
+		con.Printf("%v", err)
+	}
+	fl, notes := parseFlags(cl)
+	for _, n := range notes {
+		con.Printf("%s", n)
+	}
+
+	lt := logtree.New()
+	stopConsoles := con.attach(lt, fl.logSeverity)
+	defer stopConsoles()
+	initLog := lt.LeveledFor("init")
+
+	n, err := loadModules(context.Background(), lt.LeveledFor("init.coldplug"))
+	if err != nil {
+		initLog.Errorf("coldplug: %v", err)
+		con.Printf("coldplug failed: %v", err)
+	}
+	con.Printf("coldplug loaded %d modules", n)
+	if err := mountEFIVars(); err != nil {
+		initLog.Errorf("%v", err)
+		con.Printf("%v", err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stop := &stopRequest{cancel: cancel, con: con}
+	children := []child{
+		{"power", (&power{
+			signals:    sigs,
+			request:    stop.request,
+			inputClass: "/sys/class/input",
+			inputDev:   "/dev/input",
+		}).run},
+	}
+	s := supervisor.New(ctx, rootRunnable(children, fl.testRootFail),
+		supervisor.WithRootFatal(), supervisor.WithLogTree(lt))
+	con.Printf("supervisor started")
+
+	err = s.Wait()
+	a, requested := stop.requested()
+	if !requested {
+		con.Printf("root runnable failed: %v", err)
+		return exitFailed
+	}
+	con.Printf("supervisor stopped")
+	return a.exitCode()
+}
+
+// stopRequest turns the first request to stop the node into the end of the
+// supervision tree.
+type stopRequest struct {
+	cancel context.CancelFunc
+	con    *consoles
+
+	mu   sync.Mutex
+	a    action
+	done bool
+}
+
+// request stops the tree for a: it cancels the root's context and, should
+// the tree not have stopped within stopDeadline, exits the core anyway so
+// that PID 1 can finish the machine. Requests after the first are ignored.
+func (r *stopRequest) request(a action) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done {
+		return
+	}
+	r.a, r.done = a, true
+	r.con.Printf("stopping for %s", a)
+	r.cancel()
+	time.AfterFunc(stopDeadline, func() {
+		r.con.Printf("supervisor did not stop within %v; going on with the %s", stopDeadline, a)
+		os.Exit(a.exitCode())
+	})
+}
+
+// requested returns the action asked for, if any.
+func (r *stopRequest) requested() (action, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.a, r.done
+}

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"errors"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// An action is how the machine ends.
+type action int
+
+const (
+	poweroff action = iota
+	reboot
+)
+
+func (a action) String() string {
+	if a == reboot {
+		return "reboot"
+	}
+	return "poweroff"
+}
+
+// Exit codes of the core, which tell PID 1 what to do next. They stay clear
+// of the small codes a Go program uses on its own (2 for a panic).
+const (
+	exitPoweroff = 80 // a shutdown was asked for: power off
+	exitReboot   = 81 // a reboot was asked for
+	exitFailed   = 82 // the root runnable died; the core said why
+)
+
+func (a action) exitCode() int {
+	if a == reboot {
+		return exitReboot
+	}
+	return exitPoweroff
+}
+
+// How long PID 1 lets the rest of the system's processes end on SIGTERM
+// before it kills them, and how long it pauses before a reboot that
+// follows a failure, so that a person can read why.
+const (
+	killGrace     = 3 * time.Second
+	failurePause  = 5 * time.Second
+	stopDeadline  = 15 * time.Second // core: stopping the supervision tree
+	coreStopGrace = 30 * time.Second // PID 1: the core acting on a signal
+)
+
+// finish ends the machine: every process left gets SIGTERM, then SIGKILL,
+// filesystems are synced and unmounted, and the kernel powers off or
+// reboots. It never returns.
+func finish(con *consoles, a action) {
+	killEverything()
+	unix.Sync()
+	con.Printf("filesystems synced")
+	for _, err := range unmountAll() {
+		con.Printf("%v", err)
+	}
+	con.Printf("unmounted filesystems")
+	cmd := unix.LINUX_REBOOT_CMD_POWER_OFF
+	if a == reboot {
+		con.Printf("rebooting")
+		cmd = unix.LINUX_REBOOT_CMD_RESTART
+	} else {
+		con.Printf("powering off")
+	}
+	err := unix.Reboot(cmd)
+	// PID 1 must not exit, or the kernel panics; if reboot(2) failed there
+	// is nothing left to do but say so and wait.
+	con.Printf("%s failed: %v; halting here", a, err)
+	for {
+		time.Sleep(time.Hour)
+	}
+}
+
+// killEverything sends SIGTERM to every process but PID 1, reaps them for
+// up to killGrace, then kills the rest with SIGKILL and reaps them too.
+func killEverything() {
+	if err := unix.Kill(-1, unix.SIGTERM); errors.Is(err, unix.ESRCH) {
+		return // nothing else runs
+	}
+	deadline := time.Now().Add(killGrace)
+	for time.Now().Before(deadline) {
+		if !reapAny() {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	unix.Kill(-1, unix.SIGKILL)
+	for reapAny() {
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// reapAny reaps every exited child and reports whether children remain.
+func reapAny() bool {
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		switch {
+		case errors.Is(err, unix.ECHILD):
+			return false
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil, pid == 0:
+			return true
+		}
+	}
+}

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// runPID1 is the whole life of PID 1: mount, start the core, reap until
+// the core ends, then finish the machine. It never returns.
+func runPID1() {
+	errs := mountAll(bootMounts)
+	con := openConsoles()
+	for _, err := range errs {
+		con.Printf("%v", err)
+	}
+	con.Printf("init started (kernel %s)", kernelRelease())
+	con.Printf("version %s", version())
+	// Without this the kernel reboots at once on ctrl-alt-del; with it, it
+	// sends PID 1 SIGINT, and the node reboots cleanly.
+	if err := unix.Reboot(unix.LINUX_REBOOT_CMD_CAD_OFF); err != nil {
+		con.Printf("when disabling ctrl-alt-del: %v", err)
+	}
+	a, pause := superviseCore(con)
+	if pause {
+		con.Printf("rebooting in %v", failurePause)
+		time.Sleep(failurePause)
+	}
+	finish(con, a)
+}
+
+// superviseCore starts the core and reaps every child of PID 1 until the
+// core has ended. SIGTERM and SIGINT are passed on to the core, which
+// stops the node for a poweroff or reboot; should it not end within
+// coreStopGrace after that, it is killed. It returns what to do next, and
+// whether to pause first because something failed.
+func superviseCore(con *consoles) (action, bool) {
+	sigs := make(chan os.Signal, 32)
+	// Before the core starts, so that its SIGCHLD cannot come too early.
+	signal.Notify(sigs, unix.SIGCHLD, unix.SIGTERM, unix.SIGINT)
+	defer signal.Stop(sigs)
+
+	pid, err := startCore()
+	if err != nil {
+		con.Printf("%v", err)
+		return reboot, true
+	}
+	var requested *action
+	var kill <-chan time.Time
+	for {
+		select {
+		case s := <-sigs:
+			switch s {
+			case unix.SIGCHLD:
+				if ws, ended := reapUntil(pid); ended {
+					a, pause, why := judgeCoreExit(ws, requested)
+					if why != "" {
+						con.Printf("%s", why)
+					}
+					return a, pause
+				}
+			case unix.SIGTERM, unix.SIGINT:
+				a := signalAction(s)
+				if requested == nil {
+					requested = &a
+					kill = time.After(coreStopGrace)
+				}
+				unix.Kill(pid, s.(syscall.Signal))
+			}
+		case <-kill:
+			con.Printf("core did not stop within %v of the %s request; killing it", coreStopGrace, *requested)
+			unix.Kill(pid, unix.SIGKILL)
+		}
+	}
+}
+
+// signalAction maps the signals PID 1 acts on to what they ask for: SIGINT
+// is ctrl-alt-del, a reboot; SIGTERM a poweroff.
+func signalAction(s os.Signal) action {
+	if s == unix.SIGINT {
+		return reboot
+	}
+	return poweroff
+}
+
+// startCore re-executes this binary as the core, with the console (or
+// /dev/null) as its standard input and outputs.
+func startCore() (int, error) {
+	stdio, err := os.OpenFile("/dev/console", os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		if stdio, err = os.OpenFile(os.DevNull, os.O_RDWR, 0); err != nil {
+			return 0, fmt.Errorf("when starting core: no console and no %s: %w", os.DevNull, err)
+		}
+	}
+	defer stdio.Close()
+	fd := stdio.Fd()
+	pid, err := syscall.ForkExec("/proc/self/exe", []string{coreArgv0}, &syscall.ProcAttr{
+		Env:   os.Environ(),
+		Files: []uintptr{fd, fd, fd},
+	})
+	if err != nil {
+		return 0, fmt.Errorf("when starting core: %w", err)
+	}
+	return pid, nil
+}
+
+// reapUntil reaps every child that has exited. If one of them was core, it
+// returns core's wait status and true.
+func reapUntil(core int) (unix.WaitStatus, bool) {
+	var coreStatus unix.WaitStatus
+	ended := false
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil || pid <= 0 {
+			return coreStatus, ended
+		}
+		if pid == core {
+			coreStatus, ended = ws, true
+		}
+	}
+}
+
+// judgeCoreExit decides, from how the core ended and what PID 1 was asked
+// for meanwhile, how the machine goes on: the action, whether to pause
+// first, and a line for the console explaining an unexpected end.
+func judgeCoreExit(ws unix.WaitStatus, requested *action) (a action, pause bool, why string) {
+	if requested != nil {
+		return *requested, false, ""
+	}
+	switch {
+	case ws.Exited() && ws.ExitStatus() == exitPoweroff:
+		return poweroff, false, ""
+	case ws.Exited() && ws.ExitStatus() == exitReboot:
+		return reboot, false, ""
+	case ws.Exited() && ws.ExitStatus() == exitFailed:
+		return reboot, true, ""
+	case ws.Exited():
+		return reboot, true, fmt.Sprintf("core exited unexpectedly with status %d", ws.ExitStatus())
+	case ws.Signaled():
+		return reboot, true, fmt.Sprintf("core killed by signal %v", ws.Signal())
+	}
+	return reboot, true, fmt.Sprintf("core ended unexpectedly (wait status %#x)", uint32(ws))
+}
