@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"sync"
 	"time"
@@ -21,8 +22,8 @@ var consoleDevices = []string{"/dev/ttyS0", "/dev/tty0"}
 // to stderr when none could (before /dev is mounted, or on a machine
 // without either).
 type consoles struct {
-	mu    sync.Mutex
-	files []*os.File
+	mu  sync.Mutex
+	out []io.Writer
 }
 
 // openConsoles opens every console device there is. Devices that are
@@ -34,7 +35,7 @@ func openConsoles() *consoles {
 		if err != nil {
 			continue
 		}
-		c.files = append(c.files, f)
+		c.out = append(c.out, f)
 	}
 	return c
 }
@@ -45,12 +46,12 @@ func (c *consoles) Printf(format string, args ...any) {
 	line := []byte(formatPhaseLine(sinceBoot(), fmt.Sprintf(format, args...)))
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.files) == 0 {
+	if len(c.out) == 0 {
 		os.Stderr.Write(line)
 		return
 	}
-	for _, f := range c.files {
-		f.Write(line)
+	for _, w := range c.out {
+		w.Write(line)
 	}
 }
 
@@ -74,8 +75,8 @@ func sinceBoot() time.Duration {
 // the returned function is called.
 func (c *consoles) attach(lt *logtree.LogTree, min logtree.Severity) (stop func()) {
 	var stops []func()
-	for _, f := range c.files {
-		stops = append(stops, lt.Console(f, logtree.ConsoleMinimumSeverity(min)))
+	for _, w := range c.out {
+		stops = append(stops, lt.Console(w, logtree.ConsoleMinimumSeverity(min)))
 	}
 	return func() {
 		for _, s := range stops {

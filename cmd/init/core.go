@@ -51,7 +51,14 @@ func runCore() int {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	stop := &stopRequest{cancel: cancel, con: con}
+	stop := &stopRequest{
+		cancel:   cancel,
+		con:      con,
+		deadline: stopDeadline,
+		// The tree is stuck: leave it, so that PID 1 can still sync,
+		// unmount and finish the machine.
+		expired: func(a action) { os.Exit(a.exitCode()) },
+	}
 	children := []child{
 		{"power", (&power{
 			signals:    sigs,
@@ -79,6 +86,9 @@ func runCore() int {
 type stopRequest struct {
 	cancel context.CancelFunc
 	con    *consoles
+	// deadline is how long the tree may take to stop; then expired runs.
+	deadline time.Duration
+	expired  func(action)
 
 	mu   sync.Mutex
 	a    action
@@ -86,8 +96,8 @@ type stopRequest struct {
 }
 
 // request stops the tree for a: it cancels the root's context and, should
-// the tree not have stopped within stopDeadline, exits the core anyway so
-// that PID 1 can finish the machine. Requests after the first are ignored.
+// the tree not have stopped within the deadline, says so and calls
+// expired. Requests after the first are ignored.
 func (r *stopRequest) request(a action) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -97,9 +107,9 @@ func (r *stopRequest) request(a action) {
 	r.a, r.done = a, true
 	r.con.Printf("stopping for %s", a)
 	r.cancel()
-	time.AfterFunc(stopDeadline, func() {
-		r.con.Printf("supervisor did not stop within %v; going on with the %s", stopDeadline, a)
-		os.Exit(a.exitCode())
+	time.AfterFunc(r.deadline, func() {
+		r.con.Printf("supervisor did not stop within %v; going on with the %s", r.deadline, a)
+		r.expired(a)
 	})
 }
 
