@@ -98,7 +98,7 @@ $(IMAGE_CACHE)/nullinit: build/nullinit/main.go go.mod
 	@mkdir -p $(@D) && CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./build/nullinit
 
 $(OUT)/vmlinuz: $(KERNEL_VERSION)
-	@cp "$(KDIR)/boot/vmlinuz-$(KREL)" $@
+	@cp "$(KDIR)/boot/vmlinuz-$(KREL)" $@ && echo "image: vmlinuz $(KREL)"
 
 $(OUT)/cmdline: build/cmdline
 	@mkdir -p $(@D) && cp $< $@
