@@ -1,0 +1,45 @@
+// Package netns gives a test its own network for several qemu nodes: a
+// network namespace that the test creates, with a bridge, one tap per node,
+// a DHCP server of the harness with fixed leases, and TCP port forwards
+// from the host's loopback to the nodes.
+//
+//	host namespace                 │ namespace cairn-net-<pid>-<random>
+//	                               │
+//	cairnctl, tests                │     DHCP server (udp/67 on br0)
+//	    │ 127.0.0.1:<free port>    │       fixed lease per MAC address
+//	    ▼                          │             │
+//	forwarder ── dials from a ─────┼──▶ br0 10.42.0.1/24 (no default route)
+//	(listens on the host)  thread  │     │           │           │
+//	                    inside the │   tap0        tap1   ...  tapN
+//	                     namespace │     │           │           │
+//	                               │   qemu        qemu        qemu
+//	                               │   52:54:00:42:00:0a       ...
+//	                               │   10.42.0.10  10.42.0.11
+//
+// # Why a namespace
+//
+// Nodes need a real layer-2 network to test DHCP, addresses that other
+// nodes can reach, and nothing of the host in the way. A namespace gives
+// that without touching the host's own network: the bridge and taps exist
+// only inside it, the namespace has no link and no route to the outside,
+// and there is no NAT, so nothing the nodes send can leave it. The only way
+// in is the forwarders, which listen on the host's loopback alone.
+//
+// # Running qemu in it
+//
+// Taps are found by name in the namespace of the process that opens them,
+// so qemu must run inside the network's namespace: start it through Cmd
+// (nsenter --net), or from within Do (a child process inherits the
+// namespace of the thread that starts it). Node(i).QEMUArgs gives the
+// network card, on tap i with node i's MAC address; the DHCP server then
+// leases it Node(i).IP. The taps belong to this process's user and group.
+//
+// # Lifetime
+//
+// Close stops the forwarders and the DHCP server, deletes the links and
+// removes the namespace; NewForTest calls it from t.Cleanup, so it happens
+// when a test fails or panics too. Namespaces left by a process that was
+// killed before it could clean up carry its PID in their name and are
+// removed by the next New. Close nodes before the network: a process still
+// in the namespace keeps it alive.
+package netns
