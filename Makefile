@@ -46,7 +46,7 @@ bench:
 # OVMF and prints every boot phase's min / median / max, and Cairn's cost
 # against the null image's floor.
 .PHONY: bench-boot
-bench-boot: image
+bench-boot: image null-image
 	$(GO) run ./test/bootbench -image-dir $(OUT) -boots 5
 
 # make cluster boots a node from the fresh image, its console on the terminal,
