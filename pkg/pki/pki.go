@@ -29,7 +29,9 @@ func (n *Namespace) prefix() string {
 	return n.Prefix + "/"
 }
 
-func (n *Namespace) certKey(name string) string {
+// CertificateKey is the etcd key under which the certificate called name is
+// stored, DER.
+func (n *Namespace) CertificateKey(name string) string {
 	return n.prefix() + "certs/" + name + "/cert"
 }
 
@@ -170,7 +172,7 @@ func (c *Certificate) Ensure(ctx context.Context, kv clientv3.KV) ([]byte, error
 	if c.certDER != nil {
 		return c.certDER, nil
 	}
-	certKey, keyKey := c.Namespace.certKey(c.Name), c.Namespace.privateKeyKey(c.Name)
+	certKey, keyKey := c.Namespace.CertificateKey(c.Name), c.Namespace.privateKeyKey(c.Name)
 
 	// Fast path: most Ensures find the certificate already there.
 	resp, err := kv.Get(ctx, certKey)

@@ -66,7 +66,7 @@ func TestEnsureRace(t *testing.T) {
 			t.Errorf("Ensure #%d returned another key than #0", i)
 		}
 	}
-	resp, err := cl.Get(ctx, ns.certKey("ca"))
+	resp, err := cl.Get(ctx, ns.CertificateKey("ca"))
 	if err != nil {
 		t.Fatal(err)
 	}

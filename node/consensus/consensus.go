@@ -1,0 +1,230 @@
+package consensus
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"cairn.dev/cairn/pkg/event"
+	"cairn.dev/cairn/pkg/event/memory"
+	"cairn.dev/cairn/pkg/supervisor"
+)
+
+// DefaultPeerPort is the port on the node's IP on which etcd members talk
+// to each other (mTLS).
+const DefaultPeerPort = 7834
+
+// ErrMemberRemoved is returned by Run once this member has been removed from
+// the cluster: its data is of no further use, and the runnable refuses to
+// start etcd on it again. Whoever owns the data directory must wipe it and
+// join anew.
+var ErrMemberRemoved = errors.New("this member was removed from the cluster")
+
+// Config is what a consensus Service needs. All fields are required unless
+// said otherwise.
+type Config struct {
+	// Name is this member's name in the cluster: the node ID.
+	Name string
+	// DataDir holds etcd's data and this member's peer TLS files. On a
+	// node it lives on the encrypted data partition.
+	DataDir string
+	// SocketPath is the unix socket on which etcd serves its clients. It
+	// is the only way to reach etcd as a client: there is no TCP client
+	// listener. The path must be short enough for a unix socket (about
+	// 100 bytes).
+	SocketPath string
+	// PeerIP is the node's IP, on which the other members reach this one.
+	PeerIP net.IP
+	// PeerPort is the peer port on PeerIP. Zero means DefaultPeerPort.
+	PeerPort int
+	// PrivateKey is the node's ed25519 key. This member's peer certificate
+	// is issued for its public key, and it is written into DataDir for
+	// etcd's peer TLS.
+	PrivateKey ed25519.PrivateKey
+	// Join, when set, makes a member whose DataDir is empty join an
+	// existing cluster as a learner, with what AddLearner returned on one
+	// of its members. When nil, an empty DataDir bootstraps a new
+	// cluster. Once DataDir holds data, Join is ignored.
+	Join *JoinCluster
+}
+
+func (c *Config) peerPort() int {
+	if c.PeerPort == 0 {
+		return DefaultPeerPort
+	}
+	return c.PeerPort
+}
+
+// PeerURL is the URL on which the other members reach this member.
+func (c *Config) PeerURL() string {
+	u := url.URL{Scheme: "https", Host: net.JoinHostPort(c.PeerIP.String(), strconv.Itoa(c.peerPort()))}
+	return u.String()
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Name == "":
+		return errors.New("no member name")
+	case c.DataDir == "":
+		return errors.New("no data directory")
+	case c.SocketPath == "":
+		return errors.New("no client socket path")
+	case c.PeerIP == nil:
+		return errors.New("no peer IP")
+	case len(c.PrivateKey) != ed25519.PrivateKeySize:
+		return errors.New("no node private key")
+	}
+	return nil
+}
+
+// Status is what a running consensus Service offers the rest of the node.
+// A Status is immutable; a new one is published when anything changes.
+type Status struct {
+	// Running is true while the local etcd member is up and its client
+	// usable. The other fields are only meaningful when it is true.
+	Running bool
+	// ID is the local member's ID in the cluster.
+	ID uint64
+	// Name is the local member's name (Config.Name).
+	Name string
+	// Learner is true while the local member is a learner: it replicates
+	// the data but does not vote, and serves only serializable reads.
+	// It becomes a voting member once a voting member promotes it.
+	Learner bool
+
+	client *Client
+	raw    *clientv3.Client
+}
+
+// Client returns a client of the local etcd member for the whole key space.
+// Parts of the node take a namespace of their own with Sub. The client stops
+// working once the Status is no longer current (etcd stopped).
+func (s *Status) Client() *Client { return s.client }
+
+// Service runs this node's etcd member. Build it with New and run Run under
+// a supervisor; follow Status for the result.
+type Service struct {
+	cfg    Config
+	status memory.Value[*Status]
+
+	// mu guards last, the Status most recently published.
+	mu   sync.Mutex
+	last *Status
+}
+
+// New returns a Service for cfg. Nothing happens until Run.
+func New(cfg Config) *Service {
+	return &Service{cfg: cfg}
+}
+
+// Status is the Service's current Status. It starts out not Running.
+func (s *Service) Status() event.Value[*Status] { return &s.status }
+
+func (s *Service) setStatus(f func(st *Status)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := &Status{}
+	if s.last != nil {
+		*st = *s.last
+	}
+	f(st)
+	s.last = st
+	s.status.Set(st)
+}
+
+// Paths inside Config.DataDir.
+func (s *Service) etcdDir() string     { return filepath.Join(s.cfg.DataDir, "etcd") }
+func (s *Service) tlsDir() string      { return filepath.Join(s.cfg.DataDir, "peer-tls") }
+func (s *Service) tlsPath(f string) string {
+	return filepath.Join(s.tlsDir(), f)
+}
+func (s *Service) removedMarker() string { return filepath.Join(s.cfg.DataDir, "removed") }
+
+// hasData tells whether etcd has been started on DataDir before.
+func (s *Service) hasData() bool {
+	entries, err := os.ReadDir(filepath.Join(s.etcdDir(), "member", "wal"))
+	return err == nil && len(entries) > 0
+}
+
+// Run runs the etcd member until ctx is done or etcd stops. See the package
+// documentation for what happens on the first start.
+func (s *Service) Run(ctx context.Context) error {
+	if err := s.cfg.validate(); err != nil {
+		return fmt.Errorf("invalid config: %w", err)
+	}
+	lg := supervisor.Logger(ctx)
+	defer s.setStatus(func(st *Status) { *st = Status{Name: s.cfg.Name} })
+
+	if _, err := os.Stat(s.removedMarker()); err == nil {
+		return ErrMemberRemoved
+	}
+	if !s.peerTLSReady() {
+		var err error
+		switch {
+		case s.cfg.Join != nil && !s.hasData():
+			lg.Infof("joining existing cluster %s", s.cfg.Join.InitialCluster)
+			err = s.writeJoinFiles()
+		default:
+			err = s.bootstrap(ctx)
+		}
+		if err != nil {
+			return err
+		}
+	}
+
+	joining := s.cfg.Join != nil && !s.hasData()
+	inst, err := s.start(ctx, s.memberConfig(joining))
+	if err != nil {
+		return fmt.Errorf("when starting etcd: %w", err)
+	}
+	defer inst.close()
+	id := uint64(inst.e.Server.MemberID())
+	lg.Infof("etcd member %x (%s) running, learner: %v", id, s.cfg.Name, inst.e.Server.IsLearner())
+	s.setStatus(func(st *Status) {
+		*st = Status{
+			Running: true,
+			ID:      id,
+			Name:    s.cfg.Name,
+			Learner: inst.e.Server.IsLearner(),
+			client:  newClient(inst.client, ""),
+			raw:     inst.client,
+		}
+	})
+	if err := supervisor.Run(ctx, "membership", s.runMembership(inst)); err != nil {
+		return err
+	}
+	if err := supervisor.Run(ctx, "crl", s.runCRL(inst)); err != nil {
+		return err
+	}
+	supervisor.Signal(ctx, supervisor.SignalHealthy)
+	return s.wait(ctx, inst)
+}
+
+// wait blocks until ctx is done or the etcd instance stops, and says why.
+func (s *Service) wait(ctx context.Context, inst *instance) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case err := <-inst.e.Err():
+		return fmt.Errorf("etcd serving failed: %w", err)
+	case <-inst.trap.trapped():
+		return fmt.Errorf("etcd failed fatally: %s", inst.trap.message())
+	case <-inst.e.Server.StopNotify():
+		if !inst.e.Server.IsMemberExist(inst.e.Server.MemberID()) {
+			if err := os.WriteFile(s.removedMarker(), nil, 0o600); err != nil {
+				return fmt.Errorf("%w (and when marking it: %w)", ErrMemberRemoved, err)
+			}
+			return ErrMemberRemoved
+		}
+		return errors.New("etcd server stopped")
+	}
+}

@@ -1,0 +1,40 @@
+package consensus
+
+import (
+	"testing"
+	"time"
+)
+
+func TestBootstrap(t *testing.T) {
+	ctx := testContext(t)
+	n := newTestNode(t)
+	start := time.Now()
+	n.start(t)
+	st := n.waitRunning(t)
+	t.Logf("bootstrap of a single member took %v", time.Since(start))
+	if st.Learner || st.Name != n.cfg.Name || st.ID == 0 {
+		t.Errorf("Status = %+v, want a voting member called %q", st, n.cfg.Name)
+	}
+	if _, err := st.Client().Put(ctx, "hello", "world"); err != nil {
+		t.Fatalf("Put: %v", err)
+	}
+	list, err := st.raw.MemberList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Members) != 1 || len(list.Members[0].PeerURLs) != 1 || list.Members[0].PeerURLs[0] != n.cfg.PeerURL() {
+		t.Errorf("members = %v, want one advertising %s", list.Members, n.cfg.PeerURL())
+	}
+
+	// Restart on the same data: TLS from the start, the data is there.
+	n.stop()
+	n.start(t)
+	st = n.waitRunning(t)
+	resp, err := st.Client().Get(ctx, "hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "world" {
+		t.Errorf("after restart, Get(hello) = %v, want world", resp.Kvs)
+	}
+}

@@ -1,0 +1,76 @@
+// Package consensus runs the node's etcd member, embedded in the node's own
+// process, and hands the rest of the node namespaced clients to it.
+//
+// etcd holds the cluster's state and its CA (package pki). Its members
+// talk to each other with mutual TLS on port 7834 of the node IP; clients
+// reach it only through a local unix socket, so there is no client port to
+// secure at all.
+//
+// # Bootstrapping: the CA that lives in etcd
+//
+// Peer TLS needs a CA, and the CA lives in etcd. The first member breaks the
+// circle by starting once without peer TLS, on localhost only, where no
+// other member could reach it anyway:
+//
+//	empty DataDir, no Join
+//	   │
+//	   ▼
+//	start etcd: peers http://127.0.0.1:7834 (no TLS), clients unix socket
+//	   │  pki.Ensure: cluster CA        (pki/certs/ca/...)
+//	   │  pki.Ensure: own peer cert      (pki/certs/etcd-peer-<name>/...)
+//	   │  MemberUpdate: advertise https://<node IP>:7834
+//	   ▼
+//	stop etcd, write DataDir/peer-tls/{ca.pem, crl.der, peer-key.pem,
+//	peer.pem}; peer.pem last, its presence means "bootstrapped"
+//	   │
+//	   ▼
+//	start etcd: peers https://<node IP>:7834, mTLS against the cluster CA
+//	(and its CRL); every later start begins here
+//
+// Each step is idempotent, so a crash anywhere before peer.pem is written
+// just runs the bootstrap again on the same data.
+//
+// # Joining: learners and their promotion
+//
+//	new node                               running voting member
+//	   │ name, https://<IP>:7834, public key  │
+//	   │ ───────(through the curator)───────▶ │ Status.AddLearner:
+//	   │                                      │   issue peer cert for the key
+//	   │                                      │   MemberAddAsLearner
+//	   │ ◀──────────── JoinCluster ────────── │   (initial cluster, CA, CRL,
+//	   │                                      │    peer certificate)
+//	   ▼
+//	Config.Join: write peer-tls/, start etcd with ClusterState=existing
+//	   │ replicates as a learner (no vote, serializable reads only)
+//	   ▼
+//	leader's membership worker: MemberPromote every learner, with a
+//	backoff per learner, until etcd accepts (it refuses until the learner
+//	has caught up) ──▶ voting member; Status.Learner turns false
+//
+// A node's own private key never leaves it: AddLearner takes its public key.
+// RemoveMember removes a member and revokes its peer certificate; the crl
+// worker keeps the CRL file etcd checks peers against current.
+//
+// # Runnables
+//
+//	consensus (Run)             etcd itself; Status; returns when etcd stops
+//	├── membership              Learner flag in Status; promotion on leader
+//	└── crl                     peer-tls/crl.der follows revocations
+//
+// # When etcd wants to exit
+//
+// The node must survive its etcd. etcd reports its fatal conditions by
+// logging at Fatal level (zap then calls os.Exit) or Panic level. Its
+// logger here is built by this package (etcd's logs go into the logtree,
+// see logCore), with hooks that record the message and end only the
+// offending goroutine (runtime.Goexit) or, while we are starting etcd,
+// panic back into our own recover. Run then returns an error to its
+// supervisor, which restarts it. A member removed from the cluster while
+// running stops its server: Run sees it, marks DataDir as removed and
+// returns ErrMemberRemoved, now and on every restart, instead of exiting.
+//
+// What cannot be guarded in-process: a runtime panic (not a log call) in a
+// goroutine that etcd started ends the process, as Go offers no way to
+// recover another goroutine's panic. Only running etcd in a child process
+// would contain that; this package does not.
+package consensus

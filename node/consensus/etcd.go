@@ -1,0 +1,177 @@
+package consensus
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+
+	"cairn.dev/cairn/pkg/supervisor"
+)
+
+// startTimeout bounds how long a starting member may take to become ready
+// (a joining learner must fetch the cluster's data first).
+const startTimeout = 5 * time.Minute
+
+// instance is one started embedded etcd and its local client.
+type instance struct {
+	e      *embed.Etcd
+	client *clientv3.Client
+	trap   *fatalTrap
+	log    *zap.Logger
+
+	closeOnce sync.Once
+}
+
+// close stops the client and etcd. It may be called more than once.
+func (i *instance) close() {
+	i.closeOnce.Do(func() {
+		if i.client != nil {
+			i.client.Close()
+		}
+		i.e.Close()
+	})
+}
+
+// memberConfig is the configuration of the member in normal operation:
+// peers on the node IP with mTLS. joining says whether it joins an existing
+// cluster for the first time.
+func (s *Service) memberConfig(joining bool) *embed.Config {
+	peer := url.URL{Scheme: "https", Host: net.JoinHostPort(s.cfg.PeerIP.String(), strconv.Itoa(s.cfg.peerPort()))}
+	cfg := s.baseConfig(peer)
+	cfg.PeerTLSInfo = transport.TLSInfo{
+		CertFile:       s.tlsPath(peerCertFile),
+		KeyFile:        s.tlsPath(peerKeyFile),
+		TrustedCAFile:  s.tlsPath(caFile),
+		CRLFile:        s.tlsPath(crlFile),
+		ClientCertAuth: true,
+	}
+	if joining {
+		cfg.ClusterState = embed.ClusterStateFlagExisting
+		cfg.InitialCluster = s.cfg.Join.InitialCluster
+	}
+	return cfg
+}
+
+// bootstrapConfig is the configuration of the first start of a new
+// cluster: peers on localhost only, without TLS, since the CA that would
+// secure them does not exist yet.
+func (s *Service) bootstrapConfig() *embed.Config {
+	peer := url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(s.cfg.peerPort()))}
+	cfg := s.baseConfig(peer)
+	var token [8]byte
+	rand.Read(token[:])
+	// A fresh token makes the new cluster's ID unique, so that members of
+	// two clusters can never mistake each other.
+	cfg.InitialClusterToken = "cairn-" + hex.EncodeToString(token[:])
+	return cfg
+}
+
+func (s *Service) baseConfig(peer url.URL) *embed.Config {
+	cfg := embed.NewConfig()
+	cfg.Name = s.cfg.Name
+	cfg.Dir = s.etcdDir()
+	sock := url.URL{Scheme: "unix", Path: s.cfg.SocketPath}
+	cfg.ListenClientUrls = []url.URL{sock}
+	// Clients are local only, so there is nothing to advertise (an empty,
+	// non-nil list: etcd refuses nil).
+	cfg.AdvertiseClientUrls = []url.URL{}
+	cfg.ListenPeerUrls = []url.URL{peer}
+	cfg.AdvertisePeerUrls = []url.URL{peer}
+	cfg.InitialCluster = fmt.Sprintf("%s=%s", s.cfg.Name, peer.String())
+	cfg.ClusterState = embed.ClusterStateFlagNew
+	cfg.EnableGRPCGateway = false
+	// Keep an hour of history for watchers that reconnect; compact the
+	// rest so the database does not grow without bound.
+	cfg.AutoCompactionMode = "periodic"
+	cfg.AutoCompactionRetention = "1h"
+	// Not set by NewConfig; zero would log every request as slow.
+	cfg.WarningUnaryRequestDuration = embed.DefaultWarningUnaryRequestDuration
+	cfg.Logger = "zap"
+	return cfg
+}
+
+// start starts etcd with cfg and waits until it is ready to serve, then
+// connects a client to it through the unix socket.
+func (s *Service) start(ctx context.Context, cfg *embed.Config) (inst *instance, err error) {
+	trap := newFatalTrap()
+	zl := newZapLogger(supervisor.Logger(ctx), trap)
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zl)
+
+	if err := os.MkdirAll(filepath.Dir(s.cfg.SocketPath), 0o700); err != nil {
+		return nil, fmt.Errorf("when creating socket directory: %w", err)
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("when creating data directory: %w", err)
+	}
+
+	// A Fatal logged by etcd while we start it panics back to us.
+	trap.setStarting(true)
+	defer trap.setStarting(false)
+	defer func() {
+		if r := recover(); r != nil {
+			tf, ok := r.(trappedFatal)
+			if !ok {
+				panic(r)
+			}
+			err = fmt.Errorf("etcd failed fatally while starting: %s", tf.msg)
+		}
+	}()
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, err
+	}
+	inst = &instance{e: e, trap: trap, log: zl}
+	timeout := time.NewTimer(startTimeout)
+	defer timeout.Stop()
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("while waiting for etcd: %w", err)
+	case <-e.Server.StopNotify():
+		e.Close()
+		return nil, fmt.Errorf("etcd stopped while starting")
+	case <-trap.trapped():
+		e.Close()
+		return nil, fmt.Errorf("etcd failed fatally while starting: %s", trap.message())
+	case <-timeout.C:
+		e.Close()
+		return nil, fmt.Errorf("etcd not ready after %v", startTimeout)
+	case <-ctx.Done():
+		e.Close()
+		return nil, ctx.Err()
+	}
+	// Only this node's root may use the socket.
+	if err := os.Chmod(s.cfg.SocketPath, 0o600); err != nil {
+		e.Close()
+		return nil, fmt.Errorf("when restricting client socket: %w", err)
+	}
+	inst.client, err = clientv3.New(clientv3.Config{
+		Endpoints:   []string{sock(s.cfg.SocketPath)},
+		DialTimeout: 10 * time.Second,
+		Logger:      zl.Named("client"),
+	})
+	if err != nil {
+		e.Close()
+		return nil, fmt.Errorf("when connecting to etcd: %w", err)
+	}
+	return inst, nil
+}
+
+func sock(path string) string {
+	u := url.URL{Scheme: "unix", Path: path}
+	return u.String()
+}

@@ -1,0 +1,157 @@
+package consensus
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/hex"
+	"net"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"cairn.dev/cairn/pkg/event"
+	"cairn.dev/cairn/pkg/logtree"
+	"cairn.dev/cairn/pkg/supervisor"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, etcdLeaks()...)
+}
+
+// etcdLeaks lists goroutines that etcd and grpc leave running after an
+// embedded server and its clients are closed. They are etcd's, not ours:
+// the net/http ones are keep-alive connections between members (peer
+// transports and version probes) that etcd's Close does not shut; nothing
+// in this package uses net/http.
+func etcdLeaks() []goleak.Option {
+	return []goleak.Option{
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
+		goleak.IgnoreAnyFunction("net/http.(*conn).serve"),
+		goleak.IgnoreAnyFunction("net/http.(*connReader).backgroundRead"),
+		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"),
+		goleak.IgnoreTopFunction("github.com/golang/glog.(*fileSink).flushDaemon"),
+	}
+}
+
+// testNode is one simulated node: a consensus Service under a supervision
+// tree of its own, like on a real node, with its own key, data directory,
+// socket and peer port on 127.0.0.1.
+type testNode struct {
+	cfg Config
+	svc *Service
+
+	cancel context.CancelFunc
+	sup    *supervisor.Supervisor
+	stopLog func()
+}
+
+func newTestNode(t testing.TB) *testNode {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	return &testNode{cfg: Config{
+		Name:       "cairn-" + hex.EncodeToString(pub[:8]),
+		DataDir:    filepath.Join(dir, "data"),
+		SocketPath: filepath.Join(dir, "etcd.sock"),
+		PeerIP:     net.IPv4(127, 0, 0, 1),
+		PeerPort:   freePort(t),
+		PrivateKey: priv,
+	}}
+}
+
+// start runs the node's Service. Stopped with stop, or when the test ends.
+func (n *testNode) start(t testing.TB) {
+	t.Helper()
+	n.svc = New(n.cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	lt := logtree.New()
+	w := &testLog{t: t, prefix: n.cfg.Name[:12] + " "}
+	stopConsole := lt.Console(w, logtree.ConsoleMinimumSeverity(logtree.WARNING))
+	n.cancel = cancel
+	n.sup = supervisor.New(ctx, n.svc.Run, supervisor.WithLogTree(lt), supervisor.WithPropagatePanic())
+	n.stopLog = func() { stopConsole(); w.close() }
+	t.Cleanup(n.stop)
+}
+
+// stop cancels the node's tree and waits until everything in it returned.
+func (n *testNode) stop() {
+	if n.cancel == nil {
+		return
+	}
+	n.cancel()
+	n.sup.Wait()
+	n.stopLog()
+	n.cancel = nil
+}
+
+// waitStatus waits for a Status of n accepted by pred.
+func (n *testNode) waitStatus(t testing.TB, what string, pred func(*Status) bool) *Status {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	w := n.svc.Status().Watch()
+	defer w.Close()
+	st, err := w.Get(ctx, event.Filter(func(s *Status) bool { return s != nil && pred(s) }))
+	if err != nil {
+		t.Fatalf("%s: waiting for %s: %v", n.cfg.Name, what, err)
+	}
+	return st
+}
+
+func (n *testNode) waitRunning(t testing.TB) *Status {
+	t.Helper()
+	return n.waitStatus(t, "running", func(s *Status) bool { return s.Running })
+}
+
+func (n *testNode) waitVoter(t testing.TB) *Status {
+	t.Helper()
+	return n.waitStatus(t, "voting member", func(s *Status) bool { return s.Running && !s.Learner })
+}
+
+func testContext(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// testLog passes lines to t.Log until closed.
+type testLog struct {
+	t      testing.TB
+	prefix string
+	mu     sync.Mutex
+	closed bool
+}
+
+func (w *testLog) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.closed {
+		w.t.Log(w.prefix + string(bytes.TrimRight(p, "\n")))
+	}
+	return len(p), nil
+}
+
+func (w *testLog) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.closed = true
+}

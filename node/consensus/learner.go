@@ -1,0 +1,234 @@
+package consensus
+
+import (
+	"context"
+	"crypto"
+	"crypto/ed25519"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// JoinCluster is what a node needs to join an existing cluster as a new
+// member: the result of AddLearner on one of the cluster's members, handed
+// to the new node's Config.Join.
+type JoinCluster struct {
+	// InitialCluster is etcd's initial cluster for the new member: every
+	// member of the cluster, the new one included, as name=peerURL pairs.
+	InitialCluster string
+	// Peers are the peer URLs of the members the new one will talk to.
+	Peers []string
+	// CACertificate is the cluster CA's certificate, DER.
+	CACertificate []byte
+	// CRL is the cluster CA's current CRL, DER.
+	CRL []byte
+	// PeerCertificate is the new member's peer certificate, DER, issued by
+	// the cluster CA for the public key given to AddLearner.
+	PeerCertificate []byte
+}
+
+// validate checks that j is complete and its peer certificate is for pub and
+// signed by its CA.
+func (j *JoinCluster) validate(pub crypto.PublicKey) error {
+	if j.InitialCluster == "" {
+		return errors.New("no initial cluster")
+	}
+	ca, err := x509.ParseCertificate(j.CACertificate)
+	if err != nil {
+		return fmt.Errorf("when parsing CA certificate: %w", err)
+	}
+	peer, err := x509.ParseCertificate(j.PeerCertificate)
+	if err != nil {
+		return fmt.Errorf("when parsing peer certificate: %w", err)
+	}
+	if err := peer.CheckSignatureFrom(ca); err != nil {
+		return fmt.Errorf("peer certificate not signed by the CA: %w", err)
+	}
+	if k, ok := peer.PublicKey.(ed25519.PublicKey); !ok || !k.Equal(pub) {
+		return errors.New("peer certificate is not for this node's key")
+	}
+	if _, err := x509.ParseRevocationList(j.CRL); err != nil {
+		return fmt.Errorf("when parsing CRL: %w", err)
+	}
+	return nil
+}
+
+// AddLearner adds a new member called name, reachable at peerURL, to the
+// cluster as a learner and returns what it needs to join. Its peer
+// certificate is issued for pub, the joining node's public key: no private
+// key leaves that node. Once the learner has caught up with the cluster's
+// data, a voting member promotes it (see the package documentation).
+//
+// Adding the same name and peer URL again, before the learner has started,
+// returns the same data without adding a second member.
+func (s *Status) AddLearner(ctx context.Context, name, peerURL string, pub ed25519.PublicKey) (*JoinCluster, error) {
+	if !s.Running || s.Learner {
+		return nil, errors.New("only a running voting member can add learners")
+	}
+	ip, err := peerIP(peerURL)
+	if err != nil {
+		return nil, err
+	}
+	ca := ClusterCA()
+	caDER, err := ca.Ensure(ctx, s.raw)
+	if err != nil {
+		return nil, fmt.Errorf("when reading cluster CA: %w", err)
+	}
+	peerDER, err := peerCertificate(name, ip, pub).Ensure(ctx, s.raw)
+	if err != nil {
+		return nil, fmt.Errorf("when issuing peer certificate: %w", err)
+	}
+	crlDER, err := ca.CRL(ctx, s.raw)
+	if err != nil {
+		return nil, fmt.Errorf("when signing CRL: %w", err)
+	}
+
+	list, err := s.raw.MemberList(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("when listing members: %w", err)
+	}
+	members := list.Members
+	if m := memberByPeerURL(members, peerURL); m != nil {
+		if m.Name != "" && m.Name != name {
+			return nil, fmt.Errorf("peer URL %s already belongs to member %q", peerURL, m.Name)
+		}
+	} else {
+		resp, err := s.addLearner(ctx, peerURL)
+		if err != nil {
+			return nil, fmt.Errorf("when adding learner: %w", err)
+		}
+		members = resp.Members
+	}
+
+	var initial, peers []string
+	for _, m := range members {
+		n := m.Name
+		switch {
+		case slices.Contains(m.PeerURLs, peerURL):
+			n = name
+		case n == "":
+			// Another member that has not started yet. etcd matches
+			// members by their peer URLs; the name only has to be there.
+			n = fmt.Sprintf("unstarted-%x", m.ID)
+			peers = append(peers, m.PeerURLs...)
+		default:
+			peers = append(peers, m.PeerURLs...)
+		}
+		for _, u := range m.PeerURLs {
+			initial = append(initial, n+"="+u)
+		}
+	}
+	return &JoinCluster{
+		InitialCluster:  strings.Join(initial, ","),
+		Peers:           peers,
+		CACertificate:   caDER,
+		CRL:             crlDER,
+		PeerCertificate: peerDER,
+	}, nil
+}
+
+// RemoveMember removes the member called name from the cluster and revokes
+// its peer certificate, so that it cannot come back with it. Removing the
+// local member is allowed: its Service then stops with ErrMemberRemoved.
+func (s *Status) RemoveMember(ctx context.Context, name string) error {
+	if !s.Running || s.Learner {
+		return errors.New("only a running voting member can remove members")
+	}
+	list, err := s.raw.MemberList(ctx)
+	if err != nil {
+		return fmt.Errorf("when listing members: %w", err)
+	}
+	var found *etcdserverpb.Member
+	for _, m := range list.Members {
+		if m.Name == name {
+			found = m
+		}
+	}
+	if found == nil {
+		return fmt.Errorf("no member called %q", name)
+	}
+	// Revoke first: if the removal then fails, the caller retries, and a
+	// member that is gone anyway loses nothing by it.
+	if err := s.revokePeer(ctx, name); err != nil {
+		return err
+	}
+	if _, err := s.raw.MemberRemove(ctx, found.ID); err != nil {
+		return fmt.Errorf("when removing member %x: %w", found.ID, err)
+	}
+	return nil
+}
+
+func (s *Status) revokePeer(ctx context.Context, name string) error {
+	key := PKINamespace.CertificateKey("etcd-peer-" + name)
+	resp, err := s.raw.Get(ctx, key)
+	if err != nil {
+		return fmt.Errorf("when reading peer certificate of %q: %w", name, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil
+	}
+	cert, err := x509.ParseCertificate(resp.Kvs[0].Value)
+	if err != nil {
+		return fmt.Errorf("when parsing peer certificate of %q: %w", name, err)
+	}
+	if err := ClusterCA().Revoke(ctx, s.raw, cert.SerialNumber); err != nil {
+		return err
+	}
+	// Forget it too, so that the node can be given a new one if it is
+	// ever added again.
+	if _, err := s.raw.Delete(ctx, key); err != nil {
+		return fmt.Errorf("when deleting peer certificate of %q: %w", name, err)
+	}
+	return nil
+}
+
+// addLearner adds peerURL as a learner, waiting as long as ctx allows while
+// etcd refuses because the cluster is not healthy: with strict
+// reconfiguration checks, etcd wants every voting member connected for a
+// few seconds first, which a member promoted a moment ago is not yet.
+func (s *Status) addLearner(ctx context.Context, peerURL string) (*clientv3.MemberAddResponse, error) {
+	backoff := 250 * time.Millisecond
+	for {
+		resp, err := s.raw.MemberAddAsLearner(ctx, []string{peerURL})
+		if !errors.Is(err, rpctypes.ErrUnhealthy) {
+			return resp, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w (gave up waiting: %w)", err, ctx.Err())
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+func memberByPeerURL(members []*etcdserverpb.Member, peerURL string) *etcdserverpb.Member {
+	for _, m := range members {
+		if slices.Contains(m.PeerURLs, peerURL) {
+			return m
+		}
+	}
+	return nil
+}
+
+// peerIP returns the IP of a peer URL, which must be https://IP:port.
+func peerIP(peerURL string) (net.IP, error) {
+	u, err := url.Parse(peerURL)
+	if err != nil {
+		return nil, fmt.Errorf("invalid peer URL %q: %w", peerURL, err)
+	}
+	ip := net.ParseIP(u.Hostname())
+	if u.Scheme != "https" || ip == nil || u.Port() == "" {
+		return nil, fmt.Errorf("invalid peer URL %q: want https://IP:port", peerURL)
+	}
+	return ip, nil
+}
