@@ -61,10 +61,11 @@ func runCore() int {
 	}
 	children := []child{
 		{"power", (&power{
-			signals:    sigs,
-			request:    stop.request,
-			inputClass: "/sys/class/input",
-			inputDev:   "/dev/input",
+			signals:      sigs,
+			request:      stop.request,
+			inputClass:   "/sys/class/input",
+			inputDev:     "/dev/input",
+			acpiFallback: true,
 		}).run},
 	}
 	s := supervisor.New(ctx, rootRunnable(children, fl.testRootFail),
