@@ -16,6 +16,7 @@ import (
 // address, and the options every lease carries. It is read-only once made.
 type leases struct {
 	byMAC     map[string]netip.Addr
+	nodeOf    map[string]int
 	server    netip.Addr
 	mask      net.IPMask
 	leaseTime time.Duration
@@ -25,12 +26,14 @@ type leases struct {
 func newLeases(nodes []Node, leaseTime time.Duration, dns []netip.Addr) *leases {
 	l := &leases{
 		byMAC:     make(map[string]netip.Addr, len(nodes)),
+		nodeOf:    make(map[string]int, len(nodes)),
 		server:    BridgeAddr,
 		mask:      net.CIDRMask(Prefix.Bits(), 32),
 		leaseTime: leaseTime,
 	}
-	for _, n := range nodes {
+	for i, n := range nodes {
 		l.byMAC[n.MAC.String()] = n.IP
+		l.nodeOf[n.MAC.String()] = i
 	}
 	for _, a := range dns {
 		l.dns = append(l.dns, a.AsSlice())
@@ -150,6 +153,14 @@ func (n *Network) startDHCP(cfg Config) (*dhcpServer, error) {
 		if _, err := conn.WriteTo(resp.ToBytes(), peer); err != nil {
 			n.log("dhcp: when sending %s to %s: %v", resp.MessageType(), peer, err)
 			return
+		}
+		if resp.MessageType() == dhcpv4.MessageTypeAck {
+			ip, _ := netip.AddrFromSlice(resp.YourIPAddr.To4())
+			n.acks.add(l.nodeOf[req.ClientHWAddr.String()], Ack{
+				Time:    time.Now(),
+				IP:      ip,
+				Renewal: !req.ClientIPAddr.IsUnspecified(),
+			})
 		}
 		n.log("dhcp: %s from %s, %s %s", req.MessageType(), req.ClientHWAddr, resp.MessageType(), resp.YourIPAddr)
 	}

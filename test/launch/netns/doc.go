@@ -23,7 +23,16 @@
 // that without touching the host's own network: the bridge and taps exist
 // only inside it, the namespace has no link and no route to the outside,
 // and there is no NAT, so nothing the nodes send can leave it. The only way
-// in is the forwarders, which listen on the host's loopback alone.
+// in is the forwarders, which listen on the host's loopback alone; a node
+// sees forwarded connections come from the bridge address, 10.42.0.1.
+//
+// # DHCP
+//
+// The server answers only the MAC addresses of its nodes, each with its
+// fixed address, the bridge as router, the configured resolvers (none by
+// default) and the configured lease time, short in tests that watch a
+// renewal. Acks and WaitAcks show the host side of each lease: when it was
+// granted, and whether it was a renewal.
 //
 // # Running qemu in it
 //

@@ -99,6 +99,7 @@ type Network struct {
 	ns     vnetns.NsHandle
 	handle *netlink.Handle
 	dhcp   *dhcpServer
+	acks   *ackLog
 
 	logMu   sync.RWMutex
 	logf    func(format string, args ...any)
@@ -131,6 +132,7 @@ func New(cfg Config) (*Network, error) {
 		nodes:     nodesFor(cfg.Nodes),
 		leaseTime: cfg.LeaseTime,
 		ns:        -1,
+		acks:      newAckLog(),
 		logf:      cfg.Logf,
 	}
 	if err := n.create(); err != nil {

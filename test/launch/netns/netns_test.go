@@ -3,6 +3,7 @@ package netns
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -229,6 +230,26 @@ func TestNetwork(t *testing.T) {
 		}
 		if got, want := lease.ACK.YourIPAddr.String(), n.Node(1).IP.String(); got != want {
 			t.Errorf("renewed address = %q, want %q", got, want)
+		}
+		// One ACK at boot, one for the new request, one for the renewal.
+		acks, err := n.WaitAcks(ctx, 1, 3)
+		if err != nil {
+			t.Fatalf("WaitAcks: %v", err)
+		}
+		var got []string
+		for _, a := range acks {
+			got = append(got, fmt.Sprintf("%s renewal=%t", a.IP, a.Renewal))
+		}
+		want := []string{
+			"10.42.0.11 renewal=false",
+			"10.42.0.11 renewal=false",
+			"10.42.0.11 renewal=true",
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("Acks(1) (-want +got):\n%s", diff)
+		}
+		if got := len(n.Acks(0)); got != 1 {
+			t.Errorf("len(Acks(0)) = %d, want 1", got)
 		}
 	})
 
