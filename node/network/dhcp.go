@@ -1,0 +1,398 @@
+package network
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/insomniacslk/dhcp/dhcpv4/nclient4"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"cairn.dev/cairn/pkg/logtree"
+	"cairn.dev/cairn/pkg/supervisor"
+)
+
+// dhcpState is a state of the client, named as in RFC 2131, figure 5.
+// INIT covers SELECTING and REQUESTING, which one nclient4 exchange does.
+type dhcpState string
+
+const (
+	stateInit      dhcpState = "INIT"
+	stateBound     dhcpState = "BOUND"
+	stateRenewing  dhcpState = "RENEWING"
+	stateRebinding dhcpState = "REBINDING"
+)
+
+const (
+	// discoverTimeout bounds one DISCOVER-OFFER-REQUEST-ACK exchange.
+	discoverTimeout = 4 * time.Second
+	// minRetransmit is the shortest wait between renewal (or rebinding)
+	// requests that RFC 2131 (section 4.4.5) allows, unless less is left
+	// of the phase.
+	minRetransmit = 60 * time.Second
+	// noTimeout stands for "no timeout of its own" in nclient4, whose
+	// exchanges the client bounds with contexts instead.
+	noTimeout = 24 * time.Hour
+)
+
+// dhcpClient is the state of the DHCP worker on one link.
+type dhcpClient struct {
+	s    *Service
+	nl   *netlink.Handle
+	link link
+	log  logtree.LeveledLogger
+	// broadcast exchanges DISCOVERs and rebinding REQUESTs over a raw
+	// socket, which works before the link has an address.
+	broadcast *nclient4.Client
+	state     dhcpState
+	// lease is the lease applied to the link, nil in INIT.
+	lease   *lease
+	backoff backoff
+}
+
+// runDHCP is the DHCP worker: it waits for the first Ethernet link with
+// carrier and keeps a lease on it for as long as it runs.
+func (s *Service) runDHCP(ctx context.Context) error {
+	l, err := s.waitLink(ctx, func(link) bool { return true })
+	if err != nil {
+		return err
+	}
+	nl, err := s.netlinkHandle()
+	if err != nil {
+		return err
+	}
+	defer nl.Close()
+	c := &dhcpClient{
+		s:       s,
+		nl:      nl,
+		link:    l,
+		log:     supervisor.Logger(ctx),
+		state:   stateInit,
+		backoff: backoff{initial: time.Second, max: 30 * time.Second},
+	}
+	var conn net.PacketConn
+	err = s.inNamespace(func() error {
+		var err error
+		conn, err = nclient4.NewRawUDPConn(l.name, dhcpv4.ClientPort)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("when opening DHCP socket on %s: %w", l.name, err)
+	}
+	c.broadcast, err = nclient4.NewWithConn(conn, l.hw, nclient4.WithTimeout(noTimeout), nclient4.WithRetry(1))
+	if err != nil {
+		conn.Close()
+		return fmt.Errorf("when creating DHCP client: %w", err)
+	}
+	defer c.broadcast.Close()
+	defer c.drop("DHCP client stopped")
+	c.log.Infof("Running DHCP on %s (%s)", l.name, l.hw)
+	supervisor.Signal(ctx, supervisor.SignalHealthy)
+	return c.run(ctx)
+}
+
+// run is the client's state machine. It returns only when ctx is done or
+// the system refuses a lease's address.
+func (c *dhcpClient) run(ctx context.Context) error {
+	for {
+		l, err := c.acquire(ctx)
+		if err != nil {
+			return err
+		}
+		if err := c.bind(l, "ACK received"); err != nil {
+			return err
+		}
+		reason, err := c.hold(ctx)
+		if err != nil {
+			return err
+		}
+		c.drop(reason)
+		c.transition(stateInit, reason)
+		// A server that hands out leases only to take them back at once
+		// must not make the client spin.
+		if err := sleep(ctx, c.backoff.next()); err != nil {
+			return err
+		}
+	}
+}
+
+func (c *dhcpClient) transition(to dhcpState, reason string) {
+	if c.state != to {
+		c.log.Infof("DHCP %s -> %s: %s", c.state, to, reason)
+	}
+	c.state = to
+}
+
+// modifiers are added to every request the client sends.
+func (c *dhcpClient) modifiers() []dhcpv4.Modifier {
+	return []dhcpv4.Modifier{
+		dhcpv4.WithOption(dhcpv4.OptHostName(c.s.hostname())),
+		dhcpv4.WithRequestedOptions(
+			dhcpv4.OptionSubnetMask,
+			dhcpv4.OptionRouter,
+			dhcpv4.OptionDomainNameServer,
+			dhcpv4.OptionIPAddressLeaseTime,
+			dhcpv4.OptionRenewTimeValue,
+			dhcpv4.OptionRebindingTimeValue,
+		),
+	}
+}
+
+// acquire runs DISCOVER-OFFER-REQUEST-ACK exchanges, with backoff between
+// failed ones, until one yields a usable lease or ctx is done.
+func (c *dhcpClient) acquire(ctx context.Context) (*lease, error) {
+	for {
+		sent := time.Now()
+		actx, cancel := context.WithTimeout(ctx, discoverTimeout)
+		raw, err := c.broadcast.Request(actx, c.modifiers()...)
+		cancel()
+		var l *lease
+		if err == nil {
+			l, err = leaseFromACK(raw.Offer, raw.ACK, sent)
+		}
+		if err == nil {
+			return l, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		wait := c.backoff.next()
+		c.log.Warningf("DHCP INIT: no lease (%v), trying again in %s", err, wait.Round(time.Millisecond))
+		if err := sleep(ctx, wait); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// hold keeps the current lease through BOUND, RENEWING and REBINDING. It
+// returns, with the reason, when the lease is lost.
+func (c *dhcpClient) hold(ctx context.Context) (string, error) {
+	for {
+		switch c.state {
+		case stateBound:
+			if c.lease.infinite() {
+				<-ctx.Done()
+				return "", ctx.Err()
+			}
+			if err := sleep(ctx, time.Until(c.lease.t1At())); err != nil {
+				return "", err
+			}
+			c.transition(stateRenewing, "T1 reached, renewing with "+c.lease.server.String())
+		case stateRenewing, stateRebinding:
+			unicast := c.state == stateRenewing
+			until := c.lease.expiry()
+			if unicast {
+				until = c.lease.t2At()
+			}
+			l, err := c.extend(ctx, unicast, until)
+			var nak *nclient4.ErrNak
+			switch {
+			case err == nil:
+				c.backoff.reset()
+				if err := c.bind(l, "ACK received, lease extended"); err != nil {
+					return "", err
+				}
+			case ctx.Err() != nil:
+				return "", ctx.Err()
+			case errors.As(err, &nak):
+				return fmt.Sprintf("server rejected %s: %v", c.state, err), nil
+			case unicast:
+				c.transition(stateRebinding, fmt.Sprintf("T2 reached without renewal (%v), broadcasting", err))
+			default:
+				return fmt.Sprintf("lease expired without rebinding (%v)", err), nil
+			}
+		default:
+			return "", fmt.Errorf("holding a lease in state %s", c.state)
+		}
+	}
+}
+
+// extend asks for the current lease to be extended, by unicast to its
+// server (RENEWING) or by broadcast to any server (REBINDING), until an
+// answer comes or until passes. Requests are repeated after half the time
+// that is left, but not more often than every minRetransmit.
+func (c *dhcpClient) extend(ctx context.Context, unicast bool, until time.Time) (*lease, error) {
+	client := c.broadcast
+	dest := &net.UDPAddr{IP: net.IPv4bcast, Port: dhcpv4.ServerPort}
+	if unicast {
+		var err error
+		client, err = c.unicastClient()
+		if err != nil {
+			return nil, err
+		}
+		defer client.Close()
+		dest = client.RemoteAddr()
+	}
+	lastErr := errors.New("no answer")
+	for {
+		remaining := time.Until(until)
+		if remaining <= 0 {
+			return nil, lastErr
+		}
+		window := max(remaining/2, min(remaining, minRetransmit))
+		sent := time.Now()
+		actx, cancel := context.WithTimeout(ctx, window)
+		l, err := c.requestExtension(actx, client, dest, sent)
+		cancel()
+		if err == nil {
+			return l, nil
+		}
+		var nak *nclient4.ErrNak
+		if errors.As(err, &nak) || ctx.Err() != nil {
+			return nil, err
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			lastErr = err
+		}
+		if err := sleep(ctx, time.Until(sent.Add(window))); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// requestExtension sends one REQUEST for the current lease to dest and
+// reads the answer.
+func (c *dhcpClient) requestExtension(ctx context.Context, client *nclient4.Client, dest *net.UDPAddr, sent time.Time) (*lease, error) {
+	req, err := dhcpv4.NewRenewFromAck(c.lease.raw.ACK, c.modifiers()...)
+	if err != nil {
+		return nil, fmt.Errorf("when building request: %w", err)
+	}
+	resp, err := client.SendAndRead(ctx, dest, req, nclient4.IsMessageType(dhcpv4.MessageTypeAck, dhcpv4.MessageTypeNak))
+	if err != nil {
+		return nil, err
+	}
+	if resp.MessageType() == dhcpv4.MessageTypeNak {
+		return nil, &nclient4.ErrNak{Offer: c.lease.raw.Offer, Nak: resp}
+	}
+	return leaseFromACK(c.lease.raw.Offer, resp, sent)
+}
+
+// unicastClient opens a client that talks to the lease's server from the
+// leased address, as RENEWING does.
+func (c *dhcpClient) unicastClient() (*nclient4.Client, error) {
+	var conn *net.UDPConn
+	err := c.s.inNamespace(func() error {
+		var err error
+		laddr := &net.UDPAddr{IP: c.lease.address.Addr().AsSlice(), Port: dhcpv4.ClientPort}
+		conn, err = net.ListenUDP("udp4", laddr)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("when opening renewal socket: %w", err)
+	}
+	server := &net.UDPAddr{IP: c.lease.server.AsSlice(), Port: dhcpv4.ServerPort}
+	client, err := nclient4.NewWithConn(conn, c.link.hw,
+		nclient4.WithServerAddr(server), nclient4.WithTimeout(noTimeout), nclient4.WithRetry(1))
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("when creating renewal client: %w", err)
+	}
+	return client, nil
+}
+
+// bind applies l to the link, replacing what an earlier lease left there,
+// and publishes its address.
+func (c *dhcpClient) bind(l *lease, reason string) error {
+	old := c.lease
+	if old != nil && old.address != l.address {
+		c.unapply(old)
+	}
+	if old != nil && old.address == l.address && old.router.IsValid() && old.router != l.router {
+		c.removeRoute(old)
+	}
+	if err := setAddress(c.nl, c.link, l.address, l.lifetimeSeconds(time.Now())); err != nil {
+		return err
+	}
+	c.lease = l
+	if l.router.IsValid() {
+		if err := setDefaultRoute(c.nl, c.link, l.router, unix.RTPROT_DHCP); err != nil {
+			// The node is still reachable on its subnet; the next
+			// renewal tries again.
+			c.log.Warningf("DHCP: %v", err)
+		}
+	}
+	if old == nil || !slices.Equal(old.nameservers, l.nameservers) {
+		if err := writeResolvConf(c.s.c.ResolvConfPath, l.nameservers, "DHCP on "+c.link.name); err != nil {
+			c.log.Warningf("DHCP: %v", err)
+		}
+	}
+	if old == nil || old.address != l.address {
+		c.s.c.ExternalAddress.Set(l.address)
+	}
+	c.transition(stateBound, reason)
+	expiry := "never expires"
+	if !l.infinite() {
+		expiry = fmt.Sprintf("lease %s, T1 %s, T2 %s", l.duration, l.t1, l.t2)
+	}
+	c.log.Infof("DHCP lease: %s via %v from %s, nameservers %v, %s",
+		l.address, l.router, l.server, l.nameservers, expiry)
+	return nil
+}
+
+// drop takes the current lease's address and route off the link and
+// publishes that the node has no address.
+func (c *dhcpClient) drop(reason string) {
+	if c.lease == nil {
+		return
+	}
+	c.log.Infof("DHCP: dropping %s: %s", c.lease.address, reason)
+	c.unapply(c.lease)
+	c.lease = nil
+	c.s.c.ExternalAddress.Set(netip.Prefix{})
+}
+
+func (c *dhcpClient) unapply(l *lease) {
+	c.removeRoute(l)
+	if err := removeAddress(c.nl, c.link, l.address); err != nil {
+		c.log.Warningf("DHCP: %v", err)
+	}
+}
+
+func (c *dhcpClient) removeRoute(l *lease) {
+	if !l.router.IsValid() {
+		return
+	}
+	if err := removeDefaultRoute(c.nl, c.link, l.router, unix.RTPROT_DHCP); err != nil {
+		c.log.Warningf("DHCP: %v", err)
+	}
+}
+
+// backoff hands out growing waits between failed attempts: from initial,
+// doubling up to max, each with 20% jitter.
+type backoff struct {
+	initial, max, cur time.Duration
+}
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.initial
+	} else {
+		b.cur = min(b.cur*2, b.max)
+	}
+	jitter := 0.8 + 0.4*rand.Float64()
+	return time.Duration(float64(b.cur) * jitter)
+}
+
+func (b *backoff) reset() { b.cur = 0 }
+
+// sleep waits for d, or returns ctx's error when it is done first.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

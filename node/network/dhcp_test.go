@@ -1,0 +1,138 @@
+package network
+
+import (
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
+
+	"cairn.dev/cairn/pkg/event"
+)
+
+var (
+	firstLease  = netip.MustParsePrefix("10.77.0.10/24")
+	secondLease = netip.MustParsePrefix("10.77.0.11/24")
+)
+
+func valid(p netip.Prefix) bool   { return p.IsValid() }
+func invalid(p netip.Prefix) bool { return !p.IsValid() }
+
+// TestDHCPLeaseAndRenewal runs the full exchange and two renewals: the
+// lease's address, route, resolvers and hostname must be in place, and
+// stay past the first lease's expiry because renewals extended it.
+func TestDHCPLeaseAndRenewal(t *testing.T) {
+	n := newTestNet(t)
+	n.setPeerUp(t)
+	ts := startTestServer(t, n.server, 4*time.Second, 2*time.Second, 3*time.Second)
+	rs := n.runService(t, Config{NodeID: "cairn-0123456789abcdef"})
+
+	got := rs.waitAddress(t, 20*time.Second, "set", valid)
+	bound := time.Now()
+	if got != firstLease {
+		t.Errorf("published address = %s, want %s", got, firstLease)
+	}
+	a, ok := n.clientAddr(t, firstLease)
+	if !ok {
+		t.Fatalf("eth0 addresses = %v, want %s among them", n.clientAddrs(t), firstLease)
+	}
+	if a.ValidLft <= 0 || a.ValidLft > 4 {
+		t.Errorf("address valid lifetime = %ds, want the lease's 4s at most", a.ValidLft)
+	}
+	if diff := cmp.Diff([]string{"10.77.0.1"}, n.defaultGateways(t)); diff != "" {
+		t.Errorf("default gateways (-want +got):\n%s", diff)
+	}
+	if got := rs.readFile(t, "resolv.conf"); !strings.Contains(got, "nameserver 10.77.0.53\n") {
+		t.Errorf("resolv.conf = %q, want a nameserver 10.77.0.53 line", got)
+	}
+	if got, want := rs.readFile(t, "hostname"), "cairn-0123456789abcdef\n"; got != want {
+		t.Errorf("hostname file = %q, want %q", got, want)
+	}
+	lo, err := n.clientNL.LinkByName("lo")
+	if err != nil {
+		t.Fatalf("LinkByName(lo): %v", err)
+	}
+	if lo.Attrs().RawFlags&unix.IFF_UP == 0 {
+		t.Errorf("loopback is not up")
+	}
+
+	eventually(t, 10*time.Second, "server saw two renewals", func() bool {
+		renewals, _ := ts.counts()
+		return renewals >= 2
+	})
+	// The first lease alone would have expired by now.
+	time.Sleep(time.Until(bound.Add(4500 * time.Millisecond)))
+	if _, ok := n.clientAddr(t, firstLease); !ok {
+		t.Errorf("eth0 addresses = %v after renewals, want %s kept", n.clientAddrs(t), firstLease)
+	}
+	if _, rebinds := ts.counts(); rebinds != 0 {
+		t.Errorf("server saw %d rebinding requests, want none while renewals succeed", rebinds)
+	}
+	// A renewal with the same address publishes nothing new.
+	w := rs.address.Watch()
+	defer w.Close()
+	if p, err := w.Get(t.Context()); err != nil || p != firstLease {
+		t.Fatalf("published address = %v, %v, want %s", p, err, firstLease)
+	}
+	if p, err := w.Get(t.Context(), event.BacklogOnly[netip.Prefix]()); !errors.Is(err, event.ErrBacklogDone) {
+		t.Errorf("after renewals, Get = %v, %v, want no new value", p, err)
+	}
+}
+
+// TestDHCPRebindingAndExpiry stops the server from extending the lease:
+// the client must renew, rebind, then drop the address at expiry, and
+// start over, getting a lease again once the server answers.
+func TestDHCPRebindingAndExpiry(t *testing.T) {
+	n := newTestNet(t)
+	n.setPeerUp(t)
+	ts := startTestServer(t, n.server, 4*time.Second, 2*time.Second, 3*time.Second)
+	ts.setMode(ignoreExtensions)
+	rs := n.runService(t, Config{})
+
+	rs.waitAddress(t, 20*time.Second, "set", valid)
+	rs.waitAddress(t, 10*time.Second, "cleared at expiry", invalid)
+	if _, ok := n.clientAddr(t, firstLease); ok {
+		t.Errorf("eth0 addresses = %v after expiry, want %s gone", n.clientAddrs(t), firstLease)
+	}
+	if gws := n.defaultGateways(t); len(gws) != 0 {
+		t.Errorf("default gateways after expiry = %v, want none", gws)
+	}
+	renewals, rebinds := ts.counts()
+	if renewals == 0 || rebinds == 0 {
+		t.Errorf("server saw %d renewals and %d rebinds, want both", renewals, rebinds)
+	}
+
+	ts.setMode(answerExtensions)
+	got := rs.waitAddress(t, 20*time.Second, "set again", valid)
+	if got != firstLease {
+		t.Errorf("published address = %s, want %s", got, firstLease)
+	}
+}
+
+// TestDHCPNakRestarts makes the server reject the renewal and move the
+// client to another address.
+func TestDHCPNakRestarts(t *testing.T) {
+	n := newTestNet(t)
+	n.setPeerUp(t)
+	ts := startTestServer(t, n.server, 4*time.Second, 1*time.Second, 3*time.Second)
+	ts.setMode(nakExtensions)
+	rs := n.runService(t, Config{})
+
+	if got := rs.waitAddress(t, 20*time.Second, "set", valid); got != firstLease {
+		t.Fatalf("published address = %s, want %s", got, firstLease)
+	}
+	rs.waitAddress(t, 10*time.Second, "cleared after NAK", invalid)
+	// The new exchange has no ciaddr, so the server acknowledges it.
+	if got := rs.waitAddress(t, 20*time.Second, "set again", valid); got != secondLease {
+		t.Errorf("published address after NAK = %s, want %s", got, secondLease)
+	}
+	if _, ok := n.clientAddr(t, firstLease); ok {
+		t.Errorf("eth0 addresses = %v, want %s gone after NAK", n.clientAddrs(t), firstLease)
+	}
+	if _, ok := n.clientAddr(t, secondLease); !ok {
+		t.Errorf("eth0 addresses = %v, want %s", n.clientAddrs(t), secondLease)
+	}
+}
