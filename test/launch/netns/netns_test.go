@@ -415,3 +415,35 @@ func attachTap(name string) error {
 	ifr.SetUint16(unix.IFF_TAP | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
 	return unix.IoctlIfreq(fd, unix.TUNSETIFF, ifr)
 }
+
+func TestNewSweepsStaleNamespaces(t *testing.T) {
+	needRoot(t)
+	// A process that has exited and been reaped stands for a killed test.
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatalf("running true: %v", err)
+	}
+	stale := fmt.Sprintf("%s%d-0badf00d", namePrefix, dead.Process.Pid)
+	live := fmt.Sprintf("%s%d-0badf00d", namePrefix, os.Getpid())
+	for _, name := range []string{stale, live} {
+		err := onLockedThread(func() error {
+			ns, err := vnetns.NewNamed(name)
+			if err == nil {
+				ns.Close()
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatalf("creating namespace %s: %v", name, err)
+		}
+		t.Cleanup(func() { vnetns.DeleteNamed(name) })
+	}
+	NewForTest(t, Config{Nodes: 1})
+	names := namespaces(t)
+	if slices.Contains(names, stale) {
+		t.Errorf("namespace %s of a dead process is still there after New", stale)
+	}
+	if !slices.Contains(names, live) {
+		t.Errorf("namespace %s of a live process was removed by New", live)
+	}
+}
