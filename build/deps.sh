@@ -9,7 +9,7 @@ packages=(
   ovmf
   systemd-boot-efi
   swtpm swtpm-tools
-  protobuf-compiler
+  protobuf-compiler libprotobuf-dev
   zstd cpio
   kmod dosfstools mtools
   iproute2

@@ -10,6 +10,14 @@
 //	parameters.proto  NodeParameters, NetworkConfig: how a node enrols
 //	cluster.proto     ClusterConfiguration, ClusterDirectory
 //	node.proto        Node, NodeState, NodeRoles, NodeStatus
+//	authorization.proto  the authz method option every RPC declares
+//	aaa.proto         service AAA: the owner's certificate (Escrow)
+//	management.proto  service Management: the owner manages nodes
+//	curator.proto     service Curator: nodes enrol, watch and report
+//	nodemanagement.proto  service NodeManagement: logs, reboot, poweroff
+//
+// node/rpc enforces the authz option of every method; see its package
+// documentation for the classes of callers.
 //
 // Messages here carry no validation; the packages that read them check
 // them (node/cluster for parameters, node/curator for requests).
