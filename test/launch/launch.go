@@ -251,6 +251,10 @@ func (n *Node) startQEMU(bin string, args []string, consoleCopy io.Writer) error
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.SysProcAttr = childAttr()
+	// Whatever qemu keeps in temporary files (the snapshot overlay when
+	// qemu-img is missing) goes with the state directory, even after a
+	// kill.
+	cmd.Env = append(os.Environ(), "TMPDIR="+n.dir)
 	cmd.Stdout = pw
 	cmd.Stderr = n.stderr
 	n.started = time.Now()

@@ -180,6 +180,37 @@ func TestCloseStopsRunningNode(t *testing.T) {
 	assertEmpty(t, tmp)
 }
 
+// TestLaunchWithoutQEMUImg checks the way out for machines without
+// qemu-img: qemu keeps its own temporary overlay, the image stays as it
+// was.
+func TestLaunchWithoutQEMUImg(t *testing.T) {
+	tmp, image := isolate(t)
+	before := fileHash(t, image)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n, err := Launch(ctx, Config{Image: image, MemoryMiB: 128}, WithBinaries("", "/nonexistent/qemu-img", ""))
+	if err != nil {
+		t.Fatalf("Launch: %v", err)
+	}
+	t.Cleanup(func() { n.Close() })
+	if _, err := os.Stat(filepath.Join(n.dir, "disk.qcow2")); err == nil {
+		t.Error("an overlay was made without qemu-img")
+	}
+	if err := n.Quit(ctx); err != nil {
+		t.Fatalf("Quit: %v", err)
+	}
+	if err := n.Wait(ctx); err != nil {
+		t.Errorf("Wait after Quit: %v", err)
+	}
+	if err := n.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	assertEmpty(t, tmp)
+	if fileHash(t, image) != before {
+		t.Error("the image changed")
+	}
+}
+
 func TestLaunchErrors(t *testing.T) {
 	tmp, image := isolate(t)
 	for _, tc := range []struct {
