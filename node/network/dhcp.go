@@ -32,14 +32,17 @@ const (
 
 const (
 	// discoverTimeout bounds one DISCOVER-OFFER-REQUEST-ACK exchange.
-	discoverTimeout = 4 * time.Second
+	discoverTimeout = 15 * time.Second
 	// minRetransmit is the shortest wait between renewal (or rebinding)
 	// requests that RFC 2131 (section 4.4.5) allows, unless less is left
 	// of the phase.
 	minRetransmit = 60 * time.Second
-	// noTimeout stands for "no timeout of its own" in nclient4, whose
-	// exchanges the client bounds with contexts instead.
-	noTimeout = 24 * time.Hour
+	// Within one exchange (or one window of RENEWING and REBINDING),
+	// nclient4 sends a message up to sendTries times, waiting
+	// firstResend, then twice as long each time, for an answer: a lost
+	// packet costs a second, not a window.
+	firstResend = time.Second
+	sendTries   = 4
 )
 
 // dhcpClient is the state of the DHCP worker on one link.
@@ -86,7 +89,7 @@ func (s *Service) runDHCP(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("when opening DHCP socket on %s: %w", l.name, err)
 	}
-	c.broadcast, err = nclient4.NewWithConn(conn, l.hw, nclient4.WithTimeout(noTimeout), nclient4.WithRetry(1))
+	c.broadcast, err = nclient4.NewWithConn(conn, l.hw, nclient4.WithTimeout(firstResend), nclient4.WithRetry(sendTries))
 	if err != nil {
 		conn.Close()
 		return fmt.Errorf("when creating DHCP client: %w", err)
@@ -289,7 +292,7 @@ func (c *dhcpClient) unicastClient() (*nclient4.Client, error) {
 	}
 	server := &net.UDPAddr{IP: c.lease.server.AsSlice(), Port: dhcpv4.ServerPort}
 	client, err := nclient4.NewWithConn(conn, c.link.hw,
-		nclient4.WithServerAddr(server), nclient4.WithTimeout(noTimeout), nclient4.WithRetry(1))
+		nclient4.WithServerAddr(server), nclient4.WithTimeout(firstResend), nclient4.WithRetry(sendTries))
 	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("when creating renewal client: %w", err)

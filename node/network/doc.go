@@ -72,10 +72,11 @@
 //	   lease lost: remove route and address, publish the zero Prefix,
 //	   back to INIT
 //
-// Requests in RENEWING and REBINDING are repeated after half the time
-// left in the phase, but not more often than once a minute unless less
-// than that is left (RFC 2131, section 4.4.5). Every transition is logged
-// with its reason.
+// Requests in RENEWING and REBINDING start a new window after half the
+// time left in the phase, but not more often than once a minute unless
+// less than that is left (RFC 2131, section 4.4.5); within a window, and
+// within one INIT exchange, an unanswered message is sent again after 1s,
+// 2s and 4s. Every transition is logged with its reason.
 //
 // # Static configuration
 //

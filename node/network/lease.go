@@ -124,7 +124,8 @@ func renewalTimes(ack *dhcpv4.DHCPv4, duration time.Duration) (t1, t2 time.Durat
 	t1 = ack.IPAddressRenewalTime(0)
 	t2 = ack.IPAddressRebindingTime(0)
 	if t2 <= 0 || t2 > duration {
-		t2 = duration * 7 / 8
+		// Not duration*7/8: that overflows for an infinite lease.
+		t2 = duration - duration/8
 	}
 	if t1 <= 0 || t1 > t2 {
 		t1 = min(duration/2, t2)
