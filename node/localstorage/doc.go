@@ -1,0 +1,39 @@
+// Package localstorage owns a node's disks: it finds the boot disk, mounts
+// its EFI system partition, and creates, encrypts, formats and mounts the
+// data partition, all reached through one declarative tree (Root).
+//
+//	boot disk (GPT)                                   mount points
+//	┌─────┬──────────────┬────────────────────────┐
+//	│ GPT │ ESP (vfat)   │ data partition          │
+//	│     │  cairn/*.pb ─┼────────────────────────┼──▶ /esp   Root.ESP
+//	│     │              │ header │ dm-crypt ──▶ XFS ──▶ /data  Root.Data
+//	└─────┴──────────────┴────────────────────────┘
+//	                            tmpfs ─────────────────▶ /ephemeral
+//
+// The enrolment code decides which of MountNew and MountExisting to call:
+// MountNew when the node has no sealed configuration yet (nothing stored
+// can be lost), MountExisting on every later boot. MountNew creates the
+// partition in the largest free span after the ESP (growing the GPT to a
+// disk larger than the image), keys dm-crypt with node key XOR cluster
+// key, runs mkfs.xfs and writes a small plaintext header. MountExisting
+// never formats: a header whose key check fails, or a volume that opens
+// to no XFS superblock, is reported as a wrong key.
+//
+// # The data partition header
+//
+// The first MiB of the partition is plaintext; its first sector holds
+// "CAIRNDAT", a version, the security mode and an HMAC-SHA256 of a fixed
+// label under the data key (which tells a wrong key apart without
+// decrypting anything, and says nothing about the key). The dm-crypt
+// volume starts at 1 MiB. An insecure partition, allowed only through the
+// explicit *Insecure calls, is a bare XFS filesystem from sector 0.
+//
+// # Power cuts during MountNew
+//
+// The GPT is written crash-safely (package gpt). Then MountNew zeroes the
+// header, makes the filesystem, and writes the header last: a partition
+// with a header is complete. A cut before that leaves no header, and the
+// next MountNew starts over; MountExisting is never reached before
+// enrolment has stored its sealed configuration, which it does only after
+// MountNew returned.
+package localstorage

@@ -1,0 +1,81 @@
+package localstorage
+
+import (
+	"context"
+	"fmt"
+
+	"cairn.dev/cairn/node/localstorage/declarative"
+)
+
+// Config says where the node's storage lives. Every path has a node
+// default, so that tests can run the same code under temporary
+// directories.
+type Config struct {
+	// Root is where the tree is placed; "/" when empty.
+	Root string
+	// SysBlock is the sysfs block class directory; "/sys/class/block"
+	// when empty.
+	SysBlock string
+	// Dev is the devtmpfs directory holding block device nodes; "/dev"
+	// when empty.
+	Dev string
+	// EFIVars is the efivarfs mount point; "/sys/firmware/efi/efivars"
+	// when empty.
+	EFIVars string
+	// MkfsXFS is the mkfs.xfs binary; "mkfs.xfs" (looked up in PATH)
+	// when empty.
+	MkfsXFS string
+}
+
+func (c *Config) defaults() {
+	set := func(s *string, d string) {
+		if *s == "" {
+			*s = d
+		}
+	}
+	set(&c.Root, "/")
+	set(&c.SysBlock, "/sys/class/block")
+	set(&c.Dev, "/dev")
+	set(&c.EFIVars, "/sys/firmware/efi/efivars")
+	set(&c.MkfsXFS, "mkfs.xfs")
+}
+
+// blockLayer is everything the data partition logic does to the kernel.
+// The real one (block_linux.go) drives GPT, device-mapper, mkfs.xfs and
+// mount(2); tests substitute one working on files.
+type blockLayer interface {
+	// dataPartition returns the device of the data partition and its
+	// size in 512-byte sectors. With create set it first makes sure the
+	// partition exists; without, a missing one is errNoDataPartition.
+	dataPartition(create bool) (device string, sectors uint64, err error)
+	// openCrypt maps sectors of device from offset as dm-crypt volume
+	// name, replacing a volume of that name left from an earlier
+	// attempt, and returns the mapped device.
+	openCrypt(name, device string, offset, sectors uint64, key []byte) (string, error)
+	// closeCrypt removes the volume name.
+	closeCrypt(name string) error
+	// mkfs makes an XFS filesystem on device.
+	mkfs(ctx context.Context, device string) error
+	// mount mounts source at target.
+	mount(source, target, fstype string, flags uintptr, data string) error
+}
+
+// Storage is a node's storage: the placed tree and the means to mount it.
+type Storage struct {
+	// Root is the tree, placed at Config.Root.
+	Root  *Root
+	c     Config
+	block blockLayer
+}
+
+// New places the tree. It touches no disk.
+func New(c Config) (*Storage, error) {
+	c.defaults()
+	r := &Root{}
+	if err := declarative.Place(r, c.Root); err != nil {
+		return nil, fmt.Errorf("when placing the storage tree: %w", err)
+	}
+	s := &Storage{Root: r, c: c}
+	s.block = newKernelBlock(s)
+	return s, nil
+}

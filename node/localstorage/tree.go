@@ -1,0 +1,58 @@
+package localstorage
+
+import (
+	"cairn.dev/cairn/node/localstorage/declarative"
+)
+
+// Root is the node's storage as a tree, placed at "/" on a node. Every
+// piece of Cairn that keeps files reaches them through its fields.
+type Root struct {
+	declarative.Directory
+	// ESP is the EFI system partition, mounted vfat.
+	ESP ESPDirectory `dir:"esp"`
+	// Data is the (encrypted) data partition, mounted XFS with project
+	// quotas.
+	Data DataDirectory `dir:"data"`
+	// Ephemeral is a tmpfs, emptied at every boot.
+	Ephemeral EphemeralDirectory `dir:"ephemeral"`
+}
+
+// ESPDirectory is the root of the ESP.
+type ESPDirectory struct {
+	declarative.Directory
+	// Cairn holds Cairn's own files on the ESP.
+	Cairn ESPCairnDirectory `dir:"cairn"`
+}
+
+// ESPCairnDirectory is cairn/ on the ESP. Its file names are fixed: the
+// operator's tools write them onto images.
+type ESPCairnDirectory struct {
+	declarative.Directory
+	// Parameters is the node parameters (cairn.api.NodeParameters).
+	Parameters declarative.File `file:"parameters.pb"`
+	// SealedConfiguration is what the node needs to rejoin its cluster
+	// (cairn.private.SealedConfiguration), sealed when a TPM exists.
+	SealedConfiguration declarative.File `file:"sealed_configuration.pb"`
+	// ClusterDirectory lists the cluster's curators.
+	ClusterDirectory declarative.File `file:"cluster_directory.pb"`
+}
+
+// DataDirectory is the root of the data partition.
+type DataDirectory struct {
+	declarative.Directory
+	// Node holds the node's own state (identity key and certificates).
+	Node declarative.Directory `dir:"node"`
+	// Etcd is the data directory of the node's etcd member.
+	Etcd declarative.Directory `dir:"etcd"`
+	// Kubernetes holds kubelet and containerd state.
+	Kubernetes declarative.Directory `dir:"kubernetes"`
+	// Volumes holds persistent volumes, each an XFS project.
+	Volumes declarative.Directory `dir:"volumes"`
+}
+
+// EphemeralDirectory is the root of the tmpfs.
+type EphemeralDirectory struct {
+	declarative.Directory
+	// Containerd holds containerd's runtime state.
+	Containerd declarative.Directory `dir:"containerd"`
+}
