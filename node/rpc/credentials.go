@@ -1,0 +1,81 @@
+package rpc
+
+import (
+	"crypto/ed25519"
+	"crypto/tls"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/credentials"
+
+	"cairn.dev/cairn/node/identity"
+)
+
+// NodeCredentials are the TLS credentials with which node dials other
+// nodes: it presents its node certificate (AUTHORIZATION_NODE) and accepts
+// only servers holding a node certificate of its cluster CA.
+func NodeCredentials(node *identity.Node) credentials.TransportCredentials {
+	return credentials.NewTLS(node.ClientTLSConfig())
+}
+
+// OwnerCredentials are the TLS credentials with which the owner dials the
+// cluster: key is the owner key, certDER the owner certificate and caDER
+// the cluster CA certificate. The owner is admitted to
+// AUTHORIZATION_OWNER methods.
+func OwnerCredentials(key ed25519.PrivateKey, certDER, caDER []byte) (credentials.TransportCredentials, error) {
+	c, err := identity.OwnerClientTLSConfig(key, certDER, caDER)
+	if err != nil {
+		return nil, fmt.Errorf("when building owner credentials: %w", err)
+	}
+	return credentials.NewTLS(c), nil
+}
+
+// EphemeralCredentials are the TLS credentials of a client without a
+// certificate of the cluster: a node registering, committing or joining,
+// or an operator taking ownership. They pin the cluster CA of caDER. With
+// a key they present a self-signed certificate of it, proving to the
+// server that the client holds the key; with a nil key they present
+// nothing. Either way the client is admitted only to the
+// AUTHORIZATION_UNAUTHENTICATED_* methods.
+func EphemeralCredentials(caDER []byte, key ed25519.PrivateKey) (credentials.TransportCredentials, error) {
+	c, err := identity.EphemeralClientTLSConfig(caDER, key)
+	if err != nil {
+		return nil, fmt.Errorf("when building ephemeral credentials: %w", err)
+	}
+	return credentials.NewTLS(c), nil
+}
+
+// Escrow proofs (see AAA.Escrow in proto/api/aaa.proto) sign these bytes.
+const (
+	escrowProofPrefix   = "cairn escrow proof v1\x00"
+	escrowExporterLabel = "EXPORTER-cairn-escrow"
+	escrowNonceSize     = 32
+	escrowExporterSize  = 32
+)
+
+// EscrowNonceSize is the length of the nonce the server sends in an
+// escrow challenge.
+const EscrowNonceSize = escrowNonceSize
+
+// EscrowProofPayload returns the bytes the owner signs, and the curator
+// checks the signature of, in AAA.Escrow: a fixed prefix, the server's
+// nonce and keying material exported from the TLS session cs, so that a
+// proof holds for one challenge on one connection. Both ends compute it
+// from their own side of the connection (TLSConnectionState).
+func EscrowProofPayload(nonce []byte, cs tls.ConnectionState) ([]byte, error) {
+	if len(nonce) != escrowNonceSize {
+		return nil, fmt.Errorf("escrow nonce is %d bytes, want %d", len(nonce), escrowNonceSize)
+	}
+	if !cs.HandshakeComplete {
+		return nil, errors.New("TLS handshake is not complete, no keying material to bind to")
+	}
+	ekm, err := cs.ExportKeyingMaterial(escrowExporterLabel, nil, escrowExporterSize)
+	if err != nil {
+		return nil, fmt.Errorf("when exporting TLS keying material: %w", err)
+	}
+	payload := make([]byte, 0, len(escrowProofPrefix)+len(nonce)+len(ekm))
+	payload = append(payload, escrowProofPrefix...)
+	payload = append(payload, nonce...)
+	payload = append(payload, ekm...)
+	return payload, nil
+}

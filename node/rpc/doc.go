@@ -1,0 +1,68 @@
+// Package rpc is how Cairn's gRPC services authenticate and authorize
+// their callers: TLS credentials built from node/identity, and server
+// interceptors that admit each call only when the caller fits the class of
+// caller its method declares.
+//
+// # Authorization is declared in the proto
+//
+// Every method of every service states, next to itself, who may call it:
+//
+//	rpc GetNodes(GetNodesRequest) returns (GetNodesResponse) {
+//	  option (authz) = AUTHORIZATION_OWNER;
+//	}
+//
+// There is no second list to keep in step. When a service is registered,
+// Server looks each of its methods up in the protobuf registry and keeps
+// the class in a table; every call is judged against that table. A method
+// that declares no class, or that the registry does not know, is refused
+// to everyone: forgetting the option closes a method, it never opens it.
+// ListMethods enumerates every RPC of cairn.api with its class, so that
+// tests can try each one with every kind of caller.
+//
+// # Classes
+//
+//	class                            admits                   handler then checks
+//	OWNER                            owner certificate        nothing more
+//	NODE                             node certificate         which node, its state
+//	UNAUTHENTICATED_WITH_TICKET      anyone                   the register ticket
+//	UNAUTHENTICATED_PROOF            anyone                   a proof of a known key
+//
+// A caller without a certificate of the cluster CA (none, or a self-signed
+// one) calling an OWNER or NODE method gets Unauthenticated; a node calling
+// an OWNER method, or the owner a NODE method, gets PermissionDenied. Both
+// messages name the method, what it requires and what the caller showed.
+// A certificate of another CA, an expired one, or one that fits no
+// profile never gets that far: the TLS handshake refuses it, and the
+// client sees the connection fail (Unavailable).
+//
+// # A call's way in
+//
+//	client ──TLS 1.3 handshake──▶ identity.Node.ServerTLSConfig
+//	                                │ refuses foreign, expired and
+//	                                │ malformed certificates
+//	                                ▼
+//	      interceptor ─▶ Node.PeerIdentity(TLS state) ─▶ identity.Peer
+//	                                │                   (anonymous,
+//	                                │                    self-signed,
+//	                                ▼                    node, owner)
+//	      method table[FullMethod] ─▶ class (from the authz option)
+//	                                │ missing or UNSPECIFIED: PermissionDenied
+//	                                │ class does not admit peer:
+//	                                │   Unauthenticated / PermissionDenied
+//	                                ▼
+//	      handler(ctx) ─▶ PeerFromContext(ctx) ─▶ the caller's Peer
+//
+// Handlers of the UNAUTHENTICATED classes must authenticate the caller
+// themselves: RegisterNode checks the ticket in its request and takes the
+// node key from the self-signed certificate; CommitNode and JoinNode find
+// the node by the key of the self-signed certificate; AAA.Escrow checks a
+// signature over EscrowProofPayload, which binds the proof to a nonce and
+// to the TLS session.
+//
+// # Credentials
+//
+// ServerCredentials serve with a node's identity. Clients dial with
+// NodeCredentials (a node), OwnerCredentials (the owner, after Escrow) or
+// EphemeralCredentials (anyone without a cluster certificate yet). All of
+// them trust only servers holding a node certificate of the cluster CA.
+package rpc

@@ -1,0 +1,98 @@
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/proto/api"
+)
+
+// Server is a gRPC server of a node: it speaks TLS with the node's identity
+// and admits each call only when the caller fits the class the called
+// method declares. Register services on it as on a grpc.Server, then
+// Serve.
+type Server struct {
+	node *identity.Node
+	grpc *grpc.Server
+	// table holds every registered method by gRPC name. RegisterService
+	// writes it, before Serve starts; interceptors only read it.
+	table map[string]Method
+}
+
+// NewServer returns a server for node. opts are passed on to gRPC after
+// the credentials and interceptors, which they must not replace.
+func NewServer(node *identity.Node, opts ...grpc.ServerOption) *Server {
+	s := &Server{node: node, table: make(map[string]Method)}
+	all := append([]grpc.ServerOption{
+		grpc.Creds(ServerCredentials(node)),
+		grpc.ChainUnaryInterceptor(s.unaryInterceptor),
+		grpc.ChainStreamInterceptor(s.streamInterceptor),
+	}, opts...)
+	s.grpc = grpc.NewServer(all...)
+	return s
+}
+
+// RegisterService registers a service implementation, as generated
+// Register*Server functions call it, and looks up the authorization class
+// of each of its methods in the protobuf registry. A method the registry
+// does not know, or that declares no class, is registered all the same and
+// refused on every call. Like gRPC's, it must be called before Serve.
+func (s *Server) RegisterService(sd *grpc.ServiceDesc, impl any) {
+	names := make([]string, 0, len(sd.Methods)+len(sd.Streams))
+	for _, m := range sd.Methods {
+		names = append(names, fmt.Sprintf("/%s/%s", sd.ServiceName, m.MethodName))
+	}
+	for _, st := range sd.Streams {
+		names = append(names, fmt.Sprintf("/%s/%s", sd.ServiceName, st.StreamName))
+	}
+	for _, name := range names {
+		m, err := LookupMethod(name)
+		if err != nil {
+			m = Method{Name: name, Authz: api.Authorization_AUTHORIZATION_UNSPECIFIED}
+		}
+		s.table[name] = m
+	}
+	s.grpc.RegisterService(sd, impl)
+}
+
+// Methods returns the registered methods with their classes, in no
+// particular order.
+func (s *Server) Methods() []Method {
+	methods := make([]Method, 0, len(s.table))
+	for _, m := range s.table {
+		methods = append(methods, m)
+	}
+	return methods
+}
+
+// Serve accepts connections on lis until ctx is done, then stops the
+// server, closing every connection and cancelling every call in flight, and
+// returns nil. It returns gRPC's error when serving fails before that.
+func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
+	stop := context.AfterFunc(ctx, s.grpc.Stop)
+	defer stop()
+	err := s.grpc.Serve(lis)
+	if ctx.Err() != nil && (err == nil || errors.Is(err, grpc.ErrServerStopped)) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("when serving gRPC on %s: %w", lis.Addr(), err)
+	}
+	return nil
+}
+
+// Stop closes every connection and cancels every call in flight.
+func (s *Server) Stop() { s.grpc.Stop() }
+
+// ServerCredentials are the TLS credentials of every gRPC server of node:
+// they present the node certificate and admit clients of every kind
+// node/identity knows, leaving the choice between them to the interceptors.
+func ServerCredentials(node *identity.Node) credentials.TransportCredentials {
+	return credentials.NewTLS(node.ServerTLSConfig())
+}
