@@ -46,7 +46,9 @@ func (testAAA) Escrow(srv grpc.BidiStreamingServer[api.EscrowFromClient, api.Esc
 	return srv.Send(&api.EscrowFromServer{})
 }
 
-type testManagement struct{ api.UnimplementedManagementServer }
+type testManagement struct {
+	api.UnimplementedManagementServer
+}
 
 func (testManagement) GetRegisterTicket(ctx context.Context, _ *api.GetRegisterTicketRequest) (*api.GetRegisterTicketResponse, error) {
 	return &api.GetRegisterTicketResponse{}, unaryPeer(ctx)
@@ -109,7 +111,9 @@ func (testCurator) IssueCertificate(ctx context.Context, _ *api.IssueCertificate
 	return &api.IssueCertificateResponse{}, unaryPeer(ctx)
 }
 
-type testNodeManagement struct{ api.UnimplementedNodeManagementServer }
+type testNodeManagement struct {
+	api.UnimplementedNodeManagementServer
+}
 
 func (testNodeManagement) Logs(_ *api.LogsRequest, srv grpc.ServerStreamingServer[api.LogsResponse]) error {
 	if err := streamPeer(srv); err != nil {
