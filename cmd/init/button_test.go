@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"cairn.dev/cairn/pkg/evdev"
+	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/supervisor"
 )
 
@@ -42,7 +43,7 @@ func (r *requests) wait(t *testing.T, want action) {
 func TestPowerSignals(t *testing.T) {
 	sigs := make(chan os.Signal, 2)
 	reqs := newRequests()
-	p := &power{signals: sigs, request: reqs.request, inputClass: t.TempDir(), inputDev: t.TempDir()}
+	p := &power{signals: sigs, request: reqs.request, buttons: &powerButtons{}}
 	supervisor.TestHarness(t, p.run)
 	sigs <- unix.SIGINT
 	reqs.wait(t, reboot)
@@ -66,17 +67,23 @@ func TestPowerButton(t *testing.T) {
 		t.Fatal(err)
 	}
 	reqs := newRequests()
-	p := &power{signals: make(chan os.Signal), request: reqs.request, inputClass: class, inputDev: dev}
 
-	// Opened read-write, a FIFO does not wait for a reader; the events
-	// wait in it until the button runnable opens and reads it. Closed in a
+	// Opened read-write, a FIFO does not wait for a reader. Closed in a
 	// cleanup registered before the harness's, the writer outlives the
-	// tree, so the runnable ends by cancellation rather than EOF.
+	// tree, so the runnable ends by cancellation rather than EOF. The
+	// button is pressed before the tree runs: the press must wait in the
+	// device opened beforehand, as one during boot does.
 	w, err := os.OpenFile(node, os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { w.Close() })
+	buttons := openPowerButtons(class, dev, false, logtree.New().LeveledFor("test"))
+	t.Cleanup(buttons.Close)
+	if len(buttons.devices) != 1 {
+		t.Fatalf("openPowerButtons found %d devices, want 1", len(buttons.devices))
+	}
+	p := &power{signals: make(chan os.Signal), request: reqs.request, buttons: buttons}
 	writeEvent(t, w, evdev.EvKey, evdev.KeyPower, evdev.KeyPressed)
 	writeEvent(t, w, evdev.EvSyn, 0, 0)
 	supervisor.TestHarness(t, p.run)

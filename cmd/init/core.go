@@ -49,6 +49,9 @@ func runCore() int {
 		con.Printf("%v", err)
 	}
 
+	buttons := openPowerButtons("/sys/class/input", "/dev/input", true, lt.LeveledFor("init.power"))
+	defer buttons.Close()
+
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	stop := &stopRequest{
@@ -60,13 +63,7 @@ func runCore() int {
 		expired: func(a action) { os.Exit(a.exitCode()) },
 	}
 	children := []child{
-		{"power", (&power{
-			signals:      sigs,
-			request:      stop.request,
-			inputClass:   "/sys/class/input",
-			inputDev:     "/dev/input",
-			acpiFallback: true,
-		}).run},
+		{"power", (&power{signals: sigs, request: stop.request, buttons: buttons}).run},
 	}
 	s := supervisor.New(ctx, rootRunnable(children, fl.testRootFail),
 		supervisor.WithRootFatal(), supervisor.WithLogTree(lt))

@@ -35,7 +35,9 @@
 // of the core, a crash or a kill, is unexpected and also reboots after a
 // pause. PID 1 never returns: if it did, the kernel would panic.
 //
-// Shutting down runs across both:
+// Shutting down runs across both. The power button's sources are opened
+// before the tree starts, so a press during boot waits to be read instead
+// of being lost:
 //
 //	power button, or SIGTERM/SIGINT forwarded by PID 1
 //	  ─▶ core: "stopping for poweroff", cancel the tree, wait ≤15s,
@@ -61,7 +63,8 @@
 //	core.go      the core: log tree, coldplug, supervisor, shutdown request
 //	coldplug.go  module loading through pkg/kmod
 //	root.go      the root runnable and its list of children
-//	button.go    the power child: ACPI power button and forwarded signals
+//	button.go    the power child: power button (evdev, or ACPI netlink
+//	             without evdev) and forwarded signals
 //	console.go   phase lines on the consoles
 //	flags.go     cairn.* flags of the kernel command line
 package main

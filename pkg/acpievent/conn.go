@@ -17,8 +17,9 @@ type Conn struct {
 }
 
 // Dial opens a netlink socket, looks up the ACPI event family and joins
-// its multicast group. It fails if the kernel has no ACPI event family
-// (no ACPI, or no networking).
+// its multicast group. From then on the kernel queues events in the socket
+// until Receive reads them. Dial fails if the kernel has no ACPI event
+// family (no ACPI, or no networking).
 func Dial() (*Conn, error) {
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.NETLINK_GENERIC)
 	if err != nil {
@@ -73,10 +74,24 @@ func (c *Conn) subscribe() error {
 }
 
 // Receive waits for the next datagram of ACPI events and returns them. It
-// returns ctx.Err() once ctx is done.
+// returns ctx.Err() once ctx is done, leaving c usable for another call.
+// Events that arrive between calls wait in the socket.
 func (c *Conn) Receive(ctx context.Context) ([]Event, error) {
-	stop := context.AfterFunc(ctx, func() { c.f.SetReadDeadline(time.Now()) })
-	defer stop()
+	if err := c.f.SetReadDeadline(time.Time{}); err != nil {
+		return nil, fmt.Errorf("when receiving acpi events: %w", err)
+	}
+	// A deadline in the past ends a blocked Read; the next call clears it,
+	// so it must not race with this func, hence the wait for it below.
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		c.f.SetReadDeadline(time.Now())
+		close(fired)
+	})
+	defer func() {
+		if !stop() {
+			<-fired
+		}
+	}()
 	buf := make([]byte, 8192)
 	for {
 		n, err := c.f.Read(buf)

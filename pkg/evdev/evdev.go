@@ -4,9 +4,9 @@
 // input device "Power Button" sending KEY_POWER.
 //
 //	/sys/class/input/eventN/device/name ──FindByName──▶ "eventN"
-//	/dev/input/eventN ──read──▶ struct input_event ──ParseEvent──▶ Event
-//	                                                      │
-//	                       WaitKeyPress returns on a press of its key
+//	/dev/input/eventN ──Open, read──▶ struct input_event ──ParseEvent──▶ Event
+//	                                                            │
+//	                      Device.WaitKeyPress returns on a press of its key
 //
 // Reading needs the evdev module (or CONFIG_INPUT_EVDEV=y): without it the
 // devices exist in sysfs but have no eventN node.
@@ -101,28 +101,67 @@ func FindByName(classDir, name string) ([]string, error) {
 	return nodes, nil
 }
 
-// WaitKeyPress reads the input device at path until the key code is
-// pressed, and returns nil then. Releases and autorepeats do not count.
-// It returns ctx.Err() once ctx is done, and an error if the device cannot
-// be read.
-func WaitKeyPress(ctx context.Context, path string, code uint16) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("when opening input device: %w", err)
-	}
-	defer f.Close()
-	return readKeyPress(ctx, f, code)
+// A Device is an open input device.
+type Device struct {
+	// Path is where the device was opened, "/dev/input/event3".
+	Path string
+	f    *os.File
 }
 
-// readKeyPress is WaitKeyPress on an open file, which it closes when ctx
-// is done: that is what ends a blocked Read. Input devices support poll,
-// so the runtime's poller makes closing under a reader safe.
-func readKeyPress(ctx context.Context, f *os.File, code uint16) error {
-	stop := context.AfterFunc(ctx, func() { f.Close() })
-	defer stop()
+// Open opens the input device at path for reading. Events that happen from
+// then on are queued by the kernel until read, so opening early misses
+// nothing that happens while the reader gets ready.
+func Open(path string) (*Device, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("when opening input device: %w", err)
+	}
+	d, err := newDevice(path, f)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// newDevice wraps an open file; it must support poll, so that a blocked
+// read can be interrupted.
+func newDevice(path string, f *os.File) (*Device, error) {
+	if err := f.SetReadDeadline(time.Time{}); err != nil {
+		return nil, fmt.Errorf("input device %s cannot be polled: %w", path, err)
+	}
+	return &Device{Path: path, f: f}, nil
+}
+
+// Close closes the device.
+func (d *Device) Close() error {
+	return d.f.Close()
+}
+
+// WaitKeyPress reads events until the key code is pressed, and returns nil
+// then. Releases and autorepeats do not count. It returns ctx.Err() once
+// ctx is done, leaving the device usable for another call, and an error
+// if the device cannot be read.
+func (d *Device) WaitKeyPress(ctx context.Context, code uint16) error {
+	if err := d.f.SetReadDeadline(time.Time{}); err != nil {
+		return fmt.Errorf("when reading input device: %w", err)
+	}
+	// A deadline in the past ends a blocked Read. The deadline is cleared
+	// again at the next call, which must not race with this func: hence
+	// the wait for it below when it has started.
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		d.f.SetReadDeadline(time.Now())
+		close(fired)
+	})
+	defer func() {
+		if !stop() {
+			<-fired
+		}
+	}()
 	buf := make([]byte, 64*EventSize)
 	for {
-		n, err := f.Read(buf)
+		n, err := d.f.Read(buf)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}

@@ -96,9 +96,20 @@ func TestReadKeyPress(t *testing.T) {
 	if _, err := w.Write(events); err != nil {
 		t.Fatal(err)
 	}
-	if err := readKeyPress(context.Background(), r, KeyPower); err != nil {
-		t.Errorf("readKeyPress = %v, want nil", err)
+	d := pipeDevice(t, r)
+	if err := d.WaitKeyPress(context.Background(), KeyPower); err != nil {
+		t.Errorf("WaitKeyPress = %v, want nil", err)
 	}
+}
+
+func pipeDevice(t *testing.T, r *os.File) *Device {
+	t.Helper()
+	d, err := newDevice("pipe", r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
 }
 
 func TestReadKeyPressCancel(t *testing.T) {
@@ -107,10 +118,18 @@ func TestReadKeyPressCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
+	d := pipeDevice(t, r)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if err := readKeyPress(ctx, r, KeyPower); !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("readKeyPress after the deadline = %v, want %v", err, context.DeadlineExceeded)
+	if err := d.WaitKeyPress(ctx, KeyPower); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("WaitKeyPress after the deadline = %v, want %v", err, context.DeadlineExceeded)
+	}
+	// The device stays usable: a press queued meanwhile is seen next time.
+	if _, err := w.Write(rawEvent(bits.UintSize/8, 1, 0, EvKey, KeyPower, KeyPressed)); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.WaitKeyPress(context.Background(), KeyPower); err != nil {
+		t.Errorf("WaitKeyPress after a cancelled one = %v, want nil", err)
 	}
 }
 
@@ -123,8 +142,8 @@ func TestReadKeyPressPartialEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Close()
-	if err := readKeyPress(context.Background(), r, KeyPower); err == nil {
-		t.Errorf("readKeyPress(partial event) = nil, want an error")
+	if err := pipeDevice(t, r).WaitKeyPress(context.Background(), KeyPower); err == nil {
+		t.Errorf("WaitKeyPress(partial event) = nil, want an error")
 	}
 }
 
