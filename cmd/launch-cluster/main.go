@@ -68,23 +68,31 @@ func powerdown(n *launch.Node, grace time.Duration) error {
 
 	ctx, cancel := context.WithTimeout(again, grace)
 	defer cancel()
-	if err := n.Powerdown(ctx); err != nil {
-		say("%v; killing it", err)
-		return n.Close()
+	err := n.Powerdown(ctx)
+	if err == nil {
+		err = n.Wait(ctx)
 	}
-	err := n.Wait(ctx)
 	switch {
 	case err == nil:
 		say("node %s powered off", n.Name())
 		return nil
 	case errors.Is(err, context.DeadlineExceeded):
-		say("node %s did not power off within %v; killing it", n.Name(), grace)
+		err = fmt.Errorf("node %s did not power off within %v", n.Name(), grace)
 	case again.Err() != nil:
-		say("killing node %s", n.Name())
+		err = fmt.Errorf("interrupted again while node %s powered down", n.Name())
 	default:
-		return err
+		select {
+		case <-n.Done():
+			// qemu exited, but not cleanly.
+			return err
+		default:
+		}
 	}
-	return n.Close()
+	// An unclean end: kill the node, and say so in the exit status.
+	if cerr := n.Close(); cerr != nil {
+		return errors.Join(err, cerr)
+	}
+	return fmt.Errorf("%w; killed it", err)
 }
 
 // say tells the person at the terminal what happens, apart from the
