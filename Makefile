@@ -103,11 +103,17 @@ $(OUT)/vmlinuz: $(KERNEL_VERSION)
 $(OUT)/cmdline: build/cmdline
 	@mkdir -p $(@D) && cp $< $@
 
+# The initramfs carries host binaries (initramfs.HostBinaries) and their
+# libraries; mkimage names every file it read in a make rule, so a changed
+# binary or library (a Debian update) rebuilds the image.
 $(OUT)/initramfs.img: $(MKIMAGE) $(INIT_BIN) $(KERNEL_VERSION)
-	@$(MKIMAGE) initramfs -kernel "$(KDIR)" -release "$(KREL)" -init $(INIT_BIN) -o $@
+	@$(MKIMAGE) initramfs -kernel "$(KDIR)" -release "$(KREL)" -init $(INIT_BIN) \
+	  -deps $(IMAGE_CACHE)/initramfs.d -o $@
+
+-include $(IMAGE_CACHE)/initramfs.d
 
 $(OUT)/null-initramfs.img: $(MKIMAGE) $(IMAGE_CACHE)/nullinit
-	@$(MKIMAGE) initramfs -modules=false -name null-initramfs -init $(IMAGE_CACHE)/nullinit -o $@
+	@$(MKIMAGE) initramfs -modules=false -host-binaries=false -name null-initramfs -init $(IMAGE_CACHE)/nullinit -o $@
 
 $(OUT)/cairn.efi $(OUT)/null.efi: $(OUT)/%.efi: $(MKIMAGE) $(EFI_STUB) $(OUT)/vmlinuz $(OUT)/cmdline
 	@$(MKIMAGE) uki -stub $(EFI_STUB) -kernel $(OUT)/vmlinuz -initramfs $(filter %initramfs.img,$^) \

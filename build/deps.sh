@@ -12,6 +12,7 @@ packages=(
   protobuf-compiler libprotobuf-dev
   zstd cpio
   kmod dosfstools mtools
+  xfsprogs
   iproute2
 )
 

@@ -4,6 +4,8 @@
 //
 //	/init                       the static node binary (cmd/init)
 //	/lib/modules/<release>/     the carried kernel modules and their indexes
+//	/usr/sbin/mkfs.xfs, ...     HostBinaries from Debian, at their own paths
+//	/lib/x86_64-linux-gnu/, ... their libraries and the loader (elfdeps)
 //	/dev/console, null, ttyS0   device nodes the kernel and /init open first
 //	/proc /sys /run /tmp /etc   mount points and scratch directories
 //

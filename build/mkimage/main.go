@@ -1,7 +1,8 @@
 // Command mkimage builds the pieces of a Cairn boot image, one subcommand
 // per make step:
 //
-//	mkimage initramfs -kernel DIR -init BIN [-modules=false] -o initramfs.img
+//	mkimage initramfs -kernel DIR -init BIN [-modules=false]
+//	                  [-host-binaries=false] [-deps FILE] -o initramfs.img
 //	mkimage uki -stub linuxx64.efi.stub -kernel vmlinuz -initramfs initramfs.img
 //	            -cmdline cmdline -release RELEASE -o cairn.efi
 //	mkimage disk -uki cairn.efi -o cairn.img
