@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"cairn.dev/cairn/test/launch"
@@ -31,15 +32,18 @@ func main() {
 	b := bench{memoryMiB: *memory, tpm: *tpm, timeout: *timeout}
 	cairn := subject{name: "cairn.img", image: filepath.Join(*dir, "cairn.img"), marks: launch.CairnBoot}
 	null := subject{name: "null.img", image: filepath.Join(*dir, "null.img"), marks: launch.NullBoot}
+	load := loadAverage()
 	results := map[string][][]launch.Phase{}
-	for _, s := range []subject{cairn, null} {
-		for i := range *boots {
+	// The boots alternate between the images, so that a change in what
+	// else the machine runs weighs on both alike.
+	for i := range *boots {
+		for _, s := range []subject{cairn, null} {
 			phases, err := b.boot(s, i)
 			if err != nil {
 				fmt.Fprintf(os.Stderr, "bootbench: %s boot %d: %v\n", s.name, i+1, err)
 				os.Exit(1)
 			}
-			fmt.Fprintf(os.Stderr, "bootbench: %s boot %d/%d done\n", s.name, i+1, *boots)
+			fmt.Fprintf(os.Stderr, "bootbench: %s boot %d/%d: %.3f s\n", s.name, i+1, *boots, phases[len(phases)-1].Duration.Seconds())
 			results[s.name] = append(results[s.name], phases)
 		}
 	}
@@ -47,12 +51,27 @@ func main() {
 	if _, err := os.Stat("/dev/kvm"); err == nil {
 		accel = "KVM when usable"
 	}
-	fmt.Printf("boot phases over %d boots of each image through OVMF, %s, %d MiB\n\n", *boots, accel, *memory)
+	fmt.Printf("boot phases over %d boots of each image through OVMF, %s, %d MiB\n", *boots, accel, *memory)
+	fmt.Printf("host load average (1 min) %s before, %s after\n\n", load, loadAverage())
 	for _, s := range []subject{cairn, null} {
 		fmt.Print(summaryTable(s.name, summarize(results[s.name])))
 		fmt.Println()
 	}
 	fmt.Print(costTable(summarize(results[cairn.name]), summarize(results[null.name])))
+}
+
+// loadAverage returns the host's one-minute load average, which says how
+// much the other work on the machine may have slowed the boots.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "unknown"
+	}
+	return f[0]
 }
 
 // subject is an image to boot and how to tell that it booted.

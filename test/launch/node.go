@@ -107,10 +107,10 @@ func (n *Node) Kill() error {
 // end.
 func (n *Node) Done() <-chan struct{} { return n.exited }
 
-// Wait waits for qemu to exit (and its last console lines to be read) and
-// returns nil if its exit status was 0, or
-// an error with the status and qemu's stderr. It returns ctx's error if ctx
-// ends first; qemu keeps running then.
+// Wait waits for qemu to exit (and its last console lines to be read). It
+// returns nil for exit status 0, or an error with the status and qemu's
+// stderr, in which errors.As finds the *exec.ExitError. It returns ctx's
+// error if ctx ends first; qemu keeps running then.
 func (n *Node) Wait(ctx context.Context) error {
 	select {
 	case <-n.exited:
