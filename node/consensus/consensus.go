@@ -142,8 +142,8 @@ func (s *Service) setStatus(f func(st *Status)) {
 }
 
 // Paths inside Config.DataDir.
-func (s *Service) etcdDir() string     { return filepath.Join(s.cfg.DataDir, "etcd") }
-func (s *Service) tlsDir() string      { return filepath.Join(s.cfg.DataDir, "peer-tls") }
+func (s *Service) etcdDir() string { return filepath.Join(s.cfg.DataDir, "etcd") }
+func (s *Service) tlsDir() string  { return filepath.Join(s.cfg.DataDir, "peer-tls") }
 func (s *Service) tlsPath(f string) string {
 	return filepath.Join(s.tlsDir(), f)
 }
@@ -188,13 +188,14 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	defer inst.close()
 	id := uint64(inst.e.Server.MemberID())
-	lg.Infof("etcd member %x (%s) running, learner: %v", id, s.cfg.Name, inst.e.Server.IsLearner())
+	learner, _ := isLearner(inst)
+	lg.Infof("etcd member %x (%s) running, learner: %v", id, s.cfg.Name, learner)
 	s.setStatus(func(st *Status) {
 		*st = Status{
 			Running: true,
 			ID:      id,
 			Name:    s.cfg.Name,
-			Learner: inst.e.Server.IsLearner(),
+			Learner: learner,
 			client:  newClient(inst.client, ""),
 			raw:     inst.client,
 		}
@@ -219,7 +220,7 @@ func (s *Service) wait(ctx context.Context, inst *instance) error {
 	case <-inst.trap.trapped():
 		return fmt.Errorf("etcd failed fatally: %s", inst.trap.message())
 	case <-inst.e.Server.StopNotify():
-		if !inst.e.Server.IsMemberExist(inst.e.Server.MemberID()) {
+		if inst.trap.wasRemoved() || !inst.e.Server.IsMemberExist(inst.e.Server.MemberID()) {
 			if err := os.WriteFile(s.removedMarker(), nil, 0o600); err != nil {
 				return fmt.Errorf("%w (and when marking it: %w)", ErrMemberRemoved, err)
 			}

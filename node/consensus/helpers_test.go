@@ -46,8 +46,9 @@ type testNode struct {
 	cfg Config
 	svc *Service
 
-	cancel context.CancelFunc
-	sup    *supervisor.Supervisor
+	cancel  context.CancelFunc
+	sup     *supervisor.Supervisor
+	lt      *logtree.LogTree
 	stopLog func()
 }
 
@@ -77,6 +78,7 @@ func (n *testNode) start(t testing.TB) {
 	w := &testLog{t: t, prefix: n.cfg.Name[:12] + " "}
 	stopConsole := lt.Console(w, logtree.ConsoleMinimumSeverity(logtree.WARNING))
 	n.cancel = cancel
+	n.lt = lt
 	n.sup = supervisor.New(ctx, n.svc.Run, supervisor.WithLogTree(lt), supervisor.WithPropagatePanic())
 	n.stopLog = func() { stopConsole(); w.close() }
 	t.Cleanup(n.stop)

@@ -137,7 +137,8 @@ func (s *Status) AddLearner(ctx context.Context, name, peerURL string, pub ed255
 }
 
 // RemoveMember removes the member called name from the cluster and revokes
-// its peer certificate, so that it cannot come back with it. Removing the
+// its peer certificate, so that it cannot come back with it. If revoking
+// fails after the removal, calling RemoveMember again finishes it. Removing the
 // local member is allowed: its Service then stops with ErrMemberRemoved.
 func (s *Status) RemoveMember(ctx context.Context, name string) error {
 	if !s.Running || s.Learner {
@@ -154,57 +155,79 @@ func (s *Status) RemoveMember(ctx context.Context, name string) error {
 		}
 	}
 	if found == nil {
-		return fmt.Errorf("no member called %q", name)
-	}
-	// Revoke first: if the removal then fails, the caller retries, and a
-	// member that is gone anyway loses nothing by it.
-	if err := s.revokePeer(ctx, name); err != nil {
+		// Already removed, maybe by an earlier call that then failed
+		// to revoke: make sure the certificate is revoked.
+		revoked, err := s.revokePeer(ctx, name)
+		if err == nil && !revoked {
+			return fmt.Errorf("no member called %q", name)
+		}
 		return err
 	}
-	if _, err := s.raw.MemberRemove(ctx, found.ID); err != nil {
+	err = retryUnhealthy(ctx, func() error {
+		_, err := s.raw.MemberRemove(ctx, found.ID)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("when removing member %x: %w", found.ID, err)
 	}
-	return nil
+	// Revoke only once it is removed: the members' CRL files follow the
+	// revocation after crlGrace, by which time the removed member has been
+	// told (over peer TLS) that it is out, and stopped.
+	_, err = s.revokePeer(ctx, name)
+	return err
 }
 
-func (s *Status) revokePeer(ctx context.Context, name string) error {
+// revokePeer revokes and forgets the peer certificate of member name, and
+// says whether there was one.
+func (s *Status) revokePeer(ctx context.Context, name string) (bool, error) {
 	key := PKINamespace.CertificateKey("etcd-peer-" + name)
 	resp, err := s.raw.Get(ctx, key)
 	if err != nil {
-		return fmt.Errorf("when reading peer certificate of %q: %w", name, err)
+		return false, fmt.Errorf("when reading peer certificate of %q: %w", name, err)
 	}
 	if len(resp.Kvs) == 0 {
-		return nil
+		return false, nil
 	}
 	cert, err := x509.ParseCertificate(resp.Kvs[0].Value)
 	if err != nil {
-		return fmt.Errorf("when parsing peer certificate of %q: %w", name, err)
+		return false, fmt.Errorf("when parsing peer certificate of %q: %w", name, err)
 	}
 	if err := ClusterCA().Revoke(ctx, s.raw, cert.SerialNumber); err != nil {
-		return err
+		return false, err
 	}
 	// Forget it too, so that the node can be given a new one if it is
 	// ever added again.
 	if _, err := s.raw.Delete(ctx, key); err != nil {
-		return fmt.Errorf("when deleting peer certificate of %q: %w", name, err)
+		return false, fmt.Errorf("when deleting peer certificate of %q: %w", name, err)
 	}
-	return nil
+	return true, nil
 }
 
-// addLearner adds peerURL as a learner, waiting as long as ctx allows while
-// etcd refuses because the cluster is not healthy: with strict
-// reconfiguration checks, etcd wants every voting member connected for a
-// few seconds first, which a member promoted a moment ago is not yet.
+// addLearner adds peerURL as a learner.
 func (s *Status) addLearner(ctx context.Context, peerURL string) (*clientv3.MemberAddResponse, error) {
+	var resp *clientv3.MemberAddResponse
+	err := retryUnhealthy(ctx, func() error {
+		var err error
+		resp, err = s.raw.MemberAddAsLearner(ctx, []string{peerURL})
+		return err
+	})
+	return resp, err
+}
+
+// retryUnhealthy runs a membership change f, again and again as long as ctx
+// allows while etcd refuses it because the cluster is not healthy: with
+// strict reconfiguration checks, etcd wants every voting member connected
+// for a few seconds first, which a member promoted a moment ago is not yet.
+func retryUnhealthy(ctx context.Context, f func() error) error {
 	backoff := 250 * time.Millisecond
 	for {
-		resp, err := s.raw.MemberAddAsLearner(ctx, []string{peerURL})
+		err := f()
 		if !errors.Is(err, rpctypes.ErrUnhealthy) {
-			return resp, err
+			return err
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w (gave up waiting: %w)", err, ctx.Err())
+			return fmt.Errorf("%w (gave up waiting: %w)", err, ctx.Err())
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 5*time.Second)

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 
 	"go.uber.org/zap"
@@ -24,13 +25,14 @@ import (
 // logtree entry itself is attributed to this adapter.
 type logCore struct {
 	lg     logtree.LeveledLogger
+	trap   *fatalTrap
 	fields []zapcore.Field
 }
 
 func (c *logCore) Enabled(l zapcore.Level) bool { return l >= zapcore.InfoLevel }
 
 func (c *logCore) With(fields []zapcore.Field) zapcore.Core {
-	return &logCore{lg: c.lg, fields: append(c.fields[:len(c.fields):len(c.fields)], fields...)}
+	return &logCore{lg: c.lg, trap: c.trap, fields: append(c.fields[:len(c.fields):len(c.fields)], fields...)}
 }
 
 func (c *logCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
@@ -41,6 +43,9 @@ func (c *logCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.Chec
 }
 
 func (c *logCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
+	if c.trap != nil && e.Level >= zapcore.WarnLevel {
+		c.trap.spotRemoval(fields)
+	}
 	msg := formatEntry(e, c.fields, fields)
 	switch {
 	case e.Level >= zapcore.ErrorLevel:
@@ -100,11 +105,38 @@ func formatEntry(e zapcore.Entry, sets ...[]zapcore.Field) string {
 // This guards log-driven exits only. A real runtime panic (a nil
 // dereference, say) in a goroutine etcd started cannot be recovered from
 // outside that goroutine in Go and still ends the process.
+//
+// It also spots the one way etcd tells that a peer refused this member
+// because it was removed from the cluster: a logged error saying so, after
+// which etcd's server stops. etcd has no API for it.
 type fatalTrap struct {
 	mu       sync.Mutex
 	msg      string
 	ch       chan struct{}
 	starting int64 // goroutine id running start, or 0
+	removed  bool
+}
+
+// removedMessage is what etcd's error says when a peer refuses this member
+// because it was removed.
+const removedMessage = "permanently removed from the cluster"
+
+func (t *fatalTrap) spotRemoval(fields []zapcore.Field) {
+	for _, f := range fields {
+		err, ok := f.Interface.(error)
+		if f.Type == zapcore.ErrorType && ok && strings.Contains(err.Error(), removedMessage) {
+			t.mu.Lock()
+			t.removed = true
+			t.mu.Unlock()
+		}
+	}
+}
+
+// wasRemoved tells whether etcd said this member was removed.
+func (t *fatalTrap) wasRemoved() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.removed
 }
 
 func newFatalTrap() *fatalTrap { return &fatalTrap{ch: make(chan struct{})} }
@@ -163,7 +195,7 @@ func goroutineID() int64 {
 // newZapLogger returns the logger etcd runs with: entries go to lg, and
 // Fatal and Panic go through trap.
 func newZapLogger(lg logtree.LeveledLogger, trap *fatalTrap) *zap.Logger {
-	return zap.New(&logCore{lg: lg},
+	return zap.New(&logCore{lg: lg, trap: trap},
 		zap.AddCaller(),
 		zap.WithFatalHook(trap),
 		zap.WithPanicHook(trap),

@@ -6,12 +6,17 @@ import (
 	"crypto/x509"
 	"fmt"
 	"os"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"cairn.dev/cairn/pkg/pki"
 	"cairn.dev/cairn/pkg/supervisor"
 )
+
+// crlGrace is how long a new revocation waits before it reaches the CRL
+// file that etcd checks peers against.
+const crlGrace = 3 * time.Second
 
 // runCRL keeps the CRL file that etcd checks peer certificates against in
 // step with the revocations stored in etcd: a member removed with
@@ -52,11 +57,14 @@ func (s *Service) runCRL(inst *instance) supervisor.Runnable {
 			}
 			wctx, cancel := context.WithCancel(ctx)
 			wch := inst.client.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
-			// Any event, error or end of the watch: read everything again.
+			// Any event, error or end of the watch: read everything again,
+			// after crlGrace (see RemoveMember).
 			<-wch
 			cancel()
-			if ctx.Err() != nil {
+			select {
+			case <-ctx.Done():
 				return ctx.Err()
+			case <-time.After(crlGrace):
 			}
 		}
 	}

@@ -2,9 +2,11 @@ package consensus
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/types"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/membership"
 
 	"cairn.dev/cairn/pkg/supervisor"
 )
@@ -34,11 +36,17 @@ func (s *Service) runMembership(inst *instance) supervisor.Runnable {
 		t := time.NewTicker(membershipInterval)
 		defer t.Stop()
 		for {
-			learner := srv.IsLearner()
+			members := srv.Cluster().Members()
+			learner, ok := isLearner(inst)
+			if !ok {
+				// Removed: Run notices and stops etcd.
+				<-ctx.Done()
+				return ctx.Err()
+			}
 			s.setStatusIfChanged(learner)
 			if !learner && srv.Leader() == srv.MemberID() {
 				now := time.Now()
-				for _, m := range srv.Cluster().Members() {
+				for _, m := range members {
 					if !m.IsLearner {
 						delete(retries, m.ID)
 						continue
@@ -80,4 +88,17 @@ func (s *Service) setStatusIfChanged(learner bool) {
 	if !same {
 		s.setStatus(func(st *Status) { st.Learner = learner })
 	}
+}
+
+// isLearner tells whether the local member is a learner, and whether it is
+// a member at all. (etcd's own IsLearner panics once the member has been
+// removed.)
+func isLearner(inst *instance) (learner, ok bool) {
+	srv := inst.e.Server
+	members := srv.Cluster().Members()
+	i := slices.IndexFunc(members, func(m *membership.Member) bool { return m.ID == srv.MemberID() })
+	if i < 0 {
+		return false, false
+	}
+	return members[i].IsLearner, true
 }

@@ -1,0 +1,121 @@
+package consensus
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"cairn.dev/cairn/pkg/logtree"
+)
+
+// TestRemoveRunningMember removes a running member: its etcd stops, its
+// Service returns ErrMemberRemoved (now and on every restart) and the
+// process, this test, goes on. The remaining member keeps working.
+func TestRemoveRunningMember(t *testing.T) {
+	ctx := testContext(t)
+	a, b := newTestNode(t), newTestNode(t)
+	a.start(t)
+	stA := a.waitVoter(t)
+	join(t, ctx, stA, b)
+	b.waitVoter(t)
+
+	if err := stA.RemoveMember(ctx, b.cfg.Name); err != nil {
+		t.Fatalf("RemoveMember: %v", err)
+	}
+	b.waitStatus(t, "stopped", func(s *Status) bool { return !s.Running })
+	if _, err := os.Stat(b.svc.removedMarker()); err != nil {
+		t.Errorf("removed member's data is not marked removed: %v", err)
+	}
+	// The supervisor was told why, and keeps getting told on restarts.
+	deadline := time.Now().Add(time.Minute)
+	for !b.logged(t, ErrMemberRemoved.Error(), 2) {
+		if time.Now().After(deadline) {
+			t.Fatalf("removed member's runnable did not return ErrMemberRemoved twice")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err := stA.RemoveMember(ctx, b.cfg.Name); err == nil {
+		t.Errorf("removing a removed member succeeded, want an error")
+	}
+
+	list, err := stA.raw.MemberList(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Members) != 1 || list.Members[0].Name != a.cfg.Name {
+		t.Errorf("members after removal: %v, want only %s", list.Members, a.cfg.Name)
+	}
+	if _, err := stA.Client().Put(ctx, "still", "here"); err != nil {
+		t.Errorf("Put on the remaining member: %v", err)
+	}
+	// b's peer certificate is revoked and gone.
+	if _, err := ClusterCA().CRL(ctx, stA.raw); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stA.raw.Get(ctx, PKINamespace.CertificateKey("etcd-peer-"+b.cfg.Name))
+	if err != nil || len(resp.Kvs) != 0 {
+		t.Errorf("peer certificate of removed member still stored: %v, %v", resp, err)
+	}
+	resp, err = stA.raw.Get(ctx, ClusterCA().RevocationPrefix(), clientv3.WithPrefix())
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Errorf("revocations after removal: %v, %v, want one", resp, err)
+	}
+}
+
+// TestFatalTrap checks that etcd's Fatal and Panic log calls end only the
+// goroutine that made them, and are reported.
+func TestFatalTrap(t *testing.T) {
+	for _, level := range []string{"fatal", "panic"} {
+		t.Run(level, func(t *testing.T) {
+			trap := newFatalTrap()
+			lg := newZapLogger(logtree.New().LeveledFor("etcd"), trap)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				if level == "fatal" {
+					lg.Fatal("disk on fire")
+				} else {
+					lg.Panic("disk on fire")
+				}
+				t.Errorf("%s log call returned", level)
+			}()
+			<-done
+			<-trap.trapped()
+			if msg := trap.message(); !strings.Contains(msg, "disk on fire") {
+				t.Errorf("trapped message = %q, want it to say what happened", msg)
+			}
+		})
+	}
+	t.Run("while starting", func(t *testing.T) {
+		trap := newFatalTrap()
+		lg := newZapLogger(logtree.New().LeveledFor("etcd"), trap)
+		trap.setStarting(true)
+		defer trap.setStarting(false)
+		defer func() {
+			if _, ok := recover().(trappedFatal); !ok {
+				t.Errorf("Fatal on the starting goroutine did not panic with trappedFatal")
+			}
+		}()
+		lg.Fatal("bad flag")
+	})
+}
+
+// logged tells whether n's supervisor logged an error containing s at least
+// count times.
+func (n *testNode) logged(t *testing.T, s string, count int) bool {
+	r, err := n.lt.Read("", logtree.WithChildren(), logtree.WithBacklog(logtree.BacklogAll))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	found := 0
+	for _, e := range r.Backlog {
+		if strings.Contains(e.Message, s) {
+			found++
+		}
+	}
+	return found >= count
+}
