@@ -13,12 +13,10 @@ type plan struct {
 	memoryMiB int
 	cpus      int
 	kvm       bool
-	// disk is the qcow2 overlay; empty for a node without a disk.
-	disk string
-	// rawSnapshot, when set, makes disk the raw image itself, which qemu
-	// opens read-only behind a temporary overlay of its own (snapshot=on):
-	// the way out when qemu-img is missing.
-	rawSnapshot bool
+	// disk is the file qemu opens as the node's disk, used as diskMode
+	// says; empty for a node without a disk.
+	disk     string
+	diskMode diskMode
 	// ovmfCode and ovmfVars are the firmware and the node's own copy of the
 	// variable store; unused with direct boot.
 	ovmfCode, ovmfVars string
@@ -30,6 +28,34 @@ type plan struct {
 	qmpSocket string
 	noReboot  bool
 	extraArgs []string
+}
+
+// diskMode says how qemu uses the node's disk file.
+type diskMode int
+
+const (
+	// diskOverlay: the file is the node's qcow2 overlay over the image.
+	// Its writes are thrown away with it, so flushes need not reach the
+	// host's disk.
+	diskOverlay diskMode = iota
+	// diskSnapshot: the file is the raw image, which qemu opens read-only
+	// behind a temporary overlay of its own (snapshot=on): the way out
+	// when qemu-img is missing.
+	diskSnapshot
+	// diskWritable: the file is a raw image that the node writes to, for
+	// a disk that lives on after the node (WithWritableImage).
+	diskWritable
+)
+
+func (m diskMode) driveOptions() string {
+	switch m {
+	case diskSnapshot:
+		return "format=raw,snapshot=on,cache=unsafe"
+	case diskWritable:
+		return "format=raw,cache=writeback"
+	default:
+		return "format=qcow2,cache=unsafe"
+	}
 }
 
 // fwcfgPath is an fw_cfg file written to disk for qemu to read.
@@ -57,12 +83,8 @@ func (p plan) args() []string {
 	)
 	a = append(a, p.bootArgs()...)
 	if p.disk != "" {
-		drive := "if=none,id=disk0,format=qcow2,cache=unsafe,file=" + opt(p.disk)
-		if p.rawSnapshot {
-			drive = "if=none,id=disk0,format=raw,snapshot=on,cache=unsafe,file=" + opt(p.disk)
-		}
 		a = append(a,
-			"-drive", drive,
+			"-drive", "if=none,id=disk0,"+p.diskMode.driveOptions()+",file="+opt(p.disk),
 			"-device", "virtio-blk-pci,drive=disk0,bootindex=1",
 		)
 	}

@@ -142,10 +142,20 @@ func TestArgs(t *testing.T) {
 		},
 		{
 			name:   "raw snapshot when qemu-img is missing",
-			change: func(p *plan) { p.disk, p.rawSnapshot = "/img/cairn.img", true },
+			change: func(p *plan) { p.disk, p.diskMode = "/img/cairn.img", diskSnapshot },
 			want: [][]string{argsHead, argsTCG, argsOVMF,
 				{
 					"-drive", "if=none,id=disk0,format=raw,snapshot=on,cache=unsafe,file=/img/cairn.img",
+					"-device", "virtio-blk-pci,drive=disk0,bootindex=1",
+				},
+				argsRNG, argsTail},
+		},
+		{
+			name:   "writable image",
+			change: func(p *plan) { p.disk, p.diskMode = "/t/disk.img", diskWritable },
+			want: [][]string{argsHead, argsTCG, argsOVMF,
+				{
+					"-drive", "if=none,id=disk0,format=raw,cache=writeback,file=/t/disk.img",
 					"-device", "virtio-blk-pci,drive=disk0,bootindex=1",
 				},
 				argsRNG, argsTail},

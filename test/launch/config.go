@@ -31,7 +31,7 @@ type Config struct {
 	// Image is the raw disk image to boot. The node writes to a qcow2
 	// overlay backed by it (made with qemu-img; where qemu-img is missing,
 	// qemu keeps a temporary snapshot of its own); the image itself is
-	// never modified. Empty is allowed only with WithDirectBoot, for a node
+	// never modified, unless WithWritableImage says so. Empty is allowed only with WithDirectBoot, for a node
 	// without a disk.
 	Image string
 	// MemoryMiB is the guest's memory. Zero means DefaultMemoryMiB.
@@ -149,6 +149,7 @@ type options struct {
 	consoleCopy          io.Writer
 	consoleFile          string
 	extraArgs            []string
+	writableImage        bool
 }
 
 func defaultOptions() options {
@@ -209,6 +210,11 @@ func WithConsoleCopy(w io.Writer) Option {
 func WithConsoleFile(path string) Option {
 	return func(o *options) { o.consoleFile = path }
 }
+
+// WithWritableImage lets the node write to Config.Image itself instead of
+// an overlay, for tests that boot one disk several times. Give it a copy
+// of the built image, never the image.
+func WithWritableImage() Option { return func(o *options) { o.writableImage = true } }
 
 // WithAccel chooses the accelerator; the default is AccelAuto.
 func WithAccel(a Accel) Option { return func(o *options) { o.accel = a } }

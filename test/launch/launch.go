@@ -106,9 +106,11 @@ func (n *Node) start(ctx context.Context, cfg Config, o options) error {
 		if _, err := os.Stat(image); err != nil {
 			return fmt.Errorf("image: %w", err)
 		}
-		if _, err := exec.LookPath(o.qemuImg); err != nil {
+		if o.writableImage {
+			p.disk, p.diskMode = image, diskWritable
+		} else if _, err := exec.LookPath(o.qemuImg); err != nil {
 			// qemu makes and removes an overlay of its own.
-			p.disk, p.rawSnapshot = image, true
+			p.disk, p.diskMode = image, diskSnapshot
 		} else {
 			p.disk = filepath.Join(n.dir, "disk.qcow2")
 			if err := createOverlay(ctx, o.qemuImg, image, p.disk); err != nil {

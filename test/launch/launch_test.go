@@ -180,34 +180,45 @@ func TestCloseStopsRunningNode(t *testing.T) {
 	assertEmpty(t, tmp)
 }
 
-// TestLaunchWithoutQEMUImg checks the way out for machines without
-// qemu-img: qemu keeps its own temporary overlay, the image stays as it
-// was.
-func TestLaunchWithoutQEMUImg(t *testing.T) {
-	tmp, image := isolate(t)
-	before := fileHash(t, image)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	n, err := Launch(ctx, Config{Image: image, MemoryMiB: 128}, WithBinaries("", "/nonexistent/qemu-img", ""))
-	if err != nil {
-		t.Fatalf("Launch: %v", err)
-	}
-	t.Cleanup(func() { n.Close() })
-	if _, err := os.Stat(filepath.Join(n.dir, "disk.qcow2")); err == nil {
-		t.Error("an overlay was made without qemu-img")
-	}
-	if err := n.Quit(ctx); err != nil {
-		t.Fatalf("Quit: %v", err)
-	}
-	if err := n.Wait(ctx); err != nil {
-		t.Errorf("Wait after Quit: %v", err)
-	}
-	if err := n.Close(); err != nil {
-		t.Errorf("Close: %v", err)
-	}
-	assertEmpty(t, tmp)
-	if fileHash(t, image) != before {
-		t.Error("the image changed")
+// TestDiskModes starts qemu with the disks that need no overlay of ours:
+// where qemu-img is missing, qemu keeps a temporary overlay of its own and
+// the image stays as it was; a writable image is used as it is.
+func TestDiskModes(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		opt           Option
+		imageReadOnly bool
+	}{
+		{"without qemu-img", WithBinaries("", "/nonexistent/qemu-img", ""), true},
+		{"writable image", WithWritableImage(), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tmp, image := isolate(t)
+			before := fileHash(t, image)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			n, err := Launch(ctx, Config{Image: image, MemoryMiB: 128}, tc.opt)
+			if err != nil {
+				t.Fatalf("Launch: %v", err)
+			}
+			t.Cleanup(func() { n.Close() })
+			if _, err := os.Stat(filepath.Join(n.dir, "disk.qcow2")); err == nil {
+				t.Error("an overlay was made")
+			}
+			if err := n.Quit(ctx); err != nil {
+				t.Fatalf("Quit: %v", err)
+			}
+			if err := n.Wait(ctx); err != nil {
+				t.Errorf("Wait after Quit: %v", err)
+			}
+			if err := n.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+			assertEmpty(t, tmp)
+			if tc.imageReadOnly && fileHash(t, image) != before {
+				t.Error("the image changed")
+			}
+		})
 	}
 }
 
