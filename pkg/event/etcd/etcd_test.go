@@ -18,32 +18,61 @@ import (
 // socket, and returns a client to it. Both are closed when t ends.
 func startEtcd(t testing.TB) *clientv3.Client {
 	t.Helper()
-	dir := t.TempDir()
-	sock := url.URL{Scheme: "unix", Path: filepath.Join(dir, "c.sock")}
-	peer := url.URL{Scheme: "http", Host: freeAddr(t)}
+	s := newTestServer(t)
+	s.start(t)
+	return newClient(t, s.endpoint())
+}
 
+// testServer is an embedded single-member etcd that can be stopped and
+// started again on the same data and socket.
+type testServer struct {
+	dir  string
+	peer url.URL
+	e    *embed.Etcd
+}
+
+func newTestServer(t testing.TB) *testServer {
+	s := &testServer{dir: t.TempDir(), peer: url.URL{Scheme: "http", Host: freeAddr(t)}}
+	t.Cleanup(s.stop)
+	return s
+}
+
+func (s *testServer) endpoint() string {
+	u := url.URL{Scheme: "unix", Path: filepath.Join(s.dir, "c.sock")}
+	return u.String()
+}
+
+func (s *testServer) start(t testing.TB) {
+	t.Helper()
+	sock := url.URL{Scheme: "unix", Path: filepath.Join(s.dir, "c.sock")}
 	cfg := embed.NewConfig()
 	cfg.Name = "test"
-	cfg.Dir = filepath.Join(dir, "data")
+	cfg.Dir = filepath.Join(s.dir, "data")
 	cfg.ListenClientUrls = []url.URL{sock}
 	// Clients are local only: nothing to advertise. (Not nil, which etcd
 	// refuses.)
 	cfg.AdvertiseClientUrls = []url.URL{}
-	cfg.ListenPeerUrls = []url.URL{peer}
-	cfg.AdvertisePeerUrls = []url.URL{peer}
-	cfg.InitialCluster = fmt.Sprintf("%s=%s", cfg.Name, peer.String())
+	cfg.ListenPeerUrls = []url.URL{s.peer}
+	cfg.AdvertisePeerUrls = []url.URL{s.peer}
+	cfg.InitialCluster = fmt.Sprintf("%s=%s", cfg.Name, s.peer.String())
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		t.Fatalf("StartEtcd: %v", err)
 	}
-	t.Cleanup(e.Close)
+	s.e = e
 	select {
 	case <-e.Server.ReadyNotify():
 	case <-time.After(time.Minute):
 		t.Fatal("etcd not ready after a minute")
 	}
-	return newClient(t, sock.String())
+}
+
+func (s *testServer) stop() {
+	if s.e != nil {
+		s.e.Close()
+		s.e = nil
+	}
 }
 
 func newClient(t testing.TB, endpoint string) *clientv3.Client {

@@ -229,3 +229,33 @@ func TestSetPanics(t *testing.T) {
 	NewValue[string](nil, "k", decodeState).Set("x")
 }
 
+// TestReconnect stops etcd under a blocked Get and starts it again: the
+// Get returns the update made after the restart.
+func TestReconnect(t *testing.T) {
+	ctx := testContext(t)
+	srv := newTestServer(t)
+	srv.start(t)
+	cl := newClient(t, srv.endpoint())
+	put(t, ctx, cl, "k", "before")
+	w := NewValue(cl, "k", decodeState).Watch()
+	defer w.Close()
+	if got := mustGet(t, ctx, w); got != "k=before" {
+		t.Fatalf("Get = %q, want k=before", got)
+	}
+	got := make(chan string)
+	go func() {
+		v, err := w.Get(ctx)
+		if err != nil {
+			v = err.Error()
+		}
+		got <- v
+	}()
+	time.Sleep(100 * time.Millisecond)
+	srv.stop()
+	time.Sleep(500 * time.Millisecond)
+	srv.start(t)
+	put(t, ctx, cl, "k", "after")
+	if v := <-got; v != "k=after" {
+		t.Errorf("Get across a restart of etcd = %q, want k=after", v)
+	}
+}
