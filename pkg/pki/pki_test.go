@@ -229,3 +229,45 @@ func TestNewSerial(t *testing.T) {
 		seen[s.String()] = true
 	}
 }
+
+// TestWatchCRL follows a CA's CRL while certificates are revoked.
+func TestWatchCRL(t *testing.T) {
+	ctx := testContext(t)
+	cl := startEtcd(t)
+	ca := &Certificate{Namespace: &Namespace{Prefix: "pki/"}, Name: "ca", Template: CA("ca")}
+	caCert, err := ca.X509(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := ca.WatchCRL(cl)
+	defer w.Close()
+	serials := func() []string {
+		t.Helper()
+		der, err := w.Get(ctx)
+		if err != nil {
+			t.Fatalf("Get: %v", err)
+		}
+		crl, err := x509.ParseRevocationList(der)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := crl.CheckSignatureFrom(caCert); err != nil {
+			t.Errorf("CRL signature: %v", err)
+		}
+		var s []string
+		for _, e := range crl.RevokedCertificateEntries {
+			s = append(s, e.SerialNumber.Text(16))
+		}
+		return s
+	}
+	if got := serials(); len(got) != 0 {
+		t.Errorf("first CRL lists %v, want nothing", got)
+	}
+	a, _ := NewSerial()
+	if err := ca.Revoke(ctx, cl, a); err != nil {
+		t.Fatal(err)
+	}
+	if got := serials(); len(got) != 1 || got[0] != a.Text(16) {
+		t.Errorf("CRL after revoking %x lists %v", a, got)
+	}
+}
