@@ -1,6 +1,7 @@
 package consensus
 
 import (
+	"crypto/x509"
 	"os"
 	"strings"
 	"testing"
@@ -61,7 +62,27 @@ func TestRemoveRunningMember(t *testing.T) {
 	}
 	resp, err = stA.raw.Get(ctx, ClusterCA().RevocationPrefix(), clientv3.WithPrefix())
 	if err != nil || len(resp.Kvs) != 1 {
-		t.Errorf("revocations after removal: %v, %v, want one", resp, err)
+		t.Fatalf("revocations after removal: %v, %v, want one", resp, err)
+	}
+	// The remaining member's peer CRL file follows, after the grace.
+	serial := string(resp.Kvs[0].Key[len(ClusterCA().RevocationPrefix()):])
+	deadline = time.Now().Add(time.Minute)
+	for {
+		der, err := os.ReadFile(a.svc.tlsPath(crlFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		crl, err := x509.ParseRevocationList(der)
+		if err != nil {
+			t.Fatalf("peer CRL file: %v", err)
+		}
+		if len(crl.RevokedCertificateEntries) == 1 && crl.RevokedCertificateEntries[0].SerialNumber.Text(16) == serial {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("peer CRL file does not list the removed member's serial %s", serial)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 

@@ -2,15 +2,11 @@ package consensus
 
 import (
 	"context"
-	"crypto/ed25519"
 	"crypto/x509"
 	"fmt"
 	"os"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"cairn.dev/cairn/pkg/pki"
 	"cairn.dev/cairn/pkg/supervisor"
 )
 
@@ -36,47 +32,32 @@ func (s *Service) runCRL(inst *instance) supervisor.Runnable {
 				break
 			}
 		}
-		ca := ClusterCA()
-		caCert, err := ca.X509(ctx, inst.client)
-		if err != nil {
-			return fmt.Errorf("when reading cluster CA: %w", err)
-		}
-		key, err := ca.PrivateKey(ctx, inst.client)
-		if err != nil {
-			return fmt.Errorf("when reading cluster CA key: %w", err)
-		}
+		crl := ClusterCA().WatchCRL(inst.client)
+		defer crl.Close()
 		supervisor.Signal(ctx, supervisor.SignalHealthy)
-		prefix := ca.RevocationPrefix()
-		for {
-			resp, err := inst.client.Get(ctx, prefix, clientv3.WithPrefix())
+		for first := true; ; first = false {
+			der, err := crl.Get(ctx)
 			if err != nil {
-				return fmt.Errorf("when reading revocations: %w", err)
+				return fmt.Errorf("when following the CRL: %w", err)
 			}
-			if err := s.updateCRL(caCert, key, resp); err != nil {
+			if !first {
+				// See RemoveMember.
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(crlGrace):
+				}
+			}
+			if err := s.updateCRL(der); err != nil {
 				return err
-			}
-			wctx, cancel := context.WithCancel(ctx)
-			wch := inst.client.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
-			// Any event, error or end of the watch: read everything again,
-			// after crlGrace (see RemoveMember).
-			<-wch
-			cancel()
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(crlGrace):
 			}
 		}
 	}
 }
 
-// updateCRL writes a new CRL file when the revocations in resp differ from
-// the ones in the file (the CRL number tells).
-func (s *Service) updateCRL(caCert *x509.Certificate, key ed25519.PrivateKey, resp *clientv3.GetResponse) error {
-	der, err := pki.SignCRL(caCert, key, resp.Kvs)
-	if err != nil {
-		return err
-	}
+// updateCRL writes the CRL der into the file etcd reads, unless the file
+// already lists the same revocations (the CRL number tells).
+func (s *Service) updateCRL(der []byte) error {
 	if old, err := os.ReadFile(s.tlsPath(crlFile)); err == nil {
 		prev, err1 := x509.ParseRevocationList(old)
 		next, err2 := x509.ParseRevocationList(der)
