@@ -49,7 +49,9 @@
 //
 // A node's own private key never leaves it: AddLearner takes its public key.
 // RemoveMember removes a member and revokes its peer certificate; the crl
-// worker keeps the CRL file etcd checks peers against current.
+// worker keeps the CRL file etcd checks peers against current, a few
+// seconds behind (crlGrace), so that the removed member can still be told
+// over peer TLS that it is out, and stop, instead of being cut off first.
 //
 // # Runnables
 //
@@ -68,6 +70,10 @@
 // supervisor, which restarts it. A member removed from the cluster while
 // running stops its server: Run sees it, marks DataDir as removed and
 // returns ErrMemberRemoved, now and on every restart, instead of exiting.
+//
+// Our own goroutines avoid etcd calls that panic in ordinary situations
+// (EtcdServer.IsLearner panics once the member has been removed; the
+// membership worker reads the member list instead).
 //
 // What cannot be guarded in-process: a runtime panic (not a log call) in a
 // goroutine that etcd started ends the process, as Go offers no way to
