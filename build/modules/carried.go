@@ -53,11 +53,13 @@ var Carried = []Prefix{
 	{"fs/nls/nls_cp437.ko", "vfat default codepage"},
 	{"fs/nls/nls_iso8859-1.ko", "vfat default iocharset"},
 	{"fs/nls/nls_utf8.ko", "vfat utf8 names"},
+	{"fs/nls/nls_ascii.ko", "vfat default iocharset of Debian's kernel (ascii)"},
 	{"fs/efivarfs/", "EFI variables"},
 
 	// Platform.
 	{"drivers/char/tpm/", "TPM 2.0 (tpm_tis, tpm_crb) for sealing"},
 	{"drivers/acpi/button.ko", "ACPI power button: clean shutdown from the host"},
+	{"net/xfrm/xfrm_user.ko", "NETLINK_XFRM, which a netlink handle for all families opens"},
 
 	// Kubernetes networking and container storage.
 	{"fs/overlayfs/", "container image layers"},

@@ -17,6 +17,15 @@ var explicitModules = []string{
 	"evdev",       // /dev/input/event*, through which the button is read
 	"qemu_fw_cfg", // node parameters under qemu
 	"efivarfs",    // EFI variables, on machines booted through EFI
+	// The storage stack. The kernel asks for the cipher and checksum
+	// modules by name when dm-crypt or XFS needs them, through a modprobe
+	// the node does not have: they must be loaded before storage runs.
+	"dm_crypt", "xts", "aesni_intel", "aes_generic",
+	"crc32c_intel", "crc32c_generic", "libcrc32c", "xfs",
+	"vfat", "nls_cp437", "nls_iso8859_1", "nls_utf8", "nls_ascii",
+	// Netlink families that a netlink handle opened for every family
+	// (the network service's) needs besides NETLINK_ROUTE.
+	"nfnetlink", "xfrm_user",
 }
 
 // wantExplicit reports whether the explicit module m applies to this

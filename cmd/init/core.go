@@ -65,6 +65,7 @@ func runCore() int {
 	children := []child{
 		{"power", (&power{signals: sigs, request: stop.request, buttons: buttons}).run},
 	}
+	children = append(children, nodeChildren(fl, con.Printf, initLog)...)
 	s := supervisor.New(ctx, rootRunnable(children, fl.testRootFail),
 		supervisor.WithRootFatal(), supervisor.WithLogTree(lt))
 	con.Printf("supervisor started")

@@ -67,4 +67,10 @@
 //	             without evdev) and forwarded signals
 //	console.go   phase lines on the consoles
 //	flags.go     cairn.* flags of the kernel command line
+//	network.go   the network child: DHCP, the external address on the
+//	             consoles
+//	storage.go   the storage child: ESP, /ephemeral and, with test-only
+//	             keys, the data partition at /data
+//	testservices.go  test-only echo server and client (cairn.test.echo,
+//	             cairn.test.dial)
 package main

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 
+	"cairn.dev/cairn/pkg/event/memory"
+	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/supervisor"
 )
 
@@ -14,6 +17,28 @@ import (
 type child struct {
 	name string
 	run  supervisor.Runnable
+}
+
+// nodeChildren returns the node's services, started after power: the
+// network, the storage and, when test-only flags ask for them, the echo
+// server and client. printf writes phase lines; log takes what cannot
+// start.
+func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogger) []child {
+	var address memory.Value[netip.Prefix]
+	cs := []child{{"network", networkRunnable(&address, printf)}}
+	st, err := newStorage(fl, printf)
+	if err != nil {
+		log.Errorf("no storage: %v", err)
+	} else {
+		cs = append(cs, child{"storage", st.run})
+	}
+	if fl.testEchoPort != 0 {
+		cs = append(cs, child{"test-echo", echoRunnable(fl.testEchoPort)})
+	}
+	if fl.testDial.IsValid() {
+		cs = append(cs, child{"test-dial", dialRunnable(fl.testDial, &address, printf)})
+	}
+	return cs
 }
 
 // errTestRootFail is the root's error under the test-only flag

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strconv"
+	"time"
+
+	"cairn.dev/cairn/pkg/event"
+	"cairn.dev/cairn/pkg/supervisor"
+)
+
+// The runnables of this file exist for end-to-end tests of the node's
+// network only: they start when a cairn.test.* flag asks for them, never
+// on a real node.
+
+// echoTimeout bounds one echo connection, so that a client that never
+// closes cannot hold the (one at a time) echo server.
+const echoTimeout = 10 * time.Second
+
+// echoRunnable is the test-only TCP echo server of cairn.test.echo: it
+// sends every byte a client sends straight back, one client at a time.
+func echoRunnable(port int) supervisor.Runnable {
+	return func(ctx context.Context) error {
+		var lc net.ListenConfig
+		ln, err := lc.Listen(ctx, "tcp", ":"+strconv.Itoa(port))
+		if err != nil {
+			return fmt.Errorf("when listening for echo: %w", err)
+		}
+		// Closing the listener is what ends the accept loop.
+		defer ln.Close()
+		if err := supervisor.Run(ctx, "accept", acceptEcho(ln)); err != nil {
+			return fmt.Errorf("when starting the echo accept loop: %w", err)
+		}
+		supervisor.Logger(ctx).Infof("Echo server on %s (test-only)", ln.Addr())
+		supervisor.Signal(ctx, supervisor.SignalHealthy)
+		<-ctx.Done()
+		return ctx.Err()
+	}
+}
+
+// acceptEcho serves the connections of ln until ln is closed.
+func acceptEcho(ln net.Listener) supervisor.Runnable {
+	return func(ctx context.Context) error {
+		supervisor.Signal(ctx, supervisor.SignalHealthy)
+		log := supervisor.Logger(ctx)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return fmt.Errorf("when accepting echo connections: %w", err)
+			}
+			log.Infof("Echo connection from %s", c.RemoteAddr())
+			c.SetDeadline(time.Now().Add(echoTimeout))
+			if _, err := io.Copy(c, c); err != nil {
+				log.Warningf("Echo connection from %s: %v", c.RemoteAddr(), err)
+			}
+			c.Close()
+		}
+	}
+}
+
+// dialRunnable is the test-only client of cairn.test.dial: once the node
+// has an address it sends a line to the echo server at target, checks
+// that the same line comes back and prints "echo from <ip> ok". Failures
+// are returned, and the supervisor tries again after a backoff.
+func dialRunnable(target netip.AddrPort, address event.Value[netip.Prefix], printf func(string, ...any)) supervisor.Runnable {
+	return func(ctx context.Context) error {
+		w := address.Watch()
+		defer w.Close()
+		own, err := w.Get(ctx, event.Filter(func(p netip.Prefix) bool { return p.IsValid() }))
+		if err != nil {
+			return err
+		}
+		d := net.Dialer{Timeout: 5 * time.Second}
+		c, err := d.DialContext(ctx, "tcp", target.String())
+		if err != nil {
+			return fmt.Errorf("when dialing echo server %s: %w", target, err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(echoTimeout))
+		msg := "hello from " + own.Addr().String() + "\n"
+		if _, err := io.WriteString(c, msg); err != nil {
+			return fmt.Errorf("when writing to echo server %s: %w", target, err)
+		}
+		got, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil {
+			return fmt.Errorf("when reading from echo server %s: %w", target, err)
+		}
+		if got != msg {
+			return fmt.Errorf("echo server %s sent %q, want %q", target, got, msg)
+		}
+		printf("echo from %s ok", target.Addr())
+		supervisor.Signal(ctx, supervisor.SignalDone)
+		return nil
+	}
+}
