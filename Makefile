@@ -92,7 +92,7 @@ $(MKIMAGE): $(BUILD_GO) go.mod go.sum
 
 $(IMAGE_CACHE)/init: $(NODE_GO) go.mod go.sum
 	@echo "image: building /init (cmd/init)"
-	@mkdir -p $(@D) && CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./cmd/init
+	@mkdir -p $(@D) && CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-X main.buildVersion=$(VERSION)" -o $@ ./cmd/init
 
 $(IMAGE_CACHE)/nullinit: build/nullinit/main.go go.mod
 	@mkdir -p $(@D) && CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./build/nullinit
