@@ -59,7 +59,6 @@ var Carried = []Prefix{
 	// Platform.
 	{"drivers/char/tpm/", "TPM 2.0 (tpm_tis, tpm_crb) for sealing"},
 	{"drivers/acpi/button.ko", "ACPI power button: clean shutdown from the host"},
-	{"net/xfrm/xfrm_user.ko", "NETLINK_XFRM, which a netlink handle for all families opens"},
 
 	// Kubernetes networking and container storage.
 	{"fs/overlayfs/", "container image layers"},

@@ -23,9 +23,6 @@ var explicitModules = []string{
 	"dm_crypt", "xts", "aesni_intel", "aes_generic",
 	"crc32c_intel", "crc32c_generic", "libcrc32c", "xfs",
 	"vfat", "nls_cp437", "nls_iso8859_1", "nls_utf8", "nls_ascii",
-	// Netlink families that a netlink handle opened for every family
-	// (the network service's) needs besides NETLINK_ROUTE.
-	"nfnetlink", "xfrm_user",
 }
 
 // wantExplicit reports whether the explicit module m applies to this

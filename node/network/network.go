@@ -8,6 +8,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/event/memory"
@@ -115,16 +116,19 @@ func (s *Service) Run(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// netlinkHandle opens a netlink handle in the configured namespace. Each
-// worker has its own, closed when it returns: a worker may still be
-// cleaning up after its parent has returned.
+// netlinkHandle opens a netlink handle in the configured namespace, for
+// NETLINK_ROUTE only: links, addresses and routes are all the service
+// touches, and a handle for every family would need kernel modules (xfrm,
+// nfnetlink) the node has no other use for. Each worker has its own, closed
+// when it returns: a worker may still be cleaning up after its parent has
+// returned.
 func (s *Service) netlinkHandle() (*netlink.Handle, error) {
 	var nl *netlink.Handle
 	var err error
 	if s.c.Namespace > 0 {
-		nl, err = netlink.NewHandleAt(s.c.Namespace)
+		nl, err = netlink.NewHandleAt(s.c.Namespace, unix.NETLINK_ROUTE)
 	} else {
-		nl, err = netlink.NewHandle()
+		nl, err = netlink.NewHandle(unix.NETLINK_ROUTE)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("when opening netlink handle: %w", err)
