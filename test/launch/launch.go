@@ -112,7 +112,7 @@ func (n *Node) start(ctx context.Context, cfg Config, o options) error {
 			// qemu makes and removes an overlay of its own.
 			p.disk, p.diskMode = image, diskSnapshot
 		} else {
-			p.disk = filepath.Join(n.dir, "disk.qcow2")
+			p.disk, p.diskMode = filepath.Join(n.dir, "disk.qcow2"), diskOverlay
 			if err := createOverlay(ctx, o.qemuImg, image, p.disk); err != nil {
 				return err
 			}
