@@ -42,6 +42,6 @@
 // # Timings
 //
 // Each console Line carries the host time it was received and, for kernel
-// and Cairn lines, the guest uptime printed at its start. Timings splits a
-// boot into its phases from those two clocks.
+// and Cairn lines, the guest uptime printed at its start. BootTimings
+// splits a boot into its phases from those two clocks.
 package launch
