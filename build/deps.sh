@@ -6,6 +6,7 @@ set -euo pipefail
 
 packages=(
   qemu-system-x86
+  qemu-utils
   ovmf
   systemd-boot-efi
   swtpm swtpm-tools
