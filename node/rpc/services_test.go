@@ -111,6 +111,17 @@ func (testCurator) IssueCertificate(ctx context.Context, _ *api.IssueCertificate
 	return &api.IssueCertificateResponse{}, unaryPeer(ctx)
 }
 
+func (testCurator) GetCurrentLeader(_ *api.GetCurrentLeaderRequest, srv grpc.ServerStreamingServer[api.GetCurrentLeaderResponse]) error {
+	if err := streamPeer(srv); err != nil {
+		return err
+	}
+	return srv.Send(&api.GetCurrentLeaderResponse{})
+}
+
+func (testCurator) JoinConsensus(ctx context.Context, _ *api.JoinConsensusRequest) (*api.JoinConsensusResponse, error) {
+	return &api.JoinConsensusResponse{}, unaryPeer(ctx)
+}
+
 type testNodeManagement struct {
 	api.UnimplementedNodeManagementServer
 }

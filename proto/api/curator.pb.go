@@ -122,7 +122,241 @@ func (x WatchEvent_Progress) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WatchEvent_Progress.Descriptor instead.
 func (WatchEvent_Progress) EnumDescriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{1, 0}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{5, 0}
+}
+
+// GetCurrentLeaderRequest has no fields.
+type GetCurrentLeaderRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCurrentLeaderRequest) Reset() {
+	*x = GetCurrentLeaderRequest{}
+	mi := &file_proto_api_curator_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCurrentLeaderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCurrentLeaderRequest) ProtoMessage() {}
+
+func (x *GetCurrentLeaderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_curator_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCurrentLeaderRequest.ProtoReflect.Descriptor instead.
+func (*GetCurrentLeaderRequest) Descriptor() ([]byte, []int) {
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{0}
+}
+
+// GetCurrentLeaderResponse names the curator that leads.
+type GetCurrentLeaderResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The leader's node ID. Empty while no curator leads (an election is
+	// under way); a later message names the winner.
+	LeaderNodeId string `protobuf:"bytes,1,opt,name=leader_node_id,json=leaderNodeId,proto3" json:"leader_node_id,omitempty"`
+	// The leader's IP address, without a port.
+	LeaderHost string `protobuf:"bytes,2,opt,name=leader_host,json=leaderHost,proto3" json:"leader_host,omitempty"`
+	// The leader's curator port, normally 7833.
+	LeaderPort    int32 `protobuf:"varint,3,opt,name=leader_port,json=leaderPort,proto3" json:"leader_port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCurrentLeaderResponse) Reset() {
+	*x = GetCurrentLeaderResponse{}
+	mi := &file_proto_api_curator_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCurrentLeaderResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCurrentLeaderResponse) ProtoMessage() {}
+
+func (x *GetCurrentLeaderResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_curator_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCurrentLeaderResponse.ProtoReflect.Descriptor instead.
+func (*GetCurrentLeaderResponse) Descriptor() ([]byte, []int) {
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *GetCurrentLeaderResponse) GetLeaderNodeId() string {
+	if x != nil {
+		return x.LeaderNodeId
+	}
+	return ""
+}
+
+func (x *GetCurrentLeaderResponse) GetLeaderHost() string {
+	if x != nil {
+		return x.LeaderHost
+	}
+	return ""
+}
+
+func (x *GetCurrentLeaderResponse) GetLeaderPort() int32 {
+	if x != nil {
+		return x.LeaderPort
+	}
+	return 0
+}
+
+// JoinConsensusRequest says where the new member will listen.
+type JoinConsensusRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The calling node's IP address, on which the other members will reach
+	// its etcd peer port (7834).
+	PeerAddress   string `protobuf:"bytes,1,opt,name=peer_address,json=peerAddress,proto3" json:"peer_address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JoinConsensusRequest) Reset() {
+	*x = JoinConsensusRequest{}
+	mi := &file_proto_api_curator_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinConsensusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinConsensusRequest) ProtoMessage() {}
+
+func (x *JoinConsensusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_curator_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinConsensusRequest.ProtoReflect.Descriptor instead.
+func (*JoinConsensusRequest) Descriptor() ([]byte, []int) {
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *JoinConsensusRequest) GetPeerAddress() string {
+	if x != nil {
+		return x.PeerAddress
+	}
+	return ""
+}
+
+// JoinConsensusResponse is what a new etcd member needs to join, field for
+// field node/consensus's JoinCluster.
+type JoinConsensusResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// etcd's initial cluster for the new member, name=peerURL pairs
+	// separated by commas, the new member included.
+	InitialCluster string `protobuf:"bytes,1,opt,name=initial_cluster,json=initialCluster,proto3" json:"initial_cluster,omitempty"`
+	// The peer URLs of the existing members.
+	Peers []string `protobuf:"bytes,2,rep,name=peers,proto3" json:"peers,omitempty"`
+	// The cluster CA certificate, DER.
+	CaCertificate []byte `protobuf:"bytes,3,opt,name=ca_certificate,json=caCertificate,proto3" json:"ca_certificate,omitempty"`
+	// The cluster CA's current CRL, DER.
+	Crl []byte `protobuf:"bytes,4,opt,name=crl,proto3" json:"crl,omitempty"`
+	// The new member's etcd peer certificate, DER, issued for the calling
+	// node's key.
+	PeerCertificate []byte `protobuf:"bytes,5,opt,name=peer_certificate,json=peerCertificate,proto3" json:"peer_certificate,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *JoinConsensusResponse) Reset() {
+	*x = JoinConsensusResponse{}
+	mi := &file_proto_api_curator_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinConsensusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinConsensusResponse) ProtoMessage() {}
+
+func (x *JoinConsensusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_curator_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinConsensusResponse.ProtoReflect.Descriptor instead.
+func (*JoinConsensusResponse) Descriptor() ([]byte, []int) {
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *JoinConsensusResponse) GetInitialCluster() string {
+	if x != nil {
+		return x.InitialCluster
+	}
+	return ""
+}
+
+func (x *JoinConsensusResponse) GetPeers() []string {
+	if x != nil {
+		return x.Peers
+	}
+	return nil
+}
+
+func (x *JoinConsensusResponse) GetCaCertificate() []byte {
+	if x != nil {
+		return x.CaCertificate
+	}
+	return nil
+}
+
+func (x *JoinConsensusResponse) GetCrl() []byte {
+	if x != nil {
+		return x.Crl
+	}
+	return nil
+}
+
+func (x *JoinConsensusResponse) GetPeerCertificate() []byte {
+	if x != nil {
+		return x.PeerCertificate
+	}
+	return nil
 }
 
 // WatchRequest says which nodes to watch.
@@ -141,7 +375,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[0]
+	mi := &file_proto_api_curator_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -153,7 +387,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[0]
+	mi := &file_proto_api_curator_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -166,7 +400,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{0}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *WatchRequest) GetKind() isWatchRequest_Kind {
@@ -227,7 +461,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_proto_api_curator_proto_msgTypes[1]
+	mi := &file_proto_api_curator_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -239,7 +473,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[1]
+	mi := &file_proto_api_curator_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -252,7 +486,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{1}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *WatchEvent) GetNodes() []*Node {
@@ -289,7 +523,7 @@ type UpdateNodeStatusRequest struct {
 
 func (x *UpdateNodeStatusRequest) Reset() {
 	*x = UpdateNodeStatusRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[2]
+	mi := &file_proto_api_curator_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -301,7 +535,7 @@ func (x *UpdateNodeStatusRequest) String() string {
 func (*UpdateNodeStatusRequest) ProtoMessage() {}
 
 func (x *UpdateNodeStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[2]
+	mi := &file_proto_api_curator_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -314,7 +548,7 @@ func (x *UpdateNodeStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeStatusRequest.ProtoReflect.Descriptor instead.
 func (*UpdateNodeStatusRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{2}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *UpdateNodeStatusRequest) GetNodeId() string {
@@ -340,7 +574,7 @@ type UpdateNodeStatusResponse struct {
 
 func (x *UpdateNodeStatusResponse) Reset() {
 	*x = UpdateNodeStatusResponse{}
-	mi := &file_proto_api_curator_proto_msgTypes[3]
+	mi := &file_proto_api_curator_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -352,7 +586,7 @@ func (x *UpdateNodeStatusResponse) String() string {
 func (*UpdateNodeStatusResponse) ProtoMessage() {}
 
 func (x *UpdateNodeStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[3]
+	mi := &file_proto_api_curator_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -365,7 +599,7 @@ func (x *UpdateNodeStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeStatusResponse.ProtoReflect.Descriptor instead.
 func (*UpdateNodeStatusResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{3}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{7}
 }
 
 // HeartbeatRequest has no fields: the caller is the node that is alive.
@@ -377,7 +611,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[4]
+	mi := &file_proto_api_curator_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -389,7 +623,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[4]
+	mi := &file_proto_api_curator_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -402,7 +636,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{4}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{8}
 }
 
 // HeartbeatResponse tells the node how often to beat.
@@ -416,7 +650,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_proto_api_curator_proto_msgTypes[5]
+	mi := &file_proto_api_curator_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -428,7 +662,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[5]
+	mi := &file_proto_api_curator_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -441,7 +675,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{5}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *HeartbeatResponse) GetIntervalMillis() int64 {
@@ -465,7 +699,7 @@ type RegisterNodeRequest struct {
 
 func (x *RegisterNodeRequest) Reset() {
 	*x = RegisterNodeRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[6]
+	mi := &file_proto_api_curator_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -477,7 +711,7 @@ func (x *RegisterNodeRequest) String() string {
 func (*RegisterNodeRequest) ProtoMessage() {}
 
 func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[6]
+	mi := &file_proto_api_curator_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -490,7 +724,7 @@ func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{6}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RegisterNodeRequest) GetRegisterTicket() []byte {
@@ -518,7 +752,7 @@ type RegisterNodeResponse struct {
 
 func (x *RegisterNodeResponse) Reset() {
 	*x = RegisterNodeResponse{}
-	mi := &file_proto_api_curator_proto_msgTypes[7]
+	mi := &file_proto_api_curator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -530,7 +764,7 @@ func (x *RegisterNodeResponse) String() string {
 func (*RegisterNodeResponse) ProtoMessage() {}
 
 func (x *RegisterNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[7]
+	mi := &file_proto_api_curator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -543,7 +777,7 @@ func (x *RegisterNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeResponse.ProtoReflect.Descriptor instead.
 func (*RegisterNodeResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{7}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RegisterNodeResponse) GetClusterConfiguration() *ClusterConfiguration {
@@ -563,7 +797,7 @@ type CommitNodeRequest struct {
 
 func (x *CommitNodeRequest) Reset() {
 	*x = CommitNodeRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[8]
+	mi := &file_proto_api_curator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -575,7 +809,7 @@ func (x *CommitNodeRequest) String() string {
 func (*CommitNodeRequest) ProtoMessage() {}
 
 func (x *CommitNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[8]
+	mi := &file_proto_api_curator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -588,7 +822,7 @@ func (x *CommitNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitNodeRequest.ProtoReflect.Descriptor instead.
 func (*CommitNodeRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{8}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{12}
 }
 
 // CommitNodeResponse hands a committed node what it needs to be a member.
@@ -608,7 +842,7 @@ type CommitNodeResponse struct {
 
 func (x *CommitNodeResponse) Reset() {
 	*x = CommitNodeResponse{}
-	mi := &file_proto_api_curator_proto_msgTypes[9]
+	mi := &file_proto_api_curator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -620,7 +854,7 @@ func (x *CommitNodeResponse) String() string {
 func (*CommitNodeResponse) ProtoMessage() {}
 
 func (x *CommitNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[9]
+	mi := &file_proto_api_curator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -633,7 +867,7 @@ func (x *CommitNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitNodeResponse.ProtoReflect.Descriptor instead.
 func (*CommitNodeResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{9}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CommitNodeResponse) GetCaCertificate() []byte {
@@ -668,7 +902,7 @@ type JoinNodeRequest struct {
 
 func (x *JoinNodeRequest) Reset() {
 	*x = JoinNodeRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[10]
+	mi := &file_proto_api_curator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -680,7 +914,7 @@ func (x *JoinNodeRequest) String() string {
 func (*JoinNodeRequest) ProtoMessage() {}
 
 func (x *JoinNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[10]
+	mi := &file_proto_api_curator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -693,7 +927,7 @@ func (x *JoinNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinNodeRequest.ProtoReflect.Descriptor instead.
 func (*JoinNodeRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{10}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *JoinNodeRequest) GetNodeId() string {
@@ -715,7 +949,7 @@ type JoinNodeResponse struct {
 
 func (x *JoinNodeResponse) Reset() {
 	*x = JoinNodeResponse{}
-	mi := &file_proto_api_curator_proto_msgTypes[11]
+	mi := &file_proto_api_curator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -727,7 +961,7 @@ func (x *JoinNodeResponse) String() string {
 func (*JoinNodeResponse) ProtoMessage() {}
 
 func (x *JoinNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[11]
+	mi := &file_proto_api_curator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -740,7 +974,7 @@ func (x *JoinNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinNodeResponse.ProtoReflect.Descriptor instead.
 func (*JoinNodeResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{11}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *JoinNodeResponse) GetClusterUnlockKey() []byte {
@@ -761,7 +995,7 @@ type IssueCertificateRequest struct {
 
 func (x *IssueCertificateRequest) Reset() {
 	*x = IssueCertificateRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[12]
+	mi := &file_proto_api_curator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -773,7 +1007,7 @@ func (x *IssueCertificateRequest) String() string {
 func (*IssueCertificateRequest) ProtoMessage() {}
 
 func (x *IssueCertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[12]
+	mi := &file_proto_api_curator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -786,7 +1020,7 @@ func (x *IssueCertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueCertificateRequest.ProtoReflect.Descriptor instead.
 func (*IssueCertificateRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{12}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *IssueCertificateRequest) GetKind() CertificateKind {
@@ -809,7 +1043,7 @@ type IssueCertificateResponse struct {
 
 func (x *IssueCertificateResponse) Reset() {
 	*x = IssueCertificateResponse{}
-	mi := &file_proto_api_curator_proto_msgTypes[13]
+	mi := &file_proto_api_curator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -821,7 +1055,7 @@ func (x *IssueCertificateResponse) String() string {
 func (*IssueCertificateResponse) ProtoMessage() {}
 
 func (x *IssueCertificateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[13]
+	mi := &file_proto_api_curator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -834,7 +1068,7 @@ func (x *IssueCertificateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueCertificateResponse.ProtoReflect.Descriptor instead.
 func (*IssueCertificateResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{13}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *IssueCertificateResponse) GetCertificate() []byte {
@@ -862,7 +1096,7 @@ type WatchRequest_NodeInCluster struct {
 
 func (x *WatchRequest_NodeInCluster) Reset() {
 	*x = WatchRequest_NodeInCluster{}
-	mi := &file_proto_api_curator_proto_msgTypes[14]
+	mi := &file_proto_api_curator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -874,7 +1108,7 @@ func (x *WatchRequest_NodeInCluster) String() string {
 func (*WatchRequest_NodeInCluster) ProtoMessage() {}
 
 func (x *WatchRequest_NodeInCluster) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[14]
+	mi := &file_proto_api_curator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -887,7 +1121,7 @@ func (x *WatchRequest_NodeInCluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest_NodeInCluster.ProtoReflect.Descriptor instead.
 func (*WatchRequest_NodeInCluster) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{0, 0}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{4, 0}
 }
 
 func (x *WatchRequest_NodeInCluster) GetNodeId() string {
@@ -906,7 +1140,7 @@ type WatchRequest_NodesInCluster struct {
 
 func (x *WatchRequest_NodesInCluster) Reset() {
 	*x = WatchRequest_NodesInCluster{}
-	mi := &file_proto_api_curator_proto_msgTypes[15]
+	mi := &file_proto_api_curator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -918,7 +1152,7 @@ func (x *WatchRequest_NodesInCluster) String() string {
 func (*WatchRequest_NodesInCluster) ProtoMessage() {}
 
 func (x *WatchRequest_NodesInCluster) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[15]
+	mi := &file_proto_api_curator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -931,14 +1165,29 @@ func (x *WatchRequest_NodesInCluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest_NodesInCluster.ProtoReflect.Descriptor instead.
 func (*WatchRequest_NodesInCluster) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{0, 1}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{4, 1}
 }
 
 var File_proto_api_curator_proto protoreflect.FileDescriptor
 
 const file_proto_api_curator_proto_rawDesc = "" +
 	"\n" +
-	"\x17proto/api/curator.proto\x12\tcairn.api\x1a\x1dproto/api/authorization.proto\x1a\x17proto/api/cluster.proto\x1a\x14proto/api/node.proto\"\xf7\x01\n" +
+	"\x17proto/api/curator.proto\x12\tcairn.api\x1a\x1dproto/api/authorization.proto\x1a\x17proto/api/cluster.proto\x1a\x14proto/api/node.proto\"\x19\n" +
+	"\x17GetCurrentLeaderRequest\"\x82\x01\n" +
+	"\x18GetCurrentLeaderResponse\x12$\n" +
+	"\x0eleader_node_id\x18\x01 \x01(\tR\fleaderNodeId\x12\x1f\n" +
+	"\vleader_host\x18\x02 \x01(\tR\n" +
+	"leaderHost\x12\x1f\n" +
+	"\vleader_port\x18\x03 \x01(\x05R\n" +
+	"leaderPort\"9\n" +
+	"\x14JoinConsensusRequest\x12!\n" +
+	"\fpeer_address\x18\x01 \x01(\tR\vpeerAddress\"\xba\x01\n" +
+	"\x15JoinConsensusResponse\x12'\n" +
+	"\x0finitial_cluster\x18\x01 \x01(\tR\x0einitialCluster\x12\x14\n" +
+	"\x05peers\x18\x02 \x03(\tR\x05peers\x12%\n" +
+	"\x0eca_certificate\x18\x03 \x01(\fR\rcaCertificate\x12\x10\n" +
+	"\x03crl\x18\x04 \x01(\fR\x03crl\x12)\n" +
+	"\x10peer_certificate\x18\x05 \x01(\fR\x0fpeerCertificate\"\xf7\x01\n" +
 	"\fWatchRequest\x12O\n" +
 	"\x0fnode_in_cluster\x18\x01 \x01(\v2%.cairn.api.WatchRequest.NodeInClusterH\x00R\rnodeInCluster\x12R\n" +
 	"\x10nodes_in_cluster\x18\x02 \x01(\v2&.cairn.api.WatchRequest.NodesInClusterH\x00R\x0enodesInCluster\x1a(\n" +
@@ -982,7 +1231,7 @@ const file_proto_api_curator_proto_rawDesc = "" +
 	"\x0eca_certificate\x18\x02 \x01(\fR\rcaCertificate*N\n" +
 	"\x0fCertificateKind\x12 \n" +
 	"\x1cCERTIFICATE_KIND_UNSPECIFIED\x10\x00\x12\x19\n" +
-	"\x15CERTIFICATE_KIND_NODE\x10\x012\xd1\x04\n" +
+	"\x15CERTIFICATE_KIND_NODE\x10\x012\x90\x06\n" +
 	"\aCurator\x12?\n" +
 	"\x05Watch\x12\x17.cairn.api.WatchRequest\x1a\x15.cairn.api.WatchEvent\"\x04\xd8\xe2\x18\x020\x01\x12a\n" +
 	"\x10UpdateNodeStatus\x12\".cairn.api.UpdateNodeStatusRequest\x1a#.cairn.api.UpdateNodeStatusResponse\"\x04\xd8\xe2\x18\x02\x12L\n" +
@@ -991,7 +1240,9 @@ const file_proto_api_curator_proto_rawDesc = "" +
 	"\n" +
 	"CommitNode\x12\x1c.cairn.api.CommitNodeRequest\x1a\x1d.cairn.api.CommitNodeResponse\"\x04\xd8\xe2\x18\x04\x12I\n" +
 	"\bJoinNode\x12\x1a.cairn.api.JoinNodeRequest\x1a\x1b.cairn.api.JoinNodeResponse\"\x04\xd8\xe2\x18\x04\x12a\n" +
-	"\x10IssueCertificate\x12\".cairn.api.IssueCertificateRequest\x1a#.cairn.api.IssueCertificateResponse\"\x04\xd8\xe2\x18\x02B\x1bZ\x19cairn.dev/cairn/proto/apib\x06proto3"
+	"\x10IssueCertificate\x12\".cairn.api.IssueCertificateRequest\x1a#.cairn.api.IssueCertificateResponse\"\x04\xd8\xe2\x18\x02\x12c\n" +
+	"\x10GetCurrentLeader\x12\".cairn.api.GetCurrentLeaderRequest\x1a#.cairn.api.GetCurrentLeaderResponse\"\x04\xd8\xe2\x18\x020\x01\x12X\n" +
+	"\rJoinConsensus\x12\x1f.cairn.api.JoinConsensusRequest\x1a .cairn.api.JoinConsensusResponse\"\x04\xd8\xe2\x18\x02B\x1bZ\x19cairn.dev/cairn/proto/apib\x06proto3"
 
 var (
 	file_proto_api_curator_proto_rawDescOnce sync.Once
@@ -1006,54 +1257,62 @@ func file_proto_api_curator_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_api_curator_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_proto_api_curator_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_proto_api_curator_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_proto_api_curator_proto_goTypes = []any{
 	(CertificateKind)(0),                // 0: cairn.api.CertificateKind
 	(WatchEvent_Progress)(0),            // 1: cairn.api.WatchEvent.Progress
-	(*WatchRequest)(nil),                // 2: cairn.api.WatchRequest
-	(*WatchEvent)(nil),                  // 3: cairn.api.WatchEvent
-	(*UpdateNodeStatusRequest)(nil),     // 4: cairn.api.UpdateNodeStatusRequest
-	(*UpdateNodeStatusResponse)(nil),    // 5: cairn.api.UpdateNodeStatusResponse
-	(*HeartbeatRequest)(nil),            // 6: cairn.api.HeartbeatRequest
-	(*HeartbeatResponse)(nil),           // 7: cairn.api.HeartbeatResponse
-	(*RegisterNodeRequest)(nil),         // 8: cairn.api.RegisterNodeRequest
-	(*RegisterNodeResponse)(nil),        // 9: cairn.api.RegisterNodeResponse
-	(*CommitNodeRequest)(nil),           // 10: cairn.api.CommitNodeRequest
-	(*CommitNodeResponse)(nil),          // 11: cairn.api.CommitNodeResponse
-	(*JoinNodeRequest)(nil),             // 12: cairn.api.JoinNodeRequest
-	(*JoinNodeResponse)(nil),            // 13: cairn.api.JoinNodeResponse
-	(*IssueCertificateRequest)(nil),     // 14: cairn.api.IssueCertificateRequest
-	(*IssueCertificateResponse)(nil),    // 15: cairn.api.IssueCertificateResponse
-	(*WatchRequest_NodeInCluster)(nil),  // 16: cairn.api.WatchRequest.NodeInCluster
-	(*WatchRequest_NodesInCluster)(nil), // 17: cairn.api.WatchRequest.NodesInCluster
-	(*Node)(nil),                        // 18: cairn.api.Node
-	(*NodeStatus)(nil),                  // 19: cairn.api.NodeStatus
-	(*ClusterConfiguration)(nil),        // 20: cairn.api.ClusterConfiguration
+	(*GetCurrentLeaderRequest)(nil),     // 2: cairn.api.GetCurrentLeaderRequest
+	(*GetCurrentLeaderResponse)(nil),    // 3: cairn.api.GetCurrentLeaderResponse
+	(*JoinConsensusRequest)(nil),        // 4: cairn.api.JoinConsensusRequest
+	(*JoinConsensusResponse)(nil),       // 5: cairn.api.JoinConsensusResponse
+	(*WatchRequest)(nil),                // 6: cairn.api.WatchRequest
+	(*WatchEvent)(nil),                  // 7: cairn.api.WatchEvent
+	(*UpdateNodeStatusRequest)(nil),     // 8: cairn.api.UpdateNodeStatusRequest
+	(*UpdateNodeStatusResponse)(nil),    // 9: cairn.api.UpdateNodeStatusResponse
+	(*HeartbeatRequest)(nil),            // 10: cairn.api.HeartbeatRequest
+	(*HeartbeatResponse)(nil),           // 11: cairn.api.HeartbeatResponse
+	(*RegisterNodeRequest)(nil),         // 12: cairn.api.RegisterNodeRequest
+	(*RegisterNodeResponse)(nil),        // 13: cairn.api.RegisterNodeResponse
+	(*CommitNodeRequest)(nil),           // 14: cairn.api.CommitNodeRequest
+	(*CommitNodeResponse)(nil),          // 15: cairn.api.CommitNodeResponse
+	(*JoinNodeRequest)(nil),             // 16: cairn.api.JoinNodeRequest
+	(*JoinNodeResponse)(nil),            // 17: cairn.api.JoinNodeResponse
+	(*IssueCertificateRequest)(nil),     // 18: cairn.api.IssueCertificateRequest
+	(*IssueCertificateResponse)(nil),    // 19: cairn.api.IssueCertificateResponse
+	(*WatchRequest_NodeInCluster)(nil),  // 20: cairn.api.WatchRequest.NodeInCluster
+	(*WatchRequest_NodesInCluster)(nil), // 21: cairn.api.WatchRequest.NodesInCluster
+	(*Node)(nil),                        // 22: cairn.api.Node
+	(*NodeStatus)(nil),                  // 23: cairn.api.NodeStatus
+	(*ClusterConfiguration)(nil),        // 24: cairn.api.ClusterConfiguration
 }
 var file_proto_api_curator_proto_depIdxs = []int32{
-	16, // 0: cairn.api.WatchRequest.node_in_cluster:type_name -> cairn.api.WatchRequest.NodeInCluster
-	17, // 1: cairn.api.WatchRequest.nodes_in_cluster:type_name -> cairn.api.WatchRequest.NodesInCluster
-	18, // 2: cairn.api.WatchEvent.nodes:type_name -> cairn.api.Node
+	20, // 0: cairn.api.WatchRequest.node_in_cluster:type_name -> cairn.api.WatchRequest.NodeInCluster
+	21, // 1: cairn.api.WatchRequest.nodes_in_cluster:type_name -> cairn.api.WatchRequest.NodesInCluster
+	22, // 2: cairn.api.WatchEvent.nodes:type_name -> cairn.api.Node
 	1,  // 3: cairn.api.WatchEvent.progress:type_name -> cairn.api.WatchEvent.Progress
-	19, // 4: cairn.api.UpdateNodeStatusRequest.status:type_name -> cairn.api.NodeStatus
-	20, // 5: cairn.api.RegisterNodeResponse.cluster_configuration:type_name -> cairn.api.ClusterConfiguration
+	23, // 4: cairn.api.UpdateNodeStatusRequest.status:type_name -> cairn.api.NodeStatus
+	24, // 5: cairn.api.RegisterNodeResponse.cluster_configuration:type_name -> cairn.api.ClusterConfiguration
 	0,  // 6: cairn.api.IssueCertificateRequest.kind:type_name -> cairn.api.CertificateKind
-	2,  // 7: cairn.api.Curator.Watch:input_type -> cairn.api.WatchRequest
-	4,  // 8: cairn.api.Curator.UpdateNodeStatus:input_type -> cairn.api.UpdateNodeStatusRequest
-	6,  // 9: cairn.api.Curator.Heartbeat:input_type -> cairn.api.HeartbeatRequest
-	8,  // 10: cairn.api.Curator.RegisterNode:input_type -> cairn.api.RegisterNodeRequest
-	10, // 11: cairn.api.Curator.CommitNode:input_type -> cairn.api.CommitNodeRequest
-	12, // 12: cairn.api.Curator.JoinNode:input_type -> cairn.api.JoinNodeRequest
-	14, // 13: cairn.api.Curator.IssueCertificate:input_type -> cairn.api.IssueCertificateRequest
-	3,  // 14: cairn.api.Curator.Watch:output_type -> cairn.api.WatchEvent
-	5,  // 15: cairn.api.Curator.UpdateNodeStatus:output_type -> cairn.api.UpdateNodeStatusResponse
-	7,  // 16: cairn.api.Curator.Heartbeat:output_type -> cairn.api.HeartbeatResponse
-	9,  // 17: cairn.api.Curator.RegisterNode:output_type -> cairn.api.RegisterNodeResponse
-	11, // 18: cairn.api.Curator.CommitNode:output_type -> cairn.api.CommitNodeResponse
-	13, // 19: cairn.api.Curator.JoinNode:output_type -> cairn.api.JoinNodeResponse
-	15, // 20: cairn.api.Curator.IssueCertificate:output_type -> cairn.api.IssueCertificateResponse
-	14, // [14:21] is the sub-list for method output_type
-	7,  // [7:14] is the sub-list for method input_type
+	6,  // 7: cairn.api.Curator.Watch:input_type -> cairn.api.WatchRequest
+	8,  // 8: cairn.api.Curator.UpdateNodeStatus:input_type -> cairn.api.UpdateNodeStatusRequest
+	10, // 9: cairn.api.Curator.Heartbeat:input_type -> cairn.api.HeartbeatRequest
+	12, // 10: cairn.api.Curator.RegisterNode:input_type -> cairn.api.RegisterNodeRequest
+	14, // 11: cairn.api.Curator.CommitNode:input_type -> cairn.api.CommitNodeRequest
+	16, // 12: cairn.api.Curator.JoinNode:input_type -> cairn.api.JoinNodeRequest
+	18, // 13: cairn.api.Curator.IssueCertificate:input_type -> cairn.api.IssueCertificateRequest
+	2,  // 14: cairn.api.Curator.GetCurrentLeader:input_type -> cairn.api.GetCurrentLeaderRequest
+	4,  // 15: cairn.api.Curator.JoinConsensus:input_type -> cairn.api.JoinConsensusRequest
+	7,  // 16: cairn.api.Curator.Watch:output_type -> cairn.api.WatchEvent
+	9,  // 17: cairn.api.Curator.UpdateNodeStatus:output_type -> cairn.api.UpdateNodeStatusResponse
+	11, // 18: cairn.api.Curator.Heartbeat:output_type -> cairn.api.HeartbeatResponse
+	13, // 19: cairn.api.Curator.RegisterNode:output_type -> cairn.api.RegisterNodeResponse
+	15, // 20: cairn.api.Curator.CommitNode:output_type -> cairn.api.CommitNodeResponse
+	17, // 21: cairn.api.Curator.JoinNode:output_type -> cairn.api.JoinNodeResponse
+	19, // 22: cairn.api.Curator.IssueCertificate:output_type -> cairn.api.IssueCertificateResponse
+	3,  // 23: cairn.api.Curator.GetCurrentLeader:output_type -> cairn.api.GetCurrentLeaderResponse
+	5,  // 24: cairn.api.Curator.JoinConsensus:output_type -> cairn.api.JoinConsensusResponse
+	16, // [16:25] is the sub-list for method output_type
+	7,  // [7:16] is the sub-list for method input_type
 	7,  // [7:7] is the sub-list for extension type_name
 	7,  // [7:7] is the sub-list for extension extendee
 	0,  // [0:7] is the sub-list for field type_name
@@ -1067,7 +1326,7 @@ func file_proto_api_curator_proto_init() {
 	file_proto_api_authorization_proto_init()
 	file_proto_api_cluster_proto_init()
 	file_proto_api_node_proto_init()
-	file_proto_api_curator_proto_msgTypes[0].OneofWrappers = []any{
+	file_proto_api_curator_proto_msgTypes[4].OneofWrappers = []any{
 		(*WatchRequest_NodeInCluster_)(nil),
 		(*WatchRequest_NodesInCluster_)(nil),
 	}
@@ -1077,7 +1336,7 @@ func file_proto_api_curator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_api_curator_proto_rawDesc), len(file_proto_api_curator_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   16,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

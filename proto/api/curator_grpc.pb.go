@@ -29,6 +29,8 @@ const (
 	Curator_CommitNode_FullMethodName       = "/cairn.api.Curator/CommitNode"
 	Curator_JoinNode_FullMethodName         = "/cairn.api.Curator/JoinNode"
 	Curator_IssueCertificate_FullMethodName = "/cairn.api.Curator/IssueCertificate"
+	Curator_GetCurrentLeader_FullMethodName = "/cairn.api.Curator/GetCurrentLeader"
+	Curator_JoinConsensus_FullMethodName    = "/cairn.api.Curator/JoinConsensus"
 )
 
 // CuratorClient is the client API for Curator service.
@@ -42,7 +44,8 @@ const (
 //
 //	new node:    RegisterNode (ticket) ─▶ owner approves ─▶ CommitNode (node key)
 //	after boot:  JoinNode (join key)
-//	member:      Watch, UpdateNodeStatus, Heartbeat, IssueCertificate (node cert)
+//	member:      Watch, UpdateNodeStatus, Heartbeat, IssueCertificate,
+//	             GetCurrentLeader, JoinConsensus (node cert)
 type CuratorClient interface {
 	// Watch streams the state of one node or of every node: first the
 	// current state as a backlog, then every change as it happens, until the
@@ -79,6 +82,18 @@ type CuratorClient interface {
 	// IssueCertificate issues a certificate to the calling node, for its own
 	// key. Nodes call it to renew their node certificate before it expires.
 	IssueCertificate(ctx context.Context, in *IssueCertificateRequest, opts ...grpc.CallOption) (*IssueCertificateResponse, error)
+	// GetCurrentLeader streams which curator leads: first the current
+	// leader, then a new message every time leadership moves, until the
+	// caller cancels. Any curator answers it itself, without forwarding, from
+	// the election it takes part in; nodes use it to send their calls
+	// straight to the leader.
+	GetCurrentLeader(ctx context.Context, in *GetCurrentLeaderRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[GetCurrentLeaderResponse], error)
+	// JoinConsensus adds the calling node to the cluster's etcd as a learner
+	// and returns what its etcd member needs to start. Only a node holding
+	// the ConsensusMember role may call it (FailedPrecondition otherwise).
+	// Calling it again before the new member has started returns the same
+	// data. The learner is promoted to a voting member once it has caught up.
+	JoinConsensus(ctx context.Context, in *JoinConsensusRequest, opts ...grpc.CallOption) (*JoinConsensusResponse, error)
 }
 
 type curatorClient struct {
@@ -168,6 +183,35 @@ func (c *curatorClient) IssueCertificate(ctx context.Context, in *IssueCertifica
 	return out, nil
 }
 
+func (c *curatorClient) GetCurrentLeader(ctx context.Context, in *GetCurrentLeaderRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[GetCurrentLeaderResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Curator_ServiceDesc.Streams[1], Curator_GetCurrentLeader_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[GetCurrentLeaderRequest, GetCurrentLeaderResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Curator_GetCurrentLeaderClient = grpc.ServerStreamingClient[GetCurrentLeaderResponse]
+
+func (c *curatorClient) JoinConsensus(ctx context.Context, in *JoinConsensusRequest, opts ...grpc.CallOption) (*JoinConsensusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(JoinConsensusResponse)
+	err := c.cc.Invoke(ctx, Curator_JoinConsensus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CuratorServer is the server API for Curator service.
 // All implementations must embed UnimplementedCuratorServer
 // for forward compatibility.
@@ -179,7 +223,8 @@ func (c *curatorClient) IssueCertificate(ctx context.Context, in *IssueCertifica
 //
 //	new node:    RegisterNode (ticket) ─▶ owner approves ─▶ CommitNode (node key)
 //	after boot:  JoinNode (join key)
-//	member:      Watch, UpdateNodeStatus, Heartbeat, IssueCertificate (node cert)
+//	member:      Watch, UpdateNodeStatus, Heartbeat, IssueCertificate,
+//	             GetCurrentLeader, JoinConsensus (node cert)
 type CuratorServer interface {
 	// Watch streams the state of one node or of every node: first the
 	// current state as a backlog, then every change as it happens, until the
@@ -216,6 +261,18 @@ type CuratorServer interface {
 	// IssueCertificate issues a certificate to the calling node, for its own
 	// key. Nodes call it to renew their node certificate before it expires.
 	IssueCertificate(context.Context, *IssueCertificateRequest) (*IssueCertificateResponse, error)
+	// GetCurrentLeader streams which curator leads: first the current
+	// leader, then a new message every time leadership moves, until the
+	// caller cancels. Any curator answers it itself, without forwarding, from
+	// the election it takes part in; nodes use it to send their calls
+	// straight to the leader.
+	GetCurrentLeader(*GetCurrentLeaderRequest, grpc.ServerStreamingServer[GetCurrentLeaderResponse]) error
+	// JoinConsensus adds the calling node to the cluster's etcd as a learner
+	// and returns what its etcd member needs to start. Only a node holding
+	// the ConsensusMember role may call it (FailedPrecondition otherwise).
+	// Calling it again before the new member has started returns the same
+	// data. The learner is promoted to a voting member once it has caught up.
+	JoinConsensus(context.Context, *JoinConsensusRequest) (*JoinConsensusResponse, error)
 	mustEmbedUnimplementedCuratorServer()
 }
 
@@ -246,6 +303,12 @@ func (UnimplementedCuratorServer) JoinNode(context.Context, *JoinNodeRequest) (*
 }
 func (UnimplementedCuratorServer) IssueCertificate(context.Context, *IssueCertificateRequest) (*IssueCertificateResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method IssueCertificate not implemented")
+}
+func (UnimplementedCuratorServer) GetCurrentLeader(*GetCurrentLeaderRequest, grpc.ServerStreamingServer[GetCurrentLeaderResponse]) error {
+	return status.Error(codes.Unimplemented, "method GetCurrentLeader not implemented")
+}
+func (UnimplementedCuratorServer) JoinConsensus(context.Context, *JoinConsensusRequest) (*JoinConsensusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method JoinConsensus not implemented")
 }
 func (UnimplementedCuratorServer) mustEmbedUnimplementedCuratorServer() {}
 func (UnimplementedCuratorServer) testEmbeddedByValue()                 {}
@@ -387,6 +450,35 @@ func _Curator_IssueCertificate_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Curator_GetCurrentLeader_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(GetCurrentLeaderRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(CuratorServer).GetCurrentLeader(m, &grpc.GenericServerStream[GetCurrentLeaderRequest, GetCurrentLeaderResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Curator_GetCurrentLeaderServer = grpc.ServerStreamingServer[GetCurrentLeaderResponse]
+
+func _Curator_JoinConsensus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(JoinConsensusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CuratorServer).JoinConsensus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Curator_JoinConsensus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CuratorServer).JoinConsensus(ctx, req.(*JoinConsensusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Curator_ServiceDesc is the grpc.ServiceDesc for Curator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -418,11 +510,20 @@ var Curator_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "IssueCertificate",
 			Handler:    _Curator_IssueCertificate_Handler,
 		},
+		{
+			MethodName: "JoinConsensus",
+			Handler:    _Curator_JoinConsensus_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Watch",
 			Handler:       _Curator_Watch_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "GetCurrentLeader",
+			Handler:       _Curator_GetCurrentLeader_Handler,
 			ServerStreams: true,
 		},
 	},
