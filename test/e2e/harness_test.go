@@ -19,6 +19,7 @@ import (
 var (
 	imageDirFlag = flag.String("image-dir", "", "directory with cairn.img, vmlinuz, initramfs.img and cmdline (default $CAIRN_IMAGE_DIR or out/ at the repository root)")
 	memoryFlag   = flag.Int("memory", 2048, "memory of each node in MiB")
+	cairnctlFlag = flag.String("cairnctl", "", "the cairnctl binary the suites run as the operator (default <image dir>/cairnctl)")
 )
 
 // repoRoot returns the directory above the working directory (the test's
@@ -51,6 +52,19 @@ func imageDir(t *testing.T) string {
 		return d
 	}
 	return filepath.Join(repoRoot(t), "out")
+}
+
+// cairnctlPath returns the cairnctl binary that suites run as a subprocess,
+// failing the test (with the command that builds it) when it is missing.
+func cairnctlPath(t *testing.T) string {
+	t.Helper()
+	if *cairnctlFlag != "" {
+		if _, err := os.Stat(*cairnctlFlag); err != nil {
+			t.Fatalf("cairnctl missing: %v (run make cairnctl, or pass -cairnctl)", err)
+		}
+		return *cairnctlFlag
+	}
+	return artifact(t, "cairnctl")
 }
 
 // artifact returns the path of a build output, failing the test (with the
