@@ -59,6 +59,25 @@
 // signature over EscrowProofPayload, which binds the proof to a nonce and
 // to the TLS session.
 //
+// # Forwarded calls
+//
+// A curator that does not lead forwards calls to the one that does, over
+// a connection made with its own node certificate. The leader must judge
+// the original caller, not the forwarding node, so the forwarder names the
+// caller in the ForwardedPeerHeader metadata (WithForwardedPeer): its kind
+// and key. A Server honours the header only when TrustForwarders gave it a
+// ForwarderTrust and that trust accepts the connection's node; the
+// method's class is then applied to the named caller, and PeerFromContext
+// returns it. From anyone else (the owner, a self-signed or untrusted
+// node) and on a server without a trust, the header is refused with
+// PermissionDenied: a node cannot pose as another caller.
+//
+//	owner ──mTLS──▶ follower ──mTLS (node cert)──▶ leader
+//	                 │ header: "owner <key>"        │ trust(follower)?
+//	                 │                              │ class against owner
+//	                 ▼                              ▼
+//	                                          handler sees the owner
+//
 // # Credentials
 //
 // ServerCredentials serve with a node's identity. Clients dial with

@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
@@ -78,6 +79,11 @@ func (s *Server) authorize(ctx context.Context, method string) (context.Context,
 	p, err := s.node.PeerIdentity(cs)
 	if err != nil {
 		return nil, status.Errorf(codes.Unauthenticated, "%s: %v", method, err)
+	}
+	if vals := metadata.ValueFromIncomingContext(ctx, ForwardedPeerHeader); len(vals) > 0 {
+		if p, err = s.forwardedPeer(ctx, method, p, vals); err != nil {
+			return nil, err
+		}
 	}
 	if err := admit(m, p); err != nil {
 		return nil, err

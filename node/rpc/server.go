@@ -23,6 +23,9 @@ type Server struct {
 	// table holds every registered method by gRPC name. RegisterService
 	// writes it, before Serve starts; interceptors only read it.
 	table map[string]Method
+	// trust decides which nodes may forward calls for others; nil refuses
+	// every forwarded call. Set before Serve, only read after.
+	trust ForwarderTrust
 }
 
 // NewServer returns a server for node. opts are passed on to gRPC after

@@ -1,0 +1,118 @@
+package rpc
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/base64"
+	"fmt"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"cairn.dev/cairn/node/identity"
+)
+
+// ForwardedPeerHeader is the gRPC metadata key with which a node that
+// forwards a call names the caller it forwards for. A Server honours it
+// only from a node its ForwarderTrust accepts (see TrustForwarders).
+const ForwardedPeerHeader = "cairn-forwarded-peer"
+
+// ForwarderTrust decides whether the node forwarder may forward calls on
+// behalf of other callers: nil when it may. The server calls it on every
+// call that carries ForwardedPeerHeader, after the TLS handshake proved
+// that forwarder holds a node certificate.
+type ForwarderTrust func(ctx context.Context, forwarder identity.Peer) error
+
+// TrustForwarders makes s accept calls that a node forwards for another
+// caller, when trust accepts that node: the handler then sees the original
+// caller in PeerFromContext, and the method's class is judged against it.
+// Without it, or when trust refuses, a call carrying ForwardedPeerHeader is
+// refused (PermissionDenied). Like RegisterService, it must be called
+// before Serve.
+func (s *Server) TrustForwarders(trust ForwarderTrust) {
+	s.trust = trust
+}
+
+// peer kinds as the header spells them; fixed, as nodes of different
+// versions must understand each other.
+var forwardedKinds = map[identity.PeerKind]string{
+	identity.PeerAnonymous:  "anonymous",
+	identity.PeerSelfSigned: "self-signed",
+	identity.PeerNode:       "node",
+	identity.PeerOwner:      "owner",
+}
+
+// WithForwardedPeer returns a copy of the outgoing context ctx that tells
+// the server the call is made on behalf of p. The server accepts it only
+// from a node it trusts to forward.
+func WithForwardedPeer(ctx context.Context, p identity.Peer) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, ForwardedPeerHeader, encodeForwardedPeer(p))
+}
+
+// encodeForwardedPeer spells p as "<kind>" or "<kind> <base64 key>".
+func encodeForwardedPeer(p identity.Peer) string {
+	kind := forwardedKinds[p.Kind]
+	if len(p.PublicKey) == 0 {
+		return kind
+	}
+	return kind + " " + base64.RawStdEncoding.EncodeToString(p.PublicKey)
+}
+
+// decodeForwardedPeer reads what encodeForwardedPeer wrote, and checks
+// that the peer it names can exist: a key for every kind but anonymous.
+func decodeForwardedPeer(v string) (identity.Peer, error) {
+	kindName, key, hasKey := strings.Cut(v, " ")
+	var p identity.Peer
+	found := false
+	for k, name := range forwardedKinds {
+		if name == kindName {
+			p.Kind, found = k, true
+		}
+	}
+	if !found {
+		return identity.Peer{}, fmt.Errorf("unknown peer kind %q", kindName)
+	}
+	if p.Kind == identity.PeerAnonymous {
+		if hasKey {
+			return identity.Peer{}, fmt.Errorf("an anonymous peer has no key")
+		}
+		return p, nil
+	}
+	raw, err := base64.RawStdEncoding.DecodeString(key)
+	if err != nil {
+		return identity.Peer{}, fmt.Errorf("when decoding the peer's key: %w", err)
+	}
+	if len(raw) != ed25519.PublicKeySize {
+		return identity.Peer{}, fmt.Errorf("the peer's key is %d bytes, want %d", len(raw), ed25519.PublicKeySize)
+	}
+	p.PublicKey = ed25519.PublicKey(raw)
+	if p.Kind == identity.PeerNode {
+		p.NodeID = identity.NodeID(p.PublicKey)
+	}
+	return p, nil
+}
+
+// forwardedPeer returns the caller a forwarded call of method is made for,
+// when the connection's peer conn may forward it. vals are the values of
+// ForwardedPeerHeader.
+func (s *Server) forwardedPeer(ctx context.Context, method string, conn identity.Peer, vals []string) (identity.Peer, error) {
+	if s.trust == nil {
+		return identity.Peer{}, status.Errorf(codes.PermissionDenied, "%s: the call is forwarded for another caller, and this server accepts no forwarded calls", method)
+	}
+	if conn.Kind != identity.PeerNode {
+		return identity.Peer{}, status.Errorf(codes.PermissionDenied, "%s: only nodes may forward calls; the caller presented %s", method, presented(conn))
+	}
+	if err := s.trust(ctx, conn); err != nil {
+		return identity.Peer{}, status.Errorf(codes.PermissionDenied, "%s: node %s may not forward calls: %v", method, conn.NodeID, err)
+	}
+	if len(vals) != 1 {
+		return identity.Peer{}, status.Errorf(codes.InvalidArgument, "%s: %d forwarded peers, want one", method, len(vals))
+	}
+	p, err := decodeForwardedPeer(vals[0])
+	if err != nil {
+		return identity.Peer{}, status.Errorf(codes.InvalidArgument, "%s: bad forwarded peer: %v", method, err)
+	}
+	return p, nil
+}

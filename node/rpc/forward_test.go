@@ -1,0 +1,122 @@
+package rpc
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"cairn.dev/cairn/node/identity"
+)
+
+// TestForwardedPeer calls a server, over real TLS, through connections of
+// a trusted forwarder, an untrusted node and the owner, each claiming to
+// forward for some caller, and checks whom the handler sees.
+func TestForwardedPeer(t *testing.T) {
+	ca := newTestCA(t, "cluster CA")
+	forwarder := ca.node(t)
+	untrusted := ca.node(t)
+	other := ca.node(t)
+	ownerKey, ownerDER := ca.owner(t)
+	ownerPub := ownerKey.Public().(ed25519.PublicKey)
+	selfKey := newKey(t).Public().(ed25519.PublicKey)
+
+	trust := func(_ context.Context, p identity.Peer) error {
+		if p.NodeID != forwarder.ID() {
+			return errors.New("not a consensus member")
+		}
+		return nil
+	}
+	trusting := startServer(t, ca.node(t), func(s *Server) {
+		registerTestServices(s)
+		s.TrustForwarders(trust)
+	})
+	plain := startServer(t, ca.node(t), registerTestServices)
+
+	owner, err := OwnerCredentials(ownerKey, ownerDER, ca.der())
+	if err != nil {
+		t.Fatalf("OwnerCredentials: %v", err)
+	}
+	fromForwarder := dial(t, trusting, NodeCredentials(forwarder))
+	fromUntrusted := dial(t, trusting, NodeCredentials(untrusted))
+	fromOwner := dial(t, trusting, owner)
+	toPlain := dial(t, plain, NodeCredentials(forwarder))
+
+	ownerPeer := identity.Peer{Kind: identity.PeerOwner, PublicKey: ownerPub}
+	otherPeer := identity.Peer{Kind: identity.PeerNode, NodeID: other.ID(), PublicKey: other.PublicKey()}
+	selfPeer := identity.Peer{Kind: identity.PeerSelfSigned, PublicKey: selfKey}
+	for _, tc := range []struct {
+		name   string
+		method string
+		header string // raw header value, when not from peer
+		peer   *identity.Peer
+		want   codes.Code
+		sees   string
+	}{
+		{name: "owner via forwarder", method: "/cairn.api.Management/GetNodes", peer: &ownerPeer, want: codes.OK, sees: "owner "},
+		{name: "node via forwarder", method: "/cairn.api.Curator/Heartbeat", peer: &otherPeer, want: codes.OK, sees: "node " + other.ID()},
+		{name: "self-signed via forwarder", method: "/cairn.api.Curator/RegisterNode", peer: &selfPeer, want: codes.OK, sees: "self-signed "},
+		{name: "anonymous via forwarder", method: "/cairn.api.Curator/JoinNode", peer: &identity.Peer{}, want: codes.OK, sees: "anonymous "},
+		{name: "watch stream via forwarder", method: "/cairn.api.Curator/Watch", peer: &otherPeer, want: codes.OK, sees: "node " + other.ID()},
+		// The class is judged against the original caller.
+		{name: "node via forwarder calls owner method", method: "/cairn.api.Management/GetNodes", peer: &otherPeer, want: codes.PermissionDenied},
+		{name: "self-signed via forwarder calls node method", method: "/cairn.api.Curator/Heartbeat", peer: &selfPeer, want: codes.Unauthenticated},
+		{name: "garbled header", method: "/cairn.api.Curator/Heartbeat", header: "node !!!", want: codes.InvalidArgument},
+		{name: "unknown kind", method: "/cairn.api.Curator/Heartbeat", header: "root", want: codes.InvalidArgument},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if tc.peer != nil {
+				ctx = WithForwardedPeer(ctx, *tc.peer)
+			} else {
+				ctx = metadata.AppendToOutgoingContext(ctx, ForwardedPeerHeader, tc.header)
+			}
+			m, err := LookupMethod(tc.method)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sees, err := call(ctx, fromForwarder, m)
+			if got := status.Code(err); got != tc.want {
+				t.Fatalf("%s = %v, want %v", tc.method, err, tc.want)
+			}
+			if tc.want == codes.OK && sees != tc.sees {
+				t.Errorf("%s: handler saw %q, want %q", tc.method, sees, tc.sees)
+			}
+		})
+	}
+
+	// Nobody else may claim to forward: the header is refused from an
+	// untrusted node, from the owner, and by a server that trusts no one.
+	for _, tc := range []struct {
+		name string
+		conn func() (string, error)
+	}{
+		{"untrusted node", func() (string, error) { return forwardCall(fromUntrusted, ownerPeer) }},
+		{"owner", func() (string, error) { return forwardCall(fromOwner, ownerPeer) }},
+		{"server without trust", func() (string, error) { return forwardCall(toPlain, ownerPeer) }},
+	} {
+		sees, err := tc.conn()
+		if status.Code(err) != codes.PermissionDenied {
+			t.Errorf("%s forwarding for the owner = %q, %v, want PermissionDenied", tc.name, sees, err)
+		}
+	}
+}
+
+// forwardCall calls GetNodes over conn, claiming to forward for p, and
+// returns the peer the handler saw.
+func forwardCall(conn *grpc.ClientConn, p identity.Peer) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m, err := LookupMethod("/cairn.api.Management/GetNodes")
+	if err != nil {
+		return "", err
+	}
+	return call(WithForwardedPeer(ctx, p), conn, m)
+}
