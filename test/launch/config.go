@@ -141,6 +141,7 @@ type options struct {
 	ovmfCode, ovmfVars   string
 	accel                Accel
 	tpm                  bool
+	tpmState             string
 	parameters           []byte
 	fwcfg                []FWCfgFile
 	network              Network
@@ -174,6 +175,15 @@ func WithOVMF(code, vars string) Option {
 
 // WithTPM gives the node a TPM 2.0, emulated by a swtpm process of its own.
 func WithTPM() Option { return func(o *options) { o.tpm = true } }
+
+// WithTPMState gives the node a TPM 2.0 whose state lives in dir instead of
+// the node's temporary state directory, so that it outlives the node: a
+// node launched again with the same dir (and the same disk) finds the TPM
+// that sealed its secrets. dir is created if missing; only one node at a
+// time may use it.
+func WithTPMState(dir string) Option {
+	return func(o *options) { o.tpm, o.tpmState = true, dir }
+}
 
 // WithParameters hands the node its node parameters (a serialized
 // cairn.api.NodeParameters) through fw_cfg, as ParametersFWCfgName.

@@ -10,7 +10,8 @@
 //	│ disk.qcow2    overlay, backed by the raw image (never written)  │
 //	│ OVMF_VARS.fd  this node's own copy of the variable store        │
 //	│ fwcfg-N       node parameters and other fw_cfg files            │
-//	│ swtpm/        TPM state and control socket ◀── swtpm process    │
+//	│ swtpm/        TPM state (or WithTPMState's) and control socket  │
+//	│               ◀── swtpm process                                 │
 //	│ qmp.sock      QMP: system_powerdown, quit                       │
 //	│ console.log   the raw serial console                            │
 //	└────────────────────────────┬────────────────────────────────────┘

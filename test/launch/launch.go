@@ -130,7 +130,7 @@ func (n *Node) start(ctx context.Context, cfg Config, o options) error {
 		return err
 	}
 	if o.tpm {
-		if p.tpmSocket, err = n.startSWTPM(ctx, o.swtpm); err != nil {
+		if p.tpmSocket, err = n.startSWTPM(ctx, o.swtpm, o.tpmState); err != nil {
 			return err
 		}
 	}
@@ -186,14 +186,24 @@ func writeFWCfg(dir string, files []FWCfgFile) ([]fwcfgPath, error) {
 	return paths, nil
 }
 
-// startSWTPM starts a TPM 2.0 emulator with its state in the node's state
-// directory and returns its control socket once it exists.
-func (n *Node) startSWTPM(ctx context.Context, bin string) (string, error) {
-	state := filepath.Join(n.dir, "swtpm")
-	if err := os.Mkdir(state, 0o700); err != nil {
+// startSWTPM starts a TPM 2.0 emulator with its state in stateDir, or in
+// the node's state directory when stateDir is empty, and returns its
+// control socket once it exists. The socket always lives in the node's
+// state directory, whose short path keeps it within the limit of socket
+// path lengths.
+func (n *Node) startSWTPM(ctx context.Context, bin, stateDir string) (string, error) {
+	sockDir := filepath.Join(n.dir, "swtpm")
+	if err := os.Mkdir(sockDir, 0o700); err != nil {
 		return "", fmt.Errorf("when making TPM state directory: %w", err)
 	}
-	socket := filepath.Join(state, "ctrl.sock")
+	state := sockDir
+	if stateDir != "" {
+		if err := os.MkdirAll(stateDir, 0o700); err != nil {
+			return "", fmt.Errorf("when making TPM state directory: %w", err)
+		}
+		state = stateDir
+	}
+	socket := filepath.Join(sockDir, "ctrl.sock")
 	cmd := exec.Command(bin, "socket", "--tpm2",
 		"--tpmstate", "dir="+opt(state),
 		"--ctrl", "type=unixio,path="+opt(socket),

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -395,4 +396,35 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(p)
+}
+
+// TestTPMStateOutlivesNode launches a node twice with the same TPM state
+// directory: swtpm is told to keep its state there, not in the node's
+// temporary directory, so the directory survives Close, while the
+// temporary directory goes. (swtpm writes its state files only once a
+// guest uses the TPM; the e2e suites see sealed secrets survive.)
+func TestTPMStateOutlivesNode(t *testing.T) {
+	tmp, image := isolate(t)
+	state := filepath.Join(t.TempDir(), "tpm")
+	for boot := 1; boot <= 2; boot++ {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		n, err := Launch(ctx, Config{Image: image, MemoryMiB: 128}, WithTPMState(state))
+		cancel()
+		if err != nil {
+			t.Fatalf("Launch %d: %v", boot, err)
+		}
+		if n.tpm == nil {
+			t.Fatalf("launch %d: WithTPMState started no swtpm", boot)
+		}
+		if want := "dir=" + state; !slices.Contains(n.tpm.Args, want) {
+			t.Errorf("launch %d: swtpm arguments %q lack %q", boot, n.tpm.Args, want)
+		}
+		if err := n.Close(); err != nil {
+			t.Errorf("Close %d: %v", boot, err)
+		}
+		if st, err := os.Stat(state); err != nil || !st.IsDir() {
+			t.Errorf("after Close %d: TPM state directory: %v", boot, err)
+		}
+		assertEmpty(t, tmp)
+	}
 }
