@@ -1,0 +1,218 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os/exec"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Cairnctl runs cairnctl as the owner against the cluster, through the
+// curator of the first running node, and returns its standard output. The
+// error carries its standard error.
+func (c *Cluster) Cairnctl(ctx context.Context, args ...string) ([]byte, error) {
+	via := 0
+	for _, n := range c.Nodes() {
+		if n.Running() {
+			via = n.index
+			break
+		}
+	}
+	return c.CairnctlVia(ctx, via, args...)
+}
+
+// CairnctlVia is Cairnctl through the curator of node i.
+func (c *Cluster) CairnctlVia(ctx context.Context, i int, args ...string) ([]byte, error) {
+	return c.run(ctx, append(c.globalFlags(i), args...))
+}
+
+// globalFlags are the flags that point cairnctl at the cluster through
+// node i's curator, and at every node's management port.
+func (c *Cluster) globalFlags(i int) []string {
+	flags := []string{"--config", c.configDir, "--endpoint", c.nodes[i].curatorAddr}
+	for _, n := range c.nodes {
+		if id := n.ID(); id != "" {
+			flags = append(flags, "--node-endpoint", id+"="+n.managementAddr)
+		}
+	}
+	return flags
+}
+
+// run runs cairnctl with args.
+func (c *Cluster) run(ctx context.Context, args []string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, c.cfg.Cairnctl, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.Bytes(), fmt.Errorf("cairnctl %s: %w: %s", strings.Join(args, " "), err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	return stdout.Bytes(), nil
+}
+
+// CommandLine returns the shell command line that runs cairnctl with args
+// against the cluster, through node 0's curator, for people to copy.
+func (c *Cluster) CommandLine(args ...string) string {
+	all := append([]string{c.cfg.Cairnctl}, c.globalFlags(0)...)
+	all = append(all, args...)
+	quoted := make([]string, len(all))
+	for i, a := range all {
+		quoted[i] = shellQuote(a)
+	}
+	return strings.Join(quoted, " ")
+}
+
+// shellQuote quotes s for a POSIX shell where it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,@+") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// retry calls f until it succeeds, ctx ends or timeout passes, waiting
+// between attempts, and returns the number of attempts with the last
+// error.
+func retry(ctx context.Context, timeout time.Duration, f func(ctx context.Context) error) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	wait := 500 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		// Each attempt gets a bounded share, so a hung call cannot
+		// take the whole timeout.
+		actx, acancel := context.WithTimeout(ctx, time.Minute)
+		err := f(actx)
+		acancel()
+		if err == nil {
+			return attempt, nil
+		}
+		select {
+		case <-ctx.Done():
+			return attempt, fmt.Errorf("after %d attempts: %w", attempt, err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+// NodeInfo is one node as `cairnctl node list -o json` shows it.
+type NodeInfo struct {
+	// ID is the node's ID.
+	ID string
+	// State is the node's state without its enum prefix: NEW, STANDBY,
+	// UP or DECOMMISSIONED.
+	State string
+	// Roles are the roles the node holds, as cairnctl names them:
+	// ConsensusMember, KubernetesController, KubernetesWorker.
+	Roles []string
+	// Raw is the node's JSON object as cairnctl printed it.
+	Raw map[string]any
+}
+
+// HasRole reports whether the node holds role.
+func (n NodeInfo) HasRole(role string) bool {
+	for _, r := range n.Roles {
+		if r == role {
+			return true
+		}
+	}
+	return false
+}
+
+// ListNodes runs `cairnctl node list -o json` and returns the nodes.
+func (c *Cluster) ListNodes(ctx context.Context) ([]NodeInfo, error) {
+	out, err := c.Cairnctl(ctx, "node", "list", "-o", "json")
+	if err != nil {
+		return nil, err
+	}
+	return ParseNodeList(out)
+}
+
+// ParseNodeList reads the JSON of `cairnctl node list -o json`: every
+// object in it with an "id" that is a node ID is a node, whatever it is
+// nested in, with its "state" and "roles". Roles are read from an object
+// with one key per held role or from a list of role names.
+func ParseNodeList(out []byte) ([]NodeInfo, error) {
+	var doc any
+	if err := json.Unmarshal(out, &doc); err != nil {
+		return nil, fmt.Errorf("node list is not JSON: %w: %q", err, out)
+	}
+	var nodes []NodeInfo
+	walkJSON(doc, func(obj map[string]any) bool {
+		id, _ := obj["id"].(string)
+		if !strings.HasPrefix(id, "cairn-") {
+			return false
+		}
+		state, _ := obj["state"].(string)
+		state = strings.TrimPrefix(strings.ToUpper(state), "NODE_STATE_")
+		nodes = append(nodes, NodeInfo{ID: id, State: state, Roles: parseRoles(obj["roles"]), Raw: obj})
+		return true
+	})
+	if nodes == nil && !bytes.Contains(out, []byte("[]")) {
+		return nil, fmt.Errorf("no nodes in node list: %q", out)
+	}
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].ID < nodes[j].ID })
+	return nodes, nil
+}
+
+// walkJSON calls f on every object in v, not descending into objects f
+// accepts.
+func walkJSON(v any, f func(map[string]any) bool) {
+	switch v := v.(type) {
+	case map[string]any:
+		if f(v) {
+			return
+		}
+		for _, e := range v {
+			walkJSON(e, f)
+		}
+	case []any:
+		for _, e := range v {
+			walkJSON(e, f)
+		}
+	}
+}
+
+// roleNames maps the spellings of roles in JSON to cairnctl's names.
+var roleNames = map[string]string{
+	"consensusmember":      "ConsensusMember",
+	"kubernetescontroller": "KubernetesController",
+	"kubernetesworker":     "KubernetesWorker",
+}
+
+func parseRoles(v any) []string {
+	var names []string
+	add := func(s string) {
+		key := strings.ToLower(strings.NewReplacer("_", "", "-", "", " ", "").Replace(s))
+		if name, ok := roleNames[key]; ok {
+			names = append(names, name)
+		}
+	}
+	switch v := v.(type) {
+	case map[string]any:
+		for k, e := range v {
+			if e != nil && e != false {
+				add(k)
+			}
+		}
+	case []any:
+		for _, e := range v {
+			if s, ok := e.(string); ok {
+				add(s)
+			}
+		}
+	case string:
+		for _, s := range strings.FieldsFunc(v, func(r rune) bool { return r == ',' || r == ' ' }) {
+			add(s)
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+// errNotYet is what a wait's condition returns while it does not hold.
+var errNotYet = errors.New("not yet")

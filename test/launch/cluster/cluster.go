@@ -1,0 +1,237 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"cairn.dev/cairn/test/launch"
+	"cairn.dev/cairn/test/launch/netns"
+)
+
+// Ports of a node that the cluster forwards to the host.
+const (
+	CuratorPort    = 7833
+	ManagementPort = 7835
+)
+
+// Config describes a cluster.
+type Config struct {
+	// Nodes is how many nodes Form brings up: node 0 bootstraps, the
+	// others register and are approved. At least 1.
+	Nodes int
+	// Spare is how many more nodes the network has room for (tap, fixed
+	// lease, forwards): nodes a caller boots itself with parameters of its
+	// choice, such as a wrong register ticket.
+	Spare int
+	// Image is the raw disk image every node boots; each node gets a copy
+	// of its own, made on its first boot. The image is never written.
+	Image string
+	// Cairnctl is the cairnctl binary run as the operator.
+	Cairnctl string
+	// Dir holds the cluster's files (disks, TPM states, parameters, the
+	// cairnctl config directory). It is created if missing and outlives
+	// the cluster.
+	Dir string
+	// ConsoleDir is where each boot's raw console goes, as
+	// <Prefix><node>.boot<k>.console.log. Empty means Dir.
+	ConsoleDir string
+	// ConsolePrefix starts every console file's name, such as a test's
+	// name.
+	ConsolePrefix string
+	// MemoryMiB is each node's memory; zero means launch's default.
+	MemoryMiB int
+	// CPUs is each node's number of virtual CPUs; zero means launch's
+	// default.
+	CPUs int
+	// TPM gives each node a TPM 2.0 (swtpm) whose state lives in Dir.
+	TPM bool
+	// StorageSecurity is the cluster's storage security policy, as
+	// cairnctl params bootstrap --storage-security takes it. Empty means
+	// "encrypted".
+	StorageSecurity string
+	// TPMMode is the cluster's TPM mode, as cairnctl params bootstrap --tpm
+	// takes it. Empty means "best-effort".
+	TPMMode string
+	// HostPortBase, when not zero, fixes the host ports of the forwards:
+	// node i's port p is on 127.0.0.1:(HostPortBase + 100*i + p%100), so
+	// that with 7800 node 0 is at 7833 and 7835, node 1 at 7933 and 7935.
+	// Zero takes free ports.
+	HostPortBase int
+	// Logf receives progress lines: what nodes say about enrolment and
+	// roles as they say it, and what the harness does. Nil discards them.
+	// It is not called after Close returns.
+	Logf func(format string, args ...any)
+	// Console, when not nil, receives every console line of every node,
+	// prefixed with the node's name.
+	Console io.Writer
+	// LaunchOptions are added to every node's launch (binaries,
+	// accelerator).
+	LaunchOptions []launch.Option
+}
+
+// Cluster is a network with its nodes, and the owner's cairnctl
+// configuration. Its methods are safe for concurrent use.
+type Cluster struct {
+	cfg       Config
+	net       *netns.Network
+	nodes     []*Node
+	configDir string
+	// followers counts the goroutines that report console lines to Logf.
+	followers sync.WaitGroup
+
+	mu      sync.Mutex
+	created time.Time
+	phases  []launch.Phase
+	closed  bool
+}
+
+// New creates the cluster's directory, its network and the port forwards
+// of every node. It boots nothing: Form does. Always Close the cluster.
+func New(cfg Config) (*Cluster, error) {
+	if cfg.Nodes < 1 || cfg.Spare < 0 {
+		return nil, fmt.Errorf("cluster of %d nodes and %d spare: want at least one node", cfg.Nodes, cfg.Spare)
+	}
+	if cfg.Image == "" || cfg.Cairnctl == "" || cfg.Dir == "" {
+		return nil, errors.New("cluster needs an image, a cairnctl binary and a directory")
+	}
+	for _, p := range []*string{&cfg.Image, &cfg.Cairnctl, &cfg.Dir, &cfg.ConsoleDir} {
+		if *p == "" {
+			continue
+		}
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return nil, err
+		}
+		*p = abs
+	}
+	if cfg.ConsoleDir == "" {
+		cfg.ConsoleDir = cfg.Dir
+	}
+	if cfg.StorageSecurity == "" {
+		cfg.StorageSecurity = "encrypted"
+	}
+	if cfg.TPMMode == "" {
+		cfg.TPMMode = "best-effort"
+	}
+	for _, d := range []string{cfg.Dir, cfg.ConsoleDir, filepath.Join(cfg.Dir, "params")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, fmt.Errorf("when making cluster directory: %w", err)
+		}
+	}
+	nw, err := netns.New(netns.Config{Nodes: cfg.Nodes + cfg.Spare})
+	if err != nil {
+		return nil, fmt.Errorf("when creating the cluster's network: %w", err)
+	}
+	c := &Cluster{
+		cfg:       cfg,
+		net:       nw,
+		configDir: filepath.Join(cfg.Dir, "cairnctl"),
+		created:   time.Now(),
+	}
+	for i, nn := range nw.Nodes() {
+		n, err := c.newNode(i, nn)
+		if err != nil {
+			nw.Close()
+			return nil, err
+		}
+		c.nodes = append(c.nodes, n)
+	}
+	return c, nil
+}
+
+// newNode sets up node i's forwards and file names.
+func (c *Cluster) newNode(i int, nn netns.Node) (*Node, error) {
+	name := fmt.Sprintf("node%d", i)
+	n := &Node{
+		cluster: c,
+		index:   i,
+		name:    name,
+		ip:      nn.IP,
+		disk:    filepath.Join(c.cfg.Dir, name+".img"),
+		tpmDir:  filepath.Join(c.cfg.Dir, name+".tpm"),
+	}
+	var err error
+	if n.curatorAddr, err = c.forward(i, nn, CuratorPort); err != nil {
+		return nil, err
+	}
+	if n.managementAddr, err = c.forward(i, nn, ManagementPort); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+func (c *Cluster) forward(i int, nn netns.Node, port int) (string, error) {
+	from := "127.0.0.1:0"
+	if c.cfg.HostPortBase != 0 {
+		from = fmt.Sprintf("127.0.0.1:%d", c.cfg.HostPortBase+100*i+port%100)
+	}
+	addr, err := c.net.ForwardFrom(from, nn.IP, port)
+	if err != nil {
+		return "", fmt.Errorf("when forwarding to node %d: %w", i, err)
+	}
+	return addr, nil
+}
+
+// Config returns the cluster's configuration, with defaults filled in.
+func (c *Cluster) Config() Config { return c.cfg }
+
+// Network returns the cluster's network.
+func (c *Cluster) Network() *netns.Network { return c.net }
+
+// Node returns node i (the spare nodes follow the cluster's).
+func (c *Cluster) Node(i int) *Node { return c.nodes[i] }
+
+// Nodes returns the first Config.Nodes nodes: the cluster's, not the
+// spare ones.
+func (c *Cluster) Nodes() []*Node { return c.nodes[:c.cfg.Nodes] }
+
+// ConfigDir returns cairnctl's configuration directory for this cluster:
+// the owner key, certificate and CA.
+func (c *Cluster) ConfigDir() string { return c.configDir }
+
+// Phases returns the timings the cluster recorded (Form's), in order.
+func (c *Cluster) Phases() []launch.Phase {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]launch.Phase(nil), c.phases...)
+}
+
+// phase records a timing.
+func (c *Cluster) phase(name string, d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.phases = append(c.phases, launch.Phase{Name: name, Duration: d})
+}
+
+// logf passes a progress line to Config.Logf until Close.
+func (c *Cluster) logf(format string, args ...any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cfg.Logf != nil && !c.closed {
+		c.cfg.Logf(format, args...)
+	}
+}
+
+// Close kills every node, waits for their console followers and removes
+// the network. Dir stays.
+func (c *Cluster) Close() error {
+	var errs []error
+	for _, n := range c.nodes {
+		if err := n.Kill(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	c.followers.Wait()
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	if err := c.net.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,162 @@
+package cluster
+
+import (
+	"bytes"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+func TestParseNodeList(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		json string
+		want []NodeInfo
+	}{
+		{
+			name: "protojson of GetNodesResponse",
+			json: `{"nodes":[{"id":"cairn-00000000000000bb","state":"NODE_STATE_NEW"},
+				{"id":"cairn-00000000000000aa","state":"NODE_STATE_UP","roles":{"consensusMember":{}},
+				 "status":{"externalAddress":"10.42.0.10"}}]}`,
+			want: []NodeInfo{
+				{ID: "cairn-00000000000000aa", State: "UP", Roles: []string{"ConsensusMember"}},
+				{ID: "cairn-00000000000000bb", State: "NEW"},
+			},
+		},
+		{
+			name: "list with role names",
+			json: `[{"id":"cairn-00000000000000aa","state":"UP","roles":["ConsensusMember","KubernetesWorker"]}]`,
+			want: []NodeInfo{
+				{ID: "cairn-00000000000000aa", State: "UP", Roles: []string{"ConsensusMember", "KubernetesWorker"}},
+			},
+		},
+		{
+			name: "snake case roles, one unset",
+			json: `{"nodes":[{"id":"cairn-00000000000000aa","state":"up","roles":{"consensus_member":{},"kubernetes_worker":null}}]}`,
+			want: []NodeInfo{{ID: "cairn-00000000000000aa", State: "UP", Roles: []string{"ConsensusMember"}}},
+		},
+		{name: "empty list", json: `{"nodes":[]}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParseNodeList([]byte(tc.json))
+			if err != nil {
+				t.Fatalf("ParseNodeList: %v", err)
+			}
+			if diff := cmp.Diff(tc.want, got, cmpopts.IgnoreFields(NodeInfo{}, "Raw"), cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("ParseNodeList(%s) (-want +got):\n%s", tc.json, diff)
+			}
+		})
+	}
+	for _, bad := range []string{``, `not json`, `{"x":1}`} {
+		if got, err := ParseNodeList([]byte(bad)); err == nil {
+			t.Errorf("ParseNodeList(%q) = %+v, want an error", bad, got)
+		}
+	}
+}
+
+func TestShellQuote(t *testing.T) {
+	for in, want := range map[string]string{
+		"node":                  "node",
+		"/out/cairnctl":         "/out/cairnctl",
+		"cairn-0a=127.0.0.1:80": "cairn-0a=127.0.0.1:80",
+		"":                      "''",
+		"a b":                   "'a b'",
+		"it's":                  `'it'\''s'`,
+	} {
+		if got := shellQuote(in); got != want {
+			t.Errorf("shellQuote(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestMessage(t *testing.T) {
+	for in, want := range map[string]string{
+		"I1123 10:27:00.123456 root.cluster enrol.go:42] enrolment: committed as cairn-00": "enrolment: committed as cairn-00",
+		"[    3.99] cairn: init started": "cairn: init started",
+		"no header":                      "no header",
+	} {
+		if got := Message(in); got != want {
+			t.Errorf("Message(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestIDLine(t *testing.T) {
+	for line, want := range map[string]string{
+		"I1123 x.go:1] enrolment: bootstrapped cluster as cairn-0123456789abcdef":                          "cairn-0123456789abcdef",
+		"I1123 x.go:1] enrolment: registering as cairn-0123456789abcdef with 10.42.0.10:7833":              "cairn-0123456789abcdef",
+		"I1123 x.go:1] enrolment: waiting for approval as cairn-0123456789abcdef (5s)":                     "cairn-0123456789abcdef",
+		"I1123 x.go:1] enrolment: cold start as cairn-0123456789abcdef from the sealed configuration (no)": "cairn-0123456789abcdef",
+		"I1123 x.go:1] curator: following leader cairn-0123456789abcdef":                                   "",
+	} {
+		got := ""
+		if m := idLine.FindStringSubmatch(line); m != nil {
+			got = m[1]
+		}
+		if got != want {
+			t.Errorf("ID of %q = %q, want %q", line, got, want)
+		}
+	}
+}
+
+func TestPrefixWriter(t *testing.T) {
+	var out bytes.Buffer
+	w := &prefixWriter{w: &out, prefix: "node1| "}
+	for _, chunk := range []string{"first li", "ne\nsecond\nthi", "rd\n", "partial"} {
+		w.Write([]byte(chunk))
+	}
+	want := "node1| first line\nnode1| second\nnode1| third\n"
+	if out.String() != want {
+		t.Errorf("prefixed console = %q, want %q", out.String(), want)
+	}
+}
+
+// TestNewForwardsEveryNode makes a cluster's network without booting
+// anything: every node, spare ones too, has two forwards that listen on
+// the host's loopback, at fixed ports when asked, and Close removes them.
+func TestNewForwardsEveryNode(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("creating a network namespace needs root")
+	}
+	dir := t.TempDir()
+	c, err := New(Config{Nodes: 2, Spare: 1, Image: "img", Cairnctl: "cairnctl", Dir: dir, HostPortBase: 27800})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if got := len(c.Nodes()); got != 2 {
+		t.Errorf("Nodes() has %d nodes, want 2", got)
+	}
+	want := map[string]string{
+		"node0": "127.0.0.1:27833 127.0.0.1:27835",
+		"node1": "127.0.0.1:27933 127.0.0.1:27935",
+		"node2": "127.0.0.1:28033 127.0.0.1:28035",
+	}
+	for i := range 3 {
+		n := c.Node(i)
+		if got := n.CuratorAddr() + " " + n.ManagementAddr(); got != want[n.Name()] {
+			t.Errorf("forwards of %s = %s, want %s", n.Name(), got, want[n.Name()])
+		}
+		conn, err := net.Dial("tcp", n.CuratorAddr())
+		if err != nil {
+			t.Errorf("dialing the forward of %s: %v", n.Name(), err)
+		} else {
+			conn.Close()
+		}
+	}
+	line := c.CommandLine("node", "list")
+	if !strings.Contains(line, "--config "+filepath.Join(dir, "cairnctl")+" --endpoint 127.0.0.1:27833 node list") {
+		t.Errorf("CommandLine = %q, want the config dir and node 0's curator forward", line)
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if conn, err := net.Dial("tcp", "127.0.0.1:27833"); err == nil {
+		conn.Close()
+		t.Errorf("the forward to node 0 still listens after Close")
+	}
+}

@@ -1,0 +1,40 @@
+// Package cluster boots a whole Cairn cluster in qemu, the way an operator
+// would build one, for the end-to-end suites and for people
+// (cmd/launch-cluster): node 0 bootstraps, the owner takes ownership with
+// the real cairnctl, and every other node registers, is approved and
+// commits.
+//
+//	host (the caller's namespace)        │ network namespace (test/launch/netns)
+//	                                      │
+//	cairnctl --config <Dir>/cairnctl      │   br0 10.42.0.1, DHCP: node i ─▶ 10.42.0.(10+i)
+//	  --endpoint 127.0.0.1:<p> ─┐         │
+//	  --node-endpoint ID=...  ──┤ forwards│     node0 (bootstrap)  node1 ...  nodeN-1
+//	                            └─────────┼──▶  :7833 curator      :7833      (register,
+//	tests (gRPC clients) ─────────────────┼──▶  :7835 management   :7835       approve)
+//	                                      │
+//	<Dir>/                                │   each node: qemu (OVMF, UKI on its own disk),
+//	  nodeI.img      writable disk copy   │   swtpm with state in <Dir>/nodeI.tpm,
+//	  nodeI.tpm/     TPM state            │   node parameters through fw_cfg
+//	  params/        bootstrap, register  │
+//	  cairnctl/      owner key, cert, CA  │
+//
+// # Reaching the nodes
+//
+// Nodes live in a namespace without a route to the host. Each node's
+// curator (7833) and node management (7835) ports are forwarded from the
+// host's loopback, so cairnctl and tests run in the caller's namespace
+// like an operator's shell: --endpoint names a node's curator forward, and
+// one --node-endpoint ID=HOST:PORT per node tells cairnctl where the
+// management port of that node is, since the addresses the cluster knows
+// its nodes by (10.42.0.x) mean nothing outside the namespace. Cairnctl
+// and CommandLine add those flags.
+//
+// # Lifetime
+//
+// A node's disk and TPM state live in Dir, so a node survives its own
+// reboots (the guest reboots inside the same qemu), a hard kill
+// (Node.Kill, then Node.Boot again) and a power cycle of the whole cluster.
+// Close kills every node and removes the network; Dir stays for the caller
+// to inspect or remove. Node IDs are read from the consoles' enrolment
+// lines.
+package cluster

@@ -1,0 +1,227 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"cairn.dev/cairn/test/launch"
+)
+
+// Console lines of the enrolment contract that the harness waits for.
+const (
+	LineCuratorServing   = "roleserve: curator serving"
+	LineWaitingApproval  = "enrolment: waiting for approval as "
+	LineCommitted        = "enrolment: committed as "
+	LineJoined           = "enrolment: joined as "
+	LineBootstrapped     = "enrolment: bootstrapped cluster as "
+	LineConsensusRunning = "roleserve: consensus running"
+	LineLeads            = "curator: this node leads"
+)
+
+// Form brings the cluster up the way an operator does: it writes
+// bootstrap parameters with cairnctl (creating the owner key), boots node
+// 0 with them, takes ownership once its curator serves, writes register
+// parameters, boots every other node at the same moment, approves each as
+// it waits for approval, and waits until cairnctl lists every node UP.
+// It records the timings of each step (Phases).
+func (c *Cluster) Form(ctx context.Context) error {
+	start := time.Now()
+	if err := c.Bootstrap(ctx); err != nil {
+		return err
+	}
+	if err := c.TakeOwnership(ctx); err != nil {
+		return err
+	}
+	c.phase("launch → owner's first call (takeownership) done", time.Since(start))
+	var others []int
+	for i := 1; i < c.cfg.Nodes; i++ {
+		others = append(others, i)
+	}
+	if err := c.RegisterNodes(ctx, others...); err != nil {
+		return err
+	}
+	if err := c.WaitAllUp(ctx, 10*time.Minute); err != nil {
+		return err
+	}
+	d := time.Since(start)
+	c.phase(fmt.Sprintf("launch → all %d nodes UP", c.cfg.Nodes), d)
+	c.logf("cluster: all %d nodes UP, %.1f s after the first launch", c.cfg.Nodes, d.Seconds())
+	return nil
+}
+
+// BootstrapParams writes bootstrap parameters with cairnctl (which makes
+// the owner key in the config directory if there is none) and returns
+// them.
+func (c *Cluster) BootstrapParams(ctx context.Context) ([]byte, error) {
+	file := filepath.Join(c.cfg.Dir, "params", "bootstrap.pb")
+	_, err := c.run(ctx, []string{"--config", c.configDir, "params", "bootstrap", "--out", file,
+		"--storage-security", c.cfg.StorageSecurity, "--tpm", c.cfg.TPMMode})
+	if err != nil {
+		return nil, err
+	}
+	return os.ReadFile(file)
+}
+
+// Bootstrap boots node 0 with fresh bootstrap parameters and waits until
+// its curator serves.
+func (c *Cluster) Bootstrap(ctx context.Context) error {
+	params, err := c.BootstrapParams(ctx)
+	if err != nil {
+		return err
+	}
+	n := c.nodes[0]
+	c.logf("cluster: booting %s with bootstrap parameters", n.name)
+	vm, err := n.Boot(ctx, params)
+	if err != nil {
+		return err
+	}
+	l, err := n.WaitFor(ctx, 0, launch.Substring(LineCuratorServing))
+	if err != nil {
+		return fmt.Errorf("waiting for node 0 to serve: %w", err)
+	}
+	if _, err := n.WaitID(ctx); err != nil {
+		return err
+	}
+	c.phase("launch → node 0 curator serving", l.Time.Sub(vm.Started()))
+	return nil
+}
+
+// TakeOwnership runs cairnctl takeownership against node 0 until it
+// succeeds: the curator may serve a moment before it leads.
+func (c *Cluster) TakeOwnership(ctx context.Context) error {
+	start := time.Now()
+	attempts, err := retry(ctx, 3*time.Minute, func(ctx context.Context) error {
+		_, err := c.CairnctlVia(ctx, 0, "takeownership")
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("taking ownership: %w", err)
+	}
+	c.phase("takeownership (curator serving → owner certificate)", time.Since(start))
+	c.logf("cluster: took ownership in %.1f s (%d attempts); owner files in %s", time.Since(start).Seconds(), attempts, c.configDir)
+	return nil
+}
+
+// RegisterParams writes register parameters with cairnctl (ticket, CA and
+// cluster directory from the cluster) and returns them.
+func (c *Cluster) RegisterParams(ctx context.Context) ([]byte, error) {
+	file := filepath.Join(c.cfg.Dir, "params", "register.pb")
+	if _, err := retry(ctx, 2*time.Minute, func(ctx context.Context) error {
+		_, err := c.Cairnctl(ctx, "params", "register", "--out", file)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	return os.ReadFile(file)
+}
+
+// RegisterNodes boots the given nodes at the same moment with register
+// parameters, approves each as it waits for approval, and waits for each
+// to commit.
+func (c *Cluster) RegisterNodes(ctx context.Context, nodes ...int) error {
+	if len(nodes) == 0 {
+		return nil
+	}
+	params, err := c.RegisterParams(ctx)
+	if err != nil {
+		return err
+	}
+	var vms []*launch.Node
+	for _, i := range nodes {
+		vm, err := c.nodes[i].Boot(ctx, params)
+		if err != nil {
+			return err
+		}
+		vms = append(vms, vm)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(nodes))
+	for k, i := range nodes {
+		wg.Go(func() { errs[k] = c.approve(ctx, c.nodes[i], vms[k]) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// approve waits for n to wait for approval, approves it and waits for it
+// to commit.
+func (c *Cluster) approve(ctx context.Context, n *Node, vm *launch.Node) error {
+	if _, err := n.WaitFor(ctx, 0, launch.Substring(LineWaitingApproval)); err != nil {
+		return err
+	}
+	id, err := n.WaitID(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := retry(ctx, 2*time.Minute, func(ctx context.Context) error {
+		_, err := c.Cairnctl(ctx, "node", "approve", id)
+		return err
+	}); err != nil {
+		return fmt.Errorf("approving %s (%s): %w", n.name, id, err)
+	}
+	c.logf("cluster: approved %s (%s)", n.name, id)
+	l, err := n.WaitFor(ctx, 0, launch.Substring(LineCommitted))
+	if err != nil {
+		return err
+	}
+	c.phase(fmt.Sprintf("%s launch → committed", n.name), l.Time.Sub(vm.Started()))
+	return nil
+}
+
+// WaitAllUp polls cairnctl node list until it shows every node of the
+// cluster UP.
+func (c *Cluster) WaitAllUp(ctx context.Context, timeout time.Duration) error {
+	_, err := retry(ctx, timeout, func(ctx context.Context) error {
+		nodes, err := c.ListNodes(ctx)
+		if err != nil {
+			return err
+		}
+		up := map[string]bool{}
+		for _, n := range nodes {
+			up[n.ID] = n.State == "UP"
+		}
+		for _, n := range c.Nodes() {
+			if !up[n.ID()] {
+				return fmt.Errorf("%s (%s) is not UP in %+v: %w", n.name, n.ID(), nodes, errNotYet)
+			}
+		}
+		return nil
+	})
+	return err
+}
+
+// Milestone is a console line that ends a phase of a boot.
+type Milestone struct {
+	// Name names the phase that ends at the line.
+	Name string
+	// Line matches the line.
+	Line launch.Matcher
+}
+
+// Milestones returns, for each milestone found on vm's console from line
+// from on (in order, each after the previous one found), the time from
+// qemu's start to it on the host clock. Milestones that are missing are
+// returned in missing.
+func Milestones(vm *launch.Node, from int, ms []Milestone) (phases []launch.Phase, missing []string) {
+	lines := vm.Console().Lines()
+	at := from
+	for _, m := range ms {
+		found := false
+		for _, l := range lines[min(at, len(lines)):] {
+			if m.Line.MatchString(l.Text) {
+				phases = append(phases, launch.Phase{Name: m.Name, Duration: l.Time.Sub(vm.Started())})
+				at, found = l.Index, true
+				break
+			}
+		}
+		if !found {
+			missing = append(missing, m.Name)
+		}
+	}
+	return phases, missing
+}
