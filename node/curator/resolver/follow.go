@@ -1,0 +1,146 @@
+package resolver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"cairn.dev/cairn/pkg/event"
+	"cairn.dev/cairn/pkg/supervisor"
+	api "cairn.dev/cairn/proto/api"
+)
+
+// Run follows the leadership through one curator endpoint, taking each in
+// turn: it keeps a GetCurrentLeader stream open and tells every ClientConn
+// where the leader is. When the stream or the probe of the endpoint fails it
+// returns the error, and its supervisor runs it again on the next endpoint.
+// It waits while no endpoint is known.
+func (r *Resolver) Run(ctx context.Context) error {
+	ep, err := r.nextEndpoint(ctx)
+	if err != nil {
+		return err
+	}
+	conn, err := grpc.NewClient("passthrough:///"+ep, grpc.WithTransportCredentials(r.creds))
+	if err != nil {
+		return fmt.Errorf("when creating client for %s: %w", ep, err)
+	}
+	defer conn.Close()
+
+	sctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if err := supervisor.Run(ctx, "probe", r.probe(conn, cancel)); err != nil {
+		return fmt.Errorf("when starting probe: %w", err)
+	}
+	err = r.follow(ctx, sctx, conn)
+	if cause := context.Cause(sctx); cause != nil && ctx.Err() == nil && !errors.Is(cause, context.Canceled) {
+		err = cause
+	}
+	r.lostLeader()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return fmt.Errorf("following leadership through %s: %w", ep, err)
+}
+
+// follow reads the GetCurrentLeader stream of conn until it fails.
+func (r *Resolver) follow(ctx, sctx context.Context, conn *grpc.ClientConn) error {
+	stream, err := api.NewCuratorClient(conn).GetCurrentLeader(sctx, &api.GetCurrentLeaderRequest{})
+	if err != nil {
+		return fmt.Errorf("when opening stream: %w", err)
+	}
+	healthy := false
+	for {
+		msg, err := stream.Recv()
+		if err != nil {
+			return fmt.Errorf("when receiving: %w", err)
+		}
+		leader := leaderAddress(msg)
+		if !healthy {
+			supervisor.Signal(ctx, supervisor.SignalHealthy)
+			healthy = true
+		}
+		if leader != r.Leader() {
+			if leader == "" {
+				supervisor.Logger(ctx).Info("no curator leads right now")
+			} else {
+				supervisor.Logger(ctx).Infof("curator leader: %s (%s)", msg.GetLeaderNodeId(), leader)
+			}
+		}
+		r.setLeader(leader)
+	}
+}
+
+// leaderAddress is the leader's host:port, "" when none leads.
+func leaderAddress(msg *api.GetCurrentLeaderResponse) string {
+	if msg.GetLeaderNodeId() == "" || msg.GetLeaderHost() == "" {
+		return ""
+	}
+	port := int(msg.GetLeaderPort())
+	if port == 0 {
+		port = DefaultPort
+	}
+	return net.JoinHostPort(msg.GetLeaderHost(), strconv.Itoa(port))
+}
+
+// probe checks every probeInterval that the curator of conn still answers
+// (the first answer of a fresh GetCurrentLeader stream within
+// probeTimeout). When it does not, probe ends the session through fail and
+// waits to be cancelled with it.
+func (r *Resolver) probe(conn *grpc.ClientConn, fail context.CancelCauseFunc) supervisor.Runnable {
+	return func(ctx context.Context) error {
+		supervisor.Signal(ctx, supervisor.SignalHealthy)
+		t := time.NewTicker(r.probeInterval)
+		defer t.Stop()
+		for {
+			if err := r.probeOnce(ctx, conn); err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				fail(fmt.Errorf("curator did not answer the probe: %w", err))
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-t.C:
+			}
+		}
+	}
+}
+
+func (r *Resolver) probeOnce(ctx context.Context, conn *grpc.ClientConn) error {
+	ctx, cancel := context.WithTimeout(ctx, r.probeTimeout)
+	defer cancel()
+	stream, err := api.NewCuratorClient(conn).GetCurrentLeader(ctx, &api.GetCurrentLeaderRequest{})
+	if err != nil {
+		return err
+	}
+	_, err = stream.Recv()
+	return err
+}
+
+// nextEndpoint returns the endpoint to follow next, waiting while none is
+// known.
+func (r *Resolver) nextEndpoint(ctx context.Context) (string, error) {
+	w := r.known.Watch()
+	defer w.Close()
+	eps, err := w.Get(ctx, event.Filter(func(eps []string) bool { return len(eps) > 0 }))
+	if err != nil {
+		return "", fmt.Errorf("when waiting for a curator endpoint: %w", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	eps = r.endpointsLocked()
+	if len(eps) == 0 {
+		return "", errors.New("curator endpoints vanished")
+	}
+	i := r.next % len(eps)
+	r.next = i + 1
+	return eps[i], nil
+}

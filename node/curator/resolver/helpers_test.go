@@ -1,0 +1,195 @@
+package resolver
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"fmt"
+	"math/big"
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/rpc"
+	"cairn.dev/cairn/pkg/event"
+	"cairn.dev/cairn/pkg/event/memory"
+	"cairn.dev/cairn/pkg/supervisor"
+	api "cairn.dev/cairn/proto/api"
+)
+
+// testCA is a cluster CA minted with crypto/x509 alone.
+type testCA struct {
+	key  ed25519.PrivateKey
+	cert *x509.Certificate
+}
+
+func newTestCA(t testing.TB) *testCA {
+	t.Helper()
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "test CA"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testCA{key: key, cert: cert}
+}
+
+// node returns a node identity with a fresh key.
+func (ca *testCA) node(t testing.TB) *identity.Node {
+	t.Helper()
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := identity.NodeCertificateTemplate(pub)
+	tmpl.SerialNumber = big.NewInt(time.Now().UnixNano())
+	tmpl.NotBefore = time.Now().Add(-time.Hour)
+	tmpl.NotAfter = time.Now().Add(24 * time.Hour)
+	der, err := x509.CreateCertificate(rand.Reader, &tmpl, ca.cert, pub, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := identity.NewNode(key, der, ca.cert.Raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// fakeCurator answers GetCurrentLeader from a leadership shared by all
+// fake curators of a test, and Heartbeat with its own index as the
+// interval, so that a test sees which curator answered.
+type fakeCurator struct {
+	api.UnimplementedCuratorServer
+	index  int
+	node   *identity.Node
+	leader *memory.Value[int] // index of the leader, -1: none
+	all    []*fakeCurator
+	addr   string
+}
+
+func (f *fakeCurator) GetCurrentLeader(_ *api.GetCurrentLeaderRequest, srv api.Curator_GetCurrentLeaderServer) error {
+	w := f.leader.Watch()
+	defer w.Close()
+	for {
+		i, err := w.Get(srv.Context())
+		if err != nil {
+			return err
+		}
+		msg := &api.GetCurrentLeaderResponse{}
+		if i >= 0 {
+			l := f.all[i]
+			host, port, _ := net.SplitHostPort(l.addr)
+			p, _ := strconv.Atoi(port)
+			msg = &api.GetCurrentLeaderResponse{LeaderNodeId: l.node.ID(), LeaderHost: host, LeaderPort: int32(p)}
+		}
+		if err := srv.Send(msg); err != nil {
+			return err
+		}
+	}
+}
+
+func (f *fakeCurator) Heartbeat(context.Context, *api.HeartbeatRequest) (*api.HeartbeatResponse, error) {
+	return &api.HeartbeatResponse{IntervalMillis: int64(f.index)}, nil
+}
+
+// fakeCluster is n fake curators, each on a loopback port of its own,
+// served by a runnable that the test can stop and start.
+type fakeCluster struct {
+	curators []*fakeCurator
+	leader   memory.Value[int]
+	// up[i] says whether curator i should serve.
+	up []*memory.Value[bool]
+}
+
+func newFakeCluster(t testing.TB, ca *testCA, n int) *fakeCluster {
+	t.Helper()
+	c := &fakeCluster{}
+	for i := range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		f := &fakeCurator{index: i, node: ca.node(t), leader: &c.leader, addr: addr}
+		c.curators = append(c.curators, f)
+		up := &memory.Value[bool]{}
+		up.Set(true)
+		c.up = append(c.up, up)
+	}
+	for _, f := range c.curators {
+		f.all = c.curators
+	}
+	return c
+}
+
+// run serves every curator while its up value is true.
+func (c *fakeCluster) run(ctx context.Context) error {
+	for i, f := range c.curators {
+		if err := supervisor.Run(ctx, fmt.Sprintf("curator%d", i), c.serve(f, c.up[i])); err != nil {
+			return err
+		}
+	}
+	supervisor.Signal(ctx, supervisor.SignalHealthy)
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (c *fakeCluster) serve(f *fakeCurator, up *memory.Value[bool]) supervisor.Runnable {
+	return func(ctx context.Context) error {
+		w := up.Watch()
+		defer w.Close()
+		if _, err := w.Get(ctx, event.Filter(func(b bool) bool { return b })); err != nil {
+			return err
+		}
+		lis, err := net.Listen("tcp", f.addr)
+		if err != nil {
+			return err
+		}
+		srv := rpc.NewServer(f.node)
+		api.RegisterCuratorServer(srv, f)
+		sctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		supervisor.Signal(ctx, supervisor.SignalHealthy)
+		if err := supervisor.Run(ctx, "down", func(ctx context.Context) error {
+			supervisor.Signal(ctx, supervisor.SignalHealthy)
+			_, err := w.Get(ctx, event.Filter(func(b bool) bool { return !b }))
+			cancel()
+			return err
+		}); err != nil {
+			return err
+		}
+		if err := srv.Serve(sctx, lis); err != nil {
+			return err
+		}
+		return fmt.Errorf("stopped serving")
+	}
+}
+
+func (c *fakeCluster) addrs() []string {
+	var a []string
+	for _, f := range c.curators {
+		a = append(a, f.addr)
+	}
+	return a
+}
