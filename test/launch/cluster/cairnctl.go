@@ -13,7 +13,7 @@ import (
 )
 
 // Cairnctl runs cairnctl as the owner against the cluster, through the
-// curator of the first running node, and returns its standard output. The
+// curator of the first running node (then the others), and returns its standard output. The
 // error carries its standard error.
 func (c *Cluster) Cairnctl(ctx context.Context, args ...string) ([]byte, error) {
 	via := 0
@@ -26,15 +26,21 @@ func (c *Cluster) Cairnctl(ctx context.Context, args ...string) ([]byte, error) 
 	return c.CairnctlVia(ctx, via, args...)
 }
 
-// CairnctlVia is Cairnctl through the curator of node i.
+// CairnctlVia is Cairnctl through the curator of node i first.
 func (c *Cluster) CairnctlVia(ctx context.Context, i int, args ...string) ([]byte, error) {
 	return c.run(ctx, append(c.globalFlags(i), args...))
 }
 
-// globalFlags are the flags that point cairnctl at the cluster through
-// node i's curator, and at every node's management port.
+// globalFlags are the flags that point cairnctl at the cluster: every
+// node's curator forward as an endpoint, node i's first (cairnctl tries
+// them in turn), and every known node's management forward.
 func (c *Cluster) globalFlags(i int) []string {
 	flags := []string{"--config", c.configDir, "--endpoint", c.nodes[i].curatorAddr}
+	for _, n := range c.Nodes() {
+		if n.index != i {
+			flags = append(flags, "--endpoint", n.curatorAddr)
+		}
+	}
 	for _, n := range c.nodes {
 		if id := n.ID(); id != "" {
 			flags = append(flags, "--node-endpoint", id+"="+n.managementAddr)
@@ -55,15 +61,30 @@ func (c *Cluster) run(ctx context.Context, args []string) ([]byte, error) {
 }
 
 // CommandLine returns the shell command line that runs cairnctl with args
-// against the cluster, through node 0's curator, for people to copy.
+// against the cluster, for people to copy. It relies on the endpoints
+// that takeownership and StoreNodeEndpoints keep in the config directory.
 func (c *Cluster) CommandLine(args ...string) string {
-	all := append([]string{c.cfg.Cairnctl}, c.globalFlags(0)...)
-	all = append(all, args...)
+	all := append([]string{c.cfg.Cairnctl, "--config", c.configDir}, args...)
 	quoted := make([]string, len(all))
 	for i, a := range all {
 		quoted[i] = shellQuote(a)
 	}
 	return strings.Join(quoted, " ")
+}
+
+// StoreNodeEndpoints stores the management forward of every node whose ID
+// is known in cairnctl's config directory (cairnctl config
+// set-node-endpoint), so that command lines without --node-endpoint reach
+// the nodes.
+func (c *Cluster) StoreNodeEndpoints(ctx context.Context) error {
+	for _, n := range c.nodes {
+		if id := n.ID(); id != "" {
+			if _, err := c.run(ctx, []string{"--config", c.configDir, "config", "set-node-endpoint", id, n.managementAddr}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // shellQuote quotes s for a POSIX shell where it needs it.

@@ -149,8 +149,12 @@ func TestNewForwardsEveryNode(t *testing.T) {
 		}
 	}
 	line := c.CommandLine("node", "list")
-	if !strings.Contains(line, "--config "+filepath.Join(dir, "cairnctl")+" --endpoint 127.0.0.1:27833 node list") {
-		t.Errorf("CommandLine = %q, want the config dir and node 0's curator forward", line)
+	if !strings.Contains(line, "--config "+filepath.Join(dir, "cairnctl")+" node list") {
+		t.Errorf("CommandLine = %q, want the config dir and the command", line)
+	}
+	flags := strings.Join(c.globalFlags(1), " ")
+	if !strings.Contains(flags, "--endpoint 127.0.0.1:27933 --endpoint 127.0.0.1:27833") || strings.Contains(flags, "28033") {
+		t.Errorf("flags through node 1 = %q, want node 1's curator first, then node 0's, and no spare node's", flags)
 	}
 	if err := c.Close(); err != nil {
 		t.Errorf("Close: %v", err)
