@@ -1,9 +1,21 @@
-// Command launch-cluster boots a local Cairn node in qemu for people, the
-// way `make cluster` runs it: the node's serial console streams to standard
-// output until Ctrl-C, which presses the node's power button and waits for
-// it to power off (a second Ctrl-C, or a timeout, kills it instead).
+// Command launch-cluster boots a local Cairn cluster of N nodes in qemu for
+// people, the way `make cluster` runs it, and keeps it up until Ctrl-C.
 //
-// For now it boots a single node; the qemu work is test/launch's.
+//	launch-cluster -n 3 -image out/cairn.img -cairnctl out/cairnctl
+//	    │
+//	    ├─ cairnctl params bootstrap ─▶ node0 (fw_cfg) ─▶ curator serving
+//	    ├─ cairnctl takeownership   (owner key and certificate in -dir)
+//	    ├─ cairnctl params register ─▶ node1..N-1 ─▶ waiting for approval
+//	    ├─ cairnctl node approve    ─▶ committed, UP
+//	    └─ prints the cairnctl command lines that reach the cluster,
+//	       then waits; Ctrl-C powers every node down (again: kills them)
+//
+// The nodes run in a network namespace of their own (test/launch/netns);
+// node i's curator and management ports are forwarded to the host's
+// 127.0.0.1 at -port-base + 100*i + 33 and + 35, so with the default base
+// node 0 answers at the standard ports 7833 and 7835. Each node keeps its
+// disk and TPM state in -dir, which a new run starts afresh. The cluster
+// work is test/launch/cluster's.
 package main
 
 import (
@@ -13,90 +25,169 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"sync"
 	"syscall"
+	"text/tabwriter"
 	"time"
 
-	"cairn.dev/cairn/test/launch"
+	"cairn.dev/cairn/test/launch/cluster"
 )
 
+// dirMarker marks a directory as launch-cluster's, which a new run may
+// empty.
+const dirMarker = ".launch-cluster"
+
 func main() {
-	image := flag.String("image", "out/cairn.img", "raw disk image to boot (never modified)")
-	memory := flag.Int("memory", 2048, "memory of the node in MiB")
-	cpus := flag.Int("cpus", 2, "virtual CPUs of the node")
-	tpm := flag.Bool("tpm", true, "give the node a TPM 2.0 (swtpm)")
-	grace := flag.Duration("shutdown-timeout", 2*time.Minute, "how long to wait for a clean power-off before killing the node")
+	nodes := flag.Int("n", 3, "number of nodes")
+	image := flag.String("image", "out/cairn.img", "raw disk image every node boots a copy of (never modified)")
+	cairnctl := flag.String("cairnctl", "out/cairnctl", "cairnctl binary to form the cluster with")
+	dir := flag.String("dir", "out/cluster", "directory for the nodes' disks, TPM states, consoles and cairnctl's config (emptied at start)")
+	memory := flag.Int("memory", 2048, "memory of each node in MiB")
+	cpus := flag.Int("cpus", 1, "virtual CPUs of each node")
+	tpm := flag.Bool("tpm", true, "give every node a TPM 2.0 (swtpm)")
+	storage := flag.String("storage-security", "encrypted", "storage security of the cluster: encrypted or insecure")
+	portBase := flag.Int("port-base", 7800, "node i's ports 7833 and 7835 are forwarded from 127.0.0.1:(base+100*i+33|35)")
+	console := flag.Bool("console", false, "copy every node's serial console to standard output, prefixed with its name")
+	grace := flag.Duration("shutdown-timeout", 2*time.Minute, "how long to wait for the nodes to power off before killing them")
 	flag.Parse()
 
-	cfg := launch.Config{Name: "node0", Image: *image, MemoryMiB: *memory, CPUs: *cpus}
-	if err := run(cfg, *tpm, *grace); err != nil {
+	cfg := cluster.Config{
+		Nodes:           *nodes,
+		Image:           *image,
+		Cairnctl:        *cairnctl,
+		Dir:             *dir,
+		MemoryMiB:       *memory,
+		CPUs:            *cpus,
+		TPM:             *tpm,
+		StorageSecurity: *storage,
+		HostPortBase:    *portBase,
+		Logf:            say,
+	}
+	if *console {
+		cfg.Console = os.Stdout
+	}
+	if err := run(cfg, *grace); err != nil {
 		fmt.Fprintf(os.Stderr, "launch-cluster: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-// run boots the node and follows it until it powers off or the user stops
-// it.
-func run(cfg launch.Config, tpm bool, grace time.Duration) error {
+// run forms the cluster, prints how to reach it and keeps it up until an
+// interrupt.
+func run(cfg cluster.Config, grace time.Duration) error {
+	for _, f := range []string{cfg.Image, cfg.Cairnctl} {
+		if _, err := os.Stat(f); err != nil {
+			return fmt.Errorf("%w (make image cairnctl builds both)", err)
+		}
+	}
+	if err := freshDir(cfg.Dir); err != nil {
+		return err
+	}
 	interrupted, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	opts := []launch.Option{launch.WithConsoleCopy(os.Stdout)}
-	if tpm {
-		opts = append(opts, launch.WithTPM())
-	}
-	n, err := launch.Launch(interrupted, cfg, opts...)
+	c, err := cluster.New(cfg)
 	if err != nil {
 		return err
 	}
-	defer n.Close()
-	say("node %s is booting from %s (console below; Ctrl-C powers it down)", cfg.Name, cfg.Image)
-
-	select {
-	case <-n.Done():
-		return n.Wait(context.Background())
-	case <-interrupted.Done():
+	defer c.Close()
+	say("forming a cluster of %d nodes (consoles in %s; Ctrl-C powers it down)", cfg.Nodes, c.Config().ConsoleDir)
+	formErr := c.Form(interrupted)
+	if formErr != nil {
+		say("the cluster did not form: %v", formErr)
+		say("the nodes stay up for a look at their consoles; Ctrl-C powers them down")
+	} else {
+		printPhases(c)
+		printCommands(interrupted, c)
 	}
-	return powerdown(n, grace)
+	<-interrupted.Done()
+	stop()
+	return errors.Join(formErr, powerdown(c, grace))
 }
 
-// powerdown presses the node's power button and waits for qemu to exit,
-// killing it after grace or on a second interrupt.
-func powerdown(n *launch.Node, grace time.Duration) error {
-	again, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	say("powering node %s down (up to %v; Ctrl-C again kills it)", n.Name(), grace)
-
-	ctx, cancel := context.WithTimeout(again, grace)
-	defer cancel()
-	err := n.Powerdown(ctx)
-	if err == nil {
-		err = n.Wait(ctx)
-	}
+// freshDir empties dir if an earlier run made it, and marks it as ours.
+// It refuses a directory that holds anything else.
+func freshDir(dir string) error {
+	entries, err := os.ReadDir(dir)
 	switch {
-	case err == nil:
-		say("node %s powered off", n.Name())
-		return nil
-	case errors.Is(err, context.DeadlineExceeded):
-		err = fmt.Errorf("node %s did not power off within %v", n.Name(), grace)
-	case again.Err() != nil:
-		err = fmt.Errorf("interrupted again while node %s powered down", n.Name())
-	default:
-		select {
-		case <-n.Done():
-			// qemu exited, but not cleanly.
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return err
+	case len(entries) > 0:
+		if _, err := os.Stat(filepath.Join(dir, dirMarker)); err != nil {
+			return fmt.Errorf("%s is not empty and was not made by launch-cluster: choose another -dir", dir)
+		}
+		if err := os.RemoveAll(dir); err != nil {
 			return err
-		default:
 		}
 	}
-	// An unclean end: kill the node, and say so in the exit status.
-	if cerr := n.Close(); cerr != nil {
-		return errors.Join(err, cerr)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
 	}
-	return fmt.Errorf("%w; killed it", err)
+	return os.WriteFile(filepath.Join(dir, dirMarker), nil, 0o644)
 }
 
-// say tells the person at the terminal what happens, apart from the
-// node's console.
+// printPhases prints how long forming the cluster took.
+func printPhases(c *cluster.Cluster) {
+	w := tabwriter.NewWriter(os.Stderr, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(w, "  phase\tseconds\n")
+	for _, p := range c.Phases() {
+		fmt.Fprintf(w, "  %s\t%7.1f\n", p.Name, p.Duration.Seconds())
+	}
+	w.Flush()
+}
+
+// printCommands prints cairnctl command lines that work against the
+// cluster from a shell of this machine.
+func printCommands(ctx context.Context, c *cluster.Cluster) {
+	line := c.CommandLine
+	if err := c.StoreNodeEndpoints(ctx); err != nil {
+		say("could not store the node endpoints in cairnctl's config (%v); the lines below spell them out", err)
+		line = c.FullCommandLine
+	}
+	id0, id1 := c.Node(0).ID(), c.Node(min(1, len(c.Nodes())-1)).ID()
+	fmt.Fprintf(os.Stderr, "\nThe cluster is up. Nodes:\n")
+	for _, n := range c.Nodes() {
+		fmt.Fprintf(os.Stderr, "  %s  %s  %s  curator %s  management %s\n", n.Name(), n.ID(), n.IP(), n.CuratorAddr(), n.ManagementAddr())
+	}
+	fmt.Fprintf(os.Stderr, "\ncairnctl as the owner:\n")
+	for _, args := range [][]string{
+		{"cluster", "info"},
+		{"node", "list"},
+		{"node", "describe", id0},
+		{"logs", id0, "-f"},
+		{"node", "add-role", id1, "ConsensusMember"},
+		{"node", "remove-role", id1, "ConsensusMember"},
+		{"node", "reboot", id1},
+		{"params", "register", "--out", filepath.Join(c.Config().Dir, "params", "register.pb")},
+	} {
+		fmt.Fprintf(os.Stderr, "  %s\n", line(args...))
+	}
+	fmt.Fprintf(os.Stderr, "\nCtrl-C powers the cluster down.\n")
+}
+
+// powerdown presses every node's power button at once and waits for them
+// to power off; nodes still running after grace, or at a second
+// interrupt, are killed, and the error says so.
+func powerdown(c *cluster.Cluster, grace time.Duration) error {
+	again, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	say("powering the cluster down (up to %v; Ctrl-C again kills it)", grace)
+	var wg sync.WaitGroup
+	errs := make([]error, len(c.Nodes()))
+	for i, n := range c.Nodes() {
+		wg.Go(func() {
+			if errs[i] = n.PowerOff(again, grace); errs[i] == nil && n.VM() != nil {
+				say("%s powered off", n.Name())
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// say tells the person at the terminal what happens.
 func say(format string, args ...any) {
-	fmt.Fprintf(os.Stderr, "launch-cluster: "+format+"\n", args...)
+	fmt.Fprintf(os.Stderr, "%s launch-cluster: "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
 }

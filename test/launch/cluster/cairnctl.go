@@ -72,6 +72,17 @@ func (c *Cluster) CommandLine(args ...string) string {
 	return strings.Join(quoted, " ")
 }
 
+// FullCommandLine is CommandLine with every endpoint flag spelt out, for
+// when the config directory does not hold the node endpoints.
+func (c *Cluster) FullCommandLine(args ...string) string {
+	all := append(append([]string{c.cfg.Cairnctl}, c.globalFlags(0)...), args...)
+	quoted := make([]string, len(all))
+	for i, a := range all {
+		quoted[i] = shellQuote(a)
+	}
+	return strings.Join(quoted, " ")
+}
+
 // StoreNodeEndpoints stores the management forward of every node whose ID
 // is known in cairnctl's config directory (cairnctl config
 // set-node-endpoint), so that command lines without --node-endpoint reach
