@@ -83,19 +83,27 @@ func (c *Cluster) FullCommandLine(args ...string) string {
 	return strings.Join(quoted, " ")
 }
 
-// StoreNodeEndpoints stores the management forward of every node whose ID
-// is known in cairnctl's config directory (cairnctl config
-// set-node-endpoint), so that command lines without --node-endpoint reach
-// the nodes.
+// StoreNodeEndpoints stores every node's curator forward as cairnctl's
+// endpoints (cairnctl config set-endpoints) and the management forward of
+// every node whose ID is known (cairnctl config set-node-endpoint), so
+// that command lines without endpoint flags reach the nodes.
 func (c *Cluster) StoreNodeEndpoints(ctx context.Context) error {
+	config := []string{"--config", c.configDir, "config"}
+	endpoints := append(config, "set-endpoints")
+	nodeEndpoints := append(append([]string(nil), config...), "set-node-endpoint")
+	for _, n := range c.Nodes() {
+		endpoints = append(endpoints, n.curatorAddr)
+	}
 	for _, n := range c.nodes {
 		if id := n.ID(); id != "" {
-			if _, err := c.run(ctx, []string{"--config", c.configDir, "config", "set-node-endpoint", id, n.managementAddr}); err != nil {
-				return err
-			}
+			nodeEndpoints = append(nodeEndpoints, id+"="+n.managementAddr)
 		}
 	}
-	return nil
+	if _, err := c.run(ctx, endpoints); err != nil {
+		return err
+	}
+	_, err := c.run(ctx, nodeEndpoints)
+	return err
 }
 
 // shellQuote quotes s for a POSIX shell where it needs it.
