@@ -1,0 +1,206 @@
+package main
+
+import (
+	"crypto/ed25519"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
+
+	"cairn.dev/cairn/proto/api"
+)
+
+func TestDefaultConfigDir(t *testing.T) {
+	tmp := t.TempDir()
+	for _, tc := range []struct {
+		name, xdg, home, want string
+	}{
+		{"xdg", filepath.Join(tmp, "xdg"), filepath.Join(tmp, "home"), filepath.Join(tmp, "xdg", "cairnctl")},
+		{"home", "", filepath.Join(tmp, "home"), filepath.Join(tmp, "home", ".config", "cairnctl")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("XDG_CONFIG_HOME", tc.xdg)
+			t.Setenv("HOME", tc.home)
+			var v configView
+			if err := json.Unmarshal([]byte(mustRun(t, "", "config", "show", "-o", "json")), &v); err != nil {
+				t.Fatalf("config show -o json: %v", err)
+			}
+			if v.Dir != tc.want {
+				t.Errorf("config dir with XDG_CONFIG_HOME=%q HOME=%q = %q, want %q", tc.xdg, tc.home, v.Dir, tc.want)
+			}
+		})
+	}
+}
+
+// readParams reads the parameters a params command wrote to a file.
+func readParams(t *testing.T, data []byte) *api.NodeParameters {
+	t.Helper()
+	p := &api.NodeParameters{}
+	if err := proto.Unmarshal(data, p); err != nil {
+		t.Fatalf("parameters do not parse: %v", err)
+	}
+	return p
+}
+
+func TestParamsBootstrapOut(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cfg")
+	out := filepath.Join(t.TempDir(), "params.pb")
+	stdout := mustRun(t, dir, "params", "bootstrap", "--out", out)
+	if !strings.Contains(stdout, "Created owner key") {
+		t.Errorf("first params bootstrap printed %q, want it to say it created the owner key", stdout)
+	}
+	st, err := os.Stat(filepath.Join(dir, ownerKeyFile))
+	if err != nil {
+		t.Fatalf("owner key: %v", err)
+	}
+	if st.Mode().Perm() != 0o600 {
+		t.Errorf("owner key mode = %v, want 0600", st.Mode().Perm())
+	}
+	key, err := readOwnerKey(dir)
+	if err != nil {
+		t.Fatalf("readOwnerKey: %v", err)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &api.NodeParameters{Cluster: &api.NodeParameters_ClusterBootstrap_{
+		ClusterBootstrap: &api.NodeParameters_ClusterBootstrap{
+			OwnerPublicKey: key.Public().(ed25519.PublicKey),
+			InitialClusterConfiguration: &api.ClusterConfiguration{
+				StorageSecurityPolicy: api.StorageSecurityPolicy_STORAGE_SECURITY_POLICY_ENCRYPTED,
+				TpmMode:               api.TPMMode_TPM_MODE_REQUIRED,
+			},
+		},
+	}}
+	if diff := cmp.Diff(want, readParams(t, data), protocmp.Transform()); diff != "" {
+		t.Errorf("bootstrap parameters with defaults (-want +got):\n%s", diff)
+	}
+
+	// A second run keeps the key.
+	stdout = mustRun(t, dir, "params", "bootstrap", "--out", out, "--storage-security", "INSECURE", "--tpm", "disabled")
+	if strings.Contains(stdout, "Created owner key") {
+		t.Errorf("second params bootstrap printed %q, want it to reuse the key", stdout)
+	}
+	again, err := readOwnerKey(dir)
+	if err != nil || !again.Equal(key) {
+		t.Errorf("owner key after a second params bootstrap changed (err %v)", err)
+	}
+	data, err = os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := readParams(t, data).GetClusterBootstrap().GetInitialClusterConfiguration()
+	if cc.GetStorageSecurityPolicy() != api.StorageSecurityPolicy_STORAGE_SECURITY_POLICY_INSECURE ||
+		cc.GetTpmMode() != api.TPMMode_TPM_MODE_DISABLED {
+		t.Errorf("configuration with --storage-security INSECURE --tpm disabled = %v", cc)
+	}
+}
+
+// TestFlagErrors runs command lines that must fail before reaching any
+// cluster, each with an error that names the problem.
+func TestFlagErrors(t *testing.T) {
+	dir := t.TempDir()
+	id := "cairn-0123456789abcdef"
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"params", "bootstrap"}, "image"},
+		{[]string{"params", "bootstrap", "--image", "a", "--out", "b"}, "none of the others"},
+		{[]string{"params", "bootstrap", "--out", "x", "--storage-security", "weak"}, `--storage-security "weak"`},
+		{[]string{"params", "bootstrap", "--out", "x", "--tpm", "maybe"}, `--tpm "maybe"`},
+		{[]string{"-o", "yaml", "node", "list"}, `-o "yaml"`},
+		{[]string{"--timeout", "0s", "node", "list"}, "--timeout"},
+		{[]string{"--endpoint", "nohost", "node", "list"}, "HOST:PORT"},
+		{[]string{"--endpoint", "host:0", "node", "list"}, "port"},
+		{[]string{"--node-endpoint", "host:7835", "node", "list"}, "ID=HOST:PORT"},
+		{[]string{"--node-endpoint", "node1=host:7835", "node", "list"}, "not a node ID"},
+		{[]string{"node", "approve", "node1"}, "not a node ID"},
+		{[]string{"node", "approve"}, "takes 1 argument(s), ID"},
+		{[]string{"node", "add-role", id, "Janitor"}, `unknown role "Janitor"`},
+		{[]string{"node", "add-role", id}, "ID ROLE"},
+		{[]string{"logs", id, "--backlog", "-2"}, "--backlog"},
+		{[]string{"logs", id, "--min-severity", "loud"}, "--min-severity"},
+		{[]string{"node", "list"}, "params bootstrap"},
+		{[]string{"takeownership"}, "params bootstrap"},
+	} {
+		_, err := run(t, dir, tc.args...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("cairnctl %s = %v, want an error containing %q", strings.Join(tc.args, " "), err, tc.want)
+		}
+	}
+}
+
+func TestNoOwnerCertificate(t *testing.T) {
+	dir := t.TempDir()
+	mustRun(t, dir, "params", "bootstrap", "--out", filepath.Join(dir, "p.pb"))
+	for _, args := range [][]string{
+		{"node", "list"},
+		{"cluster", "info"},
+		{"params", "register", "--out", filepath.Join(dir, "r.pb")},
+		{"logs", "cairn-0123456789abcdef"},
+	} {
+		_, err := run(t, dir, args...)
+		if err == nil || !strings.Contains(err.Error(), "run `cairnctl --endpoint HOST:PORT takeownership` first") {
+			t.Errorf("cairnctl %s before takeownership = %v, want it to say to take ownership", strings.Join(args, " "), err)
+		}
+	}
+	if _, err := run(t, dir, "takeownership"); err == nil || !strings.Contains(err.Error(), "--endpoint") {
+		t.Errorf("takeownership without endpoints = %v, want it to ask for --endpoint", err)
+	}
+}
+
+func TestRoleUpdate(t *testing.T) {
+	yes, no := true, false
+	for _, tc := range []struct {
+		role string
+		add  bool
+		want *api.UpdateNodeRolesRequest
+	}{
+		{"ConsensusMember", true, &api.UpdateNodeRolesRequest{NodeId: "n", ConsensusMember: &yes}},
+		{"consensusmember", false, &api.UpdateNodeRolesRequest{NodeId: "n", ConsensusMember: &no}},
+		{"KUBERNETESCONTROLLER", true, &api.UpdateNodeRolesRequest{NodeId: "n", KubernetesController: &yes}},
+		{"kubernetesWorker", false, &api.UpdateNodeRolesRequest{NodeId: "n", KubernetesWorker: &no}},
+	} {
+		got, err := roleUpdate("n", tc.role, tc.add)
+		if err != nil {
+			t.Errorf("roleUpdate(%q, %t): %v", tc.role, tc.add, err)
+			continue
+		}
+		if diff := cmp.Diff(tc.want, got, protocmp.Transform()); diff != "" {
+			t.Errorf("roleUpdate(%q, %t) (-want +got):\n%s", tc.role, tc.add, diff)
+		}
+	}
+	if _, err := roleUpdate("n", "Consensus", true); err == nil {
+		t.Error(`roleUpdate("Consensus") succeeded, want an error`)
+	}
+}
+
+func TestNodeEndpointSettings(t *testing.T) {
+	dir := t.TempDir()
+	mustRun(t, dir, "config", "set-node-endpoint", "cairn-0123456789abcdef=127.0.0.1:17835", "cairn-fedcba9876543210=[::1]:7835")
+	mustRun(t, dir, "config", "unset-node-endpoint", "cairn-fedcba9876543210")
+	mustRun(t, dir, "config", "set-endpoints", "127.0.0.1:17833", "10.0.0.1:7833")
+	var v configView
+	if err := json.Unmarshal([]byte(mustRun(t, dir, "-o", "json", "config", "show")), &v); err != nil {
+		t.Fatal(err)
+	}
+	want := configView{
+		Dir:           dir,
+		Endpoints:     []string{"127.0.0.1:17833", "10.0.0.1:7833"},
+		NodeEndpoints: map[string]string{"cairn-0123456789abcdef": "127.0.0.1:17835"},
+	}
+	if diff := cmp.Diff(want, v, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("config show after changes (-want +got):\n%s", diff)
+	}
+	if _, err := run(t, dir, "config", "set-node-endpoint", "cairn-0123456789abcdef"); err == nil {
+		t.Error("config set-node-endpoint without =HOST:PORT succeeded, want an error")
+	}
+}

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+
+	"cairn.dev/cairn/proto/api"
+)
+
+// clusterView is GetClusterInfo as cairnctl prints it.
+type clusterView struct {
+	// CAFingerprint is the SHA-256 of the cluster CA certificate, hex.
+	CAFingerprint string `json:"ca_fingerprint"`
+	// StorageSecurity is "encrypted" or "insecure".
+	StorageSecurity string `json:"storage_security"`
+	// TPM is "required", "best-effort" or "disabled".
+	TPM string `json:"tpm"`
+	// Directory lists the curators.
+	Directory []directoryEntry `json:"directory"`
+}
+
+// directoryEntry is one curator of the cluster directory.
+type directoryEntry struct {
+	ID        string   `json:"id"`
+	Addresses []string `json:"addresses"`
+}
+
+func newClusterCommand(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "cluster",
+		Short: "Look at the cluster as a whole",
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "info",
+		Short: "Show the cluster's CA, configuration and curators",
+		Args:  cobra.NoArgs,
+		RunE:  a.ownerRun(func(ctx context.Context, o *owner, _ []string) error { return a.clusterInfo(ctx, o) }),
+	})
+	return cmd
+}
+
+func (a *app) clusterInfo(ctx context.Context, o *owner) error {
+	var info *api.GetClusterInfoResponse
+	err := o.curator(ctx, "getting cluster info", func(conn *grpc.ClientConn) error {
+		var err error
+		info, err = api.NewManagementClient(conn).GetClusterInfo(ctx, &api.GetClusterInfoRequest{})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	v := clusterView{
+		CAFingerprint:   fingerprint(info.GetCaCertificate()),
+		StorageSecurity: storageName(info.GetClusterConfiguration().GetStorageSecurityPolicy()),
+		TPM:             tpmName(info.GetClusterConfiguration().GetTpmMode()),
+		Directory:       []directoryEntry{},
+	}
+	for _, n := range info.GetClusterDirectory().GetNodes() {
+		e := directoryEntry{ID: n.GetId(), Addresses: []string{}}
+		for _, addr := range n.GetAddresses() {
+			e.Addresses = append(e.Addresses, addr.GetHost())
+		}
+		v.Directory = append(v.Directory, e)
+	}
+	if a.output == outputJSON {
+		return writeJSON(a.out, v)
+	}
+	tw := tabwriter.NewWriter(a.out, 0, 8, 2, ' ', 0)
+	fmt.Fprintf(tw, "CA fingerprint:\tSHA256:%s\n", v.CAFingerprint)
+	fmt.Fprintf(tw, "Storage security:\t%s\n", v.StorageSecurity)
+	fmt.Fprintf(tw, "TPM:\t%s\n", v.TPM)
+	fmt.Fprintf(tw, "Curators:\t%d\n", len(v.Directory))
+	for _, e := range v.Directory {
+		fmt.Fprintf(tw, "  %s\t%s\n", e.ID, dash(strings.Join(e.Addresses, ", ")))
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("when writing cluster info: %w", err)
+	}
+	return nil
+}

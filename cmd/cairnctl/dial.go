@@ -1,0 +1,174 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+
+	"cairn.dev/cairn/node/rpc"
+	"cairn.dev/cairn/proto/api"
+)
+
+// nodeManagementPort is where every node serves NodeManagement.
+const nodeManagementPort = 7835
+
+// owner is what an owner call needs: the credentials from the
+// configuration directory and where to dial.
+type owner struct {
+	dir      string
+	settings *settings
+	creds    credentials.TransportCredentials
+	caDER    []byte
+	// endpoints are the curators to try, in order.
+	endpoints []string
+}
+
+// owner loads the owner's credentials and the endpoints to dial. Without
+// an owner certificate it says to take ownership first.
+func (a *app) owner() (*owner, error) {
+	dir, err := a.dir()
+	if err != nil {
+		return nil, err
+	}
+	key, err := readOwnerKey(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("no owner key in %s: create one with `cairnctl params bootstrap`, then take ownership with `cairnctl --endpoint HOST:PORT takeownership`: %w", dir, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	cert, err := readCertificate(dir, ownerCertFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("no owner certificate in %s yet: run `cairnctl --endpoint HOST:PORT takeownership` first: %w", dir, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	ca, err := readCertificate(dir, caCertFile)
+	if err != nil {
+		return nil, fmt.Errorf("owner certificate without CA in %s (run takeownership again): %w", dir, err)
+	}
+	creds, err := rpc.OwnerCredentials(key, cert, ca)
+	if err != nil {
+		return nil, fmt.Errorf("with the credentials in %s: %w", dir, err)
+	}
+	s, err := readSettings(dir)
+	if err != nil {
+		return nil, err
+	}
+	o := &owner{dir: dir, settings: s, creds: creds, caDER: ca, endpoints: a.endpoints}
+	if len(o.endpoints) == 0 {
+		o.endpoints = s.Endpoints
+	}
+	if len(o.endpoints) == 0 {
+		return nil, fmt.Errorf("no curator endpoint: give --endpoint HOST:PORT (none is stored in %s)", dir)
+	}
+	return o, nil
+}
+
+// curator runs f on a connection to each curator endpoint in turn until
+// one answers: only an endpoint that cannot be reached (Unavailable) makes
+// it try the next. what names the operation for errors ("listing nodes").
+func (o *owner) curator(ctx context.Context, what string, f func(conn *grpc.ClientConn) error) error {
+	var errs []error
+	for _, ep := range o.endpoints {
+		err := dialDo(ep, o.creds, f)
+		if err == nil {
+			return nil
+		}
+		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
+			return explain(what, ep, err)
+		}
+		errs = append(errs, explain(what, ep, err))
+	}
+	if len(errs) == 1 {
+		return errs[0]
+	}
+	return fmt.Errorf("when %s: no curator answered: %w", what, errors.Join(errs...))
+}
+
+// dialDo connects to endpoint, runs f and closes the connection.
+func dialDo(endpoint string, creds credentials.TransportCredentials, f func(conn *grpc.ClientConn) error) error {
+	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return fmt.Errorf("when connecting to %s: %w", endpoint, err)
+	}
+	defer conn.Close()
+	return f(conn)
+}
+
+// explain wraps an error of a call to endpoint with what cairnctl was
+// doing and what the gRPC status means for the operator.
+func explain(what, endpoint string, err error) error {
+	var hint string
+	switch status.Code(err) {
+	case codes.Unavailable:
+		hint = "cannot reach " + endpoint
+	case codes.DeadlineExceeded:
+		hint = endpoint + " did not answer in time (see --timeout)"
+	case codes.PermissionDenied:
+		hint = endpoint + " refused the call (permission denied)"
+	case codes.Unauthenticated:
+		hint = endpoint + " did not accept our credentials (unauthenticated)"
+	case codes.NotFound:
+		hint = endpoint + " found no such object"
+	case codes.FailedPrecondition:
+		hint = endpoint + " refused in this state"
+	case codes.InvalidArgument:
+		hint = endpoint + " rejected the request as invalid"
+	case codes.Unimplemented:
+		hint = endpoint + " does not serve this call"
+	default:
+		hint = "call to " + endpoint + " failed"
+	}
+	return fmt.Errorf("when %s: %s: %w", what, hint, err)
+}
+
+// nodeEndpoint finds where to dial the management port of node id:
+// --node-endpoint, then the stored node endpoints, then the address the
+// node reports in its status.
+func (a *app) nodeEndpoint(ctx context.Context, o *owner, id string) (string, error) {
+	flags, err := parseNodeEndpoints(a.nodeEndpoints)
+	if err != nil {
+		return "", err
+	}
+	if ep, ok := flags[id]; ok {
+		return ep, nil
+	}
+	if ep, ok := o.settings.NodeEndpoints[id]; ok {
+		return ep, nil
+	}
+	n, err := a.getNode(ctx, o, id)
+	if err != nil {
+		return "", err
+	}
+	addr := n.GetStatus().GetExternalAddress()
+	if addr == "" {
+		return "", fmt.Errorf("node %s reports no address yet: give --node-endpoint %s=HOST:PORT", id, id)
+	}
+	return net.JoinHostPort(addr, strconv.Itoa(nodeManagementPort)), nil
+}
+
+// nodeManagement runs f on a connection to the management port of node
+// id.
+func (a *app) nodeManagement(ctx context.Context, o *owner, id, what string, f func(c api.NodeManagementClient) error) error {
+	ep, err := a.nodeEndpoint(ctx, o, id)
+	if err != nil {
+		return err
+	}
+	err = dialDo(ep, o.creds, func(conn *grpc.ClientConn) error {
+		return f(api.NewNodeManagementClient(conn))
+	})
+	if err != nil {
+		return explain(what, ep, err)
+	}
+	return nil
+}

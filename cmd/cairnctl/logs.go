@@ -1,0 +1,153 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"cairn.dev/cairn/pkg/logtree"
+	"cairn.dev/cairn/proto/api"
+)
+
+// logsFlags are the options of `cairnctl logs`.
+type logsFlags struct {
+	follow      bool
+	dn          string
+	backlog     int
+	minSeverity string
+}
+
+func newLogsCommand(a *app) *cobra.Command {
+	var f logsFlags
+	cmd := &cobra.Command{
+		Use:   "logs ID",
+		Short: "Print a node's logs; -f keeps following them",
+		Long: "logs prints the log entries of node ID (from its management port, 7835),\n" +
+			"one line each as the node's console shows them. --dn selects a subtree of\n" +
+			"the log tree (default: everything). With -f it keeps printing new entries\n" +
+			"until interrupted; --timeout then bounds only the connection.",
+		Args: exactArgs("ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkNodeID(args[0]); err != nil {
+				return err
+			}
+			req, err := f.request()
+			if err != nil {
+				return err
+			}
+			return a.logs(cmd.Context(), args[0], req)
+		},
+	}
+	cmd.Flags().BoolVarP(&f.follow, "follow", "f", false, "keep printing new entries")
+	cmd.Flags().StringVar(&f.dn, "dn", "", "dotted name of the logger subtree to read, like root.cluster (default: all)")
+	cmd.Flags().IntVar(&f.backlog, "backlog", -1, "how many past entries to print first; -1 for all")
+	cmd.Flags().StringVar(&f.minSeverity, "min-severity", "info", "leave out entries below this severity: info, warning, error or fatal")
+	return cmd
+}
+
+// request builds the LogsRequest the flags ask for.
+func (f *logsFlags) request() (*api.LogsRequest, error) {
+	if f.backlog < -1 {
+		return nil, fmt.Errorf("--backlog %d: want -1 (all) or more", f.backlog)
+	}
+	sev, err := logtree.ParseSeverity(f.minSeverity)
+	if err != nil {
+		return nil, fmt.Errorf("--min-severity: %w", err)
+	}
+	return &api.LogsRequest{
+		Dn:              f.dn,
+		WithChildren:    true,
+		Backlog:         int32(min(f.backlog, 1<<30)),
+		Follow:          f.follow,
+		MinimumSeverity: apiSeverity(sev),
+	}, nil
+}
+
+func (a *app) logs(ctx context.Context, id string, req *api.LogsRequest) error {
+	o, err := a.owner()
+	if err != nil {
+		return err
+	}
+	if !req.Follow {
+		var cancel context.CancelFunc
+		ctx, cancel = a.withTimeout(ctx)
+		defer cancel()
+	}
+	lookup, cancel := a.withTimeout(ctx)
+	defer cancel()
+	ep, err := a.nodeEndpoint(lookup, o, id)
+	if err != nil {
+		return err
+	}
+	err = dialDo(ep, o.creds, func(conn *grpc.ClientConn) error {
+		stream, err := api.NewNodeManagementClient(conn).Logs(ctx, req)
+		if err != nil {
+			return err
+		}
+		for {
+			res, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			for _, e := range res.GetEntries() {
+				a.printf("%s\n", logEntry(e).String())
+			}
+		}
+	})
+	if req.Follow && status.Code(err) == codes.Canceled && ctx.Err() != nil {
+		// Interrupted while following: the normal way to stop.
+		return nil
+	}
+	if err != nil {
+		return explain("reading the logs of node "+id, ep, err)
+	}
+	return nil
+}
+
+// logEntry turns an entry of the API back into pkg/logtree's, whose
+// String is the console's form.
+func logEntry(e *api.LogEntry) *logtree.LogEntry {
+	return &logtree.LogEntry{
+		Time:     time.Unix(0, e.GetTimeUnixNanos()),
+		DN:       logtree.DN(e.GetDn()),
+		Severity: treeSeverity(e.GetSeverity()),
+		File:     e.GetFile(),
+		Line:     int(e.GetLine()),
+		Message:  e.GetMessage(),
+		Raw:      e.GetRaw(),
+	}
+}
+
+func treeSeverity(s api.LogSeverity) logtree.Severity {
+	switch s {
+	case api.LogSeverity_LOG_SEVERITY_WARNING:
+		return logtree.WARNING
+	case api.LogSeverity_LOG_SEVERITY_ERROR:
+		return logtree.ERROR
+	case api.LogSeverity_LOG_SEVERITY_FATAL:
+		return logtree.FATAL
+	}
+	return logtree.INFO
+}
+
+func apiSeverity(s logtree.Severity) api.LogSeverity {
+	switch s {
+	case logtree.WARNING:
+		return api.LogSeverity_LOG_SEVERITY_WARNING
+	case logtree.ERROR:
+		return api.LogSeverity_LOG_SEVERITY_ERROR
+	case logtree.FATAL:
+		return api.LogSeverity_LOG_SEVERITY_FATAL
+	}
+	return api.LogSeverity_LOG_SEVERITY_UNSPECIFIED
+}

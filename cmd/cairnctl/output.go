@@ -1,0 +1,162 @@
+package main
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"cairn.dev/cairn/proto/api"
+)
+
+// nodeView is a node as cairnctl prints it, in JSON with these field
+// names: a stable shape for scripts, independent of the protobuf's.
+type nodeView struct {
+	// ID is the node ID, "cairn-" and 16 hex digits.
+	ID string `json:"id"`
+	// PublicKey is the node's ed25519 public key in hex.
+	PublicKey string `json:"public_key"`
+	// State is NEW, STANDBY, UP, DECOMMISSIONED or UNKNOWN.
+	State string `json:"state"`
+	// Roles are the role names (ConsensusMember, KubernetesController,
+	// KubernetesWorker); never null.
+	Roles []string `json:"roles"`
+	// Address is the node's reported external address, "" if none.
+	Address string `json:"address"`
+	// CuratorPort is the port of the curator the node runs, 0 if none.
+	CuratorPort int32 `json:"curator_port"`
+	// Version is the Cairn version the node reports.
+	Version string `json:"version"`
+	// StatusTime is when the node wrote its status, null if never.
+	StatusTime *time.Time `json:"status_time"`
+	// LastHeartbeat is when the curator leader last heard from the node,
+	// null if not since it took over.
+	LastHeartbeat *time.Time `json:"last_heartbeat"`
+}
+
+func unixNanos(n int64) *time.Time {
+	if n == 0 {
+		return nil
+	}
+	t := time.Unix(0, n).UTC()
+	return &t
+}
+
+func newNodeView(n *api.Node) nodeView {
+	return nodeView{
+		ID:            n.GetId(),
+		PublicKey:     hex.EncodeToString(n.GetPublicKey()),
+		State:         stateName(n.GetState()),
+		Roles:         roleNames(n.GetRoles()),
+		Address:       n.GetStatus().GetExternalAddress(),
+		CuratorPort:   n.GetStatus().GetRunningCurator().GetPort(),
+		Version:       n.GetStatus().GetVersion(),
+		StatusTime:    unixNanos(n.GetStatus().GetTimestampUnixNanos()),
+		LastHeartbeat: unixNanos(n.GetLastHeartbeatUnixNanos()),
+	}
+}
+
+// stateName is a NodeState without its NODE_STATE_ prefix.
+func stateName(s api.NodeState) string {
+	if name, ok := api.NodeState_name[int32(s)]; ok {
+		return strings.TrimPrefix(name, "NODE_STATE_")
+	}
+	return fmt.Sprintf("STATE(%d)", s)
+}
+
+func storageName(p api.StorageSecurityPolicy) string {
+	switch p {
+	case api.StorageSecurityPolicy_STORAGE_SECURITY_POLICY_ENCRYPTED:
+		return "encrypted"
+	case api.StorageSecurityPolicy_STORAGE_SECURITY_POLICY_INSECURE:
+		return "insecure"
+	}
+	return "unspecified (encrypted)"
+}
+
+func tpmName(m api.TPMMode) string {
+	switch m {
+	case api.TPMMode_TPM_MODE_REQUIRED:
+		return "required"
+	case api.TPMMode_TPM_MODE_BEST_EFFORT:
+		return "best-effort"
+	case api.TPMMode_TPM_MODE_DISABLED:
+		return "disabled"
+	}
+	return "unspecified (required)"
+}
+
+// age says how long ago t was, "never" for nil.
+func age(now time.Time, t *time.Time) string {
+	if t == nil {
+		return "never"
+	}
+	d := now.Sub(*t)
+	if d < 0 {
+		// Clocks of the leader and of this machine disagree.
+		return "now"
+	}
+	return d.Round(time.Second).String() + " ago"
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// writeJSON prints v as indented JSON.
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return fmt.Errorf("when writing JSON: %w", err)
+	}
+	return nil
+}
+
+// writeNodeTable prints one line per node.
+func writeNodeTable(w io.Writer, now time.Time, nodes []nodeView) error {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tROLES\tADDRESS\tVERSION\tHEARTBEAT")
+	for _, n := range nodes {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, n.State, dash(strings.Join(n.Roles, ",")),
+			dash(n.Address), dash(n.Version), age(now, n.LastHeartbeat))
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("when writing table: %w", err)
+	}
+	return nil
+}
+
+// writeNodeDescription prints every field of one node, one per line.
+func writeNodeDescription(w io.Writer, now time.Time, n nodeView) error {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	timeOf := func(t *time.Time) string {
+		if t == nil {
+			return "never"
+		}
+		return t.Format(time.RFC3339) + " (" + age(now, t) + ")"
+	}
+	curator := "no"
+	if n.CuratorPort != 0 {
+		curator = fmt.Sprintf("yes, port %d", n.CuratorPort)
+	}
+	fmt.Fprintf(tw, "ID:\t%s\n", n.ID)
+	fmt.Fprintf(tw, "Public key:\t%s\n", n.PublicKey)
+	fmt.Fprintf(tw, "State:\t%s\n", n.State)
+	fmt.Fprintf(tw, "Roles:\t%s\n", dash(strings.Join(n.Roles, ", ")))
+	fmt.Fprintf(tw, "Address:\t%s\n", dash(n.Address))
+	fmt.Fprintf(tw, "Curator:\t%s\n", curator)
+	fmt.Fprintf(tw, "Version:\t%s\n", dash(n.Version))
+	fmt.Fprintf(tw, "Status written:\t%s\n", timeOf(n.StatusTime))
+	fmt.Fprintf(tw, "Last heartbeat:\t%s\n", timeOf(n.LastHeartbeat))
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("when writing description: %w", err)
+	}
+	return nil
+}
