@@ -2,15 +2,22 @@ package curator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"sync"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"cairn.dev/cairn/node/consensus"
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/rpc"
+	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/pkg/supervisor"
+	"cairn.dev/cairn/proto/api"
 )
 
 // Port is the TCP port on which every curator serves, on the node's IP.
@@ -39,6 +46,9 @@ type Option func(*options)
 
 type options struct {
 	heartbeatInterval time.Duration
+	// peerPort gives the etcd peer port of a node joining through
+	// JoinConsensus; tests, whose members share 127.0.0.1, change it.
+	peerPort func(nodeID string) int
 }
 
 // WithHeartbeatInterval sets the interval at which the leader asks nodes
@@ -56,24 +66,86 @@ type Service struct {
 
 // New returns a curator for cfg. Nothing happens until Run.
 func New(cfg Config, opts ...Option) *Service {
-	o := options{heartbeatInterval: DefaultHeartbeatInterval}
+	o := options{heartbeatInterval: DefaultHeartbeatInterval, peerPort: func(string) int { return defaultPeerPort }}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	return &Service{cfg: cfg, opts: o}
 }
 
-// Run serves the curator until ctx ends. It is a supervisor runnable.
+// curator is the state of one run of a Service.
+type curator struct {
+	cfg  Config
+	opts options
+	// root reaches etcd's whole key space (for the PKI), etcd the
+	// curator's namespace.
+	root, etcd *consensus.Client
+	// nodeCredentials dial the leader.
+	nodeCredentials credentials.TransportCredentials
+
+	heartbeats heartbeats
+	// leaders publishes who leads, for GetCurrentLeader.
+	leaders memory.Value[leader]
+
+	// mu guards current and conn: who leads and, when another curator
+	// does, the connection to it.
+	mu      sync.Mutex
+	current leader
+	conn    *grpc.ClientConn
+}
+
+// Run serves the curator until ctx ends. It is a supervisor runnable: it
+// takes part in the election (a child runnable) and serves AAA,
+// Management and Curator, leading or forwarding to the leader.
 func (s *Service) Run(ctx context.Context) error {
-	srv := rpc.NewServer(s.cfg.Node)
+	if s.cfg.Consensus == nil || !s.cfg.Consensus.Running {
+		return errors.New("consensus is not running")
+	}
+	root := s.cfg.Consensus.Client()
+	etcd, err := curatorClient(root)
+	if err != nil {
+		return err
+	}
+	defer etcd.Close()
+	c := &curator{
+		cfg:             s.cfg,
+		opts:            s.opts,
+		root:            root,
+		etcd:            etcd,
+		nodeCredentials: rpc.NodeCredentials(s.cfg.Node),
+	}
+	c.leaders.Set(leader{})
+	defer c.closeConn()
+
+	srv := rpc.NewServer(s.cfg.Node,
+		grpc.ChainUnaryInterceptor(c.unaryInterceptor),
+		grpc.ChainStreamInterceptor(c.streamInterceptor),
+	)
+	srv.TrustForwarders(c.trustForwarder)
+	api.RegisterAAAServer(srv, aaa{curator: c})
+	api.RegisterManagementServer(srv, management{curator: c})
+	api.RegisterCuratorServer(srv, nodeAPI{curator: c})
+
 	lis := s.cfg.Listener
 	if lis == nil {
-		var err error
 		lis, err = net.Listen("tcp", fmt.Sprintf(":%d", Port))
 		if err != nil {
 			return fmt.Errorf("when listening on port %d: %w", Port, err)
 		}
 	}
+	if err := supervisor.Run(ctx, "election", c.runElection); err != nil {
+		return fmt.Errorf("when starting the election: %w", err)
+	}
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
 	return srv.Serve(ctx, lis)
+}
+
+// closeConn closes the connection to the leader, if any.
+func (c *curator) closeConn() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn != nil {
+		c.conn.Close()
+		c.conn = nil
+	}
 }

@@ -44,6 +44,8 @@ type Resolver struct {
 	// mu guards everything below, and orders the updates sent to the
 	// ClientConns.
 	mu sync.Mutex
+	// local is the endpoint of SetLocal, "" when none.
+	local string
 	// curators are the endpoints of SetCurators.
 	curators []string
 	// heard are the leaders GetCurrentLeader named, in the order heard.
@@ -101,6 +103,19 @@ func (r *Resolver) SetCurators(eps []string) {
 		return
 	}
 	r.curators = eps
+	r.changedLocked()
+}
+
+// SetLocal names the curator of the node the Resolver runs on ("" when it
+// runs none). It is an endpoint like the others, tried first when no leader
+// is known: reaching it costs no network, and it forwards to the leader.
+func (r *Resolver) SetLocal(ep string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ep == r.local {
+		return
+	}
+	r.local = ep
 	r.changedLocked()
 }
 
@@ -259,7 +274,7 @@ func (r *Resolver) addressesLocked() []string {
 
 // endpointsLocked is every known curator endpoint.
 func (r *Resolver) endpointsLocked() []string {
-	eps := slices.Concat(r.seeds, r.curators, r.heard)
+	eps := slices.Concat([]string{r.local}, r.seeds, r.curators, r.heard)
 	return dedup(eps)
 }
 

@@ -1,0 +1,231 @@
+package curator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"google.golang.org/grpc"
+
+	"cairn.dev/cairn/node/consensus"
+	"cairn.dev/cairn/pkg/supervisor"
+	"cairn.dev/cairn/proto/api"
+)
+
+// electionTTL is the lifetime, in seconds, of a curator's election lease:
+// how long a curator that vanishes without resigning keeps leading.
+const electionTTL = 10
+
+// electionName is the election's prefix (concurrency adds the "/").
+const electionName = "election"
+
+// leader is who leads, as this curator last saw it. The zero value means
+// nobody does (an election is under way).
+type leader struct {
+	// NodeID is the leader's node ID.
+	NodeID string
+	// Addr is where the leader's curator is reached.
+	Addr netip.AddrPort
+	// Local is set when this curator leads.
+	Local bool
+}
+
+// electionValue is what a curator campaigns with: its node ID and where it
+// is reached, "<node id> <ip:port>".
+func electionValue(id string, addr netip.AddrPort) string {
+	return id + " " + addr.String()
+}
+
+// parseElectionValue reads what electionValue wrote.
+func parseElectionValue(v string) (string, netip.AddrPort, error) {
+	id, addr, ok := strings.Cut(v, " ")
+	if !ok {
+		return "", netip.AddrPort{}, fmt.Errorf("election value %q has no address", v)
+	}
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return "", netip.AddrPort{}, fmt.Errorf("election value %q: %w", v, err)
+	}
+	return id, ap, nil
+}
+
+// runElection campaigns for leadership until ctx ends or the session's
+// lease is lost, and runs the observer that follows who leads.
+func (c *curator) runElection(ctx context.Context) error {
+	cl, err := c.root.Sub(namespace)
+	if err != nil {
+		return fmt.Errorf("when opening the curator namespace: %w", err)
+	}
+	cli := clientv3.NewCtxClient(ctx)
+	cli.KV, cli.Watcher, cli.Lease = cl.KV, cl.Watcher, cl.Lease
+	defer cli.Close()
+
+	me := c.cfg.Node.ID()
+	if err := c.deleteStaleCandidacies(ctx, cl, me); err != nil {
+		return err
+	}
+	session, err := concurrency.NewSession(cli, concurrency.WithTTL(electionTTL), concurrency.WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("when opening an election session: %w", err)
+	}
+	defer func() {
+		// Resign at once, so that another curator takes over without
+		// waiting for the lease to expire.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		cl.Revoke(rctx, session.Lease())
+	}()
+	lease := session.Lease()
+	if err := supervisor.Run(ctx, "observer", func(ctx context.Context) error {
+		return c.observe(ctx, cl, lease)
+	}); err != nil {
+		return fmt.Errorf("when starting the election observer: %w", err)
+	}
+	e := concurrency.NewElection(session, electionName)
+	if err := e.Campaign(ctx, electionValue(me, c.cfg.Advertise)); err != nil {
+		return fmt.Errorf("when campaigning: %w", err)
+	}
+	supervisor.Signal(ctx, supervisor.SignalHealthy)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-session.Done():
+		return errors.New("election session expired: lost the lease")
+	}
+}
+
+// deleteStaleCandidacies deletes the election keys of this node left by a
+// lease of an earlier run (a crash, a restart), whose lease may still be
+// alive for up to electionTTL: without this, this curator would wait for
+// its own ghost, or others would follow it.
+func (c *curator) deleteStaleCandidacies(ctx context.Context, cl *consensus.Client, me string) error {
+	resp, err := cl.Get(ctx, electionName+"/", clientv3.WithPrefix())
+	if err != nil {
+		return fmt.Errorf("when listing candidacies: %w", err)
+	}
+	for _, kv := range resp.Kvs {
+		id, _, err := parseElectionValue(string(kv.Value))
+		if err != nil || id != me {
+			continue
+		}
+		supervisor.Logger(ctx).Infof("curator: deleting a stale candidacy of this node (lease %x)", kv.Lease)
+		if _, err := cl.Delete(ctx, string(kv.Key)); err != nil {
+			return fmt.Errorf("when deleting stale candidacy %s: %w", kv.Key, err)
+		}
+		if kv.Lease != 0 {
+			// Harmless if it has expired already.
+			cl.Revoke(ctx, clientv3.LeaseID(kv.Lease))
+		}
+	}
+	return nil
+}
+
+// observe follows who leads (the candidacy created first) and publishes
+// it, until ctx ends. lease is this curator's own session.
+func (c *curator) observe(ctx context.Context, cl *consensus.Client, lease clientv3.LeaseID) error {
+	defer c.setLeader(ctx, leader{})
+	prefix := electionName + "/"
+	for {
+		resp, err := cl.Get(ctx, prefix, clientv3.WithFirstCreate()...)
+		if err != nil {
+			return fmt.Errorf("when reading the leader: %w", err)
+		}
+		l := leader{}
+		if len(resp.Kvs) > 0 {
+			kv := resp.Kvs[0]
+			id, addr, err := parseElectionValue(string(kv.Value))
+			if err != nil {
+				supervisor.Logger(ctx).Warningf("curator: unreadable leader: %v", err)
+			} else {
+				l = leader{NodeID: id, Addr: addr, Local: clientv3.LeaseID(kv.Lease) == lease}
+			}
+		}
+		c.setLeader(ctx, l)
+		wctx, cancel := context.WithCancel(ctx)
+		wch := cl.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+		wr, ok := <-wch
+		cancel()
+		if !ok {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			return errors.New("election watch ended")
+		}
+		if err := wr.Err(); err != nil {
+			return fmt.Errorf("when watching the election: %w", err)
+		}
+	}
+}
+
+// setLeader publishes l, dials it when it is another curator, and logs
+// when leadership moves.
+func (c *curator) setLeader(ctx context.Context, l leader) {
+	c.mu.Lock()
+	old := c.current
+	if old == l {
+		c.mu.Unlock()
+		return
+	}
+	oldConn := c.conn
+	c.current, c.conn = l, nil
+	var dialErr error
+	if l.NodeID != "" && !l.Local {
+		c.conn, dialErr = grpc.NewClient(l.Addr.String(), grpc.WithTransportCredentials(c.nodeCredentials))
+	}
+	c.mu.Unlock()
+	if oldConn != nil {
+		oldConn.Close()
+	}
+	if l.Local && !old.Local {
+		c.heartbeats.forget()
+	}
+	c.leaders.Set(l)
+
+	log := supervisor.Logger(ctx)
+	switch {
+	case dialErr != nil:
+		log.Errorf("curator: cannot dial leader %s at %s: %v", l.NodeID, l.Addr, dialErr)
+	case l.Local:
+		log.Info("curator: this node leads")
+	case l.NodeID != "":
+		log.Infof("curator: following leader %s", l.NodeID)
+	}
+}
+
+// route says where a call goes: nil when this curator leads and serves it
+// itself, else the connection to the leader.
+func (c *curator) route() (*grpc.ClientConn, leader) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.conn, c.current
+}
+
+// GetCurrentLeader implements Curator.GetCurrentLeader from this
+// curator's own view of the election.
+func (a nodeAPI) GetCurrentLeader(_ *api.GetCurrentLeaderRequest, srv grpc.ServerStreamingServer[api.GetCurrentLeaderResponse]) error {
+	ctx := srv.Context()
+	w := a.leaders.Watch()
+	defer w.Close()
+	for {
+		l, err := w.Get(ctx)
+		if err != nil {
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				return ctx.Err()
+			}
+			return fmt.Errorf("when following the leader: %w", err)
+		}
+		resp := &api.GetCurrentLeaderResponse{LeaderNodeId: l.NodeID}
+		if l.NodeID != "" {
+			resp.LeaderHost = l.Addr.Addr().String()
+			resp.LeaderPort = int32(l.Addr.Port())
+		}
+		if err := srv.Send(resp); err != nil {
+			return fmt.Errorf("when sending the leader: %w", err)
+		}
+	}
+}

@@ -1,0 +1,195 @@
+package curator
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/rpc"
+	"cairn.dev/cairn/pkg/event"
+)
+
+// servedLocally are the methods every curator answers itself, leader or
+// not: Escrow's proof is bound to the caller's TLS session with this
+// curator, and GetCurrentLeader is this curator's view of the election.
+var servedLocally = map[string]bool{
+	"/cairn.api.AAA/Escrow":               true,
+	"/cairn.api.Curator/GetCurrentLeader": true,
+}
+
+// errNoLeader is what calls get while no curator leads.
+var errNoLeader = status.Error(codes.Unavailable, "no curator leads at the moment (an election is under way); retry shortly")
+
+// leaderWait is how long a call waits for an election to end before it
+// is refused with errNoLeader.
+const leaderWait = 5 * time.Second
+
+// routeWaiting is route, but while nobody leads it waits up to leaderWait
+// (or the call's end) for a leader.
+func (c *curator) routeWaiting(ctx context.Context) (*grpc.ClientConn, leader) {
+	conn, l := c.route()
+	if l.NodeID != "" {
+		return conn, l
+	}
+	wctx, cancel := context.WithTimeout(ctx, leaderWait)
+	defer cancel()
+	w := c.leaders.Watch()
+	defer w.Close()
+	if _, err := w.Get(wctx, event.Filter(func(l leader) bool { return l.NodeID != "" })); err != nil {
+		return nil, leader{}
+	}
+	return c.route()
+}
+
+// unaryInterceptor serves a call here when this curator leads, and
+// forwards it to the leader otherwise, for the caller the rpc layer
+// authenticated.
+func (c *curator) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	if servedLocally[info.FullMethod] {
+		resp, err := handler(ctx, req)
+		return resp, statusError(ctx, err)
+	}
+	conn, l := c.routeWaiting(ctx)
+	switch {
+	case l.Local:
+		resp, err := handler(ctx, req)
+		return resp, statusError(ctx, err)
+	case conn == nil:
+		return nil, errNoLeader
+	}
+	p, _ := rpc.PeerFromContext(ctx)
+	resp, err := newMessage(info.FullMethod, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := conn.Invoke(rpc.WithForwardedPeer(ctx, p), info.FullMethod, req, resp); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// streamInterceptor is unaryInterceptor for streams. Only streams of one
+// request and many responses (Watch) are forwarded; the others are served
+// locally.
+func (c *curator) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	ctx := ss.Context()
+	if servedLocally[info.FullMethod] {
+		return statusError(ctx, handler(srv, ss))
+	}
+	conn, l := c.routeWaiting(ctx)
+	switch {
+	case l.Local:
+		return statusError(ctx, handler(srv, ss))
+	case conn == nil:
+		return errNoLeader
+	case info.IsClientStream:
+		return status.Errorf(codes.Unimplemented, "%s: client streams are not forwarded to the leader", info.FullMethod)
+	}
+	p, _ := rpc.PeerFromContext(ctx)
+	return forwardStream(rpc.WithForwardedPeer(ctx, p), conn, info.FullMethod, ss)
+}
+
+// forwardStream passes the one request of ss to the same method on conn
+// and every response back, until either end finishes.
+func forwardStream(ctx context.Context, conn *grpc.ClientConn, method string, ss grpc.ServerStream) error {
+	req, err := newMessage(method, true)
+	if err != nil {
+		return err
+	}
+	if err := ss.RecvMsg(req); err != nil {
+		return fmt.Errorf("when receiving the request to forward: %w", err)
+	}
+	cs, err := conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, method)
+	if err != nil {
+		return err
+	}
+	if err := cs.SendMsg(req); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	if err := cs.CloseSend(); err != nil {
+		return err
+	}
+	for {
+		resp, err := newMessage(method, false)
+		if err != nil {
+			return err
+		}
+		err = cs.RecvMsg(resp)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := ss.SendMsg(resp); err != nil {
+			return fmt.Errorf("when passing on a response of the leader: %w", err)
+		}
+	}
+}
+
+// newMessage makes an empty request (input) or response message of a
+// gRPC method ("/pkg.Service/Method") of the protobuf registry.
+func newMessage(method string, input bool) (proto.Message, error) {
+	svc, name, _ := strings.Cut(strings.TrimPrefix(method, "/"), "/")
+	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(svc + "." + name))
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "cannot forward %s: %v", method, err)
+	}
+	md, ok := d.(protoreflect.MethodDescriptor)
+	if !ok {
+		return nil, status.Errorf(codes.Internal, "cannot forward %s: not a method", method)
+	}
+	msg := md.Output()
+	if input {
+		msg = md.Input()
+	}
+	mt, err := protoregistry.GlobalTypes.FindMessageByName(msg.FullName())
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "cannot forward %s: %v", method, err)
+	}
+	return mt.New().Interface(), nil
+}
+
+// statusError gives a handler's error a gRPC code: status errors keep
+// theirs, the end of the call's context its own, anything else (etcd out
+// of reach, mostly) is Unavailable, with the whole wrapped message.
+func statusError(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	if ctx.Err() != nil {
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	return status.Error(codes.Unavailable, err.Error())
+}
+
+// trustForwarder lets only consensus members forward calls: they can read
+// the CA's key from etcd anyway, so trusting them grants nothing new.
+func (c *curator) trustForwarder(ctx context.Context, p identity.Peer) error {
+	n, _, err := c.getNode(ctx, p.NodeID)
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(n.PublicKey, p.PublicKey) {
+		return errors.New("its key is not the one on record")
+	}
+	if n.GetRoles().GetConsensusMember() == nil {
+		return errors.New("it is not a consensus member")
+	}
+	return nil
+}

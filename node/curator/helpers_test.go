@@ -1,0 +1,351 @@
+package curator
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"cairn.dev/cairn/node/consensus"
+	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/localstorage"
+	"cairn.dev/cairn/node/rpc"
+	"cairn.dev/cairn/pkg/event"
+	"cairn.dev/cairn/pkg/logtree"
+	"cairn.dev/cairn/pkg/supervisor"
+	"cairn.dev/cairn/proto/api"
+)
+
+// testNode is a simulated consensus member: an etcd member and, once
+// startCurator is called, a curator, each under a supervisor of its own,
+// on 127.0.0.1.
+type testNode struct {
+	key      ed25519.PrivateKey
+	joinKey  ed25519.PrivateKey
+	cfg      consensus.Config
+	svc      *consensus.Service
+	ident    *identity.Node
+	addr     netip.AddrPort
+	peerPort int
+
+	stopConsensus func()
+	stopCurator   func()
+	curatorLog    *logtree.LogTree
+}
+
+func newTestNode(t testing.TB) *testNode {
+	t.Helper()
+	dir := t.TempDir()
+	n := &testNode{key: newKey(t), joinKey: newKey(t), peerPort: freePort(t)}
+	n.cfg = consensus.Config{
+		Name:       identity.NodeID(n.pub()),
+		DataDir:    filepath.Join(dir, "data"),
+		SocketPath: filepath.Join(dir, "etcd.sock"),
+		PeerIP:     net.IPv4(127, 0, 0, 1),
+		PeerPort:   n.peerPort,
+		PrivateKey: n.key,
+	}
+	n.addr = netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(freePort(t)))
+	return n
+}
+
+func (n *testNode) pub() ed25519.PublicKey { return n.key.Public().(ed25519.PublicKey) }
+func (n *testNode) id() string            { return identity.NodeID(n.pub()) }
+
+// startConsensus runs the node's etcd member until stopped or the test ends.
+func (n *testNode) startConsensus(t testing.TB) {
+	t.Helper()
+	n.svc = consensus.New(n.cfg)
+	n.stopConsensus = runTree(t, n.id()[:12]+" etcd ", n.svc.Run)
+	t.Cleanup(n.stopConsensus)
+}
+
+// status waits for the member to be running as a voter.
+func (n *testNode) voter(t testing.TB) *consensus.Status {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	w := n.svc.Status().Watch()
+	defer w.Close()
+	st, err := w.Get(ctx, event.Filter(func(s *consensus.Status) bool { return s != nil && s.Running && !s.Learner }))
+	if err != nil {
+		t.Fatalf("%s: waiting for a voting member: %v", n.id(), err)
+	}
+	return st
+}
+
+// startCurator runs a curator with the node's identity, on its address.
+func (n *testNode) startCurator(t testing.TB, opts ...Option) {
+	t.Helper()
+	st := n.voter(t)
+	var lis net.Listener
+	var err error
+	for range 50 {
+		// After a restart the port may take a moment to be free again.
+		if lis, err = net.Listen("tcp", n.addr.String()); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("listening on %s: %v", n.addr, err)
+	}
+	svc := New(Config{Node: n.ident, Consensus: st, Advertise: n.addr, Listener: lis}, opts...)
+	lt := logtree.New()
+	n.curatorLog = lt
+	n.stopCurator = runTreeLog(t, n.id()[:12]+" curator ", svc.Run, lt, logtree.INFO)
+	t.Cleanup(n.stopCurator)
+}
+
+// runTree runs r under a supervisor of its own, logging warnings and
+// errors to the test, and returns what stops it (once).
+func runTree(t testing.TB, prefix string, r supervisor.Runnable) func() {
+	return runTreeLog(t, prefix, r, logtree.New(), logtree.WARNING)
+}
+
+func runTreeLog(t testing.TB, prefix string, r supervisor.Runnable, lt *logtree.LogTree, min logtree.Severity) func() {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &testLog{t: t, prefix: prefix}
+	stopConsole := lt.Console(w, logtree.ConsoleMinimumSeverity(min))
+	sup := supervisor.New(ctx, r, supervisor.WithLogTree(lt), supervisor.WithPropagatePanic())
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancel()
+			sup.Wait()
+			stopConsole()
+			w.close()
+		})
+	}
+}
+
+// testCluster is a cluster bootstrapped on its first node, with an owner.
+type testCluster struct {
+	nodes    []*testNode
+	ownerKey ed25519.PrivateKey
+	ca       []byte
+	owner    credentials.TransportCredentials
+	config   *api.ClusterConfiguration
+}
+
+// newTestCluster bootstraps a cluster on one node and starts its curator.
+func newTestCluster(t testing.TB, opts ...Option) *testCluster {
+	t.Helper()
+	ctx := testContext(t)
+	c := &testCluster{ownerKey: newKey(t), config: &api.ClusterConfiguration{
+		StorageSecurityPolicy: api.StorageSecurityPolicy_STORAGE_SECURITY_POLICY_ENCRYPTED,
+		TpmMode:               api.TPMMode_TPM_MODE_BEST_EFFORT,
+	}}
+	n := newTestNode(t)
+	n.startConsensus(t)
+	st := n.voter(t)
+	err := Bootstrap(ctx, st.Client(), BootstrapState{
+		OwnerPublicKey:   c.ownerKey.Public().(ed25519.PublicKey),
+		Configuration:    c.config,
+		NodePublicKey:    n.pub(),
+		JoinPublicKey:    n.joinKey.Public().(ed25519.PublicKey),
+		ClusterUnlockKey: bytes.Repeat([]byte{7}, localstorage.KeySize),
+		Status:           &api.NodeStatus{ExternalAddress: "127.0.0.1", RunningCurator: &api.NodeStatus_RunningCurator{Port: int32(n.addr.Port())}},
+	})
+	if err != nil {
+		t.Fatalf("Bootstrap: %v", err)
+	}
+	cert, ca, err := IssueNodeCertificate(ctx, st.Client(), n.pub())
+	if err != nil {
+		t.Fatalf("IssueNodeCertificate: %v", err)
+	}
+	if n.ident, err = identity.NewNode(n.key, cert, ca); err != nil {
+		t.Fatalf("NewNode: %v", err)
+	}
+	c.ca = ca
+	c.nodes = append(c.nodes, n)
+	n.startCurator(t, opts...)
+	c.owner = c.takeOwnership(t, n.addr.String())
+	return c
+}
+
+// takeOwnership runs AAA.Escrow against addr with the owner key and
+// returns owner credentials with the certificate it gave.
+func (c *testCluster) takeOwnership(t testing.TB, addr string) credentials.TransportCredentials {
+	t.Helper()
+	res, err := escrow(testContext(t), t, addr, c.ca, c.ownerKey, nil)
+	if err != nil {
+		t.Fatalf("Escrow: %v", err)
+	}
+	creds, err := rpc.OwnerCredentials(c.ownerKey, res.OwnerCertificate, res.CaCertificate)
+	if err != nil {
+		t.Fatalf("OwnerCredentials: %v", err)
+	}
+	return creds
+}
+
+// escrow runs AAA.Escrow with key; sign, when set, replaces the proof.
+func escrow(ctx context.Context, t testing.TB, addr string, ca []byte, key ed25519.PrivateKey, sign func(payload []byte) []byte) (*api.EscrowFromServer_Result, error) {
+	creds, err := rpc.EphemeralCredentials(ca, nil)
+	if err != nil {
+		t.Fatalf("EphemeralCredentials: %v", err)
+	}
+	conn := dial(t, addr, creds)
+	stream, err := api.NewAAAClient(conn).Escrow(ctx)
+	if err != nil {
+		return nil, err
+	}
+	hello := &api.EscrowFromClient{Step: &api.EscrowFromClient_Hello_{Hello: &api.EscrowFromClient_Hello{OwnerPublicKey: key.Public().(ed25519.PublicKey)}}}
+	if err := stream.Send(hello); err != nil {
+		return nil, err
+	}
+	msg, err := stream.Recv()
+	if err != nil {
+		return nil, err
+	}
+	cs, ok := rpc.TLSConnectionState(stream.Context())
+	if !ok {
+		t.Fatal("escrow stream has no TLS state")
+	}
+	payload, err := rpc.EscrowProofPayload(msg.GetChallenge().GetNonce(), cs)
+	if err != nil {
+		t.Fatalf("EscrowProofPayload: %v", err)
+	}
+	sig := ed25519.Sign(key, payload)
+	if sign != nil {
+		sig = sign(payload)
+	}
+	proof := &api.EscrowFromClient{Step: &api.EscrowFromClient_Proof_{Proof: &api.EscrowFromClient_Proof{Signature: sig}}}
+	if err := stream.Send(proof); err != nil {
+		return nil, err
+	}
+	msg, err = stream.Recv()
+	if err != nil {
+		return nil, err
+	}
+	return msg.GetResult(), nil
+}
+
+// mgmt dials addr as the owner.
+func (c *testCluster) mgmt(t testing.TB, addr string) api.ManagementClient {
+	return api.NewManagementClient(dial(t, addr, c.owner))
+}
+
+// ephemeral dials addr with a self-signed certificate of key.
+func (c *testCluster) ephemeral(t testing.TB, addr string, key ed25519.PrivateKey) api.CuratorClient {
+	creds, err := rpc.EphemeralCredentials(c.ca, key)
+	if err != nil {
+		t.Fatalf("EphemeralCredentials: %v", err)
+	}
+	return api.NewCuratorClient(dial(t, addr, creds))
+}
+
+// enrol registers, approves and commits n through the curator at addr,
+// and gives n its identity.
+func (c *testCluster) enrol(t testing.TB, addr string, n *testNode) *api.CommitNodeResponse {
+	t.Helper()
+	ctx := testContext(t)
+	ticket, err := c.mgmt(t, addr).GetRegisterTicket(ctx, &api.GetRegisterTicketRequest{})
+	if err != nil {
+		t.Fatalf("GetRegisterTicket: %v", err)
+	}
+	cur := c.ephemeral(t, addr, n.key)
+	if _, err := cur.RegisterNode(ctx, &api.RegisterNodeRequest{RegisterTicket: ticket.Ticket, JoinKey: n.joinKey.Public().(ed25519.PublicKey)}); err != nil {
+		t.Fatalf("RegisterNode: %v", err)
+	}
+	if _, err := c.mgmt(t, addr).ApproveNode(ctx, &api.ApproveNodeRequest{NodeId: n.id()}); err != nil {
+		t.Fatalf("ApproveNode: %v", err)
+	}
+	res, err := cur.CommitNode(ctx, &api.CommitNodeRequest{})
+	if err != nil {
+		t.Fatalf("CommitNode: %v", err)
+	}
+	if n.ident, err = identity.NewNode(n.key, res.NodeCertificate, res.CaCertificate); err != nil {
+		t.Fatalf("NewNode from CommitNode: %v", err)
+	}
+	return res
+}
+
+// nodeClient dials addr with n's node certificate.
+func (n *testNode) client(t testing.TB, addr string) api.CuratorClient {
+	return api.NewCuratorClient(dial(t, addr, rpc.NodeCredentials(n.ident)))
+}
+
+func dial(t testing.TB, addr string, creds credentials.TransportCredentials) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatalf("NewClient(%q): %v", addr, err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+func newKey(t testing.TB) ed25519.PrivateKey {
+	t.Helper()
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
+
+func testContext(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// eventually calls f until it returns nil, failing the test with its last
+// error after timeout.
+func eventually(t testing.TB, timeout time.Duration, what string, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		err := f()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// testLog passes lines to t.Log until closed.
+type testLog struct {
+	t      testing.TB
+	prefix string
+	mu     sync.Mutex
+	closed bool
+}
+
+func (w *testLog) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.closed {
+		w.t.Log(w.prefix + string(bytes.TrimRight(p, "\n")))
+	}
+	return len(p), nil
+}
+
+func (w *testLog) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.closed = true
+}

@@ -1,0 +1,286 @@
+package curator
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"cairn.dev/cairn/node/consensus"
+	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/proto/api"
+	"cairn.dev/cairn/proto/private"
+)
+
+// management implements api.ManagementServer for the leader.
+type management struct {
+	api.UnimplementedManagementServer
+	*curator
+}
+
+func (m management) GetRegisterTicket(ctx context.Context, _ *api.GetRegisterTicketRequest) (*api.GetRegisterTicketResponse, error) {
+	ticket, err := m.registerTicket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &api.GetRegisterTicketResponse{Ticket: ticket}, nil
+}
+
+// registerTicket reads the cluster's register ticket.
+func (c *curator) registerTicket(ctx context.Context) ([]byte, error) {
+	resp, err := c.etcd.Get(ctx, ticketKey)
+	if err != nil {
+		return nil, fmt.Errorf("when reading the register ticket: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, status.Error(codes.FailedPrecondition, "the cluster has no register ticket: it was not bootstrapped")
+	}
+	return resp.Kvs[0].Value, nil
+}
+
+// configuration reads the cluster configuration.
+func (c *curator) configuration(ctx context.Context) (*api.ClusterConfiguration, error) {
+	resp, err := c.etcd.Get(ctx, configurationKey)
+	if err != nil {
+		return nil, fmt.Errorf("when reading the cluster configuration: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, status.Error(codes.FailedPrecondition, "the cluster has no configuration: it was not bootstrapped")
+	}
+	conf := &api.ClusterConfiguration{}
+	if err := proto.Unmarshal(resp.Kvs[0].Value, conf); err != nil {
+		return nil, fmt.Errorf("when decoding the cluster configuration: %w", err)
+	}
+	return conf, nil
+}
+
+func (m management) GetClusterInfo(ctx context.Context, _ *api.GetClusterInfoRequest) (*api.GetClusterInfoResponse, error) {
+	nodes, _, err := m.listNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	conf, err := m.configuration(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ca, err := consensus.ClusterCA().Ensure(ctx, m.root)
+	if err != nil {
+		return nil, fmt.Errorf("when loading the cluster CA: %w", err)
+	}
+	return &api.GetClusterInfoResponse{
+		ClusterDirectory:     directory(nodes),
+		CaCertificate:        ca,
+		ClusterConfiguration: conf,
+	}, nil
+}
+
+// directory lists the nodes that run a curator: those holding
+// ConsensusMember that reported an address.
+func directory(nodes []*private.Node) *api.ClusterDirectory {
+	dir := &api.ClusterDirectory{}
+	for _, n := range nodes {
+		addr := n.GetStatus().GetExternalAddress()
+		if n.GetRoles().GetConsensusMember() == nil || addr == "" || n.FsmState != api.NodeState_NODE_STATE_UP {
+			continue
+		}
+		dir.Nodes = append(dir.Nodes, &api.ClusterDirectory_Node{
+			Id:        identity.NodeID(n.PublicKey),
+			PublicKey: n.PublicKey,
+			Addresses: []*api.ClusterDirectory_Node_Address{{Host: addr}},
+		})
+	}
+	return dir
+}
+
+func (m management) GetNodes(ctx context.Context, req *api.GetNodesRequest) (*api.GetNodesResponse, error) {
+	nodes, _, err := m.listNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	resp := &api.GetNodesResponse{}
+	for _, n := range nodes {
+		if matches(req.GetFilter(), n) {
+			resp.Nodes = append(resp.Nodes, m.publicNode(n))
+		}
+	}
+	return resp, nil
+}
+
+// matches says whether n passes every criterion f sets.
+func matches(f *api.NodeFilter, n *private.Node) bool {
+	if ids := f.GetIds(); len(ids) > 0 && !slices.Contains(ids, identity.NodeID(n.PublicKey)) {
+		return false
+	}
+	if states := f.GetStates(); len(states) > 0 && !slices.Contains(states, n.FsmState) {
+		return false
+	}
+	want, have := f.GetRoles(), n.GetRoles()
+	if want.GetConsensusMember() != nil && have.GetConsensusMember() == nil {
+		return false
+	}
+	if want.GetKubernetesController() != nil && have.GetKubernetesController() == nil {
+		return false
+	}
+	if want.GetKubernetesWorker() != nil && have.GetKubernetesWorker() == nil {
+		return false
+	}
+	return true
+}
+
+func (m management) ApproveNode(ctx context.Context, req *api.ApproveNodeRequest) (*api.ApproveNodeResponse, error) {
+	if err := checkNodeID(req.NodeId); err != nil {
+		return nil, err
+	}
+	_, err := m.updateNode(ctx, req.NodeId, func(n *private.Node) error {
+		switch n.FsmState {
+		case api.NodeState_NODE_STATE_NEW:
+			n.FsmState = api.NodeState_NODE_STATE_STANDBY
+			return nil
+		case api.NodeState_NODE_STATE_STANDBY, api.NodeState_NODE_STATE_UP:
+			return errUnchanged
+		}
+		return status.Errorf(codes.FailedPrecondition, "node %s is %s; only a NEW node can be approved", req.NodeId, n.FsmState)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &api.ApproveNodeResponse{}, nil
+}
+
+func (m management) UpdateNodeRoles(ctx context.Context, req *api.UpdateNodeRolesRequest) (*api.UpdateNodeRolesResponse, error) {
+	if err := checkNodeID(req.NodeId); err != nil {
+		return nil, err
+	}
+	removeMember := req.ConsensusMember != nil && !*req.ConsensusMember
+	var guard func(context.Context) ([]clientv3.Cmp, error)
+	if removeMember {
+		guard = func(ctx context.Context) ([]clientv3.Cmp, error) { return m.notLastMember(ctx, req.NodeId) }
+	}
+	n, err := m.updateNodeGuarded(ctx, req.NodeId, func(n *private.Node) error {
+		if n.FsmState != api.NodeState_NODE_STATE_UP {
+			return status.Errorf(codes.FailedPrecondition, "node %s is %s; only an UP node can change roles", req.NodeId, n.FsmState)
+		}
+		before := proto.Clone(n.GetRoles())
+		if n.Roles == nil {
+			n.Roles = &api.NodeRoles{}
+		}
+		if req.ConsensusMember != nil {
+			n.Roles.ConsensusMember = role(*req.ConsensusMember, &api.NodeRoles_ConsensusMember{})
+		}
+		if req.KubernetesController != nil {
+			n.Roles.KubernetesController = role(*req.KubernetesController, &api.NodeRoles_KubernetesController{})
+		}
+		if req.KubernetesWorker != nil {
+			n.Roles.KubernetesWorker = role(*req.KubernetesWorker, &api.NodeRoles_KubernetesWorker{})
+		}
+		if proto.Equal(before, n.Roles) {
+			return errUnchanged
+		}
+		return nil
+	}, guard)
+	if err != nil {
+		return nil, err
+	}
+	if removeMember {
+		// The record says the node is no member any more; now make etcd
+		// agree. Done on every such call, so that a retry after a failure
+		// here finishes the removal.
+		if err := m.removeMember(ctx, req.NodeId); err != nil {
+			return nil, err
+		}
+	}
+	return &api.UpdateNodeRolesResponse{Roles: n.Roles}, nil
+}
+
+// notLastMember refuses to take the ConsensusMember role from node id when
+// no other node holds it. The count stays true only while no node record
+// changes, which the returned comparison makes the update's condition.
+func (c *curator) notLastMember(ctx context.Context, id string) ([]clientv3.Cmp, error) {
+	nodes, rev, err := c.listNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	others := 0
+	for _, n := range nodes {
+		if n.GetRoles().GetConsensusMember() != nil && identity.NodeID(n.PublicKey) != id {
+			others++
+		}
+	}
+	if others == 0 {
+		return nil, status.Errorf(codes.FailedPrecondition, "node %s is the cluster's last consensus member; give another node the role first", id)
+	}
+	return []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(nodePrefix), "<", rev+1).WithPrefix()}, nil
+}
+
+// role returns r when the role is held, nil otherwise.
+func role[T any](held bool, r *T) *T {
+	if held {
+		return r
+	}
+	return nil
+}
+
+// removeMember removes node id from etcd's membership, if it is a member.
+func (c *curator) removeMember(ctx context.Context, id string) error {
+	err := c.cfg.Consensus.RemoveMember(ctx, id)
+	if err != nil && strings.Contains(err.Error(), "no member called") {
+		// Held the role but never joined etcd, or removed before.
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("when removing %s from the consensus members: %w", id, err)
+	}
+	return nil
+}
+
+func (m management) DecommissionNode(ctx context.Context, req *api.DecommissionNodeRequest) (*api.DecommissionNodeResponse, error) {
+	if err := checkNodeID(req.NodeId); err != nil {
+		return nil, err
+	}
+	_, err := m.updateNode(ctx, req.NodeId, func(n *private.Node) error {
+		if n.FsmState == api.NodeState_NODE_STATE_DECOMMISSIONED {
+			return errUnchanged
+		}
+		if n.GetRoles().GetConsensusMember() != nil {
+			return status.Errorf(codes.FailedPrecondition, "node %s is a consensus member; remove its ConsensusMember role first", req.NodeId)
+		}
+		n.FsmState = api.NodeState_NODE_STATE_DECOMMISSIONED
+		n.Roles = &api.NodeRoles{}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &api.DecommissionNodeResponse{}, nil
+}
+
+func (m management) DeleteNode(ctx context.Context, req *api.DeleteNodeRequest) (*api.DeleteNodeResponse, error) {
+	if err := checkNodeID(req.NodeId); err != nil {
+		return nil, err
+	}
+	for {
+		n, rev, err := m.getNode(ctx, req.NodeId)
+		if err != nil {
+			return nil, err
+		}
+		if n.FsmState != api.NodeState_NODE_STATE_DECOMMISSIONED && n.FsmState != api.NodeState_NODE_STATE_NEW {
+			return nil, status.Errorf(codes.FailedPrecondition, "node %s is %s; only a DECOMMISSIONED or NEW node can be deleted", req.NodeId, n.FsmState)
+		}
+		key := nodeKey(req.NodeId)
+		resp, err := m.etcd.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+			Then(clientv3.OpDelete(key)).
+			Commit()
+		if err != nil {
+			return nil, fmt.Errorf("when deleting node %s: %w", req.NodeId, err)
+		}
+		if resp.Succeeded {
+			return &api.DeleteNodeResponse{}, nil
+		}
+	}
+}

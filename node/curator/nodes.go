@@ -1,0 +1,130 @@
+package curator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/proto/api"
+	"cairn.dev/cairn/proto/private"
+)
+
+// errUnchanged, returned by the function given to updateNode, leaves the
+// record as it is and makes updateNode succeed.
+var errUnchanged = errors.New("unchanged")
+
+// checkNodeID refuses a malformed node ID with InvalidArgument.
+func checkNodeID(id string) error {
+	if !identity.ValidNodeID(id) {
+		return status.Errorf(codes.InvalidArgument, "%q is not a node ID (cairn- and 16 lowercase hex digits)", id)
+	}
+	return nil
+}
+
+// getNode reads the record of node id and its etcd mod revision. A missing
+// node is NotFound.
+func (c *curator) getNode(ctx context.Context, id string) (*private.Node, int64, error) {
+	resp, err := c.etcd.Get(ctx, nodeKey(id))
+	if err != nil {
+		return nil, 0, fmt.Errorf("when reading node %s: %w", id, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, 0, status.Errorf(codes.NotFound, "no node %s in the cluster", id)
+	}
+	n := &private.Node{}
+	if err := proto.Unmarshal(resp.Kvs[0].Value, n); err != nil {
+		return nil, 0, fmt.Errorf("when decoding node %s: %w", id, err)
+	}
+	return n, resp.Kvs[0].ModRevision, nil
+}
+
+// listNodes reads every node record, sorted by ID, with the revision of
+// etcd at which they were read.
+func (c *curator) listNodes(ctx context.Context) ([]*private.Node, int64, error) {
+	resp, err := c.etcd.Get(ctx, nodePrefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	if err != nil {
+		return nil, 0, fmt.Errorf("when listing nodes: %w", err)
+	}
+	nodes := make([]*private.Node, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		n := &private.Node{}
+		if err := proto.Unmarshal(kv.Value, n); err != nil {
+			return nil, 0, fmt.Errorf("when decoding node %s: %w", nodeIDFromKey(kv.Key), err)
+		}
+		nodes = append(nodes, n)
+	}
+	return nodes, resp.Header.Revision, nil
+}
+
+// updateNode changes the record of node id with change and writes it back
+// in a transaction that succeeds only if nobody wrote it in between;
+// otherwise it reads and changes it again. It returns the record as
+// written (or as it was, if change returned errUnchanged).
+func (c *curator) updateNode(ctx context.Context, id string, change func(*private.Node) error) (*private.Node, error) {
+	return c.updateNodeGuarded(ctx, id, change, nil)
+}
+
+// updateNodeGuarded is updateNode with a guard, called before each attempt,
+// that may refuse the update or add comparisons to its transaction: the
+// update happens only if they hold too.
+func (c *curator) updateNodeGuarded(ctx context.Context, id string, change func(*private.Node) error, guard func(context.Context) ([]clientv3.Cmp, error)) (*private.Node, error) {
+	for {
+		var extra []clientv3.Cmp
+		if guard != nil {
+			var err error
+			if extra, err = guard(ctx); err != nil {
+				return nil, err
+			}
+		}
+		n, rev, err := c.getNode(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		if err := change(n); errors.Is(err, errUnchanged) {
+			return n, nil
+		} else if err != nil {
+			return nil, err
+		}
+		data, err := proto.Marshal(n)
+		if err != nil {
+			return nil, fmt.Errorf("when encoding node %s: %w", id, err)
+		}
+		cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(nodeKey(id)), "=", rev)}, extra...)
+		resp, err := c.etcd.Txn(ctx).If(cmps...).Then(clientv3.OpPut(nodeKey(id), string(data))).Commit()
+		if err != nil {
+			return nil, fmt.Errorf("when writing node %s: %w", id, err)
+		}
+		if resp.Succeeded {
+			return n, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("when writing node %s: %w", id, err)
+		}
+	}
+}
+
+// publicNode shows a record as the API does: without secrets, with the
+// time of the node's last heartbeat to this leader.
+func (c *curator) publicNode(n *private.Node) *api.Node {
+	id := identity.NodeID(n.PublicKey)
+	out := &api.Node{
+		Id:        id,
+		PublicKey: n.PublicKey,
+		State:     n.FsmState,
+		Roles:     n.Roles,
+		Status:    n.Status,
+	}
+	if out.Roles == nil {
+		out.Roles = &api.NodeRoles{}
+	}
+	if t, ok := c.heartbeats.last(id); ok {
+		out.LastHeartbeatUnixNanos = t.UnixNano()
+	}
+	return out
+}

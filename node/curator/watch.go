@@ -1,0 +1,89 @@
+package curator
+
+import (
+	"errors"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"cairn.dev/cairn/proto/api"
+	"cairn.dev/cairn/proto/private"
+)
+
+// backlogBatch is how many nodes one backlog event carries at most.
+const backlogBatch = 100
+
+// Watch implements Curator.Watch: a read of the current state, sent as the
+// backlog, then an etcd watch from the revision of that read, so that no
+// change falls between the two.
+func (a nodeAPI) Watch(req *api.WatchRequest, srv grpc.ServerStreamingServer[api.WatchEvent]) error {
+	ctx := srv.Context()
+	key, opts := "", []clientv3.OpOption{}
+	switch k := req.Kind.(type) {
+	case *api.WatchRequest_NodeInCluster_:
+		if err := checkNodeID(k.NodeInCluster.GetNodeId()); err != nil {
+			return err
+		}
+		key = nodeKey(k.NodeInCluster.NodeId)
+	case *api.WatchRequest_NodesInCluster_:
+		key, opts = nodePrefix, []clientv3.OpOption{clientv3.WithPrefix()}
+	default:
+		return status.Error(codes.InvalidArgument, "the request must name one node or all nodes")
+	}
+
+	resp, err := a.etcd.Get(ctx, key, opts...)
+	if err != nil {
+		return fmt.Errorf("when reading the backlog: %w", err)
+	}
+	ev := &api.WatchEvent{}
+	for _, kv := range resp.Kvs {
+		n := &private.Node{}
+		if err := proto.Unmarshal(kv.Value, n); err != nil {
+			return fmt.Errorf("when decoding node %s: %w", nodeIDFromKey(kv.Key), err)
+		}
+		ev.Nodes = append(ev.Nodes, a.publicNode(n))
+		if len(ev.Nodes) == backlogBatch {
+			if err := srv.Send(ev); err != nil {
+				return fmt.Errorf("when sending the backlog: %w", err)
+			}
+			ev = &api.WatchEvent{}
+		}
+	}
+	ev.Progress = api.WatchEvent_PROGRESS_LAST_BACKLOGGED
+	if err := srv.Send(ev); err != nil {
+		return fmt.Errorf("when sending the backlog: %w", err)
+	}
+
+	opts = append(opts, clientv3.WithRev(resp.Header.Revision+1))
+	for wr := range a.etcd.Watch(clientv3.WithRequireLeader(ctx), key, opts...) {
+		if err := wr.Err(); err != nil {
+			return status.Errorf(codes.Unavailable, "etcd watch failed: %v", err)
+		}
+		ev := &api.WatchEvent{}
+		for _, e := range wr.Events {
+			if e.Type == clientv3.EventTypeDelete {
+				ev.NodeTombstones = append(ev.NodeTombstones, nodeIDFromKey(e.Kv.Key))
+				continue
+			}
+			n := &private.Node{}
+			if err := proto.Unmarshal(e.Kv.Value, n); err != nil {
+				return fmt.Errorf("when decoding node %s: %w", nodeIDFromKey(e.Kv.Key), err)
+			}
+			ev.Nodes = append(ev.Nodes, a.publicNode(n))
+		}
+		if len(ev.Nodes) == 0 && len(ev.NodeTombstones) == 0 {
+			continue
+		}
+		if err := srv.Send(ev); err != nil {
+			return fmt.Errorf("when sending a change: %w", err)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return errors.New("etcd watch ended")
+}
