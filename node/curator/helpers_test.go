@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"fmt"
 	"net"
 	"net/netip"
 	"path/filepath"
@@ -59,7 +60,7 @@ func newTestNode(t testing.TB) *testNode {
 }
 
 func (n *testNode) pub() ed25519.PublicKey { return n.key.Public().(ed25519.PublicKey) }
-func (n *testNode) id() string            { return identity.NodeID(n.pub()) }
+func (n *testNode) id() string             { return identity.NodeID(n.pub()) }
 
 // startConsensus runs the node's etcd member until stopped or the test ends.
 func (n *testNode) startConsensus(t testing.TB) {
@@ -264,10 +265,20 @@ func (c *testCluster) enrol(t testing.TB, addr string, n *testNode) *api.CommitN
 	if err != nil {
 		t.Fatalf("CommitNode: %v", err)
 	}
-	if n.ident, err = identity.NewNode(n.key, res.NodeCertificate, res.CaCertificate); err != nil {
-		t.Fatalf("NewNode from CommitNode: %v", err)
+	if err := setIdentity(n, res); err != nil {
+		t.Fatal(err)
 	}
 	return res
+}
+
+// setIdentity gives n the identity CommitNode handed it.
+func setIdentity(n *testNode, res *api.CommitNodeResponse) error {
+	var err error
+	n.ident, err = identity.NewNode(n.key, res.NodeCertificate, res.CaCertificate)
+	if err != nil {
+		return fmt.Errorf("NewNode from CommitNode: %w", err)
+	}
+	return nil
 }
 
 // nodeClient dials addr with n's node certificate.
