@@ -8,11 +8,16 @@ import (
 	"strings"
 	"testing"
 
+	diskfs "github.com/diskfs/go-diskfs"
+	"github.com/diskfs/go-diskfs/disk"
+	"github.com/diskfs/go-diskfs/filesystem"
+	"github.com/diskfs/go-diskfs/partition/gpt"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
+	"cairn.dev/cairn/pkg/espimage"
 	"cairn.dev/cairn/proto/api"
 )
 
@@ -202,5 +207,53 @@ func TestNodeEndpointSettings(t *testing.T) {
 	}
 	if _, err := run(t, dir, "config", "set-node-endpoint", "cairn-0123456789abcdef"); err == nil {
 		t.Error("config set-node-endpoint without =HOST:PORT succeeded, want an error")
+	}
+}
+
+// TestParamsBootstrapImage writes bootstrap parameters into the ESP of a
+// GPT image made with go-diskfs and reads them back from there.
+func TestParamsBootstrapImage(t *testing.T) {
+	img := filepath.Join(t.TempDir(), "disk.img")
+	d, err := diskfs.Create(img, 96<<20, diskfs.SectorSizeDefault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = d.Partition(&gpt.Table{
+		LogicalSectorSize: 512, PhysicalSectorSize: 512, ProtectiveMBR: true,
+		Partitions: []*gpt.Partition{{Index: 1, Start: 2048, End: 2048 + 64<<20/512 - 1, Type: gpt.EFISystemPartition, Name: "EFI System Partition"}},
+	})
+	if err == nil {
+		_, err = d.CreateFilesystem(disk.FilesystemSpec{Partition: 1, FSType: filesystem.TypeFat32, VolumeLabel: "CAIRN-ESP"})
+	}
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatalf("making the image: %v", err)
+	}
+
+	dir := t.TempDir()
+	out := mustRun(t, dir, "params", "bootstrap", "--image", img, "--tpm", "best-effort")
+	if !strings.Contains(out, "cairn/parameters.pb on the ESP of "+img) {
+		t.Errorf("params bootstrap --image printed %q, want it to name the ESP file", out)
+	}
+	data, err := espimage.ReadFile(img, "cairn/parameters.pb")
+	if err != nil {
+		t.Fatalf("reading the parameters back: %v", err)
+	}
+	key, err := readOwnerKey(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := readParams(t, data).GetClusterBootstrap()
+	if !key.Public().(ed25519.PublicKey).Equal(ed25519.PublicKey(got.GetOwnerPublicKey())) {
+		t.Errorf("owner key in the image's parameters = %x, want the config dir's", got.GetOwnerPublicKey())
+	}
+	if m := got.GetInitialClusterConfiguration().GetTpmMode(); m != api.TPMMode_TPM_MODE_BEST_EFFORT {
+		t.Errorf("TPM mode in the image's parameters = %v, want BEST_EFFORT", m)
+	}
+
+	if _, err := run(t, dir, "params", "bootstrap", "--image", filepath.Join(dir, "missing.img")); err == nil || !strings.Contains(err.Error(), "missing.img") {
+		t.Errorf("params bootstrap into a missing image = %v, want an error naming it", err)
 	}
 }

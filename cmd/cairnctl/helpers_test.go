@@ -79,12 +79,17 @@ func newTestCA(t *testing.T) *testCA {
 	return &testCA{key: key, cert: cert}
 }
 
-func (ca *testCA) issue(t *testing.T, tmpl x509.Certificate, pub ed25519.PublicKey) []byte {
-	t.Helper()
+// mint signs tmpl for pub, valid from an hour ago for a day.
+func (ca *testCA) mint(tmpl x509.Certificate, pub ed25519.PublicKey) ([]byte, error) {
 	tmpl.SerialNumber = big.NewInt(time.Now().UnixNano())
 	tmpl.NotBefore = time.Now().Add(-time.Hour)
 	tmpl.NotAfter = time.Now().Add(24 * time.Hour)
-	der, err := x509.CreateCertificate(rand.Reader, &tmpl, ca.cert, pub, ca.key)
+	return x509.CreateCertificate(rand.Reader, &tmpl, ca.cert, pub, ca.key)
+}
+
+func (ca *testCA) issue(t *testing.T, tmpl x509.Certificate, pub ed25519.PublicKey) []byte {
+	t.Helper()
+	der, err := ca.mint(tmpl, pub)
 	if err != nil {
 		t.Fatal(err)
 	}
