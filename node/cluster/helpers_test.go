@@ -1,0 +1,218 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"math/big"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"cairn.dev/cairn/node/localstorage"
+)
+
+// testCA returns a self-signed CA certificate, DER.
+func testCA(t testing.TB) []byte {
+	t.Helper()
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "test CA"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, priv.Public(), priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return der
+}
+
+// fakeTPM seals by XOR with a per-machine key and a MAC, standing in for a
+// TPM bound to one machine.
+type fakeTPM struct {
+	machine []byte
+}
+
+func newFakeTPM() *fakeTPM {
+	k := make([]byte, 32)
+	rand.Read(k)
+	return &fakeTPM{machine: k}
+}
+
+func (f *fakeTPM) open() (sealer, error) { return f, nil }
+
+func (f *fakeTPM) mac(b []byte) []byte {
+	h := sha256.Sum256(append(bytes.Clone(f.machine), b...))
+	return h[:]
+}
+
+func (f *fakeTPM) Seal(secret []byte) ([]byte, error) {
+	out := make([]byte, len(secret))
+	for i := range secret {
+		out[i] = secret[i] ^ f.machine[i%len(f.machine)]
+	}
+	return append(f.mac(secret), out...), nil
+}
+
+func (f *fakeTPM) Unseal(blob []byte) ([]byte, error) {
+	if len(blob) < sha256.Size {
+		return nil, errors.New("fake TPM: blob too short")
+	}
+	out := make([]byte, len(blob)-sha256.Size)
+	for i := range out {
+		out[i] = blob[sha256.Size+i] ^ f.machine[i%len(f.machine)]
+	}
+	if !bytes.Equal(f.mac(out), blob[:sha256.Size]) {
+		return nil, errors.New("fake TPM: integrity check failed")
+	}
+	return out, nil
+}
+
+func (f *fakeTPM) Close() error { return nil }
+
+// noTPM is a machine without a TPM.
+func noTPM() (sealer, error) { return nil, errNoTPM }
+
+// fakeStorage "mounts" the data partition by using a directory: the tree
+// of a localstorage.Storage placed under a temporary directory, and a
+// header file beside it that remembers the keys, so that a wrong key is
+// refused as on a real disk.
+type fakeStorage struct {
+	st     *localstorage.Storage
+	header string
+
+	mu      sync.Mutex
+	mounted bool
+	calls   []string
+}
+
+func newFakeStorage(t testing.TB) *fakeStorage {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := localstorage.New(localstorage.Config{Root: filepath.Join(dir, "root")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Root.ESP.Cairn.MkdirAll(0o700); err != nil {
+		t.Fatal(err)
+	}
+	return &fakeStorage{st: st, header: filepath.Join(dir, "data-header")}
+}
+
+// reboot forgets the mount, as a new boot would.
+func (f *fakeStorage) reboot() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.mounted = false
+	f.calls = nil
+}
+
+func (f *fakeStorage) record(call string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, call)
+	if f.mounted {
+		return fmt.Errorf("%s: already mounted", call)
+	}
+	return nil
+}
+
+func (f *fakeStorage) format(header []byte) error {
+	if err := os.RemoveAll(f.st.Root.Data.FullPath()); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(f.st.Root.Data.FullPath(), 0o700); err != nil {
+		return err
+	}
+	if err := os.WriteFile(f.header, header, 0o600); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.mounted = true
+	f.mu.Unlock()
+	return nil
+}
+
+func (f *fakeStorage) open(header []byte) error {
+	got, err := os.ReadFile(f.header)
+	if err != nil {
+		return fmt.Errorf("no data partition: %w", err)
+	}
+	if !bytes.Equal(got, header) {
+		return localstorage.ErrWrongKey
+	}
+	f.mu.Lock()
+	f.mounted = true
+	f.mu.Unlock()
+	return nil
+}
+
+func keyHeader(nodeKey, clusterKey []byte) []byte {
+	if len(nodeKey) != localstorage.KeySize || len(clusterKey) != localstorage.KeySize {
+		return nil
+	}
+	k := make([]byte, len(nodeKey))
+	for i := range k {
+		k[i] = nodeKey[i] ^ clusterKey[i]
+	}
+	h := sha256.Sum256(append([]byte("encrypted"), k...))
+	return h[:]
+}
+
+func (f *fakeStorage) MountNew(_ context.Context, nodeKey, clusterKey []byte) error {
+	if err := f.record("MountNew"); err != nil {
+		return err
+	}
+	h := keyHeader(nodeKey, clusterKey)
+	if h == nil {
+		return errors.New("bad key length")
+	}
+	return f.format(h)
+}
+
+func (f *fakeStorage) MountExisting(nodeKey, clusterKey []byte) error {
+	if err := f.record("MountExisting"); err != nil {
+		return err
+	}
+	h := keyHeader(nodeKey, clusterKey)
+	if h == nil {
+		return localstorage.ErrWrongKey
+	}
+	return f.open(h)
+}
+
+func (f *fakeStorage) MountNewInsecure(context.Context) error {
+	if err := f.record("MountNewInsecure"); err != nil {
+		return err
+	}
+	return f.format([]byte("insecure"))
+}
+
+func (f *fakeStorage) MountExistingInsecure() error {
+	if err := f.record("MountExistingInsecure"); err != nil {
+		return err
+	}
+	return f.open([]byte("insecure"))
+}
+
+func (f *fakeStorage) mountCalls() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.calls...)
+}

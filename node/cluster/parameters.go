@@ -1,0 +1,267 @@
+package cluster
+
+import (
+	"crypto/ed25519"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
+
+	"cairn.dev/cairn/node/identity"
+	api "cairn.dev/cairn/proto/api"
+)
+
+// FWCfgParametersPath is where qemu's fw_cfg shows the node parameters
+// (the fw_cfg entry opt/dev.cairn/parameters.pb) on a node.
+const FWCfgParametersPath = "/sys/firmware/qemu_fw_cfg/by_name/opt/dev.cairn/parameters.pb/raw"
+
+// maxParametersSize bounds what ReadParameters reads from one source: real
+// parameters are a few KiB, and a file of garbage must not eat the node's
+// memory.
+const maxParametersSize = 1 << 20
+
+// ReadParameters reads the node parameters from fwcfgPath (qemu's fw_cfg
+// entry) and, when that does not exist, from espPath (the ESP file
+// cairn/parameters.pb). The fw_cfg copy wins: an operator who hands a node
+// parameters through the hypervisor means them, and a broken fw_cfg copy is
+// an error rather than a reason to fall back to the ESP. It returns nil and
+// no error when neither file exists. Parameters that do not parse or do
+// not pass ValidateParameters give an error naming the source.
+func ReadParameters(fwcfgPath, espPath string) (*api.NodeParameters, error) {
+	for _, src := range []struct{ name, path string }{
+		{"fw_cfg", fwcfgPath},
+		{"ESP", espPath},
+	} {
+		if src.path == "" {
+			continue
+		}
+		b, err := readLimited(src.path, maxParametersSize)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("when reading %s parameters %s: %w", src.name, src.path, err)
+		}
+		p, err := ParseParameters(b)
+		if err != nil {
+			return nil, fmt.Errorf("%s parameters %s: %w", src.name, src.path, err)
+		}
+		return p, nil
+	}
+	return nil, nil
+}
+
+// readLimited reads the file at path, refusing one larger than limit.
+func readLimited(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("larger than %d bytes", limit)
+	}
+	return b, nil
+}
+
+// ParseParameters decodes and validates marshalled node parameters.
+func ParseParameters(b []byte) (*api.NodeParameters, error) {
+	var p api.NodeParameters
+	if err := proto.Unmarshal(b, &p); err != nil {
+		return nil, fmt.Errorf("not a cairn.api.NodeParameters message: %w", err)
+	}
+	if err := ValidateParameters(&p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// ValidateParameters checks node parameters strictly, so that a mistake
+// shows at boot with a message naming it, not later as a confusing failure:
+// exactly one of bootstrap and register, keys of the right length, a CA
+// certificate that parses, directory entries whose IDs match their keys, a
+// network configuration that parses.
+func ValidateParameters(p *api.NodeParameters) error {
+	if p == nil {
+		return errors.New("no parameters")
+	}
+	switch c := p.GetCluster().(type) {
+	case *api.NodeParameters_ClusterBootstrap_:
+		if err := validateBootstrap(c.ClusterBootstrap); err != nil {
+			return fmt.Errorf("cluster_bootstrap: %w", err)
+		}
+	case *api.NodeParameters_ClusterRegister_:
+		if err := validateRegister(c.ClusterRegister); err != nil {
+			return fmt.Errorf("cluster_register: %w", err)
+		}
+	default:
+		return errors.New("neither cluster_bootstrap nor cluster_register is set")
+	}
+	if err := validateNetwork(p.GetNetworkConfig()); err != nil {
+		return fmt.Errorf("network_config: %w", err)
+	}
+	return nil
+}
+
+func validateBootstrap(b *api.NodeParameters_ClusterBootstrap) error {
+	if b == nil {
+		return errors.New("empty")
+	}
+	if n := len(b.GetOwnerPublicKey()); n != ed25519.PublicKeySize {
+		return fmt.Errorf("owner_public_key is %d bytes, want %d", n, ed25519.PublicKeySize)
+	}
+	return validateConfiguration(b.GetInitialClusterConfiguration())
+}
+
+// validateConfiguration accepts an unset configuration and unset fields
+// (they resolve to the strictest choice) but no value this build does not
+// know: a policy it does not understand must not be read as a weaker one.
+func validateConfiguration(c *api.ClusterConfiguration) error {
+	if _, ok := api.StorageSecurityPolicy_name[int32(c.GetStorageSecurityPolicy())]; !ok {
+		return fmt.Errorf("unknown storage_security_policy %d", c.GetStorageSecurityPolicy())
+	}
+	if _, ok := api.TPMMode_name[int32(c.GetTpmMode())]; !ok {
+		return fmt.Errorf("unknown tpm_mode %d", c.GetTpmMode())
+	}
+	return nil
+}
+
+func validateRegister(r *api.NodeParameters_ClusterRegister) error {
+	if r == nil {
+		return errors.New("empty")
+	}
+	if len(r.GetRegisterTicket()) == 0 {
+		return errors.New("register_ticket is empty")
+	}
+	if err := validateCA(r.GetCaCertificate()); err != nil {
+		return fmt.Errorf("ca_certificate: %w", err)
+	}
+	if err := validateDirectory(r.GetClusterDirectory()); err != nil {
+		return fmt.Errorf("cluster_directory: %w", err)
+	}
+	if len(r.GetClusterDirectory().GetNodes()) == 0 {
+		return errors.New("cluster_directory lists no node")
+	}
+	return nil
+}
+
+// validateCA checks that der is a CA certificate.
+func validateCA(der []byte) error {
+	if len(der) == 0 {
+		return errors.New("empty")
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		return fmt.Errorf("does not parse: %w", err)
+	}
+	if !c.IsCA {
+		return errors.New("not a CA certificate")
+	}
+	return nil
+}
+
+// validateDirectory checks every entry of a cluster directory: a valid
+// node ID derived from a 32-byte key, and addresses that are hosts without
+// a port. An empty directory is valid here; callers that need entries say
+// so.
+func validateDirectory(d *api.ClusterDirectory) error {
+	seen := make(map[string]bool)
+	for i, n := range d.GetNodes() {
+		if len(n.GetPublicKey()) != ed25519.PublicKeySize {
+			return fmt.Errorf("node %d: public_key is %d bytes, want %d", i, len(n.GetPublicKey()), ed25519.PublicKeySize)
+		}
+		want := identity.NodeID(ed25519.PublicKey(n.GetPublicKey()))
+		if n.GetId() != want {
+			return fmt.Errorf("node %d: id %q does not match its public key (%q)", i, n.GetId(), want)
+		}
+		if seen[want] {
+			return fmt.Errorf("node %d: %s listed twice", i, want)
+		}
+		seen[want] = true
+		if len(n.GetAddresses()) == 0 {
+			return fmt.Errorf("node %s: no address", want)
+		}
+		for _, a := range n.GetAddresses() {
+			if err := validateHost(a.GetHost()); err != nil {
+				return fmt.Errorf("node %s: %w", want, err)
+			}
+		}
+	}
+	return nil
+}
+
+// validateHost accepts an IP address or a DNS name, without a port.
+func validateHost(h string) error {
+	if h == "" {
+		return errors.New("empty host")
+	}
+	if _, err := netip.ParseAddr(h); err == nil {
+		return nil
+	}
+	if len(h) > 253 || strings.ContainsAny(h, ":/[] \t\r\n") {
+		return fmt.Errorf("host %q is neither an IP address nor a DNS name", h)
+	}
+	for _, r := range h {
+		if r < 0x21 || r > 0x7e {
+			return fmt.Errorf("host %q is neither an IP address nor a DNS name", h)
+		}
+	}
+	return nil
+}
+
+func validateNetwork(n *api.NetworkConfig) error {
+	s := n.GetStatic()
+	if s == nil {
+		return nil
+	}
+	if s.GetHardwareAddress() != "" {
+		if _, err := net.ParseMAC(s.GetHardwareAddress()); err != nil {
+			return fmt.Errorf("static hardware_address: %w", err)
+		}
+	}
+	if len(s.GetAddresses()) == 0 {
+		return errors.New("static configuration without addresses")
+	}
+	for _, a := range s.GetAddresses() {
+		if _, err := netip.ParsePrefix(a); err != nil {
+			return fmt.Errorf("static address: %w", err)
+		}
+	}
+	if s.GetGateway() != "" {
+		if _, err := netip.ParseAddr(s.GetGateway()); err != nil {
+			return fmt.Errorf("static gateway: %w", err)
+		}
+	}
+	for _, ns := range s.GetNameservers() {
+		if _, err := netip.ParseAddr(ns); err != nil {
+			return fmt.Errorf("static nameserver: %w", err)
+		}
+	}
+	return nil
+}
+
+// resolveConfiguration returns c with every unset field at its strictest
+// value, as the curator stores it.
+func resolveConfiguration(c *api.ClusterConfiguration) *api.ClusterConfiguration {
+	r := &api.ClusterConfiguration{
+		StorageSecurityPolicy: c.GetStorageSecurityPolicy(),
+		TpmMode:               c.GetTpmMode(),
+	}
+	if r.StorageSecurityPolicy == api.StorageSecurityPolicy_STORAGE_SECURITY_POLICY_UNSPECIFIED {
+		r.StorageSecurityPolicy = api.StorageSecurityPolicy_STORAGE_SECURITY_POLICY_ENCRYPTED
+	}
+	if r.TpmMode == api.TPMMode_TPM_MODE_UNSPECIFIED {
+		r.TpmMode = api.TPMMode_TPM_MODE_REQUIRED
+	}
+	return r
+}

@@ -1,0 +1,227 @@
+package cluster
+
+import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/localstorage"
+	api "cairn.dev/cairn/proto/api"
+	private "cairn.dev/cairn/proto/private"
+)
+
+// The sealed configuration file (cairn/sealed_configuration.pb) is a small
+// envelope around the payload, so that a reader knows, before touching a
+// TPM, how the payload was stored, and can tell a damaged file from a
+// configuration that is merely wrong:
+//
+//	offset  size  field
+//	0       8     magic "CAIRNSCF"
+//	8       1     version, 1
+//	9       1     kind: 1 plain (marshalled SealedConfiguration),
+//	              2 TPM (a tpmseal blob of the marshalled SealedConfiguration)
+//	10      2     zero
+//	12      4     payload length n, big endian
+//	16      n     payload
+//	16+n    32    SHA-256 of bytes 0 to 16+n
+//
+// The checksum guards against damage on the FAT ESP, which has no journal;
+// it is no protection against an attacker, who could recompute it. Against
+// tampering, a TPM blob protects itself, and a plain payload cannot.
+const (
+	envelopeMagic   = "CAIRNSCF"
+	envelopeVersion = 1
+	headerSize      = 16
+
+	// maxSealedSize bounds the file: real ones are well under 4 KiB.
+	maxSealedSize = 64 << 10
+)
+
+// envelopeKind says how the payload of a sealed configuration is stored.
+type envelopeKind uint8
+
+const (
+	kindPlain envelopeKind = 1
+	kindTPM   envelopeKind = 2
+)
+
+func (k envelopeKind) String() string {
+	switch k {
+	case kindPlain:
+		return "plain"
+	case kindTPM:
+		return "TPM-sealed"
+	}
+	return fmt.Sprintf("kind %d", uint8(k))
+}
+
+// marshalEnvelope wraps payload in the envelope.
+func marshalEnvelope(kind envelopeKind, payload []byte) []byte {
+	b := make([]byte, 0, headerSize+len(payload)+sha256.Size)
+	b = append(b, envelopeMagic...)
+	b = append(b, envelopeVersion, byte(kind), 0, 0)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(payload)))
+	b = append(b, payload...)
+	sum := sha256.Sum256(b)
+	return append(b, sum[:]...)
+}
+
+// parseEnvelope checks an envelope and returns its kind and payload.
+func parseEnvelope(b []byte) (envelopeKind, []byte, error) {
+	if len(b) < headerSize+sha256.Size {
+		return 0, nil, fmt.Errorf("file is %d bytes, too short for a sealed configuration", len(b))
+	}
+	if !bytes.Equal(b[:8], []byte(envelopeMagic)) {
+		return 0, nil, errors.New("not a sealed configuration (bad magic)")
+	}
+	if b[8] != envelopeVersion {
+		return 0, nil, fmt.Errorf("unknown sealed configuration version %d", b[8])
+	}
+	kind := envelopeKind(b[9])
+	if kind != kindPlain && kind != kindTPM {
+		return 0, nil, fmt.Errorf("unknown payload kind %d", b[9])
+	}
+	if b[10] != 0 || b[11] != 0 {
+		return 0, nil, errors.New("reserved header bytes are not zero")
+	}
+	n := binary.BigEndian.Uint32(b[12:16])
+	if uint64(n) != uint64(len(b)-headerSize-sha256.Size) {
+		return 0, nil, fmt.Errorf("payload length %d does not match the file length %d (truncated?)", n, len(b))
+	}
+	end := headerSize + int(n)
+	sum := sha256.Sum256(b[:end])
+	if !bytes.Equal(sum[:], b[end:]) {
+		return 0, nil, errors.New("checksum mismatch: the file is damaged")
+	}
+	return kind, b[headerSize:end], nil
+}
+
+// parseSealedConfiguration decodes and validates the payload of an
+// envelope, once unsealed.
+func parseSealedConfiguration(payload []byte) (*private.SealedConfiguration, error) {
+	var sc private.SealedConfiguration
+	if err := proto.Unmarshal(payload, &sc); err != nil {
+		return nil, fmt.Errorf("payload is not a SealedConfiguration: %w", err)
+	}
+	if err := validateSealed(&sc); err != nil {
+		return nil, err
+	}
+	return &sc, nil
+}
+
+// validateSealed checks every field of a sealed configuration. Enrolment
+// writes every field, so anything missing is damage, never an old format.
+func validateSealed(sc *private.SealedConfiguration) error {
+	if !identity.ValidNodeID(sc.GetNodeId()) {
+		return fmt.Errorf("node_id %q is not a node ID", sc.GetNodeId())
+	}
+	if n := len(sc.GetJoinKey()); n != ed25519.SeedSize {
+		return fmt.Errorf("join_key is %d bytes, want %d", n, ed25519.SeedSize)
+	}
+	if err := validateCA(sc.GetClusterCaCertificate()); err != nil {
+		return fmt.Errorf("cluster_ca_certificate: %w", err)
+	}
+	nk, ck := len(sc.GetNodeUnlockKey()), len(sc.GetClusterUnlockKey())
+	switch sc.GetStorageSecurity() {
+	case private.StorageSecurity_STORAGE_SECURITY_ENCRYPTED:
+		if nk != localstorage.KeySize || ck != localstorage.KeySize {
+			return fmt.Errorf("unlock keys are %d and %d bytes, want %d", nk, ck, localstorage.KeySize)
+		}
+	case private.StorageSecurity_STORAGE_SECURITY_INSECURE:
+		if nk != 0 || ck != 0 {
+			return errors.New("unlock keys present on insecure storage")
+		}
+	default:
+		return fmt.Errorf("storage_security %v is not a setting", sc.GetStorageSecurity())
+	}
+	return nil
+}
+
+// sealer is what enrolment needs of a TPM; pkg/tpmseal's TPM is one.
+type sealer interface {
+	Seal(secret []byte) ([]byte, error)
+	Unseal(blob []byte) ([]byte, error)
+	Close() error
+}
+
+// errNoTPM is what an openTPM returns when the machine has no TPM.
+var errNoTPM = errors.New("no TPM on this machine")
+
+// sealPlan is the decision how to store the sealed configuration, taken
+// from the cluster's TPM mode and the machine, before anything is written.
+type sealPlan struct {
+	// useTPM says the payload is sealed by the TPM.
+	useTPM bool
+	// warning, when not empty, is why the configuration is stored
+	// unsealed; it is logged loudly.
+	warning string
+}
+
+// planSealing decides how to seal under mode, opening (and closing again)
+// the TPM to see whether there is one. It refuses when mode requires a
+// TPM and the machine has none that works.
+func planSealing(mode api.TPMMode, open func() (sealer, error)) (sealPlan, error) {
+	if mode == api.TPMMode_TPM_MODE_DISABLED {
+		return sealPlan{warning: "the cluster's TPM mode is DISABLED"}, nil
+	}
+	t, err := open()
+	if err == nil {
+		t.Close()
+		return sealPlan{useTPM: true}, nil
+	}
+	if mode == api.TPMMode_TPM_MODE_BEST_EFFORT {
+		return sealPlan{warning: fmt.Sprintf("the cluster's TPM mode is BEST_EFFORT and the TPM is unusable: %v", err)}, nil
+	}
+	return sealPlan{}, fmt.Errorf("the cluster's TPM mode is REQUIRED, but this machine has no usable TPM: %w", err)
+}
+
+// seal marshals sc into an envelope as plan says.
+func seal(sc *private.SealedConfiguration, plan sealPlan, open func() (sealer, error)) ([]byte, error) {
+	if err := validateSealed(sc); err != nil {
+		return nil, fmt.Errorf("refusing to seal a bad configuration: %w", err)
+	}
+	payload, err := proto.Marshal(sc)
+	if err != nil {
+		return nil, fmt.Errorf("when marshalling the sealed configuration: %w", err)
+	}
+	if !plan.useTPM {
+		return marshalEnvelope(kindPlain, payload), nil
+	}
+	t, err := open()
+	if err != nil {
+		return nil, fmt.Errorf("when opening the TPM: %w", err)
+	}
+	defer t.Close()
+	blob, err := t.Seal(payload)
+	if err != nil {
+		return nil, fmt.Errorf("when sealing with the TPM: %w", err)
+	}
+	return marshalEnvelope(kindTPM, blob), nil
+}
+
+// unseal opens an envelope read from the ESP, with the TPM when it was
+// sealed by one.
+func unseal(b []byte, open func() (sealer, error)) (*private.SealedConfiguration, error) {
+	kind, payload, err := parseEnvelope(b)
+	if err != nil {
+		return nil, err
+	}
+	if kind == kindTPM {
+		t, err := open()
+		if err != nil {
+			return nil, fmt.Errorf("it was sealed by a TPM, which cannot be opened: %w", err)
+		}
+		defer t.Close()
+		payload, err = t.Unseal(payload)
+		if err != nil {
+			return nil, fmt.Errorf("the TPM refused to unseal it: %w", err)
+		}
+	}
+	return parseSealedConfiguration(payload)
+}
