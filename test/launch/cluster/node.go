@@ -37,6 +37,9 @@ type Node struct {
 	boots  int
 }
 
+// Cluster returns the cluster the node belongs to.
+func (n *Node) Cluster() *Cluster { return n.cluster }
+
 // Name returns the node's name, "node<i>".
 func (n *Node) Name() string { return n.name }
 

@@ -1,0 +1,297 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"strings"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/rpc"
+	"cairn.dev/cairn/proto/api"
+	"cairn.dev/cairn/test/launch/cluster"
+)
+
+// outcome is how a call ended, as far as authorization goes.
+type outcome string
+
+const (
+	// admitted: the call reached its handler (which may still refuse the
+	// empty request on its own terms).
+	admitted outcome = "admitted"
+	// unauthenticated: the interceptor wanted a certificate of the
+	// cluster CA and saw none.
+	unauthenticated outcome = "Unauthenticated"
+	// denied: the interceptor saw a certificate of the cluster CA of the
+	// wrong kind.
+	denied outcome = "PermissionDenied"
+	// refused: the TLS handshake refused the client's certificate.
+	refused outcome = "handshake refused"
+)
+
+// matrixCaller is one column of the matrix: a kind of client.
+type matrixCaller struct {
+	name  string
+	creds credentials.TransportCredentials
+	// kind is what the interceptor sees; refused callers never get there.
+	kind identity.PeerKind
+	// foreign callers are refused at the handshake.
+	foreign bool
+}
+
+// expected returns what a caller of kind c may expect from a method of
+// class a.
+func expected(a api.Authorization, c matrixCaller) outcome {
+	if c.foreign {
+		return refused
+	}
+	var want identity.PeerKind
+	switch a {
+	case api.Authorization_AUTHORIZATION_UNAUTHENTICATED_WITH_TICKET,
+		api.Authorization_AUTHORIZATION_UNAUTHENTICATED_PROOF:
+		return admitted
+	case api.Authorization_AUTHORIZATION_OWNER:
+		want = identity.PeerOwner
+	case api.Authorization_AUTHORIZATION_NODE:
+		want = identity.PeerNode
+	default:
+		return denied
+	}
+	switch c.kind {
+	case want:
+		return admitted
+	case identity.PeerAnonymous, identity.PeerSelfSigned:
+		return unauthenticated
+	}
+	return denied
+}
+
+// classify reads a call's error as an outcome. The interceptor's refusals
+// say what the method requires and what the caller presented; a handler's
+// own errors do not.
+func classify(err error) outcome {
+	if err == nil {
+		return admitted
+	}
+	st := status.Convert(err)
+	interceptor := strings.Contains(st.Message(), "the caller presented") ||
+		strings.Contains(st.Message(), "declares no authorization") ||
+		strings.Contains(st.Message(), "did not come over TLS")
+	switch {
+	case st.Code() == codes.Unavailable:
+		return refused
+	case st.Code() == codes.Unauthenticated && interceptor:
+		return unauthenticated
+	case st.Code() == codes.PermissionDenied && interceptor:
+		return denied
+	}
+	return admitted
+}
+
+// deferredCells are the calls the matrix does not make, because with the
+// right certificate they stop the node the suite runs on: the suite makes
+// them itself at its end of life, where it checks their effect.
+var deferredCells = map[string]string{
+	"/cairn.api.NodeManagement/Reboot|owner":   "made by cairnctl node reboot in the reboot subtest",
+	"/cairn.api.NodeManagement/Poweroff|owner": "made with the owner certificate at the end of the suite",
+}
+
+// runAuthzMatrix calls every RPC of rpc.ListMethods on the node n with
+// every kind of client and checks each outcome against the method's
+// declared class. Requests are empty, so that an admitted call changes
+// nothing (handlers refuse them as invalid).
+func runAuthzMatrix(ctx context.Context, t *testing.T, n *cluster.Node, o *owner, node *identity.Node) {
+	callers := matrixCallers(t, o, node)
+	methods := rpc.ListMethods()
+	if len(methods) == 0 {
+		t.Fatal("rpc.ListMethods lists no RPC")
+	}
+	var table strings.Builder
+	w := tabwriter.NewWriter(&table, 0, 0, 1, ' ', 0)
+	fmt.Fprintf(w, "method\tclass")
+	for _, c := range callers {
+		fmt.Fprintf(w, "\t%s", c.name)
+	}
+	fmt.Fprintln(w)
+	for _, m := range methods {
+		addr := n.CuratorAddr()
+		if strings.HasPrefix(m.Name, "/cairn.api.NodeManagement/") {
+			addr = n.ManagementAddr()
+		}
+		class := strings.TrimPrefix(m.Authz.String(), "AUTHORIZATION_")
+		fmt.Fprintf(w, "%s\t%s", m.Name, class)
+		for _, c := range callers {
+			if why, ok := deferredCells[m.Name+"|"+c.name]; ok {
+				fmt.Fprintf(w, "\t(later)")
+				t.Logf("%s as %s: %s", m.Name, c.name, why)
+				continue
+			}
+			want := expected(m.Authz, c)
+			err := call(ctx, t, addr, c.creds, m)
+			got := classify(err)
+			mark := "ok"
+			if got != want {
+				mark = "WRONG"
+				t.Errorf("%s (%s) as %s: %s (%v), want %s", m.Name, class, c.name, got, err, want)
+			}
+			fmt.Fprintf(w, "\t%s %s", got, mark)
+		}
+		fmt.Fprintln(w)
+	}
+	w.Flush()
+	t.Logf("authorization matrix against %s:\n%s", n.Name(), table.String())
+}
+
+// matrixCallers are the columns: no certificate, certificates of a
+// foreign CA, a node certificate and the owner certificate of the
+// cluster.
+func matrixCallers(t *testing.T, o *owner, node *identity.Node) []matrixCaller {
+	t.Helper()
+	none, err := rpc.EphemeralCredentials(o.caDER, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fca := newForeignCA(t)
+	return []matrixCaller{
+		{name: "none", creds: none, kind: identity.PeerAnonymous},
+		{name: "foreign-node", creds: fca.creds(t, o.caDER, identity.NodeCertificateTemplate), foreign: true},
+		{name: "foreign-owner", creds: fca.creds(t, o.caDER, func(ed25519.PublicKey) x509.Certificate {
+			return identity.OwnerCertificateTemplate()
+		}), foreign: true},
+		{name: "node", creds: rpc.NodeCredentials(node), kind: identity.PeerNode},
+		{name: "owner", creds: o.creds(t), kind: identity.PeerOwner},
+	}
+}
+
+// call makes one call of m at addr with an empty request. Streams count
+// as admitted once the first message arrives or the server ends the
+// stream cleanly; errors show on the first receive.
+func call(ctx context.Context, t *testing.T, addr string, creds credentials.TransportCredentials, m rpc.Method) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	in, out := messages(t, m.Name)
+	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	if !m.ClientStream && !m.ServerStream {
+		return cc.Invoke(ctx, m.Name, in, out)
+	}
+	desc := &grpc.StreamDesc{ClientStreams: m.ClientStream, ServerStreams: m.ServerStream}
+	st, err := cc.NewStream(ctx, desc, m.Name)
+	if err != nil {
+		return err
+	}
+	// A failed send means the stream ended; RecvMsg returns why.
+	_ = st.SendMsg(in)
+	if !m.ClientStream {
+		_ = st.CloseSend()
+	}
+	err = st.RecvMsg(out)
+	if errors.Is(err, io.EOF) {
+		// The handler ended the stream with status OK.
+		return nil
+	}
+	return err
+}
+
+// messages returns empty request and response messages of method name,
+// found in the protobuf registry.
+func messages(t *testing.T, name string) (proto.Message, proto.Message) {
+	t.Helper()
+	full := protoreflect.FullName(strings.ReplaceAll(strings.TrimPrefix(name, "/"), "/", "."))
+	d, err := protoregistry.GlobalFiles.FindDescriptorByName(full)
+	if err != nil {
+		t.Fatalf("method %s: %v", name, err)
+	}
+	md, ok := d.(protoreflect.MethodDescriptor)
+	if !ok {
+		t.Fatalf("%s is not a method", full)
+	}
+	newMsg := func(d protoreflect.MessageDescriptor) proto.Message {
+		mt, err := protoregistry.GlobalTypes.FindMessageByName(d.FullName())
+		if err != nil {
+			t.Fatalf("message %s: %v", d.FullName(), err)
+		}
+		return mt.New().Interface()
+	}
+	return newMsg(md.Input()), newMsg(md.Output())
+}
+
+// foreignCA is a CA that has nothing to do with the cluster.
+type foreignCA struct {
+	key  ed25519.PrivateKey
+	cert *x509.Certificate
+}
+
+func newForeignCA(t *testing.T) *foreignCA {
+	t.Helper()
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "foreign CA"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &foreignCA{key: key, cert: cert}
+}
+
+// creds returns client credentials that trust the cluster CA of
+// clusterCA (so that the client itself accepts the node) but present a
+// certificate of the foreign CA made from template.
+func (f *foreignCA) creds(t *testing.T, clusterCA []byte, template func(ed25519.PublicKey) x509.Certificate) credentials.TransportCredentials {
+	t.Helper()
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := template(pub)
+	tmpl.SerialNumber = big.NewInt(2)
+	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour)
+	der, err := x509.CreateCertificate(rand.Reader, &tmpl, f.cert, pub, f.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := identity.EphemeralClientTLSConfig(clusterCA, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Certificates = []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}
+	return credentials.NewTLS(cfg)
+}

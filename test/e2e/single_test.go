@@ -1,0 +1,315 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"cairn.dev/cairn/proto/api"
+	"cairn.dev/cairn/test/launch"
+	"cairn.dev/cairn/test/launch/cluster"
+)
+
+// bootstrapMilestones are the console lines that end the phases of a
+// bootstrapping node's boot, up to its curator serving.
+var bootstrapMilestones = []cluster.Milestone{
+	{Name: "qemu start → /init started", Line: launch.CairnBoot.Init},
+	{Name: "qemu start → enrolment bootstrapping", Line: launch.Substring("enrolment: bootstrapping a new cluster")},
+	{Name: "qemu start → data partition mounted, etcd starting", Line: regexp.MustCompile(`bootstrapping a new cluster: starting etcd`)},
+	{Name: "qemu start → etcd running (consensus ready)", Line: regexp.MustCompile(`etcd member [0-9a-f]+ .* running`)},
+	{Name: "qemu start → cluster bootstrapped", Line: launch.Substring(cluster.LineBootstrapped)},
+	{Name: "qemu start → curator leader", Line: launch.Substring(cluster.LineLeads)},
+	{Name: "qemu start → curator serving", Line: launch.Substring(cluster.LineCuratorServing)},
+}
+
+// TestSingleNodeCluster is the one-node cluster of issue 6, in order:
+//
+//	(a) a node bootstraps with parameters that cairnctl wrote; the real
+//	    cairnctl takes ownership, lists the node UP with ConsensusMember,
+//	    and reads and follows its logs;
+//	(b) every RPC is called with no certificate, certificates of a
+//	    foreign CA, a node certificate (of a node the test registers,
+//	    approves and commits) and the owner certificate;
+//	(c) cairnctl reboots the node; it comes back from its sealed
+//	    configuration, and the cluster's data and the owner certificate
+//	    are still good;
+//	(d) a second node, given garbage as node parameters, says so and
+//	    backs off without rebooting (it boots at the start, beside the
+//	    others);
+//	(e) the owner powers the node off through NodeManagement.Poweroff.
+func TestSingleNodeCluster(t *testing.T) {
+	s := newSuite(t, 20*time.Minute)
+	c := s.newCluster(1, 1)
+	n0, garbageNode := c.Node(0), c.Node(1)
+
+	garbage := make([]byte, 512)
+	rand.Read(garbage)
+	if _, err := garbageNode.Boot(s.ctx, garbage); err != nil {
+		t.Fatalf("booting the node with garbage parameters: %v", err)
+	}
+
+	var o *owner
+	var fake *fakeNode
+	t.Run("a-bootstrap-and-own", func(t *testing.T) {
+		if err := c.Form(s.ctx); err != nil {
+			t.Fatalf("forming the one-node cluster: %v", err)
+		}
+		for _, p := range c.Phases() {
+			s.step(p.Name, p.Duration)
+		}
+		phases, missing := cluster.Milestones(n0.VM(), 0, bootstrapMilestones)
+		for _, p := range phases {
+			s.step("node 0: "+p.Name, p.Duration)
+		}
+		if len(missing) > 0 {
+			t.Logf("node 0's console lacks the milestones %q", missing)
+		}
+		id := n0.ID()
+		nodes, err := c.ListNodes(s.ctx)
+		if err != nil {
+			t.Fatalf("node list: %v", err)
+		}
+		if len(nodes) != 1 || nodes[0].ID != id || nodes[0].State != "UP" || !nodes[0].HasRole("ConsensusMember") {
+			t.Errorf("node list = %+v, want only %s, UP with ConsensusMember", nodes, id)
+		}
+		t.Logf("cairnctl cluster info:\n%s", s.cairnctl(t, c, "cluster", "info"))
+		o = readOwner(t, c.ConfigDir())
+		s.checkLogs(t, c, n0)
+	})
+	if o == nil {
+		t.Fatal("no owner: the cluster did not form")
+	}
+
+	t.Run("b-authorization-matrix", func(t *testing.T) {
+		fake = newFakeNode(t)
+		enrolFakeNodes(s.ctx, t, n0.CuratorAddr(), o, fake)
+		runAuthzMatrix(s.ctx, t, n0, o, fake.node)
+	})
+
+	t.Run("c-reboot-rejoin", func(t *testing.T) {
+		s.rebootSingle(t, c, n0, o, fake)
+	})
+
+	t.Run("d-garbage-parameters", func(t *testing.T) {
+		s.checkGarbageParameters(t, garbageNode)
+	})
+
+	t.Run("e-owner-powers-off", func(t *testing.T) {
+		mgmt := api.NewNodeManagementClient(dial(t, n0.ManagementAddr(), o.creds(t)))
+		if _, err := mgmt.Poweroff(s.ctx, &api.PoweroffRequest{}); err != nil {
+			t.Fatalf("Poweroff as the owner: %v", err)
+		}
+		if err := n0.VM().Wait(s.ctxWithin(2 * time.Minute)); err != nil {
+			t.Fatalf("the node did not power off by itself after Poweroff: %v", err)
+		}
+		if _, ok := n0.VM().Console().Find(0, launch.Substring("cairn: powering off")); !ok {
+			t.Errorf("no %q line after Poweroff", "cairn: powering off")
+		}
+		assertNoPanic(t, n0.VM())
+	})
+}
+
+// checkLogs reads the node's logs with cairnctl logs, then follows them
+// with logs -f and waits for an entry that the node logs only after
+// following began: the test gives the node a role, which its role server
+// logs ("roleserve: roles now ..."), and takes it away again.
+func (s *suite) checkLogs(t *testing.T, c *cluster.Cluster, n *cluster.Node) {
+	t.Helper()
+	backlog := s.cairnctl(t, c, "logs", n.ID())
+	if !strings.Contains(backlog, cluster.LineBootstrapped+n.ID()) {
+		t.Errorf("cairnctl logs %s lacks %q; it printed:\n%s", n.ID(), cluster.LineBootstrapped, tail(backlog, 20))
+	}
+
+	ctx, cancel := context.WithTimeout(s.ctx, 3*time.Minute)
+	defer cancel()
+	args := append([]string{"--config", c.ConfigDir(), "--endpoint", n.CuratorAddr(),
+		"--node-endpoint", n.ID() + "=" + n.ManagementAddr()}, "logs", n.ID(), "-f")
+	cmd := exec.CommandContext(ctx, c.Config().Cairnctl, args...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cancel()
+
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	// The backlog comes first; once it is through, change the roles.
+	wantLine := "roleserve: roles now"
+	backlogRoles := strings.Count(backlog, wantLine)
+	seenRoles, poked := 0, false
+	var start time.Time
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("cairnctl logs -f ended by itself: %v; stderr: %s", cmd.Wait(), stderr.String())
+			}
+			if !strings.Contains(l, wantLine) {
+				continue
+			}
+			if seenRoles++; seenRoles <= backlogRoles {
+				continue
+			}
+			if !poked {
+				t.Fatalf("cairnctl logs -f printed a role change the backlog did not have before the test changed roles: %s", l)
+			}
+			s.step("logs -f: add-role → its log entry streamed", time.Since(start))
+			t.Logf("cairnctl logs -f streamed: %s", l)
+			s.cairnctl(t, c, "node", "remove-role", n.ID(), "KubernetesWorker")
+			return
+		case <-time.After(3 * time.Second):
+			if !poked {
+				poked, start = true, time.Now()
+				s.cairnctl(t, c, "node", "add-role", n.ID(), "KubernetesWorker")
+			}
+		case <-ctx.Done():
+			t.Fatalf("cairnctl logs -f did not stream the role change within 3 minutes; stderr: %s", stderr.String())
+		}
+	}
+}
+
+// rebootSingle reboots the one node with cairnctl and checks that it comes
+// back from its sealed configuration with the cluster's data.
+func (s *suite) rebootSingle(t *testing.T, c *cluster.Cluster, n *cluster.Node, o *owner, fake *fakeNode) {
+	mark := n.Mark()
+	start := time.Now()
+	s.cairnctl(t, c, "node", "reboot", n.ID())
+	s.waitNode(t, n, mark, launch.Substring("cairn: stopping for reboot"))
+	boot := s.waitNode(t, n, mark, launch.CairnBoot.Init)
+	back := s.waitNode(t, n, boot.Index, regexp.MustCompile(`enrolment: (joined|cold start) as `+regexp.QuoteMeta(n.ID())))
+	t.Logf("after the reboot: %s", cluster.Message(back.Text))
+	s.step("reboot command → /init of the next boot", boot.Time.Sub(start))
+	s.step("reboot command → rejoined ("+strings.Fields(cluster.Message(back.Text))[1]+")", back.Time.Sub(start))
+	serving := s.waitNode(t, n, back.Index, launch.Substring(cluster.LineCuratorServing))
+	s.step("reboot command → curator serving", serving.Time.Sub(start))
+	if _, ok := n.VM().Console().Find(boot.Index, launch.Substring("enrolment: bootstrapping")); ok {
+		t.Errorf("the node bootstrapped a new cluster after its reboot, instead of coming back to its own")
+	}
+
+	// The owner certificate from before the reboot still works, and the
+	// cluster still knows both nodes.
+	mgmt := api.NewManagementClient(dial(t, n.CuratorAddr(), o.creds(t)))
+	var res *api.GetNodesResponse
+	attempts, err := retryCall(s.ctx, 3*time.Minute, func(ctx context.Context) error {
+		var err error
+		res, err = mgmt.GetNodes(ctx, &api.GetNodesRequest{})
+		return err
+	})
+	if err != nil {
+		t.Fatalf("GetNodes with the owner certificate after the reboot: %v", err)
+	}
+	s.step("reboot command → owner's first successful call", time.Since(start))
+	t.Logf("GetNodes after the reboot succeeded after %d attempts", attempts)
+	states := map[string]api.NodeState{}
+	for _, node := range res.GetNodes() {
+		states[node.GetId()] = node.GetState()
+	}
+	want := map[string]api.NodeState{n.ID(): api.NodeState_NODE_STATE_UP, fake.id: api.NodeState_NODE_STATE_UP}
+	for id, st := range want {
+		if states[id] != st {
+			t.Errorf("after the reboot, node %s is %v, want %v (all: %v)", id, states[id], st, states)
+		}
+	}
+}
+
+// checkGarbageParameters checks that a node whose node parameters are
+// garbage says so, does not reboot or panic, and retries with backoff
+// instead of in a hot loop.
+func (s *suite) checkGarbageParameters(t *testing.T, n *cluster.Node) {
+	invalid := launch.Substring("enrolment: node parameters are invalid")
+	first := s.waitNode(t, n, 0, invalid)
+	t.Logf("%s", cluster.Message(first.Text))
+	if !strings.HasPrefix(strings.TrimSpace(first.Text), "E") {
+		t.Errorf("the invalid-parameters line is not an ERROR entry: %q", first.Text)
+	}
+	init, _ := n.VM().Console().Find(0, launch.CairnBoot.Init)
+	s.step("garbage parameters: /init → error on the console", first.Time.Sub(init.Time))
+
+	// Watch for a minute after the first error.
+	const window = time.Minute
+	if rest := window - time.Since(first.Time); rest > 0 {
+		select {
+		case <-time.After(rest):
+		case <-s.ctx.Done():
+			t.Fatalf("the suite's deadline passed while watching the node: %v", s.ctx.Err())
+		}
+	}
+	if !n.Running() {
+		t.Fatalf("the node with garbage parameters stopped: %v", n.VM().Wait(s.ctx))
+	}
+	var times []time.Time
+	inits := 0
+	for _, l := range n.VM().Console().Lines() {
+		if invalid.MatchString(l.Text) && l.Time.Sub(first.Time) <= window {
+			times = append(times, l.Time)
+		}
+		if launch.CairnBoot.Init.MatchString(l.Text) {
+			inits++
+		}
+	}
+	var gaps []string
+	for i := 1; i < len(times); i++ {
+		gaps = append(gaps, times[i].Sub(times[i-1]).Round(100*time.Millisecond).String())
+	}
+	t.Logf("within %v of the first error: %d error lines, %d boots; gaps between errors: %s", window, len(times), inits, strings.Join(gaps, " "))
+	if inits != 1 {
+		t.Errorf("the node booted %d times with garbage parameters, want 1 (no reboot loop)", inits)
+	}
+	// A hot loop prints thousands of lines a minute; backing off from at
+	// least a second prints at most one a second.
+	if len(times) > int(window/time.Second) {
+		t.Errorf("%d invalid-parameter errors within %v: the node retries in a hot loop instead of backing off", len(times), window)
+	}
+	for _, bad := range []string{"enrolment: bootstrapping", "enrolment: registering", "data partition mounted"} {
+		if l, ok := n.VM().Console().Find(0, launch.Substring(bad)); ok {
+			t.Errorf("the node with garbage parameters went on to %q", l.Text)
+		}
+	}
+	assertNoPanic(t, n.VM())
+}
+
+// retryCall calls f until it succeeds or timeout passes, and returns the
+// number of attempts.
+func retryCall(ctx context.Context, timeout time.Duration, f func(ctx context.Context) error) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for attempt := 1; ; attempt++ {
+		actx, acancel := context.WithTimeout(ctx, 20*time.Second)
+		err := f(actx)
+		acancel()
+		if err == nil {
+			return attempt, nil
+		}
+		select {
+		case <-ctx.Done():
+			return attempt, fmt.Errorf("after %d attempts: %w", attempt, err)
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
+}
