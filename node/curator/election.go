@@ -144,6 +144,12 @@ func (c *curator) observe(ctx context.Context, cl *consensus.Client, lease clien
 			} else {
 				l = leader{NodeID: id, Addr: addr, Local: clientv3.LeaseID(kv.Lease) == lease}
 			}
+			if l.NodeID == c.cfg.Node.ID() && !l.Local {
+				// A candidacy of ours from an earlier lease: forwarding
+				// to it would reach ourselves. Nobody leads until it is
+				// gone (deleteStaleCandidacies, or its lease expires).
+				l = leader{}
+			}
 		}
 		c.setLeader(ctx, l)
 		wctx, cancel := context.WithCancel(ctx)

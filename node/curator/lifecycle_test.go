@@ -112,6 +112,12 @@ func TestLifecycle(t *testing.T) {
 		t.Errorf("IssueCertificate = %v, want a certificate", err)
 	}
 
+	// The last consensus member keeps its role.
+	no := false
+	if _, err := m.UpdateNodeRoles(ctx, &api.UpdateNodeRolesRequest{NodeId: c.nodes[0].id(), ConsensusMember: &no}); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("UpdateNodeRoles removing the last consensus member = %v, want FailedPrecondition", err)
+	}
+
 	// Roles, then decommissioning: the node may never join again.
 	worker := true
 	roles, err := m.UpdateNodeRoles(ctx, &api.UpdateNodeRolesRequest{NodeId: n.id(), KubernetesWorker: &worker})
@@ -197,7 +203,9 @@ func TestWatch(t *testing.T) {
 	}
 }
 
-func recvEvent(t *testing.T, s interface{ Recv() (*api.WatchEvent, error) }) *api.WatchEvent {
+func recvEvent(t *testing.T, s interface {
+	Recv() (*api.WatchEvent, error)
+}) *api.WatchEvent {
 	t.Helper()
 	ev, err := s.Recv()
 	if err != nil {
