@@ -1,5 +1,62 @@
-// Package curator is the cluster's management service: it keeps the
-// state of the cluster (its nodes, the owner key, the register ticket and
-// the cluster configuration) in etcd, and serves AAA, Management and
-// Curator over gRPC on port 7833 of every consensus member.
+// Package curator is the cluster's management service. Every consensus
+// member runs one on port 7833; together they keep the cluster's state in
+// etcd and serve AAA (ownership), Management (the owner's API) and
+// Curator (the nodes' API).
+//
+// # One leader, many doors
+//
+// Curators elect a leader through etcd (go.etcd.io/etcd/client/v3/
+// concurrency, a 10 s session lease). The candidacy's value names the
+// curator, "<node id> <ip:port>", so every curator knows where the leader
+// is. Clients may dial any curator:
+//
+//	client ──mTLS──▶ curator (follower)
+//	                   │ rpc layer: authorize the caller
+//	                   │ interceptor: not leading ─▶ forward, as the caller
+//	                   ▼
+//	                 curator (leader) ──etcd txn──▶ state under "curator/"
+//	                   │ rpc layer: trusts the follower (a consensus member)
+//	                   │   to name the caller; authorizes the caller again
+//	                   ▼
+//	                 handler
+//
+// Followers forward every call but two, over a connection made with their
+// own node certificate, naming the original caller in a metadata header
+// (rpc.WithForwardedPeer). The leader accepts that header only from a node
+// that holds the ConsensusMember role: such a node can read the CA's key
+// from etcd anyway, so trusting it grants nothing new. AAA.Escrow is served
+// by the curator the owner dialled, since its proof is bound to that TLS
+// session; GetCurrentLeader is each curator's own view of the election.
+// While no curator leads, a call waits a few seconds for an election to end
+// and is then refused with Unavailable.
+//
+// A curator that stops revokes its lease, so another takes over at once.
+// One that crashed leaves a candidacy whose lease lives on for up to 10 s;
+// when it starts again it deletes its own stale candidacies first, instead
+// of waiting for (or following) its own ghost.
+//
+// # State in etcd
+//
+//	curator/nodes/<node id>       private.Node (keys, state, roles, status)
+//	curator/owner/public_key      the owner's ed25519 key
+//	curator/register_ticket       the secret RegisterNode checks
+//	curator/configuration         api.ClusterConfiguration
+//	curator/election/<lease>      candidacies
+//	pki/...                       the cluster CA and issued certificates
+//
+// Bootstrap writes the first four. Every change of a node is a transaction
+// that compares the record's revision with the one read, and retries when
+// someone else wrote in between, so concurrent calls never lose updates.
+// Heartbeats are the leader's memory only: a new leader shows no heartbeat
+// for a node until it beats again.
+//
+// # Node lifecycle
+//
+//	RegisterNode (ticket, self-signed node key)  ─▶ NEW
+//	Management.ApproveNode                       ─▶ STANDBY
+//	CommitNode (self-signed node key)            ─▶ UP: node certificate,
+//	                                                cluster unlock key
+//	JoinNode (self-signed join key), each boot   ─▶ cluster unlock key
+//	Management.DecommissionNode                  ─▶ DECOMMISSIONED: JoinNode
+//	                                                refused for ever
 package curator
