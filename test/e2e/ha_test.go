@@ -1,0 +1,454 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"cairn.dev/cairn/node/rpc"
+	"cairn.dev/cairn/proto/api"
+	"cairn.dev/cairn/test/launch"
+	"cairn.dev/cairn/test/launch/cluster"
+)
+
+// TestHACluster is the three-node cluster of issue 7, one cluster through
+// every step, in order:
+//
+//	(a) node 0 bootstraps, nodes 1 and 2 register, are approved, commit;
+//	(h) nodes 1 and 2 registered at the same moment, and so do two nodes
+//	    the test plays over the API: all succeed;
+//	(f) a node with a wrong register ticket is refused and says why;
+//	(b) nodes 1 and 2 become ConsensusMember: a 3-member etcd;
+//	(c) every node reboots in turn and joins again, while Management
+//	    calls keep being answered;
+//	(d) the curator leader's VM is killed: another node leads, the killed
+//	    node boots again and joins;
+//	(e) all three power off and boot again at once: the cluster comes
+//	    back by itself;
+//	(g) node 2 loses the ConsensusMember role: its etcd member and
+//	    curator stop, and the cluster directory shrinks to two.
+func TestHACluster(t *testing.T) {
+	s := newSuite(t, 35*time.Minute)
+	c := s.newCluster(3, 1)
+	nodes := c.Nodes()
+	wrongTicketNode := c.Node(3)
+
+	var o *owner
+	t.Run("a-three-nodes-form", func(t *testing.T) {
+		if err := c.Form(s.ctx); err != nil {
+			t.Fatalf("forming the cluster: %v", err)
+		}
+		for _, p := range c.Phases() {
+			s.step(p.Name, p.Duration)
+		}
+		list, err := c.ListNodes(s.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range nodes {
+			if !hasNode(list, n.ID(), "UP") {
+				t.Errorf("%s (%s) is not UP in the node list %+v", n.Name(), n.ID(), list)
+			}
+		}
+		o = readOwner(t, c.ConfigDir())
+	})
+	if o == nil {
+		t.Fatal("no owner: the cluster did not form")
+	}
+
+	// The node with a wrong ticket boots now, so that its refusal is due
+	// by the time (f) looks.
+	wrongTicket := s.bootWrongTicket(t, c, wrongTicketNode)
+
+	t.Run("h-concurrent-registration", func(t *testing.T) {
+		a := registeringLine(t, s, nodes[1])
+		b := registeringLine(t, s, nodes[2])
+		gap := a.Time.Sub(b.Time).Abs()
+		s.step("nodes 1 and 2: gap between their RegisterNode calls", gap)
+		if nodes[1].ID() == nodes[2].ID() {
+			t.Errorf("nodes 1 and 2 share the ID %s", nodes[1].ID())
+		}
+		fakes := []*fakeNode{newFakeNode(t), newFakeNode(t)}
+		took := enrolFakeNodes(s.ctx, t, nodes[0].CuratorAddr(), o, fakes...)
+		s.step("two RegisterNode calls at the same moment (API)", took)
+		// Decommissioned, a node is refused when it joins; deleted, it is
+		// gone.
+		for _, f := range fakes {
+			s.cairnctl(t, c, "node", "decommission", f.id)
+		}
+		err := fakes[0].join(s.ctx, t, nodes[0].CuratorAddr(), o.caDER)
+		if err == nil || !strings.Contains(strings.ToLower(err.Error()), "decommission") {
+			t.Errorf("JoinNode of decommissioned %s = %v, want a refusal naming the decommission", fakes[0].id, err)
+		}
+		for _, f := range fakes {
+			s.cairnctl(t, c, "node", "delete", f.id)
+		}
+		list, err := c.ListNodes(s.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fakes {
+			if hasNode(list, f.id, "") {
+				t.Errorf("deleted node %s is still listed: %+v", f.id, list)
+			}
+		}
+	})
+
+	t.Run("f-wrong-ticket", func(t *testing.T) {
+		s.checkWrongTicket(t, c, wrongTicketNode, wrongTicket)
+	})
+
+	t.Run("b-consensus-members", func(t *testing.T) {
+		for _, n := range nodes[1:] {
+			mark, start := n.Mark(), time.Now()
+			s.cairnctl(t, c, "node", "add-role", n.ID(), "ConsensusMember")
+			voting := s.waitNode(t, n, mark, launch.Substring(cluster.LineConsensusRunning+" (voting member)"))
+			serving := s.waitNode(t, n, mark, launch.Substring(cluster.LineCuratorServing))
+			s.step(n.Name()+": add-role → etcd voting member", voting.Time.Sub(start))
+			s.step(n.Name()+": add-role → curator serving", serving.Time.Sub(start))
+		}
+		list, err := c.ListNodes(s.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range nodes {
+			if !hasRole(list, n.ID(), "ConsensusMember") {
+				t.Errorf("%s lacks ConsensusMember in %+v", n.Name(), list)
+			}
+		}
+		s.checkDirectory(t, c, nodes, nil)
+	})
+
+	p := startProber(t, c, o)
+
+	t.Run("c-rolling-reboot", func(t *testing.T) {
+		for i, n := range nodes {
+			via := (i + 1) % len(nodes)
+			s.rebootMember(t, c, p, n, via)
+		}
+	})
+
+	t.Run("d-leader-killed", func(t *testing.T) {
+		s.killLeader(t, c, p)
+	})
+
+	t.Run("e-cold-restart", func(t *testing.T) {
+		s.coldRestart(t, c, p)
+	})
+
+	t.Run("g-remove-consensus-member", func(t *testing.T) {
+		n := nodes[2]
+		var marks []int
+		for _, m := range nodes {
+			marks = append(marks, m.Mark())
+		}
+		start := time.Now()
+		s.cairnctl(t, c, "node", "remove-role", n.ID(), "ConsensusMember")
+		stopped := s.waitNode(t, n, marks[2], launch.Substring("roleserve: consensus stopped: role removed"))
+		s.step("node2: remove-role → consensus stopped", stopped.Time.Sub(start))
+		shrunk := regexp.MustCompile(`roleserve: cluster directory now lists 2 consensus members`)
+		for i, m := range nodes[:2] {
+			l := s.waitNode(t, m, marks[i], shrunk)
+			s.step(m.Name()+": remove-role → directory of 2", l.Time.Sub(start))
+		}
+		list, err := c.ListNodes(s.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !hasNode(list, n.ID(), "UP") || hasRole(list, n.ID(), "ConsensusMember") {
+			t.Errorf("after remove-role, node list %+v: want %s UP without ConsensusMember", list, n.ID())
+		}
+		s.checkDirectory(t, c, nodes[:2], nodes[2:])
+		if _, err := p.waitOK(s.ctxWithin(time.Minute), time.Now()); err != nil {
+			t.Errorf("the two remaining members do not serve: %v", err)
+		}
+		for i, m := range nodes[:2] {
+			if l, ok := m.VM().Console().Find(marks[i], regexp.MustCompile(`removed member`)); ok {
+				t.Logf("%s: %s", m.Name(), cluster.Message(l.Text))
+			}
+		}
+		if !n.Running() {
+			t.Errorf("node2 stopped after losing its role")
+		}
+	})
+	for _, n := range nodes {
+		if vm := n.VM(); vm != nil {
+			assertNoPanic(t, vm)
+		}
+	}
+}
+
+// hasNode reports whether the list holds id, in state (any state if "").
+func hasNode(list []cluster.NodeInfo, id, state string) bool {
+	for _, n := range list {
+		if n.ID == id && (state == "" || n.State == state) {
+			return true
+		}
+	}
+	return false
+}
+
+// hasRole reports whether the list holds id with role.
+func hasRole(list []cluster.NodeInfo, id, role string) bool {
+	for _, n := range list {
+		if n.ID == id {
+			return n.HasRole(role)
+		}
+	}
+	return false
+}
+
+// checkDirectory checks that cairnctl cluster info lists in and not out
+// in the cluster directory.
+func (s *suite) checkDirectory(t *testing.T, c *cluster.Cluster, in, out []*cluster.Node) {
+	t.Helper()
+	info := s.cairnctl(t, c, "cluster", "info", "-o", "json")
+	for _, n := range in {
+		if !strings.Contains(info, n.ID()) {
+			t.Errorf("cluster info lacks %s (%s):\n%s", n.Name(), n.ID(), info)
+		}
+	}
+	for _, n := range out {
+		if strings.Contains(info, n.ID()) {
+			t.Errorf("cluster info still lists %s (%s):\n%s", n.Name(), n.ID(), info)
+		}
+	}
+}
+
+// registeringLine returns n's first "registering as" line.
+func registeringLine(t *testing.T, s *suite, n *cluster.Node) launch.Line {
+	t.Helper()
+	return s.waitNode(t, n, 0, launch.Substring("enrolment: registering as "+n.ID()))
+}
+
+// bootWrongTicket boots n with the cluster's register parameters, except
+// for a ticket of random bytes, and returns that ticket.
+func (s *suite) bootWrongTicket(t *testing.T, c *cluster.Cluster, n *cluster.Node) []byte {
+	t.Helper()
+	good, err := c.RegisterParams(s.ctx)
+	if err != nil {
+		t.Fatalf("register parameters: %v", err)
+	}
+	var params api.NodeParameters
+	if err := proto.Unmarshal(good, &params); err != nil {
+		t.Fatalf("cairnctl's register parameters do not parse: %v", err)
+	}
+	reg := params.GetClusterRegister()
+	if reg == nil {
+		t.Fatalf("cairnctl params register wrote no ClusterRegister: %v", &params)
+	}
+	wrong := make([]byte, max(len(reg.GetRegisterTicket()), 16))
+	rand.Read(wrong)
+	reg.RegisterTicket = wrong
+	bad, err := proto.Marshal(&params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Boot(s.ctx, bad); err != nil {
+		t.Fatalf("booting %s with a wrong ticket: %v", n.Name(), err)
+	}
+	return wrong
+}
+
+// checkWrongTicket waits for the node with a wrong ticket to be refused,
+// checks that it says why and that the cluster does not list it, and
+// stops it.
+func (s *suite) checkWrongTicket(t *testing.T, c *cluster.Cluster, n *cluster.Node, ticket []byte) {
+	refused := s.waitNode(t, n, 0, launch.Substring("enrolment: refused: "))
+	msg := cluster.Message(refused.Text)
+	t.Logf("%s: %s", n.Name(), msg)
+	if !strings.HasPrefix(strings.TrimSpace(refused.Text), "E") {
+		t.Errorf("the refusal is not an ERROR entry: %q", refused.Text)
+	}
+	if !strings.Contains(strings.ToLower(msg), "ticket") {
+		t.Errorf("the refusal %q does not say that the ticket is wrong", msg)
+	}
+	init, _ := n.VM().Console().Find(0, launch.CairnBoot.Init)
+	s.step("wrong ticket: /init → refused", refused.Time.Sub(init.Time))
+	list, err := c.ListNodes(s.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := n.ID(); id != "" && hasNode(list, id, "") {
+		t.Errorf("the node with a wrong ticket (%s) is listed: %+v", id, list)
+	}
+	if _, ok := n.VM().Console().Find(0, launch.Substring(cluster.LineWaitingApproval)); ok {
+		t.Errorf("the node with a wrong ticket went on to wait for approval")
+	}
+	assertNoPanic(t, n.VM())
+	if err := n.Kill(); err != nil {
+		t.Errorf("stopping %s: %v", n.Name(), err)
+	}
+}
+
+// rebootMember reboots n with cairnctl through node via, waits for it to
+// join again and serve, and checks that the cluster answered while n was
+// away.
+func (s *suite) rebootMember(t *testing.T, c *cluster.Cluster, p *prober, n *cluster.Node, via int) {
+	t.Helper()
+	mark, start := n.Mark(), time.Now()
+	ctx, cancel := context.WithTimeout(s.ctx, 2*time.Minute)
+	_, err := c.CairnctlVia(ctx, via, "node", "reboot", n.ID())
+	cancel()
+	if err != nil {
+		t.Fatalf("rebooting %s: %v", n.Name(), err)
+	}
+	down := s.waitNode(t, n, mark, launch.Substring("cairn: stopping for reboot"))
+	boot := s.waitNode(t, n, mark, launch.CairnBoot.Init)
+	joined := s.waitNode(t, n, boot.Index, launch.Substring(cluster.LineJoined+n.ID()))
+	voting := s.waitNode(t, n, joined.Index, launch.Substring(cluster.LineConsensusRunning+" (voting member)"))
+	serving := s.waitNode(t, n, joined.Index, launch.Substring(cluster.LineCuratorServing))
+	s.step(n.Name()+": reboot → joined", joined.Time.Sub(start))
+	s.step(n.Name()+": reboot → etcd voting again", voting.Time.Sub(start))
+	s.step(n.Name()+": reboot → curator serving", serving.Time.Sub(start))
+	st := p.between(start, serving.Time)
+	s.step(n.Name()+" reboot: longest Management outage", st.longest)
+	t.Logf("%s reboot: Management calls: %v (last error: %v)", n.Name(), st, st.lastErr)
+	if away := p.between(down.Time, joined.Time); away.ok == 0 {
+		t.Errorf("no Management call succeeded while %s was away (%s → %s): %v, last error %v",
+			n.Name(), down.Time.Format("15:04:05"), joined.Time.Format("15:04:05"), away, away.lastErr)
+	}
+}
+
+// leadsLine matches the line of a curator that took the lead.
+var leadsLine = launch.Substring(cluster.LineLeads)
+
+// leader returns the node that most recently said it leads.
+func leader(c *cluster.Cluster) (*cluster.Node, launch.Line) {
+	var best *cluster.Node
+	var bestLine launch.Line
+	for _, n := range c.Nodes() {
+		if !n.Running() {
+			continue
+		}
+		lines := n.VM().Console().Lines()
+		for i := len(lines) - 1; i >= 0; i-- {
+			if leadsLine.MatchString(lines[i].Text) {
+				if best == nil || lines[i].Time.After(bestLine.Time) {
+					best, bestLine = n, lines[i]
+				}
+				break
+			}
+		}
+	}
+	return best, bestLine
+}
+
+// killLeader kills the curator leader's VM, measures how long the others
+// take to elect a new leader and serve, and boots the killed node again.
+func (s *suite) killLeader(t *testing.T, c *cluster.Cluster, p *prober) {
+	old, _ := leader(c)
+	if old == nil {
+		t.Fatal("no node says it leads")
+	}
+	if _, err := p.waitOK(s.ctxWithin(2*time.Minute), time.Now()); err != nil {
+		t.Fatalf("the cluster does not serve before the kill: %v", err)
+	}
+	marks := map[*cluster.Node]int{}
+	for _, n := range c.Nodes() {
+		marks[n] = n.Mark()
+	}
+	t.Logf("killing %s (%s), the curator leader", old.Name(), old.ID())
+	kill := time.Now()
+	if err := old.Kill(); err != nil {
+		t.Fatalf("killing %s: %v", old.Name(), err)
+	}
+	var next *cluster.Node
+	var leads launch.Line
+	ctx := s.ctxWithin(3 * time.Minute)
+	for next == nil {
+		for _, n := range c.Nodes() {
+			if n == old {
+				continue
+			}
+			if l, ok := n.VM().Console().Find(marks[n], leadsLine); ok {
+				next, leads = n, l
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no other node took the lead within 3 minutes of the kill")
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	served, err := p.waitOK(ctx, kill)
+	if err != nil {
+		t.Fatalf("after the kill: %v", err)
+	}
+	s.step("leader killed → new leader ("+next.Name()+")", leads.Time.Sub(kill))
+	s.step("leader killed → Management served again", served.Sub(kill))
+	t.Logf("new leader %s; Management calls after the kill: %v", next.Name(), p.between(kill, served))
+
+	restart := time.Now()
+	if _, err := old.Boot(s.ctx, nil); err != nil {
+		t.Fatalf("booting %s again: %v", old.Name(), err)
+	}
+	joined := s.waitNode(t, old, 0, launch.Substring(cluster.LineJoined+old.ID()))
+	serving := s.waitNode(t, old, joined.Index, launch.Substring(cluster.LineCuratorServing))
+	s.step(old.Name()+": relaunch after kill → joined", joined.Time.Sub(restart))
+	s.step(old.Name()+": relaunch after kill → curator serving", serving.Time.Sub(restart))
+	if err := c.WaitAllUp(s.ctx, 3*time.Minute); err != nil {
+		t.Errorf("after %s came back: %v", old.Name(), err)
+	}
+}
+
+// coldRestart powers every node off, boots them all again at once and
+// measures how long the cluster takes to serve.
+func (s *suite) coldRestart(t *testing.T, c *cluster.Cluster, p *prober) {
+	var wg sync.WaitGroup
+	errs := make([]error, len(c.Nodes()))
+	for i, n := range c.Nodes() {
+		wg.Go(func() { errs[i] = n.PowerOff(s.ctx, 2*time.Minute) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Errorf("power-off for the cold restart: %v", err)
+		}
+	}
+	start := time.Now()
+	for _, n := range c.Nodes() {
+		if _, err := n.Boot(s.ctx, nil); err != nil {
+			t.Fatalf("booting %s: %v", n.Name(), err)
+		}
+	}
+	back := regexp.MustCompile(`enrolment: (joined|cold start) as `)
+	for _, n := range c.Nodes() {
+		l := s.waitNode(t, n, 0, back)
+		t.Logf("%s: %s", n.Name(), cluster.Message(l.Text))
+		serving := s.waitNode(t, n, l.Index, launch.Substring(cluster.LineCuratorServing))
+		s.step(n.Name()+": cold restart → curator serving", serving.Time.Sub(start))
+	}
+	served, err := p.waitOK(s.ctxWithin(5*time.Minute), start)
+	if err != nil {
+		t.Fatalf("after the cold restart: %v", err)
+	}
+	s.step("cold restart: launch → Management served", served.Sub(start))
+	if err := c.WaitAllUp(s.ctx, 3*time.Minute); err != nil {
+		t.Errorf("after the cold restart: %v", err)
+	}
+}
+
+// join calls JoinNode for the fake node, proving its join key.
+func (f *fakeNode) join(ctx context.Context, t *testing.T, addr string, caDER []byte) error {
+	creds, err := rpc.EphemeralCredentials(caDER, f.joinKey)
+	if err != nil {
+		t.Fatalf("EphemeralCredentials: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, err = api.NewCuratorClient(dial(t, addr, creds)).JoinNode(ctx, &api.JoinNodeRequest{NodeId: f.id})
+	if err != nil {
+		return fmt.Errorf("JoinNode(%s): %w", f.id, err)
+	}
+	return nil
+}

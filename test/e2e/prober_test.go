@@ -1,0 +1,152 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"cairn.dev/cairn/proto/api"
+	"cairn.dev/cairn/test/launch/cluster"
+)
+
+// probeInterval is how often the prober calls the cluster.
+const probeInterval = 500 * time.Millisecond
+
+// sample is one probe: whether some curator answered GetNodes.
+type sample struct {
+	at  time.Time
+	ok  bool
+	err error
+}
+
+// prober calls Management.GetNodes as the owner, over and over, the way a
+// client that knows every curator would: each probe tries the curators in
+// turn, starting with the one that answered last, and counts as a success
+// when one answers. The samples show when the cluster served and for how
+// long it did not.
+type prober struct {
+	mu      sync.Mutex
+	samples []sample
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// startProber starts probing the cluster's nodes until the test ends.
+func startProber(t *testing.T, c *cluster.Cluster, o *owner) *prober {
+	t.Helper()
+	var clients []api.ManagementClient
+	for _, n := range c.Nodes() {
+		clients = append(clients, api.NewManagementClient(dial(t, n.CuratorAddr(), o.creds(t))))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &prober{cancel: cancel, done: make(chan struct{})}
+	go p.run(ctx, clients)
+	t.Cleanup(p.stop)
+	return p
+}
+
+func (p *prober) run(ctx context.Context, clients []api.ManagementClient) {
+	defer close(p.done)
+	last := 0
+	tick := time.NewTicker(probeInterval)
+	defer tick.Stop()
+	for {
+		s := sample{at: time.Now()}
+		for k := range clients {
+			i := (last + k) % len(clients)
+			cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			_, err := clients[i].GetNodes(cctx, &api.GetNodesRequest{})
+			cancel()
+			if err == nil {
+				s.ok, s.err, last = true, nil, i
+				break
+			}
+			s.err = err
+		}
+		p.mu.Lock()
+		p.samples = append(p.samples, s)
+		p.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func (p *prober) stop() {
+	p.cancel()
+	<-p.done
+}
+
+// stats summarizes the probes made between from and to.
+type stats struct {
+	ok, failed int
+	// longest is the longest time without a successful probe, from the
+	// last success before a failure to the next success (or to).
+	longest time.Duration
+	// lastErr is the error of the last failed probe.
+	lastErr error
+}
+
+func (s stats) String() string {
+	return fmt.Sprintf("%d ok, %d failed, longest outage %.1f s", s.ok, s.failed, s.longest.Seconds())
+}
+
+// between returns the stats of the probes between from and to.
+func (p *prober) between(from, to time.Time) stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var st stats
+	lastOK := from
+	down := false
+	for _, s := range p.samples {
+		if s.at.Before(from) || s.at.After(to) {
+			continue
+		}
+		if s.ok {
+			st.ok++
+			if down {
+				st.longest = max(st.longest, s.at.Sub(lastOK))
+				down = false
+			}
+			lastOK = s.at
+			continue
+		}
+		st.failed++
+		st.lastErr = s.err
+		down = true
+	}
+	if down {
+		st.longest = max(st.longest, to.Sub(lastOK))
+	}
+	return st
+}
+
+// waitOK waits for a successful probe made after since and returns its
+// time.
+func (p *prober) waitOK(ctx context.Context, since time.Time) (time.Time, error) {
+	for {
+		p.mu.Lock()
+		for _, s := range p.samples {
+			if s.ok && !s.at.Before(since) {
+				p.mu.Unlock()
+				return s.at, nil
+			}
+		}
+		var lastErr error
+		if len(p.samples) > 0 {
+			lastErr = p.samples[len(p.samples)-1].err
+		}
+		p.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("no successful Management call since %s: %w (last error: %v)", since.Format("15:04:05"), ctx.Err(), lastErr)
+		case <-time.After(probeInterval / 2):
+		}
+	}
+}
