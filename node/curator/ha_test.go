@@ -47,7 +47,7 @@ func (p *peerPorts) option() Option {
 // addMember enrols n through the curator at addr, gives it the
 // ConsensusMember role, joins its etcd member through JoinConsensus, and
 // starts its curator once it votes.
-func (c *testCluster) addMember(t *testing.T, addr string, n *testNode, ports *peerPorts) {
+func (c *testCluster) addMember(t testing.TB, addr string, n *testNode, ports *peerPorts) {
 	t.Helper()
 	ctx := testContext(t)
 	c.enrol(t, addr, n)
@@ -80,7 +80,7 @@ func (c *testCluster) addMember(t *testing.T, addr string, n *testNode, ports *p
 }
 
 // currentLeader asks the curator at addr who leads, as node n.
-func currentLeader(t *testing.T, n *testNode, addr string) (*api.GetCurrentLeaderResponse, error) {
+func currentLeader(t testing.TB, n *testNode, addr string) (*api.GetCurrentLeaderResponse, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	s, err := n.client(t, addr).GetCurrentLeader(ctx, &api.GetCurrentLeaderRequest{})
@@ -92,7 +92,7 @@ func currentLeader(t *testing.T, n *testNode, addr string) (*api.GetCurrentLeade
 
 // waitLeader waits until the curator at addr names a leader other than
 // not, and returns it.
-func waitLeader(t *testing.T, n *testNode, addr, not string) string {
+func waitLeader(t testing.TB, n *testNode, addr, not string) string {
 	t.Helper()
 	var id string
 	eventually(t, time.Minute, "waiting for a leader", func() error {

@@ -1,0 +1,131 @@
+package cluster
+
+import (
+	"bytes"
+	"os"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
+
+	"cairn.dev/cairn/pkg/logtree"
+	api "cairn.dev/cairn/proto/api"
+	private "cairn.dev/cairn/proto/private"
+)
+
+// TestBootstrapThenColdStart bootstraps a cluster on a real etcd, then
+// boots the node again: with its sealed configuration on the ESP it
+// ignores the bootstrap parameters, finds itself alone in its cluster
+// directory and starts cold from its sealed configuration.
+func TestBootstrapThenColdStart(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		conf     *api.ClusterConfiguration
+		hasTPM   bool
+		kind     envelopeKind
+		security private.StorageSecurity
+		mounts   []string
+	}{
+		{
+			name:     "defaults with a TPM",
+			hasTPM:   true,
+			kind:     kindTPM,
+			security: private.StorageSecurity_STORAGE_SECURITY_ENCRYPTED,
+			mounts:   []string{"MountExisting"},
+		},
+		{
+			name: "insecure, best effort without a TPM",
+			conf: &api.ClusterConfiguration{
+				StorageSecurityPolicy: api.StorageSecurityPolicy_STORAGE_SECURITY_POLICY_INSECURE,
+				TpmMode:               api.TPMMode_TPM_MODE_BEST_EFFORT,
+			},
+			kind:     kindPlain,
+			security: private.StorageSecurity_STORAGE_SECURITY_INSECURE,
+			mounts:   []string{"MountExistingInsecure"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newTestNode(t)
+			if !tc.hasTPM {
+				n.tpm = noTPM
+			}
+			params := withConfiguration(bootstrapParameters(t), tc.conf)
+			n.boot(t, params, 0)
+			m := n.waitMembership(t)
+			n.waitLog(t, "enrolment: bootstrapping a new cluster", logtree.INFO)
+			if m.Bootstrap == nil || m.Credentials != nil || m.InitialRoles.GetConsensusMember() == nil {
+				t.Fatalf("bootstrap Membership = %+v, want Bootstrap, no Credentials, ConsensusMember", m)
+			}
+			if got := m.ClusterDirectory.GetNodes(); len(got) != 1 || got[0].GetAddresses()[0].GetHost() != "127.0.0.1" {
+				t.Errorf("bootstrap directory = %v, want this node at 127.0.0.1", m.ClusterDirectory)
+			}
+			id := m.ClusterDirectory.GetNodes()[0].GetId()
+			if ok, _ := n.storage.st.Root.ESP.Cairn.SealedConfiguration.Exists(); ok {
+				t.Errorf("sealed configuration written before the cluster exists")
+			}
+
+			st, stopEtcd := runConsensus(t, n, m, id)
+			ctx := testContext(t)
+			node, err := m.Bootstrap(ctx, st.Client())
+			if err != nil {
+				t.Fatalf("Bootstrap: %v", err)
+			}
+			if node.ID() != id {
+				t.Errorf("Bootstrap returned identity %s, want %s", node.ID(), id)
+			}
+			// Idempotent: the role server calls it again after an error.
+			again, err := m.Bootstrap(ctx, st.Client())
+			if err != nil {
+				t.Fatalf("Bootstrap, again: %v", err)
+			}
+			if !bytes.Equal(again.Certificate().Raw, node.Certificate().Raw) {
+				t.Errorf("Bootstrap, again, issued a new certificate")
+			}
+			line := n.waitLog(t, "enrolment: bootstrapped cluster as "+id, logtree.INFO)
+			t.Logf("%s", line)
+			if !tc.hasTPM {
+				n.waitLog(t, "enrolment: no TPM: storing the configuration unsealed", logtree.WARNING)
+			}
+			stopEtcd()
+
+			b, err := n.storage.st.Root.ESP.Cairn.SealedConfiguration.Read()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if kind, _, err := parseEnvelope(b); err != nil || kind != tc.kind {
+				t.Errorf("sealed configuration is %v (%v), want %v", kind, err, tc.kind)
+			}
+			sc := n.sealedConfiguration(t)
+			if sc.GetNodeId() != id || sc.GetStorageSecurity() != tc.security || !bytes.Equal(sc.GetClusterCaCertificate(), node.CACertificate().Raw) {
+				t.Errorf("sealed configuration = %v, want node %s, %v, the cluster CA", sc, id, tc.security)
+			}
+			dirBytes, err := n.storage.st.Root.ESP.Cairn.ClusterDirectory.Read()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var dir api.ClusterDirectory
+			if err := proto.Unmarshal(dirBytes, &dir); err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(m.ClusterDirectory, &dir, protocmp.Transform()); d != "" {
+				t.Errorf("cluster directory on the ESP differs (-want +got):\n%s", d)
+			}
+
+			// Reboot, parameters still there: the node joins, alone,
+			// which is a cold start from the sealed configuration.
+			n.boot(t, params, freePort(t))
+			m2 := n.waitMembership(t)
+			n.waitLog(t, "enrolment: cold start as "+id+" from the sealed configuration", logtree.INFO)
+			if m2.Bootstrap != nil || m2.Credentials.ID() != id || !m2.NodeKey.Equal(node.PrivateKey()) {
+				t.Errorf("cold start Membership = %+v, want the credentials of %s and no Bootstrap", m2, id)
+			}
+			if d := cmp.Diff(tc.mounts, n.storage.mountCalls()); d != "" {
+				t.Errorf("mounts on the cold start differ (-want +got):\n%s", d)
+			}
+			if _, err := os.Stat(n.storage.st.Root.Data.Etcd.FullPath()); err != nil {
+				t.Errorf("etcd data gone after the cold start: %v", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,153 @@
+package cluster
+
+import (
+	"context"
+	"crypto/ed25519"
+	"fmt"
+	"time"
+
+	"cairn.dev/cairn/node/roleserve"
+	"cairn.dev/cairn/pkg/logtree"
+	"cairn.dev/cairn/pkg/supervisor"
+	api "cairn.dev/cairn/proto/api"
+	private "cairn.dev/cairn/proto/private"
+)
+
+// join brings back a node that enrolled before: it unseals its
+// configuration, asks the curators for the cluster's half of the data
+// partition key (JoinNode), opens the partition and loads its identity.
+//
+// When no curator answers, the node starts cold from the copy of the
+// cluster unlock key in its sealed configuration: at once when its cluster
+// directory lists no other node, otherwise after coldStartAfter. A curator
+// that refuses the node stops a cold start: the node then keeps asking,
+// slowly, and touches nothing.
+func (s *Service) join(ctx context.Context) (*roleserve.Membership, error) {
+	log := supervisor.Logger(ctx)
+	b, err := s.root.ESP.Cairn.SealedConfiguration.Read()
+	if err != nil {
+		log.Errorf("enrolment: sealed configuration is unusable: %v", err)
+		return nil, fmt.Errorf("when reading the sealed configuration: %w", err)
+	}
+	sc, err := unseal(b, s.openTPM)
+	if err != nil {
+		log.Errorf("enrolment: sealed configuration is unusable: %v", err)
+		return nil, fmt.Errorf("when unsealing the configuration: %w", err)
+	}
+	id := sc.GetNodeId()
+	log.Infof("enrolment: joining as %s", id)
+	dir, dirErr := s.readDirectory()
+	if dirErr != nil {
+		log.Warningf("enrolment: %v; only a cold start can bring this node back", dirErr)
+		dir = &api.ClusterDirectory{}
+	}
+	if _, err := s.waitAddress(ctx); err != nil {
+		return nil, err
+	}
+	targets := s.curatorTargets(dir, id)
+	joinKey := ed25519.NewKeyFromSeed(sc.GetJoinKey())
+
+	start := time.Now()
+	wait := newBackoff(s.timing.retryMin, s.timing.retryMax)
+	for round := 0; ; round++ {
+		r, err := s.joinRound(ctx, log, round, id, targets, sc.GetClusterCaCertificate(), joinKey)
+		if err != nil {
+			return nil, err
+		}
+		if r.through != "" {
+			m, err := s.openExisting(sc, r.clusterKey, dir)
+			if err != nil {
+				log.Errorf("enrolment: cannot open the data partition: %v", err)
+				return nil, err
+			}
+			log.Infof("enrolment: joined as %s through %s", id, r.through)
+			return m, nil
+		}
+		lone := dirErr == nil && len(targets) == 0
+		if !r.answered && (lone || time.Since(start) >= s.timing.coldStartAfter) {
+			m, err := s.openExisting(sc, sc.GetClusterUnlockKey(), dir)
+			if err != nil {
+				log.Errorf("enrolment: cannot open the data partition: %v", err)
+				return nil, err
+			}
+			log.Infof("enrolment: cold start as %s from the sealed configuration (no curator answered)", id)
+			return m, nil
+		}
+		if r.refused {
+			err = sleepCtx(ctx, s.timing.refusedRetry)
+		} else {
+			err = wait.sleep(ctx)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
+// joinResult is the outcome of one round of JoinNode calls.
+type joinResult struct {
+	// clusterKey and through are the cluster unlock key and the curator
+	// that handed it out, when one did.
+	clusterKey []byte
+	through    string
+	// answered says that some curator answered, with a refusal or an
+	// error of its own: the cluster is up, which rules out a cold start.
+	answered bool
+	// refused says that some curator refused the node.
+	refused bool
+}
+
+// joinRound calls JoinNode on each curator in turn until one hands out
+// the cluster unlock key. round counts the rounds of this boot.
+func (s *Service) joinRound(ctx context.Context, log logtree.LeveledLogger, round int, id string, targets []string, ca []byte, joinKey ed25519.PrivateKey) (joinResult, error) {
+	var r joinResult
+	for _, t := range targets {
+		var res *api.JoinNodeResponse
+		err := s.withCurator(ctx, t, ca, joinKey, func(ctx context.Context, c api.CuratorClient) error {
+			var err error
+			res, err = c.JoinNode(ctx, &api.JoinNodeRequest{NodeId: id})
+			return err
+		})
+		switch {
+		case err == nil:
+			return joinResult{clusterKey: res.GetClusterUnlockKey(), through: t, answered: true}, nil
+		case ctx.Err() != nil:
+			return r, ctx.Err()
+		case unreachable(err):
+			if round%10 == 0 { // say it now and then, not every round
+				log.Infof("enrolment: no answer from %s: %v", t, err)
+			}
+		case refused(err):
+			log.Errorf("enrolment: refused: %s", reason(err))
+			r.answered, r.refused = true, true
+		default:
+			log.Warningf("enrolment: joining through %s failed: %v", t, err)
+			r.answered = true
+		}
+	}
+	return r, nil
+}
+
+// openExisting opens the data partition with clusterKey, loads the
+// node's identity from it and checks that it is the node the sealed
+// configuration names.
+func (s *Service) openExisting(sc *private.SealedConfiguration, clusterKey []byte, dir *api.ClusterDirectory) (*roleserve.Membership, error) {
+	if !s.mounted {
+		if err := mountExisting(s.storage, sc, clusterKey); err != nil {
+			return nil, fmt.Errorf("when opening the data partition: %w", err)
+		}
+		s.mounted = true
+	}
+	node, err := readIdentity(s.root)
+	if err != nil {
+		return nil, err
+	}
+	if node.ID() != sc.GetNodeId() {
+		return nil, fmt.Errorf("the data partition holds the identity of %s, but the sealed configuration names %s", node.ID(), sc.GetNodeId())
+	}
+	return &roleserve.Membership{
+		NodeKey:          node.PrivateKey(),
+		Credentials:      node,
+		ClusterDirectory: dir,
+	}, nil
+}

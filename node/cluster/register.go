@@ -1,0 +1,193 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/localstorage"
+	"cairn.dev/cairn/node/roleserve"
+	"cairn.dev/cairn/pkg/logtree"
+	"cairn.dev/cairn/pkg/supervisor"
+	api "cairn.dev/cairn/proto/api"
+	private "cairn.dev/cairn/proto/private"
+)
+
+// register adds this node to an existing cluster:
+//
+//	RegisterNode(ticket, join key)  ──▶ NEW, cluster configuration
+//	CommitNode, until approved      ──▶ UP: certificate, cluster unlock key
+//	MountNew, identity.pem, sealed configuration, cluster directory
+//
+// Until the sealed configuration is written, a reboot registers again
+// from the parameters, as a new node.
+func (s *Service) register(ctx context.Context, p *api.NodeParameters_ClusterRegister) (*roleserve.Membership, error) {
+	log := supervisor.Logger(ctx)
+	if _, err := s.waitAddress(ctx); err != nil {
+		return nil, err
+	}
+	keys, err := s.newKeys(false)
+	if err != nil {
+		return nil, err
+	}
+	id := identity.NodeID(keys.node.Public().(ed25519.PublicKey))
+	targets := s.curatorTargets(p.GetClusterDirectory(), id)
+	if len(targets) == 0 {
+		return nil, errors.New("the register parameters list no curator")
+	}
+	ca := p.GetCaCertificate()
+
+	target, conf, err := s.registerNode(ctx, log, id, targets, ca, p.GetRegisterTicket(), keys)
+	if err != nil {
+		return nil, err
+	}
+	conf = resolveConfiguration(conf)
+	plan, err := planSealing(conf.GetTpmMode(), s.openTPM)
+	if err != nil {
+		log.Errorf("enrolment: cannot register: %v", err)
+		return nil, fmt.Errorf("when checking the TPM: %w", err)
+	}
+	commit, err := s.waitCommitted(ctx, log, id, target, targets, ca, keys.node)
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.Equal(commit.GetCaCertificate(), ca) {
+		return nil, errors.New("the curator's CA certificate differs from the one in the register parameters")
+	}
+	node, err := identity.NewNode(keys.node, commit.GetNodeCertificate(), ca)
+	if err != nil {
+		return nil, fmt.Errorf("when checking the node certificate: %w", err)
+	}
+	sc := &private.SealedConfiguration{
+		NodeUnlockKey:        keys.nodeUnlockKey,
+		JoinKey:              keys.join.Seed(),
+		ClusterCaCertificate: ca,
+		StorageSecurity:      storageSecurity(conf),
+		ClusterUnlockKey:     commit.GetClusterUnlockKey(),
+		NodeId:               id,
+	}
+	if sc.StorageSecurity == private.StorageSecurity_STORAGE_SECURITY_INSECURE {
+		sc.NodeUnlockKey = nil
+		log.Warningf("enrolment: the cluster's storage security policy is INSECURE: the data partition is not encrypted")
+	} else if len(sc.ClusterUnlockKey) != localstorage.KeySize {
+		return nil, fmt.Errorf("the curator handed out a cluster unlock key of %d bytes, want %d", len(sc.ClusterUnlockKey), localstorage.KeySize)
+	}
+	if err := s.finishFirstEnrolment(ctx, log, node, sc, plan, p.GetClusterDirectory()); err != nil {
+		return nil, err
+	}
+	log.Infof("enrolment: committed as %s", id)
+	return &roleserve.Membership{
+		NodeKey:          keys.node,
+		Credentials:      node,
+		ClusterDirectory: p.GetClusterDirectory(),
+	}, nil
+}
+
+// finishFirstEnrolment stores what a newly committed node keeps: the data
+// partition, its identity on it, then the sealed configuration (whose
+// presence makes every later boot a join) and the cluster directory.
+func (s *Service) finishFirstEnrolment(ctx context.Context, log logtree.LeveledLogger, node *identity.Node, sc *private.SealedConfiguration, plan sealPlan, dir *api.ClusterDirectory) error {
+	if !s.mounted {
+		if err := mountNew(ctx, s.storage, sc); err != nil {
+			return fmt.Errorf("when creating the data partition: %w", err)
+		}
+		s.mounted = true
+	}
+	if err := writeIdentity(s.root, node); err != nil {
+		return err
+	}
+	if err := s.writeSealed(log, sc, plan); err != nil {
+		return err
+	}
+	return s.writeDirectory(dir)
+}
+
+// registerNode calls RegisterNode on each curator in turn until one
+// accepts, backing off between rounds, and more slowly after a refusal.
+// It returns the curator that accepted and the cluster's configuration.
+func (s *Service) registerNode(ctx context.Context, log logtree.LeveledLogger, id string, targets []string, ca, ticket []byte, keys *nodeKeys) (string, *api.ClusterConfiguration, error) {
+	req := &api.RegisterNodeRequest{
+		RegisterTicket: ticket,
+		JoinKey:        keys.join.Public().(ed25519.PublicKey),
+	}
+	wait := newBackoff(s.timing.retryMin, s.timing.retryMax)
+	for {
+		wasRefused := false
+		for _, t := range targets {
+			log.Infof("enrolment: registering as %s with %s", id, t)
+			var res *api.RegisterNodeResponse
+			err := s.withCurator(ctx, t, ca, keys.node, func(ctx context.Context, c api.CuratorClient) error {
+				var err error
+				res, err = c.RegisterNode(ctx, req)
+				return err
+			})
+			if err == nil {
+				return t, res.GetClusterConfiguration(), nil
+			}
+			if ctx.Err() != nil {
+				return "", nil, ctx.Err()
+			}
+			if refused(err) {
+				log.Errorf("enrolment: refused: %s", reason(err))
+				wasRefused = true
+				break
+			}
+			log.Warningf("enrolment: registering with %s failed: %v", t, err)
+		}
+		var err error
+		if wasRefused {
+			err = sleepCtx(ctx, s.timing.refusedRetry)
+		} else {
+			err = wait.sleep(ctx)
+		}
+		if err != nil {
+			return "", nil, err
+		}
+	}
+}
+
+// waitCommitted asks, starting with the curator that took the
+// registration, to commit the node until the owner has approved it,
+// saying every approvalReport that it is still waiting.
+func (s *Service) waitCommitted(ctx context.Context, log logtree.LeveledLogger, id, first string, targets []string, ca []byte, key ed25519.PrivateKey) (*api.CommitNodeResponse, error) {
+	start := time.Now()
+	var reported time.Time
+	order := append([]string{first}, targets...)
+	for i := 0; ; i++ {
+		t := order[i%len(order)]
+		var res *api.CommitNodeResponse
+		err := s.withCurator(ctx, t, ca, key, func(ctx context.Context, c api.CuratorClient) error {
+			var err error
+			res, err = c.CommitNode(ctx, &api.CommitNodeRequest{})
+			return err
+		})
+		switch {
+		case err == nil:
+			return res, nil
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case status.Code(err) == codes.FailedPrecondition:
+			// NEW: not approved yet.
+			if time.Since(reported) >= s.timing.approvalReport {
+				log.Infof("enrolment: waiting for approval as %s (%s)", id, time.Since(start).Round(time.Second))
+				reported = time.Now()
+			}
+			i-- // stay with a curator that answers
+		case refused(err):
+			log.Errorf("enrolment: refused: %s", reason(err))
+			return nil, fmt.Errorf("when committing: %w", err)
+		default:
+			log.Warningf("enrolment: committing with %s failed: %v", t, err)
+		}
+		if err := sleepCtx(ctx, s.timing.approvalPoll); err != nil {
+			return nil, err
+		}
+	}
+}

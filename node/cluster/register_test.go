@@ -1,0 +1,208 @@
+package cluster
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
+
+	"cairn.dev/cairn/node/consensus"
+	"cairn.dev/cairn/node/curator"
+	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/rpc"
+	"cairn.dev/cairn/pkg/logtree"
+	"cairn.dev/cairn/pkg/supervisor"
+	api "cairn.dev/cairn/proto/api"
+)
+
+// runCurator serves a real curator for node on a loopback port and
+// returns the port; it stops with the returned cancel or at the end of
+// the test.
+func runCurator(t *testing.T, node *identity.Node, st *consensus.Status) (int, context.CancelFunc) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := lis.Addr().(*net.TCPAddr).Port
+	svc := curator.New(curator.Config{
+		Node:      node,
+		Consensus: st,
+		Advertise: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(port)),
+		Listener:  lis,
+	})
+	cancel, _ := supervisor.TestHarness(t, svc.Run)
+	return port, cancel
+}
+
+// takeOwnership runs AAA.Escrow with the owner key and returns a
+// Management client with the owner certificate.
+func takeOwnership(t *testing.T, ctx context.Context, target string, caDER []byte, owner ed25519.PrivateKey) api.ManagementClient {
+	t.Helper()
+	creds, err := rpc.EphemeralCredentials(caDER, owner)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var res *api.EscrowFromServer_Result
+	for deadline := time.Now().Add(time.Minute); res == nil; {
+		res, err = escrow(ctx, conn, owner)
+		if err != nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("Escrow: %v", err)
+			}
+			time.Sleep(200 * time.Millisecond) // the curator may not lead yet
+		}
+	}
+	oc, err := rpc.OwnerCredentials(owner, res.GetOwnerCertificate(), res.GetCaCertificate())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mconn, err := grpc.NewClient(target, grpc.WithTransportCredentials(oc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mconn.Close() })
+	return api.NewManagementClient(mconn)
+}
+
+func escrow(ctx context.Context, conn *grpc.ClientConn, owner ed25519.PrivateKey) (*api.EscrowFromServer_Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	stream, err := api.NewAAAClient(conn).Escrow(ctx)
+	if err != nil {
+		return nil, err
+	}
+	hello := &api.EscrowFromClient_Hello{OwnerPublicKey: owner.Public().(ed25519.PublicKey)}
+	if err := stream.Send(&api.EscrowFromClient{Step: &api.EscrowFromClient_Hello_{Hello: hello}}); err != nil {
+		return nil, err
+	}
+	msg, err := stream.Recv()
+	if err != nil {
+		return nil, err
+	}
+	cs, _ := rpc.TLSConnectionState(stream.Context())
+	payload, err := rpc.EscrowProofPayload(msg.GetChallenge().GetNonce(), cs)
+	if err != nil {
+		return nil, err
+	}
+	proof := &api.EscrowFromClient_Proof{Signature: ed25519.Sign(owner, payload)}
+	if err := stream.Send(&api.EscrowFromClient{Step: &api.EscrowFromClient_Proof_{Proof: proof}}); err != nil {
+		return nil, err
+	}
+	msg, err = stream.Recv()
+	if err != nil {
+		return nil, err
+	}
+	return msg.GetResult(), nil
+}
+
+// TestRegisterApproveJoin forms a cluster the way nodes do: the first
+// node bootstraps on a real etcd and serves a real curator; a second node
+// registers with the ticket, waits, is approved by the owner, commits;
+// after a reboot it joins through the curator, with the curator gone it
+// starts cold, and once decommissioned it is refused and mounts nothing.
+func TestRegisterApproveJoin(t *testing.T) {
+	ctx := testContext(t)
+
+	// The first node bootstraps.
+	ownerPub, owner, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := newTestNode(t)
+	first.boot(t, &api.NodeParameters{Cluster: &api.NodeParameters_ClusterBootstrap_{
+		ClusterBootstrap: &api.NodeParameters_ClusterBootstrap{OwnerPublicKey: ownerPub},
+	}}, 0)
+	fm := first.waitMembership(t)
+	firstID := fm.ClusterDirectory.GetNodes()[0].GetId()
+	st, _ := runConsensus(t, first, fm, firstID)
+	firstNode, err := fm.Bootstrap(ctx, st.Client())
+	if err != nil {
+		t.Fatalf("Bootstrap: %v", err)
+	}
+	port, stopCurator := runCurator(t, firstNode, st)
+	target := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	ca := firstNode.CACertificate().Raw
+	mgmt := takeOwnership(t, ctx, target, ca, owner)
+	ticket, err := mgmt.GetRegisterTicket(ctx, &api.GetRegisterTicketRequest{})
+	if err != nil {
+		t.Fatalf("GetRegisterTicket: %v", err)
+	}
+
+	// A wrong ticket is refused, and the node says so.
+	params := &api.NodeParameters{Cluster: &api.NodeParameters_ClusterRegister_{
+		ClusterRegister: &api.NodeParameters_ClusterRegister{
+			RegisterTicket:   []byte("not the ticket"),
+			ClusterDirectory: fm.ClusterDirectory,
+			CaCertificate:    ca,
+		},
+	}}
+	second := newTestNode(t)
+	second.boot(t, params, port)
+	t.Logf("%s", second.waitLog(t, "enrolment: refused: ", logtree.ERROR))
+
+	// With the right ticket it registers and waits for approval.
+	params.GetClusterRegister().RegisterTicket = ticket.GetTicket()
+	second.boot(t, params, port)
+	line := second.waitLog(t, "enrolment: waiting for approval as ", logtree.INFO)
+	id := strings.Fields(strings.TrimPrefix(line, "enrolment: waiting for approval as "))[0]
+	second.waitLog(t, "enrolment: registering as "+id+" with "+target, logtree.INFO)
+	if _, err := mgmt.ApproveNode(ctx, &api.ApproveNodeRequest{NodeId: id}); err != nil {
+		t.Fatalf("ApproveNode(%s): %v", id, err)
+	}
+	sm := second.waitMembership(t)
+	second.waitLog(t, "enrolment: committed as "+id, logtree.INFO)
+	if sm.Credentials.ID() != id || sm.Bootstrap != nil || sm.InitialRoles != nil {
+		t.Errorf("committed Membership = %+v, want credentials of %s only", sm, id)
+	}
+	sc := second.sealedConfiguration(t)
+	if sc.GetNodeId() != id || len(sc.GetClusterUnlockKey()) == 0 {
+		t.Errorf("sealed configuration = %v, want node %s with its cluster unlock key", sc, id)
+	}
+	if d := cmp.Diff([]string{"MountNew"}, second.storage.mountCalls()); d != "" {
+		t.Errorf("mounts when committing differ (-want +got):\n%s", d)
+	}
+
+	// Reboot: it joins through the curator.
+	second.boot(t, params, port)
+	jm := second.waitMembership(t)
+	second.waitLog(t, "enrolment: joined as "+id+" through "+target, logtree.INFO)
+	if jm.Credentials.ID() != id {
+		t.Errorf("joined as %s, want %s", jm.Credentials.ID(), id)
+	}
+	if d := cmp.Diff([]string{"MountExisting"}, second.storage.mountCalls()); d != "" {
+		t.Errorf("mounts when joining differ (-want +got):\n%s", d)
+	}
+
+	// Curator gone: after trying for a while, a cold start.
+	stopCurator()
+	second.boot(t, params, freePort(t))
+	second.waitMembership(t)
+	second.waitLog(t, "enrolment: cold start as "+id, logtree.INFO)
+
+	// Decommissioned: refused, nothing mounted.
+	port2, _ := runCurator(t, firstNode, st)
+	mgmt = takeOwnership(t, ctx, net.JoinHostPort("127.0.0.1", strconv.Itoa(port2)), ca, owner)
+	if _, err := mgmt.DecommissionNode(ctx, &api.DecommissionNodeRequest{NodeId: id}); err != nil {
+		t.Fatalf("DecommissionNode: %v", err)
+	}
+	second.boot(t, params, port2)
+	t.Logf("%s", second.waitLog(t, "enrolment: refused: ", logtree.ERROR))
+	time.Sleep(time.Second)
+	if calls := second.storage.mountCalls(); len(calls) != 0 {
+		t.Errorf("a refused node mounted %v, want nothing", calls)
+	}
+}
