@@ -24,7 +24,7 @@ const (
 
 // newImage creates a GPT image with one partition of type ptype at 1 MiB,
 // formatted FAT32 by go-diskfs when format is set.
-func newImage(t *testing.T, ptype gpt.Type, format bool) string {
+func newImage(t testing.TB, ptype gpt.Type, format bool) string {
 	t.Helper()
 	img := filepath.Join(t.TempDir(), "disk.img")
 	d, err := diskfs.Create(img, 128*mib, diskfs.SectorSizeDefault)
