@@ -115,6 +115,33 @@ func escrow(ctx context.Context, conn *grpc.ClientConn, owner ed25519.PrivateKey
 // after a reboot it joins through the curator, with the curator gone it
 // starts cold, and once decommissioned it is refused and mounts nothing.
 func TestRegisterApproveJoin(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		conf   *api.ClusterConfiguration
+		hasTPM bool
+		mounts []string // first enrolment, join
+	}{
+		{
+			name:   "defaults with TPMs",
+			hasTPM: true,
+			mounts: []string{"MountNew", "MountExisting"},
+		},
+		{
+			name: "insecure, best effort without TPMs",
+			conf: &api.ClusterConfiguration{
+				StorageSecurityPolicy: api.StorageSecurityPolicy_STORAGE_SECURITY_POLICY_INSECURE,
+				TpmMode:               api.TPMMode_TPM_MODE_BEST_EFFORT,
+			},
+			mounts: []string{"MountNewInsecure", "MountExistingInsecure"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			testRegisterApproveJoin(t, tc.conf, tc.hasTPM, tc.mounts)
+		})
+	}
+}
+
+func testRegisterApproveJoin(t *testing.T, conf *api.ClusterConfiguration, hasTPM bool, mounts []string) {
 	ctx := testContext(t)
 
 	// The first node bootstraps.
@@ -123,8 +150,14 @@ func TestRegisterApproveJoin(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := newTestNode(t)
+	if !hasTPM {
+		first.tpm = noTPM
+	}
 	first.boot(t, &api.NodeParameters{Cluster: &api.NodeParameters_ClusterBootstrap_{
-		ClusterBootstrap: &api.NodeParameters_ClusterBootstrap{OwnerPublicKey: ownerPub},
+		ClusterBootstrap: &api.NodeParameters_ClusterBootstrap{
+			OwnerPublicKey:              ownerPub,
+			InitialClusterConfiguration: conf,
+		},
 	}}, 0)
 	fm := first.waitMembership(t)
 	firstID := fm.ClusterDirectory.GetNodes()[0].GetId()
@@ -151,6 +184,9 @@ func TestRegisterApproveJoin(t *testing.T) {
 		},
 	}}
 	second := newTestNode(t)
+	if !hasTPM {
+		second.tpm = noTPM
+	}
 	second.boot(t, params, port)
 	t.Logf("%s", second.waitLog(t, "enrolment: refused: ", logtree.ERROR))
 
@@ -169,10 +205,10 @@ func TestRegisterApproveJoin(t *testing.T) {
 		t.Errorf("committed Membership = %+v, want credentials of %s only", sm, id)
 	}
 	sc := second.sealedConfiguration(t)
-	if sc.GetNodeId() != id || len(sc.GetClusterUnlockKey()) == 0 {
-		t.Errorf("sealed configuration = %v, want node %s with its cluster unlock key", sc, id)
+	if sc.GetNodeId() != id || validateSealed(sc) != nil {
+		t.Errorf("sealed configuration = %v, want a valid one of node %s", sc, id)
 	}
-	if d := cmp.Diff([]string{"MountNew"}, second.storage.mountCalls()); d != "" {
+	if d := cmp.Diff(mounts[:1], second.storage.mountCalls()); d != "" {
 		t.Errorf("mounts when committing differ (-want +got):\n%s", d)
 	}
 
@@ -183,7 +219,7 @@ func TestRegisterApproveJoin(t *testing.T) {
 	if jm.Credentials.ID() != id {
 		t.Errorf("joined as %s, want %s", jm.Credentials.ID(), id)
 	}
-	if d := cmp.Diff([]string{"MountExisting"}, second.storage.mountCalls()); d != "" {
+	if d := cmp.Diff(mounts[1:], second.storage.mountCalls()); d != "" {
 		t.Errorf("mounts when joining differ (-want +got):\n%s", d)
 	}
 
