@@ -84,6 +84,10 @@ func decodeForwardedPeer(v string) (identity.Peer, error) {
 	if err != nil {
 		return identity.Peer{}, fmt.Errorf("when decoding the peer's key: %w", err)
 	}
+	if base64.RawStdEncoding.EncodeToString(raw) != key {
+		// Stray newlines or trailing bits: one key, one spelling.
+		return identity.Peer{}, fmt.Errorf("the peer's key is not canonical base64")
+	}
 	if len(raw) != ed25519.PublicKeySize {
 		return identity.Peer{}, fmt.Errorf("the peer's key is %d bytes, want %d", len(raw), ed25519.PublicKeySize)
 	}
