@@ -148,11 +148,19 @@ func TestLifecycle(t *testing.T) {
 // TestWatch watches every node: the backlog, then live changes and a
 // deletion.
 func TestWatch(t *testing.T) {
-	c := newTestCluster(t)
+	c := newTestCluster(t, WithHeartbeatInterval(1500*time.Millisecond))
 	ctx := testContext(t)
 	addr := c.nodes[0].addr.String()
 	m := c.mgmt(t, addr)
 	me := c.nodes[0].client(t, addr)
+	hb, err := me.Heartbeat(ctx, &api.HeartbeatRequest{})
+	if err != nil || hb.IntervalMillis != 1500 {
+		t.Errorf("Heartbeat = %v, %v, want an interval of 1500 ms", hb, err)
+	}
+	l, err := currentLeader(t, c.nodes[0], addr)
+	if err != nil || l.LeaderNodeId != c.nodes[0].id() || l.LeaderHost != "127.0.0.1" || int(l.LeaderPort) != int(c.nodes[0].addr.Port()) {
+		t.Errorf("GetCurrentLeader = %v, %v, want %s at %s", l, err, c.nodes[0].id(), addr)
+	}
 
 	stream, err := me.Watch(ctx, &api.WatchRequest{Kind: &api.WatchRequest_NodesInCluster_{NodesInCluster: &api.WatchRequest_NodesInCluster{}}})
 	if err != nil {
