@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -164,6 +166,24 @@ func TestCommandsAgainstServer(t *testing.T) {
 		t.Errorf("LogsRequest of cairnctl logs (-want +got):\n%s", diff)
 	}
 
+	// -f keeps the stream open until interrupted, which ends it without
+	// an error.
+	var follow syncBuffer
+	fctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runTo(fctx, &follow, dir, "logs", "-f", up.Id, "--node-endpoint", up.Id+"="+s.addr) }()
+	for !strings.Contains(follow.String(), "raw line") {
+		select {
+		case err := <-done:
+			t.Fatalf("logs -f ended by itself: %v; printed %q", err, follow.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Errorf("logs -f interrupted = %v, want nil", err)
+	}
+
 	// The node's own address (10.0.2.15:7835) is not reachable from the
 	// test; a stored node endpoint replaces it.
 	mustRun(t, dir, "config", "set-node-endpoint", up.Id+"="+s.addr)
@@ -181,9 +201,16 @@ func TestCommandsAgainstServer(t *testing.T) {
 	}
 
 	// Endpoints are tried in turn; an unreachable one is skipped, and
-	// only unreachable ones fail clearly.
+	// only unreachable ones fail clearly. So is one that accepts
+	// connections and never answers.
 	dead := "127.0.0.1:1"
 	mustRun(t, dir, "--endpoint", dead, "--endpoint", s.addr, "node", "list")
+	mute, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mute.Close()
+	mustRun(t, dir, "--endpoint", mute.Addr().String(), "--endpoint", s.addr, "node", "list")
 	if _, err := run(t, dir, "--endpoint", dead, "node", "list"); err == nil || !strings.Contains(err.Error(), "cannot reach "+dead) {
 		t.Errorf("node list with an unreachable endpoint = %v, want it to say it cannot reach %s", err, dead)
 	}

@@ -7,8 +7,10 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
@@ -20,6 +22,12 @@ import (
 // nodeManagementPort is where every node serves NodeManagement.
 const nodeManagementPort = 7835
 
+// defaultConnectTimeout bounds connecting to one endpoint (TCP and the
+// TLS handshake), so that an endpoint that accepts but never answers (a
+// frozen VM behind a port forward) gives way to the next one before
+// --timeout runs out.
+const defaultConnectTimeout = 10 * time.Second
+
 // owner is what an owner call needs: the credentials from the
 // configuration directory and where to dial.
 type owner struct {
@@ -27,6 +35,8 @@ type owner struct {
 	settings *settings
 	creds    credentials.TransportCredentials
 	caDER    []byte
+	// connect bounds connecting to one endpoint.
+	connect time.Duration
 	// endpoints are the curators to try, in order.
 	endpoints []string
 }
@@ -64,7 +74,7 @@ func (a *app) owner() (*owner, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := &owner{dir: dir, settings: s, creds: creds, caDER: ca, endpoints: a.endpoints}
+	o := &owner{dir: dir, settings: s, creds: creds, caDER: ca, connect: a.connectTimeout, endpoints: a.endpoints}
 	if len(o.endpoints) == 0 {
 		o.endpoints = s.Endpoints
 	}
@@ -80,7 +90,7 @@ func (a *app) owner() (*owner, error) {
 func (o *owner) curator(ctx context.Context, what string, f func(conn *grpc.ClientConn) error) error {
 	var errs []error
 	for _, ep := range o.endpoints {
-		err := dialDo(ep, o.creds, f)
+		err := dialDo(ep, o.creds, o.connect, f)
 		if err == nil {
 			return nil
 		}
@@ -95,9 +105,12 @@ func (o *owner) curator(ctx context.Context, what string, f func(conn *grpc.Clie
 	return fmt.Errorf("when %s: no curator answered: %w", what, errors.Join(errs...))
 }
 
-// dialDo connects to endpoint, runs f and closes the connection.
-func dialDo(endpoint string, creds credentials.TransportCredentials, f func(conn *grpc.ClientConn) error) error {
-	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(creds))
+// dialDo connects to endpoint, taking at most connect to establish the
+// connection, runs f and closes the connection.
+func dialDo(endpoint string, creds credentials.TransportCredentials, connect time.Duration, f func(conn *grpc.ClientConn) error) error {
+	conn, err := grpc.NewClient(endpoint,
+		grpc.WithTransportCredentials(creds),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: connect}))
 	if err != nil {
 		return fmt.Errorf("when connecting to %s: %w", endpoint, err)
 	}
@@ -164,7 +177,7 @@ func (a *app) nodeManagement(ctx context.Context, o *owner, id, what string, f f
 	if err != nil {
 		return err
 	}
-	err = dialDo(ep, o.creds, func(conn *grpc.ClientConn) error {
+	err = dialDo(ep, o.creds, o.connect, func(conn *grpc.ClientConn) error {
 		return f(api.NewNodeManagementClient(conn))
 	})
 	if err != nil {

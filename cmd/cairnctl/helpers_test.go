@@ -7,8 +7,10 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"io"
 	"math/big"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,18 +21,44 @@ import (
 // in-process, and returns what it printed.
 func run(t *testing.T, dir string, args ...string) (string, error) {
 	t.Helper()
-	var out, errOut bytes.Buffer
-	a := newApp(&out, &errOut)
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	err := runTo(ctx, &out, dir, args...)
+	return out.String(), err
+}
+
+// runTo runs cairnctl until it returns or ctx ends, printing to out.
+func runTo(ctx context.Context, out io.Writer, dir string, args ...string) error {
+	a := newApp(out, io.Discard)
 	a.now = func() time.Time { return testNow }
+	// Loopback connects in far less; a hung endpoint gives way sooner.
+	a.connectTimeout = 2 * time.Second
 	root := newRootCommand(a)
 	if dir != "" {
 		args = append([]string{"--config", dir}, args...)
 	}
 	root.SetArgs(args)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	err := root.ExecuteContext(ctx)
-	return out.String(), err
+	return root.ExecuteContext(ctx)
+}
+
+// syncBuffer is a bytes.Buffer safe for a command writing to it while
+// the test reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // mustRun is run that fails the test on an error.

@@ -86,7 +86,7 @@ func (a *app) logs(ctx context.Context, id string, req *api.LogsRequest) error {
 	if err != nil {
 		return err
 	}
-	err = dialDo(ep, o.creds, func(conn *grpc.ClientConn) error {
+	err = dialDo(ep, o.creds, o.connect, func(conn *grpc.ClientConn) error {
 		stream, err := api.NewNodeManagementClient(conn).Logs(ctx, req)
 		if err != nil {
 			return err

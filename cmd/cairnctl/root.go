@@ -31,10 +31,12 @@ type app struct {
 
 	// now is the clock for heartbeat ages; tests fix it.
 	now func() time.Time
+	// connectTimeout bounds connecting to one endpoint; tests shorten it.
+	connectTimeout time.Duration
 }
 
 func newApp(out, errOut io.Writer) *app {
-	return &app{out: out, errOut: errOut, now: time.Now}
+	return &app{out: out, errOut: errOut, now: time.Now, connectTimeout: defaultConnectTimeout}
 }
 
 // newRootCommand builds the whole command tree over a.

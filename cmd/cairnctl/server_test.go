@@ -198,7 +198,15 @@ func (s *testServer) Logs(req *api.LogsRequest, srv grpc.ServerStreamingServer[a
 	s.lastLogs = req
 	entries := s.logs
 	s.mu.Unlock()
-	return srv.Send(&api.LogsResponse{Entries: entries})
+	if err := srv.Send(&api.LogsResponse{Entries: entries}); err != nil {
+		return err
+	}
+	if req.Follow {
+		// Nothing new is ever logged here; follow until the caller
+		// goes away.
+		<-srv.Context().Done()
+	}
+	return nil
 }
 
 func (s *testServer) Reboot(context.Context, *api.RebootRequest) (*api.RebootResponse, error) {

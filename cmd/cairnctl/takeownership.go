@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
@@ -75,7 +76,7 @@ func (a *app) takeOwnership(ctx context.Context) error {
 	var used string
 	var errs []error
 	for _, ep := range endpoints {
-		res, err = escrow(ctx, ep, key)
+		res, err = escrow(ctx, ep, key, a.connectTimeout)
 		if err == nil {
 			used = ep
 			break
@@ -107,7 +108,7 @@ func (a *app) takeOwnership(ctx context.Context) error {
 // escrow runs AAA.Escrow against endpoint with the owner key. It trusts
 // the server's certificate on first use and checks it afterwards against
 // the CA the server returned.
-func escrow(ctx context.Context, endpoint string, key ed25519.PrivateKey) (*escrowResult, error) {
+func escrow(ctx context.Context, endpoint string, key ed25519.PrivateKey, connect time.Duration) (*escrowResult, error) {
 	tlsConfig := &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		// There is no CA to verify against yet. The certificate of this
@@ -117,7 +118,7 @@ func escrow(ctx context.Context, endpoint string, key ed25519.PrivateKey) (*escr
 		InsecureSkipVerify: true,
 	}
 	var res *escrowResult
-	err := dialDo(endpoint, credentials.NewTLS(tlsConfig), func(conn *grpc.ClientConn) error {
+	err := dialDo(endpoint, credentials.NewTLS(tlsConfig), connect, func(conn *grpc.ClientConn) error {
 		var err error
 		res, err = escrowOn(ctx, conn, key)
 		return err
