@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -37,7 +38,8 @@ type Config struct {
 	// Port). The election names the leader by it.
 	Advertise netip.AddrPort
 	// Listener, when set, is where the curator serves; nil listens on
-	// ":7833".
+	// ":7833". Serving closes it when Run returns; a Run restarted by its
+	// supervisor listens anew on the same address.
 	Listener net.Listener
 }
 
@@ -62,6 +64,8 @@ func WithHeartbeatInterval(d time.Duration) Option {
 type Service struct {
 	cfg  Config
 	opts options
+	// listenerUsed is set once Config.Listener has been served on.
+	listenerUsed atomic.Bool
 }
 
 // New returns a curator for cfg. Nothing happens until Run.
@@ -126,18 +130,33 @@ func (s *Service) Run(ctx context.Context) error {
 	api.RegisterManagementServer(srv, management{curator: c})
 	api.RegisterCuratorServer(srv, nodeAPI{curator: c})
 
-	lis := s.cfg.Listener
-	if lis == nil {
-		lis, err = net.Listen("tcp", fmt.Sprintf(":%d", Port))
-		if err != nil {
-			return fmt.Errorf("when listening on port %d: %w", Port, err)
-		}
+	lis, err := s.listen()
+	if err != nil {
+		return err
 	}
 	if err := supervisor.Run(ctx, "election", c.runElection); err != nil {
 		return fmt.Errorf("when starting the election: %w", err)
 	}
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
 	return srv.Serve(ctx, lis)
+}
+
+// listen returns the listener to serve on: Config.Listener on the first
+// run, and a new one on its address after a restart (serving closed the
+// first), or one on Port.
+func (s *Service) listen() (net.Listener, error) {
+	if s.cfg.Listener != nil && !s.listenerUsed.Swap(true) {
+		return s.cfg.Listener, nil
+	}
+	addr := fmt.Sprintf(":%d", Port)
+	if s.cfg.Listener != nil {
+		addr = s.cfg.Listener.Addr().String()
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("when listening on %s: %w", addr, err)
+	}
+	return lis, nil
 }
 
 // closeConn closes the connection to the leader, if any.

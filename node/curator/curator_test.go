@@ -3,6 +3,7 @@ package curator
 import (
 	"bytes"
 	"crypto/ed25519"
+	"net"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -104,5 +105,28 @@ func TestEscrow(t *testing.T) {
 	replay := func(payload []byte) []byte { return ed25519.Sign(c.ownerKey, append([]byte("x"), payload...)) }
 	if _, err := escrow(ctx, t, addr, c.ca, c.ownerKey, replay); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("Escrow with a proof over other bytes = %v, want PermissionDenied", err)
+	}
+}
+
+// TestListenAgain checks that a restarted Run gets a listener on the
+// address of Config.Listener after serving closed the first.
+func TestListenAgain(t *testing.T) {
+	first, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Config{Listener: first})
+	lis, err := s.listen()
+	if err != nil || lis != first {
+		t.Fatalf("first listen() = %v, %v, want Config.Listener", lis, err)
+	}
+	first.Close()
+	again, err := s.listen()
+	if err != nil {
+		t.Fatalf("listen() after a restart: %v", err)
+	}
+	defer again.Close()
+	if again.Addr().String() != first.Addr().String() {
+		t.Errorf("listen() after a restart is on %s, want %s", again.Addr(), first.Addr())
 	}
 }

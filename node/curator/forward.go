@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
@@ -53,6 +54,16 @@ func (c *curator) routeWaiting(ctx context.Context) (*grpc.ClientConn, leader) {
 	return c.route()
 }
 
+// errLeaderMoved is what a forwarded call gets from a curator that no
+// longer leads: it is not passed on again, so that two curators that each
+// think the other leads cannot bounce a call between them.
+var errLeaderMoved = status.Error(codes.Unavailable, "the call reached a curator that no longer leads (leadership is moving); retry shortly")
+
+// forwarded says whether the call of ctx was forwarded by another curator.
+func forwarded(ctx context.Context) bool {
+	return len(metadata.ValueFromIncomingContext(ctx, rpc.ForwardedPeerHeader)) > 0
+}
+
 // unaryInterceptor serves a call here when this curator leads, and
 // forwards it to the leader otherwise, for the caller the rpc layer
 // authenticated.
@@ -68,6 +79,8 @@ func (c *curator) unaryInterceptor(ctx context.Context, req any, info *grpc.Unar
 		return resp, statusError(ctx, err)
 	case conn == nil:
 		return nil, errNoLeader
+	case forwarded(ctx):
+		return nil, errLeaderMoved
 	}
 	p, _ := rpc.PeerFromContext(ctx)
 	resp, err := newMessage(info.FullMethod, false)
@@ -94,6 +107,8 @@ func (c *curator) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.St
 		return statusError(ctx, handler(srv, ss))
 	case conn == nil:
 		return errNoLeader
+	case forwarded(ctx):
+		return errLeaderMoved
 	case info.IsClientStream:
 		return status.Errorf(codes.Unimplemented, "%s: client streams are not forwarded to the leader", info.FullMethod)
 	}
