@@ -1,6 +1,57 @@
 // Package roleserve is the node's role server: once enrolment hands it the
 // node's Membership, it runs what the node's roles ask for (etcd and the
 // curator for ConsensusMember) and keeps the node in touch with the cluster
-// (roles, status, heartbeats, cluster directory), each piece a worker that
-// restarts only when its own inputs change.
+// (roles, status, heartbeats, cluster directory).
+//
+// Each piece is a worker, a runnable of its own, with a file of its own. The
+// workers talk only through event values, so each one restarts only when
+// its own inputs change, and a failing one takes nothing else down:
+//
+//	enrolment                       network
+//	   │ Membership                    │ ExternalAddress
+//	   ▼                               │
+//	credentials ◀──── bootstrapped ────┼──────────────────┐
+//	   │ Credentials                   │                  │
+//	   ▼                               │                  │
+//	connection ◀─── local curator ─────┼───────────────┐  │
+//	   │ curator ClientConn (resolver: follows the leader)│
+//	   ├──────────────┬──────────────┬─┴────────────┐  │  │
+//	   ▼              ▼              ▼              ▼  │  │
+//	rolefetch     heartbeat      statuspush     clusterdir
+//	   │ roles       (every        (address,      (ESP cluster_directory.pb,
+//	   │ (roles.pb)   interval)     version,       curators for the
+//	   ▼                            curator port)  resolver)
+//	controlplane ── member: consensus (etcd) ──▶ curator ──┘
+//	                         └ Bootstrap on a new cluster ──┘
+//	             └─ standby: wipe etcd's data after the role went
+//
+// # Restarting on a change
+//
+// A worker that depends on a value for what it builds (the controlplane on
+// the ConsensusMember role and on the node's address) starts its subtree for
+// the value it read, then keeps watching; when the value changes in a way
+// that matters, it returns errInputChanged. Its supervisor cancels the subtree
+// and runs the worker again, after the short backoff of a healthy runnable,
+// on the new value. Workers that only use a value once (the credentials, the
+// ClientConn) simply fail when what they hold stops working, and find the
+// new one when they run again.
+//
+// # Roles that survive a cold cluster
+//
+// rolefetch keeps a copy of the node's roles in data/node/roles.pb. At
+// boot the role server starts from that copy, so a consensus member whose
+// whole cluster was down brings its etcd and curator up without first asking
+// a curator, which would not answer. Only a node that never had a copy
+// starts from Membership.InitialRoles.
+//
+// # Leaving consensus
+//
+// When the ConsensusMember role goes, the controlplane stops the curator at
+// once, but keeps the etcd member running until the curator has removed it
+// from the cluster: a member that just stopped could cost a small cluster
+// its quorum, and with it the very removal. etcd then ends with
+// ErrMemberRemoved, and the controlplane wipes its data directory. A stale
+// local copy of the roles therefore never wipes a live member either. etcd
+// may also learn of its removal before the roles arrive; the controlplane
+// then wipes the data and waits for the role to change.
 package roleserve

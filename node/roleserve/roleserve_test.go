@@ -1,0 +1,238 @@
+package roleserve
+
+import (
+	"context"
+	"crypto/ed25519"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
+
+	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/rpc"
+	api "cairn.dev/cairn/proto/api"
+)
+
+// getNode returns what the curator at cc knows of node id.
+func getNode(ctx context.Context, cc *grpc.ClientConn, id string) (*api.Node, error) {
+	res, err := api.NewManagementClient(cc).GetNodes(ctx, &api.GetNodesRequest{Filter: &api.NodeFilter{Ids: []string{id}}})
+	if err != nil {
+		return nil, err
+	}
+	if len(res.Nodes) != 1 {
+		return nil, fmt.Errorf("GetNodes(%s) returned %d nodes", id, len(res.Nodes))
+	}
+	return res.Nodes[0], nil
+}
+
+// TestCluster runs a cluster of two role servers in this process: the
+// first bootstraps it, the second registers, is given ConsensusMember,
+// joins etcd as a learner, is promoted and serves a curator, then loses
+// the role again.
+func TestCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs etcd and curators for about a minute; skipped under -short")
+	}
+	o := &owner{key: newKey(t)}
+
+	// Node A bootstraps the cluster.
+	a := newTestNode(t, freePort(t), freePort(t), 0)
+	t0 := time.Now()
+	a.membership.Set(&Membership{
+		NodeKey:      a.key,
+		Bootstrap:    o.bootstrap(a),
+		InitialRoles: &api.NodeRoles{ConsensusMember: &api.NodeRoles_ConsensusMember{}},
+	})
+	a.start(t)
+	a.waitLog(t, "roleserve: consensus running (voting member)", 2*time.Minute)
+	tEtcd := time.Since(t0)
+	a.waitLog(t, "roleserve: curator serving on "+a.curatorAddr(), time.Minute)
+	tCurator := time.Since(t0)
+
+	mgmt := o.dial(t, a.curatorAddr())
+	eventually(t, time.Minute, "status and heartbeat of A", func(ctx context.Context) error {
+		n, err := getNode(ctx, mgmt, a.id())
+		if err != nil {
+			return err
+		}
+		want := &api.NodeStatus{
+			ExternalAddress: a.ip.String(),
+			Version:         "test",
+			RunningCurator:  &api.NodeStatus_RunningCurator{Port: int32(a.cfg.curatorPort)},
+		}
+		got := proto.Clone(n.GetStatus()).(*api.NodeStatus)
+		if got != nil {
+			got.TimestampUnixNanos = 0
+		}
+		if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
+			return fmt.Errorf("status (-want +got):\n%s", diff)
+		}
+		if n.LastHeartbeatUnixNanos == 0 {
+			return fmt.Errorf("no heartbeat recorded")
+		}
+		return nil
+	})
+	tStatus := time.Since(t0)
+
+	eventually(t, 30*time.Second, "roles.pb of A", func(context.Context) error {
+		return wantRolesFile(a, &api.NodeRoles{ConsensusMember: &api.NodeRoles_ConsensusMember{}})
+	})
+	eventually(t, 30*time.Second, "cluster directory of A", func(context.Context) error {
+		return wantDirectory(a, a)
+	})
+	t.Logf("A: etcd voting after %v, curator serving after %v, status and heartbeat after %v", tEtcd, tCurator, tStatus)
+
+	// Node B registers, is approved and commits, then gets
+	// ConsensusMember. Its etcd must use the fixed peer port, which the
+	// curator assumes for joining members.
+	b := newTestNode(t, freePort(t), 0, a.cfg.curatorPort)
+	bCreds := enrol(t, o, mgmt, a, b)
+	b.membership.Set(&Membership{
+		NodeKey:     b.key,
+		Credentials: bCreds,
+		ClusterDirectory: &api.ClusterDirectory{Nodes: []*api.ClusterDirectory_Node{{
+			Id: a.id(), Addresses: []*api.ClusterDirectory_Node_Address{{Host: a.ip.String()}},
+		}}},
+	})
+	b.start(t)
+	eventually(t, time.Minute, "heartbeat of B", func(ctx context.Context) error {
+		n, err := getNode(ctx, mgmt, b.id())
+		if err != nil {
+			return err
+		}
+		if n.LastHeartbeatUnixNanos == 0 {
+			return fmt.Errorf("no heartbeat recorded")
+		}
+		return nil
+	})
+
+	t1 := time.Now()
+	setRole(t, mgmt, b.id(), true)
+	b.waitLog(t, "roleserve: consensus running (learner)", 2*time.Minute)
+	tLearner := time.Since(t1)
+	b.waitLog(t, "roleserve: consensus running (voting member)", 2*time.Minute)
+	tVoter := time.Since(t1)
+	b.waitLog(t, "roleserve: curator serving on "+b.curatorAddr(), time.Minute)
+	eventually(t, time.Minute, "cluster directory of A and B", func(context.Context) error {
+		if err := wantDirectory(a, a, b); err != nil {
+			return err
+		}
+		return wantDirectory(b, a, b)
+	})
+	t.Logf("B: learner %v after the role was given, voting after %v", tLearner, tVoter)
+
+	// B loses the role: it leaves etcd and wipes its data.
+	t2 := time.Now()
+	setRole(t, mgmt, b.id(), false)
+	b.waitLog(t, "roleserve: consensus stopped: role removed", 2*time.Minute)
+	t.Logf("B: consensus stopped %v after the role was removed", time.Since(t2))
+	if dirHasEntries(b.svc.etcdDir()) {
+		t.Errorf("etcd data of B is still there after the role was removed")
+	}
+	eventually(t, time.Minute, "cluster directory of A alone", func(context.Context) error {
+		return wantDirectory(a, a)
+	})
+	if err := wantRolesFile(b, &api.NodeRoles{}); err != nil {
+		t.Error(err)
+	}
+}
+
+// enrol registers b through a's curator, approves it as o, and commits it;
+// it returns b's credentials.
+func enrol(t *testing.T, o *owner, mgmt *grpc.ClientConn, a, b *testNode) *identity.Node {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ticket, err := api.NewManagementClient(mgmt).GetRegisterTicket(ctx, &api.GetRegisterTicketRequest{})
+	if err != nil {
+		t.Fatalf("GetRegisterTicket: %v", err)
+	}
+	o.mu.Lock()
+	caDER := o.caCert
+	o.mu.Unlock()
+	creds, err := rpc.EphemeralCredentials(caDER, b.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := grpc.NewClient(a.curatorAddr(), grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	cur := api.NewCuratorClient(cc)
+	pub := b.key.Public().(ed25519.PublicKey)
+	if _, err := cur.RegisterNode(ctx, &api.RegisterNodeRequest{RegisterTicket: ticket.Ticket, JoinKey: pub}); err != nil {
+		t.Fatalf("RegisterNode: %v", err)
+	}
+	if _, err := api.NewManagementClient(mgmt).ApproveNode(ctx, &api.ApproveNodeRequest{NodeId: b.id()}); err != nil {
+		t.Fatalf("ApproveNode: %v", err)
+	}
+	res, err := cur.CommitNode(ctx, &api.CommitNodeRequest{})
+	if err != nil {
+		t.Fatalf("CommitNode: %v", err)
+	}
+	n, err := identity.NewNode(b.key, res.NodeCertificate, res.CaCertificate)
+	if err != nil {
+		t.Fatalf("credentials of B: %v", err)
+	}
+	return n
+}
+
+func setRole(t *testing.T, mgmt *grpc.ClientConn, id string, member bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := api.NewManagementClient(mgmt).UpdateNodeRoles(ctx, &api.UpdateNodeRolesRequest{NodeId: id, ConsensusMember: &member}); err != nil {
+		t.Fatalf("UpdateNodeRoles(%s, ConsensusMember: %v): %v", id, member, err)
+	}
+}
+
+// wantRolesFile checks n's copy of its roles.
+func wantRolesFile(n *testNode, want *api.NodeRoles) error {
+	files, err := n.svc.nodeFiles()
+	if err != nil {
+		return err
+	}
+	b, err := files.Roles.Read()
+	if err != nil {
+		return err
+	}
+	got := &api.NodeRoles{}
+	if err := proto.Unmarshal(b, got); err != nil {
+		return err
+	}
+	if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
+		return fmt.Errorf("roles.pb (-want +got):\n%s", diff)
+	}
+	return nil
+}
+
+// wantDirectory checks that n's cluster directory lists exactly members.
+func wantDirectory(n *testNode, members ...*testNode) error {
+	b, err := n.cfg.Storage.Root.ESP.Cairn.ClusterDirectory.Read()
+	if err != nil {
+		return err
+	}
+	got := &api.ClusterDirectory{}
+	if err := proto.Unmarshal(b, got); err != nil {
+		return err
+	}
+	nodes := make(map[string]*api.Node)
+	for _, m := range members {
+		nodes[m.id()] = &api.Node{
+			Id:        m.id(),
+			PublicKey: m.key.Public().(ed25519.PublicKey),
+			State:     api.NodeState_NODE_STATE_UP,
+			Roles:     &api.NodeRoles{ConsensusMember: &api.NodeRoles_ConsensusMember{}},
+			Status:    &api.NodeStatus{ExternalAddress: m.ip.String()},
+		}
+	}
+	if diff := cmp.Diff(clusterDirectory(nodes), got, protocmp.Transform()); diff != "" {
+		return fmt.Errorf("cluster directory of %s (-want +got):\n%s", n.id(), diff)
+	}
+	return nil
+}

@@ -1,0 +1,187 @@
+package roleserve
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+
+	"cairn.dev/cairn/node/consensus"
+	"cairn.dev/cairn/node/curator"
+	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/pkg/event"
+	"cairn.dev/cairn/pkg/event/memory"
+	"cairn.dev/cairn/pkg/supervisor"
+	api "cairn.dev/cairn/proto/api"
+)
+
+// runMember runs the node's etcd member and, once it votes, the curator:
+//
+//	member
+//	├── consensus   etcd (joins as a learner when its data directory is new)
+//	└── curator     Bootstrap (new cluster), then the curator while etcd
+//	    │           runs and votes; restarts when etcd does
+//	    └── server
+func (s *Service) runMember(m *Membership, ip netip.Addr) supervisor.Runnable {
+	return func(ctx context.Context) error {
+		cfg := s.consensusConfig(m, ip)
+		if m.Bootstrap == nil && !hasEtcdData(cfg.DataDir) {
+			// Whatever is there is from an earlier member (a removal
+			// marker, or files of a join that never started).
+			if err := wipe(cfg.DataDir); err != nil {
+				return err
+			}
+			join, err := s.joinConsensus(ctx, ip)
+			if err != nil {
+				return err
+			}
+			cfg.Join = join
+		}
+		svc := consensus.New(cfg)
+		s.ranConsensus.Store(true)
+		var removed memory.Value[bool]
+		if err := supervisor.Run(ctx, "consensus", s.runConsensus(svc, &removed)); err != nil {
+			return fmt.Errorf("when starting consensus: %w", err)
+		}
+		if err := supervisor.Run(ctx, "curator", s.runCurator(m, svc, ip)); err != nil {
+			return fmt.Errorf("when starting curator: %w", err)
+		}
+		supervisor.Signal(ctx, supervisor.SignalHealthy)
+		<-ctx.Done()
+		return ctx.Err()
+	}
+}
+
+// consensusConfig is the configuration of the node's etcd member on ip.
+func (s *Service) consensusConfig(m *Membership, ip netip.Addr) consensus.Config {
+	return consensus.Config{
+		Name:       identity.NodeID(m.NodeKey.Public().(ed25519.PublicKey)),
+		DataDir:    s.etcdDir(),
+		SocketPath: s.socketPath(),
+		PeerIP:     net.IP(ip.AsSlice()),
+		PeerPort:   s.cfg.peerPort,
+		PrivateKey: m.NodeKey,
+	}
+}
+
+// joinConsensus asks the curator to add this node's etcd member as a
+// learner.
+func (s *Service) joinConsensus(ctx context.Context, ip netip.Addr) (*consensus.JoinCluster, error) {
+	cc, err := s.waitCurator(ctx)
+	if err != nil {
+		return nil, err
+	}
+	supervisor.Logger(ctx).Infof("roleserve: joining consensus on %s", ip)
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	res, err := cc.client().JoinConsensus(cctx, &api.JoinConsensusRequest{PeerAddress: ip.String()})
+	if err != nil {
+		return nil, fmt.Errorf("when joining consensus: %w", err)
+	}
+	return &consensus.JoinCluster{
+		InitialCluster:  res.InitialCluster,
+		Peers:           res.Peers,
+		CACertificate:   res.CaCertificate,
+		CRL:             res.Crl,
+		PeerCertificate: res.PeerCertificate,
+	}, nil
+}
+
+// runConsensus runs etcd. Once etcd says its member was removed from the
+// cluster, it wipes the data directory, sets removed, and stays down until
+// its parent runs again, on a change of the role.
+func (s *Service) runConsensus(svc *consensus.Service, removed *memory.Value[bool]) supervisor.Runnable {
+	return func(ctx context.Context) error {
+		if isSet(removed) {
+			supervisor.Signal(ctx, supervisor.SignalHealthy)
+			supervisor.Signal(ctx, supervisor.SignalDone)
+			return nil
+		}
+		err := svc.Run(ctx)
+		if !errors.Is(err, consensus.ErrMemberRemoved) {
+			return err
+		}
+		if err := wipe(s.etcdDir()); err != nil {
+			return err
+		}
+		removed.Set(true)
+		supervisor.Logger(ctx).Info("roleserve: etcd member removed from the cluster, data wiped")
+		// Returning an error stops what etcd's runnables left behind;
+		// the next run stays down.
+		return err
+	}
+}
+
+// isSet tells whether v holds true, without waiting.
+func isSet(v *memory.Value[bool]) bool {
+	w := v.Watch()
+	defer w.Close()
+	b, err := w.Get(context.Background(), event.BacklogOnly[bool]())
+	return err == nil && b
+}
+
+// runCurator waits for etcd to run, bootstraps a new cluster's state when
+// the Membership asks for it, and serves the curator once the local member
+// votes. It returns errInputChanged when etcd stops or restarts.
+func (s *Service) runCurator(m *Membership, svc *consensus.Service, ip netip.Addr) supervisor.Runnable {
+	return func(ctx context.Context) error {
+		defer s.localCurator.Set(netip.AddrPort{})
+		w := svc.Status().Watch()
+		defer w.Close()
+		st, err := w.Get(ctx, event.Filter(func(st *consensus.Status) bool { return st != nil && st.Running }))
+		if err != nil {
+			return fmt.Errorf("when waiting for etcd: %w", err)
+		}
+		lg := supervisor.Logger(ctx)
+		if m.Bootstrap != nil {
+			creds, err := m.Bootstrap(ctx, st.Client())
+			if err != nil {
+				return fmt.Errorf("when bootstrapping the cluster: %w", err)
+			}
+			s.bootstrapped.Set(creds)
+		}
+		if st.Learner {
+			lg.Info("roleserve: consensus running (learner)")
+			st, err = w.Get(ctx, event.Filter(func(n *consensus.Status) bool { return n != nil && (!n.Running || !n.Learner || n.ID != st.ID) }))
+			if err != nil {
+				return fmt.Errorf("when waiting for promotion: %w", err)
+			}
+			if !st.Running {
+				return fmt.Errorf("%w: etcd stopped", errInputChanged)
+			}
+		}
+		lg.Info("roleserve: consensus running (voting member)")
+		creds, err := s.waitCredentials(ctx)
+		if err != nil {
+			return err
+		}
+		adv := netip.AddrPortFrom(ip, uint16(portOr(s.cfg.curatorPort, curator.Port)))
+		if err := supervisor.Run(ctx, "server", s.runCuratorServer(creds, st, adv)); err != nil {
+			return fmt.Errorf("when starting the curator: %w", err)
+		}
+		supervisor.Signal(ctx, supervisor.SignalHealthy)
+		id := st.ID
+		_, err = w.Get(ctx, event.Filter(func(n *consensus.Status) bool { return n == nil || !n.Running || n.ID != id }))
+		if err != nil {
+			return fmt.Errorf("when watching etcd: %w", err)
+		}
+		return fmt.Errorf("%w: etcd stopped", errInputChanged)
+	}
+}
+
+// runCuratorServer serves the curator on adv.
+func (s *Service) runCuratorServer(creds *identity.Node, st *consensus.Status, adv netip.AddrPort) supervisor.Runnable {
+	return func(ctx context.Context) error {
+		lis, err := net.Listen("tcp", adv.String())
+		if err != nil {
+			return fmt.Errorf("when listening: %w", err)
+		}
+		cur := curator.New(curator.Config{Node: creds, Consensus: st, Advertise: adv, Listener: lis})
+		supervisor.Logger(ctx).Infof("roleserve: curator serving on %s", adv)
+		s.localCurator.Set(adv)
+		return cur.Run(ctx)
+	}
+}
