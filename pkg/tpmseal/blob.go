@@ -1,0 +1,158 @@
+package tpmseal
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/google/go-tpm/tpm2"
+)
+
+// blobMagic starts every blob, so that a blob handed to the wrong parser
+// (or a file of something else) is recognised at once.
+var blobMagic = []byte("CTPM")
+
+// blobVersion is the version of the blob format Seal writes. A PCR-bound
+// policy would come as a new version.
+const blobVersion = 1
+
+// blob is what Seal returns, before encoding: enough to load the sealed object
+// again under the same SRK, and to notice when the SRK is another one.
+type blob struct {
+	// parentName is the TPM name of the SRK the object was created under.
+	parentName []byte
+	// public is the sealed object's TPMT_PUBLIC as the TPM returned it.
+	public []byte
+	// private is the contents of the object's TPM2B_PRIVATE.
+	private []byte
+}
+
+// maxField bounds each field; a uint16 length cannot say more anyway.
+const maxField = 0xffff
+
+// marshal encodes b in the version 1 format (see the package documentation).
+func (b *blob) marshal() ([]byte, error) {
+	var buf bytes.Buffer
+	buf.Write(blobMagic)
+	buf.WriteByte(blobVersion)
+	for _, f := range [][]byte{b.parentName, b.public, b.private} {
+		if len(f) > maxField {
+			return nil, fmt.Errorf("blob field of %d bytes is too long", len(f))
+		}
+		binary.Write(&buf, binary.BigEndian, uint16(len(f)))
+		buf.Write(f)
+	}
+	sum := sha256.Sum256(buf.Bytes())
+	buf.Write(sum[:])
+	return buf.Bytes(), nil
+}
+
+// parseBlob decodes a blob and checks everything that can be checked without
+// a TPM. Every error wraps ErrMalformedBlob.
+func parseBlob(data []byte) (*blob, error) {
+	header := len(blobMagic) + 1
+	if len(data) < header+sha256.Size {
+		return nil, fmt.Errorf("%w: %d bytes is too short", ErrMalformedBlob, len(data))
+	}
+	if !bytes.Equal(data[:len(blobMagic)], blobMagic) {
+		return nil, fmt.Errorf("%w: not a sealed blob (magic %q)", ErrMalformedBlob, data[:len(blobMagic)])
+	}
+	if v := data[len(blobMagic)]; v != blobVersion {
+		return nil, fmt.Errorf("%w: unknown version %d (this code reads %d)", ErrMalformedBlob, v, blobVersion)
+	}
+	body, sum := data[:len(data)-sha256.Size], data[len(data)-sha256.Size:]
+	if want := sha256.Sum256(body); !bytes.Equal(sum, want[:]) {
+		return nil, fmt.Errorf("%w: checksum mismatch, the blob is damaged", ErrMalformedBlob)
+	}
+	b, err := parseFields(body[header:])
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrMalformedBlob, err)
+	}
+	return b, nil
+}
+
+// parseFields decodes the three length-prefixed fields of a blob's body and
+// checks that they hold what Seal writes.
+func parseFields(body []byte) (*blob, error) {
+	var fields [3][]byte
+	for i, name := range []string{"parent name", "public part", "private part"} {
+		if len(body) < 2 {
+			return nil, fmt.Errorf("%s: truncated length", name)
+		}
+		n := int(binary.BigEndian.Uint16(body))
+		body = body[2:]
+		if len(body) < n {
+			return nil, fmt.Errorf("%s: %d bytes announced, %d left", name, n, len(body))
+		}
+		fields[i] = body[:n:n]
+		body = body[n:]
+	}
+	if len(body) != 0 {
+		return nil, fmt.Errorf("%d bytes after the last field", len(body))
+	}
+	b := &blob{parentName: fields[0], public: fields[1], private: fields[2]}
+	if err := checkName(b.parentName); err != nil {
+		return nil, fmt.Errorf("parent name: %w", err)
+	}
+	if err := checkPublic(b.public); err != nil {
+		return nil, fmt.Errorf("public part: %w", err)
+	}
+	if len(b.private) == 0 {
+		return nil, errors.New("private part: empty")
+	}
+	return b, nil
+}
+
+// checkName accepts the name of an object with a SHA-256 name algorithm, as
+// the SRK template asks for: the algorithm ID and a digest.
+func checkName(name []byte) error {
+	if len(name) != 2+sha256.Size {
+		return fmt.Errorf("%d bytes, want %d", len(name), 2+sha256.Size)
+	}
+	if alg := tpm2.TPMAlgID(binary.BigEndian.Uint16(name)); alg != tpm2.TPMAlgSHA256 {
+		return fmt.Errorf("name algorithm %#04x, want SHA-256", uint16(alg))
+	}
+	return nil
+}
+
+// checkPublic accepts a TPMT_PUBLIC of a sealed data object as Seal creates
+// them, and nothing else: it must decode whole and match sealTemplate in
+// type, name algorithm and attributes. The TPM checks the rest when loading.
+func checkPublic(data []byte) error {
+	pub, err := unmarshalPublic(data)
+	if err != nil {
+		return err
+	}
+	if pub.Type != tpm2.TPMAlgKeyedHash {
+		return fmt.Errorf("object type %#04x, want a keyed hash (sealed data)", uint16(pub.Type))
+	}
+	if pub.NameAlg != tpm2.TPMAlgSHA256 {
+		return fmt.Errorf("name algorithm %#04x, want SHA-256", uint16(pub.NameAlg))
+	}
+	if pub.ObjectAttributes != sealTemplate.ObjectAttributes {
+		return fmt.Errorf("object attributes %x, want %x", tpm2.Marshal(pub.ObjectAttributes), tpm2.Marshal(sealTemplate.ObjectAttributes))
+	}
+	return nil
+}
+
+// unmarshalPublic decodes a TPMT_PUBLIC that must span all of data and
+// encode back to it. go-tpm walks the bytes by reflection, and its Marshal
+// panics on a value it cannot encode; a panic here becomes an error, so that
+// no blob can crash its caller.
+func unmarshalPublic(data []byte) (pub *tpm2.TPMTPublic, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			pub, err = nil, fmt.Errorf("undecodable TPMT_PUBLIC: %v", r)
+		}
+	}()
+	pub, err = tpm2.Unmarshal[tpm2.TPMTPublic](data)
+	if err != nil {
+		return nil, fmt.Errorf("decoding TPMT_PUBLIC: %w", err)
+	}
+	if again := tpm2.Marshal(*pub); !bytes.Equal(again, data) {
+		return nil, fmt.Errorf("TPMT_PUBLIC of %d bytes does not encode back to itself (trailing or non-canonical bytes)", len(data))
+	}
+	return pub, nil
+}

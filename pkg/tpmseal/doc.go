@@ -1,0 +1,85 @@
+// Package tpmseal seals small secrets to this machine's TPM 2.0, so that
+// what it returns is useless anywhere else: Cairn keeps a node's unlock key
+// sealed on the ESP, where a copied disk or a stolen ESP must not give it
+// away.
+//
+// # How a secret is sealed
+//
+//	      Seal(secret)                          Unseal(blob)
+//	           │                                     │
+//	CreatePrimary(owner, ECC P-256 SRK template)  parse blob (magic, version,
+//	  same seed + same template = same key,        checksum, fields)
+//	  so nothing is kept in the TPM                  │
+//	           │                                CreatePrimary (same key again)
+//	           │                                compare its name with the blob's
+//	           │                                  differs: ErrWrongTPM
+//	           ▼                                     ▼
+//	Create(sealed data object, parent SRK)      Load(public, private) under SRK
+//	  secret encrypted by a session                  │
+//	  salted to the SRK                         Unseal: secret returned encrypted
+//	           │                                  by a session salted to the SRK
+//	           ▼                                     ▼
+//	blob = magic, version, SRK name,            secret
+//	       public, private, checksum
+//
+// The storage primary key (SRK) is derived by the TPM from the owner
+// hierarchy's seed and the TCG's standard ECC SRK template, so every
+// CreatePrimary gives the same key and nothing needs to be made persistent
+// in the TPM. The sealed object's private part is encrypted and
+// integrity-protected by the TPM with keys from that SRK, which never leaves
+// the TPM. Only a TPM with the same owner seed can load it: another machine,
+// or this one after its TPM was cleared, cannot.
+//
+// # Blob format (version 1)
+//
+//	"CTPM" | version 1 | name | public | private | SHA-256 of everything before
+//
+// where name, public and private are each a big-endian uint16 length and
+// that many bytes: the SRK's TPM name, the sealed object's TPMT_PUBLIC and its
+// TPM2B_PRIVATE contents, exactly as the TPM returned them. The checksum is
+// not a security measure (anyone can recompute it); it lets Unseal tell a
+// damaged blob (ErrMalformedBlob) from one of another TPM (ErrWrongTPM).
+// The TPM's own integrity check on the private part is what stops forgeries.
+//
+// # What is protected, and what is not
+//
+// Protected:
+//
+//   - The blob off this machine. Without this TPM's owner seed nobody can
+//     load the private part, so a copy of the ESP or disk reveals nothing.
+//   - The secret on the bus between CPU and TPM (a discrete TPM is on an
+//     LPC/SPI bus that can be sniffed). Create and Unseal run with an HMAC
+//     session salted to the SRK's public key (ECDH P-256), and the session
+//     encrypts the secret with AES-128-CFB: into the TPM for Create, out of
+//     it for Unseal.
+//   - A swapped SRK at unseal time: the SRK's name recorded in the blob must
+//     match the key the TPM derives now before the session is salted to it.
+//
+// Not protected:
+//
+//   - Anyone who can talk to this TPM can unseal: root on the running node,
+//     or another operating system booted on the same machine. The sealed
+//     object has an empty authorization value and no policy. That is the
+//     main gap; see below.
+//   - An active attacker on the bus while sealing: the SRK public key is
+//     taken on trust when Seal runs (there is no endorsement key check).
+//   - An owner hierarchy with an authorization value set: Cairn assumes the
+//     owner auth is empty, as firmware leaves it, and fails otherwise.
+//
+// # Why no PCR policy yet
+//
+// Binding the object to PCR values (TPM2_PolicyPCR) would make unsealing
+// work only in a measured boot state: this firmware, Secure Boot on, this
+// signed kernel image. Cairn has no measured-boot story yet: images are not
+// signed, and the UKI's measurements change with every image update, so a
+// plain PCR policy would lock a node out of its own data after each update.
+// A later change should seal with a PolicyAuthorize policy instead: the
+// object accepts any PCR policy signed by an image signing key, each image
+// ships the signed policy for its own PCR values (PCR 7 for the Secure Boot
+// state, PCR 11 for the UKI), and updates need no resealing. It needs a new
+// blob version carrying the policy, which the version byte allows for.
+//
+// # Concurrency
+//
+// A TPM is safe for concurrent use; commands are serialised on it.
+package tpmseal
