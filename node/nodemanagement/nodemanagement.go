@@ -1,0 +1,108 @@
+// Package nodemanagement serves NodeManagement, the API every node offers its
+// owner about itself (port 7835): its logs, and rebooting or powering off the
+// machine. It works on the node that was dialled; nothing is forwarded.
+//
+//	cairnctl logs -f ──Logs──▶ Service ──Read(dn, backlog, stream)──▶ LogTree
+//	                  ◀── LogsResponse batches: backlog, then new entries
+//
+//	cairnctl node reboot ──Reboot──▶ Service ──reply──▶ caller
+//	                                   └─ timer (actionDelay) ─▶ Config.Reboot()
+//
+// Logs never slows the node's loggers down: it reads through a
+// logtree.LogReader, whose stream drops entries (and says so in a WARNING
+// entry) for a caller that reads too slowly. Reboot and Poweroff answer
+// first and act a moment later, so that the reply leaves the node before it
+// goes down; only the first of them acts, later ones are refused.
+package nodemanagement
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"cairn.dev/cairn/pkg/logtree"
+	"cairn.dev/cairn/proto/api"
+)
+
+// Port is where every node serves NodeManagement.
+const Port = 7835
+
+// actionDelay is how long Reboot and Poweroff wait between answering and
+// acting, for the reply to reach the caller.
+const actionDelay = time.Second
+
+// logDN is where the service logs what it was asked to do.
+const logDN logtree.DN = "root.nodemanagement"
+
+// Config is what a Service works with.
+type Config struct {
+	// LogTree is the node's log tree, which Logs reads. Without it Logs
+	// answers Unavailable.
+	LogTree *logtree.LogTree
+	// Reboot reboots the machine (after shutting its services down). It is
+	// called once, from a timer, shortly after the reply to Reboot is sent.
+	// Without it Reboot answers Unimplemented.
+	Reboot func()
+	// Poweroff powers the machine off (after shutting its services down).
+	// It is called once, from a timer, shortly after the reply to Poweroff
+	// is sent. Without it Poweroff answers Unimplemented.
+	Poweroff func()
+}
+
+// Service implements api.NodeManagementServer. Register it on the node's
+// rpc.Server with api.RegisterNodeManagementServer.
+type Service struct {
+	api.UnimplementedNodeManagementServer
+
+	cfg Config
+	// delay is actionDelay, shorter in tests.
+	delay time.Duration
+
+	mu sync.Mutex
+	// going is what the node is going down for ("reboot", "poweroff"),
+	// empty until Reboot or Poweroff succeeded once.
+	going string
+}
+
+// New returns a Service working with cfg.
+func New(cfg Config) *Service {
+	return &Service{cfg: cfg, delay: actionDelay}
+}
+
+// Reboot answers, then calls Config.Reboot after a short delay.
+func (s *Service) Reboot(ctx context.Context, _ *api.RebootRequest) (*api.RebootResponse, error) {
+	if err := s.schedule("reboot", s.cfg.Reboot); err != nil {
+		return nil, err
+	}
+	return &api.RebootResponse{}, nil
+}
+
+// Poweroff answers, then calls Config.Poweroff after a short delay.
+func (s *Service) Poweroff(ctx context.Context, _ *api.PoweroffRequest) (*api.PoweroffResponse, error) {
+	if err := s.schedule("poweroff", s.cfg.Poweroff); err != nil {
+		return nil, err
+	}
+	return &api.PoweroffResponse{}, nil
+}
+
+// schedule arranges for action to be called once, after s.delay, unless the
+// node is already going down. It returns the gRPC status to answer with.
+func (s *Service) schedule(what string, action func()) error {
+	if action == nil {
+		return status.Errorf(codes.Unimplemented, "this node cannot %s", what)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.going != "" {
+		return status.Errorf(codes.FailedPrecondition, "the node is already going down for %s", s.going)
+	}
+	s.going = what
+	if s.cfg.LogTree != nil {
+		s.cfg.LogTree.LeveledFor(logDN).Warningf("nodemanagement: %s requested by the owner, in %v", what, s.delay)
+	}
+	time.AfterFunc(s.delay, action)
+	return nil
+}
