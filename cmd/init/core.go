@@ -65,7 +65,7 @@ func runCore() int {
 	children := []child{
 		{"power", (&power{signals: sigs, request: stop.request, buttons: buttons}).run},
 	}
-	children = append(children, nodeChildren(fl, con.Printf, initLog)...)
+	children = append(children, nodeChildren(fl, con.Printf, initLog, lt, stop.request)...)
 	s := supervisor.New(ctx, rootRunnable(children, fl.testRootFail),
 		supervisor.WithRootFatal(), supervisor.WithLogTree(lt))
 	con.Printf("supervisor started")

@@ -5,18 +5,28 @@ import (
 	"fmt"
 	"net/netip"
 
+	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/node/network"
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/supervisor"
+	api "cairn.dev/cairn/proto/api"
 )
 
-// networkRunnable is the network child: the network service, with DHCP
-// until node parameters and enrolment say otherwise and the default
-// hostname until the node has an ID, and a watcher that puts every change
-// of the external address on the consoles.
-func networkRunnable(address event.Value[netip.Prefix], printf func(string, ...any)) supervisor.Runnable {
+// networkRunnable is the network child: the network service, configured
+// by the node parameters on the ESP once mounted says it is there (DHCP
+// without them, or without storage at all), with the default hostname,
+// and a watcher that puts every change of the external address on the
+// consoles.
+func networkRunnable(st *localstorage.Storage, mounted event.Value[bool], address event.Value[netip.Prefix], printf func(string, ...any)) supervisor.Runnable {
 	return func(ctx context.Context) error {
-		svc := network.New(network.Config{ExternalAddress: address})
+		var nc *api.NetworkConfig
+		if st != nil {
+			if err := waitMounted(ctx, mounted); err != nil {
+				return err
+			}
+			nc = networkConfig(st)
+		}
+		svc := network.New(network.Config{ExternalAddress: address, NetworkConfig: nc})
 		if err := supervisor.Run(ctx, "service", svc.Run); err != nil {
 			return fmt.Errorf("when starting the network service: %w", err)
 		}

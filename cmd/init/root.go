@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/netip"
 
+	"cairn.dev/cairn/node/localstorage"
+	"cairn.dev/cairn/node/roleserve"
 	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/supervisor"
@@ -20,17 +22,36 @@ type child struct {
 }
 
 // nodeChildren returns the node's services, started after power: the
-// network, the storage and, when test-only flags ask for them, the echo
-// server and client. printf writes phase lines; log takes what cannot
-// start.
-func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogger) []child {
-	var address memory.Value[netip.Prefix]
-	cs := []child{{"network", networkRunnable(&address, printf)}}
-	st, err := newStorage(fl, printf)
+// network, the storage, enrolment, the role server, node management and,
+// when test-only flags ask for them, the echo server and client. printf
+// writes phase lines; log takes what cannot start; request stops the node.
+//
+//	storage ─mounted─▶ network ─address─▶ enrolment ─membership─▶ roleserve
+//	                                                                  │
+//	                            node management ◀───credentials───────┘
+func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogger, lt *logtree.LogTree, request func(action)) []child {
+	var (
+		address    memory.Value[netip.Prefix]
+		mounted    memory.Value[bool]
+		membership memory.Value[*roleserve.Membership]
+	)
+	st, err := localstorage.New(localstorage.Config{MkfsXFS: mkfsXFS})
 	if err != nil {
 		log.Errorf("no storage: %v", err)
-	} else {
-		cs = append(cs, child{"storage", st.run})
+		return []child{{"network", networkRunnable(nil, nil, &address, printf)}}
+	}
+	rs := roleserve.New(roleserve.Config{
+		Membership:      &membership,
+		ExternalAddress: &address,
+		Storage:         st,
+		Version:         version(),
+	})
+	cs := []child{
+		{"storage", newStorage(st, fl, &mounted, printf).run},
+		{"network", networkRunnable(st, &mounted, &address, printf)},
+		{"cluster", enrolmentRunnable(st, &mounted, &address, &membership)},
+		{"roleserve", rs.Run},
+		{"nodemanagement", nodeManagementRunnable(rs.Credentials(), lt, request)},
 	}
 	if fl.testEchoPort != 0 {
 		cs = append(cs, child{"test-echo", echoRunnable(fl.testEchoPort)})

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"cairn.dev/cairn/node/localstorage"
+	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/supervisor"
 )
@@ -52,19 +53,21 @@ type storage struct {
 	nodeKey, clusterKey []byte
 	// marker is the text of cairn.test.marker; "" for none.
 	marker string
+	// mounted is set to true once the ESP and /ephemeral are mounted:
+	// enrolment and the network wait for it. Nil in tests that do not
+	// care.
+	mounted event.Value[bool]
 
 	espMounted, ephemeralMounted, dataMounted, markerDone bool
 }
 
-// newStorage returns the storage child for the node's real disks, keyed
-// by the test-only flag if it was given.
-func newStorage(fl flags, printf func(string, ...any)) (*storage, error) {
-	s, err := localstorage.New(localstorage.Config{MkfsXFS: mkfsXFS})
-	if err != nil {
-		return nil, err
-	}
+// newStorage returns the storage child for the node's disks s, keyed by the
+// test-only flag if it was given, which sets mounted once the ESP and
+// /ephemeral are mounted.
+func newStorage(s *localstorage.Storage, fl flags, mounted event.Value[bool], printf func(string, ...any)) *storage {
 	st := &storage{
 		disks:    s,
+		mounted:  mounted,
 		printf:   printf,
 		espCairn: s.Root.ESP.Cairn.FullPath(),
 		dataRoot: s.Root.Data.FullPath(),
@@ -75,7 +78,7 @@ func newStorage(fl flags, printf func(string, ...any)) (*storage, error) {
 		st.nodeKey = append([]byte(nil), fl.testNodeKey[:]...)
 		st.clusterKey = append([]byte(nil), fl.testClusterKey[:]...)
 	}
-	return st, nil
+	return st
 }
 
 // run is the storage child's runnable. Errors go back to the supervisor,
@@ -95,6 +98,9 @@ func (s *storage) run(ctx context.Context) error {
 			return fmt.Errorf("when mounting /ephemeral: %w", err)
 		}
 		s.ephemeralMounted = true
+	}
+	if s.mounted != nil {
+		s.mounted.Set(true)
 	}
 	if s.keys && !s.dataMounted {
 		how, err := s.mountData(ctx, log)
