@@ -87,7 +87,9 @@ func (c *curator) runElection(ctx context.Context) error {
 		return fmt.Errorf("when starting the election observer: %w", err)
 	}
 	e := concurrency.NewElection(session, electionName)
-	if err := e.Campaign(ctx, electionValue(me, c.cfg.Advertise)); err != nil {
+	// The session's context ends with its lease too: a campaign must not
+	// win on a lease that expired while it waited.
+	if err := e.Campaign(session.Ctx(), electionValue(me, c.cfg.Advertise)); err != nil {
 		return fmt.Errorf("when campaigning: %w", err)
 	}
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
