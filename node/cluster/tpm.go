@@ -1,11 +1,21 @@
 package cluster
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
 
-// openMachineTPM opens the machine's TPM. Until pkg/tpmseal is part of
-// the build, no machine has one as far as enrolment knows: TPM mode
-// REQUIRED refuses to enrol and BEST_EFFORT stores the configuration
-// unsealed, both saying why.
+	"cairn.dev/cairn/pkg/tpmseal"
+)
+
+// openMachineTPM opens the machine's TPM through the kernel's resource
+// manager. A machine without one gives errNoTPM.
 func openMachineTPM() (sealer, error) {
-	return nil, fmt.Errorf("%w: TPM support is not built into this node yet", errNoTPM)
+	t, err := tpmseal.Open()
+	if errors.Is(err, tpmseal.ErrNoTPM) {
+		return nil, fmt.Errorf("%w: %w", errNoTPM, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("when opening the TPM: %w", err)
+	}
+	return t, nil
 }
