@@ -27,6 +27,9 @@ type blob struct {
 	public []byte
 	// private is the contents of the object's TPM2B_PRIVATE.
 	private []byte
+	// ciphertext is the secret, encrypted with AES-256-GCM under the key
+	// the sealed object holds: nonce, then ciphertext and tag.
+	ciphertext []byte
 }
 
 // maxField bounds each field; a uint16 length cannot say more anyway.
@@ -37,7 +40,7 @@ func (b *blob) marshal() ([]byte, error) {
 	var buf bytes.Buffer
 	buf.Write(blobMagic)
 	buf.WriteByte(blobVersion)
-	for _, f := range [][]byte{b.parentName, b.public, b.private} {
+	for _, f := range [][]byte{b.parentName, b.public, b.private, b.ciphertext} {
 		if len(f) > maxField {
 			return nil, fmt.Errorf("blob field of %d bytes is too long", len(f))
 		}
@@ -73,11 +76,11 @@ func parseBlob(data []byte) (*blob, error) {
 	return b, nil
 }
 
-// parseFields decodes the three length-prefixed fields of a blob's body and
+// parseFields decodes the four length-prefixed fields of a blob's body and
 // checks that they hold what Seal writes.
 func parseFields(body []byte) (*blob, error) {
-	var fields [3][]byte
-	for i, name := range []string{"parent name", "public part", "private part"} {
+	var fields [4][]byte
+	for i, name := range []string{"parent name", "public part", "private part", "ciphertext"} {
 		if len(body) < 2 {
 			return nil, fmt.Errorf("%s: truncated length", name)
 		}
@@ -92,7 +95,7 @@ func parseFields(body []byte) (*blob, error) {
 	if len(body) != 0 {
 		return nil, fmt.Errorf("%d bytes after the last field", len(body))
 	}
-	b := &blob{parentName: fields[0], public: fields[1], private: fields[2]}
+	b := &blob{parentName: fields[0], public: fields[1], private: fields[2], ciphertext: fields[3]}
 	if err := checkName(b.parentName); err != nil {
 		return nil, fmt.Errorf("parent name: %w", err)
 	}
@@ -101,6 +104,10 @@ func parseFields(body []byte) (*blob, error) {
 	}
 	if len(b.private) == 0 {
 		return nil, errors.New("private part: empty")
+	}
+	// A nonce (12 bytes), at least one byte of secret and the tag (16).
+	if n := len(b.ciphertext); n < 12+1+16 {
+		return nil, fmt.Errorf("ciphertext: %d bytes is too short", n)
 	}
 	return b, nil
 }

@@ -18,6 +18,7 @@ func testBlob() *blob {
 		parentName: name,
 		public:     tpm2.Marshal(sealTemplate),
 		private:    []byte("not really encrypted"),
+		ciphertext: bytes.Repeat([]byte{0xcc}, 12+5+16),
 	}
 }
 
@@ -74,6 +75,7 @@ func TestParseBlobRefuses(t *testing.T) {
 		{"public with a trailing byte", encode(func(b *blob) { b.public = append(b.public, 0) })},
 		{"truncated public", encode(func(b *blob) { b.public = b.public[:len(b.public)-1] })},
 		{"empty private", encode(func(b *blob) { b.private = nil })},
+		{"short ciphertext", encode(func(b *blob) { b.ciphertext = b.ciphertext[:28] })},
 		{"trailing bytes after the fields", withChecksum(append(fieldsOf(t, testBlob()), 7))},
 		{"another version", func() []byte {
 			d := encode(func(*blob) {})

@@ -1,26 +1,30 @@
-// Package tpmseal seals small secrets to this machine's TPM 2.0, so that
-// what it returns is useless anywhere else: Cairn keeps a node's unlock key
-// sealed on the ESP, where a copied disk or a stolen ESP must not give it
-// away.
+// Package tpmseal seals secrets of up to MaxSecretSize to this machine's
+// TPM 2.0, so that what it returns is useless anywhere else: Cairn keeps a
+// node's sealed configuration (its unlock keys) on the ESP, where a copied
+// disk or a stolen ESP must not give it away.
 //
 // # How a secret is sealed
 //
+// The secret is encrypted with a fresh AES-256 key (AES-GCM), and that key
+// is what the TPM seals: a sealed data object holds at most 128 bytes, a
+// sealed configuration more.
+//
 //	      Seal(secret)                          Unseal(blob)
 //	           │                                     │
-//	CreatePrimary(owner, ECC P-256 SRK template)  parse blob (magic, version,
-//	  same seed + same template = same key,        checksum, fields)
-//	  so nothing is kept in the TPM                  │
-//	           │                                CreatePrimary (same key again)
-//	           │                                compare its name with the blob's
-//	           │                                  differs: ErrWrongTPM
-//	           ▼                                     ▼
-//	Create(sealed data object, parent SRK)      Load(public, private) under SRK
-//	  secret encrypted by a session                  │
-//	  salted to the SRK                         Unseal: secret returned encrypted
+//	key = 32 random bytes                       parse blob (magic, version,
+//	ciphertext = AES-256-GCM(key, secret)         checksum, fields)
+//	           │                                     │
+//	CreatePrimary(owner, ECC P-256 SRK template)  CreatePrimary (same key again)
+//	  same seed + same template = same key,     compare its name with the blob's
+//	  so nothing is kept in the TPM               differs: ErrWrongTPM
+//	           │                                     │
+//	Create(sealed data object holding key,      Load(public, private) under SRK
+//	  parent SRK); key encrypted on the bus          │
+//	  by a session salted to the SRK            Unseal: key returned encrypted
 //	           │                                  by a session salted to the SRK
 //	           ▼                                     ▼
-//	blob = magic, version, SRK name,            secret
-//	       public, private, checksum
+//	blob = magic, version, SRK name, public,    secret = AES-256-GCM open
+//	       private, ciphertext, checksum          (key, ciphertext)
 //
 // The storage primary key (SRK) is derived by the TPM from the owner
 // hierarchy's seed and the TCG's standard ECC SRK template, so every
@@ -32,14 +36,15 @@
 //
 // # Blob format (version 1)
 //
-//	"CTPM" | version 1 | name | public | private | SHA-256 of everything before
+//	"CTPM" | version 1 | name | public | private | ciphertext | SHA-256 of everything before
 //
-// where name, public and private are each a big-endian uint16 length and
-// that many bytes: the SRK's TPM name, the sealed object's TPMT_PUBLIC and its
-// TPM2B_PRIVATE contents, exactly as the TPM returned them. The checksum is
-// not a security measure (anyone can recompute it); it lets Unseal tell a
-// damaged blob (ErrMalformedBlob) from one of another TPM (ErrWrongTPM).
-// The TPM's own integrity check on the private part is what stops forgeries.
+// where each field is a big-endian uint16 length and that many bytes: the
+// SRK's TPM name, the sealed object's TPMT_PUBLIC and its TPM2B_PRIVATE
+// contents exactly as the TPM returned them, and the GCM nonce followed by
+// the encrypted secret and tag. The checksum is not a security measure
+// (anyone can recompute it); it lets Unseal tell a damaged blob
+// (ErrMalformedBlob) from one of another TPM (ErrWrongTPM). The TPM's own
+// integrity check on the private part and GCM's tag are what stop forgeries.
 //
 // # What is protected, and what is not
 //
@@ -48,10 +53,10 @@
 //   - The blob off this machine. Without this TPM's owner seed nobody can
 //     load the private part, so a copy of the ESP or disk reveals nothing.
 //   - The secret on the bus between CPU and TPM (a discrete TPM is on an
-//     LPC/SPI bus that can be sniffed). Create and Unseal run with an HMAC
-//     session salted to the SRK's public key (ECDH P-256), and the session
-//     encrypts the secret with AES-128-CFB: into the TPM for Create, out of
-//     it for Unseal.
+//     LPC/SPI bus that can be sniffed). The secret never goes to the TPM;
+//     its AES key does, in Create and Unseal, which run with an HMAC session
+//     salted to the SRK's public key (ECDH P-256). The session encrypts the
+//     key with AES-128-CFB: into the TPM for Create, out of it for Unseal.
 //   - A swapped SRK at unseal time: the SRK's name recorded in the blob must
 //     match the key the TPM derives now before the session is salted to it.
 //

@@ -2,6 +2,9 @@ package tpmseal
 
 import (
 	"bytes"
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -29,9 +32,14 @@ var (
 // users share the TPM by swapping their objects and sessions in and out.
 const devicePath = "/dev/tpmrm0"
 
-// MaxSecretSize is the largest secret Seal takes: what a TPM keeps in a
-// sealed data object (MAX_SYM_DATA).
-const MaxSecretSize = 128
+// MaxSecretSize is the largest secret Seal takes. The secret itself is
+// encrypted outside the TPM (see the package documentation), so the bound
+// only keeps blobs small.
+const MaxSecretSize = 32 << 10
+
+// dataKeySize is the length of the AES-256 key sealed in the TPM, well below
+// what a sealed data object holds (MAX_SYM_DATA, 128 bytes).
+const dataKeySize = 32
 
 // srkTemplate is the template of the storage primary key: the TCG's
 // standard ECC P-256 SRK. ECC rather than RSA because a TPM derives an ECC
@@ -107,6 +115,43 @@ func (t *TPM) Seal(secret []byte) ([]byte, error) {
 	if len(secret) == 0 || len(secret) > MaxSecretSize {
 		return nil, fmt.Errorf("cannot seal a secret of %d bytes: it must have 1 to %d", len(secret), MaxSecretSize)
 	}
+	key := make([]byte, dataKeySize)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("generating the data key: %w", err)
+	}
+	b, err := t.sealKey(key)
+	if err != nil {
+		return nil, err
+	}
+	b.ciphertext, err = encrypt(key, secret)
+	if err != nil {
+		return nil, err
+	}
+	out, err := b.marshal()
+	if err != nil {
+		return nil, fmt.Errorf("encoding the sealed blob: %w", err)
+	}
+	return out, nil
+}
+
+// Unseal returns the secret sealed in blob. A blob sealed by another TPM
+// gives an error wrapping ErrWrongTPM, a damaged one or one Seal did not
+// write an error wrapping ErrMalformedBlob.
+func (t *TPM) Unseal(blob []byte) ([]byte, error) {
+	b, err := parseBlob(blob)
+	if err != nil {
+		return nil, err
+	}
+	key, err := t.unsealKey(b)
+	if err != nil {
+		return nil, err
+	}
+	return decrypt(key, b.ciphertext)
+}
+
+// sealKey creates a sealed data object holding key under the SRK and returns
+// a blob without ciphertext.
+func (t *TPM) sealKey(key []byte) (*blob, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.tp == nil {
@@ -126,7 +171,7 @@ func (t *TPM) Seal(secret []byte) ([]byte, error) {
 		},
 		InSensitive: tpm2.TPM2BSensitiveCreate{
 			Sensitive: &tpm2.TPMSSensitiveCreate{
-				Data: tpm2.NewTPMUSensitiveCreate(&tpm2.TPM2BSensitiveData{Buffer: secret}),
+				Data: tpm2.NewTPMUSensitiveCreate(&tpm2.TPM2BSensitiveData{Buffer: key}),
 			},
 		},
 		InPublic: tpm2.New2B(sealTemplate),
@@ -134,26 +179,16 @@ func (t *TPM) Seal(secret []byte) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating the sealed object: %w", err)
 	}
-	b := blob{
+	return &blob{
 		parentName: srk.name.Buffer,
 		public:     rsp.OutPublic.Bytes(),
 		private:    rsp.OutPrivate.Buffer,
-	}
-	out, err := b.marshal()
-	if err != nil {
-		return nil, fmt.Errorf("encoding the sealed blob: %w", err)
-	}
-	return out, nil
+	}, nil
 }
 
-// Unseal returns the secret sealed in blob. A blob sealed by another TPM
-// gives an error wrapping ErrWrongTPM, a damaged one or one Seal did not
-// write an error wrapping ErrMalformedBlob.
-func (t *TPM) Unseal(blob []byte) ([]byte, error) {
-	b, err := parseBlob(blob)
-	if err != nil {
-		return nil, err
-	}
+// unsealKey loads b's sealed object under the SRK, if the SRK is the one it
+// was sealed under, and returns the key it holds.
+func (t *TPM) unsealKey(b *blob) ([]byte, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.tp == nil {
@@ -192,7 +227,53 @@ func (t *TPM) Unseal(blob []byte) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("unsealing: %w", err)
 	}
+	if n := len(rsp.OutData.Buffer); n != dataKeySize {
+		return nil, fmt.Errorf("%w: the sealed key has %d bytes, want %d", ErrMalformedBlob, n, dataKeySize)
+	}
 	return rsp.OutData.Buffer, nil
+}
+
+// encrypt seals plaintext with AES-256-GCM under key: a random nonce, then
+// the ciphertext and tag.
+func encrypt(key, plaintext []byte) ([]byte, error) {
+	aead, err := newAEAD(key)
+	if err != nil {
+		return nil, err
+	}
+	nonce := make([]byte, aead.NonceSize(), aead.NonceSize()+len(plaintext)+aead.Overhead())
+	if _, err := rand.Read(nonce); err != nil {
+		return nil, fmt.Errorf("generating a nonce: %w", err)
+	}
+	return aead.Seal(nonce, nonce, plaintext, blobMagic), nil
+}
+
+// decrypt reverses encrypt.
+func decrypt(key, ciphertext []byte) ([]byte, error) {
+	aead, err := newAEAD(key)
+	if err != nil {
+		return nil, err
+	}
+	if len(ciphertext) < aead.NonceSize()+aead.Overhead() {
+		return nil, fmt.Errorf("%w: ciphertext of %d bytes is too short", ErrMalformedBlob, len(ciphertext))
+	}
+	nonce, sealed := ciphertext[:aead.NonceSize()], ciphertext[aead.NonceSize():]
+	plaintext, err := aead.Open(nil, nonce, sealed, blobMagic)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the ciphertext does not match its sealed key: %w", ErrMalformedBlob, err)
+	}
+	return plaintext, nil
+}
+
+func newAEAD(key []byte) (cipher.AEAD, error) {
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, fmt.Errorf("making the AES cipher: %w", err)
+	}
+	aead, err := cipher.NewGCM(block)
+	if err != nil {
+		return nil, fmt.Errorf("making AES-GCM: %w", err)
+	}
+	return aead, nil
 }
 
 // srk is the storage primary key, loaded in the TPM for one Seal or Unseal.

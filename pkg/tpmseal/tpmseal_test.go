@@ -31,7 +31,7 @@ func mustSeal(t testing.TB, tpm *TPM, secret []byte) []byte {
 
 func TestSealUnseal(t *testing.T) {
 	tpm := newSWTPM(t).open()
-	for _, n := range []int{1, 32, MaxSecretSize} {
+	for _, n := range []int{1, 32, 129, 4096, MaxSecretSize} {
 		secret := randomSecret(t, n)
 		blob := mustSeal(t, tpm, secret)
 		// A byte or two occurs in any blob by chance; a longer secret not.
@@ -142,6 +142,7 @@ func TestUnsealDamaged(t *testing.T) {
 			parentName: bytes.Clone(b.parentName),
 			public:     bytes.Clone(b.public),
 			private:    bytes.Clone(b.private),
+			ciphertext: bytes.Clone(b.ciphertext),
 		}
 		modify(c)
 		out, err := c.marshal()
@@ -169,6 +170,8 @@ func TestUnsealDamaged(t *testing.T) {
 		{"private part, resealed", resealed(func(c *blob) { c.private[len(c.private)-1] ^= 1 })},
 		{"public part of another blob", resealed(func(c *blob) { c.public = other.public })},
 		{"private part of another blob", resealed(func(c *blob) { c.private = other.private })},
+		{"ciphertext, resealed", resealed(func(c *blob) { c.ciphertext[20] ^= 1 })},
+		{"ciphertext of another blob", resealed(func(c *blob) { c.ciphertext = other.ciphertext })},
 	} {
 		got, err := tpm.Unseal(tc.data)
 		if !errors.Is(err, ErrMalformedBlob) {
@@ -180,21 +183,32 @@ func TestUnsealDamaged(t *testing.T) {
 }
 
 // TestSecretNeverOnTheBus records every command and response and checks
-// that the secret crosses the bus only encrypted, and that the check would
-// see a secret sent in clear.
+// that the data key crosses the bus only encrypted (the secret itself never
+// goes to the TPM), and that the check would see a key sent in clear.
 func TestSecretNeverOnTheBus(t *testing.T) {
 	sw := newSWTPM(t)
 	rec := &recorder{TPMCloser: sw.transport()}
 	tpm := openTransport(rec)
 	defer tpm.Close()
 
-	secret := randomSecret(t, 32)
-	got, err := tpm.Unseal(mustSeal(t, tpm, secret))
+	key := randomSecret(t, dataKeySize)
+	b, err := tpm.sealKey(key)
 	if err != nil {
-		t.Fatalf("Unseal: %v", err)
+		t.Fatalf("sealKey: %v", err)
 	}
-	if !bytes.Equal(got, secret) {
-		t.Fatalf("Unseal(Seal(%x)) = %x", secret, got)
+	got, err := tpm.unsealKey(b)
+	if err != nil {
+		t.Fatalf("unsealKey: %v", err)
+	}
+	if !bytes.Equal(got, key) {
+		t.Fatalf("unsealKey(sealKey(%x)) = %x", key, got)
+	}
+	if rec.saw(key) {
+		t.Errorf("the data key crossed the bus in clear")
+	}
+	secret := randomSecret(t, 64)
+	if _, err := tpm.Unseal(mustSeal(t, tpm, secret)); err != nil {
+		t.Fatalf("Unseal: %v", err)
 	}
 	if rec.saw(secret) {
 		t.Errorf("the secret crossed the bus in clear")
