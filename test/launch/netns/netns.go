@@ -316,7 +316,12 @@ func onLockedThread(f func() error) error {
 	go func() {
 		runtime.LockOSThread()
 		var r result
-		host, err := vnetns.GetFromPath("/proc/self/ns/net")
+		// The namespace to return to is this thread's own. Not
+		// /proc/self/ns/net: that is the main thread's, and the main
+		// thread may be the one another call of onLockedThread has
+		// moved into a network's namespace right now, which would
+		// strand this thread there for good.
+		host, err := vnetns.Get()
 		if err != nil {
 			runtime.UnlockOSThread()
 			done <- result{err: fmt.Errorf("when opening own namespace: %w", err)}

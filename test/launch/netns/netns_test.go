@@ -9,8 +9,10 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -446,4 +448,47 @@ func TestNewSweepsStaleNamespaces(t *testing.T) {
 	if !slices.Contains(names, live) {
 		t.Errorf("namespace %s of a live process was removed by New", live)
 	}
+}
+
+// TestDoStrandsNoThread runs Do on two networks from many goroutines at
+// once, then checks every thread Go hands out: none may be left inside a
+// network's namespace. (Returning to the main thread's namespace instead
+// of the thread's own once stranded threads whenever the main thread was
+// itself inside Do.)
+func TestDoStrandsNoThread(t *testing.T) {
+	needRoot(t)
+	host, err := vnetns.GetFromPath("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	nets := []*Network{NewForTest(t, Config{Nodes: 1}), NewForTest(t, Config{Nodes: 1})}
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			for range 100 {
+				if err := nets[g%2].Do(func() error { runtime.Gosched(); return nil }); err != nil {
+					t.Errorf("Do: %v", err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for range 200 {
+		wg.Go(func() {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			ns, err := vnetns.Get()
+			if err != nil {
+				t.Errorf("vnetns.Get: %v", err)
+				return
+			}
+			defer ns.Close()
+			if !ns.Equal(host) {
+				t.Errorf("thread %d is left in namespace %s", syscall.Gettid(), ns)
+			}
+		})
+	}
+	wg.Wait()
 }
