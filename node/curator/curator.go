@@ -17,6 +17,7 @@ import (
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/pkg/event/memory"
+	"cairn.dev/cairn/pkg/pki"
 	"cairn.dev/cairn/pkg/supervisor"
 	"cairn.dev/cairn/proto/api"
 )
@@ -84,6 +85,9 @@ type curator struct {
 	// root reaches etcd's whole key space (for the PKI), etcd the
 	// curator's namespace.
 	root, etcd *consensus.Client
+	// ca is the cluster CA, kept for the run so that its certificate and
+	// key are read from etcd once, not on every certificate issued.
+	ca *pki.Certificate
 	// nodeCredentials dial the leader.
 	nodeCredentials credentials.TransportCredentials
 
@@ -116,6 +120,7 @@ func (s *Service) Run(ctx context.Context) error {
 		opts:            s.opts,
 		root:            root,
 		etcd:            etcd,
+		ca:              consensus.ClusterCA(),
 		nodeCredentials: rpc.NodeCredentials(s.cfg.Node),
 	}
 	c.leaders.Set(leader{})

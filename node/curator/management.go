@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"cairn.dev/cairn/node/consensus"
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/proto/api"
 	"cairn.dev/cairn/proto/private"
@@ -68,7 +67,7 @@ func (m management) GetClusterInfo(ctx context.Context, _ *api.GetClusterInfoReq
 	if err != nil {
 		return nil, err
 	}
-	ca, err := consensus.ClusterCA().Ensure(ctx, m.root)
+	ca, err := m.ca.Ensure(ctx, m.root)
 	if err != nil {
 		return nil, fmt.Errorf("when loading the cluster CA: %w", err)
 	}

@@ -123,7 +123,7 @@ func (a nodeAPI) CommitNode(ctx context.Context, _ *api.CommitNodeRequest) (*api
 	}
 	// The certificate first: issuing it again is harmless, and the node
 	// must not end up UP without one.
-	cert, ca, err := IssueNodeCertificate(ctx, a.root, p.PublicKey)
+	cert, ca, err := issue(ctx, a.root, a.ca, nodeCertificate(a.ca, p.PublicKey))
 	if err != nil {
 		return nil, err
 	}
@@ -184,7 +184,7 @@ func (a nodeAPI) IssueCertificate(ctx context.Context, req *api.IssueCertificate
 	if err := a.requireUp(ctx, p.NodeID); err != nil {
 		return nil, err
 	}
-	cert, ca, err := IssueNodeCertificate(ctx, a.root, p.PublicKey)
+	cert, ca, err := issue(ctx, a.root, a.ca, nodeCertificate(a.ca, p.PublicKey))
 	if err != nil {
 		return nil, err
 	}

@@ -172,11 +172,12 @@ func Bootstrap(ctx context.Context, etcd *consensus.Client, b BootstrapState) er
 	return nil
 }
 
-// nodeCertificate describes the node certificate of the node holding pub.
-func nodeCertificate(pub ed25519.PublicKey) *pki.Certificate {
+// nodeCertificate describes the node certificate of the node holding pub,
+// issued by ca (consensus.ClusterCA, or a curator's cached copy of it).
+func nodeCertificate(ca *pki.Certificate, pub ed25519.PublicKey) *pki.Certificate {
 	return &pki.Certificate{
 		Namespace: consensus.PKINamespace,
-		Issuer:    consensus.ClusterCA(),
+		Issuer:    ca,
 		Name:      "node-" + identity.NodeID(pub),
 		Template:  identity.NodeCertificateTemplate(pub),
 		Mode:      pki.ExternalKey,
@@ -184,11 +185,12 @@ func nodeCertificate(pub ed25519.PublicKey) *pki.Certificate {
 	}
 }
 
-// ownerCertificate describes the owner certificate for the owner key pub.
-func ownerCertificate(pub ed25519.PublicKey) *pki.Certificate {
+// ownerCertificate describes the owner certificate for the owner key pub,
+// issued by ca.
+func ownerCertificate(ca *pki.Certificate, pub ed25519.PublicKey) *pki.Certificate {
 	return &pki.Certificate{
 		Namespace: consensus.PKINamespace,
-		Issuer:    consensus.ClusterCA(),
+		Issuer:    ca,
 		Name:      "owner",
 		Template:  identity.OwnerCertificateTemplate(),
 		Mode:      pki.ExternalKey,
@@ -203,12 +205,13 @@ func IssueNodeCertificate(ctx context.Context, etcd *consensus.Client, pub ed255
 	if len(pub) != ed25519.PublicKeySize {
 		return nil, nil, fmt.Errorf("node public key is %d bytes, want %d", len(pub), ed25519.PublicKeySize)
 	}
-	return issue(ctx, etcd, nodeCertificate(pub))
+	ca := consensus.ClusterCA()
+	return issue(ctx, etcd, ca, nodeCertificate(ca, pub))
 }
 
-// issue ensures c and the cluster CA and returns both, DER.
-func issue(ctx context.Context, kv clientv3.KV, c *pki.Certificate) (certDER, caDER []byte, err error) {
-	caDER, err = consensus.ClusterCA().Ensure(ctx, kv)
+// issue ensures c and its issuer ca and returns both, DER.
+func issue(ctx context.Context, kv clientv3.KV, ca, c *pki.Certificate) (certDER, caDER []byte, err error) {
+	caDER, err = ca.Ensure(ctx, kv)
 	if err != nil {
 		return nil, nil, fmt.Errorf("when loading the cluster CA: %w", err)
 	}
