@@ -23,7 +23,7 @@
 //	   ▼                            curator port)  resolver)
 //	controlplane ── member: consensus (etcd) ──▶ curator ──┘
 //	                         └ Bootstrap on a new cluster ──┘
-//	             └─ standby: wipe etcd's data after the role went
+//	             └─ standby: no role and no etcd data (wipes leftovers)
 //
 // # Restarting on a change
 //

@@ -63,9 +63,6 @@ type Service struct {
 	// rolesLoaded is set once rolefetch published the local copy of the
 	// roles, so that its restarts do not publish it again.
 	rolesLoaded atomic.Bool
-	// ranConsensus is set while this boot has run etcd, so that standby
-	// says when it stopped it.
-	ranConsensus atomic.Bool
 }
 
 // curatorConn is a ClientConn that follows the curator leader, and the

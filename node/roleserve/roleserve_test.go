@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"fmt"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -139,6 +140,35 @@ func TestCluster(t *testing.T) {
 	if err := wantRolesFile(b, &api.NodeRoles{}); err != nil {
 		t.Error(err)
 	}
+
+	// A cold restart of A, now the only member: a new role server on the
+	// same storage, with the credentials of a join and no initial roles,
+	// must bring etcd and the curator back from roles.pb alone.
+	aCreds, err := get(context.Background(), a.svc.Credentials(), notNil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.stop()
+	a.stop()
+	a2 := &testNode{key: a.key, ip: a.ip, cfg: a.cfg}
+	a2.cfg.Membership = &a2.membership
+	a2.cfg.ExternalAddress = &a2.address
+	a2.address.Set(netip.PrefixFrom(a.ip, 8))
+	a2.membership.Set(&Membership{NodeKey: a.key, Credentials: aCreds})
+	t3 := time.Now()
+	a2.start(t)
+	a2.waitLog(t, "roleserve: curator serving on "+a.curatorAddr(), 2*time.Minute)
+	t.Logf("A: curator serving %v after a cold restart", time.Since(t3))
+	eventually(t, time.Minute, "heartbeat of A after the restart", func(ctx context.Context) error {
+		n, err := getNode(ctx, mgmt, a.id())
+		if err != nil {
+			return err
+		}
+		if time.Unix(0, n.LastHeartbeatUnixNanos).Before(t3) {
+			return fmt.Errorf("no heartbeat since the restart")
+		}
+		return nil
+	})
 }
 
 // enrol registers b through a's curator, approves it as o, and commits it;

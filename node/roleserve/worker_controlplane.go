@@ -7,9 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"cairn.dev/cairn/node/consensus"
 	"cairn.dev/cairn/pkg/event"
-	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/pkg/supervisor"
 	api "cairn.dev/cairn/proto/api"
 )
@@ -31,9 +29,11 @@ func (i controlplaneInputs) String() string {
 }
 
 // runControlplane runs etcd and the curator while the node holds the
-// ConsensusMember role (member), and cleans up after them when it does not
-// (standby). It returns errInputChanged when the role or, for a member, the
-// node's IP changes.
+// ConsensusMember role or still has etcd data (member), and cleans up
+// otherwise (standby). It returns errInputChanged when the node's IP
+// changes, and when a node in standby is given the role; a member handles
+// the loss of its role itself, because its etcd must keep running until the
+// curator has removed it (see the package documentation).
 func (s *Service) runControlplane(ctx context.Context) error {
 	m, err := s.membership(ctx)
 	if err != nil {
@@ -50,6 +50,7 @@ func (s *Service) runControlplane(ctx context.Context) error {
 		roles   *api.NodeRoles
 		addr    netip.Prefix
 		started *controlplaneInputs
+		member  bool
 	)
 	for {
 		select {
@@ -61,17 +62,18 @@ func (s *Service) runControlplane(ctx context.Context) error {
 		if roles == nil || !addr.IsValid() {
 			continue
 		}
-		in := controlplaneInputs{member: roles.GetConsensusMember() != nil, ip: addr.Addr()}
+		in := controlplaneInputs{member: isMember(roles), ip: addr.Addr()}
 		if started != nil {
-			if in != *started {
+			if in.ip != started.ip || (!member && in.member) {
 				return fmt.Errorf("%w: now %s", errInputChanged, in)
 			}
 			continue
 		}
-		if in.member {
+		member = in.member || hasEtcdData(s.etcdDir())
+		if member {
 			err = supervisor.Run(ctx, "member", s.runMember(m, in.ip))
 		} else {
-			err = supervisor.Run(ctx, "standby", s.runStandby(m, in.ip))
+			err = supervisor.Run(ctx, "standby", s.runStandby)
 		}
 		if err != nil {
 			return fmt.Errorf("when starting: %w", err)
@@ -81,36 +83,17 @@ func (s *Service) runControlplane(ctx context.Context) error {
 	}
 }
 
-// runStandby runs while the node is no consensus member. A node that still
-// has etcd data was a member until its role went: it keeps its etcd member
-// running until the curator has removed it from the cluster (stopping it
-// first could cost the cluster its quorum, and with it the removal), then
-// wipes the data.
-func (s *Service) runStandby(m *Membership, ip netip.Addr) supervisor.Runnable {
-	return func(ctx context.Context) error {
-		lg := supervisor.Logger(ctx)
-		dir := s.etcdDir()
-		if hasEtcdData(dir) {
-			lg.Info("roleserve: role removed, waiting for the curator to remove this etcd member")
-			var left memory.Value[bool]
-			svc := consensus.New(s.consensusConfig(m, ip))
-			if err := supervisor.Run(ctx, "consensus", s.runConsensus(svc, &left)); err != nil {
-				return fmt.Errorf("when starting consensus: %w", err)
-			}
-			if _, err := get[bool](ctx, &left, func(b bool) bool { return b }); err != nil {
-				return fmt.Errorf("when waiting for the removal: %w", err)
-			}
-			s.ranConsensus.Store(true)
-		} else if err := wipe(dir); err != nil {
-			return err
-		}
-		if s.ranConsensus.Swap(false) {
-			lg.Info("roleserve: consensus stopped: role removed")
-		}
-		supervisor.Signal(ctx, supervisor.SignalHealthy)
-		supervisor.Signal(ctx, supervisor.SignalDone)
-		return nil
+func isMember(r *api.NodeRoles) bool { return r.GetConsensusMember() != nil }
+
+// runStandby runs while the node is no consensus member and has no etcd
+// data: it removes what an unfinished join may have left.
+func (s *Service) runStandby(ctx context.Context) error {
+	if err := wipe(s.etcdDir()); err != nil {
+		return err
 	}
+	supervisor.Signal(ctx, supervisor.SignalHealthy)
+	supervisor.Signal(ctx, supervisor.SignalDone)
+	return nil
 }
 
 // hasEtcdData tells whether etcd has run on dir (its write-ahead log

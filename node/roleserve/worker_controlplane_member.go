@@ -18,13 +18,18 @@ import (
 	api "cairn.dev/cairn/proto/api"
 )
 
-// runMember runs the node's etcd member and, once it votes, the curator:
+// runMember runs the node's etcd member and, once it votes and while the
+// node holds the role, the curator:
 //
 //	member
 //	├── consensus   etcd (joins as a learner when its data directory is new)
+//	│               until the curator removes the member; then wipes it
 //	└── curator     Bootstrap (new cluster), then the curator while etcd
-//	    │           runs and votes; restarts when etcd does
-//	    └── server
+//	    │           runs and votes and the role is held; restarts when etcd
+//	    └── server  does, or the role comes or goes
+//
+// Once etcd was removed and the role is gone, it returns errInputChanged:
+// the controlplane runs again, in standby.
 func (s *Service) runMember(m *Membership, ip netip.Addr) supervisor.Runnable {
 	return func(ctx context.Context) error {
 		cfg := s.consensusConfig(m, ip)
@@ -41,7 +46,6 @@ func (s *Service) runMember(m *Membership, ip netip.Addr) supervisor.Runnable {
 			cfg.Join = join
 		}
 		svc := consensus.New(cfg)
-		s.ranConsensus.Store(true)
 		var removed memory.Value[bool]
 		if err := supervisor.Run(ctx, "consensus", s.runConsensus(svc, &removed)); err != nil {
 			return fmt.Errorf("when starting consensus: %w", err)
@@ -50,8 +54,14 @@ func (s *Service) runMember(m *Membership, ip netip.Addr) supervisor.Runnable {
 			return fmt.Errorf("when starting curator: %w", err)
 		}
 		supervisor.Signal(ctx, supervisor.SignalHealthy)
-		<-ctx.Done()
-		return ctx.Err()
+		if _, err := get[bool](ctx, &removed, func(b bool) bool { return b }); err != nil {
+			return fmt.Errorf("when running consensus: %w", err)
+		}
+		if _, err := get[*api.NodeRoles](ctx, &s.roles, func(r *api.NodeRoles) bool { return r != nil && !isMember(r) }); err != nil {
+			return fmt.Errorf("when waiting for the role to go: %w", err)
+		}
+		supervisor.Logger(ctx).Info("roleserve: consensus stopped: role removed")
+		return fmt.Errorf("%w: consensus member removed", errInputChanged)
 	}
 }
 
@@ -129,6 +139,18 @@ func isSet(v *memory.Value[bool]) bool {
 func (s *Service) runCurator(m *Membership, svc *consensus.Service, ip netip.Addr) supervisor.Runnable {
 	return func(ctx context.Context) error {
 		defer s.localCurator.Set(netip.AddrPort{})
+		roles, err := get[*api.NodeRoles](ctx, &s.roles, notNil)
+		if err != nil {
+			return fmt.Errorf("when reading the roles: %w", err)
+		}
+		if !isMember(roles) {
+			// etcd runs only until the curator removed it.
+			supervisor.Signal(ctx, supervisor.SignalHealthy)
+			if _, err := get[*api.NodeRoles](ctx, &s.roles, func(r *api.NodeRoles) bool { return r != nil && isMember(r) }); err != nil {
+				return fmt.Errorf("when waiting for the role: %w", err)
+			}
+			return fmt.Errorf("%w: role given", errInputChanged)
+		}
 		w := svc.Status().Watch()
 		defer w.Close()
 		st, err := w.Get(ctx, event.Filter(func(st *consensus.Status) bool { return st != nil && st.Running }))
@@ -163,12 +185,34 @@ func (s *Service) runCurator(m *Membership, svc *consensus.Service, ip netip.Add
 			return fmt.Errorf("when starting the curator: %w", err)
 		}
 		supervisor.Signal(ctx, supervisor.SignalHealthy)
-		id := st.ID
-		_, err = w.Get(ctx, event.Filter(func(n *consensus.Status) bool { return n == nil || !n.Running || n.ID != id }))
-		if err != nil {
-			return fmt.Errorf("when watching etcd: %w", err)
+		return s.waitCuratorInputs(ctx, svc, st.ID)
+	}
+}
+
+// waitCuratorInputs returns errInputChanged once etcd stops or restarts
+// (svc's Status; id is the member the curator started with), or the node
+// loses the role.
+func (s *Service) waitCuratorInputs(ctx context.Context, svc *consensus.Service, id uint64) error {
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	rolesC := make(chan *api.NodeRoles)
+	stoppedC := make(chan *consensus.Status)
+	event.Pipe(pctx, &s.roles, rolesC, event.Filter(notNil[api.NodeRoles]))
+	event.Pipe(pctx, svc.Status(), stoppedC, event.Filter(func(n *consensus.Status) bool {
+		return n == nil || !n.Running || n.ID != id
+	}))
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-stoppedC:
+			return fmt.Errorf("%w: etcd stopped", errInputChanged)
+		case r := <-rolesC:
+			if !isMember(r) {
+				supervisor.Logger(ctx).Info("roleserve: curator stopped: role removed")
+				return fmt.Errorf("%w: role removed", errInputChanged)
+			}
 		}
-		return fmt.Errorf("%w: etcd stopped", errInputChanged)
 	}
 }
 
