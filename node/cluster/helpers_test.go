@@ -100,6 +100,8 @@ type fakeStorage struct {
 	mu      sync.Mutex
 	mounted bool
 	calls   []string
+	// failNext, when set, fails the next MountNew or MountNewInsecure.
+	failNext error
 }
 
 func newFakeStorage(t testing.TB) *fakeStorage {
@@ -134,6 +136,13 @@ func (f *fakeStorage) record(call string) error {
 }
 
 func (f *fakeStorage) format(header []byte) error {
+	f.mu.Lock()
+	err := f.failNext
+	f.failNext = nil
+	f.mu.Unlock()
+	if err != nil {
+		return err
+	}
 	if err := os.RemoveAll(f.st.Root.Data.FullPath()); err != nil {
 		return err
 	}

@@ -44,19 +44,29 @@ func (s *Service) register(ctx context.Context, p *api.NodeParameters_ClusterReg
 	}
 	ca := p.GetCaCertificate()
 
-	target, conf, err := s.registerNode(ctx, log, id, targets, ca, p.GetRegisterTicket(), keys)
-	if err != nil {
-		return nil, err
+	if s.committed == nil {
+		target, conf, err := s.registerNode(ctx, log, id, targets, ca, p.GetRegisterTicket(), keys)
+		if err != nil {
+			return nil, err
+		}
+		conf = resolveConfiguration(conf)
+		if _, err := planSealing(conf.GetTpmMode(), s.openTPM); err != nil {
+			log.Errorf("enrolment: cannot register: %v", err)
+			return nil, fmt.Errorf("when checking the TPM: %w", err)
+		}
+		commit, err := s.waitCommitted(ctx, log, id, target, targets, ca, keys.node)
+		if err != nil {
+			return nil, err
+		}
+		// The curator commits a node once: a restarted enrolment goes on
+		// from here.
+		s.committed = &committed{conf: conf, res: commit}
 	}
-	conf = resolveConfiguration(conf)
+	conf, commit := s.committed.conf, s.committed.res
 	plan, err := planSealing(conf.GetTpmMode(), s.openTPM)
 	if err != nil {
-		log.Errorf("enrolment: cannot register: %v", err)
+		log.Errorf("enrolment: cannot seal: %v", err)
 		return nil, fmt.Errorf("when checking the TPM: %w", err)
-	}
-	commit, err := s.waitCommitted(ctx, log, id, target, targets, ca, keys.node)
-	if err != nil {
-		return nil, err
 	}
 	if !bytes.Equal(commit.GetCaCertificate(), ca) {
 		return nil, errors.New("the curator's CA certificate differs from the one in the register parameters")
@@ -88,6 +98,12 @@ func (s *Service) register(ctx context.Context, p *api.NodeParameters_ClusterReg
 		Credentials:      node,
 		ClusterDirectory: p.GetClusterDirectory(),
 	}, nil
+}
+
+// committed is what a node learnt when it registered and committed.
+type committed struct {
+	conf *api.ClusterConfiguration
+	res  *api.CommitNodeResponse
 }
 
 // finishFirstEnrolment stores what a newly committed node keeps: the data

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"errors"
 	"net"
 	"net/netip"
 	"strconv"
@@ -196,6 +197,11 @@ func testRegisterApproveJoin(t *testing.T, conf *api.ClusterConfiguration, hasTP
 	line := second.waitLog(t, "enrolment: waiting for approval as ", logtree.INFO)
 	id := strings.Fields(strings.TrimPrefix(line, "enrolment: waiting for approval as "))[0]
 	second.waitLog(t, "enrolment: registering as "+id+" with "+target, logtree.INFO)
+	// The first MountNew fails: enrolment restarts and goes on without
+	// committing again, which the curator would refuse.
+	second.storage.mu.Lock()
+	second.storage.failNext = errors.New("simulated disk failure")
+	second.storage.mu.Unlock()
 	if _, err := mgmt.ApproveNode(ctx, &api.ApproveNodeRequest{NodeId: id}); err != nil {
 		t.Fatalf("ApproveNode(%s): %v", id, err)
 	}
@@ -208,7 +214,7 @@ func testRegisterApproveJoin(t *testing.T, conf *api.ClusterConfiguration, hasTP
 	if sc.GetNodeId() != id || validateSealed(sc) != nil {
 		t.Errorf("sealed configuration = %v, want a valid one of node %s", sc, id)
 	}
-	if d := cmp.Diff(mounts[:1], second.storage.mountCalls()); d != "" {
+	if d := cmp.Diff([]string{mounts[0], mounts[0]}, second.storage.mountCalls()); d != "" {
 		t.Errorf("mounts when committing differ (-want +got):\n%s", d)
 	}
 

@@ -93,11 +93,12 @@ type Service struct {
 	port    int
 	timing  timing
 
-	// keys and mounted survive restarts of Run within one boot, so that a
-	// restarted enrolment neither mounts twice nor changes its keys half
-	// way through.
-	keys    *nodeKeys
-	mounted bool
+	// keys, mounted and committed survive restarts of Run within one
+	// boot, so that a restarted enrolment neither mounts nor commits twice
+	// nor changes its keys half way through.
+	keys      *nodeKeys
+	mounted   bool
+	committed *committed
 }
 
 // nodeKeys are the secrets a node makes when it enrols for the first time.
