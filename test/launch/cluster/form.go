@@ -204,24 +204,18 @@ type Milestone struct {
 }
 
 // Milestones returns, for each milestone found on vm's console from line
-// from on (in order, each after the previous one found), the time from
-// qemu's start to it on the host clock. Milestones that are missing are
-// returned in missing.
+// from on, the time from qemu's start to its first line on the host
+// clock. Each is looked for on its own, so lines that come in another
+// order than ms lists them are still found. Milestones that are missing
+// are returned in missing.
 func Milestones(vm *launch.Node, from int, ms []Milestone) (phases []launch.Phase, missing []string) {
-	lines := vm.Console().Lines()
-	at := from
 	for _, m := range ms {
-		found := false
-		for _, l := range lines[min(at, len(lines)):] {
-			if m.Line.MatchString(l.Text) {
-				phases = append(phases, launch.Phase{Name: m.Name, Duration: l.Time.Sub(vm.Started())})
-				at, found = l.Index, true
-				break
-			}
-		}
-		if !found {
+		l, ok := vm.Console().Find(from, m.Line)
+		if !ok {
 			missing = append(missing, m.Name)
+			continue
 		}
+		phases = append(phases, launch.Phase{Name: m.Name, Duration: l.Time.Sub(vm.Started())})
 	}
 	return phases, missing
 }
