@@ -12,6 +12,7 @@ import (
 
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/localstorage"
+	"cairn.dev/cairn/pkg/tpmseal"
 	api "cairn.dev/cairn/proto/api"
 	private "cairn.dev/cairn/proto/private"
 )
@@ -152,6 +153,19 @@ type sealer interface {
 
 // errNoTPM is what an openTPM returns when the machine has no TPM.
 var errNoTPM = errors.New("no TPM on this machine")
+
+// openMachineTPM opens the machine's TPM through the kernel's resource
+// manager. A machine without one gives errNoTPM.
+func openMachineTPM() (sealer, error) {
+	t, err := tpmseal.Open()
+	if errors.Is(err, tpmseal.ErrNoTPM) {
+		return nil, fmt.Errorf("%w: %w", errNoTPM, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("when opening the TPM: %w", err)
+	}
+	return t, nil
+}
 
 // sealPlan is the decision how to store the sealed configuration, taken
 // from the cluster's TPM mode and the machine, before anything is written.
