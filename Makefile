@@ -6,7 +6,7 @@ OUT ?= out
 # Tools fetched through the Go module proxy, pinned here and nowhere else.
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all deps build test unit e2e lint bench image cluster proto clean
+.PHONY: all deps build test unit e2e lint bench image cluster proto clean cairnctl
 
 all: build
 
@@ -28,9 +28,10 @@ unit:
 
 # e2e boots the fresh image in qemu: the suites of test/e2e, in parallel,
 # each with its own deadline and a table of boot phase timings.
-e2e: image
+e2e: image cairnctl
 	@start=$$(date +%s); \
-	  $(GO) test -tags e2e -count=1 -v -timeout 40m ./test/e2e/... -image-dir $(abspath $(OUT)); rc=$$?; \
+	  $(GO) test -tags e2e -count=1 -v -timeout 40m ./test/e2e/... -image-dir $(abspath $(OUT)) \
+	    -cairnctl $(abspath $(OUT))/cairnctl; rc=$$?; \
 	  echo "e2e: took $$(( $$(date +%s) - start )) s"; exit $$rc
 
 lint: proto-check
@@ -49,12 +50,18 @@ bench:
 bench-boot: image null-image
 	$(GO) run ./test/bootbench -image-dir $(OUT) -boots 5
 
-# make cluster boots a node from the fresh image, its console on the terminal,
-# until Ctrl-C powers it down. The launcher is built first so that Ctrl-C
-# reaches it directly (qemu itself runs in a process group of its own).
-cluster: image
+# cairnctl is the operator's CLI, built for this machine.
+cairnctl:
+	$(GO) build -o $(OUT)/cairnctl ./cmd/cairnctl
+
+# make cluster boots a three-node cluster from the fresh image: node 0
+# bootstraps it, cairnctl takes ownership, the others register and are
+# approved; it prints the cairnctl command lines that reach the cluster and
+# stays up until Ctrl-C powers every node down. The launcher is built first
+# so that Ctrl-C reaches it directly (qemu runs in process groups of its own).
+cluster: image cairnctl
 	$(GO) build -o $(OUT)/launch-cluster ./cmd/launch-cluster
-	$(OUT)/launch-cluster -image $(OUT)/cairn.img
+	$(OUT)/launch-cluster -n 3 -image $(OUT)/cairn.img -cairnctl $(OUT)/cairnctl
 
 # The boot image (build/README.md). `make image` builds out/cairn.img, a GPT
 # disk whose ESP holds one unified kernel image, and the pieces of that image
@@ -90,9 +97,12 @@ $(MKIMAGE): $(BUILD_GO) go.mod go.sum
 	@echo "image: building mkimage"
 	@mkdir -p $(@D) && $(GO) build -o $@ ./build/mkimage
 
+# /init is stripped of its symbol table and DWARF (-s -w): it halves the
+# compressed initramfs, which firmware loads byte by byte at every boot.
+# Panics still print full stack traces (Go keeps its own line tables).
 $(IMAGE_CACHE)/init: $(NODE_GO) go.mod go.sum
 	@echo "image: building /init (cmd/init)"
-	@mkdir -p $(@D) && CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-X main.buildVersion=$(VERSION)" -o $@ ./cmd/init
+	@mkdir -p $(@D) && CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.buildVersion=$(VERSION)" -o $@ ./cmd/init
 
 $(IMAGE_CACHE)/nullinit: build/nullinit/main.go go.mod
 	@mkdir -p $(@D) && CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./build/nullinit
