@@ -34,17 +34,20 @@ func waitMounted(ctx context.Context, mounted event.Value[bool]) error {
 // enrolmentRunnable is the cluster child: once the ESP is mounted it reads
 // the node parameters and runs enrolment (node/cluster), which mounts the
 // data partition and hands the node's membership to the role server.
+//
+// The enrolment Service is built once per boot, outside the runnable: it
+// remembers its keys and what it mounted, which a restart must not lose.
 func enrolmentRunnable(st *localstorage.Storage, mounted event.Value[bool], address event.Value[netip.Prefix], membership event.Value[*roleserve.Membership]) supervisor.Runnable {
+	svc := cluster.New(cluster.Config{
+		Storage:         st,
+		ExternalAddress: address,
+		Membership:      membership,
+		FWCfgPath:       cluster.FWCfgParametersPath,
+	})
 	return func(ctx context.Context) error {
 		if err := waitMounted(ctx, mounted); err != nil {
 			return err
 		}
-		svc := cluster.New(cluster.Config{
-			Storage:         st,
-			ExternalAddress: address,
-			Membership:      membership,
-			FWCfgPath:       cluster.FWCfgParametersPath,
-		})
 		if err := supervisor.Run(ctx, "enrolment", svc.Run); err != nil {
 			return fmt.Errorf("when starting enrolment: %w", err)
 		}
