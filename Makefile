@@ -43,6 +43,12 @@ lint: proto-check
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
 
+# bench-scale runs three in-process curators with 1000 simulated nodes that
+# register, are approved and heartbeat, next to raw etcd puts for the ratio.
+.PHONY: bench-scale
+bench-scale:
+	$(GO) test -run '^$$' -bench Scale -benchtime=1x -timeout 20m ./node/curator
+
 # bench-boot boots cairn.img and the null image five times each through
 # OVMF and prints every boot phase's min / median / max, and Cairn's cost
 # against the null image's floor.
