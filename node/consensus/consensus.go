@@ -29,6 +29,11 @@ const DefaultPeerPort = 7834
 // join anew.
 var ErrMemberRemoved = errors.New("this member was removed from the cluster")
 
+// ErrNoMember is returned (wrapped) by Status.RemoveMember when the cluster
+// has no member of that name: it never joined, or was removed before. A
+// caller that retries a removal may take it as done.
+var ErrNoMember = errors.New("no such member")
+
 // Config is what a consensus Service needs. All fields are required unless
 // said otherwise.
 type Config struct {

@@ -138,8 +138,9 @@ func (s *Status) AddLearner(ctx context.Context, name, peerURL string, pub ed255
 
 // RemoveMember removes the member called name from the cluster and revokes
 // its peer certificate, so that it cannot come back with it. If revoking
-// fails after the removal, calling RemoveMember again finishes it. Removing the
-// local member is allowed: its Service then stops with ErrMemberRemoved.
+// fails after the removal, calling RemoveMember again finishes it; once
+// nothing is left to do, it returns ErrNoMember. Removing the local member
+// is allowed: its Service then stops with ErrMemberRemoved.
 func (s *Status) RemoveMember(ctx context.Context, name string) error {
 	if !s.Running || s.Learner {
 		return errors.New("only a running voting member can remove members")
@@ -159,7 +160,7 @@ func (s *Status) RemoveMember(ctx context.Context, name string) error {
 		// to revoke: make sure the certificate is revoked.
 		revoked, err := s.revokePeer(ctx, name)
 		if err == nil && !revoked {
-			return fmt.Errorf("no member called %q", name)
+			return fmt.Errorf("%w: %q", ErrNoMember, name)
 		}
 		return err
 	}

@@ -2,6 +2,7 @@ package consensus
 
 import (
 	"crypto/x509"
+	"errors"
 	"os"
 	"strings"
 	"testing"
@@ -38,8 +39,8 @@ func TestRemoveRunningMember(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	if err := stA.RemoveMember(ctx, b.cfg.Name); err == nil {
-		t.Errorf("removing a removed member succeeded, want an error")
+	if err := stA.RemoveMember(ctx, b.cfg.Name); !errors.Is(err, ErrNoMember) {
+		t.Errorf("RemoveMember(%q) of a removed member = %v, want ErrNoMember", b.cfg.Name, err)
 	}
 
 	list, err := stA.raw.MemberList(ctx)

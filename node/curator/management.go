@@ -2,15 +2,16 @@ package curator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"cairn.dev/cairn/node/consensus"
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/proto/api"
 	"cairn.dev/cairn/proto/private"
@@ -227,7 +228,7 @@ func role[T any](held bool, r *T) *T {
 // removeMember removes node id from etcd's membership, if it is a member.
 func (c *curator) removeMember(ctx context.Context, id string) error {
 	err := c.cfg.Consensus.RemoveMember(ctx, id)
-	if err != nil && strings.Contains(err.Error(), "no member called") {
+	if errors.Is(err, consensus.ErrNoMember) {
 		// Held the role but never joined etcd, or removed before.
 		return nil
 	}
