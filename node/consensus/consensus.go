@@ -154,11 +154,23 @@ func (s *Service) tlsPath(f string) string {
 }
 func (s *Service) removedMarker() string { return filepath.Join(s.cfg.DataDir, "removed") }
 
-// hasData tells whether etcd has been started on DataDir before.
-func (s *Service) hasData() bool {
-	entries, err := os.ReadDir(filepath.Join(s.etcdDir(), "member", "wal"))
-	return err == nil && len(entries) > 0
+// HasData tells whether dataDir, a Config.DataDir, holds an etcd member:
+// etcd has run on it, so it has a write-ahead log. A member without one
+// still has to bootstrap or join; one with it restarts on its data. A
+// directory that does not exist holds nothing.
+func HasData(dataDir string) (bool, error) {
+	entries, err := os.ReadDir(filepath.Join(dataDir, "etcd", "member", "wal"))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("when looking for etcd data: %w", err)
+	}
+	return len(entries) > 0, nil
 }
+
+// hasData is HasData of DataDir.
+func (s *Service) hasData() (bool, error) { return HasData(s.cfg.DataDir) }
 
 // Run runs the etcd member until ctx is done or etcd stops. See the package
 // documentation for what happens on the first start.
@@ -172,10 +184,15 @@ func (s *Service) Run(ctx context.Context) error {
 	if _, err := os.Stat(s.removedMarker()); err == nil {
 		return ErrMemberRemoved
 	}
+	hasData, err := s.hasData()
+	if err != nil {
+		return err
+	}
+	joining := s.cfg.Join != nil && !hasData
 	if !s.peerTLSReady() {
 		var err error
 		switch {
-		case s.cfg.Join != nil && !s.hasData():
+		case joining:
 			lg.Infof("joining existing cluster %s", s.cfg.Join.InitialCluster)
 			err = s.writeJoinFiles()
 		default:
@@ -186,7 +203,6 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}
 
-	joining := s.cfg.Join != nil && !s.hasData()
 	inst, err := s.start(ctx, s.memberConfig(joining))
 	if err != nil {
 		return fmt.Errorf("when starting etcd: %w", err)

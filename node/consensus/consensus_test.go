@@ -8,6 +8,9 @@ import (
 func TestBootstrap(t *testing.T) {
 	ctx := testContext(t)
 	n := newTestNode(t)
+	if has, err := HasData(n.cfg.DataDir); has || err != nil {
+		t.Errorf("HasData(%q) before the first start = %v, %v, want false, nil", n.cfg.DataDir, has, err)
+	}
 	start := time.Now()
 	n.start(t)
 	st := n.waitRunning(t)
@@ -28,6 +31,9 @@ func TestBootstrap(t *testing.T) {
 
 	// Restart on the same data: TLS from the start, the data is there.
 	n.stop()
+	if has, err := HasData(n.cfg.DataDir); !has || err != nil {
+		t.Errorf("HasData(%q) after a run = %v, %v, want true, nil", n.cfg.DataDir, has, err)
+	}
 	n.start(t)
 	st = n.waitRunning(t)
 	resp, err := st.Client().Get(ctx, "hello")

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"cairn.dev/cairn/node/consensus"
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/supervisor"
 	api "cairn.dev/cairn/proto/api"
@@ -69,7 +70,11 @@ func (s *Service) runControlplane(ctx context.Context) error {
 			}
 			continue
 		}
-		member = in.member || hasEtcdData(s.etcdDir())
+		hasData, err := consensus.HasData(s.etcdDir())
+		if err != nil {
+			return err
+		}
+		member = in.member || hasData
 		if member {
 			err = supervisor.Run(ctx, "member", s.runMember(m, in.ip))
 		} else {
@@ -94,12 +99,6 @@ func (s *Service) runStandby(ctx context.Context) error {
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
 	supervisor.Signal(ctx, supervisor.SignalDone)
 	return nil
-}
-
-// hasEtcdData tells whether etcd has run on dir (its write-ahead log
-// exists). A member without it must join the cluster anew.
-func hasEtcdData(dir string) bool {
-	return dirHasEntries(filepath.Join(dir, "etcd", "member", "wal"))
 }
 
 func dirHasEntries(dir string) bool {

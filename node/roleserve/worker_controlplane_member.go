@@ -33,7 +33,11 @@ import (
 func (s *Service) runMember(m *Membership, ip netip.Addr) supervisor.Runnable {
 	return func(ctx context.Context) error {
 		cfg := s.consensusConfig(m, ip)
-		if m.Bootstrap == nil && !hasEtcdData(cfg.DataDir) {
+		hasData, err := consensus.HasData(cfg.DataDir)
+		if err != nil {
+			return err
+		}
+		if m.Bootstrap == nil && !hasData {
 			// Whatever is there is from an earlier member (a removal
 			// marker, or files of a join that never started).
 			if err := wipe(cfg.DataDir); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"cairn.dev/cairn/node/consensus"
 	"cairn.dev/cairn/node/localstorage/declarative"
 	"cairn.dev/cairn/pkg/supervisor"
 	api "cairn.dev/cairn/proto/api"
@@ -139,7 +140,11 @@ func (s *Service) localRoles(ctx context.Context, m *Membership, files *nodeFile
 	if m.InitialRoles != nil {
 		return proto.Clone(m.InitialRoles).(*api.NodeRoles), nil
 	}
-	if hasEtcdData(s.etcdDir()) {
+	hasData, err := consensus.HasData(s.etcdDir())
+	if err != nil {
+		return nil, err
+	}
+	if hasData {
 		supervisor.Logger(ctx).Warning("roleserve: no copy of the roles, but etcd data: starting as a consensus member")
 		return &api.NodeRoles{ConsensusMember: &api.NodeRoles_ConsensusMember{}}, nil
 	}
