@@ -40,14 +40,24 @@ type ESPCairnDirectory struct {
 // DataDirectory is the root of the data partition.
 type DataDirectory struct {
 	declarative.Directory
-	// Node holds the node's own state (identity key and certificates).
-	Node declarative.Directory `dir:"node"`
+	// Node holds the node's own state (identity key and certificates,
+	// roles).
+	Node NodeDirectory `dir:"node"`
 	// Etcd is the data directory of the node's etcd member.
 	Etcd declarative.Directory `dir:"etcd"`
 	// Kubernetes holds kubelet and containerd state.
 	Kubernetes declarative.Directory `dir:"kubernetes"`
 	// Volumes holds persistent volumes, each an XFS project.
 	Volumes declarative.Directory `dir:"volumes"`
+}
+
+// NodeDirectory is node/ on the data partition: the node's own state.
+type NodeDirectory struct {
+	declarative.Directory
+	// Roles is the role server's copy of the roles the curator last gave
+	// the node (cairn.api.NodeRoles), so that it can start what the node
+	// runs before any curator answers.
+	Roles declarative.File `file:"roles.pb"`
 }
 
 // EphemeralDirectory is the root of the tmpfs.

@@ -223,11 +223,7 @@ func setRole(t *testing.T, mgmt *grpc.ClientConn, id string, member bool) {
 
 // wantRolesFile checks n's copy of its roles.
 func wantRolesFile(n *testNode, want *api.NodeRoles) error {
-	files, err := n.svc.nodeFiles()
-	if err != nil {
-		return err
-	}
-	b, err := files.Roles.Read()
+	b, err := n.svc.nodeFiles().Roles.Read()
 	if err != nil {
 		return err
 	}

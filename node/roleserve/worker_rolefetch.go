@@ -9,26 +9,15 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"cairn.dev/cairn/node/consensus"
-	"cairn.dev/cairn/node/localstorage/declarative"
+	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/pkg/supervisor"
 	api "cairn.dev/cairn/proto/api"
 )
 
-// nodeFiles are the role server's files in the data partition's node/
-// directory.
-type nodeFiles struct {
-	declarative.Directory
-	// Roles is the last copy of the node's roles a curator sent
-	// (cairn.api.NodeRoles).
-	Roles declarative.File `file:"roles.pb"`
-}
-
-func (s *Service) nodeFiles() (*nodeFiles, error) {
-	f := &nodeFiles{}
-	if err := declarative.Place(f, s.cfg.Storage.Root.Data.Node.FullPath()); err != nil {
-		return nil, fmt.Errorf("when placing node files: %w", err)
-	}
-	return f, nil
+// nodeFiles is the data partition's node/ directory, which holds the role
+// server's copy of the roles (Roles, roles.pb).
+func (s *Service) nodeFiles() *localstorage.NodeDirectory {
+	return &s.cfg.Storage.Root.Data.Node
 }
 
 // runRolefetch publishes the node's roles: first the local copy (or the
@@ -39,10 +28,7 @@ func (s *Service) runRolefetch(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	files, err := s.nodeFiles()
-	if err != nil {
-		return err
-	}
+	files := s.nodeFiles()
 	if !s.rolesLoaded.Load() {
 		roles, err := s.localRoles(ctx, m, files)
 		if err != nil {
@@ -107,7 +93,7 @@ func (s *Service) runRolefetch(ctx context.Context) error {
 
 // readRoles returns the copy of the roles in roles.pb, nil when there is
 // none or it does not parse.
-func readRoles(files *nodeFiles) *api.NodeRoles {
+func readRoles(files *localstorage.NodeDirectory) *api.NodeRoles {
 	b, err := files.Roles.Read()
 	if err != nil {
 		return nil
@@ -123,7 +109,7 @@ func readRoles(files *nodeFiles) *api.NodeRoles {
 // else Membership.InitialRoles. A node that has etcd data but neither was a
 // consensus member when it lost its copy, and starts as one, so that a cold
 // cluster can come back.
-func (s *Service) localRoles(ctx context.Context, m *Membership, files *nodeFiles) (*api.NodeRoles, error) {
+func (s *Service) localRoles(ctx context.Context, m *Membership, files *localstorage.NodeDirectory) (*api.NodeRoles, error) {
 	b, err := files.Roles.Read()
 	switch {
 	case err == nil:
@@ -152,7 +138,7 @@ func (s *Service) localRoles(ctx context.Context, m *Membership, files *nodeFile
 }
 
 // writeRoles replaces the copy of the roles, atomically and durably.
-func writeRoles(files *nodeFiles, roles *api.NodeRoles) error {
+func writeRoles(files *localstorage.NodeDirectory, roles *api.NodeRoles) error {
 	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(roles)
 	if err != nil {
 		return fmt.Errorf("when marshalling roles: %w", err)
