@@ -35,7 +35,7 @@ func (s *Service) peerTLSReady() bool {
 func (s *Service) bootstrap(ctx context.Context) error {
 	lg := supervisor.Logger(ctx)
 	lg.Infof("bootstrapping a new cluster: starting etcd with localhost peers and no TLS")
-	inst, err := s.start(ctx, s.bootstrapConfig())
+	inst, err := s.start(ctx, s.bootstrapConfig(), false)
 	if err != nil {
 		return fmt.Errorf("when starting etcd for bootstrap: %w", err)
 	}

@@ -203,7 +203,10 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}
 
-	inst, err := s.start(ctx, s.memberConfig(joining))
+	inst, err := s.start(ctx, s.memberConfig(joining), true)
+	if errors.Is(err, ErrMemberRemoved) {
+		return s.markRemoved(err)
+	}
 	if err != nil {
 		return fmt.Errorf("when starting etcd: %w", err)
 	}
@@ -241,12 +244,18 @@ func (s *Service) wait(ctx context.Context, inst *instance) error {
 	case <-inst.trap.trapped():
 		return fmt.Errorf("etcd failed fatally: %s", inst.trap.message())
 	case <-inst.e.Server.StopNotify():
-		if inst.trap.wasRemoved() || !inst.e.Server.IsMemberExist(inst.e.Server.MemberID()) {
-			if err := os.WriteFile(s.removedMarker(), nil, 0o600); err != nil {
-				return fmt.Errorf("%w (and when marking it: %w)", ErrMemberRemoved, err)
-			}
-			return ErrMemberRemoved
+		if inst.removed() {
+			return s.markRemoved(ErrMemberRemoved)
 		}
 		return errors.New("etcd server stopped")
 	}
+}
+
+// markRemoved marks DataDir as removed, so that etcd never starts on it
+// again, and returns err, which says that the member was removed.
+func (s *Service) markRemoved(err error) error {
+	if merr := os.WriteFile(s.removedMarker(), nil, 0o600); merr != nil {
+		return fmt.Errorf("%w (and when marking it: %w)", err, merr)
+	}
+	return err
 }

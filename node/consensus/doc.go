@@ -70,6 +70,11 @@
 // supervisor, which restarts it. A member removed from the cluster while
 // running stops its server: Run sees it, marks DataDir as removed and
 // returns ErrMemberRemoved, now and on every restart, instead of exiting.
+// A member removed while its etcd was down learns it on its next start:
+// its peers either tell it (its server stops, as above) or, once their
+// CRL lists its certificate, close its connections without a word, and
+// it would wait for a leader forever; so a start that takes long asks the
+// peers itself (probe.go) and ends the same way.
 //
 // Our own goroutines avoid etcd calls that panic in ordinary situations
 // (EtcdServer.IsLearner panics once the member has been removed; the

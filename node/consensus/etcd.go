@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -104,8 +105,10 @@ func (s *Service) baseConfig(peer url.URL) *embed.Config {
 }
 
 // start starts etcd with cfg and waits until it is ready to serve, then
-// connects a client to it through the unix socket.
-func (s *Service) start(ctx context.Context, cfg *embed.Config) (inst *instance, err error) {
+// connects a client to it through the unix socket. With probe set, a member
+// that takes long to become ready asks its peers whether it was removed
+// (see removalProbe).
+func (s *Service) start(ctx context.Context, cfg *embed.Config, probe bool) (inst *instance, err error) {
 	trap := newFatalTrap()
 	zl := newZapLogger(supervisor.Logger(ctx), trap)
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zl)
@@ -134,25 +137,13 @@ func (s *Service) start(ctx context.Context, cfg *embed.Config) (inst *instance,
 		return nil, err
 	}
 	inst = &instance{e: e, trap: trap, log: zl}
-	timeout := time.NewTimer(startTimeout)
-	defer timeout.Stop()
-	select {
-	case <-e.Server.ReadyNotify():
-	case err := <-e.Err():
+	if err := s.waitReady(ctx, inst, probe); err != nil {
+		// Close alone hangs on a server that never became ready: it
+		// waits for etcd's serving goroutines, which wait for the
+		// server to be ready or stopping. Stop it first.
+		e.Server.Stop()
 		e.Close()
-		return nil, fmt.Errorf("while waiting for etcd: %w", err)
-	case <-e.Server.StopNotify():
-		e.Close()
-		return nil, fmt.Errorf("etcd stopped while starting")
-	case <-trap.trapped():
-		e.Close()
-		return nil, fmt.Errorf("etcd failed fatally while starting: %s", trap.message())
-	case <-timeout.C:
-		e.Close()
-		return nil, fmt.Errorf("etcd not ready after %v", startTimeout)
-	case <-ctx.Done():
-		e.Close()
-		return nil, ctx.Err()
+		return nil, err
 	}
 	// Only this node's root may use the socket.
 	if err := os.Chmod(s.cfg.SocketPath, 0o600); err != nil {
@@ -169,6 +160,66 @@ func (s *Service) start(ctx context.Context, cfg *embed.Config) (inst *instance,
 		return nil, fmt.Errorf("when connecting to etcd: %w", err)
 	}
 	return inst, nil
+}
+
+// waitReady waits until the started etcd is ready to serve. It fails with
+// ErrMemberRemoved when etcd stopped because this member was removed, or
+// when, with probe set, the peers say so.
+func (s *Service) waitReady(ctx context.Context, inst *instance, probe bool) error {
+	e := inst.e
+	timeout := time.NewTimer(startTimeout)
+	defer timeout.Stop()
+	var probeC <-chan time.Time
+	if probe {
+		t := time.NewTicker(probeAfter)
+		defer t.Stop()
+		probeC = t.C
+	}
+	var rp *removalProbe
+	for {
+		select {
+		case <-e.Server.ReadyNotify():
+			return nil
+		case err := <-e.Err():
+			return inst.removedOr(fmt.Errorf("while waiting for etcd: %w", err))
+		case <-e.Server.StopNotify():
+			return inst.removedOr(errors.New("etcd stopped while starting"))
+		case <-inst.trap.trapped():
+			return fmt.Errorf("etcd failed fatally while starting: %s", inst.trap.message())
+		case <-timeout.C:
+			return fmt.Errorf("etcd not ready after %v", startTimeout)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-probeC:
+			if rp == nil {
+				var err error
+				if rp, err = s.newRemovalProbe(inst); err != nil {
+					return fmt.Errorf("when preparing to probe the peers: %w", err)
+				}
+			}
+			removed, why := rp.removed(ctx)
+			if removed {
+				return fmt.Errorf("%w: peers refuse it while it starts (%s)", ErrMemberRemoved, why)
+			}
+			supervisor.Logger(ctx).Infof("etcd not ready yet; %s", why)
+		}
+	}
+}
+
+// removedOr returns ErrMemberRemoved if etcd stopped because this member
+// was removed, err otherwise.
+func (i *instance) removedOr(err error) error {
+	if i.removed() {
+		return fmt.Errorf("%w (%w)", ErrMemberRemoved, err)
+	}
+	return err
+}
+
+// removed tells whether this member was removed: a peer told it so, or
+// it applied its own removal. Only valid once the server stopped.
+func (i *instance) removed() bool {
+	srv := i.e.Server
+	return i.trap.wasRemoved() || !srv.IsMemberExist(srv.MemberID())
 }
 
 func sock(path string) string {

@@ -2,6 +2,7 @@ package consensus
 
 import (
 	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"os"
 	"strings"
@@ -82,6 +83,85 @@ func TestRemoveRunningMember(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("peer CRL file does not list the removed member's serial %s", serial)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestRemoveStoppedMember removes a member while its etcd is down, waits
+// until the cluster's CRL refuses its certificate, and starts it again: it
+// learns from its peers that it is out, and its Service returns
+// ErrMemberRemoved instead of waiting for a leader forever.
+func TestRemoveStoppedMember(t *testing.T) {
+	ctx := testContext(t)
+	a, b, c := newTestNode(t), newTestNode(t), newTestNode(t)
+	a.start(t)
+	stA := a.waitVoter(t)
+	join(t, ctx, stA, b)
+	b.waitVoter(t)
+	join(t, ctx, stA, c)
+	c.waitVoter(t)
+
+	c.stop()
+	if err := stA.RemoveMember(ctx, c.cfg.Name); err != nil {
+		t.Fatalf("RemoveMember(%q): %v", c.cfg.Name, err)
+	}
+	// Both remaining members refuse c's certificate from now on.
+	for _, n := range []*testNode{a, b} {
+		waitRevoked(t, n, c)
+	}
+
+	start := time.Now()
+	c.start(t)
+	deadline := time.Now().Add(2 * time.Minute)
+	for !c.logged(t, ErrMemberRemoved.Error(), 1) {
+		if time.Now().After(deadline) {
+			t.Fatalf("member removed while down did not return ErrMemberRemoved on its next start")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("removal noticed %v after the start", time.Since(start))
+	if _, err := os.Stat(c.svc.removedMarker()); err != nil {
+		t.Errorf("removed member's data is not marked removed: %v", err)
+	}
+	if _, err := stA.Client().Put(ctx, "still", "here"); err != nil {
+		t.Errorf("Put on a remaining member: %v", err)
+	}
+}
+
+// waitRevoked waits until n's peer CRL file lists the peer certificate of
+// removed.
+func waitRevoked(t *testing.T, n, removed *testNode) {
+	t.Helper()
+	pemBytes, err := os.ReadFile(removed.svc.tlsPath(peerCertFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(pemBytes)
+	if block == nil {
+		t.Fatalf("no PEM in the peer certificate file of %s", removed.cfg.Name)
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		der, err := os.ReadFile(n.svc.tlsPath(crlFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		crl, err := x509.ParseRevocationList(der)
+		if err != nil {
+			t.Fatalf("peer CRL file of %s: %v", n.cfg.Name, err)
+		}
+		for _, e := range crl.RevokedCertificateEntries {
+			if e.SerialNumber.Cmp(cert.SerialNumber) == 0 {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("peer CRL file of %s does not list the certificate of %s", n.cfg.Name, removed.cfg.Name)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
