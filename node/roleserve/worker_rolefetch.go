@@ -98,11 +98,21 @@ func readRoles(files *localstorage.NodeDirectory) *api.NodeRoles {
 	if err != nil {
 		return nil
 	}
-	roles := &api.NodeRoles{}
-	if err := proto.Unmarshal(b, roles); err != nil {
+	roles, err := parseRoles(b)
+	if err != nil {
 		return nil
 	}
 	return roles
+}
+
+// parseRoles parses the content of roles.pb. The file comes from disk, so
+// anything may be in it: it is either a NodeRoles or an error.
+func parseRoles(b []byte) (*api.NodeRoles, error) {
+	roles := &api.NodeRoles{}
+	if err := proto.Unmarshal(b, roles); err != nil {
+		return nil, fmt.Errorf("when parsing roles: %w", err)
+	}
+	return roles, nil
 }
 
 // localRoles returns the roles the node starts with: the copy in roles.pb,
@@ -113,8 +123,8 @@ func (s *Service) localRoles(ctx context.Context, m *Membership, files *localsto
 	b, err := files.Roles.Read()
 	switch {
 	case err == nil:
-		roles := &api.NodeRoles{}
-		if err := proto.Unmarshal(b, roles); err != nil {
+		roles, err := parseRoles(b)
+		if err != nil {
 			supervisor.Logger(ctx).Warningf("roleserve: ignoring unreadable %s: %v", files.Roles.FullPath(), err)
 			break
 		}
