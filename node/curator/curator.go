@@ -60,6 +60,15 @@ func WithHeartbeatInterval(d time.Duration) Option {
 	return func(o *options) { o.heartbeatInterval = d }
 }
 
+// WithPeerPort sets the port on which nodes that join the consensus
+// through this curator run their etcd peer listener (JoinConsensus gives
+// etcd https://<peer address>:<port>). The default is
+// consensus.DefaultPeerPort, the port every node uses; tests that run
+// several nodes on one address change it.
+func WithPeerPort(port int) Option {
+	return func(o *options) { o.peerPort = func(string) int { return port } }
+}
+
 // Service is one curator: it serves AAA, Management and Curator, takes
 // part in the election and forwards calls to the leader while it follows.
 type Service struct {

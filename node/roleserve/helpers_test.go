@@ -60,14 +60,14 @@ func freePort(t testing.TB) int {
 }
 
 // newTestNode prepares a node on 127.0.0.1 whose curator serves on
-// curatorPort, whose etcd peers on peerPort (0: the fixed one, which the
-// curator assumes for joining members), and which dials the curators of
-// its cluster directory on directoryPort.
+// curatorPort, whose etcd peers on peerPort, and which dials the curators
+// of its cluster directory on directoryPort. Its curator tells joining
+// nodes to peer on joinPeerPort.
 //
 // All nodes share 127.0.0.1: etcd checks a peer's source address against
 // the IP of its certificate, and loopback connections leave from 127.0.0.1
 // whatever 127/8 address they go to.
-func newTestNode(t testing.TB, curatorPort, peerPort, directoryPort int) *testNode {
+func newTestNode(t testing.TB, curatorPort, peerPort, joinPeerPort, directoryPort int) *testNode {
 	t.Helper()
 	st, err := localstorage.New(localstorage.Config{Root: t.TempDir()})
 	if err != nil {
@@ -92,6 +92,7 @@ func newTestNode(t testing.TB, curatorPort, peerPort, directoryPort int) *testNo
 		Version:         "test",
 		curatorPort:     curatorPort,
 		peerPort:        peerPort,
+		joinPeerPort:    joinPeerPort,
 		directoryPort:   directoryPort,
 	}
 	return n

@@ -38,6 +38,7 @@ type Config struct {
 	// Test overrides: zero values mean the node's fixed ports.
 	curatorPort   int // the local curator's port
 	peerPort      int // etcd's peer port
+	joinPeerPort  int // the peer port the local curator gives joining nodes
 	directoryPort int // the port of the curators of the cluster directory
 }
 

@@ -40,8 +40,10 @@ func TestCluster(t *testing.T) {
 	}
 	o := &owner{key: newKey(t)}
 
-	// Node A bootstraps the cluster.
-	a := newTestNode(t, freePort(t), freePort(t), 0)
+	// Node A bootstraps the cluster. Its curator tells B, which joins
+	// through it, to peer on a port of its own: both share 127.0.0.1.
+	bPeerPort := freePort(t)
+	a := newTestNode(t, freePort(t), freePort(t), bPeerPort, 0)
 	t0 := time.Now()
 	a.membership.Set(&Membership{
 		NodeKey:      a.key,
@@ -88,9 +90,8 @@ func TestCluster(t *testing.T) {
 	t.Logf("A: etcd voting after %v, curator serving after %v, status and heartbeat after %v", tEtcd, tCurator, tStatus)
 
 	// Node B registers, is approved and commits, then gets
-	// ConsensusMember. Its etcd must use the fixed peer port, which the
-	// curator assumes for joining members.
-	b := newTestNode(t, freePort(t), 0, a.cfg.curatorPort)
+	// ConsensusMember. Its etcd peers on the port A's curator gives it.
+	b := newTestNode(t, freePort(t), bPeerPort, bPeerPort, a.cfg.curatorPort)
 	bCreds := enrol(t, o, mgmt, a, b)
 	b.membership.Set(&Membership{
 		NodeKey:     b.key,

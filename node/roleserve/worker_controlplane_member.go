@@ -227,7 +227,11 @@ func (s *Service) runCuratorServer(creds *identity.Node, st *consensus.Status, a
 		if err != nil {
 			return fmt.Errorf("when listening: %w", err)
 		}
-		cur := curator.New(curator.Config{Node: creds, Consensus: st, Advertise: adv, Listener: lis})
+		var opts []curator.Option
+		if s.cfg.joinPeerPort != 0 {
+			opts = append(opts, curator.WithPeerPort(s.cfg.joinPeerPort))
+		}
+		cur := curator.New(curator.Config{Node: creds, Consensus: st, Advertise: adv, Listener: lis}, opts...)
 		supervisor.Logger(ctx).Infof("roleserve: curator serving on %s", adv)
 		s.localCurator.Set(adv)
 		return cur.Run(ctx)
