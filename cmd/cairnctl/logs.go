@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"cairn.dev/cairn/node/nodemanagement"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/proto/api"
 )
@@ -66,7 +67,7 @@ func (f *logsFlags) request() (*api.LogsRequest, error) {
 		WithChildren:    true,
 		Backlog:         int32(min(f.backlog, 1<<30)),
 		Follow:          f.follow,
-		MinimumSeverity: apiSeverity(sev),
+		MinimumSeverity: nodemanagement.SeverityToAPI(sev),
 	}, nil
 }
 
@@ -120,7 +121,7 @@ func logEntry(e *api.LogEntry) *logtree.LogEntry {
 	return &logtree.LogEntry{
 		Time:     time.Unix(0, e.GetTimeUnixNanos()),
 		DN:       logtree.DN(e.GetDn()),
-		Severity: treeSeverity(e.GetSeverity()),
+		Severity: entrySeverity(e.GetSeverity()),
 		File:     e.GetFile(),
 		Line:     int(e.GetLine()),
 		Message:  e.GetMessage(),
@@ -128,26 +129,12 @@ func logEntry(e *api.LogEntry) *logtree.LogEntry {
 	}
 }
 
-func treeSeverity(s api.LogSeverity) logtree.Severity {
-	switch s {
-	case api.LogSeverity_LOG_SEVERITY_WARNING:
-		return logtree.WARNING
-	case api.LogSeverity_LOG_SEVERITY_ERROR:
-		return logtree.ERROR
-	case api.LogSeverity_LOG_SEVERITY_FATAL:
-		return logtree.FATAL
+// entrySeverity is the severity of a received entry; one the node sent but
+// this cairnctl does not know is shown as INFO rather than dropped.
+func entrySeverity(s api.LogSeverity) logtree.Severity {
+	sev, err := nodemanagement.SeverityFromAPI(s)
+	if err != nil {
+		return logtree.INFO
 	}
-	return logtree.INFO
-}
-
-func apiSeverity(s logtree.Severity) api.LogSeverity {
-	switch s {
-	case logtree.WARNING:
-		return api.LogSeverity_LOG_SEVERITY_WARNING
-	case logtree.ERROR:
-		return api.LogSeverity_LOG_SEVERITY_ERROR
-	case logtree.FATAL:
-		return api.LogSeverity_LOG_SEVERITY_FATAL
-	}
-	return api.LogSeverity_LOG_SEVERITY_UNSPECIFIED
+	return sev
 }

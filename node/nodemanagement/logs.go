@@ -99,7 +99,7 @@ func readOptions(req *api.LogsRequest) ([]logtree.ReadOption, error) {
 	if req.GetBacklog() < logtree.BacklogAll {
 		return nil, fmt.Errorf("backlog %d: want -1 (all), 0 (none) or a count", req.GetBacklog())
 	}
-	sev, err := severityFromAPI(req.GetMinimumSeverity())
+	sev, err := SeverityFromAPI(req.GetMinimumSeverity())
 	if err != nil {
 		return nil, fmt.Errorf("minimum severity: %w", err)
 	}
@@ -158,7 +158,7 @@ func entryToAPI(e *logtree.LogEntry) *api.LogEntry {
 	return &api.LogEntry{
 		TimeUnixNanos: e.Time.UnixNano(),
 		Dn:            string(e.DN),
-		Severity:      severityToAPI(e.Severity),
+		Severity:      SeverityToAPI(e.Severity),
 		File:          e.File,
 		Line:          int32(e.Line),
 		Message:       e.Message,
@@ -166,7 +166,9 @@ func entryToAPI(e *logtree.LogEntry) *api.LogEntry {
 	}
 }
 
-func severityToAPI(s logtree.Severity) api.LogSeverity {
+// SeverityToAPI maps a log tree severity to its protobuf form. The API
+// and cairnctl share it, so both sides of a Logs stream agree.
+func SeverityToAPI(s logtree.Severity) api.LogSeverity {
 	switch s {
 	case logtree.WARNING:
 		return api.LogSeverity_LOG_SEVERITY_WARNING
@@ -179,9 +181,10 @@ func severityToAPI(s logtree.Severity) api.LogSeverity {
 	}
 }
 
-// severityFromAPI maps a requested minimum severity; UNSPECIFIED is INFO,
-// which lets everything through.
-func severityFromAPI(s api.LogSeverity) (logtree.Severity, error) {
+// SeverityFromAPI maps a protobuf severity to the log tree's. UNSPECIFIED
+// is INFO, which as a minimum lets everything through; an unknown value is
+// an error.
+func SeverityFromAPI(s api.LogSeverity) (logtree.Severity, error) {
 	switch s {
 	case api.LogSeverity_LOG_SEVERITY_UNSPECIFIED, api.LogSeverity_LOG_SEVERITY_INFO:
 		return logtree.INFO, nil
