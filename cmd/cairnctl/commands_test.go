@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/identity/identitytest"
 	"cairn.dev/cairn/proto/api"
 )
 
@@ -50,7 +51,7 @@ func TestCommandsAgainstServer(t *testing.T) {
 		t.Errorf("takeownership printed %q, want it to name %s", out, s.addr)
 	}
 	ca, err := readCertificate(dir, caCertFile)
-	if err != nil || !sameDER(ca, s.ca.cert.Raw) {
+	if err != nil || !sameDER(ca, s.ca.DER()) {
 		t.Fatalf("stored CA = %x, %v, want the cluster's", ca, err)
 	}
 	st, err := readSettings(dir)
@@ -121,7 +122,7 @@ func TestCommandsAgainstServer(t *testing.T) {
 		t.Fatalf("cluster info -o json: %v", err)
 	}
 	wantInfo := clusterView{
-		CAFingerprint: fingerprint(s.ca.cert.Raw), StorageSecurity: "encrypted", TPM: "best-effort",
+		CAFingerprint: fingerprint(s.ca.DER()), StorageSecurity: "encrypted", TPM: "best-effort",
 		Directory: []directoryEntry{{ID: up.Id, Addresses: []string{"10.0.2.15"}}},
 	}
 	if diff := cmp.Diff(wantInfo, info); diff != "" {
@@ -139,7 +140,7 @@ func TestCommandsAgainstServer(t *testing.T) {
 		ClusterDirectory: &api.ClusterDirectory{Nodes: []*api.ClusterDirectory_Node{{
 			Id: up.Id, PublicKey: up.PublicKey, Addresses: []*api.ClusterDirectory_Node_Address{{Host: "10.0.2.15"}},
 		}}},
-		CaCertificate: s.ca.cert.Raw,
+		CaCertificate: s.ca.DER(),
 	}}}
 	if diff := cmp.Diff(wantParams, readParams(t, data), protocmp.Transform()); diff != "" {
 		t.Errorf("register parameters (-want +got):\n%s", diff)
@@ -219,7 +220,7 @@ func TestCommandsAgainstServer(t *testing.T) {
 func TestTakeOwnershipRefusals(t *testing.T) {
 	t.Run("foreign CA", func(t *testing.T) {
 		dir, s := bootstrapped(t)
-		s.escrowCA = newTestCA(t)
+		s.escrowCA = identitytest.NewCA(t, "test cluster CA")
 		_, err := run(t, dir, "--endpoint", s.addr, "takeownership")
 		if err == nil || !strings.Contains(err.Error(), "not a node of the cluster whose CA it returned") {
 			t.Errorf("takeownership from a server of another CA = %v, want a refusal", err)

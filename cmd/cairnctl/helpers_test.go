@@ -3,18 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"io"
-	"math/big"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"cairn.dev/cairn/node/identity"
 )
 
 // run runs cairnctl with args against the configuration directory dir,
@@ -73,67 +66,3 @@ func mustRun(t *testing.T, dir string, args ...string) string {
 
 // testNow is the clock of commands run by tests.
 var testNow = time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
-
-// testCA is a cluster CA made with crypto/x509, issuing certificates of
-// node/identity's profiles.
-type testCA struct {
-	key  ed25519.PrivateKey
-	cert *x509.Certificate
-}
-
-func newTestCA(t *testing.T) *testCA {
-	t.Helper()
-	_, key, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "test cluster CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testCA{key: key, cert: cert}
-}
-
-// mint signs tmpl for pub, valid from an hour ago for a day.
-func (ca *testCA) mint(tmpl x509.Certificate, pub ed25519.PublicKey) ([]byte, error) {
-	tmpl.SerialNumber = big.NewInt(time.Now().UnixNano())
-	tmpl.NotBefore = time.Now().Add(-time.Hour)
-	tmpl.NotAfter = time.Now().Add(24 * time.Hour)
-	return x509.CreateCertificate(rand.Reader, &tmpl, ca.cert, pub, ca.key)
-}
-
-func (ca *testCA) issue(t *testing.T, tmpl x509.Certificate, pub ed25519.PublicKey) []byte {
-	t.Helper()
-	der, err := ca.mint(tmpl, pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return der
-}
-
-func (ca *testCA) node(t *testing.T) *identity.Node {
-	t.Helper()
-	_, key, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub := key.Public().(ed25519.PublicKey)
-	n, err := identity.NewNode(key, ca.issue(t, identity.NodeCertificateTemplate(pub), pub), ca.cert.Raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}

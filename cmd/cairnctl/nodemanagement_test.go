@@ -22,7 +22,7 @@ func TestAgainstNodeManagement(t *testing.T) {
 	lt := logtree.New()
 	rebooted := make(chan struct{})
 	poweredOff := make(chan struct{})
-	node := s.ca.node(t)
+	node := s.ca.Node(t)
 	srv := rpc.NewServer(node)
 	api.RegisterNodeManagementServer(srv, nodemanagement.New(nodemanagement.Config{
 		LogTree:  lt,

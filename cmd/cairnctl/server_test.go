@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/identity/identitytest"
 	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/proto/api"
 )
@@ -28,11 +30,11 @@ type testServer struct {
 	api.UnimplementedManagementServer
 	api.UnimplementedNodeManagementServer
 
-	ca    *testCA
+	ca    *identitytest.CA
 	owner ed25519.PublicKey
 	// escrowCA, when set, is the CA certificate Escrow returns instead of
 	// ca's, as a server of another cluster would.
-	escrowCA *testCA
+	escrowCA *identitytest.CA
 	addr     string
 
 	mu       sync.Mutex
@@ -46,7 +48,7 @@ type testServer struct {
 // s.ca until the test ends.
 func startTestServer(t *testing.T, s *testServer) {
 	t.Helper()
-	srv := rpc.NewServer(s.ca.node(t))
+	srv := rpc.NewServer(s.ca.Node(t))
 	api.RegisterAAAServer(srv, s)
 	api.RegisterManagementServer(srv, s)
 	api.RegisterNodeManagementServer(srv, s)
@@ -98,11 +100,11 @@ func (s *testServer) Escrow(srv grpc.BidiStreamingServer[api.EscrowFromClient, a
 	if s.escrowCA != nil {
 		ca = s.escrowCA
 	}
-	cert, err := ca.mint(identity.OwnerCertificateTemplate(), s.owner)
+	cert, err := ca.Sign(identity.OwnerCertificateTemplate(), s.owner, time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour))
 	if err != nil {
 		return status.Error(codes.Internal, err.Error())
 	}
-	result := &api.EscrowFromServer_Result{OwnerCertificate: cert, CaCertificate: ca.cert.Raw}
+	result := &api.EscrowFromServer_Result{OwnerCertificate: cert, CaCertificate: ca.DER()}
 	return srv.Send(&api.EscrowFromServer{Step: &api.EscrowFromServer_Result_{Result: result}})
 }
 
@@ -125,7 +127,7 @@ func (s *testServer) GetClusterInfo(context.Context, *api.GetClusterInfoRequest)
 	}
 	return &api.GetClusterInfoResponse{
 		ClusterDirectory: dir,
-		CaCertificate:    s.ca.cert.Raw,
+		CaCertificate:    s.ca.DER(),
 		ClusterConfiguration: &api.ClusterConfiguration{
 			StorageSecurityPolicy: api.StorageSecurityPolicy_STORAGE_SECURITY_POLICY_ENCRYPTED,
 			TpmMode:               api.TPMMode_TPM_MODE_BEST_EFFORT,
@@ -225,7 +227,7 @@ func bootstrapped(t *testing.T, nodes ...*api.Node) (string, *testServer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &testServer{ca: newTestCA(t), owner: key.Public().(ed25519.PublicKey), nodes: nodes}
+	s := &testServer{ca: identitytest.NewCA(t, "test cluster CA"), owner: key.Public().(ed25519.PublicKey), nodes: nodes}
 	startTestServer(t, s)
 	return dir, s
 }

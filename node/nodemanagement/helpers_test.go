@@ -2,22 +2,16 @@ package nodemanagement
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"math/big"
 	"net"
 	"sync"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 
-	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/identity/identitytest"
 	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/proto/api"
 )
@@ -26,102 +20,33 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// testCA is a cluster CA minted with crypto/x509 alone, issuing certificates
-// of node/identity's profiles.
-type testCA struct {
-	key  ed25519.PrivateKey
-	cert *x509.Certificate
-}
-
-func newTestCA(t testing.TB) *testCA {
+// ownerCredentials makes an owner of ca and returns client credentials
+// with its key and certificate.
+func ownerCredentials(t testing.TB, ca *identitytest.CA) credentials.TransportCredentials {
 	t.Helper()
-	key := newKey(t)
-	template := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "test cluster CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, template, template, key.Public(), key)
-	if err != nil {
-		t.Fatalf("creating CA certificate: %v", err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatalf("parsing CA certificate: %v", err)
-	}
-	return &testCA{key: key, cert: cert}
-}
-
-// issue signs template for pub, valid from an hour ago for a day.
-func (ca *testCA) issue(t testing.TB, template x509.Certificate, pub ed25519.PublicKey) []byte {
-	t.Helper()
-	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
-	if err != nil {
-		t.Fatalf("choosing serial: %v", err)
-	}
-	template.SerialNumber = serial
-	template.NotBefore = time.Now().Add(-time.Hour)
-	template.NotAfter = time.Now().Add(24 * time.Hour)
-	der, err := x509.CreateCertificate(rand.Reader, &template, ca.cert, pub, ca.key)
-	if err != nil {
-		t.Fatalf("issuing certificate: %v", err)
-	}
-	return der
-}
-
-// node makes a node identity with a fresh key.
-func (ca *testCA) node(t testing.TB) *identity.Node {
-	t.Helper()
-	key := newKey(t)
-	pub := key.Public().(ed25519.PublicKey)
-	n, err := identity.NewNode(key, ca.issue(t, identity.NodeCertificateTemplate(pub), pub), ca.cert.Raw)
-	if err != nil {
-		t.Fatalf("NewNode: %v", err)
-	}
-	return n
-}
-
-// ownerCredentials makes an owner key and certificate and returns client
-// credentials with them.
-func (ca *testCA) ownerCredentials(t testing.TB) credentials.TransportCredentials {
-	t.Helper()
-	key := newKey(t)
-	der := ca.issue(t, identity.OwnerCertificateTemplate(), key.Public().(ed25519.PublicKey))
-	creds, err := rpc.OwnerCredentials(key, der, ca.cert.Raw)
+	key, der := ca.Owner(t)
+	creds, err := rpc.OwnerCredentials(key, der, ca.DER())
 	if err != nil {
 		t.Fatalf("OwnerCredentials: %v", err)
 	}
 	return creds
 }
 
-func newKey(t testing.TB) ed25519.PrivateKey {
-	t.Helper()
-	_, key, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatalf("generating key: %v", err)
-	}
-	return key
-}
-
 // testServer is svc served by a node over real TLS on loopback, with the
 // CA that issued the node's certificate, for the length of a test.
 type testServer struct {
-	ca   *testCA
+	ca   *identitytest.CA
 	addr string
 }
 
 func serve(t *testing.T, svc *Service) *testServer {
 	t.Helper()
-	ca := newTestCA(t)
+	ca := identitytest.NewCA(t, "test cluster CA")
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("listening: %v", err)
 	}
-	srv := rpc.NewServer(ca.node(t))
+	srv := rpc.NewServer(ca.Node(t))
 	api.RegisterNodeManagementServer(srv, svc)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -149,7 +74,7 @@ func (s *testServer) client(t *testing.T, creds credentials.TransportCredentials
 // owner dials the server as the cluster owner.
 func (s *testServer) owner(t *testing.T) api.NodeManagementClient {
 	t.Helper()
-	return s.client(t, s.ca.ownerCredentials(t))
+	return s.client(t, ownerCredentials(t, s.ca))
 }
 
 // fakeStream is the server side of a Logs stream for calling the handler

@@ -116,7 +116,7 @@ func TestActionsWithoutFunctions(t *testing.T) {
 func TestNodeIsRefused(t *testing.T) {
 	actions := newRecordingActions()
 	srv := serve(t, New(actions.config(logtree.New())))
-	client := srv.client(t, rpc.NodeCredentials(srv.ca.node(t)))
+	client := srv.client(t, rpc.NodeCredentials(srv.ca.Node(t)))
 
 	if _, err := client.Reboot(t.Context(), &api.RebootRequest{}); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("Reboot as a node = %v, want PermissionDenied", err)

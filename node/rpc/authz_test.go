@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/identity/identitytest"
 	"cairn.dev/cairn/proto/api"
 )
 
@@ -111,26 +112,26 @@ func outcomes(refused codes.Code, ok ...api.Authorization) map[api.Authorization
 // caller, over real TLS on loopback, against handlers that always succeed:
 // what fails is refused by the authorization layer alone.
 func TestAuthorizationMatrix(t *testing.T) {
-	ca := newTestCA(t, "cluster CA")
-	foreign := newTestCA(t, "foreign CA")
-	server := ca.node(t)
+	ca := identitytest.NewCA(t, "cluster CA")
+	foreign := identitytest.NewCA(t, "foreign CA")
+	server := ca.Node(t)
 	addr := startServer(t, server, registerTestServices)
 
-	client := ca.node(t)
-	ownerKey, ownerDER := ca.owner(t)
-	owner, err := OwnerCredentials(ownerKey, ownerDER, ca.der())
+	client := ca.Node(t)
+	ownerKey, ownerDER := ca.Owner(t)
+	owner, err := OwnerCredentials(ownerKey, ownerDER, ca.DER())
 	if err != nil {
 		t.Fatalf("OwnerCredentials: %v", err)
 	}
-	anonymous, err := EphemeralCredentials(ca.der(), nil)
+	anonymous, err := EphemeralCredentials(ca.DER(), nil)
 	if err != nil {
 		t.Fatalf("EphemeralCredentials(nil): %v", err)
 	}
-	selfSigned, err := EphemeralCredentials(ca.der(), newKey(t))
+	selfSigned, err := EphemeralCredentials(ca.DER(), identitytest.NewKey(t))
 	if err != nil {
 		t.Fatalf("EphemeralCredentials(key): %v", err)
 	}
-	foreignNode := foreign.node(t)
+	foreignNode := foreign.Node(t)
 	foreignCreds := foreignClientCredentials(t, ca, foreignNode.TLSCertificate())
 
 	unauth := []api.Authorization{
@@ -182,9 +183,9 @@ func TestAuthorizationMatrix(t *testing.T) {
 // foreignClientCredentials present cert, which the cluster CA did not
 // issue, to a server they verify against the cluster CA as every client
 // does.
-func foreignClientCredentials(t *testing.T, ca *testCA, cert tls.Certificate) credentials.TransportCredentials {
+func foreignClientCredentials(t *testing.T, ca *identitytest.CA, cert tls.Certificate) credentials.TransportCredentials {
 	t.Helper()
-	c, err := identity.EphemeralClientTLSConfig(ca.der(), nil)
+	c, err := identity.EphemeralClientTLSConfig(ca.DER(), nil)
 	if err != nil {
 		t.Fatalf("EphemeralClientTLSConfig: %v", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 
 	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/identity/identitytest"
 )
 
 // unmarkedFile is a proto file of a service whose method declares no
@@ -68,7 +69,7 @@ func succeed(method string) grpc.MethodHandler {
 // included, when it declares no authorization or the registry does not
 // know it at all, however willing its handler.
 func TestDefaultDeny(t *testing.T) {
-	ca := newTestCA(t, "cluster CA")
+	ca := identitytest.NewCA(t, "cluster CA")
 	services := []*grpc.ServiceDesc{
 		// Known to the registry, without the option.
 		{ServiceName: "cairn.rpctest.Unmarked", HandlerType: (*any)(nil), Methods: []grpc.MethodDesc{{MethodName: "Call", Handler: succeed("/cairn.rpctest.Unmarked/Call")}}},
@@ -76,7 +77,7 @@ func TestDefaultDeny(t *testing.T) {
 		{ServiceName: "cairn.rpctest.Ghost", HandlerType: (*any)(nil), Methods: []grpc.MethodDesc{{MethodName: "Call", Handler: succeed("/cairn.rpctest.Ghost/Call")}}},
 	}
 	var server *Server
-	addr := startServer(t, ca.node(t), func(s *Server) {
+	addr := startServer(t, ca.Node(t), func(s *Server) {
 		server = s
 		for _, sd := range services {
 			s.RegisterService(sd, struct{}{})
@@ -85,12 +86,12 @@ func TestDefaultDeny(t *testing.T) {
 	if got := len(server.Methods()); got != 2 {
 		t.Errorf("server.Methods() has %d methods, want the 2 registered", got)
 	}
-	ownerKey, ownerDER := ca.owner(t)
-	owner, err := OwnerCredentials(ownerKey, ownerDER, ca.der())
+	ownerKey, ownerDER := ca.Owner(t)
+	owner, err := OwnerCredentials(ownerKey, ownerDER, ca.DER())
 	if err != nil {
 		t.Fatalf("OwnerCredentials: %v", err)
 	}
-	anonymous, err := EphemeralCredentials(ca.der(), nil)
+	anonymous, err := EphemeralCredentials(ca.DER(), nil)
 	if err != nil {
 		t.Fatalf("EphemeralCredentials: %v", err)
 	}
@@ -99,7 +100,7 @@ func TestDefaultDeny(t *testing.T) {
 		conn *grpc.ClientConn
 	}{
 		{"owner", dial(t, addr, owner)},
-		{"node", dial(t, addr, NodeCredentials(ca.node(t)))},
+		{"node", dial(t, addr, NodeCredentials(ca.Node(t)))},
 		{"no certificate", dial(t, addr, anonymous)},
 	} {
 		for _, name := range []string{"/cairn.rpctest.Unmarked/Call", "/cairn.rpctest.Ghost/Call"} {
@@ -134,13 +135,13 @@ func TestLookupMethod(t *testing.T) {
 // foreign caller is stopped: the server's TLS handshake refuses its
 // certificate, before gRPC runs.
 func TestForeignCertificateRefusedAtHandshake(t *testing.T) {
-	ca := newTestCA(t, "cluster CA")
-	addr := startServer(t, ca.node(t), registerTestServices)
-	c, err := identity.EphemeralClientTLSConfig(ca.der(), nil)
+	ca := identitytest.NewCA(t, "cluster CA")
+	addr := startServer(t, ca.Node(t), registerTestServices)
+	c, err := identity.EphemeralClientTLSConfig(ca.DER(), nil)
 	if err != nil {
 		t.Fatalf("EphemeralClientTLSConfig: %v", err)
 	}
-	c.Certificates = []tls.Certificate{newTestCA(t, "foreign CA").node(t).TLSCertificate()}
+	c.Certificates = []tls.Certificate{identitytest.NewCA(t, "foreign CA").Node(t).TLSCertificate()}
 	c.NextProtos = []string{"h2"}
 	conn, err := tls.Dial("tcp", addr, c)
 	if err != nil {

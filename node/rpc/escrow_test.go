@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"cairn.dev/cairn/node/identity/identitytest"
 	"cairn.dev/cairn/proto/api"
 )
 
@@ -61,12 +62,12 @@ func (e escrowAAA) Escrow(srv grpc.BidiStreamingServer[api.EscrowFromClient, api
 // side, then replays that proof on another connection, where the server
 // must refuse it.
 func TestEscrowProofBindsSession(t *testing.T) {
-	ca := newTestCA(t, "cluster CA")
-	ownerKey := newKey(t)
-	addr := startServer(t, ca.node(t), func(s *Server) {
+	ca := identitytest.NewCA(t, "cluster CA")
+	ownerKey := identitytest.NewKey(t)
+	addr := startServer(t, ca.Node(t), func(s *Server) {
 		api.RegisterAAAServer(s, escrowAAA{owner: ownerKey.Public().(ed25519.PublicKey)})
 	})
-	creds, err := EphemeralCredentials(ca.der(), nil)
+	creds, err := EphemeralCredentials(ca.DER(), nil)
 	if err != nil {
 		t.Fatalf("EphemeralCredentials: %v", err)
 	}

@@ -13,19 +13,20 @@ import (
 	"google.golang.org/grpc/status"
 
 	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/identity/identitytest"
 )
 
 // TestForwardedPeer calls a server, over real TLS, through connections of
 // a trusted forwarder, an untrusted node and the owner, each claiming to
 // forward for some caller, and checks whom the handler sees.
 func TestForwardedPeer(t *testing.T) {
-	ca := newTestCA(t, "cluster CA")
-	forwarder := ca.node(t)
-	untrusted := ca.node(t)
-	other := ca.node(t)
-	ownerKey, ownerDER := ca.owner(t)
+	ca := identitytest.NewCA(t, "cluster CA")
+	forwarder := ca.Node(t)
+	untrusted := ca.Node(t)
+	other := ca.Node(t)
+	ownerKey, ownerDER := ca.Owner(t)
 	ownerPub := ownerKey.Public().(ed25519.PublicKey)
-	selfKey := newKey(t).Public().(ed25519.PublicKey)
+	selfKey := identitytest.NewKey(t).Public().(ed25519.PublicKey)
 
 	trust := func(_ context.Context, p identity.Peer) error {
 		if p.NodeID != forwarder.ID() {
@@ -33,13 +34,13 @@ func TestForwardedPeer(t *testing.T) {
 		}
 		return nil
 	}
-	trusting := startServer(t, ca.node(t), func(s *Server) {
+	trusting := startServer(t, ca.Node(t), func(s *Server) {
 		registerTestServices(s)
 		s.TrustForwarders(trust)
 	})
-	plain := startServer(t, ca.node(t), registerTestServices)
+	plain := startServer(t, ca.Node(t), registerTestServices)
 
-	owner, err := OwnerCredentials(ownerKey, ownerDER, ca.der())
+	owner, err := OwnerCredentials(ownerKey, ownerDER, ca.DER())
 	if err != nil {
 		t.Fatalf("OwnerCredentials: %v", err)
 	}

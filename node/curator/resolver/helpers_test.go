@@ -2,78 +2,19 @@ package resolver
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"fmt"
-	"math/big"
 	"net"
 	"strconv"
 	"testing"
-	"time"
 
 	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/identity/identitytest"
 	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/pkg/supervisor"
 	api "cairn.dev/cairn/proto/api"
 )
-
-// testCA is a cluster CA minted with crypto/x509 alone.
-type testCA struct {
-	key  ed25519.PrivateKey
-	cert *x509.Certificate
-}
-
-func newTestCA(t testing.TB) *testCA {
-	t.Helper()
-	_, key, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "test CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testCA{key: key, cert: cert}
-}
-
-// node returns a node identity with a fresh key.
-func (ca *testCA) node(t testing.TB) *identity.Node {
-	t.Helper()
-	pub, key, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := identity.NodeCertificateTemplate(pub)
-	tmpl.SerialNumber = big.NewInt(time.Now().UnixNano())
-	tmpl.NotBefore = time.Now().Add(-time.Hour)
-	tmpl.NotAfter = time.Now().Add(24 * time.Hour)
-	der, err := x509.CreateCertificate(rand.Reader, &tmpl, ca.cert, pub, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := identity.NewNode(key, der, ca.cert.Raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
 
 // fakeCurator answers GetCurrentLeader from a leadership shared by all
 // fake curators of a test, and Heartbeat with its own index as the
@@ -121,7 +62,7 @@ type fakeCluster struct {
 	up []*memory.Value[bool]
 }
 
-func newFakeCluster(t testing.TB, ca *testCA, n int) *fakeCluster {
+func newFakeCluster(t testing.TB, ca *identitytest.CA, n int) *fakeCluster {
 	t.Helper()
 	c := &fakeCluster{}
 	for i := range n {
@@ -131,7 +72,7 @@ func newFakeCluster(t testing.TB, ca *testCA, n int) *fakeCluster {
 		}
 		addr := l.Addr().String()
 		l.Close()
-		f := &fakeCurator{index: i, node: ca.node(t), leader: &c.leader, addr: addr}
+		f := &fakeCurator{index: i, node: ca.Node(t), leader: &c.leader, addr: addr}
 		c.curators = append(c.curators, f)
 		up := &memory.Value[bool]{}
 		up.Set(true)

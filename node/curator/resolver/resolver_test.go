@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"cairn.dev/cairn/node/identity/identitytest"
 	"cairn.dev/cairn/pkg/supervisor"
 	api "cairn.dev/cairn/proto/api"
 )
@@ -82,10 +83,10 @@ func start(t *testing.T, c *fakeCluster, r *Resolver) *grpc.ClientConn {
 // calls follow it, and that a leader that goes down costs only a short
 // outage.
 func TestFollowsLeader(t *testing.T) {
-	ca := newTestCA(t)
+	ca := identitytest.NewCA(t, "test CA")
 	c := newFakeCluster(t, ca, 3)
 	c.leader.Set(1)
-	r := New(ca.node(t), c.addrs())
+	r := New(ca.Node(t), c.addrs())
 	cc := start(t, c, r)
 
 	waitAnswerer(t, cc, 1)
@@ -109,10 +110,10 @@ func TestFollowsLeader(t *testing.T) {
 // TestElectionFallsBack checks that while no curator leads, calls are
 // sent to any curator that answers (which would forward them).
 func TestElectionFallsBack(t *testing.T) {
-	ca := newTestCA(t)
+	ca := identitytest.NewCA(t, "test CA")
 	c := newFakeCluster(t, ca, 2)
 	c.leader.Set(1)
-	r := New(ca.node(t), c.addrs())
+	r := New(ca.Node(t), c.addrs())
 	cc := start(t, c, r)
 	waitAnswerer(t, cc, 1)
 
@@ -127,7 +128,7 @@ func TestElectionFallsBack(t *testing.T) {
 // TestSkipsSilentEndpoint gives a first seed that accepts connections but
 // never answers, like a curator whose machine hung: the probe must move on.
 func TestSkipsSilentEndpoint(t *testing.T) {
-	ca := newTestCA(t)
+	ca := identitytest.NewCA(t, "test CA")
 	c := newFakeCluster(t, ca, 1)
 	c.leader.Set(0)
 	silent, err := net.Listen("tcp", "127.0.0.1:0")
@@ -135,7 +136,7 @@ func TestSkipsSilentEndpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer silent.Close()
-	r := New(ca.node(t), append([]string{silent.Addr().String()}, c.addrs()...))
+	r := New(ca.Node(t), append([]string{silent.Addr().String()}, c.addrs()...))
 	r.probeInterval = 200 * time.Millisecond
 	r.probeTimeout = 300 * time.Millisecond
 	start(t, c, r)
@@ -152,10 +153,10 @@ func TestSkipsSilentEndpoint(t *testing.T) {
 // TestLearnsCurators starts with no seed at all and learns the curators
 // through SetCurators.
 func TestLearnsCurators(t *testing.T) {
-	ca := newTestCA(t)
+	ca := identitytest.NewCA(t, "test CA")
 	c := newFakeCluster(t, ca, 2)
 	c.leader.Set(1)
-	r := New(ca.node(t), nil)
+	r := New(ca.Node(t), nil)
 	cc := start(t, c, r)
 
 	r.SetCurators(c.addrs()[:1])
