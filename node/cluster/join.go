@@ -35,7 +35,9 @@ func (s *Service) join(ctx context.Context) (*roleserve.Membership, error) {
 		return nil, fmt.Errorf("when unsealing the configuration: %w", err)
 	}
 	id := sc.GetNodeId()
-	log.Infof("enrolment: joining as %s", id)
+	// unseal has parsed the envelope already: this cannot fail.
+	kind, _, _ := parseEnvelope(b)
+	log.Infof("enrolment: joining as %s (configuration %s)", id, kind)
 	dir, dirErr := s.readDirectory()
 	if dirErr != nil {
 		log.Warningf("enrolment: %v; only a cold start can bring this node back", dirErr)

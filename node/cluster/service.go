@@ -253,6 +253,11 @@ func (s *Service) writeSealed(log logtree.LeveledLogger, sc *private.SealedConfi
 	if err := s.root.ESP.Cairn.SealedConfiguration.Write(b); err != nil {
 		return fmt.Errorf("when writing the sealed configuration: %w", err)
 	}
+	if plan.useTPM {
+		log.Infof("enrolment: configuration sealed with the TPM")
+	} else {
+		log.Infof("enrolment: configuration stored unsealed")
+	}
 	return nil
 }
 

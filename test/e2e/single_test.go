@@ -81,6 +81,11 @@ func TestSingleNodeCluster(t *testing.T) {
 			t.Errorf("node list = %+v, want only %s, UP with ConsensusMember", nodes, id)
 		}
 		t.Logf("cairnctl cluster info:\n%s", s.cairnctl(t, c, "cluster", "info"))
+		// The node has a TPM (swtpm): its configuration must be sealed
+		// by it, not stored in the clear.
+		if _, ok := n0.VM().Console().Find(0, launch.Substring("enrolment: configuration sealed with the TPM")); !ok {
+			t.Errorf("node 0 did not seal its configuration with its TPM")
+		}
 		o = readOwner(t, c.ConfigDir())
 		s.checkLogs(t, c, n0)
 	})
@@ -202,6 +207,9 @@ func (s *suite) rebootSingle(t *testing.T, c *cluster.Cluster, n *cluster.Node, 
 	s.step("reboot command → rejoined ("+strings.Fields(cluster.Message(back.Text))[1]+")", back.Time.Sub(start))
 	serving := s.waitNode(t, n, back.Index, launch.Substring(cluster.LineCuratorServing))
 	s.step("reboot command → curator serving", serving.Time.Sub(start))
+	if _, ok := n.VM().Console().Find(boot.Index, launch.Substring("(configuration TPM-sealed)")); !ok {
+		t.Errorf("after the reboot the node did not unseal its configuration with its TPM")
+	}
 	if _, ok := n.VM().Console().Find(boot.Index, launch.Substring("enrolment: bootstrapping")); ok {
 		t.Errorf("the node bootstrapped a new cluster after its reboot, instead of coming back to its own")
 	}
