@@ -88,9 +88,20 @@ func (c *curator) unaryInterceptor(ctx context.Context, req any, info *grpc.Unar
 		return nil, err
 	}
 	if err := conn.Invoke(rpc.WithForwardedPeer(ctx, p), info.FullMethod, req, resp); err != nil {
-		return nil, err
+		return nil, forwardError(ctx, err)
 	}
 	return resp, nil
+}
+
+// forwardError is the error a forwarded call passes back to its caller. A
+// call the caller did not cancel, cancelled here all the same, died with
+// the connection to a leader that is no longer one: to the caller that is
+// a leadership move, which it may retry, not a cancellation of its own.
+func forwardError(ctx context.Context, err error) error {
+	if status.Code(err) == codes.Canceled && ctx.Err() == nil {
+		return status.Errorf(codes.Unavailable, "the call was forwarded to a curator that no longer leads (leadership is moving); retry shortly: %v", err)
+	}
+	return err
 }
 
 // streamInterceptor is unaryInterceptor for streams. Only streams of one
@@ -113,7 +124,7 @@ func (c *curator) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.St
 		return status.Errorf(codes.Unimplemented, "%s: client streams are not forwarded to the leader", info.FullMethod)
 	}
 	p, _ := rpc.PeerFromContext(ctx)
-	return forwardStream(rpc.WithForwardedPeer(ctx, p), conn, info.FullMethod, ss)
+	return forwardError(ctx, forwardStream(rpc.WithForwardedPeer(ctx, p), conn, info.FullMethod, ss))
 }
 
 // forwardStream passes the one request of ss to the same method on conn

@@ -57,3 +57,27 @@ func TestRouting(t *testing.T) {
 		})
 	}
 }
+
+// TestForwardError checks that a forwarded call cut off by the loss of the
+// leader's connection reaches its caller as retryable, while the caller's
+// own cancellation and the leader's answers pass unchanged.
+func TestForwardError(t *testing.T) {
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	closing := status.Error(codes.Canceled, "grpc: the client connection is closing")
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		err  error
+		want codes.Code
+	}{
+		{"leader connection closed", context.Background(), closing, codes.Unavailable},
+		{"caller cancelled", cancelled, closing, codes.Canceled},
+		{"leader refused", context.Background(), status.Error(codes.PermissionDenied, "no"), codes.PermissionDenied},
+		{"success", context.Background(), nil, codes.OK},
+	} {
+		if got := status.Code(forwardError(tc.ctx, tc.err)); got != tc.want {
+			t.Errorf("%s: forwardError(%v) has code %v, want %v", tc.name, tc.err, got, tc.want)
+		}
+	}
+}
