@@ -21,7 +21,7 @@ func TestBootstrap(t *testing.T) {
 	c := newTestCluster(t)
 	ctx := testContext(t)
 	n := c.nodes[0]
-	st := n.voter(t)
+	st := n.member.WaitVoter(t)
 	again := BootstrapState{
 		OwnerPublicKey:   c.ownerKey.Public().(ed25519.PublicKey),
 		Configuration:    c.config,

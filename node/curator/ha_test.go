@@ -51,7 +51,7 @@ func (c *testCluster) addMember(t testing.TB, addr string, n *testNode, ports *p
 	t.Helper()
 	ctx := testContext(t)
 	c.enrol(t, addr, n)
-	ports.set(n.id(), n.peerPort)
+	ports.set(n.id(), n.member.Config.PeerPort)
 	yes := true
 	if _, err := c.mgmt(t, addr).UpdateNodeRoles(ctx, &api.UpdateNodeRolesRequest{NodeId: n.id(), ConsensusMember: &yes}); err != nil {
 		t.Fatalf("UpdateNodeRoles(%s, consensus member): %v", n.id(), err)
@@ -61,15 +61,15 @@ func (c *testCluster) addMember(t testing.TB, addr string, n *testNode, ports *p
 	if err != nil {
 		t.Fatalf("JoinConsensus: %v", err)
 	}
-	n.cfg.Join = &consensus.JoinCluster{
+	n.member.Config.Join = &consensus.JoinCluster{
 		InitialCluster:  j.InitialCluster,
 		Peers:           j.Peers,
 		CACertificate:   j.CaCertificate,
 		CRL:             j.Crl,
 		PeerCertificate: j.PeerCertificate,
 	}
-	n.startConsensus(t)
-	n.voter(t)
+	n.member.Start(t)
+	n.member.WaitVoter(t)
 	t.Logf("%s: voting member %v after JoinConsensus", n.id(), time.Since(start))
 	st := &api.NodeStatus{ExternalAddress: "127.0.0.1", RunningCurator: &api.NodeStatus_RunningCurator{Port: int32(n.addr.Port())}}
 	if _, err := n.client(t, addr).UpdateNodeStatus(ctx, &api.UpdateNodeStatusRequest{NodeId: n.id(), Status: st}); err != nil {
@@ -117,7 +117,7 @@ func TestHighAvailability(t *testing.T) {
 	c := newTestCluster(t, ports.option())
 	ctx := testContext(t)
 	n0 := c.nodes[0]
-	ports.set(n0.id(), n0.peerPort)
+	ports.set(n0.id(), n0.member.Config.PeerPort)
 	addr0 := n0.addr.String()
 	for range 2 {
 		c.addMember(t, addr0, newTestNode(t), ports)
@@ -193,7 +193,7 @@ func TestHighAvailability(t *testing.T) {
 		t.Fatalf("UpdateNodeRoles(%s, not a consensus member): %v", n2.id(), err)
 	}
 	eventually(t, time.Minute, "waiting for the member list to shrink", func() error {
-		cl := n0.voter(t).Client()
+		cl := n0.member.WaitVoter(t).Client()
 		resp, err := cl.Get(ctx, consensus.PKINamespace.CertificateKey("etcd-peer-"+n2.id()))
 		if err != nil {
 			return err
@@ -216,7 +216,7 @@ func TestStaleCandidacy(t *testing.T) {
 	waitLeader(t, n, addr, "")
 	n.stopCurator()
 
-	cl, err := n.voter(t).Client().Sub(namespace)
+	cl, err := n.member.WaitVoter(t).Client().Sub(namespace)
 	if err != nil {
 		t.Fatal(err)
 	}

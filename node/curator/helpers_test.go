@@ -8,21 +8,17 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
-	"cairn.dev/cairn/node/consensus"
+	"cairn.dev/cairn/node/consensus/consensustest"
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/node/rpc"
-	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/logtree"
-	"cairn.dev/cairn/pkg/supervisor"
 	"cairn.dev/cairn/proto/api"
 )
 
@@ -30,64 +26,31 @@ import (
 // startCurator is called, a curator, each under a supervisor of its own,
 // on 127.0.0.1.
 type testNode struct {
-	key      ed25519.PrivateKey
-	joinKey  ed25519.PrivateKey
-	cfg      consensus.Config
-	svc      *consensus.Service
-	ident    *identity.Node
-	addr     netip.AddrPort
-	peerPort int
+	key     ed25519.PrivateKey
+	joinKey ed25519.PrivateKey
+	member  *consensustest.Member
+	ident   *identity.Node
+	addr    netip.AddrPort
 
-	stopConsensus func()
-	stopCurator   func()
-	curatorLog    *logtree.LogTree
+	stopCurator func()
+	curatorLog  *logtree.LogTree
 }
 
 func newTestNode(t testing.TB) *testNode {
 	t.Helper()
-	dir := t.TempDir()
-	n := &testNode{key: newKey(t), joinKey: newKey(t), peerPort: freePort(t)}
-	n.cfg = consensus.Config{
-		Name:       identity.NodeID(n.pub()),
-		DataDir:    filepath.Join(dir, "data"),
-		SocketPath: filepath.Join(dir, "etcd.sock"),
-		PeerIP:     net.IPv4(127, 0, 0, 1),
-		PeerPort:   n.peerPort,
-		PrivateKey: n.key,
-	}
-	n.addr = netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(freePort(t)))
+	n := &testNode{key: newKey(t), joinKey: newKey(t)}
+	n.member = consensustest.NewMember(t, n.key)
+	n.addr = netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(consensustest.FreePort(t)))
 	return n
 }
 
 func (n *testNode) pub() ed25519.PublicKey { return n.key.Public().(ed25519.PublicKey) }
 func (n *testNode) id() string             { return identity.NodeID(n.pub()) }
 
-// startConsensus runs the node's etcd member until stopped or the test ends.
-func (n *testNode) startConsensus(t testing.TB) {
-	t.Helper()
-	n.svc = consensus.New(n.cfg)
-	n.stopConsensus = runTree(t, n.id()[:12]+" etcd ", n.svc.Run)
-	t.Cleanup(n.stopConsensus)
-}
-
-// status waits for the member to be running as a voter.
-func (n *testNode) voter(t testing.TB) *consensus.Status {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	w := n.svc.Status().Watch()
-	defer w.Close()
-	st, err := w.Get(ctx, event.Filter(func(s *consensus.Status) bool { return s != nil && s.Running && !s.Learner }))
-	if err != nil {
-		t.Fatalf("%s: waiting for a voting member: %v", n.id(), err)
-	}
-	return st
-}
-
 // startCurator runs a curator with the node's identity, on its address.
 func (n *testNode) startCurator(t testing.TB, opts ...Option) {
 	t.Helper()
-	st := n.voter(t)
+	st := n.member.WaitVoter(t)
 	var lis net.Listener
 	var err error
 	for range 50 {
@@ -103,30 +66,8 @@ func (n *testNode) startCurator(t testing.TB, opts ...Option) {
 	svc := New(Config{Node: n.ident, Consensus: st, Advertise: n.addr, Listener: lis}, opts...)
 	lt := logtree.New()
 	n.curatorLog = lt
-	n.stopCurator = runTreeLog(t, n.id()[:12]+" curator ", svc.Run, lt, logtree.INFO)
+	n.stopCurator = consensustest.RunTree(t, n.id()[:12]+" curator ", svc.Run, lt, logtree.INFO)
 	t.Cleanup(n.stopCurator)
-}
-
-// runTree runs r under a supervisor of its own, logging warnings and
-// errors to the test, and returns what stops it (once).
-func runTree(t testing.TB, prefix string, r supervisor.Runnable) func() {
-	return runTreeLog(t, prefix, r, logtree.New(), logtree.WARNING)
-}
-
-func runTreeLog(t testing.TB, prefix string, r supervisor.Runnable, lt *logtree.LogTree, min logtree.Severity) func() {
-	ctx, cancel := context.WithCancel(context.Background())
-	w := &testLog{t: t, prefix: prefix}
-	stopConsole := lt.Console(w, logtree.ConsoleMinimumSeverity(min))
-	sup := supervisor.New(ctx, r, supervisor.WithLogTree(lt), supervisor.WithPropagatePanic())
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			cancel()
-			sup.Wait()
-			stopConsole()
-			w.close()
-		})
-	}
 }
 
 // testCluster is a cluster bootstrapped on its first node, with an owner.
@@ -147,8 +88,8 @@ func newTestCluster(t testing.TB, opts ...Option) *testCluster {
 		TpmMode:               api.TPMMode_TPM_MODE_BEST_EFFORT,
 	}}
 	n := newTestNode(t)
-	n.startConsensus(t)
-	st := n.voter(t)
+	n.member.Start(t)
+	st := n.member.WaitVoter(t)
 	err := Bootstrap(ctx, st.Client(), BootstrapState{
 		OwnerPublicKey:   c.ownerKey.Public().(ed25519.PublicKey),
 		Configuration:    c.config,
@@ -311,16 +252,6 @@ func testContext(t testing.TB) context.Context {
 	return ctx
 }
 
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // eventually calls f until it returns nil, failing the test with its last
 // error after timeout.
 func eventually(t testing.TB, timeout time.Duration, what string, f func() error) {
@@ -336,27 +267,4 @@ func eventually(t testing.TB, timeout time.Duration, what string, f func() error
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// testLog passes lines to t.Log until closed.
-type testLog struct {
-	t      testing.TB
-	prefix string
-	mu     sync.Mutex
-	closed bool
-}
-
-func (w *testLog) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.closed {
-		w.t.Log(w.prefix + string(bytes.TrimRight(p, "\n")))
-	}
-	return len(p), nil
-}
-
-func (w *testLog) close() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.closed = true
 }

@@ -39,7 +39,7 @@ func BenchmarkScale(b *testing.B) {
 	ports := &peerPorts{}
 	c := newTestCluster(b, ports.option())
 	n0 := c.nodes[0]
-	ports.set(n0.id(), n0.peerPort)
+	ports.set(n0.id(), n0.member.Config.PeerPort)
 	for range 2 {
 		c.addMember(b, n0.addr.String(), newTestNode(b), ports)
 	}
@@ -173,7 +173,7 @@ func parallel(b *testing.B, n int, f func(i int) error, width ...int) {
 // with the same concurrency as the enrolments.
 func putRate(b *testing.B, c *testCluster) float64 {
 	b.Helper()
-	cl := c.nodes[0].voter(b).Client()
+	cl := c.nodes[0].member.WaitVoter(b).Client()
 	ctx, cancel := context.WithTimeout(context.Background(), scalePutDuration)
 	defer cancel()
 	value := string(make([]byte, 200))
