@@ -2,7 +2,6 @@ package roleserve
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"path/filepath"
@@ -115,7 +114,7 @@ func (s *Service) Run(ctx context.Context) error {
 
 // errInputChanged is returned by a worker whose inputs changed, so that its
 // supervisor runs it again on the new ones (see the package documentation).
-var errInputChanged = errors.New("inputs changed, restarting")
+var errInputChanged = fmt.Errorf("inputs changed: %w", supervisor.ErrRestart)
 
 // get returns the first value of v accepted by pred.
 func get[T any](ctx context.Context, v event.Value[T], pred func(T) bool) (T, error) {

@@ -216,6 +216,13 @@ func sortedNames(runnables map[string]Runnable) []string {
 // without signalling Done.
 var errReturnedNil = errors.New("returned nil without signalling Done")
 
+// ErrRestart, wrapped in the error a runnable returns, says that the
+// runnable ends on purpose to be started again, typically because an input
+// it was started with changed. The supervisor treats it as any death
+// (subtree and group cancelled, restart after the backoff) but logs it at
+// INFO, not as a failure.
+var ErrRestart = errors.New("restart requested")
+
 // errDoneBeforeHealthy is the death reason of a runnable that signalled
 // Done without having signalled Healthy.
 var errDoneBeforeHealthy = errors.New("signalled Done before Healthy")

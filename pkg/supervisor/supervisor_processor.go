@@ -176,10 +176,15 @@ func (s *Supervisor) processDied(r *diedRequest) {
 			n.log().Infof("stopped after cancellation: %v", err)
 		}
 	default:
-		if err == nil {
+		switch {
+		case err == nil:
 			err = errReturnedNil
+			n.log().Errorf("died: %v", err)
+		case errors.Is(err, ErrRestart):
+			n.log().Infof("restarting on purpose: %v", err)
+		default:
+			n.log().Errorf("died: %v", err)
 		}
-		n.log().Errorf("died: %v", err)
 		s.kill(n, err)
 	}
 }
