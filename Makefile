@@ -67,7 +67,7 @@ cairnctl:
 # so that Ctrl-C reaches it directly (qemu runs in process groups of its own).
 cluster: image cairnctl
 	$(GO) build -o $(OUT)/launch-cluster ./cmd/launch-cluster
-	$(OUT)/launch-cluster -n 3 -image $(OUT)/cairn.img -cairnctl $(OUT)/cairnctl
+	$(OUT)/launch-cluster -n 3 -image $(OUT)/cairn.img -cairnctl $(OUT)/cairnctl -dir $(OUT)/cluster
 
 # The boot image (build/README.md). `make image` builds out/cairn.img, a GPT
 # disk whose ESP holds one unified kernel image, and the pieces of that image
