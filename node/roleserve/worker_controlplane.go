@@ -106,6 +106,26 @@ func dirHasEntries(dir string) bool {
 	return err == nil && len(entries) > 0
 }
 
+// setAside moves the data of a removed etcd member out of dir, into a
+// sibling "<dir>.removed" (replacing what an earlier removal left there),
+// and leaves dir empty for a later join. The data is of no use to the
+// cluster any more, but deciding that a member was removed rests on what
+// its peers said; keeping the last copy means a wrong verdict never costs
+// the data outright.
+func setAside(dir string) (string, error) {
+	aside := filepath.Clean(dir) + ".removed"
+	if err := os.RemoveAll(aside); err != nil {
+		return "", fmt.Errorf("when clearing %s: %w", aside, err)
+	}
+	if err := os.Rename(dir, aside); err != nil {
+		return "", fmt.Errorf("when setting %s aside: %w", dir, err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("when recreating %s: %w", dir, err)
+	}
+	return aside, nil
+}
+
 // wipe empties dir, leaving it in place.
 func wipe(dir string) error {
 	entries, err := os.ReadDir(dir)

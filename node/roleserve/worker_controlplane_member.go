@@ -105,7 +105,7 @@ func (s *Service) joinConsensus(ctx context.Context, ip netip.Addr) (*consensus.
 }
 
 // runConsensus runs etcd. Once etcd says its member was removed from the
-// cluster, it wipes the data directory, sets removed, and stays down until
+// cluster, it sets the data directory aside (see setAside), sets removed, and stays down until
 // its parent runs again, on a change of the role.
 func (s *Service) runConsensus(svc *consensus.Service, removed *memory.Value[bool]) supervisor.Runnable {
 	return func(ctx context.Context) error {
@@ -118,11 +118,12 @@ func (s *Service) runConsensus(svc *consensus.Service, removed *memory.Value[boo
 		if !errors.Is(err, consensus.ErrMemberRemoved) {
 			return err
 		}
-		if err := wipe(s.etcdDir()); err != nil {
+		aside, err := setAside(s.etcdDir())
+		if err != nil {
 			return err
 		}
 		removed.Set(true)
-		supervisor.Logger(ctx).Info("roleserve: etcd member removed from the cluster, data wiped")
+		supervisor.Logger(ctx).Infof("roleserve: etcd member removed from the cluster, its data set aside in %s", aside)
 		// Returning an error stops what etcd's runnables left behind;
 		// the next run stays down.
 		return err
