@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
+	"cairn.dev/cairn/node/consensus/consensustest"
 	"cairn.dev/cairn/pkg/logtree"
 	api "cairn.dev/cairn/proto/api"
 	private "cairn.dev/cairn/proto/private"
@@ -114,7 +115,7 @@ func TestBootstrapThenColdStart(t *testing.T) {
 
 			// Reboot, parameters still there: the node joins, alone,
 			// which is a cold start from the sealed configuration.
-			n.boot(t, params, freePort(t))
+			n.boot(t, params, consensustest.FreePort(t))
 			m2 := n.waitMembership(t)
 			n.waitLog(t, "enrolment: cold start as "+id+" from the sealed configuration", logtree.INFO)
 			if m2.Bootstrap != nil || m2.Credentials.ID() != id || !m2.NodeKey.Equal(node.PrivateKey()) {

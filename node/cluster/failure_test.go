@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
 
+	"cairn.dev/cairn/node/consensus/consensustest"
 	"cairn.dev/cairn/pkg/logtree"
 	api "cairn.dev/cairn/proto/api"
 )
@@ -63,7 +64,7 @@ func TestUnusableInputsDestroyNothing(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			n.boot(t, tc.params, freePort(t))
+			n.boot(t, tc.params, consensustest.FreePort(t))
 			t.Logf("%s", n.waitLog(t, tc.line, logtree.ERROR))
 			// Give it time to retry, then check it still has not mounted
 			// anything nor changed the ESP.
@@ -86,7 +87,7 @@ func TestUnusableInputsDestroyNothing(t *testing.T) {
 // appear on its ESP, it bootstraps.
 func TestWaitsForParameters(t *testing.T) {
 	n := newTestNode(t)
-	n.boot(t, nil, freePort(t))
+	n.boot(t, nil, consensustest.FreePort(t))
 	n.waitLog(t, "enrolment: no sealed configuration and no node parameters", logtree.INFO)
 	b, err := proto.Marshal(bootstrapParameters(t))
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 
 	"cairn.dev/cairn/node/consensus"
+	"cairn.dev/cairn/node/consensus/consensustest"
 	"cairn.dev/cairn/node/curator"
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/rpc"
@@ -231,7 +232,7 @@ func testRegisterApproveJoin(t *testing.T, conf *api.ClusterConfiguration, hasTP
 
 	// Curator gone: after trying for a while, a cold start.
 	stopCurator()
-	second.boot(t, params, freePort(t))
+	second.boot(t, params, consensustest.FreePort(t))
 	second.waitMembership(t)
 	second.waitLog(t, "enrolment: cold start as "+id, logtree.INFO)
 

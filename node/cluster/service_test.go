@@ -2,9 +2,7 @@ package cluster
 
 import (
 	"context"
-	"net"
 	"net/netip"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,8 +10,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"cairn.dev/cairn/node/consensus"
+	"cairn.dev/cairn/node/consensus/consensustest"
 	"cairn.dev/cairn/node/roleserve"
-	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/supervisor"
@@ -126,37 +124,15 @@ func (n *testNode) sealedConfiguration(t *testing.T) *private.SealedConfiguratio
 
 // runConsensus starts a real etcd member on the node's data directory,
 // as the role server's controlplane worker does, and returns its Status
-// once running. It stops when the test ends, or with the returned cancel.
+// once running. It stops when the test ends, or with the returned cancel,
+// which waits for it.
 func runConsensus(t *testing.T, n *testNode, m *roleserve.Membership, name string) (*consensus.Status, context.CancelFunc) {
 	t.Helper()
-	svc := consensus.New(consensus.Config{
-		Name:       name,
-		DataDir:    n.storage.st.Root.Data.Etcd.FullPath(),
-		SocketPath: filepath.Join(t.TempDir(), "etcd.sock"),
-		PeerIP:     net.IPv4(127, 0, 0, 1),
-		PeerPort:   freePort(t),
-		PrivateKey: m.NodeKey,
-	})
-	cancel, _ := supervisor.TestHarness(t, svc.Run)
-	ctx, c := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer c()
-	w := svc.Status().Watch()
-	defer w.Close()
-	st, err := w.Get(ctx, event.Filter(func(s *consensus.Status) bool { return s != nil && s.Running && !s.Learner }))
-	if err != nil {
-		t.Fatalf("waiting for consensus: %v", err)
-	}
-	return st, cancel
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	member := consensustest.NewMember(t, m.NodeKey)
+	member.Config.Name = name
+	member.Config.DataDir = n.storage.st.Root.Data.Etcd.FullPath()
+	member.Start(t)
+	return member.WaitVoter(t), member.Stop
 }
 
 func testContext(t *testing.T) context.Context {
