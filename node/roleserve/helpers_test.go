@@ -1,12 +1,10 @@
 package roleserve
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"fmt"
-	"net"
 	"net/netip"
 	"strings"
 	"sync"
@@ -16,14 +14,14 @@ import (
 	"google.golang.org/grpc"
 
 	"cairn.dev/cairn/node/consensus"
+	"cairn.dev/cairn/node/consensus/consensustest"
 	"cairn.dev/cairn/node/curator"
+	"cairn.dev/cairn/node/curator/curatortest"
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/pkg/logtree"
-	"cairn.dev/cairn/pkg/pki"
-	"cairn.dev/cairn/pkg/supervisor"
 	api "cairn.dev/cairn/proto/api"
 )
 
@@ -47,16 +45,6 @@ func newKey(t testing.TB) ed25519.PrivateKey {
 		t.Fatal(err)
 	}
 	return k
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // newTestNode prepares a node on 127.0.0.1 whose curator serves on
@@ -109,19 +97,7 @@ func (n *testNode) start(t testing.TB) {
 	t.Helper()
 	n.svc = New(n.cfg)
 	n.lt = logtree.New()
-	w := &testLog{t: t, prefix: n.id()[:12] + " "}
-	stopConsole := n.lt.Console(w, logtree.ConsoleMinimumSeverity(logtree.INFO))
-	ctx, cancel := context.WithCancel(context.Background())
-	sup := supervisor.New(ctx, n.svc.Run, supervisor.WithLogTree(n.lt), supervisor.WithPropagatePanic())
-	var once sync.Once
-	n.stop = func() {
-		once.Do(func() {
-			cancel()
-			sup.Wait()
-			stopConsole()
-			w.close()
-		})
-	}
+	n.stop = consensustest.RunTree(t, n.id()[:12]+" ", n.svc.Run, n.lt, logtree.INFO)
 	t.Cleanup(n.stop)
 }
 
@@ -183,17 +159,9 @@ func (o *owner) bootstrap(n *testNode) func(ctx context.Context, etcd *consensus
 		if err != nil {
 			return nil, fmt.Errorf("node certificate: %w", err)
 		}
-		oc := &pki.Certificate{
-			Namespace: consensus.PKINamespace,
-			Issuer:    consensus.ClusterCA(),
-			Name:      "test-owner",
-			Template:  identity.OwnerCertificateTemplate(),
-			Mode:      pki.ExternalKey,
-			PublicKey: o.key.Public().(ed25519.PublicKey),
-		}
-		ownerDER, err := oc.Ensure(ctx, etcd)
+		ownerDER, err := curatortest.IssueOwnerCertificate(ctx, etcd, o.key.Public().(ed25519.PublicKey))
 		if err != nil {
-			return nil, fmt.Errorf("owner certificate: %w", err)
+			return nil, err
 		}
 		o.mu.Lock()
 		o.cert, o.caCert = ownerDER, caDER
@@ -236,27 +204,4 @@ func eventually(t testing.TB, timeout time.Duration, what string, f func(ctx con
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-}
-
-// testLog passes lines to t.Log until closed.
-type testLog struct {
-	t      testing.TB
-	prefix string
-	mu     sync.Mutex
-	closed bool
-}
-
-func (w *testLog) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.closed {
-		w.t.Log(w.prefix + string(bytes.TrimRight(p, "\n")))
-	}
-	return len(p), nil
-}
-
-func (w *testLog) close() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.closed = true
 }

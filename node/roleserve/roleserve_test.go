@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
+	"cairn.dev/cairn/node/consensus/consensustest"
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/rpc"
 	api "cairn.dev/cairn/proto/api"
@@ -42,8 +43,8 @@ func TestCluster(t *testing.T) {
 
 	// Node A bootstraps the cluster. Its curator tells B, which joins
 	// through it, to peer on a port of its own: both share 127.0.0.1.
-	bPeerPort := freePort(t)
-	a := newTestNode(t, freePort(t), freePort(t), bPeerPort, 0)
+	bPeerPort := consensustest.FreePort(t)
+	a := newTestNode(t, consensustest.FreePort(t), consensustest.FreePort(t), bPeerPort, 0)
 	t0 := time.Now()
 	a.membership.Set(&Membership{
 		NodeKey:      a.key,
@@ -91,7 +92,7 @@ func TestCluster(t *testing.T) {
 
 	// Node B registers, is approved and commits, then gets
 	// ConsensusMember. Its etcd peers on the port A's curator gives it.
-	b := newTestNode(t, freePort(t), bPeerPort, bPeerPort, a.cfg.curatorPort)
+	b := newTestNode(t, consensustest.FreePort(t), bPeerPort, bPeerPort, a.cfg.curatorPort)
 	bCreds := enrol(t, o, mgmt, a, b)
 	b.membership.Set(&Membership{
 		NodeKey:     b.key,
