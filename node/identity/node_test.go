@@ -1,4 +1,4 @@
-package identity
+package identity_test
 
 import (
 	"bytes"
@@ -12,26 +12,29 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/identity/identitytest"
 )
 
 func TestNewNode(t *testing.T) {
-	ca := newTestCA(t, "cluster CA")
-	foreign := newTestCA(t, "foreign CA")
+	ca := identitytest.NewCA(t, "cluster CA")
+	foreign := identitytest.NewCA(t, "foreign CA")
 	key := mustKey(t)
 	otherKey := mustKey(t)
-	valid := ca.issueValid(t, NodeCertificateTemplate(pub(key)), pub(key))
+	valid := ca.Issue(t, identity.NodeCertificateTemplate(pub(key)), pub(key))
 
-	n, err := NewNode(key, valid, ca.der())
+	n, err := identity.NewNode(key, valid, ca.DER())
 	if err != nil {
 		t.Fatalf("NewNode(valid) = %v", err)
 	}
-	if got, want := n.ID(), NodeID(pub(key)); got != want {
+	if got, want := n.ID(), identity.NodeID(pub(key)); got != want {
 		t.Errorf("ID() = %q, want %q", got, want)
 	}
 	if !n.PublicKey().Equal(pub(key)) {
 		t.Errorf("PublicKey() = %x, want %x", n.PublicKey(), pub(key))
 	}
-	if !n.CACertificate().Equal(ca.cert) {
+	if !n.CACertificate().Equal(ca.Cert) {
 		t.Errorf("CACertificate() is not the CA certificate")
 	}
 	if got := n.TLSCertificate().Leaf; !got.Equal(n.Certificate()) {
@@ -39,16 +42,16 @@ func TestNewNode(t *testing.T) {
 	}
 
 	// A certificate naming the ID of another key.
-	misnamed := NodeCertificateTemplate(pub(otherKey))
+	misnamed := identity.NodeCertificateTemplate(pub(otherKey))
 	// A node certificate without its DNS name.
-	nameless := NodeCertificateTemplate(pub(key))
+	nameless := identity.NodeCertificateTemplate(pub(key))
 	nameless.DNSNames = nil
 	// A node certificate without the server usage.
-	clientOnly := NodeCertificateTemplate(pub(key))
+	clientOnly := identity.NodeCertificateTemplate(pub(key))
 	clientOnly.ExtKeyUsage = clientOnly.ExtKeyUsage[1:]
 	// Both markers at once.
-	twoUnits := NodeCertificateTemplate(pub(key))
-	twoUnits.Subject.OrganizationalUnit = []string{NodeUnit, OwnerUnit}
+	twoUnits := identity.NodeCertificateTemplate(pub(key))
+	twoUnits.Subject.OrganizationalUnit = []string{identity.NodeUnit, identity.OwnerUnit}
 	// A key whose public half does not match its seed.
 	badKey := append(append([]byte{}, key.Seed()...), pub(otherKey)...)
 
@@ -59,22 +62,22 @@ func TestNewNode(t *testing.T) {
 		ca      []byte
 		wantErr string
 	}{
-		{"other key", otherKey, valid, ca.der(), "not for this private key"},
-		{"foreign CA", key, valid, foreign.der(), "not issued by the cluster CA"},
-		{"issued by foreign CA", key, foreign.issueValid(t, NodeCertificateTemplate(pub(key)), pub(key)), ca.der(), "not issued by the cluster CA"},
-		{"owner certificate", key, ca.issueValid(t, OwnerCertificateTemplate(), pub(key)), ca.der(), "want node"},
-		{"CN of another key", key, ca.issueValid(t, misnamed, pub(key)), ca.der(), "not the ID of its key"},
-		{"no DNS name", key, ca.issueValid(t, nameless, pub(key)), ca.der(), "lack its ID"},
-		{"no server usage", key, ca.issueValid(t, clientOnly, pub(key)), ca.der(), "extended key usage"},
-		{"two OUs", key, ca.issueValid(t, twoUnits, pub(key)), ca.der(), "neither"},
+		{"other key", otherKey, valid, ca.DER(), "not for this private key"},
+		{"foreign CA", key, valid, foreign.DER(), "not issued by the cluster CA"},
+		{"issued by foreign CA", key, foreign.Issue(t, identity.NodeCertificateTemplate(pub(key)), pub(key)), ca.DER(), "not issued by the cluster CA"},
+		{"owner certificate", key, ca.Issue(t, identity.OwnerCertificateTemplate(), pub(key)), ca.DER(), "want node"},
+		{"CN of another key", key, ca.Issue(t, misnamed, pub(key)), ca.DER(), "not the ID of its key"},
+		{"no DNS name", key, ca.Issue(t, nameless, pub(key)), ca.DER(), "lack its ID"},
+		{"no server usage", key, ca.Issue(t, clientOnly, pub(key)), ca.DER(), "extended key usage"},
+		{"two OUs", key, ca.Issue(t, twoUnits, pub(key)), ca.DER(), "neither"},
 		{"garbage CA", key, valid, []byte("not a certificate"), "parsing CA certificate"},
 		{"CA is not a CA", key, valid, valid, "not marked as a CA"},
-		{"garbage certificate", key, []byte{0x30, 0x03, 0x02, 0x01}, ca.der(), "parsing certificate"},
-		{"short key", key[:32], valid, ca.der(), "want 64"},
-		{"inconsistent key", badKey, valid, ca.der(), "does not match its seed"},
+		{"garbage certificate", key, []byte{0x30, 0x03, 0x02, 0x01}, ca.DER(), "parsing certificate"},
+		{"short key", key[:32], valid, ca.DER(), "want 64"},
+		{"inconsistent key", badKey, valid, ca.DER(), "does not match its seed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := NewNode(tc.key, tc.cert, tc.ca)
+			_, err := identity.NewNode(tc.key, tc.cert, tc.ca)
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("NewNode() = %v, want an error containing %q", err, tc.wantErr)
 			}
@@ -83,7 +86,7 @@ func TestNewNode(t *testing.T) {
 }
 
 func TestNewNodeAcceptsAnyValidityPeriod(t *testing.T) {
-	ca := newTestCA(t, "cluster CA")
+	ca := identitytest.NewCA(t, "cluster CA")
 	for _, tc := range []struct {
 		name                string
 		notBefore, notAfter time.Time
@@ -92,20 +95,20 @@ func TestNewNodeAcceptsAnyValidityPeriod(t *testing.T) {
 		{"not yet valid", time.Now().Add(time.Hour), time.Now().Add(48 * time.Hour)},
 	} {
 		key := mustKey(t)
-		der := ca.issue(t, NodeCertificateTemplate(pub(key)), pub(key), tc.notBefore, tc.notAfter)
-		if _, err := NewNode(key, der, ca.der()); err != nil {
+		der := issueBetween(t, ca, identity.NodeCertificateTemplate(pub(key)), pub(key), tc.notBefore, tc.notAfter)
+		if _, err := identity.NewNode(key, der, ca.DER()); err != nil {
 			t.Errorf("NewNode(%s certificate) = %v, want no error: handshakes judge the period", tc.name, err)
 		}
 	}
 }
 
 func TestNodePEMRoundTrip(t *testing.T) {
-	n := newTestCA(t, "cluster CA").newNode(t)
+	n := identitytest.NewCA(t, "cluster CA").Node(t)
 	bundle, err := n.MarshalPEM()
 	if err != nil {
 		t.Fatalf("MarshalPEM: %v", err)
 	}
-	got, err := ParseNodePEM(bundle)
+	got, err := identity.ParseNodePEM(bundle)
 	if err != nil {
 		t.Fatalf("ParseNodePEM(MarshalPEM()) = %v", err)
 	}
@@ -118,7 +121,7 @@ func TestNodePEMRoundTrip(t *testing.T) {
 }
 
 func TestParseNodePEMRefuses(t *testing.T) {
-	n := newTestCA(t, "cluster CA").newNode(t)
+	n := identitytest.NewCA(t, "cluster CA").Node(t)
 	bundle, err := n.MarshalPEM()
 	if err != nil {
 		t.Fatalf("MarshalPEM: %v", err)
@@ -151,7 +154,7 @@ func TestParseNodePEMRefuses(t *testing.T) {
 		{"CA as node", joinPEM(blocks[0], blocks[2], blocks[2]), "not for this private key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := ParseNodePEM(tc.bundle)
+			_, err := identity.ParseNodePEM(tc.bundle)
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Errorf("ParseNodePEM() = %v, want an error containing %q", err, tc.wantErr)
 			}

@@ -1,9 +1,11 @@
-package identity
+package identity_test
 
 import (
 	"crypto/ed25519"
 	"encoding/hex"
 	"testing"
+
+	"cairn.dev/cairn/node/identity"
 )
 
 func TestNodeID(t *testing.T) {
@@ -23,7 +25,7 @@ func TestNodeID(t *testing.T) {
 		{pub(key)[:8], ""},
 		{append(pub(key), 0), ""},
 	} {
-		if got := NodeID(tc.pub); got != tc.want {
+		if got := identity.NodeID(tc.pub); got != tc.want {
 			t.Errorf("NodeID(%x) = %q, want %q", []byte(tc.pub), got, tc.want)
 		}
 	}
@@ -45,12 +47,12 @@ func TestValidNodeID(t *testing.T) {
 		{"", false},
 		{"owner", false},
 	} {
-		if got := ValidNodeID(tc.id); got != tc.want {
+		if got := identity.ValidNodeID(tc.id); got != tc.want {
 			t.Errorf("ValidNodeID(%q) = %v, want %v", tc.id, got, tc.want)
 		}
 	}
 	key := mustKey(t)
-	if id := NodeID(pub(key)); !ValidNodeID(id) {
+	if id := identity.NodeID(pub(key)); !identity.ValidNodeID(id) {
 		t.Errorf("ValidNodeID(NodeID(random key)) = false for %q", id)
 	}
 }

@@ -1,4 +1,4 @@
-package identity
+package identity_test
 
 import (
 	"crypto/tls"
@@ -8,59 +8,62 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/identity/identitytest"
 )
 
 // TestPeerIdentity judges connection states made up by hand, as a server
 // would see them if a handshake had let the peer through.
 func TestPeerIdentity(t *testing.T) {
-	ca := newTestCA(t, "cluster CA")
-	foreign := newTestCA(t, "foreign CA")
-	server := ca.newNode(t)
-	client := ca.newNode(t)
-	ownerKey, ownerDER := ca.owner(t)
+	ca := identitytest.NewCA(t, "cluster CA")
+	foreign := identitytest.NewCA(t, "foreign CA")
+	server := ca.Node(t)
+	client := ca.Node(t)
+	ownerKey, ownerDER := ca.Owner(t)
 	lookalikeKey := mustKey(t)
-	lookalike := selfSignedLike(t, NodeCertificateTemplate(pub(lookalikeKey)), lookalikeKey)
+	lookalike := selfSignedLike(t, identity.NodeCertificateTemplate(pub(lookalikeKey)), lookalikeKey)
 
 	for _, tc := range []struct {
 		name    string
 		certs   [][]byte
-		want    Peer
+		want    identity.Peer
 		wantErr string
 	}{
-		{name: "no certificate", want: Peer{Kind: PeerAnonymous}},
+		{name: "no certificate", want: identity.Peer{Kind: identity.PeerAnonymous}},
 		{
 			name:  "node",
 			certs: [][]byte{client.Certificate().Raw},
-			want:  Peer{Kind: PeerNode, NodeID: client.ID(), PublicKey: client.PublicKey()},
+			want:  identity.Peer{Kind: identity.PeerNode, NodeID: client.ID(), PublicKey: client.PublicKey()},
 		},
 		{
 			name:  "owner",
 			certs: [][]byte{ownerDER},
-			want:  Peer{Kind: PeerOwner, PublicKey: pub(ownerKey)},
+			want:  identity.Peer{Kind: identity.PeerOwner, PublicKey: pub(ownerKey)},
 		},
 		{
 			name:  "self-signed node lookalike",
 			certs: [][]byte{lookalike},
-			want:  Peer{Kind: PeerSelfSigned, PublicKey: pub(lookalikeKey)},
+			want:  identity.Peer{Kind: identity.PeerSelfSigned, PublicKey: pub(lookalikeKey)},
 		},
 		{
 			name:    "self-signed behind another certificate",
-			certs:   [][]byte{lookalike, ca.der()},
+			certs:   [][]byte{lookalike, ca.DER()},
 			wantErr: "not valid under the cluster CA",
 		},
 		{
 			name:    "foreign node",
-			certs:   [][]byte{foreign.newNode(t).Certificate().Raw},
+			certs:   [][]byte{foreign.Node(t).Certificate().Raw},
 			wantErr: "signed by unknown authority",
 		},
 		{
 			name:    "expired node",
-			certs:   [][]byte{ca.newExpiredNode(t).Certificate().Raw},
+			certs:   [][]byte{expiredNode(t, ca).Certificate().Raw},
 			wantErr: "expired",
 		},
 		{
 			name:    "the CA itself",
-			certs:   [][]byte{ca.der()},
+			certs:   [][]byte{ca.DER()},
 			wantErr: "CA certificate",
 		},
 	} {
@@ -91,23 +94,23 @@ func TestPeerIdentity(t *testing.T) {
 }
 
 func TestPeerIdentityJudgesAtCallTime(t *testing.T) {
-	ca := newTestCA(t, "cluster CA")
-	server := ca.newNode(t)
-	client := ca.newNode(t)
+	ca := identitytest.NewCA(t, "cluster CA")
+	server := ca.Node(t)
+	client := ca.Node(t)
 	cs := tls.ConnectionState{PeerCertificates: []*x509.Certificate{client.Certificate()}}
-	server.verifier.now = func() time.Time { return client.Certificate().NotAfter.Add(time.Second) }
+	identity.SetClock(server, func() time.Time { return client.Certificate().NotAfter.Add(time.Second) })
 	if got, err := server.PeerIdentity(cs); err == nil {
 		t.Errorf("PeerIdentity() after the certificate expired = %+v, want an error", got)
 	}
 }
 
 func TestPeerKindString(t *testing.T) {
-	for k, want := range map[PeerKind]string{
-		PeerAnonymous:  "anonymous",
-		PeerSelfSigned: "self-signed",
-		PeerNode:       "node",
-		PeerOwner:      "owner",
-		PeerKind(9):    "PeerKind(9)",
+	for k, want := range map[identity.PeerKind]string{
+		identity.PeerAnonymous:  "anonymous",
+		identity.PeerSelfSigned: "self-signed",
+		identity.PeerNode:       "node",
+		identity.PeerOwner:      "owner",
+		identity.PeerKind(9):    "PeerKind(9)",
 	} {
 		if got := k.String(); got != want {
 			t.Errorf("PeerKind(%d).String() = %q, want %q", int(k), got, want)

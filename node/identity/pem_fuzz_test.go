@@ -1,15 +1,18 @@
-package identity
+package identity_test
 
 import (
 	"bytes"
 	"testing"
+
+	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/identity/identitytest"
 )
 
 // FuzzParseNodePEM feeds arbitrary bytes to the bundle parser, which reads
 // files from the node's disk. It must never panic, and whatever it accepts
 // must survive a round trip unchanged.
 func FuzzParseNodePEM(f *testing.F) {
-	n := newTestCA(f, "cluster CA").newNode(f)
+	n := identitytest.NewCA(f, "cluster CA").Node(f)
 	bundle, err := n.MarshalPEM()
 	if err != nil {
 		f.Fatalf("MarshalPEM: %v", err)
@@ -20,7 +23,7 @@ func FuzzParseNodePEM(f *testing.F) {
 	f.Add([]byte("-----BEGIN PRIVATE KEY-----\n-----END PRIVATE KEY-----\n"))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		n, err := ParseNodePEM(data)
+		n, err := identity.ParseNodePEM(data)
 		if err != nil {
 			return
 		}
@@ -28,7 +31,7 @@ func FuzzParseNodePEM(f *testing.F) {
 		if err != nil {
 			t.Fatalf("MarshalPEM of an accepted bundle: %v", err)
 		}
-		m, err := ParseNodePEM(again)
+		m, err := identity.ParseNodePEM(again)
 		if err != nil {
 			t.Fatalf("ParseNodePEM(MarshalPEM()) = %v for an accepted bundle", err)
 		}

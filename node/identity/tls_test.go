@@ -1,4 +1,4 @@
-package identity
+package identity_test
 
 import (
 	"context"
@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/identity/identitytest"
 )
 
 // handshakeResult is how one TLS connection over loopback went.
@@ -77,27 +80,27 @@ func handshake(t *testing.T, server, client *tls.Config) handshakeResult {
 }
 
 func TestHandshakes(t *testing.T) {
-	ca := newTestCA(t, "cluster CA")
-	foreign := newTestCA(t, "foreign CA")
-	server := ca.newNode(t)
-	client := ca.newNode(t)
-	foreignNode := foreign.newNode(t)
-	expired := ca.newExpiredNode(t)
-	ownerKey, ownerCert := ca.owner(t)
-	ownerConfig, err := OwnerClientTLSConfig(ownerKey, ownerCert, ca.der())
+	ca := identitytest.NewCA(t, "cluster CA")
+	foreign := identitytest.NewCA(t, "foreign CA")
+	server := ca.Node(t)
+	client := ca.Node(t)
+	foreignNode := foreign.Node(t)
+	expired := expiredNode(t, ca)
+	ownerKey, ownerCert := ca.Owner(t)
+	ownerConfig, err := identity.OwnerClientTLSConfig(ownerKey, ownerCert, ca.DER())
 	if err != nil {
 		t.Fatalf("OwnerClientTLSConfig: %v", err)
 	}
 	ephemeralKey := mustKey(t)
-	ephemeral, err := EphemeralClientTLSConfig(ca.der(), ephemeralKey)
+	ephemeral, err := identity.EphemeralClientTLSConfig(ca.DER(), ephemeralKey)
 	if err != nil {
 		t.Fatalf("EphemeralClientTLSConfig: %v", err)
 	}
-	anonymous, err := EphemeralClientTLSConfig(ca.der(), nil)
+	anonymous, err := identity.EphemeralClientTLSConfig(ca.DER(), nil)
 	if err != nil {
 		t.Fatalf("EphemeralClientTLSConfig(nil key): %v", err)
 	}
-	foreignEphemeral, err := EphemeralClientTLSConfig(foreign.der(), ephemeralKey)
+	foreignEphemeral, err := identity.EphemeralClientTLSConfig(foreign.DER(), ephemeralKey)
 	if err != nil {
 		t.Fatalf("EphemeralClientTLSConfig(foreign CA): %v", err)
 	}
@@ -116,11 +119,11 @@ func TestHandshakes(t *testing.T) {
 	oldClient.MinVersion, oldClient.MaxVersion = tls.VersionTLS12, tls.VersionTLS12
 	// A certificate of the cluster CA that names another node's ID.
 	impostorKey := mustKey(t)
-	impostorCert := ca.issueValid(t, NodeCertificateTemplate(client.PublicKey()), pub(impostorKey))
+	impostorCert := ca.Issue(t, identity.NodeCertificateTemplate(client.PublicKey()), pub(impostorKey))
 
 	// A self-signed certificate that copies a node's profile.
 	lookalikeKey := mustKey(t)
-	lookalike := selfSignedLike(t, NodeCertificateTemplate(pub(lookalikeKey)), lookalikeKey)
+	lookalike := selfSignedLike(t, identity.NodeCertificateTemplate(pub(lookalikeKey)), lookalikeKey)
 
 	for _, tc := range []struct {
 		name   string
@@ -133,37 +136,37 @@ func TestHandshakes(t *testing.T) {
 		wantClientErr string
 		// wantPeer is what the server learns of the client, when both
 		// succeed.
-		wantPeer Peer
+		wantPeer identity.Peer
 	}{
 		{
 			name:     "node to node",
 			server:   server.ServerTLSConfig(),
 			client:   client.ClientTLSConfig(),
-			wantPeer: Peer{Kind: PeerNode, NodeID: client.ID(), PublicKey: client.PublicKey()},
+			wantPeer: identity.Peer{Kind: identity.PeerNode, NodeID: client.ID(), PublicKey: client.PublicKey()},
 		},
 		{
 			name:     "owner to node",
 			server:   server.ServerTLSConfig(),
 			client:   ownerConfig,
-			wantPeer: Peer{Kind: PeerOwner, PublicKey: pub(ownerKey)},
+			wantPeer: identity.Peer{Kind: identity.PeerOwner, PublicKey: pub(ownerKey)},
 		},
 		{
 			name:     "ephemeral key to node",
 			server:   server.ServerTLSConfig(),
 			client:   ephemeral,
-			wantPeer: Peer{Kind: PeerSelfSigned, PublicKey: pub(ephemeralKey)},
+			wantPeer: identity.Peer{Kind: identity.PeerSelfSigned, PublicKey: pub(ephemeralKey)},
 		},
 		{
 			name:     "anonymous to node",
 			server:   server.ServerTLSConfig(),
 			client:   anonymous,
-			wantPeer: Peer{Kind: PeerAnonymous},
+			wantPeer: identity.Peer{Kind: identity.PeerAnonymous},
 		},
 		{
 			name:     "self-signed node lookalike to node",
 			server:   server.ServerTLSConfig(),
 			client:   rawConfig(lookalike, lookalikeKey),
-			wantPeer: Peer{Kind: PeerSelfSigned, PublicKey: pub(lookalikeKey)},
+			wantPeer: identity.Peer{Kind: identity.PeerSelfSigned, PublicKey: pub(lookalikeKey)},
 		},
 		{
 			name:          "client of a foreign CA",
@@ -283,31 +286,31 @@ func checkErr(t *testing.T, side string, err error, want string) {
 }
 
 func TestClientConfigsRefuseBadInput(t *testing.T) {
-	ca := newTestCA(t, "cluster CA")
-	node := ca.newNode(t)
-	ownerKey, ownerCert := ca.owner(t)
+	ca := identitytest.NewCA(t, "cluster CA")
+	node := ca.Node(t)
+	ownerKey, ownerCert := ca.Owner(t)
 	for _, tc := range []struct {
 		name    string
 		build   func() (*tls.Config, error)
 		wantErr string
 	}{
 		{"owner config with a node certificate", func() (*tls.Config, error) {
-			return OwnerClientTLSConfig(node.PrivateKey(), node.Certificate().Raw, ca.der())
+			return identity.OwnerClientTLSConfig(node.PrivateKey(), node.Certificate().Raw, ca.DER())
 		}, "want owner"},
 		{"owner config with another key", func() (*tls.Config, error) {
-			return OwnerClientTLSConfig(node.PrivateKey(), ownerCert, ca.der())
+			return identity.OwnerClientTLSConfig(node.PrivateKey(), ownerCert, ca.DER())
 		}, "not for this private key"},
 		{"owner config with garbage CA", func() (*tls.Config, error) {
-			return OwnerClientTLSConfig(ownerKey, ownerCert, []byte{0})
+			return identity.OwnerClientTLSConfig(ownerKey, ownerCert, []byte{0})
 		}, "parsing CA certificate"},
 		{"ephemeral config with garbage CA", func() (*tls.Config, error) {
-			return EphemeralClientTLSConfig([]byte("garbage"), nil)
+			return identity.EphemeralClientTLSConfig([]byte("garbage"), nil)
 		}, "parsing CA certificate"},
 		{"ephemeral config with a node certificate as CA", func() (*tls.Config, error) {
-			return EphemeralClientTLSConfig(node.Certificate().Raw, nil)
+			return identity.EphemeralClientTLSConfig(node.Certificate().Raw, nil)
 		}, "not marked as a CA"},
 		{"ephemeral config with a short key", func() (*tls.Config, error) {
-			return EphemeralClientTLSConfig(ca.der(), ownerKey[:10])
+			return identity.EphemeralClientTLSConfig(ca.DER(), ownerKey[:10])
 		}, "want 64"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,8 +2,8 @@
 // node/identity's profiles with crypto/x509 alone, for tests that need
 // nodes and owners speaking TLS to each other without running a cluster.
 //
-// Tests of node/identity itself cannot use it (this package imports
-// node/identity); every other package's tests can. Only tests import it.
+// node/identity's own tests use it from the external test package
+// identity_test, since this package imports identity. Only tests import it.
 package identitytest
 
 import (
