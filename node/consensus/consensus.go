@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -234,10 +235,21 @@ func (s *Service) Run(ctx context.Context) error {
 	return s.wait(ctx, inst)
 }
 
+// stopGrace is how long etcd keeps serving after the Service's context
+// ended. The parts of the node that use etcd stop at the same moment, and
+// some have a last call to make: the curator resigns its leadership, so
+// that another curator takes over at once instead of after its lease's
+// lifetime.
+const stopGrace = time.Second
+
 // wait blocks until ctx is done or the etcd instance stops, and says why.
 func (s *Service) wait(ctx context.Context, inst *instance) error {
 	select {
 	case <-ctx.Done():
+		select {
+		case <-time.After(stopGrace):
+		case <-inst.e.Server.StopNotify():
+		}
 		return ctx.Err()
 	case err := <-inst.e.Err():
 		return fmt.Errorf("etcd serving failed: %w", err)

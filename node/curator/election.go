@@ -78,7 +78,9 @@ func (c *curator) runElection(ctx context.Context) error {
 		// waiting for the lease to expire.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
-		cl.Revoke(rctx, session.Lease())
+		if _, err := cl.Revoke(rctx, session.Lease()); err != nil {
+			supervisor.Logger(ctx).Warningf("Could not resign from the election (the others wait for the lease to expire): %v", err)
+		}
 	}()
 	lease := session.Lease()
 	if err := supervisor.Run(ctx, "observer", func(ctx context.Context) error {
