@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/testing/protocmp"
 
+	"cairn.dev/cairn/node/identity/identitytest"
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/proto/api"
 )
@@ -45,7 +46,7 @@ func TestBootstrap(t *testing.T) {
 		t.Errorf("ticket after a second Bootstrap = %x, %v, want %x", after.GetTicket(), err, before.Ticket)
 	}
 	other := again
-	other.OwnerPublicKey = newKey(t).Public().(ed25519.PublicKey)
+	other.OwnerPublicKey = identitytest.NewKey(t).Public().(ed25519.PublicKey)
 	if err := Bootstrap(ctx, st.Client(), other); err == nil {
 		t.Error("Bootstrap with another owner key succeeded")
 	}
@@ -95,10 +96,10 @@ func TestEscrow(t *testing.T) {
 	if _, err := c.mgmt(t, addr).GetNodes(ctx, &api.GetNodesRequest{}); err != nil {
 		t.Fatalf("GetNodes as owner: %v", err)
 	}
-	if _, err := escrow(ctx, t, addr, c.ca, newKey(t), nil); status.Code(err) != codes.PermissionDenied {
+	if _, err := escrow(ctx, t, addr, c.ca, identitytest.NewKey(t), nil); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("Escrow with a stranger's key = %v, want PermissionDenied", err)
 	}
-	bad := func(payload []byte) []byte { return ed25519.Sign(newKey(t), payload) }
+	bad := func(payload []byte) []byte { return ed25519.Sign(identitytest.NewKey(t), payload) }
 	if _, err := escrow(ctx, t, addr, c.ca, c.ownerKey, bad); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("Escrow with a bad proof = %v, want PermissionDenied", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
-	"crypto/rand"
 	"fmt"
 	"net"
 	"net/netip"
@@ -16,6 +15,7 @@ import (
 
 	"cairn.dev/cairn/node/consensus/consensustest"
 	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/identity/identitytest"
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/pkg/logtree"
@@ -38,7 +38,7 @@ type testNode struct {
 
 func newTestNode(t testing.TB) *testNode {
 	t.Helper()
-	n := &testNode{key: newKey(t), joinKey: newKey(t)}
+	n := &testNode{key: identitytest.NewKey(t), joinKey: identitytest.NewKey(t)}
 	n.member = consensustest.NewMember(t, n.key)
 	n.addr = netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(consensustest.FreePort(t)))
 	return n
@@ -83,7 +83,7 @@ type testCluster struct {
 func newTestCluster(t testing.TB, opts ...Option) *testCluster {
 	t.Helper()
 	ctx := testContext(t)
-	c := &testCluster{ownerKey: newKey(t), config: &api.ClusterConfiguration{
+	c := &testCluster{ownerKey: identitytest.NewKey(t), config: &api.ClusterConfiguration{
 		StorageSecurityPolicy: api.StorageSecurityPolicy_STORAGE_SECURITY_POLICY_ENCRYPTED,
 		TpmMode:               api.TPMMode_TPM_MODE_BEST_EFFORT,
 	}}
@@ -235,15 +235,6 @@ func dial(t testing.TB, addr string, creds credentials.TransportCredentials) *gr
 	}
 	t.Cleanup(func() { conn.Close() })
 	return conn
-}
-
-func newKey(t testing.TB) ed25519.PrivateKey {
-	t.Helper()
-	_, key, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return key
 }
 
 func testContext(t testing.TB) context.Context {

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"cairn.dev/cairn/node/identity/identitytest"
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/proto/api"
 )
@@ -48,7 +49,7 @@ func TestLifecycle(t *testing.T) {
 			t.Errorf("RegisterNode configuration = %v, want %v", reg.ClusterConfiguration, c.config)
 		}
 	}
-	if _, err := cur.RegisterNode(ctx, &api.RegisterNodeRequest{RegisterTicket: ticket.Ticket, JoinKey: newKey(t).Public().(ed25519.PublicKey)}); status.Code(err) != codes.AlreadyExists {
+	if _, err := cur.RegisterNode(ctx, &api.RegisterNodeRequest{RegisterTicket: ticket.Ticket, JoinKey: identitytest.NewKey(t).Public().(ed25519.PublicKey)}); status.Code(err) != codes.AlreadyExists {
 		t.Errorf("RegisterNode again with another join key = %v, want AlreadyExists", err)
 	}
 	wantState(t, m, n.id(), api.NodeState_NODE_STATE_NEW)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"cairn.dev/cairn/node/identity/identitytest"
 	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/proto/api"
 )
@@ -61,7 +62,7 @@ func BenchmarkScale(b *testing.B) {
 		start := time.Now()
 		sims := make([]*testNode, scaleNodes)
 		parallel(b, scaleNodes, func(i int) error {
-			n := &testNode{key: newKey(b), joinKey: newKey(b)}
+			n := &testNode{key: identitytest.NewKey(b), joinKey: identitytest.NewKey(b)}
 			addr := addrs[i%len(addrs)]
 			cur := c.ephemeral(b, addr, n.key)
 			if _, err := cur.RegisterNode(ctx, &api.RegisterNodeRequest{RegisterTicket: ticket.Ticket, JoinKey: n.joinKey.Public().(ed25519.PublicKey)}); err != nil {

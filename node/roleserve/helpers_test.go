@@ -3,7 +3,6 @@ package roleserve
 import (
 	"context"
 	"crypto/ed25519"
-	"crypto/rand"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"cairn.dev/cairn/node/curator"
 	"cairn.dev/cairn/node/curator/curatortest"
 	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/identity/identitytest"
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/pkg/event/memory"
@@ -36,15 +36,6 @@ type testNode struct {
 	svc        *Service
 	lt         *logtree.LogTree
 	stop       func()
-}
-
-func newKey(t testing.TB) ed25519.PrivateKey {
-	t.Helper()
-	_, k, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
 }
 
 // newTestNode prepares a node on 127.0.0.1 whose curator serves on
@@ -71,7 +62,7 @@ func newTestNode(t testing.TB, curatorPort, peerPort, joinPeerPort, directoryPor
 			t.Fatal(err)
 		}
 	}
-	n := &testNode{key: newKey(t), ip: netip.MustParseAddr("127.0.0.1")}
+	n := &testNode{key: identitytest.NewKey(t), ip: netip.MustParseAddr("127.0.0.1")}
 	n.address.Set(netip.PrefixFrom(n.ip, 8))
 	n.cfg = Config{
 		Membership:      &n.membership,

@@ -15,6 +15,7 @@ import (
 
 	"cairn.dev/cairn/node/consensus/consensustest"
 	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/identity/identitytest"
 	"cairn.dev/cairn/node/rpc"
 	api "cairn.dev/cairn/proto/api"
 )
@@ -39,7 +40,7 @@ func TestCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs etcd and curators for about a minute; skipped under -short")
 	}
-	o := &owner{key: newKey(t)}
+	o := &owner{key: identitytest.NewKey(t)}
 
 	// Node A bootstraps the cluster. Its curator tells B, which joins
 	// through it, to peer on a port of its own: both share 127.0.0.1.
