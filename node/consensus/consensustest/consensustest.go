@@ -63,14 +63,6 @@ func NewMember(t testing.TB, key ed25519.PrivateKey) *Member {
 	}}
 }
 
-// StartVoter starts a fresh single-member cluster and waits until it runs.
-func StartVoter(t testing.TB) (*Member, *consensus.Status) {
-	t.Helper()
-	m := NewMember(t, nil)
-	m.Start(t)
-	return m, m.WaitVoter(t)
-}
-
 // Start runs the member with a new Service from Config until Stop or the
 // end of the test.
 func (m *Member) Start(t testing.TB) {

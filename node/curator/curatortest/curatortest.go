@@ -5,9 +5,10 @@
 //	  (embedded etcd)         (owner, config,        (AAA, Management,
 //	                           this node UP)          Curator on loopback)
 //
-// Tests of cairnctl, enrolment and the role server talk to it as they
-// would to a cluster: as the owner (OwnerConn, or AAA.Escrow with
-// OwnerKey), or with the node identity it serves with.
+// A test talks to it as to a cluster: as the owner (OwnerConn, or
+// AAA.Escrow with OwnerKey, as cairnctl's tests do), or with the node
+// identity it serves with. IssueOwnerCertificate also serves tests that
+// bootstrap a cluster of their own, like the role server's.
 //
 // The curator's own tests cannot use it (this package imports curator).
 // Only tests import it.
