@@ -90,7 +90,13 @@ func TestFollowsLeader(t *testing.T) {
 	cc := start(t, c, r)
 
 	waitAnswerer(t, cc, 1)
-	if got, want := r.Leader(), c.curators[1].addr; got != want {
+	// A call may reach the leader before the resolver has named it (any
+	// curator is dialled while none is known): wait for the name.
+	want := c.curators[1].addr
+	for deadline := time.Now().Add(10 * time.Second); r.Leader() != want && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if got := r.Leader(); got != want {
 		t.Errorf("Leader() = %q, want %q", got, want)
 	}
 
