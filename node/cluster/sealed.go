@@ -78,6 +78,9 @@ func parseEnvelope(b []byte) (envelopeKind, []byte, error) {
 	if len(b) < headerSize+sha256.Size {
 		return 0, nil, fmt.Errorf("file is %d bytes, too short for a sealed configuration", len(b))
 	}
+	if len(b) > maxSealedSize {
+		return 0, nil, fmt.Errorf("file is %d bytes, more than any sealed configuration (%d)", len(b), maxSealedSize)
+	}
 	if !bytes.Equal(b[:8], []byte(envelopeMagic)) {
 		return 0, nil, errors.New("not a sealed configuration (bad magic)")
 	}

@@ -95,6 +95,7 @@ func TestUnsealDamaged(t *testing.T) {
 		{"empty", nil, tpm.open, "too short"},
 		{"garbage", []byte(strings.Repeat("garbage!", 10)), tpm.open, "bad magic"},
 		{"truncated", good[:len(good)-1], tpm.open, "truncated"},
+		{"oversized", marshalEnvelope(kindPlain, make([]byte, maxSealedSize)), tpm.open, "more than any sealed configuration"},
 		{"bit flip in payload", flip(good, headerSize+3), tpm.open, "checksum mismatch"},
 		{"unknown version", flip(good, 8), tpm.open, "unknown sealed configuration version"},
 		{"TPM blob without TPM", good, noTPM, "sealed by a TPM, which cannot be opened"},

@@ -32,8 +32,6 @@ const (
 	ticketKey = "register_ticket"
 	// configurationKey holds the api.ClusterConfiguration.
 	configurationKey = "configuration"
-	// electionPrefix is where curators campaign for leadership.
-	electionPrefix = "election/"
 )
 
 // ticketSize is the length of a fresh register ticket.

@@ -130,13 +130,12 @@ func (r *Resolver) probeOnce(ctx context.Context, conn *grpc.ClientConn) error {
 func (r *Resolver) nextEndpoint(ctx context.Context) (string, error) {
 	w := r.known.Watch()
 	defer w.Close()
-	eps, err := w.Get(ctx, event.Filter(func(eps []string) bool { return len(eps) > 0 }))
-	if err != nil {
+	if _, err := w.Get(ctx, event.Filter(func(eps []string) bool { return len(eps) > 0 })); err != nil {
 		return "", fmt.Errorf("when waiting for a curator endpoint: %w", err)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	eps = r.endpointsLocked()
+	eps := r.endpointsLocked()
 	if len(eps) == 0 {
 		return "", errors.New("curator endpoints vanished")
 	}
