@@ -3,8 +3,6 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/localstorage"
@@ -21,16 +19,8 @@ type storage interface {
 	MountExistingInsecure() error
 }
 
-// identityFile is the name, in the data partition's node directory, of the
-// node's identity bundle (identity.Node.MarshalPEM).
-const identityFile = "identity.pem"
-
-// identityPath is where the node's identity bundle lives.
-func identityPath(root *localstorage.Root) string {
-	return filepath.Join(root.Data.Node.FullPath(), identityFile)
-}
-
-// writeIdentity stores the node's identity on the data partition.
+// writeIdentity stores the node's identity on the data partition,
+// atomically and synced.
 func writeIdentity(root *localstorage.Root, node *identity.Node) error {
 	b, err := node.MarshalPEM()
 	if err != nil {
@@ -39,7 +29,7 @@ func writeIdentity(root *localstorage.Root, node *identity.Node) error {
 	if err := root.Data.Node.MkdirAll(0o700); err != nil {
 		return fmt.Errorf("when creating the node directory: %w", err)
 	}
-	if err := writeFileSync(identityPath(root), b); err != nil {
+	if err := root.Data.Node.Identity.Write(b); err != nil {
 		return fmt.Errorf("when writing the identity: %w", err)
 	}
 	return nil
@@ -47,7 +37,7 @@ func writeIdentity(root *localstorage.Root, node *identity.Node) error {
 
 // readIdentity loads the node's identity from the data partition.
 func readIdentity(root *localstorage.Root) (*identity.Node, error) {
-	b, err := os.ReadFile(identityPath(root))
+	b, err := root.Data.Node.Identity.Read()
 	if err != nil {
 		return nil, fmt.Errorf("when reading the identity: %w", err)
 	}
@@ -56,42 +46,6 @@ func readIdentity(root *localstorage.Root) (*identity.Node, error) {
 		return nil, fmt.Errorf("when parsing the identity: %w", err)
 	}
 	return n, nil
-}
-
-// writeFileSync replaces path atomically (temporary file, fsync, rename,
-// fsync of the directory), readable by its owner only.
-func writeFileSync(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	defer os.Remove(tmp) // fails harmlessly once renamed
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // mountNew sets up the data partition of a node enrolling for the first

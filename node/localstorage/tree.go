@@ -58,6 +58,10 @@ type NodeDirectory struct {
 	// the node (cairn.api.NodeRoles), so that it can start what the node
 	// runs before any curator answers.
 	Roles declarative.File `file:"roles.pb"`
+	// Identity is the node's identity bundle (node/identity's MarshalPEM:
+	// private key, node certificate, CA certificate), written when the
+	// node enrols.
+	Identity declarative.File `file:"identity.pem"`
 }
 
 // EphemeralDirectory is the root of the tmpfs.

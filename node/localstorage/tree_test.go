@@ -24,6 +24,7 @@ func TestTreePaths(t *testing.T) {
 		{"cluster directory", st.Root.ESP.Cairn.ClusterDirectory.FullPath(), "esp/cairn/cluster_directory.pb"},
 		{"node directory", st.Root.Data.Node.FullPath(), "data/node"},
 		{"roles", st.Root.Data.Node.Roles.FullPath(), "data/node/roles.pb"},
+		{"identity", st.Root.Data.Node.Identity.FullPath(), "data/node/identity.pem"},
 		{"etcd", st.Root.Data.Etcd.FullPath(), "data/etcd"},
 	} {
 		if want := filepath.Join(root, c.want); c.got != want {
