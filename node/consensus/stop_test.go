@@ -14,9 +14,16 @@ func TestStopGrace(t *testing.T) {
 	n.start(t)
 	st := n.waitVoter(t)
 	cl := st.Client()
+	// A first write waits out etcd's election after its start, so that
+	// the one below measures only what the grace allows.
+	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer wcancel()
+	if _, err := cl.Put(wctx, "first-words", "running"); err != nil {
+		t.Fatalf("Put while running: %v", err)
+	}
 
 	n.cancel()
-	ctx, cancel := context.WithTimeout(context.Background(), stopGrace/2)
+	ctx, cancel := context.WithTimeout(context.Background(), stopGrace)
 	defer cancel()
 	start := time.Now()
 	if _, err := cl.Put(ctx, "last-words", "resigned"); err != nil {
