@@ -83,8 +83,16 @@ func (c *curator) runElection(ctx context.Context) error {
 		}
 	}()
 	lease := session.Lease()
+	// The observer may outlive this function by a moment (it is
+	// cancelled as this returns), while the deferred Close above ends the
+	// watches of cl: it reads through a client of its own.
 	if err := supervisor.Run(ctx, "observer", func(ctx context.Context) error {
-		return c.observe(ctx, cl, lease)
+		ocl, err := c.root.Sub(namespace)
+		if err != nil {
+			return fmt.Errorf("when opening the curator namespace: %w", err)
+		}
+		defer ocl.Close()
+		return c.observe(ctx, ocl, lease)
 	}); err != nil {
 		return fmt.Errorf("when starting the election observer: %w", err)
 	}
