@@ -13,8 +13,12 @@ import (
 	"cairn.dev/cairn/test/launch/cluster"
 )
 
-// probeInterval is how often the prober calls the cluster.
-const probeInterval = 500 * time.Millisecond
+// probeInterval is how often the prober calls the cluster, probeTimeout
+// how long one probe waits for an answer.
+const (
+	probeInterval = 500 * time.Millisecond
+	probeTimeout  = 2 * time.Second
+)
 
 // sample is one probe: whether some curator answered GetNodes.
 type sample struct {
@@ -24,9 +28,8 @@ type sample struct {
 }
 
 // prober calls Management.GetNodes as the owner, over and over, the way a
-// client that knows every curator would: each probe tries the curators in
-// turn, starting with the one that answered last, and counts as a success
-// when one answers. The samples show when the cluster served and for how
+// client that knows every curator would: each probe asks every curator at
+// once and counts as a success when one answers. The samples show when the cluster served and for how
 // long it did not.
 type prober struct {
 	mu      sync.Mutex
@@ -51,22 +54,10 @@ func startProber(t *testing.T, c *cluster.Cluster, o *owner) *prober {
 
 func (p *prober) run(ctx context.Context, clients []api.ManagementClient) {
 	defer close(p.done)
-	last := 0
 	tick := time.NewTicker(probeInterval)
 	defer tick.Stop()
 	for {
-		s := sample{at: time.Now()}
-		for k := range clients {
-			i := (last + k) % len(clients)
-			cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-			_, err := clients[i].GetNodes(cctx, &api.GetNodesRequest{})
-			cancel()
-			if err == nil {
-				s.ok, s.err, last = true, nil, i
-				break
-			}
-			s.err = err
-		}
+		s := p.probe(ctx, clients)
 		p.mu.Lock()
 		p.samples = append(p.samples, s)
 		p.mu.Unlock()
@@ -76,6 +67,32 @@ func (p *prober) run(ctx context.Context, clients []api.ManagementClient) {
 		case <-tick.C:
 		}
 	}
+}
+
+// probe calls every curator at once and succeeds when one answers within
+// probeTimeout. Asking all of them together keeps a hung curator from
+// stretching the probe, so an outage measures the cluster, not the
+// prober's timeouts.
+func (p *prober) probe(ctx context.Context, clients []api.ManagementClient) sample {
+	s := sample{at: time.Now()}
+	cctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	errs := make(chan error, len(clients))
+	for _, c := range clients {
+		go func() {
+			_, err := c.GetNodes(cctx, &api.GetNodesRequest{})
+			errs <- err
+		}()
+	}
+	for range clients {
+		err := <-errs
+		if err == nil {
+			s.ok, s.err = true, nil
+			return s
+		}
+		s.err = err
+	}
+	return s
 }
 
 func (p *prober) stop() {
