@@ -95,7 +95,7 @@ func (s *Service) runDHCP(ctx context.Context) error {
 		return fmt.Errorf("when creating DHCP client: %w", err)
 	}
 	defer c.broadcast.Close()
-	defer c.drop("DHCP client stopped")
+	defer c.stop(ctx)
 	c.log.Infof("Running DHCP on %s (%s)", l.name, l.hw)
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
 	return c.run(ctx)
@@ -341,6 +341,21 @@ func (c *dhcpClient) bind(l *lease, reason string) error {
 
 // drop takes the current lease's address and route off the link and
 // publishes that the node has no address.
+// stop ends the client. Stopped from outside (ctx done: the node shuts
+// down, or the service restarts), it leaves its lease's address and route
+// in place: what runs above the network is stopping at the same moment and
+// still talks over them (an etcd member handing over its leadership, a
+// curator resigning), and the kernel removes the address by itself when
+// the lease's lifetime ends. A client that stops on an error drops its
+// lease.
+func (c *dhcpClient) stop(ctx context.Context) {
+	if ctx.Err() != nil && c.lease != nil {
+		c.log.Infof("DHCP: client stopped; %s stays until its lease ends or a new client replaces it", c.lease.address)
+		return
+	}
+	c.drop("DHCP client stopped")
+}
+
 func (c *dhcpClient) drop(reason string) {
 	if c.lease == nil {
 		return

@@ -3,6 +3,7 @@ package network
 import (
 	"errors"
 	"net/netip"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"cairn.dev/cairn/pkg/event"
+	"cairn.dev/cairn/pkg/event/memory"
+	"cairn.dev/cairn/pkg/logtree"
+	"cairn.dev/cairn/pkg/supervisor"
 )
 
 var (
@@ -134,5 +138,44 @@ func TestDHCPNakRestarts(t *testing.T) {
 	}
 	if _, ok := n.clientAddr(t, secondLease); !ok {
 		t.Errorf("eth0 addresses = %v, want %s", n.clientAddrs(t), secondLease)
+	}
+}
+
+// TestDHCPStopKeepsAddress stops the service while it holds a lease: the
+// address must stay on the link, for what still runs above the network
+// while the node shuts down.
+func TestDHCPStopKeepsAddress(t *testing.T) {
+	n := newTestNet(t)
+	n.setPeerUp(t)
+	startTestServer(t, n.server, time.Minute, 30*time.Second, 45*time.Second)
+	address := &memory.Value[netip.Prefix]{}
+	cancel, lt := supervisor.TestHarness(t, New(Config{
+		Namespace:       n.client,
+		ExternalAddress: address,
+		ResolvConfPath:  filepath.Join(t.TempDir(), "resolv.conf"),
+		HostnamePath:    filepath.Join(t.TempDir(), "hostname"),
+	}).Run)
+	rs := &runningService{address: address}
+	if got := rs.waitAddress(t, 20*time.Second, "set", valid); got != firstLease {
+		t.Fatalf("published address = %s, want %s", got, firstLease)
+	}
+	cancel()
+	// Either way the client says it stopped ("client stopped; ... stays"
+	// now, "dropping ...: DHCP client stopped" before).
+	eventually(t, 10*time.Second, "the DHCP client stopped", func() bool {
+		r, err := lt.Read("", logtree.WithChildren(), logtree.WithBacklog(logtree.BacklogAll))
+		if err != nil {
+			return false
+		}
+		defer r.Close()
+		for _, e := range r.Backlog {
+			if strings.Contains(e.Message, "client stopped") {
+				return true
+			}
+		}
+		return false
+	})
+	if _, ok := n.clientAddr(t, firstLease); !ok {
+		t.Errorf("eth0 addresses after the service stopped = %v, want %s kept", n.clientAddrs(t), firstLease)
 	}
 }
