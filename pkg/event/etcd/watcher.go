@@ -44,7 +44,8 @@ type watcher[T any] struct {
 	known map[string]int64
 }
 
-// read gets the current state of the key or range.
+// read gets the current state of the key or range; a watch started after
+// it begins at the revision of that state.
 func (w *watcher[T]) read(ctx context.Context) (*clientv3.GetResponse, error) {
 	ctx, cancel := w.both(ctx)
 	defer cancel()
@@ -56,7 +57,17 @@ func (w *watcher[T]) read(ctx context.Context) (*clientv3.GetResponse, error) {
 	if err != nil {
 		return nil, fmt.Errorf("when reading %q: %w", w.v.key, err)
 	}
+	w.rev = resp.Header.Revision
 	return resp, nil
+}
+
+// currentKey is the watched key as resp shows it, or a placeholder for a
+// key that does not exist.
+func (w *watcher[T]) currentKey(resp *clientv3.GetResponse) *mvccpb.KeyValue {
+	if len(resp.Kvs) == 1 {
+		return resp.Kvs[0]
+	}
+	return missing([]byte(w.v.key), 0)
 }
 
 // both is a context done when ctx or the watcher is.
@@ -73,12 +84,8 @@ func (w *watcher[T]) nextKey(ctx context.Context, backlogOnly bool) (*mvccpb.Key
 		if err != nil {
 			return nil, err
 		}
-		w.rev = resp.Header.Revision
 		w.stopWatch()
-		kv := missing([]byte(w.v.key), 0)
-		if len(resp.Kvs) == 1 {
-			kv = resp.Kvs[0]
-		}
+		kv := w.currentKey(resp)
 		if !w.started || w.changed(kv) {
 			w.started = true
 			return w.remember(kv), nil
@@ -96,12 +103,7 @@ func (w *watcher[T]) nextKey(ctx context.Context, backlogOnly bool) (*mvccpb.Key
 			if err != nil {
 				return nil, err
 			}
-			w.rev = resp.Header.Revision
-			kv := missing([]byte(w.v.key), 0)
-			if len(resp.Kvs) == 1 {
-				kv = resp.Kvs[0]
-			}
-			if w.changed(kv) {
+			if kv := w.currentKey(resp); w.changed(kv) {
 				return w.remember(kv), nil
 			}
 			continue
@@ -135,7 +137,6 @@ func (w *watcher[T]) nextInRange(ctx context.Context, backlogOnly bool) (*mvccpb
 			return nil, err
 		}
 		w.started = true
-		w.rev = resp.Header.Revision
 		w.known = make(map[string]int64)
 		w.resync(resp)
 	}
@@ -157,7 +158,6 @@ func (w *watcher[T]) nextInRange(ctx context.Context, backlogOnly bool) (*mvccpb
 			if err != nil {
 				return nil, err
 			}
-			w.rev = resp.Header.Revision
 			w.resync(resp)
 			continue
 		}
