@@ -32,8 +32,12 @@ func (t *paramsTarget) addFlags(cmd *cobra.Command) {
 	cmd.MarkFlagsMutuallyExclusive("image", "out")
 }
 
-// write writes the encoded parameters and says where they went.
-func (t *paramsTarget) write(data []byte) (string, error) {
+// write encodes params, writes them and says where they went.
+func (t *paramsTarget) write(params *api.NodeParameters) (string, error) {
+	data, err := proto.Marshal(params)
+	if err != nil {
+		return "", fmt.Errorf("when encoding parameters: %w", err)
+	}
 	if t.image != "" {
 		if err := espimage.WriteFile(t.image, parametersPath, data); err != nil {
 			return "", fmt.Errorf("when writing parameters into the image: %w", err)
@@ -124,11 +128,7 @@ func (a *app) paramsBootstrap(t *paramsTarget, cc *api.ClusterConfiguration) err
 			InitialClusterConfiguration: cc,
 		},
 	}}
-	data, err := proto.Marshal(params)
-	if err != nil {
-		return fmt.Errorf("when encoding parameters: %w", err)
-	}
-	where, err := t.write(data)
+	where, err := t.write(params)
 	if err != nil {
 		return err
 	}
@@ -189,11 +189,7 @@ func (a *app) paramsRegister(ctx context.Context, t *paramsTarget) error {
 			CaCertificate:    o.caDER,
 		},
 	}}
-	data, err := proto.Marshal(params)
-	if err != nil {
-		return fmt.Errorf("when encoding parameters: %w", err)
-	}
-	where, err := t.write(data)
+	where, err := t.write(params)
 	if err != nil {
 		return err
 	}
