@@ -15,12 +15,10 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
+	"cairn.dev/cairn/node/nodemanagement"
 	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/proto/api"
 )
-
-// nodeManagementPort is where every node serves NodeManagement.
-const nodeManagementPort = 7835
 
 // defaultConnectTimeout bounds connecting to one endpoint (TCP and the
 // TLS handshake), so that an endpoint that accepts but never answers (a
@@ -167,7 +165,7 @@ func (a *app) nodeEndpoint(ctx context.Context, o *owner, id string) (string, er
 	if addr == "" {
 		return "", fmt.Errorf("node %s reports no address yet: give --node-endpoint %s=HOST:PORT", id, id)
 	}
-	return net.JoinHostPort(addr, strconv.Itoa(nodeManagementPort)), nil
+	return net.JoinHostPort(addr, strconv.Itoa(nodemanagement.Port)), nil
 }
 
 // nodeManagement runs f on a connection to the management port of node

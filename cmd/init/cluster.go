@@ -19,9 +19,6 @@ import (
 	api "cairn.dev/cairn/proto/api"
 )
 
-// nodeManagementPort is the port of the NodeManagement service.
-const nodeManagementPort = 7835
-
 // waitMounted waits until the storage child has mounted the ESP and
 // /ephemeral.
 func waitMounted(ctx context.Context, mounted event.Value[bool]) error {
@@ -85,7 +82,7 @@ func nodeManagementRunnable(creds event.Value[*identity.Node], lt *logtree.LogTr
 			Poweroff: func() { request(poweroff) },
 		}))
 		var lc net.ListenConfig
-		lis, err := lc.Listen(ctx, "tcp", ":"+strconv.Itoa(nodeManagementPort))
+		lis, err := lc.Listen(ctx, "tcp", ":"+strconv.Itoa(nodemanagement.Port))
 		if err != nil {
 			return fmt.Errorf("when listening for node management: %w", err)
 		}

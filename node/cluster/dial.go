@@ -15,9 +15,6 @@ import (
 	api "cairn.dev/cairn/proto/api"
 )
 
-// curatorPort is where curators serve (curator.Port).
-const curatorPort = 7833
-
 // curatorTargets lists host:port of every curator in d, in the
 // directory's order, leaving out the node called skip (this node itself,
 // which runs no curator before it has enrolled).

@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"cairn.dev/cairn/node/curator"
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/node/roleserve"
@@ -128,7 +129,7 @@ func New(cfg Config) *Service {
 		s.openTPM = openMachineTPM
 	}
 	if s.port == 0 {
-		s.port = curatorPort
+		s.port = curator.Port
 	}
 	if cfg.timing != nil {
 		s.timing = *cfg.timing

@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"cairn.dev/cairn/node/curator"
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/supervisor"
 	api "cairn.dev/cairn/proto/api"
@@ -82,7 +83,7 @@ func leaderAddress(msg *api.GetCurrentLeaderResponse) string {
 	}
 	port := int(msg.GetLeaderPort())
 	if port == 0 {
-		port = DefaultPort
+		port = curator.Port
 	}
 	return net.JoinHostPort(msg.GetLeaderHost(), strconv.Itoa(port))
 }

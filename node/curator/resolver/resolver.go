@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/resolver"
 
+	"cairn.dev/cairn/node/curator"
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/pkg/event/memory"
@@ -21,10 +22,6 @@ import (
 // Scheme is the URI scheme of the targets the Resolver resolves. Dial builds
 // the target; other code never needs to spell it.
 const Scheme = "cairn-curator"
-
-// DefaultPort is the port curators serve on, assumed for endpoints that
-// name only a host (the cluster directory).
-const DefaultPort = 7833
 
 // Resolver follows the curator leadership of one cluster on behalf of the
 // ClientConns dialled through it. Run it under a supervisor; until it has
@@ -77,10 +74,10 @@ func New(node *identity.Node, seeds []string) *Resolver {
 }
 
 // DirectoryEndpoints returns the curator endpoints of a cluster directory:
-// every address of every node, on port (DefaultPort when zero).
+// every address of every node, on port (curator.Port when zero).
 func DirectoryEndpoints(dir *api.ClusterDirectory, port int) []string {
 	if port == 0 {
-		port = DefaultPort
+		port = curator.Port
 	}
 	var eps []string
 	for _, n := range dir.GetNodes() {
