@@ -118,6 +118,13 @@ func (s *suite) launch(cfg launch.Config, opts ...launch.Option) *launch.Node {
 	if err != nil {
 		s.t.Fatalf("launching %s: %v", cfg.Name, err)
 	}
+	s.closeAtEnd(n, logFile)
+	return n
+}
+
+// closeAtEnd closes n when the suite ends, logging the tail of its console
+// (all of it is in logFile) if the suite failed.
+func (s *suite) closeAtEnd(n *launch.Node, logFile string) {
 	s.t.Cleanup(func() {
 		if s.t.Failed() {
 			s.t.Logf("last console lines of %s (all in %s):\n%s", n.Name(), logFile, n.Console().Tail(40))
@@ -126,7 +133,6 @@ func (s *suite) launch(cfg launch.Config, opts ...launch.Option) *launch.Node {
 			s.t.Errorf("closing %s: %v", n.Name(), err)
 		}
 	})
-	return n
 }
 
 // waitFor waits for a console line of n, failing the suite at its deadline

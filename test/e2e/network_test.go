@@ -102,14 +102,7 @@ func (s *suite) launchOn(nw *netns.Network, i int, flags string) *launch.Node {
 	if err != nil {
 		s.t.Fatalf("launching %s: %v", name, err)
 	}
-	s.t.Cleanup(func() {
-		if s.t.Failed() {
-			s.t.Logf("last console lines of %s (all in %s):\n%s", name, logFile, n.Console().Tail(40))
-		}
-		if err := n.Close(); err != nil {
-			s.t.Errorf("closing %s: %v", name, err)
-		}
-	})
+	s.closeAtEnd(n, logFile)
 	return n
 }
 

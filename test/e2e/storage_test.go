@@ -118,14 +118,7 @@ func (s *suite) bootDisk(name, disk, flags string, opts ...launch.Option) *launc
 	if err != nil {
 		s.t.Fatalf("launching %s: %v", name, err)
 	}
-	s.t.Cleanup(func() {
-		if s.t.Failed() {
-			s.t.Logf("last console lines of %s (all in %s):\n%s", name, logFile, n.Console().Tail(40))
-		}
-		if err := n.Close(); err != nil {
-			s.t.Errorf("closing %s: %v", name, err)
-		}
-	})
+	s.closeAtEnd(n, logFile)
 	return n
 }
 
