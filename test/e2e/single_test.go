@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
-	"fmt"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -218,7 +217,7 @@ func (s *suite) rebootSingle(t *testing.T, c *cluster.Cluster, n *cluster.Node, 
 	// cluster still knows both nodes.
 	mgmt := api.NewManagementClient(dial(t, n.CuratorAddr(), o.creds(t)))
 	var res *api.GetNodesResponse
-	attempts, err := retryCall(s.ctx, 3*time.Minute, func(ctx context.Context) error {
+	attempts, err := cluster.Retry(s.ctx, 3*time.Minute, func(ctx context.Context) error {
 		var err error
 		res, err = mgmt.GetNodes(ctx, &api.GetNodesRequest{})
 		return err
@@ -294,26 +293,6 @@ func (s *suite) checkGarbageParameters(t *testing.T, n *cluster.Node) {
 		}
 	}
 	assertNoPanic(t, n.VM())
-}
-
-// retryCall calls f until it succeeds or timeout passes, and returns the
-// number of attempts.
-func retryCall(ctx context.Context, timeout time.Duration, f func(ctx context.Context) error) (int, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for attempt := 1; ; attempt++ {
-		actx, acancel := context.WithTimeout(ctx, 20*time.Second)
-		err := f(actx)
-		acancel()
-		if err == nil {
-			return attempt, nil
-		}
-		select {
-		case <-ctx.Done():
-			return attempt, fmt.Errorf("after %d attempts: %w", attempt, err)
-		case <-time.After(time.Second):
-		}
-	}
 }
 
 // tail returns the last n lines of s.

@@ -114,10 +114,10 @@ func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
-// retry calls f until it succeeds, ctx ends or timeout passes, waiting
+// Retry calls f until it succeeds, ctx ends or timeout passes, waiting
 // between attempts, and returns the number of attempts with the last
 // error.
-func retry(ctx context.Context, timeout time.Duration, f func(ctx context.Context) error) (int, error) {
+func Retry(ctx context.Context, timeout time.Duration, f func(ctx context.Context) error) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	wait := 500 * time.Millisecond

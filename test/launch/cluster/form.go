@@ -95,7 +95,7 @@ func (c *Cluster) Bootstrap(ctx context.Context) error {
 // succeeds: the curator may serve a moment before it leads.
 func (c *Cluster) TakeOwnership(ctx context.Context) error {
 	start := time.Now()
-	attempts, err := retry(ctx, 3*time.Minute, func(ctx context.Context) error {
+	attempts, err := Retry(ctx, 3*time.Minute, func(ctx context.Context) error {
 		_, err := c.CairnctlVia(ctx, 0, "takeownership")
 		return err
 	})
@@ -111,7 +111,7 @@ func (c *Cluster) TakeOwnership(ctx context.Context) error {
 // cluster directory from the cluster) and returns them.
 func (c *Cluster) RegisterParams(ctx context.Context) ([]byte, error) {
 	file := filepath.Join(c.cfg.Dir, "params", "register.pb")
-	if _, err := retry(ctx, 2*time.Minute, func(ctx context.Context) error {
+	if _, err := Retry(ctx, 2*time.Minute, func(ctx context.Context) error {
 		_, err := c.Cairnctl(ctx, "params", "register", "--out", file)
 		return err
 	}); err != nil {
@@ -158,7 +158,7 @@ func (c *Cluster) approve(ctx context.Context, n *Node, vm *launch.Node) error {
 	if err != nil {
 		return err
 	}
-	if _, err := retry(ctx, 2*time.Minute, func(ctx context.Context) error {
+	if _, err := Retry(ctx, 2*time.Minute, func(ctx context.Context) error {
 		_, err := c.Cairnctl(ctx, "node", "approve", id)
 		return err
 	}); err != nil {
@@ -176,7 +176,7 @@ func (c *Cluster) approve(ctx context.Context, n *Node, vm *launch.Node) error {
 // WaitAllUp polls cairnctl node list until it shows every node of the
 // cluster UP.
 func (c *Cluster) WaitAllUp(ctx context.Context, timeout time.Duration) error {
-	_, err := retry(ctx, timeout, func(ctx context.Context) error {
+	_, err := Retry(ctx, timeout, func(ctx context.Context) error {
 		nodes, err := c.ListNodes(ctx)
 		if err != nil {
 			return err
