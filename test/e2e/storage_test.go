@@ -108,13 +108,10 @@ func (s *suite) bootDisk(name, disk, flags string, opts ...launch.Option) *launc
 			Initrd:  artifact(s.t, "initramfs.img"),
 			Cmdline: strings.TrimSpace(string(cmdline)) + " " + flags,
 		}),
-		launch.WithExtraArgs(
-			"-drive", "if=none,id=disk0,format=raw,cache=writeback,file="+strings.ReplaceAll(disk, ",", ",,"),
-			"-device", "virtio-blk-pci,drive=disk0",
-		),
+		launch.WithWritableImage(),
 	}, opts...)
 	opts = append(opts, launch.WithConsoleFile(logFile))
-	n, err := launch.Launch(s.ctx, launch.Config{Name: name, MemoryMiB: *memoryFlag}, opts...)
+	n, err := launch.Launch(s.ctx, launch.Config{Name: name, Image: disk, MemoryMiB: *memoryFlag}, opts...)
 	if err != nil {
 		s.t.Fatalf("launching %s: %v", name, err)
 	}
