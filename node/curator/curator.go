@@ -17,6 +17,7 @@ import (
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/pkg/event/memory"
+	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/pki"
 	"cairn.dev/cairn/pkg/supervisor"
 	"cairn.dev/cairn/proto/api"
@@ -100,6 +101,9 @@ type curator struct {
 	// nodeCredentials dial the leader.
 	nodeCredentials credentials.TransportCredentials
 
+	// log is the curator's logger, for work that outlives a call.
+	log logtree.LeveledLogger
+
 	heartbeats heartbeats
 	// leaders publishes who leads, for GetCurrentLeader.
 	leaders memory.Value[leader]
@@ -131,6 +135,7 @@ func (s *Service) Run(ctx context.Context) error {
 		etcd:            etcd,
 		ca:              consensus.ClusterCA(),
 		nodeCredentials: rpc.NodeCredentials(s.cfg.Node),
+		log:             supervisor.Logger(ctx),
 	}
 	c.leaders.Set(leader{})
 	defer c.closeConn()

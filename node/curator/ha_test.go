@@ -203,6 +203,38 @@ func TestHighAvailability(t *testing.T) {
 		}
 		return nil
 	})
+
+	// The leader gives up its own node's membership: the answer must
+	// reach the caller although the leader's etcd stops right after.
+	byID := map[string]*testNode{n0.id(): n0, n1.id(): n1}
+	lead := byID[waitLeader(t, n0, addr0, n2.id())]
+	if lead == nil {
+		t.Fatalf("the leader is neither %s nor %s", n0.id(), n1.id())
+	}
+	if _, err := c.mgmt(t, lead.addr.String()).UpdateNodeRoles(ctx, &api.UpdateNodeRolesRequest{NodeId: lead.id(), ConsensusMember: &no}); err != nil {
+		t.Fatalf("UpdateNodeRoles(%s, not a consensus member) through %s itself: %v", lead.id(), lead.id(), err)
+	}
+	other := n0
+	if lead == n0 {
+		other = n1
+	}
+	// Its etcd stopped as it removed itself, so it could not revoke its
+	// own peer certificate: the same call answered by the remaining
+	// curator finishes that.
+	eventually(t, time.Minute, "waiting for the leader's own membership to go", func() error {
+		if _, err := c.mgmt(t, other.addr.String()).UpdateNodeRoles(ctx, &api.UpdateNodeRolesRequest{NodeId: lead.id(), ConsensusMember: &no}); err != nil {
+			return fmt.Errorf("UpdateNodeRoles(%s) again through %s: %w", lead.id(), other.id(), err)
+		}
+		cl := other.member.WaitVoter(t).Client()
+		resp, err := cl.Get(ctx, consensus.PKINamespace.CertificateKey("etcd-peer-"+lead.id()))
+		if err != nil {
+			return err
+		}
+		if len(resp.Kvs) != 0 {
+			return fmt.Errorf("peer certificate of %s still there", lead.id())
+		}
+		return nil
+	})
 }
 
 // TestStaleCandidacy leaves a candidacy of the node in the election, on a

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
@@ -186,7 +187,13 @@ func (m management) UpdateNodeRoles(ctx context.Context, req *api.UpdateNodeRole
 	if err != nil {
 		return nil, err
 	}
-	if removeMember {
+	switch {
+	case removeMember && req.NodeId == m.cfg.Node.ID():
+		// Removing this node's own member stops its etcd, and this
+		// curator with it, before the answer could leave: remove it
+		// just after answering.
+		m.removeMemberAfterReply(req.NodeId)
+	case removeMember:
 		// The record says the node is no member any more; now make etcd
 		// agree. Done on every such call, so that a retry after a failure
 		// here finishes the removal.
@@ -195,6 +202,23 @@ func (m management) UpdateNodeRoles(ctx context.Context, req *api.UpdateNodeRole
 		}
 	}
 	return &api.UpdateNodeRolesResponse{Roles: n.Roles}, nil
+}
+
+// selfRemovalDelay is how long the curator waits, after answering, before
+// it removes its own node from etcd's membership.
+const selfRemovalDelay = time.Second
+
+// removeMemberAfterReply removes node id, this curator's own, from etcd's
+// membership once the answer to the call that asked for it has left. A
+// failure is logged; calling UpdateNodeRoles again finishes the removal.
+func (c *curator) removeMemberAfterReply(id string) {
+	time.AfterFunc(selfRemovalDelay, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := c.removeMember(ctx, id); err != nil {
+			c.log.Warningf("curator: removing this node from the consensus members failed (remove the role again to retry): %v", err)
+		}
+	})
 }
 
 // notLastMember refuses to take the ConsensusMember role from node id when
