@@ -11,6 +11,8 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 all: build
 
 # deps installs the Debian packages a fresh machine lacks; a no-op otherwise.
+# Every target that runs a tool or reads a file of such a package depends on
+# it, so that a fresh clone needs nothing installed by hand but Go.
 deps:
 	@./build/deps.sh
 
@@ -23,12 +25,12 @@ test: deps
 	@$(MAKE) --no-print-directory unit
 	@$(MAKE) --no-print-directory e2e
 
-unit:
+unit: deps
 	$(GO) test -race -count=1 ./...
 
 # e2e boots the fresh image in qemu: the suites of test/e2e, in parallel,
 # each with its own deadline and a table of boot phase timings.
-e2e: image cairnctl
+e2e: deps image cairnctl
 	@start=$$(date +%s); \
 	  $(GO) test -tags e2e -count=1 -v -timeout 40m ./test/e2e/... -image-dir $(abspath $(OUT)) \
 	    -cairnctl $(abspath $(OUT))/cairnctl; rc=$$?; \
@@ -40,7 +42,7 @@ lint: proto-check
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
-bench:
+bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
 
 # bench-scale runs three in-process curators with 1000 simulated nodes that
@@ -65,7 +67,7 @@ cairnctl:
 # approved; it prints the cairnctl command lines that reach the cluster and
 # stays up until Ctrl-C powers every node down. The launcher is built first
 # so that Ctrl-C reaches it directly (qemu runs in process groups of its own).
-cluster: image cairnctl
+cluster: deps image cairnctl
 	$(GO) build -o $(OUT)/launch-cluster ./cmd/launch-cluster
 	$(OUT)/launch-cluster -n 3 -image $(OUT)/cairn.img -cairnctl $(OUT)/cairnctl -dir $(OUT)/cluster
 
@@ -115,6 +117,11 @@ $(IMAGE_CACHE)/nullinit: build/nullinit/main.go go.mod
 
 $(OUT)/vmlinuz: $(KERNEL_VERSION)
 	@cp "$(KDIR)/boot/vmlinuz-$(KREL)" $@ && echo "image: vmlinuz $(KREL)"
+
+# Files that Debian packages provide are made by installing the packages:
+# make looks for a prerequisite before it runs any recipe that needs it.
+$(EFI_STUB): | deps
+	@test -e $@ || { echo "image: $@ is still missing after build/deps.sh"; exit 1; }
 
 $(OUT)/cmdline: build/cmdline
 	@mkdir -p $(@D) && cp $< $@
@@ -171,7 +178,7 @@ $(PROTOC_GEN_GO):
 $(PROTOC_GEN_GO_GRPC):
 	GOBIN=$(@D) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
 
-protoc-version:
+protoc-version: deps
 	@have="$$($(PROTOC) --version)"; \
 	  if [ "$$have" != "libprotoc $(PROTOC_VERSION)" ]; then \
 	  echo "need protoc $(PROTOC_VERSION) (Debian protobuf-compiler), have: $$have"; exit 1; fi

@@ -47,9 +47,10 @@ func main() {
 			results[s.name] = append(results[s.name], phases)
 		}
 	}
-	accel := "TCG (software emulation)"
-	if _, err := os.Stat("/dev/kvm"); err == nil {
-		accel = "KVM when usable"
+	accel, err := launch.ChooseAccel(launch.AccelAuto)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bootbench: %v\n", err)
+		os.Exit(1)
 	}
 	fmt.Printf("boot phases over %d boots of each image through OVMF, %s, %d MiB\n", *boots, accel, *memory)
 	fmt.Printf("host load average (1 min) %s before, %s after\n\n", load, loadAverage())

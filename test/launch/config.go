@@ -127,9 +127,11 @@ func MACFor(name string) string {
 type Accel int
 
 const (
-	// AccelAuto uses KVM when /dev/kvm can be opened, TCG otherwise.
+	// AccelAuto follows CAIRN_ACCEL (AccelEnv) when it is set, and
+	// otherwise uses KVM only where it works: the device opens and
+	// answers, and the CPU has vmx or svm. Else TCG, said once.
 	AccelAuto Accel = iota
-	// AccelKVM requires KVM.
+	// AccelKVM requires KVM: a device that does not work is an error.
 	AccelKVM
 	// AccelTCG uses software emulation even where KVM exists.
 	AccelTCG
@@ -151,6 +153,9 @@ type options struct {
 	consoleFile          string
 	extraArgs            []string
 	writableImage        bool
+
+	// kvm is accel as Launch resolved it.
+	kvm bool
 }
 
 func defaultOptions() options {

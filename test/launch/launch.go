@@ -74,9 +74,11 @@ func checkConfig(cfg *Config, o *options) error {
 			return fmt.Errorf("node %s: %w", cfg.Name, err)
 		}
 	}
-	if o.accel == AccelKVM && !kvmUsable() {
-		return fmt.Errorf("node %s: KVM required but /dev/kvm is not usable", cfg.Name)
+	accel, err := resolveAccel(o.accel, os.Stderr)
+	if err != nil {
+		return fmt.Errorf("node %s: %w", cfg.Name, err)
 	}
+	o.kvm = accel.KVM
 	return nil
 }
 
@@ -91,7 +93,7 @@ func (n *Node) start(ctx context.Context, cfg Config, o options) error {
 		name:      cfg.Name,
 		memoryMiB: cfg.MemoryMiB,
 		cpus:      cfg.CPUs,
-		kvm:       o.accel == AccelKVM || (o.accel == AccelAuto && kvmUsable()),
+		kvm:       o.kvm,
 		direct:    o.direct,
 		network:   o.network,
 		qmpSocket: filepath.Join(n.dir, "qmp.sock"),

@@ -37,16 +37,6 @@ func kill(cmd *exec.Cmd) error {
 	return err
 }
 
-// kvmUsable reports whether this process may use KVM.
-func kvmUsable() bool {
-	f, err := os.OpenFile("/dev/kvm", os.O_RDWR, 0)
-	if err != nil {
-		return false
-	}
-	f.Close()
-	return true
-}
-
 // stateDirPrefix starts the name of every node's temporary state directory.
 const stateDirPrefix = "cairn-launch-"
 
