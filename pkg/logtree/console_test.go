@@ -1,7 +1,6 @@
 package logtree
 
 import (
-	"bytes"
 	"fmt"
 	"strconv"
 	"strings"
@@ -10,30 +9,14 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"cairn.dev/cairn/pkg/fixture"
 )
-
-// syncBuffer is a bytes.Buffer safe for a console goroutine and a test.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // gateWriter holds every Write until open is closed, like a stuck serial
 // line. entered is closed by the first Write.
 type gateWriter struct {
-	syncBuffer
+	fixture.SyncBuffer
 	open, entered chan struct{}
 	once          sync.Once
 }
@@ -41,7 +24,7 @@ type gateWriter struct {
 func (g *gateWriter) Write(p []byte) (int, error) {
 	g.once.Do(func() { close(g.entered) })
 	<-g.open
-	return g.syncBuffer.Write(p)
+	return g.SyncBuffer.Write(p)
 }
 
 // lines renders entries as the console prints them.
@@ -57,7 +40,7 @@ func lines(es []*LogEntry) string {
 func TestConsole(t *testing.T) {
 	lt := New()
 	lt.LeveledFor("root.net").Error("before the console")
-	var all, net syncBuffer
+	var all, net fixture.SyncBuffer
 	stopAll := lt.Console(&all)
 	stopNet := lt.Console(&net, ConsoleDN("root.net"), ConsoleMinimumSeverity(WARNING))
 
@@ -90,7 +73,7 @@ func TestConsole(t *testing.T) {
 
 func TestConsoleNormalizesDN(t *testing.T) {
 	lt := New()
-	var out syncBuffer
+	var out fixture.SyncBuffer
 	stop := lt.Console(&out, ConsoleDN(".a..b"))
 	lt.LeveledFor("a.b.c").Info("in")
 	lt.LeveledFor("a").Info("out")

@@ -10,29 +10,25 @@ import (
 	"net"
 	"sync"
 	"testing"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
+
+	"cairn.dev/cairn/pkg/etcdtest"
+	"cairn.dev/cairn/pkg/fixture"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, etcdLeaks()...)
-}
-
-func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	return ctx
+	goleak.VerifyTestMain(m, etcdtest.LeakOptions()...)
 }
 
 // TestEnsureRace has many goroutines on two clients Ensure the same CA at
 // once, each with a Certificate of its own as separate nodes would: they
 // must all end up with one CA.
 func TestEnsureRace(t *testing.T) {
-	ctx := testContext(t)
-	cl := startEtcd(t)
-	clients := []*clientv3.Client{cl, newClient(t, cl.Endpoints()[0])}
+	ctx := fixture.Context(t)
+	cl := etcdtest.StartEtcd(t)
+	clients := []*clientv3.Client{cl, etcdtest.NewClient(t, cl.Endpoints()[0])}
 	ns := &Namespace{Prefix: "pki/"}
 
 	const n = 16
@@ -81,8 +77,8 @@ func TestEnsureRace(t *testing.T) {
 // TestIssueVerifyRevoke issues a server and a client certificate from a CA,
 // verifies them against it, and revokes one.
 func TestIssueVerifyRevoke(t *testing.T) {
-	ctx := testContext(t)
-	cl := startEtcd(t)
+	ctx := fixture.Context(t)
+	cl := etcdtest.StartEtcd(t)
 	ns := &Namespace{Prefix: "cluster"}
 	ca := &Certificate{Namespace: ns, Name: "ca", Template: CA("cluster CA")}
 
@@ -188,8 +184,8 @@ func mustCRL(t *testing.T, ctx context.Context, kv clientv3.KV, ca *Certificate,
 }
 
 func TestEnsureInvalid(t *testing.T) {
-	ctx := testContext(t)
-	cl := startEtcd(t)
+	ctx := fixture.Context(t)
+	cl := etcdtest.StartEtcd(t)
 	ns := &Namespace{Prefix: "pki/"}
 	pub, _, _ := ed25519.GenerateKey(rand.Reader)
 	ca := &Certificate{Namespace: ns, Name: "ca", Template: CA("ca")}
@@ -232,8 +228,8 @@ func TestNewSerial(t *testing.T) {
 
 // TestWatchCRL follows a CA's CRL while certificates are revoked.
 func TestWatchCRL(t *testing.T) {
-	ctx := testContext(t)
-	cl := startEtcd(t)
+	ctx := fixture.Context(t)
+	cl := etcdtest.StartEtcd(t)
 	ca := &Certificate{Namespace: &Namespace{Prefix: "pki/"}, Name: "ca", Template: CA("ca")}
 	caCert, err := ca.X509(ctx, cl)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"cairn.dev/cairn/pkg/fixture"
 	"cairn.dev/cairn/pkg/logtree"
 )
 
@@ -22,23 +23,6 @@ func TestMain(m *testing.M) {
 // waitTimeout bounds every wait of these tests: long enough for a loaded
 // machine, short enough that a hang fails instead of stalling the run.
 const waitTimeout = 20 * time.Second
-
-// eventually calls f until it returns nil, and fails the test with f's last
-// error if that does not happen within timeout.
-func eventually(t testing.TB, timeout time.Duration, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not reached within %v: %v", timeout, err)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
 
 // startTree runs root under a new supervisor with fast restarts unless opts
 // say otherwise. The tree is cancelled and waited for when the test ends.
@@ -175,7 +159,7 @@ func (f *fleet) cause(key string) error {
 // current instance is healthy.
 func (f *fleet) waitLive(t testing.TB, key string, starts int) {
 	t.Helper()
-	eventually(t, waitTimeout, func() error {
+	fixture.Eventually(t, waitTimeout, key+" live", func() error {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		if got := f.starts[key]; got != starts {
@@ -238,7 +222,7 @@ func logMessages(t testing.TB, lt *logtree.LogTree, dn logtree.DN, substr string
 func waitLog(t testing.TB, lt *logtree.LogTree, dn logtree.DN, substr string) *logtree.LogEntry {
 	t.Helper()
 	var found *logtree.LogEntry
-	eventually(t, waitTimeout, func() error {
+	fixture.Eventually(t, waitTimeout, "log entry in "+string(dn), func() error {
 		if es := logMessages(t, lt, dn, substr); len(es) > 0 {
 			found = es[0]
 			return nil

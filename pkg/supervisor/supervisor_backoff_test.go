@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"cairn.dev/cairn/pkg/fixture"
 )
 
 // TestBackoff measures restarts of a runnable that keeps failing: the
@@ -101,7 +103,7 @@ func TestBackoffMax(t *testing.T) {
 		}
 		return idle(ctx)
 	}, WithBackoff(initial, maxDelay))
-	eventually(t, waitTimeout, func() error {
+	fixture.Eventually(t, waitTimeout, "10 failed starts", func() error {
 		if starts.Load() < 10 {
 			return errors.New("fewer than 10 starts")
 		}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"cairn.dev/cairn/pkg/fixture"
 )
 
 // chaosSpec describes one runnable of the chaos tree and its children, in
@@ -99,7 +101,7 @@ func TestChaos(t *testing.T) {
 	}
 	t.Logf("sent %d kills in %v", kills, duration)
 
-	eventually(t, waitTimeout, func() error {
+	fixture.Eventually(t, waitTimeout, "every runnable live again", func() error {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		for _, dn := range dns {
@@ -111,7 +113,7 @@ func TestChaos(t *testing.T) {
 		return nil
 	})
 	// The supervisor agrees: every runnable is healthy, none is missing.
-	eventually(t, waitTimeout, func() error {
+	fixture.Eventually(t, waitTimeout, "supervisor seeing every runnable healthy", func() error {
 		states := s.inspect()
 		if len(states) != len(dns) {
 			return fmt.Errorf("supervisor knows %d runnables, want %d", len(states), len(dns))

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"cairn.dev/cairn/pkg/fixture"
 )
 
 // oneShot returns a runnable that does its work (nothing), signals Healthy
@@ -85,7 +87,7 @@ func TestDoneInGroup(t *testing.T) {
 	})
 	startTree(t, root)
 	f.waitLive(t, "root.worker", 1)
-	eventually(t, waitTimeout, func() error {
+	fixture.Eventually(t, waitTimeout, "oneshot run", func() error {
 		if doneStarts.Load() != 1 {
 			return errors.New("oneshot has not run")
 		}
@@ -93,7 +95,7 @@ func TestDoneInGroup(t *testing.T) {
 	})
 	f.send(t, "root.worker", cmdFail)
 	f.waitLive(t, "root.worker", 2)
-	eventually(t, waitTimeout, func() error {
+	fixture.Eventually(t, waitTimeout, "oneshot run again with its group", func() error {
 		if n := doneStarts.Load(); n != 2 {
 			return fmt.Errorf("oneshot started %d times, want 2 (once more with its group)", n)
 		}
@@ -126,7 +128,7 @@ func TestDoneBeforeHealthy(t *testing.T) {
 	if !strings.HasPrefix(e.Message, "died:") {
 		t.Errorf("entry = %q", e.Message)
 	}
-	eventually(t, waitTimeout, func() error {
+	fixture.Eventually(t, waitTimeout, "early restarted", func() error {
 		if starts.Load() < 2 {
 			return errors.New("not restarted yet")
 		}

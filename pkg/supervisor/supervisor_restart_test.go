@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"cairn.dev/cairn/pkg/fixture"
 	"cairn.dev/cairn/pkg/logtree"
 )
 
@@ -34,7 +35,7 @@ func TestRestartOnPurpose(t *testing.T) {
 	if e.Severity != logtree.INFO {
 		t.Errorf("intended restart logged as %v, want INFO", e.Severity)
 	}
-	eventually(t, waitTimeout, func() error {
+	fixture.Eventually(t, waitTimeout, "worker restarted", func() error {
 		if n := starts.Load(); n < 2 {
 			return fmt.Errorf("worker started %d times, want 2", n)
 		}

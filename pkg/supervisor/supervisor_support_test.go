@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"cairn.dev/cairn/pkg/fixture"
 	"cairn.dev/cairn/pkg/logtree"
 )
 
@@ -140,7 +141,7 @@ func TestRunCommandCancel(t *testing.T) {
 			}
 			// Killed grandchildren stay in the group as zombies until
 			// their new parent reaps them: give it a moment.
-			eventually(t, waitTimeout, func() error {
+			fixture.Eventually(t, waitTimeout, "process group emptied", func() error {
 				if err := syscall.Kill(-cmd.Process.Pid, 0); !errors.Is(err, syscall.ESRCH) {
 					return fmt.Errorf("process group %d: kill(0) = %v, want ESRCH: something is left", cmd.Process.Pid, err)
 				}

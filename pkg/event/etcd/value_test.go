@@ -12,17 +12,13 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
+	"cairn.dev/cairn/pkg/etcdtest"
 	"cairn.dev/cairn/pkg/event"
+	"cairn.dev/cairn/pkg/fixture"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, etcdLeaks()...)
-}
-
-func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	t.Cleanup(cancel)
-	return ctx
+	goleak.VerifyTestMain(m, etcdtest.LeakOptions()...)
 }
 
 // state is what the test decoder makes of a key: "-" when it is missing.
@@ -55,8 +51,8 @@ func put(t *testing.T, ctx context.Context, cl *clientv3.Client, k, v string) in
 }
 
 func TestKey(t *testing.T) {
-	ctx := testContext(t)
-	cl := startEtcd(t)
+	ctx := fixture.Context(t)
+	cl := etcdtest.StartEtcd(t)
 	w := NewValue(cl, "k", decodeState).Watch()
 	defer w.Close()
 
@@ -106,8 +102,8 @@ func TestKey(t *testing.T) {
 }
 
 func TestRange(t *testing.T) {
-	ctx := testContext(t)
-	cl := startEtcd(t)
+	ctx := fixture.Context(t)
+	cl := etcdtest.StartEtcd(t)
 	put(t, ctx, cl, "a/1", "x")
 	put(t, ctx, cl, "a/2", "y")
 	put(t, ctx, cl, "b/1", "not in range")
@@ -149,8 +145,8 @@ func TestRange(t *testing.T) {
 // TestCompaction makes the revision a watcher would resume from vanish,
 // and checks that it catches up with the current state instead.
 func TestCompaction(t *testing.T) {
-	ctx := testContext(t)
-	cl := startEtcd(t)
+	ctx := fixture.Context(t)
+	cl := etcdtest.StartEtcd(t)
 	put(t, ctx, cl, "r/gone", "1")
 	put(t, ctx, cl, "r/stays", "1")
 	put(t, ctx, cl, "k", "0")
@@ -188,8 +184,8 @@ func TestCompaction(t *testing.T) {
 }
 
 func TestCloseAndCancel(t *testing.T) {
-	ctx := testContext(t)
-	cl := startEtcd(t)
+	ctx := fixture.Context(t)
+	cl := etcdtest.StartEtcd(t)
 	for _, mk := range []func() event.Watcher[string]{
 		func() event.Watcher[string] { return NewValue(cl, "k", decodeState).Watch() },
 		func() event.Watcher[string] { return NewRange(cl, "a", "b", decodeState).Watch() },
@@ -232,10 +228,10 @@ func TestSetPanics(t *testing.T) {
 // TestReconnect stops etcd under a blocked Get and starts it again: the
 // Get returns the update made after the restart.
 func TestReconnect(t *testing.T) {
-	ctx := testContext(t)
-	srv := newTestServer(t)
-	srv.start(t)
-	cl := newClient(t, srv.endpoint())
+	ctx := fixture.Context(t)
+	srv := etcdtest.NewServer(t)
+	srv.Start(t)
+	cl := etcdtest.NewClient(t, srv.Endpoint())
 	put(t, ctx, cl, "k", "before")
 	w := NewValue(cl, "k", decodeState).Watch()
 	defer w.Close()
@@ -251,9 +247,9 @@ func TestReconnect(t *testing.T) {
 		got <- v
 	}()
 	time.Sleep(100 * time.Millisecond)
-	srv.stop()
+	srv.Stop()
 	time.Sleep(500 * time.Millisecond)
-	srv.start(t)
+	srv.Start(t)
 	put(t, ctx, cl, "k", "after")
 	if v := <-got; v != "k=after" {
 		t.Errorf("Get across a restart of etcd = %q, want k=after", v)
