@@ -18,6 +18,7 @@ import (
 
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/identity/identitytest"
+	"cairn.dev/cairn/pkg/fixture"
 	"cairn.dev/cairn/proto/api"
 )
 
@@ -169,7 +170,7 @@ func TestCommandsAgainstServer(t *testing.T) {
 
 	// -f keeps the stream open until interrupted, which ends it without
 	// an error.
-	var follow syncBuffer
+	var follow fixture.SyncBuffer
 	fctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- runTo(fctx, &follow, dir, "logs", "-f", up.Id, "--node-endpoint", up.Id+"="+s.addr) }()

@@ -16,24 +16,22 @@ import (
 	"cairn.dev/cairn/node/curator/curatortest"
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/rpc"
+	"cairn.dev/cairn/pkg/fixture"
 	"cairn.dev/cairn/proto/api"
 )
 
-// eventually runs cairnctl until it succeeds: the curator answers
-// Management only once it has won its election.
-func eventually(t *testing.T, dir string, args ...string) string {
+// runUntilOK runs cairnctl until it succeeds, for up to a minute, and
+// returns what it printed: the curator answers Management only once it has
+// won its election.
+func runUntilOK(t *testing.T, dir string, args ...string) string {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		out, err := run(t, dir, args...)
-		if err == nil {
-			return out
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cairnctl %s: %v", strings.Join(args, " "), err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	var out string
+	fixture.Eventually(t, time.Minute, "cairnctl "+strings.Join(args, " "), func() error {
+		var err error
+		out, err = run(t, dir, args...)
+		return err
+	})
+	return out
 }
 
 // TestAgainstCurator runs cairnctl against a real curator: takeownership,
@@ -59,7 +57,7 @@ func TestAgainstCurator(t *testing.T) {
 
 	start = time.Now()
 	var views []nodeView
-	if err := json.Unmarshal([]byte(eventually(t, dir, "node", "list", "-o", "json")), &views); err != nil {
+	if err := json.Unmarshal([]byte(runUntilOK(t, dir, "node", "list", "-o", "json")), &views); err != nil {
 		t.Fatalf("node list -o json: %v", err)
 	}
 	t.Logf("first node list in %s", time.Since(start).Round(time.Millisecond))

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"strconv"
 	"time"
 
 	"google.golang.org/grpc"
@@ -15,7 +13,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
-	"cairn.dev/cairn/node/nodemanagement"
+	"cairn.dev/cairn/node/ports"
 	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/proto/api"
 )
@@ -165,7 +163,7 @@ func (a *app) nodeEndpoint(ctx context.Context, o *owner, id string) (string, er
 	if addr == "" {
 		return "", fmt.Errorf("node %s reports no address yet: give --node-endpoint %s=HOST:PORT", id, id)
 	}
-	return net.JoinHostPort(addr, strconv.Itoa(nodemanagement.Port)), nil
+	return ports.Join(addr, ports.NodeManagement), nil
 }
 
 // nodeManagement runs f on a connection to the management port of node

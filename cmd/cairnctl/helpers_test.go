@@ -5,7 +5,6 @@ import (
 	"context"
 	"io"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -33,25 +32,6 @@ func runTo(ctx context.Context, out io.Writer, dir string, args ...string) error
 	}
 	root.SetArgs(args)
 	return root.ExecuteContext(ctx)
-}
-
-// syncBuffer is a bytes.Buffer safe for a command writing to it while
-// the test reads.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // mustRun is run that fails the test on an error.

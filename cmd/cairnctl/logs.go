@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"cairn.dev/cairn/node/nodemanagement"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/proto/api"
 )
@@ -67,7 +66,7 @@ func (f *logsFlags) request() (*api.LogsRequest, error) {
 		WithChildren:    true,
 		Backlog:         int32(min(f.backlog, 1<<30)),
 		Follow:          f.follow,
-		MinimumSeverity: nodemanagement.SeverityToAPI(sev),
+		MinimumSeverity: api.LogSeverityOf(sev),
 	}, nil
 }
 
@@ -132,7 +131,7 @@ func logEntry(e *api.LogEntry) *logtree.LogEntry {
 // entrySeverity is the severity of a received entry; one the node sent but
 // this cairnctl does not know is shown as INFO rather than dropped.
 func entrySeverity(s api.LogSeverity) logtree.Severity {
-	sev, err := nodemanagement.SeverityFromAPI(s)
+	sev, err := api.LogtreeSeverity(s)
 	if err != nil {
 		return logtree.INFO
 	}

@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"cairn.dev/cairn/node/marker"
 	"cairn.dev/cairn/node/nodemanagement"
 	"cairn.dev/cairn/node/rpc"
+	"cairn.dev/cairn/pkg/fixture"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/proto/api"
 )
@@ -46,7 +48,9 @@ func TestAgainstNodeManagement(t *testing.T) {
 	id := node.ID()
 	nodeEP := "--node-endpoint=" + id + "=" + lis.Addr().String()
 
-	lt.LeveledFor("root.cluster").Infof("enrolment: committed as %s", id)
+	// Markers are entries like any other: they reach cairnctl logs whole,
+	// for tests to read back with marker.Parse.
+	marker.Log(lt.LeveledFor("root.cluster"), marker.Committed, "node", id)
 	lt.LeveledFor("root.network").Warning("no carrier")
 	raw := lt.RawFor("root.kmod")
 	raw.Write([]byte("loaded virtio_net\n"))
@@ -69,14 +73,14 @@ func TestAgainstNodeManagement(t *testing.T) {
 		t.Errorf("logs --dn root.network --min-severity warning printed %q, want the one warning", out)
 	}
 
-	var follow syncBuffer
+	var follow fixture.SyncBuffer
 	fctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- runTo(fctx, &follow, dir, nodeEP, "logs", "-f", "--backlog", "0", id) }()
 	// Log until the follower has seen an entry: it may subscribe after
 	// the first ones.
-	for i := 0; !strings.Contains(follow.String(), "roleserve: consensus running"); i++ {
-		lt.LeveledFor("root.roleserve").Infof("roleserve: consensus running (voting member) %d", i)
+	for !hasMarker(follow.String(), marker.ConsensusRunning) {
+		marker.Log(lt.LeveledFor("root.roleserve"), marker.ConsensusRunning, "voting", "true")
 		select {
 		case err := <-done:
 			t.Fatalf("logs -f ended by itself: %v", err)
@@ -87,7 +91,7 @@ func TestAgainstNodeManagement(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Errorf("logs -f interrupted = %v, want nil", err)
 	}
-	if strings.Contains(follow.String(), "enrolment: committed") {
+	if hasMarker(follow.String(), marker.Committed) {
 		t.Errorf("logs -f --backlog 0 printed the backlog: %q", follow.String())
 	}
 
@@ -100,4 +104,14 @@ func TestAgainstNodeManagement(t *testing.T) {
 	if _, err := run(t, dir, nodeEP, "node", "poweroff", id); err == nil {
 		t.Error("node poweroff after a reboot succeeded, want the node to refuse")
 	}
+}
+
+// hasMarker reports whether a line of out states the marker name.
+func hasMarker(out string, name marker.Name) bool {
+	for _, l := range strings.Split(out, "\n") {
+		if m, ok := marker.Parse(l); ok && m.Name == name {
+			return true
+		}
+	}
+	return false
 }

@@ -11,6 +11,8 @@ import (
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/node/nodemanagement"
+	"cairn.dev/cairn/node/parameters"
+	"cairn.dev/cairn/node/ports"
 	"cairn.dev/cairn/node/roleserve"
 	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/pkg/event"
@@ -21,25 +23,43 @@ import (
 
 // waitMounted waits until the storage child has mounted the ESP and
 // /ephemeral.
-func waitMounted(ctx context.Context, mounted event.Value[bool]) error {
+func waitMounted(ctx context.Context, mounted event.Watchable[bool]) error {
 	w := mounted.Watch()
 	defer w.Close()
 	_, err := w.Get(ctx, event.Filter(func(m bool) bool { return m }))
 	return err
 }
 
-// enrolmentRunnable is the cluster child: once the ESP is mounted it reads
-// the node parameters and runs enrolment (node/cluster), which mounts the
-// data partition and hands the node's membership to the role server.
+// parametersRunnable reads the node parameters once the ESP is mounted,
+// once per boot, and publishes what it found for the network and
+// enrolment.
+func parametersRunnable(st *localstorage.Storage, mounted event.Watchable[bool], out event.Value[*parameters.Loaded]) supervisor.Runnable {
+	return func(ctx context.Context) error {
+		if err := waitMounted(ctx, mounted); err != nil {
+			return err
+		}
+		out.Set(parameters.Load(parameters.FWCfgPath, st.Root.ESP.Cairn.Parameters.FullPath()))
+		supervisor.Signal(ctx, supervisor.SignalHealthy)
+		supervisor.Signal(ctx, supervisor.SignalDone)
+		return nil
+	}
+}
+
+// enrolmentRunnable is the cluster child: once the ESP is mounted it runs
+// enrolment (node/cluster),
+// which mounts the data partition and hands the node's membership to the
+// role server, rs.
 //
 // The enrolment Service is built once per boot, outside the runnable: it
 // remembers its keys and what it mounted, which a restart must not lose.
-func enrolmentRunnable(st *localstorage.Storage, mounted event.Value[bool], address event.Value[netip.Prefix], membership event.Value[*roleserve.Membership]) supervisor.Runnable {
+func enrolmentRunnable(st *localstorage.Storage, mounted event.Watchable[bool], address event.Watchable[netip.Prefix], params event.Watchable[*parameters.Loaded], membership event.Value[*roleserve.Membership], rs *roleserve.Service) supervisor.Runnable {
 	svc := cluster.New(cluster.Config{
 		Storage:         st,
 		ExternalAddress: address,
+		Parameters:      params,
 		Membership:      membership,
-		FWCfgPath:       cluster.FWCfgParametersPath,
+		Credentials:     rs.Credentials(),
+		StoredDirectory: rs.StoredDirectory(),
 	})
 	return func(ctx context.Context) error {
 		if err := waitMounted(ctx, mounted); err != nil {
@@ -54,20 +74,9 @@ func enrolmentRunnable(st *localstorage.Storage, mounted event.Value[bool], addr
 	}
 }
 
-// networkConfig returns the operator's network configuration from the node
-// parameters, or nil (DHCP) when there are none or they do not parse:
-// enrolment reports bad parameters, the network comes up regardless.
-func networkConfig(st *localstorage.Storage) *api.NetworkConfig {
-	p, err := cluster.ReadParameters(cluster.FWCfgParametersPath, st.Root.ESP.Cairn.Parameters.FullPath())
-	if err != nil || p == nil {
-		return nil
-	}
-	return p.GetNetworkConfig()
-}
-
 // nodeManagementRunnable serves NodeManagement on its port once the node
 // has its credentials. Reboot and Poweroff stop the node through request.
-func nodeManagementRunnable(creds event.Value[*identity.Node], lt *logtree.LogTree, request func(action)) supervisor.Runnable {
+func nodeManagementRunnable(creds event.Watchable[*identity.Node], lt *logtree.LogTree, request func(action)) supervisor.Runnable {
 	return func(ctx context.Context) error {
 		w := creds.Watch()
 		defer w.Close()
@@ -82,7 +91,7 @@ func nodeManagementRunnable(creds event.Value[*identity.Node], lt *logtree.LogTr
 			Poweroff: func() { request(poweroff) },
 		}))
 		var lc net.ListenConfig
-		lis, err := lc.Listen(ctx, "tcp", ":"+strconv.Itoa(nodemanagement.Port))
+		lis, err := lc.Listen(ctx, "tcp", ":"+strconv.Itoa(ports.NodeManagement))
 		if err != nil {
 			return fmt.Errorf("when listening for node management: %w", err)
 		}

@@ -5,26 +5,29 @@ import (
 	"fmt"
 	"net/netip"
 
-	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/node/network"
+	"cairn.dev/cairn/node/parameters"
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/supervisor"
 	api "cairn.dev/cairn/proto/api"
 )
 
 // networkRunnable is the network child: the network service, configured
-// by the node parameters on the ESP once mounted says it is there (DHCP
-// without them, or without storage at all), with the default hostname,
-// and a watcher that puts every change of the external address on the
+// by the node parameters once they are read (DHCP without them, or with
+// params nil, on a node without storage), with the default hostname, and
+// a watcher that puts every change of the external address on the
 // consoles.
-func networkRunnable(st *localstorage.Storage, mounted event.Value[bool], address event.Value[netip.Prefix], printf func(string, ...any)) supervisor.Runnable {
+func networkRunnable(params event.Watchable[*parameters.Loaded], address event.Value[netip.Prefix], printf func(string, ...any)) supervisor.Runnable {
 	return func(ctx context.Context) error {
 		var nc *api.NetworkConfig
-		if st != nil {
-			if err := waitMounted(ctx, mounted); err != nil {
-				return err
+		if params != nil {
+			w := params.Watch()
+			l, err := w.Get(ctx, event.Filter(func(l *parameters.Loaded) bool { return l != nil }))
+			w.Close()
+			if err != nil {
+				return fmt.Errorf("when waiting for node parameters: %w", err)
 			}
-			nc = networkConfig(st)
+			nc = l.NetworkConfig()
 		}
 		svc := network.New(network.Config{ExternalAddress: address, NetworkConfig: nc})
 		if err := supervisor.Run(ctx, "service", svc.Run); err != nil {
@@ -40,7 +43,7 @@ func networkRunnable(st *localstorage.Storage, mounted event.Value[bool], addres
 }
 
 // watchAddress prints a phase line for every change of address.
-func watchAddress(address event.Value[netip.Prefix], printf func(string, ...any)) supervisor.Runnable {
+func watchAddress(address event.Watchable[netip.Prefix], printf func(string, ...any)) supervisor.Runnable {
 	return func(ctx context.Context) error {
 		w := address.Watch()
 		defer w.Close()

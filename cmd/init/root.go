@@ -7,6 +7,7 @@ import (
 	"net/netip"
 
 	"cairn.dev/cairn/node/localstorage"
+	"cairn.dev/cairn/node/parameters"
 	"cairn.dev/cairn/node/roleserve"
 	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/pkg/logtree"
@@ -26,19 +27,22 @@ type child struct {
 // when test-only flags ask for them, the echo server and client. printf
 // writes phase lines; log takes what cannot start; request stops the node.
 //
-//	storage ─mounted─▶ network ─address─▶ enrolment ─membership─▶ roleserve
-//	                                                                  │
-//	                            node management ◀───credentials───────┘
+//	storage ─mounted─▶ parameters ─▶ network ─address─▶ enrolment ◀─┐
+//	                        └──────────parameters───────────▶ │      │
+//	                                                 membership│      │credentials,
+//	                                                          ▼      │stored directory
+//	                            node management ◀─credentials─ roleserve
 func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogger, lt *logtree.LogTree, request func(action)) []child {
 	var (
 		address    memory.Value[netip.Prefix]
 		mounted    memory.Value[bool]
 		membership memory.Value[*roleserve.Membership]
+		params     memory.Value[*parameters.Loaded]
 	)
 	st, err := localstorage.New(localstorage.Config{MkfsXFS: mkfsXFS})
 	if err != nil {
 		log.Errorf("no storage: %v", err)
-		return []child{{"network", networkRunnable(nil, nil, &address, printf)}}
+		return []child{{"network", networkRunnable(nil, &address, printf)}}
 	}
 	rs := roleserve.New(roleserve.Config{
 		Membership:      &membership,
@@ -48,8 +52,9 @@ func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogg
 	})
 	cs := []child{
 		{"storage", newStorage(st, fl, &mounted, printf).run},
-		{"network", networkRunnable(st, &mounted, &address, printf)},
-		{"cluster", enrolmentRunnable(st, &mounted, &address, &membership)},
+		{"parameters", parametersRunnable(st, &mounted, &params)},
+		{"network", networkRunnable(&params, &address, printf)},
+		{"cluster", enrolmentRunnable(st, &mounted, &address, &params, &membership, rs)},
 		{"roleserve", rs.Run},
 		{"nodemanagement", nodeManagementRunnable(rs.Credentials(), lt, request)},
 	}

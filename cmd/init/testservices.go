@@ -67,7 +67,7 @@ func acceptEcho(ln net.Listener) supervisor.Runnable {
 // has an address it sends a line to the echo server at target, checks
 // that the same line comes back and prints "echo from <ip> ok". Failures
 // are returned, and the supervisor tries again after a backoff.
-func dialRunnable(target netip.AddrPort, address event.Value[netip.Prefix], printf func(string, ...any)) supervisor.Runnable {
+func dialRunnable(target netip.AddrPort, address event.Watchable[netip.Prefix], printf func(string, ...any)) supervisor.Runnable {
 	return func(ctx context.Context) error {
 		w := address.Watch()
 		defer w.Close()

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"testing"
 
@@ -9,13 +10,15 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
-	"cairn.dev/cairn/node/consensus/consensustest"
+	"cairn.dev/cairn/node/marker"
+	"cairn.dev/cairn/node/parameters/parameterstest"
 	"cairn.dev/cairn/pkg/logtree"
 	api "cairn.dev/cairn/proto/api"
 	private "cairn.dev/cairn/proto/private"
 )
 
-// TestBootstrapThenColdStart bootstraps a cluster on a real etcd, then
+// TestBootstrapThenColdStart bootstraps a cluster with the real role
+// server (etcd, curator), then
 // boots the node again: with its sealed configuration on the ESP it
 // ignores the bootstrap parameters, finds itself alone in its cluster
 // directory and starts cold from its sealed configuration.
@@ -51,10 +54,10 @@ func TestBootstrapThenColdStart(t *testing.T) {
 			if !tc.hasTPM {
 				n.tpm = noTPM
 			}
-			params := withConfiguration(bootstrapParameters(t), tc.conf)
+			params := withConfiguration(parameterstest.Bootstrap(t), tc.conf)
 			n.boot(t, params, 0)
 			m := n.waitMembership(t)
-			n.waitLog(t, "enrolment: bootstrapping a new cluster", logtree.INFO)
+			n.waitMarker(t, marker.Bootstrapping)
 			if m.Bootstrap == nil || m.Credentials != nil || m.InitialRoles.GetConsensusMember() == nil {
 				t.Fatalf("bootstrap Membership = %+v, want Bootstrap, no Credentials, ConsensusMember", m)
 			}
@@ -62,33 +65,23 @@ func TestBootstrapThenColdStart(t *testing.T) {
 				t.Errorf("bootstrap directory = %v, want this node at 127.0.0.1", m.ClusterDirectory)
 			}
 			id := m.ClusterDirectory.GetNodes()[0].GetId()
-			if ok, _ := n.storage.st.Root.ESP.Cairn.SealedConfiguration.Exists(); ok {
-				t.Errorf("sealed configuration written before the cluster exists")
-			}
 
-			st, stopEtcd := runConsensus(t, n, m, id)
-			ctx := testContext(t)
-			node, err := m.Bootstrap(ctx, st.Client())
+			// The role server bootstraps etcd and the curator; enrolment
+			// then stores and seals the identity it made.
+			n.waitMarker(t, marker.Bootstrapped, "node", id)
+			n.waitMarker(t, marker.CuratorServing, "addr", n.curatorTarget())
+			if !tc.hasTPM {
+				n.waitLog(t, "No TPM: storing the configuration unsealed", logtree.WARNING)
+			}
+			n.waitMarker(t, marker.ConfigurationSealed, "tpm", fmt.Sprint(tc.hasTPM))
+			node, err := readIdentity(n.storage.st.Root)
 			if err != nil {
-				t.Fatalf("Bootstrap: %v", err)
+				t.Fatalf("identity after the bootstrap: %v", err)
 			}
 			if node.ID() != id {
-				t.Errorf("Bootstrap returned identity %s, want %s", node.ID(), id)
+				t.Errorf("identity.pem holds %s, want %s", node.ID(), id)
 			}
-			// Idempotent: the role server calls it again after an error.
-			again, err := m.Bootstrap(ctx, st.Client())
-			if err != nil {
-				t.Fatalf("Bootstrap, again: %v", err)
-			}
-			if !bytes.Equal(again.Certificate().Raw, node.Certificate().Raw) {
-				t.Errorf("Bootstrap, again, issued a new certificate")
-			}
-			line := n.waitLog(t, "enrolment: bootstrapped cluster as "+id, logtree.INFO)
-			t.Logf("%s", line)
-			if !tc.hasTPM {
-				n.waitLog(t, "enrolment: no TPM: storing the configuration unsealed", logtree.WARNING)
-			}
-			stopEtcd()
+			n.cancel()
 
 			b, err := n.storage.st.Root.ESP.Cairn.SealedConfiguration.Read()
 			if err != nil {
@@ -115,9 +108,9 @@ func TestBootstrapThenColdStart(t *testing.T) {
 
 			// Reboot, parameters still there: the node joins, alone,
 			// which is a cold start from the sealed configuration.
-			n.boot(t, params, consensustest.FreePort(t))
+			n.boot(t, params, 0)
 			m2 := n.waitMembership(t)
-			n.waitLog(t, "enrolment: cold start as "+id+" from the sealed configuration", logtree.INFO)
+			n.waitMarker(t, marker.Joined, "node", id, "via", "cold-start")
 			if m2.Bootstrap != nil || m2.Credentials.ID() != id || !m2.NodeKey.Equal(node.PrivateKey()) {
 				t.Errorf("cold start Membership = %+v, want the credentials of %s and no Bootstrap", m2, id)
 			}

@@ -4,13 +4,12 @@ import (
 	"context"
 	"crypto/ed25519"
 	"fmt"
-	"net"
-	"strconv"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"cairn.dev/cairn/node/ports"
 	"cairn.dev/cairn/node/rpc"
 	api "cairn.dev/cairn/proto/api"
 )
@@ -25,7 +24,7 @@ func (s *Service) curatorTargets(d *api.ClusterDirectory, skip string) []string 
 			continue
 		}
 		for _, a := range n.GetAddresses() {
-			t = append(t, net.JoinHostPort(a.GetHost(), strconv.Itoa(s.port)))
+			t = append(t, ports.Join(a.GetHost(), s.cfg.Ports.Curator))
 		}
 	}
 	return t

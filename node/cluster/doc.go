@@ -8,7 +8,7 @@
 //	  │ yes ───────────────────────────────────────────▶ join
 //	  │ no
 //	  ▼
-//	node parameters (fw_cfg, else ESP cairn/parameters.pb)
+//	node parameters (node/parameters, read once per boot)
 //	  │ cluster_bootstrap ─────────────────────────────▶ bootstrap
 //	  │ cluster_register ──────────────────────────────▶ register
 //	  │ none ──▶ say so, wait, read again
@@ -23,14 +23,16 @@
 //
 // # The three ways
 //
-//	bootstrap   keys ─▶ MountNew ─▶ Membership{Bootstrap}
-//	            roleserve starts etcd, calls Bootstrap:
-//	            node certificate, curator state, identity.pem,
-//	            sealed configuration, cluster directory
+//	bootstrap   keys ─▶ MountNew ─▶ Membership{Bootstrap data}
+//	            the role server starts etcd, writes the cluster's state,
+//	            makes the node's identity (Credentials) and stores the
+//	            cluster directory; enrolment then stores identity.pem and
+//	            seals the configuration
 //
 //	register    keys ─▶ RegisterNode(ticket) ─▶ CommitNode until approved
-//	            ─▶ MountNew ─▶ identity.pem, sealed configuration,
-//	            cluster directory ─▶ Membership{Credentials}
+//	            ─▶ MountNew ─▶ Membership{Credentials} ─▶ identity.pem;
+//	            once the role server stored the directory: sealed
+//	            configuration
 //
 //	join        unseal ─▶ JoinNode(join key) on each curator of the ESP's
 //	            cluster directory ─▶ MountExisting(cluster unlock key)
@@ -38,9 +40,22 @@
 //	            no curator answers ─▶ cold start: MountExisting with the
 //	            cluster unlock key kept in the sealed configuration
 //
+// Enrolment hands over plain data and keeps nothing running in the role
+// server's subtree: what flows back (the bootstrapped identity, the stored
+// directory) are the role server's values, which enrolment only watches.
+//
+//	parameters ──▶ enrolment ──Membership──▶ roleserve
+//	                   ▲                        │
+//	                   └─ Credentials, ─────────┘
+//	                      StoredDirectory
+//
+// Each file has one writer: enrolment writes identity.pem and the sealed
+// configuration, the role server the cluster directory.
+//
 // In every way the sealed configuration is written last, after the
-// identity is on the data partition: until it exists, a reboot starts the
-// first enrolment over, and once it exists, every boot is a join.
+// identity is on the data partition and the cluster directory on the ESP:
+// until it exists, a reboot starts the first enrolment over, and once it
+// exists, every boot is a join.
 //
 // # Secrets
 //

@@ -7,9 +7,10 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"google.golang.org/protobuf/proto"
 
-	"cairn.dev/cairn/node/consensus/consensustest"
+	"cairn.dev/cairn/node/parameters"
+	"cairn.dev/cairn/node/parameters/parameterstest"
+	"cairn.dev/cairn/pkg/fixture"
 	"cairn.dev/cairn/pkg/logtree"
 	api "cairn.dev/cairn/proto/api"
 )
@@ -28,24 +29,24 @@ func TestUnusableInputsDestroyNothing(t *testing.T) {
 		{
 			name:   "corrupt sealed configuration beside bootstrap parameters",
 			sealed: []byte("CAIRNSCF but then nothing that makes sense"),
-			params: bootstrapParameters(t),
-			line:   "enrolment: sealed configuration is unusable: ",
+			params: parameterstest.Bootstrap(t),
+			line:   "Sealed configuration is unusable: ",
 		},
 		{
 			name:     "garbage parameters",
 			espParam: []byte("\x0a\xff\xff\xff\xff garbage"),
-			line:     "enrolment: node parameters are invalid: ",
+			line:     "Node parameters are invalid: ",
 		},
 		{
 			name:     "empty parameters",
 			espParam: []byte{},
-			line:     "enrolment: node parameters are invalid: ",
+			line:     "Node parameters are invalid: ",
 		},
 		{
 			name:   "TPM required without a TPM",
-			params: bootstrapParameters(t),
+			params: parameterstest.Bootstrap(t),
 			noTPM:  true,
-			line:   "enrolment: cannot bootstrap: the cluster's TPM mode is REQUIRED",
+			line:   "Cannot bootstrap: the cluster's TPM mode is REQUIRED",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -64,7 +65,7 @@ func TestUnusableInputsDestroyNothing(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			n.boot(t, tc.params, consensustest.FreePort(t))
+			n.boot(t, tc.params, fixture.FreePort(t))
 			t.Logf("%s", n.waitLog(t, tc.line, logtree.ERROR))
 			// Give it time to retry, then check it still has not mounted
 			// anything nor changed the ESP.
@@ -83,22 +84,16 @@ func TestUnusableInputsDestroyNothing(t *testing.T) {
 	}
 }
 
-// TestWaitsForParameters boots a node with nothing to do; once parameters
-// appear on its ESP, it bootstraps.
+// TestWaitsForParameters boots a node with nothing to do; once
+// parameters arrive, it bootstraps.
 func TestWaitsForParameters(t *testing.T) {
 	n := newTestNode(t)
-	n.boot(t, nil, consensustest.FreePort(t))
-	n.waitLog(t, "enrolment: no sealed configuration and no node parameters", logtree.INFO)
-	b, err := proto.Marshal(bootstrapParameters(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.storage.st.Root.ESP.Cairn.Parameters.Write(b); err != nil {
-		t.Fatal(err)
-	}
+	n.boot(t, nil, 0)
+	n.waitLog(t, "No sealed configuration and no node parameters", logtree.INFO)
+	n.params.Set(&parameters.Loaded{Parameters: parameterstest.Bootstrap(t)})
 	m := n.waitMembership(t)
 	if m.Bootstrap == nil {
-		t.Errorf("Membership after parameters appeared = %+v, want a bootstrap", m)
+		t.Errorf("Membership after parameters arrived = %+v, want a bootstrap", m)
 	}
 	if d := cmp.Diff([]string{"MountNew"}, n.storage.mountCalls()); d != "" {
 		t.Errorf("mounts differ (-want +got):\n%s", d)

@@ -3,45 +3,17 @@ package cluster
 import (
 	"bytes"
 	"context"
-	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"fmt"
-	"math/big"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
-	"time"
 
 	"cairn.dev/cairn/node/localstorage"
 )
-
-// testCA returns a self-signed CA certificate, DER.
-func testCA(t testing.TB) []byte {
-	t.Helper()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "test CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, priv.Public(), priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return der
-}
 
 // fakeTPM seals by XOR with a per-machine key and a MAC, standing in for a
 // TPM bound to one machine.
@@ -106,12 +78,21 @@ type fakeStorage struct {
 
 func newFakeStorage(t testing.TB) *fakeStorage {
 	t.Helper()
-	dir := t.TempDir()
+	// Not t.TempDir: the role server's etcd puts a unix socket under the
+	// root, and test names make paths longer than a socket's 108 bytes.
+	dir, err := os.MkdirTemp("", "cairn-cluster-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
 	st, err := localstorage.New(localstorage.Config{Root: filepath.Join(dir, "root")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := st.Root.ESP.Cairn.MkdirAll(0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Root.Ephemeral.MkdirAll(0o700); err != nil {
 		t.Fatal(err)
 	}
 	return &fakeStorage{st: st, header: filepath.Join(dir, "data-header")}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"cairn.dev/cairn/node/marker"
 	"cairn.dev/cairn/node/roleserve"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/supervisor"
@@ -26,21 +27,21 @@ func (s *Service) join(ctx context.Context) (*roleserve.Membership, error) {
 	log := supervisor.Logger(ctx)
 	b, err := s.root.ESP.Cairn.SealedConfiguration.Read()
 	if err != nil {
-		log.Errorf("enrolment: sealed configuration is unusable: %v", err)
+		log.Errorf("Sealed configuration is unusable: %v", err)
 		return nil, fmt.Errorf("when reading the sealed configuration: %w", err)
 	}
 	sc, err := unseal(b, s.openTPM)
 	if err != nil {
-		log.Errorf("enrolment: sealed configuration is unusable: %v", err)
+		log.Errorf("Sealed configuration is unusable: %v", err)
 		return nil, fmt.Errorf("when unsealing the configuration: %w", err)
 	}
 	id := sc.GetNodeId()
 	// unseal has parsed the envelope already: this cannot fail.
 	kind, _, _ := parseEnvelope(b)
-	log.Infof("enrolment: joining as %s (configuration %s)", id, kind)
+	log.Infof("Joining as %s (configuration %s)", id, kind)
 	dir, dirErr := s.readDirectory()
 	if dirErr != nil {
-		log.Warningf("enrolment: %v; only a cold start can bring this node back", dirErr)
+		log.Warningf("%v; only a cold start can bring this node back", dirErr)
 		dir = &api.ClusterDirectory{}
 	}
 	if _, err := s.waitAddress(ctx); err != nil {
@@ -59,26 +60,28 @@ func (s *Service) join(ctx context.Context) (*roleserve.Membership, error) {
 		if r.through != "" {
 			m, err := s.openExisting(sc, r.clusterKey, dir)
 			if err != nil {
-				log.Errorf("enrolment: cannot open the data partition: %v", err)
+				log.Errorf("Cannot open the data partition: %v", err)
 				return nil, err
 			}
-			log.Infof("enrolment: joined as %s through %s", id, r.through)
+			log.Infof("Joined through %s", r.through)
+			marker.Log(log, marker.Joined, "node", id, "via", "curator")
 			return m, nil
 		}
 		lone := dirErr == nil && len(targets) == 0
 		if !r.answered && (lone || time.Since(start) >= s.timing.coldStartAfter) {
 			m, err := s.openExisting(sc, sc.GetClusterUnlockKey(), dir)
 			if err != nil {
-				log.Errorf("enrolment: cannot open the data partition: %v", err)
+				log.Errorf("Cannot open the data partition: %v", err)
 				return nil, err
 			}
-			log.Infof("enrolment: cold start as %s from the sealed configuration (no curator answered)", id)
+			log.Infof("Cold start from the sealed configuration: no curator answered")
+			marker.Log(log, marker.Joined, "node", id, "via", "cold-start")
 			return m, nil
 		}
 		if r.refused {
 			err = sleepCtx(ctx, s.timing.refusedRetry)
 		} else {
-			err = wait.sleep(ctx)
+			err = sleepNext(ctx, wait)
 		}
 		if err != nil {
 			return nil, err
@@ -117,13 +120,14 @@ func (s *Service) joinRound(ctx context.Context, log logtree.LeveledLogger, roun
 			return r, ctx.Err()
 		case unreachable(err):
 			if round%10 == 0 { // say it now and then, not every round
-				log.Infof("enrolment: no answer from %s: %v", t, err)
+				log.Infof("No answer from %s: %v", t, err)
 			}
 		case refused(err):
-			log.Errorf("enrolment: refused: %s", reason(err))
+			log.Errorf("Refused: %s", reason(err))
+			marker.Log(log, marker.Refused, "reason", reason(err))
 			r.answered, r.refused = true, true
 		default:
-			log.Warningf("enrolment: joining through %s failed: %v", t, err)
+			log.Warningf("Joining through %s failed: %v", t, err)
 			r.answered = true
 		}
 	}

@@ -13,6 +13,8 @@ import (
 
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/localstorage"
+	"cairn.dev/cairn/node/marker"
+	"cairn.dev/cairn/node/parameters"
 	"cairn.dev/cairn/node/roleserve"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/supervisor"
@@ -24,7 +26,7 @@ import (
 //
 //	RegisterNode(ticket, join key)  ──▶ NEW, cluster configuration
 //	CommitNode, until approved      ──▶ UP: certificate, cluster unlock key
-//	MountNew, identity.pem, sealed configuration, cluster directory
+//	MountNew ──▶ Membership; then (Run) identity.pem, sealed configuration
 //
 // Until the sealed configuration is written, a reboot registers again
 // from the parameters, as a new node.
@@ -49,9 +51,9 @@ func (s *Service) register(ctx context.Context, p *api.NodeParameters_ClusterReg
 		if err != nil {
 			return nil, err
 		}
-		conf = resolveConfiguration(conf)
+		conf = parameters.ResolveConfiguration(conf)
 		if _, err := planSealing(conf.GetTpmMode(), s.openTPM); err != nil {
-			log.Errorf("enrolment: cannot register: %v", err)
+			log.Errorf("Cannot register: %v", err)
 			return nil, fmt.Errorf("when checking the TPM: %w", err)
 		}
 		commit, err := s.waitCommitted(ctx, log, id, target, targets, ca, keys.node)
@@ -65,7 +67,7 @@ func (s *Service) register(ctx context.Context, p *api.NodeParameters_ClusterReg
 	conf, commit := s.committed.conf, s.committed.res
 	plan, err := planSealing(conf.GetTpmMode(), s.openTPM)
 	if err != nil {
-		log.Errorf("enrolment: cannot seal: %v", err)
+		log.Errorf("Cannot seal: %v", err)
 		return nil, fmt.Errorf("when checking the TPM: %w", err)
 	}
 	if !bytes.Equal(commit.GetCaCertificate(), ca) {
@@ -85,14 +87,17 @@ func (s *Service) register(ctx context.Context, p *api.NodeParameters_ClusterReg
 	}
 	if sc.StorageSecurity == private.StorageSecurity_STORAGE_SECURITY_INSECURE {
 		sc.NodeUnlockKey = nil
-		log.Warningf("enrolment: the cluster's storage security policy is INSECURE: the data partition is not encrypted")
+		log.Warningf("The cluster's storage security policy is INSECURE: the data partition is not encrypted")
 	} else if len(sc.ClusterUnlockKey) != localstorage.KeySize {
 		return nil, fmt.Errorf("the curator handed out a cluster unlock key of %d bytes, want %d", len(sc.ClusterUnlockKey), localstorage.KeySize)
 	}
-	if err := s.finishFirstEnrolment(ctx, log, node, sc, plan, p.GetClusterDirectory()); err != nil {
-		return nil, err
+	if !s.mounted {
+		if err := mountNew(ctx, s.storage, sc); err != nil {
+			return nil, fmt.Errorf("when creating the data partition: %w", err)
+		}
+		s.mounted = true
 	}
-	log.Infof("enrolment: committed as %s", id)
+	s.unsealed = &unsealedEnrolment{node: node, sc: sc, plan: plan, done: marker.Committed}
 	return &roleserve.Membership{
 		NodeKey:          keys.node,
 		Credentials:      node,
@@ -104,25 +109,6 @@ func (s *Service) register(ctx context.Context, p *api.NodeParameters_ClusterReg
 type committed struct {
 	conf *api.ClusterConfiguration
 	res  *api.CommitNodeResponse
-}
-
-// finishFirstEnrolment stores what a newly committed node keeps: the data
-// partition, its identity on it, then the sealed configuration (whose
-// presence makes every later boot a join) and the cluster directory.
-func (s *Service) finishFirstEnrolment(ctx context.Context, log logtree.LeveledLogger, node *identity.Node, sc *private.SealedConfiguration, plan sealPlan, dir *api.ClusterDirectory) error {
-	if !s.mounted {
-		if err := mountNew(ctx, s.storage, sc); err != nil {
-			return fmt.Errorf("when creating the data partition: %w", err)
-		}
-		s.mounted = true
-	}
-	if err := writeIdentity(s.root, node); err != nil {
-		return err
-	}
-	if err := s.writeSealed(log, sc, plan); err != nil {
-		return err
-	}
-	return s.writeDirectory(dir)
 }
 
 // registerNode calls RegisterNode on each curator in turn until one
@@ -137,7 +123,8 @@ func (s *Service) registerNode(ctx context.Context, log logtree.LeveledLogger, i
 	for {
 		wasRefused := false
 		for _, t := range targets {
-			log.Infof("enrolment: registering as %s with %s", id, t)
+			log.Infof("Registering with %s", t)
+			marker.Log(log, marker.Registering, "node", id)
 			var res *api.RegisterNodeResponse
 			err := s.withCurator(ctx, t, ca, keys.node, func(ctx context.Context, c api.CuratorClient) error {
 				var err error
@@ -151,17 +138,18 @@ func (s *Service) registerNode(ctx context.Context, log logtree.LeveledLogger, i
 				return "", nil, ctx.Err()
 			}
 			if refused(err) {
-				log.Errorf("enrolment: refused: %s", reason(err))
+				log.Errorf("Refused: %s", reason(err))
+				marker.Log(log, marker.Refused, "reason", reason(err))
 				wasRefused = true
 				break
 			}
-			log.Warningf("enrolment: registering with %s failed: %v", t, err)
+			log.Warningf("Registering with %s failed: %v", t, err)
 		}
 		var err error
 		if wasRefused {
 			err = sleepCtx(ctx, s.timing.refusedRetry)
 		} else {
-			err = wait.sleep(ctx)
+			err = sleepNext(ctx, wait)
 		}
 		if err != nil {
 			return "", nil, err
@@ -191,16 +179,20 @@ func (s *Service) waitCommitted(ctx context.Context, log logtree.LeveledLogger, 
 			return nil, ctx.Err()
 		case status.Code(err) == codes.FailedPrecondition:
 			// NEW: not approved yet.
+			if reported.IsZero() {
+				marker.Log(log, marker.WaitingForApproval, "node", id)
+			}
 			if time.Since(reported) >= s.timing.approvalReport {
-				log.Infof("enrolment: waiting for approval as %s (%s)", id, time.Since(start).Round(time.Second))
+				log.Infof("Waiting for approval as %s (%s)", id, time.Since(start).Round(time.Second))
 				reported = time.Now()
 			}
 			i-- // stay with a curator that answers
 		case refused(err):
-			log.Errorf("enrolment: refused: %s", reason(err))
+			log.Errorf("Refused: %s", reason(err))
+			marker.Log(log, marker.Refused, "reason", reason(err))
 			return nil, fmt.Errorf("when committing: %w", err)
 		default:
-			log.Warningf("enrolment: committing with %s failed: %v", t, err)
+			log.Warningf("Committing with %s failed: %v", t, err)
 		}
 		if err := sleepCtx(ctx, s.timing.approvalPoll); err != nil {
 			return nil, err

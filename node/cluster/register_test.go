@@ -5,46 +5,20 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
-	"net"
-	"net/netip"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 
-	"cairn.dev/cairn/node/consensus"
-	"cairn.dev/cairn/node/consensus/consensustest"
-	"cairn.dev/cairn/node/curator"
-	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/marker"
 	"cairn.dev/cairn/node/rpc"
-	"cairn.dev/cairn/pkg/logtree"
-	"cairn.dev/cairn/pkg/supervisor"
+	"cairn.dev/cairn/pkg/fixture"
 	api "cairn.dev/cairn/proto/api"
 )
 
 // runCurator serves a real curator for node on a loopback port and
 // returns the port; it stops with the returned cancel or at the end of
-// the test.
-func runCurator(t *testing.T, node *identity.Node, st *consensus.Status) (int, context.CancelFunc) {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := lis.Addr().(*net.TCPAddr).Port
-	svc := curator.New(curator.Config{
-		Node:      node,
-		Consensus: st,
-		Advertise: netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(port)),
-		Listener:  lis,
-	})
-	cancel, _ := supervisor.TestHarness(t, svc.Run)
-	return port, cancel
-}
-
 // takeOwnership runs AAA.Escrow with the owner key and returns a
 // Management client with the owner certificate.
 func takeOwnership(t *testing.T, ctx context.Context, target string, caDER []byte, owner ed25519.PrivateKey) api.ManagementClient {
@@ -144,7 +118,7 @@ func TestRegisterApproveJoin(t *testing.T) {
 }
 
 func testRegisterApproveJoin(t *testing.T, conf *api.ClusterConfiguration, hasTPM bool, mounts []string) {
-	ctx := testContext(t)
+	ctx := fixture.Context(t)
 
 	// The first node bootstraps.
 	ownerPub, owner, err := ed25519.GenerateKey(rand.Reader)
@@ -163,13 +137,12 @@ func testRegisterApproveJoin(t *testing.T, conf *api.ClusterConfiguration, hasTP
 	}}, 0)
 	fm := first.waitMembership(t)
 	firstID := fm.ClusterDirectory.GetNodes()[0].GetId()
-	st, _ := runConsensus(t, first, fm, firstID)
-	firstNode, err := fm.Bootstrap(ctx, st.Client())
+	first.waitMarker(t, marker.Bootstrapped, "node", firstID)
+	firstNode, err := readIdentity(first.storage.st.Root)
 	if err != nil {
-		t.Fatalf("Bootstrap: %v", err)
+		t.Fatal(err)
 	}
-	port, stopCurator := runCurator(t, firstNode, st)
-	target := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	port, target := first.curatorPort, first.curatorTarget()
 	ca := firstNode.CACertificate().Raw
 	mgmt := takeOwnership(t, ctx, target, ca, owner)
 	ticket, err := mgmt.GetRegisterTicket(ctx, &api.GetRegisterTicketRequest{})
@@ -190,14 +163,13 @@ func testRegisterApproveJoin(t *testing.T, conf *api.ClusterConfiguration, hasTP
 		second.tpm = noTPM
 	}
 	second.boot(t, params, port)
-	t.Logf("%s", second.waitLog(t, "enrolment: refused: ", logtree.ERROR))
+	t.Logf("%s", second.waitMarker(t, marker.Refused).Get("reason"))
 
 	// With the right ticket it registers and waits for approval.
 	params.GetClusterRegister().RegisterTicket = ticket.GetTicket()
 	second.boot(t, params, port)
-	line := second.waitLog(t, "enrolment: waiting for approval as ", logtree.INFO)
-	id := strings.Fields(strings.TrimPrefix(line, "enrolment: waiting for approval as "))[0]
-	second.waitLog(t, "enrolment: registering as "+id+" with "+target, logtree.INFO)
+	id := second.waitMarker(t, marker.WaitingForApproval).Get("node")
+	second.waitMarker(t, marker.Registering, "node", id)
 	// The first MountNew fails: enrolment restarts and goes on without
 	// committing again, which the curator would refuse.
 	second.storage.mu.Lock()
@@ -207,7 +179,7 @@ func testRegisterApproveJoin(t *testing.T, conf *api.ClusterConfiguration, hasTP
 		t.Fatalf("ApproveNode(%s): %v", id, err)
 	}
 	sm := second.waitMembership(t)
-	second.waitLog(t, "enrolment: committed as "+id, logtree.INFO)
+	second.waitMarker(t, marker.Committed, "node", id)
 	if sm.Credentials.ID() != id || sm.Bootstrap != nil || sm.InitialRoles != nil {
 		t.Errorf("committed Membership = %+v, want credentials of %s only", sm, id)
 	}
@@ -222,7 +194,7 @@ func testRegisterApproveJoin(t *testing.T, conf *api.ClusterConfiguration, hasTP
 	// Reboot: it joins through the curator.
 	second.boot(t, params, port)
 	jm := second.waitMembership(t)
-	second.waitLog(t, "enrolment: joined as "+id+" through "+target, logtree.INFO)
+	second.waitMarker(t, marker.Joined, "node", id, "via", "curator")
 	if jm.Credentials.ID() != id {
 		t.Errorf("joined as %s, want %s", jm.Credentials.ID(), id)
 	}
@@ -230,20 +202,23 @@ func testRegisterApproveJoin(t *testing.T, conf *api.ClusterConfiguration, hasTP
 		t.Errorf("mounts when joining differ (-want +got):\n%s", d)
 	}
 
-	// Curator gone: after trying for a while, a cold start.
-	stopCurator()
-	second.boot(t, params, consensustest.FreePort(t))
+	// Cluster gone: after trying for a while, a cold start.
+	first.cancel()
+	second.boot(t, params, port)
 	second.waitMembership(t)
-	second.waitLog(t, "enrolment: cold start as "+id, logtree.INFO)
+	second.waitMarker(t, marker.Joined, "node", id, "via", "cold-start")
 
-	// Decommissioned: refused, nothing mounted.
-	port2, _ := runCurator(t, firstNode, st)
-	mgmt = takeOwnership(t, ctx, net.JoinHostPort("127.0.0.1", strconv.Itoa(port2)), ca, owner)
+	// The first node comes back, alone in its directory: a cold start too.
+	// Decommissioned, the second is refused and mounts nothing.
+	second.cancel()
+	first.boot(t, nil, port)
+	first.waitMarker(t, marker.Joined, "node", firstID, "via", "cold-start")
+	mgmt = takeOwnership(t, ctx, target, ca, owner)
 	if _, err := mgmt.DecommissionNode(ctx, &api.DecommissionNodeRequest{NodeId: id}); err != nil {
 		t.Fatalf("DecommissionNode: %v", err)
 	}
-	second.boot(t, params, port2)
-	t.Logf("%s", second.waitLog(t, "enrolment: refused: ", logtree.ERROR))
+	second.boot(t, params, port)
+	t.Logf("%s", second.waitMarker(t, marker.Refused).Get("reason"))
 	time.Sleep(time.Second)
 	if calls := second.storage.mountCalls(); len(calls) != 0 {
 		t.Errorf("a refused node mounted %v, want nothing", calls)

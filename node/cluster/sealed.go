@@ -12,6 +12,7 @@ import (
 
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/localstorage"
+	"cairn.dev/cairn/node/parameters"
 	"cairn.dev/cairn/pkg/tpmseal"
 	api "cairn.dev/cairn/proto/api"
 	private "cairn.dev/cairn/proto/private"
@@ -128,7 +129,7 @@ func validateSealed(sc *private.SealedConfiguration) error {
 	if n := len(sc.GetJoinKey()); n != ed25519.SeedSize {
 		return fmt.Errorf("join_key is %d bytes, want %d", n, ed25519.SeedSize)
 	}
-	if err := validateCA(sc.GetClusterCaCertificate()); err != nil {
+	if err := parameters.ValidateCA(sc.GetClusterCaCertificate()); err != nil {
 		return fmt.Errorf("cluster_ca_certificate: %w", err)
 	}
 	nk, ck := len(sc.GetNodeUnlockKey()), len(sc.GetClusterUnlockKey())

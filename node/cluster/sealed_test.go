@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"cairn.dev/cairn/node/localstorage"
+	"cairn.dev/cairn/node/parameters/parameterstest"
 	api "cairn.dev/cairn/proto/api"
 	private "cairn.dev/cairn/proto/private"
 )
@@ -29,7 +30,7 @@ func testSealed(t testing.TB) *private.SealedConfiguration {
 	return &private.SealedConfiguration{
 		NodeUnlockKey:        randomBytes(t, localstorage.KeySize),
 		JoinKey:              randomBytes(t, 32),
-		ClusterCaCertificate: testCA(t),
+		ClusterCaCertificate: parameterstest.CA(t),
 		StorageSecurity:      private.StorageSecurity_STORAGE_SECURITY_ENCRYPTED,
 		ClusterUnlockKey:     randomBytes(t, localstorage.KeySize),
 		NodeId:               "cairn-0123456789abcdef",

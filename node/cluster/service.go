@@ -8,13 +8,17 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"strconv"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"google.golang.org/protobuf/proto"
 
-	"cairn.dev/cairn/node/curator"
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/localstorage"
+	"cairn.dev/cairn/node/marker"
+	"cairn.dev/cairn/node/parameters"
+	"cairn.dev/cairn/node/ports"
 	"cairn.dev/cairn/node/roleserve"
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/logtree"
@@ -23,7 +27,7 @@ import (
 	private "cairn.dev/cairn/proto/private"
 )
 
-// Config is what enrolment needs.
+// Config is what enrolment needs. Every field but Ports is required.
 type Config struct {
 	// Storage is the node's storage, its ESP already mounted. Enrolment
 	// mounts the data partition on it.
@@ -31,19 +35,26 @@ type Config struct {
 	// ExternalAddress is the node's address on its network, published by
 	// the network service. Enrolment waits for it before it dials the
 	// cluster or names itself in the cluster directory.
-	ExternalAddress event.Value[netip.Prefix]
-	// Membership is where enrolment publishes the node's membership, once,
-	// when the node belongs to a cluster and its data partition is
-	// mounted.
+	ExternalAddress event.Watchable[netip.Prefix]
+	// Parameters are the node parameters as read once at boot. Garbled
+	// ones are reported on the console, and Run fails, to be run again
+	// with backoff, until the value changes.
+	Parameters event.Watchable[*parameters.Loaded]
+	// Membership is where enrolment hands the role server the node's
+	// membership, once, when the node belongs to a cluster and its data
+	// partition is mounted.
 	Membership event.Value[*roleserve.Membership]
-	// Parameters are the node parameters, as ReadParameters returned them.
-	// When nil, Run reads them itself (from FWCfgPath and the ESP) and
-	// reads them again while it waits, so that it can report garbled
-	// parameters on its own console line.
-	Parameters *api.NodeParameters
-	// FWCfgPath is the fw_cfg file of the node parameters, normally
-	// FWCfgParametersPath. Empty means only the ESP copy is read.
-	FWCfgPath string
+	// Credentials are the role server's (roleserve.Service.Credentials):
+	// on the boot that creates the cluster, enrolment waits there for the
+	// identity the role server makes, to store it and seal it.
+	Credentials event.Watchable[*identity.Node]
+	// StoredDirectory is the role server's
+	// (roleserve.Service.StoredDirectory): a newly enrolled node seals its
+	// configuration only once the cluster directory is on the ESP.
+	StoredDirectory event.Watchable[*api.ClusterDirectory]
+	// Ports are the cluster's ports; zero fields mean the fixed ones.
+	// Enrolment dials the curators of a cluster directory on Curator.
+	Ports ports.Table
 
 	// Test overrides; zero values mean the node's behaviour.
 
@@ -52,8 +63,6 @@ type Config struct {
 	storage storage
 	// openTPM replaces the machine's TPM.
 	openTPM func() (sealer, error)
-	// curatorPort replaces the curator port when dialling curators.
-	curatorPort int
 	// timing replaces the default intervals.
 	timing *timing
 }
@@ -91,15 +100,32 @@ type Service struct {
 	root    *localstorage.Root
 	storage storage
 	openTPM func() (sealer, error)
-	port    int
 	timing  timing
 
-	// keys, mounted and committed survive restarts of Run within one
-	// boot, so that a restarted enrolment neither mounts nor commits twice
-	// nor changes its keys half way through.
-	keys      *nodeKeys
-	mounted   bool
-	committed *committed
+	// keys, mounted, committed, handedOver and unsealed survive restarts
+	// of Run within one boot, so that a restarted enrolment neither
+	// mounts nor commits nor hands over twice, nor changes its keys half
+	// way through.
+	keys       *nodeKeys
+	mounted    bool
+	committed  *committed
+	handedOver bool
+	// unsealed is what a first enrolment still has to store once the
+	// membership is handed over; nil when nothing is left (a join).
+	unsealed *unsealedEnrolment
+}
+
+// unsealedEnrolment is a first enrolment (bootstrap or register) whose
+// membership was handed to the role server but whose identity and sealed
+// configuration are not stored yet.
+type unsealedEnrolment struct {
+	// node is the node's identity; nil on bootstrap, where the role
+	// server makes it.
+	node *identity.Node
+	sc   *private.SealedConfiguration
+	plan sealPlan
+	// done is the marker that says the enrolment is complete.
+	done marker.Name
 }
 
 // nodeKeys are the secrets a node makes when it enrols for the first time.
@@ -112,11 +138,11 @@ type nodeKeys struct {
 
 // New returns the enrolment Service for cfg. Nothing happens until Run.
 func New(cfg Config) *Service {
+	cfg.Ports = cfg.Ports.WithDefaults()
 	s := &Service{
 		cfg:     cfg,
 		storage: cfg.storage,
 		openTPM: cfg.openTPM,
-		port:    cfg.curatorPort,
 		timing:  defaultTiming,
 	}
 	if cfg.Storage != nil {
@@ -128,9 +154,6 @@ func New(cfg Config) *Service {
 	if s.openTPM == nil {
 		s.openTPM = openMachineTPM
 	}
-	if s.port == 0 {
-		s.port = curator.Port
-	}
 	if cfg.timing != nil {
 		s.timing = *cfg.timing
 	}
@@ -139,43 +162,61 @@ func New(cfg Config) *Service {
 
 // Run enrols the node: it joins its cluster when the ESP holds a sealed
 // configuration, and otherwise bootstraps or registers as the node
-// parameters say. It publishes the Membership and returns nil once the
-// node belongs to a cluster; it returns an error, for its supervisor to
-// restart it with backoff, when its inputs are unusable.
+// parameters say. It hands the Membership to the role server as soon as
+// the node belongs to a cluster; a first enrolment then stores the node's
+// identity and, last, its sealed configuration. Run returns nil once all
+// of that is done, and an error, for its supervisor to run it again with
+// backoff, when its inputs are unusable.
 func (s *Service) Run(ctx context.Context) error {
-	m, err := s.enrol(ctx)
-	if err != nil {
-		return err
+	if !s.handedOver {
+		m, err := s.enrol(ctx)
+		if err != nil {
+			return err
+		}
+		s.cfg.Membership.Set(m)
+		s.handedOver = true
 	}
-	s.cfg.Membership.Set(m)
+	if s.unsealed != nil {
+		if err := s.seal(ctx, s.unsealed); err != nil {
+			return err
+		}
+		s.unsealed = nil
+	}
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
 	supervisor.Signal(ctx, supervisor.SignalDone)
 	return nil
 }
 
-// enrol decides what the node does and does it.
+// enrol decides what the node does and does it, up to the membership.
 func (s *Service) enrol(ctx context.Context) (*roleserve.Membership, error) {
 	log := supervisor.Logger(ctx)
-	if s.root == nil || s.cfg.ExternalAddress == nil || s.cfg.Membership == nil {
-		return nil, errors.New("enrolment needs Storage, ExternalAddress and Membership in its Config")
+	if s.root == nil || s.cfg.ExternalAddress == nil || s.cfg.Membership == nil || s.cfg.Parameters == nil ||
+		s.cfg.Credentials == nil || s.cfg.StoredDirectory == nil {
+		return nil, errors.New("enrolment needs every value of its Config")
 	}
-	announced := false
-	for wait := newBackoff(s.timing.retryMin, s.timing.retryMax); ; {
-		sealed, err := s.root.ESP.Cairn.SealedConfiguration.Exists()
+	sealed, err := s.root.ESP.Cairn.SealedConfiguration.Exists()
+	if err != nil {
+		log.Errorf("Sealed configuration is unusable: %v", err)
+		return nil, fmt.Errorf("when looking for the sealed configuration: %w", err)
+	}
+	if sealed {
+		// A disk that holds a cluster is never bootstrapped or
+		// registered again, whatever the parameters say.
+		return s.join(ctx)
+	}
+	w := s.cfg.Parameters.Watch()
+	defer w.Close()
+	for announced := false; ; announced = true {
+		l, err := w.Get(ctx, event.Filter(func(l *parameters.Loaded) bool { return l != nil }))
 		if err != nil {
-			log.Errorf("enrolment: sealed configuration is unusable: %v", err)
-			return nil, fmt.Errorf("when looking for the sealed configuration: %w", err)
+			return nil, fmt.Errorf("when waiting for node parameters: %w", err)
 		}
-		if sealed {
-			// A disk that holds a cluster is never bootstrapped or
-			// registered again, whatever the parameters say.
-			return s.join(ctx)
+		if l.Err != nil {
+			log.Errorf("Node parameters are invalid: %v", l.Err)
+			marker.Log(log, marker.ParametersInvalid, "reason", l.Err.Error())
+			return nil, fmt.Errorf("when reading node parameters: %w", l.Err)
 		}
-		p, err := s.parameters()
-		if err != nil {
-			log.Errorf("enrolment: node parameters are invalid: %v", err)
-			return nil, fmt.Errorf("when reading node parameters: %w", err)
-		}
+		p := l.Parameters
 		switch {
 		case p.GetClusterBootstrap() != nil:
 			return s.bootstrap(ctx, p.GetClusterBootstrap())
@@ -183,25 +224,43 @@ func (s *Service) enrol(ctx context.Context) (*roleserve.Membership, error) {
 			return s.register(ctx, p.GetClusterRegister())
 		}
 		if !announced {
-			log.Infof("enrolment: no sealed configuration and no node parameters: nothing to do, waiting for parameters")
-			announced = true
-		}
-		if err := wait.sleep(ctx); err != nil {
-			return nil, err
+			log.Infof("No sealed configuration and no node parameters: nothing to do, waiting for parameters")
 		}
 	}
 }
 
-// parameters returns the configured node parameters, validated, or reads
-// them from fw_cfg and the ESP. Nil means there are none.
-func (s *Service) parameters() (*api.NodeParameters, error) {
-	if p := s.cfg.Parameters; p != nil {
-		if err := ValidateParameters(p); err != nil {
-			return nil, err
+// seal stores what a first enrolment keeps, once the role server has the
+// membership: the node's identity on the data partition, then, once the
+// role server has stored the cluster directory, the sealed configuration,
+// whose presence makes every later boot a join. Until it is written, a
+// reboot starts the first enrolment over.
+func (s *Service) seal(ctx context.Context, u *unsealedEnrolment) error {
+	log := supervisor.Logger(ctx)
+	node := u.node
+	if node == nil {
+		w := s.cfg.Credentials.Watch()
+		defer w.Close()
+		var err error
+		node, err = w.Get(ctx, event.Filter(func(n *identity.Node) bool { return n != nil }))
+		if err != nil {
+			return fmt.Errorf("when waiting for the bootstrapped identity: %w", err)
 		}
-		return p, nil
 	}
-	return ReadParameters(s.cfg.FWCfgPath, s.root.ESP.Cairn.Parameters.FullPath())
+	if err := writeIdentity(s.root, node); err != nil {
+		return err
+	}
+	dw := s.cfg.StoredDirectory.Watch()
+	defer dw.Close()
+	if _, err := dw.Get(ctx, event.Filter(func(d *api.ClusterDirectory) bool { return d != nil })); err != nil {
+		return fmt.Errorf("when waiting for the cluster directory to be stored: %w", err)
+	}
+	sc := cloneSealed(u.sc)
+	sc.ClusterCaCertificate = node.CACertificate().Raw
+	if err := s.writeSealed(log, sc, u.plan); err != nil {
+		return err
+	}
+	marker.Log(log, u.done, "node", node.ID())
+	return nil
 }
 
 // newKeys makes the node's keys, once per boot.
@@ -245,7 +304,7 @@ func (s *Service) waitAddress(ctx context.Context) (netip.Addr, error) {
 // writeSealed seals sc as plan says and writes it onto the ESP.
 func (s *Service) writeSealed(log logtree.LeveledLogger, sc *private.SealedConfiguration, plan sealPlan) error {
 	if plan.warning != "" {
-		log.Warningf("enrolment: no TPM: storing the configuration unsealed (%s): whoever can read the ESP has this node's join and unlock keys", plan.warning)
+		log.Warningf("No TPM: storing the configuration unsealed (%s): whoever can read the ESP has this node's join and unlock keys", plan.warning)
 	}
 	b, err := seal(sc, plan, s.openTPM)
 	if err != nil {
@@ -254,23 +313,7 @@ func (s *Service) writeSealed(log logtree.LeveledLogger, sc *private.SealedConfi
 	if err := s.root.ESP.Cairn.SealedConfiguration.Write(b); err != nil {
 		return fmt.Errorf("when writing the sealed configuration: %w", err)
 	}
-	if plan.useTPM {
-		log.Infof("enrolment: configuration sealed with the TPM")
-	} else {
-		log.Infof("enrolment: configuration stored unsealed")
-	}
-	return nil
-}
-
-// writeDirectory stores the cluster directory on the ESP.
-func (s *Service) writeDirectory(d *api.ClusterDirectory) error {
-	b, err := proto.Marshal(d)
-	if err != nil {
-		return fmt.Errorf("when marshalling the cluster directory: %w", err)
-	}
-	if err := s.root.ESP.Cairn.ClusterDirectory.Write(b); err != nil {
-		return fmt.Errorf("when writing the cluster directory: %w", err)
-	}
+	marker.Log(log, marker.ConfigurationSealed, "tpm", strconv.FormatBool(plan.useTPM))
 	return nil
 }
 
@@ -287,26 +330,28 @@ func (s *Service) readDirectory() (*api.ClusterDirectory, error) {
 	if err := proto.Unmarshal(b, &d); err != nil {
 		return nil, fmt.Errorf("the cluster directory does not parse: %w", err)
 	}
-	if err := validateDirectory(&d); err != nil {
+	if err := parameters.ValidateDirectory(&d); err != nil {
 		return nil, fmt.Errorf("the cluster directory is invalid: %w", err)
 	}
 	return &d, nil
 }
 
-// backoff is an exponential wait between retries.
-type backoff struct {
-	next, max time.Duration
+// newBackoff returns an exponential backoff from min to max, doubling
+// without jitter and never giving up; wait on it with sleepNext.
+func newBackoff(min, max time.Duration) backoff.BackOff {
+	b := backoff.NewExponentialBackOff()
+	b.InitialInterval = min
+	b.MaxInterval = max
+	b.Multiplier = 2
+	b.RandomizationFactor = 0
+	b.MaxElapsedTime = 0
+	b.Reset()
+	return b
 }
 
-func newBackoff(min, max time.Duration) *backoff {
-	return &backoff{next: min, max: max}
-}
-
-// sleep waits for the current interval, then doubles it up to the maximum.
-func (b *backoff) sleep(ctx context.Context) error {
-	d := b.next
-	b.next = min(2*b.next, b.max)
-	return sleepCtx(ctx, d)
+// sleepNext waits for b's next interval or until ctx is done.
+func sleepNext(ctx context.Context, b backoff.BackOff) error {
+	return sleepCtx(ctx, b.NextBackOff())
 }
 
 // sleepCtx waits for d or until ctx is done.

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -9,10 +10,12 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"cairn.dev/cairn/node/consensus"
-	"cairn.dev/cairn/node/consensus/consensustest"
+	"cairn.dev/cairn/node/marker"
+	"cairn.dev/cairn/node/parameters"
+	"cairn.dev/cairn/node/ports"
 	"cairn.dev/cairn/node/roleserve"
 	"cairn.dev/cairn/pkg/event/memory"
+	"cairn.dev/cairn/pkg/fixture"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/supervisor"
 	api "cairn.dev/cairn/proto/api"
@@ -31,14 +34,20 @@ var fastTiming = timing{
 }
 
 // testNode is one simulated node for enrolment: fake disks, a TPM of its
-// own (or none) and the Values enrolment reads and writes.
+// own (or none), the values enrolment reads and writes, and the real role
+// server on them, as cmd/init wires it, so that what enrolment hands over
+// is used as on a node (etcd, the curator, the cluster directory).
 type testNode struct {
 	storage    *fakeStorage
 	tpm        func() (sealer, error)
 	address    memory.Value[netip.Prefix]
 	membership *memory.Value[*roleserve.Membership]
+	params     *memory.Value[*parameters.Loaded]
 	lt         *logtree.LogTree
 	cancel     context.CancelFunc
+	// curatorPort is where the cluster's curators serve: this node's own
+	// when it bootstrapped. peerPort is its etcd's, the same every boot.
+	curatorPort, peerPort int
 }
 
 func newTestNode(t *testing.T) *testNode {
@@ -48,27 +57,66 @@ func newTestNode(t *testing.T) *testNode {
 	return n
 }
 
-// boot runs enrolment as on a fresh boot: the data partition unmounted,
-// a new Membership value.
-func (n *testNode) boot(t *testing.T, params *api.NodeParameters, port int) {
+// boot runs enrolment and the role server as on a fresh boot: the data
+// partition unmounted, new values. params nil means those on the ESP. The
+// node dials curators on curatorPort; 0 picks a free port, where a node
+// that bootstraps serves its curator.
+func (n *testNode) boot(t *testing.T, params *api.NodeParameters, curatorPort int) {
 	t.Helper()
 	if n.cancel != nil {
 		n.cancel()
 	}
 	n.storage.reboot()
+	if curatorPort == 0 {
+		curatorPort = fixture.FreePort(t)
+	}
+	n.curatorPort = curatorPort
 	n.membership = &memory.Value[*roleserve.Membership]{}
+	n.params = &memory.Value[*parameters.Loaded]{}
+	if params != nil {
+		n.params.Set(&parameters.Loaded{Parameters: params})
+	} else {
+		n.params.Set(parameters.Load("", n.storage.st.Root.ESP.Cairn.Parameters.FullPath()))
+	}
+	if n.peerPort == 0 {
+		n.peerPort = fixture.FreePort(t)
+	}
+	p := ports.Table{Curator: curatorPort, EtcdPeer: n.peerPort}
+	rs := roleserve.New(roleserve.Config{
+		Membership:      n.membership,
+		ExternalAddress: &n.address,
+		Storage:         n.storage.st,
+		Version:         "test",
+		Ports:           p,
+	})
 	tm := fastTiming
 	svc := New(Config{
 		Storage:         n.storage.st,
 		ExternalAddress: &n.address,
+		Parameters:      n.params,
 		Membership:      n.membership,
-		Parameters:      params,
+		Credentials:     rs.Credentials(),
+		StoredDirectory: rs.StoredDirectory(),
+		Ports:           p,
 		storage:         n.storage,
 		openTPM:         n.tpm,
-		curatorPort:     port,
 		timing:          &tm,
 	})
-	n.cancel, n.lt = supervisor.TestHarness(t, svc.Run)
+	n.cancel, n.lt = supervisor.TestHarness(t, func(ctx context.Context) error {
+		for name, r := range map[string]supervisor.Runnable{"enrolment": svc.Run, "roleserve": rs.Run} {
+			if err := supervisor.Run(ctx, name, r); err != nil {
+				return err
+			}
+		}
+		supervisor.Signal(ctx, supervisor.SignalHealthy)
+		<-ctx.Done()
+		return ctx.Err()
+	})
+}
+
+// curatorTarget is host:port of the curator the node dials.
+func (n *testNode) curatorTarget() string {
+	return ports.Join("127.0.0.1", n.curatorPort)
 }
 
 // waitMembership waits for enrolment to publish the node's Membership.
@@ -85,9 +133,40 @@ func (n *testNode) waitMembership(t *testing.T) *roleserve.Membership {
 	return m
 }
 
-// waitLog waits for a log line starting with prefix, at severity or
-// above, and returns it.
+// waitLog waits for a log entry at severity or above whose message starts
+// with prefix, and returns its message. Tests wait on markers (waitMarker)
+// where the node states a fact; waitLog is for errors and warnings.
 func (n *testNode) waitLog(t *testing.T, prefix string, severity logtree.Severity) string {
+	t.Helper()
+	return n.waitEntry(t, fmt.Sprintf("log line %q", prefix), severity, func(msg string) bool {
+		return strings.HasPrefix(msg, prefix)
+	})
+}
+
+// waitMarker waits for a marker of name whose fields hold kv (pairs of
+// key and value), and returns it.
+func (n *testNode) waitMarker(t *testing.T, name marker.Name, kv ...string) marker.Marker {
+	t.Helper()
+	var found marker.Marker
+	n.waitEntry(t, fmt.Sprintf("marker %s %q", name, kv), logtree.INFO, func(msg string) bool {
+		m, ok := marker.Parse(msg)
+		if !ok || m.Name != name {
+			return false
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			if m.Get(kv[i]) != kv[i+1] {
+				return false
+			}
+		}
+		found = m
+		return true
+	})
+	return found
+}
+
+// waitEntry waits for a log entry at severity or above whose message
+// match accepts, and returns the message.
+func (n *testNode) waitEntry(t *testing.T, what string, severity logtree.Severity, match func(string) bool) string {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for time.Now().Before(deadline) {
@@ -96,7 +175,7 @@ func (n *testNode) waitLog(t *testing.T, prefix string, severity logtree.Severit
 			t.Fatal(err)
 		}
 		for _, e := range r.Backlog {
-			if strings.HasPrefix(e.Message, prefix) {
+			if match(e.Message) {
 				r.Close()
 				return e.Message
 			}
@@ -104,7 +183,7 @@ func (n *testNode) waitLog(t *testing.T, prefix string, severity logtree.Severit
 		r.Close()
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("no log line %q", prefix)
+	t.Fatalf("no %s", what)
 	return ""
 }
 
@@ -120,25 +199,6 @@ func (n *testNode) sealedConfiguration(t *testing.T) *private.SealedConfiguratio
 		t.Fatalf("unsealing what enrolment wrote: %v", err)
 	}
 	return sc
-}
-
-// runConsensus starts a real etcd member on the node's data directory,
-// as the role server's controlplane worker does, and returns its Status
-// once running. It stops when the test ends, or with the returned cancel,
-// which waits for it.
-func runConsensus(t *testing.T, n *testNode, m *roleserve.Membership, name string) (*consensus.Status, context.CancelFunc) {
-	t.Helper()
-	member := consensustest.NewMember(t, m.NodeKey)
-	member.Config.Name = name
-	member.Config.DataDir = n.storage.st.Root.Data.Etcd.FullPath()
-	member.Start(t)
-	return member.WaitVoter(t), member.Stop
-}
-
-func testContext(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	return ctx
 }
 
 func withConfiguration(p *api.NodeParameters, c *api.ClusterConfiguration) *api.NodeParameters {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"cairn.dev/cairn/node/marker"
 	"cairn.dev/cairn/pkg/supervisor"
 )
 
@@ -34,7 +35,8 @@ func (s *Service) peerTLSReady() bool {
 // is written.
 func (s *Service) bootstrap(ctx context.Context) error {
 	lg := supervisor.Logger(ctx)
-	lg.Infof("bootstrapping a new cluster: starting etcd with localhost peers and no TLS")
+	lg.Infof("Bootstrapping a new cluster: starting etcd with localhost peers and no TLS")
+	marker.Log(lg, marker.EtcdStarting)
 	inst, err := s.start(ctx, s.bootstrapConfig(), false)
 	if err != nil {
 		return fmt.Errorf("when starting etcd for bootstrap: %w", err)

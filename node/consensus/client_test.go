@@ -6,12 +6,14 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"cairn.dev/cairn/pkg/fixture"
 )
 
 // TestNamespaces checks that namespaced clients cannot see or touch each
 // other's keys, and where their keys really live.
 func TestNamespaces(t *testing.T) {
-	ctx := testContext(t)
+	ctx := fixture.ContextTimeout(t, testTimeout)
 	n := newTestNode(t)
 	n.start(t)
 	root := n.waitRunning(t).Client()

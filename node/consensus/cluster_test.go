@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"cairn.dev/cairn/pkg/fixture"
 )
 
 // join adds n to the cluster through the voting member st and starts it.
@@ -23,7 +25,7 @@ func join(t *testing.T, ctx context.Context, st *Status, n *testNode) {
 // stops one and checks that the other two still commit writes, then
 // restarts it and checks that it catches up.
 func TestCluster(t *testing.T) {
-	ctx := testContext(t)
+	ctx := fixture.ContextTimeout(t, testTimeout)
 	nodes := []*testNode{newTestNode(t), newTestNode(t), newTestNode(t)}
 
 	start := time.Now()

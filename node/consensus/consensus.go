@@ -15,14 +15,12 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"cairn.dev/cairn/node/marker"
+	"cairn.dev/cairn/node/ports"
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/pkg/supervisor"
 )
-
-// DefaultPeerPort is the port on the node's IP on which etcd members talk
-// to each other (mTLS).
-const DefaultPeerPort = 7834
 
 // ErrMemberRemoved is returned by Run once this member has been removed from
 // the cluster: its data is of no further use, and the runnable refuses to
@@ -50,8 +48,10 @@ type Config struct {
 	SocketPath string
 	// PeerIP is the node's IP, on which the other members reach this one.
 	PeerIP net.IP
-	// PeerPort is the peer port on PeerIP. Zero means DefaultPeerPort.
-	PeerPort int
+	// Ports are the node's ports: the member peers on Ports.EtcdPeer of
+	// PeerIP. A zero field is the fixed port (ports.Table.WithDefaults);
+	// tests that run several members on one address set EtcdPeer.
+	Ports ports.Table
 	// PrivateKey is the node's ed25519 key. This member's peer certificate
 	// is issued for its public key, and it is written into DataDir for
 	// etcd's peer TLS.
@@ -63,11 +63,9 @@ type Config struct {
 	Join *JoinCluster
 }
 
+// peerPort is the port the member peers on.
 func (c *Config) peerPort() int {
-	if c.PeerPort == 0 {
-		return DefaultPeerPort
-	}
-	return c.PeerPort
+	return c.Ports.WithDefaults().EtcdPeer
 }
 
 // PeerURL is the URL on which the other members reach this member.
@@ -133,7 +131,7 @@ func New(cfg Config) *Service {
 }
 
 // Status is the Service's current Status. It starts out not Running.
-func (s *Service) Status() event.Value[*Status] { return &s.status }
+func (s *Service) Status() event.Watchable[*Status] { return &s.status }
 
 func (s *Service) setStatus(f func(st *Status)) {
 	s.mu.Lock()
@@ -215,6 +213,7 @@ func (s *Service) Run(ctx context.Context) error {
 	id := uint64(inst.e.Server.MemberID())
 	learner, _ := isLearner(inst)
 	lg.Infof("etcd member %x (%s) running, learner: %v", id, s.cfg.Name, learner)
+	marker.Log(lg, marker.EtcdRunning, "learner", strconv.FormatBool(learner))
 	s.setStatus(func(st *Status) {
 		*st = Status{
 			Running: true,

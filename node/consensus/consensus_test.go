@@ -3,10 +3,12 @@ package consensus
 import (
 	"testing"
 	"time"
+
+	"cairn.dev/cairn/pkg/fixture"
 )
 
 func TestBootstrap(t *testing.T) {
-	ctx := testContext(t)
+	ctx := fixture.ContextTimeout(t, testTimeout)
 	n := newTestNode(t)
 	if has, err := HasData(n.cfg.DataDir); has || err != nil {
 		t.Errorf("HasData(%q) before the first start = %v, %v, want false, nil", n.cfg.DataDir, has, err)

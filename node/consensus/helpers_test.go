@@ -14,7 +14,10 @@ import (
 
 	"go.uber.org/goleak"
 
+	"cairn.dev/cairn/node/ports"
+	"cairn.dev/cairn/pkg/etcdtest"
 	"cairn.dev/cairn/pkg/event"
+	"cairn.dev/cairn/pkg/fixture"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/supervisor"
 )
@@ -25,18 +28,16 @@ func TestMain(m *testing.M) {
 
 // etcdLeaks lists goroutines that etcd and grpc leave running after an
 // embedded server and its clients are closed. They are etcd's, not ours:
-// the net/http ones are keep-alive connections between members (peer
-// transports and version probes) that etcd's Close does not shut; nothing
-// in this package uses net/http.
+// besides those of any embedded etcd, the net/http ones are keep-alive
+// connections between members (peer transports and version probes) that
+// etcd's Close does not shut; nothing in this package uses net/http.
 func etcdLeaks() []goleak.Option {
-	return []goleak.Option{
+	return append(etcdtest.LeakOptions(),
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).readLoop"),
 		goleak.IgnoreAnyFunction("net/http.(*persistConn).writeLoop"),
 		goleak.IgnoreAnyFunction("net/http.(*conn).serve"),
 		goleak.IgnoreAnyFunction("net/http.(*connReader).backgroundRead"),
-		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"),
-		goleak.IgnoreTopFunction("github.com/golang/glog.(*fileSink).flushDaemon"),
-	}
+	)
 }
 
 // testNode is one simulated node: a consensus Service under a supervision
@@ -64,7 +65,7 @@ func newTestNode(t testing.TB) *testNode {
 		DataDir:    filepath.Join(dir, "data"),
 		SocketPath: filepath.Join(dir, "etcd.sock"),
 		PeerIP:     net.IPv4(127, 0, 0, 1),
-		PeerPort:   freePort(t),
+		Ports:      ports.Table{EtcdPeer: fixture.FreePort(t)},
 		PrivateKey: priv,
 	}}
 }
@@ -98,7 +99,7 @@ func (n *testNode) stop() {
 // waitStatus waits for a Status of n accepted by pred.
 func (n *testNode) waitStatus(t testing.TB, what string, pred func(*Status) bool) *Status {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	w := n.svc.Status().Watch()
 	defer w.Close()
@@ -119,21 +120,9 @@ func (n *testNode) waitVoter(t testing.TB) *Status {
 	return n.waitStatus(t, "voting member", func(s *Status) bool { return s.Running && !s.Learner })
 }
 
-func testContext(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+// testTimeout bounds each test: etcd members joining one another take
+// longer than fixture.DefaultTimeout allows on a loaded machine.
+const testTimeout = 3 * time.Minute
 
 // testLog passes lines to t.Log until closed.
 type testLog struct {

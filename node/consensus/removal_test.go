@@ -11,6 +11,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"cairn.dev/cairn/pkg/fixture"
 	"cairn.dev/cairn/pkg/logtree"
 )
 
@@ -18,7 +19,7 @@ import (
 // Service returns ErrMemberRemoved (now and on every restart) and the
 // process, this test, goes on. The remaining member keeps working.
 func TestRemoveRunningMember(t *testing.T) {
-	ctx := testContext(t)
+	ctx := fixture.ContextTimeout(t, testTimeout)
 	a, b := newTestNode(t), newTestNode(t)
 	a.start(t)
 	stA := a.waitVoter(t)
@@ -93,7 +94,7 @@ func TestRemoveRunningMember(t *testing.T) {
 // learns from its peers that it is out, and its Service returns
 // ErrMemberRemoved instead of waiting for a leader forever.
 func TestRemoveStoppedMember(t *testing.T) {
-	ctx := testContext(t)
+	ctx := fixture.ContextTimeout(t, testTimeout)
 	a, b, c := newTestNode(t), newTestNode(t), newTestNode(t)
 	a.start(t)
 	stA := a.waitVoter(t)

@@ -15,6 +15,7 @@ import (
 
 	"cairn.dev/cairn/node/consensus"
 	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/ports"
 	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/pkg/logtree"
@@ -22,9 +23,6 @@ import (
 	"cairn.dev/cairn/pkg/supervisor"
 	"cairn.dev/cairn/proto/api"
 )
-
-// Port is the TCP port on which every curator serves, on the node's IP.
-const Port = 7833
 
 // DefaultHeartbeatInterval is how often nodes are asked to beat.
 const DefaultHeartbeatInterval = 5 * time.Second
@@ -37,11 +35,11 @@ type Config struct {
 	// Consensus is the local etcd member's Status, running and voting.
 	Consensus *consensus.Status
 	// Advertise is where other nodes reach this curator (node IP and
-	// Port). The election names the leader by it.
+	// ports.Curator). The election names the leader by it.
 	Advertise netip.AddrPort
 	// Listener, when set, is where the curator serves; nil listens on
-	// ":7833". Serving closes it when Run returns; a Run restarted by its
-	// supervisor listens anew on the same address.
+	// the Curator port of WithPorts. Serving closes it when Run returns; a
+	// Run restarted by its supervisor listens anew on the same address.
 	Listener net.Listener
 }
 
@@ -50,8 +48,11 @@ type Option func(*options)
 
 type options struct {
 	heartbeatInterval time.Duration
+	// ports are the node's ports, defaults filled in by New.
+	ports ports.Table
 	// peerPort gives the etcd peer port of a node joining through
-	// JoinConsensus; tests, whose members share 127.0.0.1, change it.
+	// JoinConsensus: ports.EtcdPeer unless a test, whose members share
+	// 127.0.0.1 on ports of their own, says otherwise.
 	peerPort func(nodeID string) int
 }
 
@@ -61,13 +62,14 @@ func WithHeartbeatInterval(d time.Duration) Option {
 	return func(o *options) { o.heartbeatInterval = d }
 }
 
-// WithPeerPort sets the port on which nodes that join the consensus
-// through this curator run their etcd peer listener (JoinConsensus gives
-// etcd https://<peer address>:<port>). The default is
-// consensus.DefaultPeerPort, the port every node uses; tests that run
-// several nodes on one address change it.
-func WithPeerPort(port int) Option {
-	return func(o *options) { o.peerPort = func(string) int { return port } }
+// WithPorts sets the node's ports, zero fields meaning the fixed ones
+// (ports.Table.WithDefaults): the curator listens on Curator when
+// Config.Listener is nil, and nodes that join the consensus through it run
+// their etcd peer listener on EtcdPeer (JoinConsensus gives etcd
+// https://<peer address>:<EtcdPeer>). Production passes nothing; tests
+// that run several nodes on one address move the ports.
+func WithPorts(t ports.Table) Option {
+	return func(o *options) { o.ports = t }
 }
 
 // Service is one curator: it serves AAA, Management and Curator, takes
@@ -81,9 +83,14 @@ type Service struct {
 
 // New returns a curator for cfg. Nothing happens until Run.
 func New(cfg Config, opts ...Option) *Service {
-	o := options{heartbeatInterval: DefaultHeartbeatInterval, peerPort: func(string) int { return defaultPeerPort }}
+	o := options{heartbeatInterval: DefaultHeartbeatInterval}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	o.ports = o.ports.WithDefaults()
+	if o.peerPort == nil {
+		peer := o.ports.EtcdPeer
+		o.peerPort = func(string) int { return peer }
 	}
 	return &Service{cfg: cfg, opts: o}
 }
@@ -162,12 +169,12 @@ func (s *Service) Run(ctx context.Context) error {
 
 // listen returns the listener to serve on: Config.Listener on the first
 // run, and a new one on its address after a restart (serving closed the
-// first), or one on Port.
+// first), or one on the Curator port.
 func (s *Service) listen() (net.Listener, error) {
 	if s.cfg.Listener != nil && !s.listenerUsed.Swap(true) {
 		return s.cfg.Listener, nil
 	}
-	addr := fmt.Sprintf(":%d", Port)
+	addr := fmt.Sprintf(":%d", s.opts.ports.Curator)
 	if s.cfg.Listener != nil {
 		addr = s.cfg.Listener.Addr().String()
 	}

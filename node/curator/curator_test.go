@@ -13,6 +13,7 @@ import (
 
 	"cairn.dev/cairn/node/identity/identitytest"
 	"cairn.dev/cairn/node/localstorage"
+	"cairn.dev/cairn/pkg/fixture"
 	"cairn.dev/cairn/proto/api"
 )
 
@@ -20,7 +21,7 @@ import (
 // and that it refuses a cluster of another owner.
 func TestBootstrap(t *testing.T) {
 	c := newTestCluster(t)
-	ctx := testContext(t)
+	ctx := fixture.Context(t)
 	n := c.nodes[0]
 	st := n.member.WaitVoter(t)
 	again := BootstrapState{
@@ -90,7 +91,7 @@ func TestBootstrap(t *testing.T) {
 // TestEscrow takes ownership, and is refused with a wrong key or proof.
 func TestEscrow(t *testing.T) {
 	c := newTestCluster(t)
-	ctx := testContext(t)
+	ctx := fixture.Context(t)
 	addr := c.nodes[0].addr.String()
 	// newTestCluster took ownership: the owner can call Management.
 	if _, err := c.mgmt(t, addr).GetNodes(ctx, &api.GetNodesRequest{}); err != nil {

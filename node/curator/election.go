@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	"cairn.dev/cairn/node/consensus"
+	"cairn.dev/cairn/node/marker"
 	"cairn.dev/cairn/pkg/supervisor"
 	"cairn.dev/cairn/proto/api"
 )
@@ -125,7 +126,7 @@ func (c *curator) deleteStaleCandidacies(ctx context.Context, cl *consensus.Clie
 		if err != nil || id != me {
 			continue
 		}
-		supervisor.Logger(ctx).Infof("curator: deleting a stale candidacy of this node (lease %x)", kv.Lease)
+		supervisor.Logger(ctx).Infof("deleting a stale candidacy of this node (lease %x)", kv.Lease)
 		if _, err := cl.Delete(ctx, string(kv.Key)); err != nil {
 			return fmt.Errorf("when deleting stale candidacy %s: %w", kv.Key, err)
 		}
@@ -152,7 +153,7 @@ func (c *curator) observe(ctx context.Context, cl *consensus.Client, lease clien
 			kv := resp.Kvs[0]
 			id, addr, err := parseElectionValue(string(kv.Value))
 			if err != nil {
-				supervisor.Logger(ctx).Warningf("curator: unreadable leader: %v", err)
+				supervisor.Logger(ctx).Warningf("unreadable leader: %v", err)
 			} else {
 				l = leader{NodeID: id, Addr: addr, Local: clientv3.LeaseID(kv.Lease) == lease}
 			}
@@ -181,7 +182,7 @@ func (c *curator) observe(ctx context.Context, cl *consensus.Client, lease clien
 }
 
 // setLeader publishes l, dials it when it is another curator, and logs
-// when leadership moves.
+// when leadership moves: taking the lead is marker.CuratorLeading.
 func (c *curator) setLeader(ctx context.Context, l leader) {
 	c.mu.Lock()
 	old := c.current
@@ -207,11 +208,11 @@ func (c *curator) setLeader(ctx context.Context, l leader) {
 	log := supervisor.Logger(ctx)
 	switch {
 	case dialErr != nil:
-		log.Errorf("curator: cannot dial leader %s at %s: %v", l.NodeID, l.Addr, dialErr)
+		log.Errorf("cannot dial leader %s at %s: %v", l.NodeID, l.Addr, dialErr)
 	case l.Local:
-		log.Info("curator: this node leads")
+		marker.Log(log, marker.CuratorLeading)
 	case l.NodeID != "":
-		log.Infof("curator: following leader %s", l.NodeID)
+		log.Infof("following leader %s", l.NodeID)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"cairn.dev/cairn/node/consensus"
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/rpc"
+	"cairn.dev/cairn/pkg/fixture"
 	"cairn.dev/cairn/proto/api"
 )
 
@@ -49,9 +50,9 @@ func (p *peerPorts) option() Option {
 // starts its curator once it votes.
 func (c *testCluster) addMember(t testing.TB, addr string, n *testNode, ports *peerPorts) {
 	t.Helper()
-	ctx := testContext(t)
+	ctx := fixture.Context(t)
 	c.enrol(t, addr, n)
-	ports.set(n.id(), n.member.Config.PeerPort)
+	ports.set(n.id(), n.member.Config.Ports.EtcdPeer)
 	yes := true
 	if _, err := c.mgmt(t, addr).UpdateNodeRoles(ctx, &api.UpdateNodeRolesRequest{NodeId: n.id(), ConsensusMember: &yes}); err != nil {
 		t.Fatalf("UpdateNodeRoles(%s, consensus member): %v", n.id(), err)
@@ -95,7 +96,7 @@ func currentLeader(t testing.TB, n *testNode, addr string) (*api.GetCurrentLeade
 func waitLeader(t testing.TB, n *testNode, addr, not string) string {
 	t.Helper()
 	var id string
-	eventually(t, time.Minute, "waiting for a leader", func() error {
+	fixture.Eventually(t, time.Minute, "waiting for a leader", func() error {
 		l, err := currentLeader(t, n, addr)
 		if err != nil {
 			return err
@@ -115,9 +116,9 @@ func waitLeader(t testing.TB, n *testNode, addr, not string) string {
 func TestHighAvailability(t *testing.T) {
 	ports := &peerPorts{}
 	c := newTestCluster(t, ports.option())
-	ctx := testContext(t)
+	ctx := fixture.Context(t)
 	n0 := c.nodes[0]
-	ports.set(n0.id(), n0.member.Config.PeerPort)
+	ports.set(n0.id(), n0.member.Config.Ports.EtcdPeer)
 	addr0 := n0.addr.String()
 	for range 2 {
 		c.addMember(t, addr0, newTestNode(t), ports)
@@ -174,7 +175,7 @@ func TestHighAvailability(t *testing.T) {
 	n0.stopCurator()
 	next := waitLeader(t, n1, n1.addr.String(), n0.id())
 	t.Logf("new leader %s after %v", next, time.Since(start))
-	eventually(t, time.Minute, "GetNodes via the new curators", func() error {
+	fixture.Eventually(t, time.Minute, "GetNodes via the new curators", func() error {
 		for _, n := range []*testNode{n1, n2} {
 			if _, err := c.mgmt(t, n.addr.String()).GetNodes(ctx, &api.GetNodesRequest{}); err != nil {
 				return fmt.Errorf("via %s: %w", n.id(), err)
@@ -192,7 +193,7 @@ func TestHighAvailability(t *testing.T) {
 	if _, err := c.mgmt(t, addr0).UpdateNodeRoles(ctx, &api.UpdateNodeRolesRequest{NodeId: n2.id(), ConsensusMember: &no}); err != nil {
 		t.Fatalf("UpdateNodeRoles(%s, not a consensus member): %v", n2.id(), err)
 	}
-	eventually(t, time.Minute, "waiting for the member list to shrink", func() error {
+	fixture.Eventually(t, time.Minute, "waiting for the member list to shrink", func() error {
 		cl := n0.member.WaitVoter(t).Client()
 		resp, err := cl.Get(ctx, consensus.PKINamespace.CertificateKey("etcd-peer-"+n2.id()))
 		if err != nil {
@@ -221,7 +222,7 @@ func TestHighAvailability(t *testing.T) {
 	// Its etcd stopped as it removed itself, so it could not revoke its
 	// own peer certificate: the same call answered by the remaining
 	// curator finishes that.
-	eventually(t, time.Minute, "waiting for the leader's own membership to go", func() error {
+	fixture.Eventually(t, time.Minute, "waiting for the leader's own membership to go", func() error {
 		if _, err := c.mgmt(t, other.addr.String()).UpdateNodeRoles(ctx, &api.UpdateNodeRolesRequest{NodeId: lead.id(), ConsensusMember: &no}); err != nil {
 			return fmt.Errorf("UpdateNodeRoles(%s) again through %s: %w", lead.id(), other.id(), err)
 		}
@@ -242,7 +243,7 @@ func TestHighAvailability(t *testing.T) {
 // the restarted curator clears it and leads.
 func TestStaleCandidacy(t *testing.T) {
 	c := newTestCluster(t)
-	ctx := testContext(t)
+	ctx := fixture.Context(t)
 	n := c.nodes[0]
 	addr := n.addr.String()
 	waitLeader(t, n, addr, "")
@@ -263,7 +264,7 @@ func TestStaleCandidacy(t *testing.T) {
 	}
 
 	n.startCurator(t)
-	eventually(t, 30*time.Second, "GetNodes after the restart", func() error {
+	fixture.Eventually(t, 30*time.Second, "GetNodes after the restart", func() error {
 		_, err := c.mgmt(t, addr).GetNodes(ctx, &api.GetNodesRequest{})
 		return err
 	})

@@ -18,6 +18,7 @@ import (
 	"cairn.dev/cairn/node/identity/identitytest"
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/node/rpc"
+	"cairn.dev/cairn/pkg/fixture"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/proto/api"
 )
@@ -40,7 +41,7 @@ func newTestNode(t testing.TB) *testNode {
 	t.Helper()
 	n := &testNode{key: identitytest.NewKey(t), joinKey: identitytest.NewKey(t)}
 	n.member = consensustest.NewMember(t, n.key)
-	n.addr = netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(consensustest.FreePort(t)))
+	n.addr = netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(fixture.FreePort(t)))
 	return n
 }
 
@@ -82,7 +83,7 @@ type testCluster struct {
 // newTestCluster bootstraps a cluster on one node and starts its curator.
 func newTestCluster(t testing.TB, opts ...Option) *testCluster {
 	t.Helper()
-	ctx := testContext(t)
+	ctx := fixture.Context(t)
 	c := &testCluster{ownerKey: identitytest.NewKey(t), config: &api.ClusterConfiguration{
 		StorageSecurityPolicy: api.StorageSecurityPolicy_STORAGE_SECURITY_POLICY_ENCRYPTED,
 		TpmMode:               api.TPMMode_TPM_MODE_BEST_EFFORT,
@@ -119,7 +120,7 @@ func newTestCluster(t testing.TB, opts ...Option) *testCluster {
 // returns owner credentials with the certificate it gave.
 func (c *testCluster) takeOwnership(t testing.TB, addr string) credentials.TransportCredentials {
 	t.Helper()
-	res, err := escrow(testContext(t), t, addr, c.ca, c.ownerKey, nil)
+	res, err := escrow(fixture.Context(t), t, addr, c.ca, c.ownerKey, nil)
 	if err != nil {
 		t.Fatalf("Escrow: %v", err)
 	}
@@ -190,7 +191,7 @@ func (c *testCluster) ephemeral(t testing.TB, addr string, key ed25519.PrivateKe
 // and gives n its identity.
 func (c *testCluster) enrol(t testing.TB, addr string, n *testNode) *api.CommitNodeResponse {
 	t.Helper()
-	ctx := testContext(t)
+	ctx := fixture.Context(t)
 	ticket, err := c.mgmt(t, addr).GetRegisterTicket(ctx, &api.GetRegisterTicketRequest{})
 	if err != nil {
 		t.Fatalf("GetRegisterTicket: %v", err)
@@ -235,27 +236,4 @@ func dial(t testing.TB, addr string, creds credentials.TransportCredentials) *gr
 	}
 	t.Cleanup(func() { conn.Close() })
 	return conn
-}
-
-func testContext(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// eventually calls f until it returns nil, failing the test with its last
-// error after timeout.
-func eventually(t testing.TB, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }

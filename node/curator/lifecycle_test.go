@@ -12,6 +12,7 @@ import (
 
 	"cairn.dev/cairn/node/identity/identitytest"
 	"cairn.dev/cairn/node/localstorage"
+	"cairn.dev/cairn/pkg/fixture"
 	"cairn.dev/cairn/proto/api"
 )
 
@@ -20,7 +21,7 @@ import (
 // a wrong join key, and a join after decommissioning.
 func TestLifecycle(t *testing.T) {
 	c := newTestCluster(t)
-	ctx := testContext(t)
+	ctx := fixture.Context(t)
 	addr := c.nodes[0].addr.String()
 	m := c.mgmt(t, addr)
 	n := newTestNode(t)
@@ -150,7 +151,7 @@ func TestLifecycle(t *testing.T) {
 // deletion.
 func TestWatch(t *testing.T) {
 	c := newTestCluster(t, WithHeartbeatInterval(1500*time.Millisecond))
-	ctx := testContext(t)
+	ctx := fixture.Context(t)
 	addr := c.nodes[0].addr.String()
 	m := c.mgmt(t, addr)
 	me := c.nodes[0].client(t, addr)

@@ -216,7 +216,7 @@ func (c *curator) removeMemberAfterReply(id string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := c.removeMember(ctx, id); err != nil {
-			c.log.Warningf("curator: removing this node from the consensus members failed (remove the role again to retry): %v", err)
+			c.log.Warningf("removing this node from the consensus members failed (remove the role again to retry): %v", err)
 		}
 	})
 }

@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"cairn.dev/cairn/node/consensus"
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/proto/api"
@@ -232,7 +231,3 @@ func (a nodeAPI) JoinConsensus(ctx context.Context, req *api.JoinConsensusReques
 		PeerCertificate: j.PeerCertificate,
 	}, nil
 }
-
-// defaultPeerPort is where joining members listen, unless a test says
-// otherwise.
-const defaultPeerPort = consensus.DefaultPeerPort

@@ -14,6 +14,7 @@ import (
 
 	"cairn.dev/cairn/node/identity/identitytest"
 	"cairn.dev/cairn/node/rpc"
+	"cairn.dev/cairn/pkg/fixture"
 	"cairn.dev/cairn/proto/api"
 )
 
@@ -40,7 +41,7 @@ func BenchmarkScale(b *testing.B) {
 	ports := &peerPorts{}
 	c := newTestCluster(b, ports.option())
 	n0 := c.nodes[0]
-	ports.set(n0.id(), n0.member.Config.PeerPort)
+	ports.set(n0.id(), n0.member.Config.Ports.EtcdPeer)
 	for range 2 {
 		c.addMember(b, n0.addr.String(), newTestNode(b), ports)
 	}
@@ -51,7 +52,7 @@ func BenchmarkScale(b *testing.B) {
 		addrs[i] = n.addr.String()
 		owners[i] = c.mgmt(b, addrs[i])
 	}
-	ctx := testContext(b)
+	ctx := fixture.Context(b)
 	ticket, err := owners[0].GetRegisterTicket(ctx, &api.GetRegisterTicketRequest{})
 	if err != nil {
 		b.Fatalf("GetRegisterTicket: %v", err)

@@ -45,6 +45,11 @@ const (
 	// ConfigurationSealed: the sealed configuration is on the ESP;
 	// tpm=true|false.
 	ConfigurationSealed Name = "configuration-sealed"
+	// EtcdStarting: the node's etcd starts a new cluster from an empty
+	// data directory (the first node's bootstrap).
+	EtcdStarting Name = "etcd-starting"
+	// EtcdRunning: the node's etcd member serves; learner=true|false.
+	EtcdRunning Name = "etcd-running"
 	// ConsensusRunning: the node's etcd member runs; voting=true|false.
 	ConsensusRunning Name = "consensus-running"
 	// ConsensusStopped: the node's etcd member was removed and the role

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/netip"
 	"slices"
 	"time"
 
+	"github.com/cenkalti/backoff/v4"
 	"github.com/insomniacslk/dhcp/dhcpv4"
 	"github.com/insomniacslk/dhcp/dhcpv4/nclient4"
 	"github.com/vishvananda/netlink"
@@ -56,8 +56,10 @@ type dhcpClient struct {
 	broadcast *nclient4.Client
 	state     dhcpState
 	// lease is the lease applied to the link, nil in INIT.
-	lease   *lease
-	backoff backoff
+	lease *lease
+	// backoff spaces out attempts to get a lease after failed ones, and
+	// after lost leases; a renewed lease resets it.
+	backoff *backoff.ExponentialBackOff
 }
 
 // runDHCP is the DHCP worker: it waits for the first Ethernet link with
@@ -78,7 +80,7 @@ func (s *Service) runDHCP(ctx context.Context) error {
 		link:    l,
 		log:     supervisor.Logger(ctx),
 		state:   stateInit,
-		backoff: backoff{initial: time.Second, max: 30 * time.Second},
+		backoff: newRetryBackoff(),
 	}
 	var conn net.PacketConn
 	err = s.inNamespace(func() error {
@@ -96,7 +98,7 @@ func (s *Service) runDHCP(ctx context.Context) error {
 	}
 	defer c.broadcast.Close()
 	defer c.stop(ctx)
-	c.log.Infof("Running DHCP on %s (%s)", l.name, l.hw)
+	c.log.Infof("Running on %s (%s)", l.name, l.hw)
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
 	return c.run(ctx)
 }
@@ -120,7 +122,7 @@ func (c *dhcpClient) run(ctx context.Context) error {
 		c.transition(stateInit, reason)
 		// A server that hands out leases only to take them back at once
 		// must not make the client spin.
-		if err := sleep(ctx, c.backoff.next()); err != nil {
+		if err := sleep(ctx, c.backoff.NextBackOff()); err != nil {
 			return err
 		}
 	}
@@ -128,7 +130,7 @@ func (c *dhcpClient) run(ctx context.Context) error {
 
 func (c *dhcpClient) transition(to dhcpState, reason string) {
 	if c.state != to {
-		c.log.Infof("DHCP %s -> %s: %s", c.state, to, reason)
+		c.log.Infof("%s -> %s: %s", c.state, to, reason)
 	}
 	c.state = to
 }
@@ -166,8 +168,8 @@ func (c *dhcpClient) acquire(ctx context.Context) (*lease, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		wait := c.backoff.next()
-		c.log.Warningf("DHCP INIT: no lease (%v), trying again in %s", err, wait.Round(time.Millisecond))
+		wait := c.backoff.NextBackOff()
+		c.log.Warningf("No lease (%v), trying again in %s", err, wait.Round(time.Millisecond))
 		if err := sleep(ctx, wait); err != nil {
 			return nil, err
 		}
@@ -198,7 +200,7 @@ func (c *dhcpClient) hold(ctx context.Context) (string, error) {
 			var nak *nclient4.ErrNak
 			switch {
 			case err == nil:
-				c.backoff.reset()
+				c.backoff.Reset()
 				if err := c.bind(l, "ACK received, lease extended"); err != nil {
 					return "", err
 				}
@@ -318,12 +320,12 @@ func (c *dhcpClient) bind(l *lease, reason string) error {
 		if err := setDefaultRoute(c.nl, c.link, l.router, unix.RTPROT_DHCP); err != nil {
 			// The node is still reachable on its subnet; the next
 			// renewal tries again.
-			c.log.Warningf("DHCP: %v", err)
+			c.log.Warning(err)
 		}
 	}
 	if old == nil || !slices.Equal(old.nameservers, l.nameservers) {
 		if err := writeResolvConf(c.s.c.ResolvConfPath, l.nameservers, "DHCP on "+c.link.name); err != nil {
-			c.log.Warningf("DHCP: %v", err)
+			c.log.Warning(err)
 		}
 	}
 	if old == nil || old.address != l.address {
@@ -334,7 +336,7 @@ func (c *dhcpClient) bind(l *lease, reason string) error {
 	if !l.infinite() {
 		expiry = fmt.Sprintf("lease %s, T1 %s, T2 %s", l.duration, l.t1, l.t2)
 	}
-	c.log.Infof("DHCP lease: %s via %v from %s, nameservers %v, %s",
+	c.log.Infof("Lease %s via %v from %s, nameservers %v, %s",
 		l.address, l.router, l.server, l.nameservers, expiry)
 	return nil
 }
@@ -350,17 +352,17 @@ func (c *dhcpClient) bind(l *lease, reason string) error {
 // lease.
 func (c *dhcpClient) stop(ctx context.Context) {
 	if ctx.Err() != nil && c.lease != nil {
-		c.log.Infof("DHCP: client stopped; %s stays until its lease ends or a new client replaces it", c.lease.address)
+		c.log.Infof("Client stopped; %s stays until its lease ends or a new client replaces it", c.lease.address)
 		return
 	}
-	c.drop("DHCP client stopped")
+	c.drop("client stopped")
 }
 
 func (c *dhcpClient) drop(reason string) {
 	if c.lease == nil {
 		return
 	}
-	c.log.Infof("DHCP: dropping %s: %s", c.lease.address, reason)
+	c.log.Infof("Dropping %s: %s", c.lease.address, reason)
 	c.unapply(c.lease)
 	c.lease = nil
 	c.s.c.ExternalAddress.Set(netip.Prefix{})
@@ -369,7 +371,7 @@ func (c *dhcpClient) drop(reason string) {
 func (c *dhcpClient) unapply(l *lease) {
 	c.removeRoute(l)
 	if err := removeAddress(c.nl, c.link, l.address); err != nil {
-		c.log.Warningf("DHCP: %v", err)
+		c.log.Warning(err)
 	}
 }
 
@@ -378,27 +380,22 @@ func (c *dhcpClient) removeRoute(l *lease) {
 		return
 	}
 	if err := removeDefaultRoute(c.nl, c.link, l.router, unix.RTPROT_DHCP); err != nil {
-		c.log.Warningf("DHCP: %v", err)
+		c.log.Warning(err)
 	}
 }
 
-// backoff hands out growing waits between failed attempts: from initial,
-// doubling up to max, each with 20% jitter.
-type backoff struct {
-	initial, max, cur time.Duration
+// newRetryBackoff returns the waits between attempts to get a lease: from a
+// second, doubling up to 30 seconds, each with 20% jitter either way, for
+// as long as the client runs.
+func newRetryBackoff() *backoff.ExponentialBackOff {
+	return backoff.NewExponentialBackOff(
+		backoff.WithInitialInterval(time.Second),
+		backoff.WithMultiplier(2),
+		backoff.WithMaxInterval(30*time.Second),
+		backoff.WithRandomizationFactor(0.2),
+		backoff.WithMaxElapsedTime(0),
+	)
 }
-
-func (b *backoff) next() time.Duration {
-	if b.cur == 0 {
-		b.cur = b.initial
-	} else {
-		b.cur = min(b.cur*2, b.max)
-	}
-	jitter := 0.8 + 0.4*rand.Float64()
-	return time.Duration(float64(b.cur) * jitter)
-}
-
-func (b *backoff) reset() { b.cur = 0 }
 
 // sleep waits for d, or returns ctx's error when it is done first.
 func sleep(ctx context.Context, d time.Duration) error {

@@ -1,7 +1,9 @@
 package network
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"path/filepath"
 	"strings"
@@ -13,7 +15,7 @@ import (
 
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/event/memory"
-	"cairn.dev/cairn/pkg/logtree"
+	"cairn.dev/cairn/pkg/fixture"
 	"cairn.dev/cairn/pkg/supervisor"
 )
 
@@ -63,9 +65,11 @@ func TestDHCPLeaseAndRenewal(t *testing.T) {
 		t.Errorf("loopback is not up")
 	}
 
-	eventually(t, 10*time.Second, "server saw two renewals", func() bool {
-		renewals, _ := ts.counts()
-		return renewals >= 2
+	fixture.Eventually(t, 10*time.Second, "server seeing two renewals", func() error {
+		if renewals, _ := ts.counts(); renewals < 2 {
+			return fmt.Errorf("%d renewals so far", renewals)
+		}
+		return nil
 	})
 	// The first lease alone would have expired by now.
 	time.Sleep(time.Until(bound.Add(4500 * time.Millisecond)))
@@ -149,33 +153,62 @@ func TestDHCPStopKeepsAddress(t *testing.T) {
 	n.setPeerUp(t)
 	startTestServer(t, n.server, time.Minute, 30*time.Second, 45*time.Second)
 	address := &memory.Value[netip.Prefix]{}
-	cancel, lt := supervisor.TestHarness(t, New(Config{
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sup := supervisor.New(ctx, New(Config{
 		Namespace:       n.client,
 		ExternalAddress: address,
 		ResolvConfPath:  filepath.Join(t.TempDir(), "resolv.conf"),
 		HostnamePath:    filepath.Join(t.TempDir(), "hostname"),
-	}).Run)
+	}).Run, supervisor.WithPropagatePanic())
 	rs := &runningService{address: address}
 	if got := rs.waitAddress(t, 20*time.Second, "set", valid); got != firstLease {
 		t.Fatalf("published address = %s, want %s", got, firstLease)
 	}
 	cancel()
-	// Either way the client says it stopped ("client stopped; ... stays"
-	// now, "dropping ...: DHCP client stopped" before).
-	eventually(t, 10*time.Second, "the DHCP client stopped", func() bool {
-		r, err := lt.Read("", logtree.WithChildren(), logtree.WithBacklog(logtree.BacklogAll))
+	// Once the supervisor is done, every runnable (the DHCP client too)
+	// has returned.
+	stopped := make(chan error, 1)
+	go func() { stopped <- sup.Wait() }()
+	select {
+	case err := <-stopped:
 		if err != nil {
-			return false
+			t.Fatalf("the service stopped with %v", err)
 		}
-		defer r.Close()
-		for _, e := range r.Backlog {
-			if strings.Contains(e.Message, "client stopped") {
-				return true
-			}
-		}
-		return false
-	})
+	case <-time.After(10 * time.Second):
+		t.Fatal("the service did not stop within 10s of its cancellation")
+	}
 	if _, ok := n.clientAddr(t, firstLease); !ok {
 		t.Errorf("eth0 addresses after the service stopped = %v, want %s kept", n.clientAddrs(t), firstLease)
 	}
 }
+
+// TestRetryBackoff checks the waits between attempts to get a lease: from
+// a second, doubling up to 30s, 20% jitter either way, never giving up,
+// and from a second again after Reset.
+func TestRetryBackoff(t *testing.T) {
+	b := newRetryBackoff()
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 30 * time.Second, 30 * time.Second}
+	check := func(i int, got, want time.Duration) {
+		t.Helper()
+		if got < want*8/10 || got > want*12/10 {
+			t.Errorf("wait %d = %v, want %v ± 20%%", i, got, want)
+		}
+	}
+	for i, w := range want {
+		check(i, b.NextBackOff(), w)
+	}
+	for i := range 100 {
+		check(len(want)+i, b.NextBackOff(), 30*time.Second)
+	}
+	// A client that has tried for a year still tries.
+	b.Clock = fixedClock(time.Now().Add(365 * 24 * time.Hour))
+	check(len(want)+100, b.NextBackOff(), 30*time.Second)
+	b.Reset()
+	check(0, b.NextBackOff(), time.Second)
+}
+
+// fixedClock is a backoff.Clock that always says the same time.
+type fixedClock time.Time
+
+func (c fixedClock) Now() time.Time { return time.Time(c) }

@@ -1,6 +1,7 @@
 package network
 
 import (
+	"errors"
 	"net"
 	"net/netip"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 
+	"cairn.dev/cairn/pkg/fixture"
 	"cairn.dev/cairn/proto/api"
 )
 
@@ -27,9 +29,15 @@ func TestStatic(t *testing.T) {
 		Nameservers:     []string{"10.88.0.53", "2001:db8::53"},
 	})})
 
-	eventually(t, 10*time.Second, "eth0 is set up", func() bool {
+	fixture.Eventually(t, 10*time.Second, "eth0 set up", func() error {
 		l, err := n.clientNL.LinkByName("eth0")
-		return err == nil && l.Attrs().RawFlags&unix.IFF_UP != 0
+		if err != nil {
+			return err
+		}
+		if l.Attrs().RawFlags&unix.IFF_UP == 0 {
+			return errors.New("eth0 is down")
+		}
+		return nil
 	})
 	// Without carrier, nothing is configured yet.
 	time.Sleep(200 * time.Millisecond)

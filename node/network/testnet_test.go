@@ -188,15 +188,3 @@ func (rs *runningService) readFile(t *testing.T, name string) string {
 	}
 	return string(b)
 }
-
-// eventually calls f until it returns true or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, f func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !f() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not so after %s", what, timeout)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}

@@ -99,7 +99,7 @@ func readOptions(req *api.LogsRequest) ([]logtree.ReadOption, error) {
 	if req.GetBacklog() < logtree.BacklogAll {
 		return nil, fmt.Errorf("backlog %d: want -1 (all), 0 (none) or a count", req.GetBacklog())
 	}
-	sev, err := SeverityFromAPI(req.GetMinimumSeverity())
+	sev, err := api.LogtreeSeverity(req.GetMinimumSeverity())
 	if err != nil {
 		return nil, fmt.Errorf("minimum severity: %w", err)
 	}
@@ -158,43 +158,10 @@ func entryToAPI(e *logtree.LogEntry) *api.LogEntry {
 	return &api.LogEntry{
 		TimeUnixNanos: e.Time.UnixNano(),
 		Dn:            string(e.DN),
-		Severity:      SeverityToAPI(e.Severity),
+		Severity:      api.LogSeverityOf(e.Severity),
 		File:          e.File,
 		Line:          int32(e.Line),
 		Message:       e.Message,
 		Raw:           e.Raw,
-	}
-}
-
-// SeverityToAPI maps a log tree severity to its protobuf form. The API
-// and cairnctl share it, so both sides of a Logs stream agree.
-func SeverityToAPI(s logtree.Severity) api.LogSeverity {
-	switch s {
-	case logtree.WARNING:
-		return api.LogSeverity_LOG_SEVERITY_WARNING
-	case logtree.ERROR:
-		return api.LogSeverity_LOG_SEVERITY_ERROR
-	case logtree.FATAL:
-		return api.LogSeverity_LOG_SEVERITY_FATAL
-	default:
-		return api.LogSeverity_LOG_SEVERITY_INFO
-	}
-}
-
-// SeverityFromAPI maps a protobuf severity to the log tree's. UNSPECIFIED
-// is INFO, which as a minimum lets everything through; an unknown value is
-// an error.
-func SeverityFromAPI(s api.LogSeverity) (logtree.Severity, error) {
-	switch s {
-	case api.LogSeverity_LOG_SEVERITY_UNSPECIFIED, api.LogSeverity_LOG_SEVERITY_INFO:
-		return logtree.INFO, nil
-	case api.LogSeverity_LOG_SEVERITY_WARNING:
-		return logtree.WARNING, nil
-	case api.LogSeverity_LOG_SEVERITY_ERROR:
-		return logtree.ERROR, nil
-	case api.LogSeverity_LOG_SEVERITY_FATAL:
-		return logtree.FATAL, nil
-	default:
-		return 0, fmt.Errorf("unknown severity %d", int32(s))
 	}
 }

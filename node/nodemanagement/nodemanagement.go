@@ -1,6 +1,7 @@
 // Package nodemanagement serves NodeManagement, the API every node offers its
-// owner about itself (port 7835): its logs, and rebooting or powering off the
-// machine. It works on the node that was dialled; nothing is forwarded.
+// owner about itself (on ports.NodeManagement): its logs, and rebooting or
+// powering off the machine. It works on the node that was dialled; nothing
+// is forwarded.
 //
 //	cairnctl logs -f ──Logs──▶ Service ──Read(dn, backlog, stream)──▶ LogTree
 //	                  ◀── LogsResponse batches: backlog, then new entries
@@ -26,9 +27,6 @@ import (
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/proto/api"
 )
-
-// Port is where every node serves NodeManagement.
-const Port = 7835
 
 // actionDelay is how long Reboot and Poweroff wait between answering and
 // acting, for the reply to reach the caller.
@@ -101,7 +99,7 @@ func (s *Service) schedule(what string, action func()) error {
 	}
 	s.going = what
 	if s.cfg.LogTree != nil {
-		s.cfg.LogTree.LeveledFor(logDN).Warningf("nodemanagement: %s requested by the owner, in %v", what, s.delay)
+		s.cfg.LogTree.LeveledFor(logDN).Warningf("%s requested by the owner, in %v", what, s.delay)
 	}
 	time.AfterFunc(s.delay, action)
 	return nil

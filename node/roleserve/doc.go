@@ -3,27 +3,35 @@
 // curator for ConsensusMember) and keeps the node in touch with the cluster
 // (roles, status, heartbeats, cluster directory).
 //
-// Each piece is a worker, a runnable of its own, with a file of its own. The
-// workers talk only through event values, so each one restarts only when
-// its own inputs change, and a failing one takes nothing else down:
+// Each piece is a worker: a type of its own, in a file of its own, whose
+// fields name the values it reads (event.Watchable) and the values it
+// writes (event.Value). The workers talk only through those values, so each
+// one restarts only when its own inputs change, and a failing one takes
+// nothing else down:
 //
 //	enrolment                       network
 //	   │ Membership                    │ ExternalAddress
 //	   ▼                               │
 //	credentials ◀──── bootstrapped ────┼──────────────────┐
-//	   │ Credentials                   │                  │
+//	   │ Credentials (also to enrolment, node management)  │
 //	   ▼                               │                  │
 //	connection ◀─── local curator ─────┼───────────────┐  │
 //	   │ curator ClientConn (resolver: follows the leader)│
 //	   ├──────────────┬──────────────┬─┴────────────┐  │  │
 //	   ▼              ▼              ▼              ▼  │  │
 //	rolefetch     heartbeat      statuspush     clusterdir
-//	   │ roles       (every        (address,      (ESP cluster_directory.pb,
-//	   │ (roles.pb)   interval)     version,       curators for the
-//	   ▼                            curator port)  resolver)
+//	   │ roles       (every        (address,      (the one writer of the ESP's
+//	   │ (roles.pb)   interval)     version,       cluster_directory.pb;
+//	   ▼                            curator port)  StoredDirectory to enrolment)
 //	controlplane ── member: consensus (etcd) ──▶ curator ──┘
-//	                         └ Bootstrap on a new cluster ──┘
+//	                         └ bootstrap of a new cluster ──┘
 //	             └─ standby: no role and no etcd data (wipes leftovers)
+//
+// On the boot that creates the cluster, Membership carries the bootstrap
+// data (owner key, configuration, keys) instead of credentials: the
+// controlplane starts etcd as a new cluster, writes the cluster's initial
+// state and issues the node's certificate (bootstrap.go) before it starts
+// the curator.
 //
 // # Restarting on a change
 //

@@ -3,9 +3,7 @@ package roleserve
 import (
 	"context"
 	"crypto/ed25519"
-	"fmt"
 	"net/netip"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,6 +17,8 @@ import (
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/identity/identitytest"
 	"cairn.dev/cairn/node/localstorage"
+	"cairn.dev/cairn/node/marker"
+	"cairn.dev/cairn/node/ports"
 	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/pkg/logtree"
@@ -69,10 +69,8 @@ func newTestNode(t testing.TB, curatorPort, peerPort, joinPeerPort, directoryPor
 		ExternalAddress: &n.address,
 		Storage:         st,
 		Version:         "test",
-		curatorPort:     curatorPort,
-		peerPort:        peerPort,
-		joinPeerPort:    joinPeerPort,
-		directoryPort:   directoryPort,
+		Ports:           ports.Table{Curator: curatorPort, EtcdPeer: peerPort},
+		clusterPorts:    ports.Table{Curator: directoryPort, EtcdPeer: joinPeerPort},
 	}
 	return n
 }
@@ -80,7 +78,7 @@ func newTestNode(t testing.TB, curatorPort, peerPort, joinPeerPort, directoryPor
 func (n *testNode) id() string { return identity.NodeID(n.key.Public().(ed25519.PublicKey)) }
 
 func (n *testNode) curatorAddr() string {
-	return netip.AddrPortFrom(n.ip, uint16(n.cfg.curatorPort)).String()
+	return netip.AddrPortFrom(n.ip, uint16(n.cfg.Ports.Curator)).String()
 }
 
 // start runs the node's role server until the test ends or stop.
@@ -92,17 +90,29 @@ func (n *testNode) start(t testing.TB) {
 	t.Cleanup(n.stop)
 }
 
-// waitLog waits for a log entry of the node whose message starts with
-// prefix, and returns when it was logged.
-func (n *testNode) waitLog(t testing.TB, prefix string, timeout time.Duration) time.Time {
+// waitMarker waits for the node to state a marker of name whose fields
+// hold kv (pairs of key and value), and returns when it was logged.
+func (n *testNode) waitMarker(t testing.TB, name marker.Name, timeout time.Duration, kv ...string) time.Time {
 	t.Helper()
 	r, err := n.lt.Read("", logtree.WithChildren(), logtree.WithBacklog(logtree.BacklogAll), logtree.WithStream())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
+	matches := func(e *logtree.LogEntry) bool {
+		m, ok := marker.Parse(e.Message)
+		if !ok || m.Name != name {
+			return false
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			if m.Get(kv[i]) != kv[i+1] {
+				return false
+			}
+		}
+		return true
+	}
 	for _, e := range r.Backlog {
-		if strings.HasPrefix(e.Message, prefix) {
+		if matches(e) {
 			return e.Time
 		}
 	}
@@ -110,11 +120,11 @@ func (n *testNode) waitLog(t testing.TB, prefix string, timeout time.Duration) t
 	for {
 		select {
 		case e := <-r.Stream:
-			if strings.HasPrefix(e.Message, prefix) {
+			if matches(e) {
 				return e.Time
 			}
 		case <-deadline:
-			t.Fatalf("%s: no log line %q within %v", n.id(), prefix, timeout)
+			t.Fatalf("%s: no marker %s %q within %v", n.id(), name, kv, timeout)
 		}
 	}
 }
@@ -128,36 +138,33 @@ type owner struct {
 	cert, caCert []byte
 }
 
-// bootstrap returns a Membership.Bootstrap for node n that writes the
-// cluster's initial state, issues n's certificate, and issues o's owner
-// certificate straight from the cluster CA.
-func (o *owner) bootstrap(n *testNode) func(ctx context.Context, etcd *consensus.Client) (*identity.Node, error) {
-	return func(ctx context.Context, etcd *consensus.Client) (*identity.Node, error) {
-		pub := n.key.Public().(ed25519.PublicKey)
-		err := curator.Bootstrap(ctx, etcd, curator.BootstrapState{
-			OwnerPublicKey: o.key.Public().(ed25519.PublicKey),
-			Configuration: &api.ClusterConfiguration{
-				StorageSecurityPolicy: api.StorageSecurityPolicy_STORAGE_SECURITY_POLICY_INSECURE,
-				TpmMode:               api.TPMMode_TPM_MODE_DISABLED,
-			},
-			NodePublicKey: pub,
-			JoinPublicKey: pub,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("bootstrap: %w", err)
-		}
-		certDER, caDER, err := curator.IssueNodeCertificate(ctx, etcd, pub)
-		if err != nil {
-			return nil, fmt.Errorf("node certificate: %w", err)
-		}
+// bootstrap returns the bootstrap data of a cluster that node n creates
+// for o, and sets n's afterBootstrap to issue o's owner certificate
+// straight from the new cluster's CA. Call it before n starts.
+func (o *owner) bootstrap(n *testNode) *Bootstrap {
+	n.cfg.afterBootstrap = func(ctx context.Context, etcd *consensus.Client) error {
 		ownerDER, err := curatortest.IssueOwnerCertificate(ctx, etcd, o.key.Public().(ed25519.PublicKey))
 		if err != nil {
-			return nil, err
+			return err
+		}
+		_, caDER, err := curator.IssueNodeCertificate(ctx, etcd, n.key.Public().(ed25519.PublicKey))
+		if err != nil {
+			return err
 		}
 		o.mu.Lock()
 		o.cert, o.caCert = ownerDER, caDER
 		o.mu.Unlock()
-		return identity.NewNode(n.key, certDER, caDER)
+		return nil
+	}
+	pub := n.key.Public().(ed25519.PublicKey)
+	return &Bootstrap{
+		OwnerPublicKey: o.key.Public().(ed25519.PublicKey),
+		Configuration: &api.ClusterConfiguration{
+			StorageSecurityPolicy: api.StorageSecurityPolicy_STORAGE_SECURITY_POLICY_INSECURE,
+			TpmMode:               api.TPMMode_TPM_MODE_DISABLED,
+		},
+		JoinPublicKey:   pub,
+		ExternalAddress: n.ip,
 	}
 }
 
@@ -176,23 +183,4 @@ func (o *owner) dial(t testing.TB, addr string) *grpc.ClientConn {
 	}
 	t.Cleanup(func() { cc.Close() })
 	return cc
-}
-
-// eventually calls f until it returns nil, or fails the test with its last
-// error after timeout.
-func eventually(t testing.TB, timeout time.Duration, what string, f func(ctx context.Context) error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := f(ctx)
-		cancel()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }

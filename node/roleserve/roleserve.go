@@ -5,40 +5,49 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
-	"sort"
-	"sync/atomic"
 
 	"google.golang.org/grpc"
 
+	"cairn.dev/cairn/node/consensus"
 	"cairn.dev/cairn/node/curator/resolver"
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/localstorage"
+	"cairn.dev/cairn/node/ports"
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/pkg/supervisor"
 	api "cairn.dev/cairn/proto/api"
 )
 
-// Config is what the role server needs. All fields are required.
+// Config is what the role server needs. Membership, ExternalAddress and
+// Storage are required.
 type Config struct {
 	// Membership is set once by enrolment, when the node belongs to a
 	// cluster and its data partition is mounted. Nothing runs before.
-	Membership event.Value[*Membership]
+	Membership event.Watchable[*Membership]
 	// ExternalAddress is the node's address on the cluster network. Its
 	// IP is where etcd's peers and the curator listen, and what the node
 	// reports in its status.
-	ExternalAddress event.Value[netip.Prefix]
+	ExternalAddress event.Watchable[netip.Prefix]
 	// Storage is the node's storage: the data partition holds etcd's data
 	// and the copy of the node's roles, the ESP the cluster directory.
 	Storage *localstorage.Storage
 	// Version is the node's software version, reported in its status.
 	Version string
+	// Ports are the ports this node's etcd and curator listen on; zero
+	// fields mean the fixed ones.
+	Ports ports.Table
 
-	// Test overrides: zero values mean the node's fixed ports.
-	curatorPort   int // the local curator's port
-	peerPort      int // etcd's peer port
-	joinPeerPort  int // the peer port the local curator gives joining nodes
-	directoryPort int // the port of the curators of the cluster directory
+	// Test overrides; zero values mean the node's behaviour.
+
+	// clusterPorts are the ports of the other nodes of the cluster: the
+	// curators of the cluster directory (Curator) and the etcd peer port
+	// this node's curator gives joining nodes (EtcdPeer). Production nodes
+	// all use the same ports; test nodes share an address.
+	clusterPorts ports.Table
+	// afterBootstrap runs once bootstrapCluster wrote a new cluster's
+	// state, with the client it used.
+	afterBootstrap func(ctx context.Context, etcd *consensus.Client) error
 }
 
 // Service is the role server. Build it with New and run Run under a
@@ -46,23 +55,27 @@ type Config struct {
 type Service struct {
 	cfg Config
 
-	// credentials is the node's identity, set once known.
-	credentials memory.Value[*identity.Node]
-	// bootstrapped is what Membership.Bootstrap returned, set by the
-	// controlplane on the boot that creates the cluster.
-	bootstrapped memory.Value[*identity.Node]
-	// roles is the node's roles: the local copy, then the curator's.
-	roles memory.Value[*api.NodeRoles]
-	// curator is the ClientConn to the curator leader; nil while there
-	// is none (no credentials yet, or the connection worker restarts).
-	curator memory.Value[*curatorConn]
-	// localCurator is where this node's own curator serves; invalid
-	// while it does not.
-	localCurator memory.Value[netip.AddrPort]
+	// The values the workers share; each has one writer, named here.
 
-	// rolesLoaded is set once rolefetch published the local copy of the
-	// roles, so that its restarts do not publish it again.
-	rolesLoaded atomic.Bool
+	// credentials is the node's identity, set once known (credentials).
+	credentials memory.Value[*identity.Node]
+	// bootstrapped is the identity made by the bootstrap of a new
+	// cluster (controlplane).
+	bootstrapped memory.Value[*identity.Node]
+	// roles is the node's roles: the local copy, then the curator's
+	// (rolefetch).
+	roles memory.Value[*api.NodeRoles]
+	// curator is the ClientConn to the curator leader; nil while there is
+	// none (connection).
+	curator memory.Value[*curatorConn]
+	// localCurator is where this node's own curator serves; invalid while
+	// it does not (controlplane).
+	localCurator memory.Value[netip.AddrPort]
+	// storedDirectory is the cluster directory last written to the ESP
+	// (clusterdir).
+	storedDirectory memory.Value[*api.ClusterDirectory]
+
+	workers map[string]supervisor.Runnable
 }
 
 // curatorConn is a ClientConn that follows the curator leader, and the
@@ -76,34 +89,87 @@ func (c *curatorConn) client() api.CuratorClient { return api.NewCuratorClient(c
 
 // New returns a role server for cfg. Nothing happens until Run.
 func New(cfg Config) *Service {
+	cfg.Ports = cfg.Ports.WithDefaults()
+	if cfg.clusterPorts == (ports.Table{}) {
+		cfg.clusterPorts = cfg.Ports
+	}
+	cfg.clusterPorts = cfg.clusterPorts.WithDefaults()
 	s := &Service{cfg: cfg}
 	s.localCurator.Set(netip.AddrPort{})
+	paths := nodePaths{
+		etcd:   cfg.Storage.Root.Data.Etcd.FullPath(),
+		socket: filepath.Join(cfg.Storage.Root.Ephemeral.FullPath(), "etcd", "client.sock"),
+		node:   &cfg.Storage.Root.Data.Node,
+	}
+	s.workers = map[string]supervisor.Runnable{
+		"credentials": (&workerCredentials{
+			membership:   cfg.Membership,
+			bootstrapped: &s.bootstrapped,
+			credentials:  &s.credentials,
+		}).run,
+		"connection": (&workerConnection{
+			membership:    cfg.Membership,
+			credentials:   &s.credentials,
+			localCurator:  &s.localCurator,
+			directoryPort: cfg.clusterPorts.Curator,
+			curator:       &s.curator,
+		}).run,
+		"rolefetch": (&workerRolefetch{
+			membership:  cfg.Membership,
+			credentials: &s.credentials,
+			curator:     &s.curator,
+			paths:       paths,
+			roles:       &s.roles,
+		}).run,
+		"controlplane": (&workerControlplane{
+			membership:     cfg.Membership,
+			address:        cfg.ExternalAddress,
+			roles:          &s.roles,
+			credentials:    &s.credentials,
+			curator:        &s.curator,
+			paths:          paths,
+			ports:          cfg.Ports,
+			joinPeerPort:   cfg.clusterPorts.EtcdPeer,
+			afterBootstrap: cfg.afterBootstrap,
+			bootstrapped:   &s.bootstrapped,
+			localCurator:   &s.localCurator,
+		}).run,
+		"statuspush": (&workerStatuspush{
+			address:      cfg.ExternalAddress,
+			credentials:  &s.credentials,
+			curator:      &s.curator,
+			localCurator: &s.localCurator,
+			version:      cfg.Version,
+		}).run,
+		"heartbeat": (&workerHeartbeat{curator: &s.curator}).run,
+		"clusterdir": (&workerClusterdir{
+			membership: cfg.Membership,
+			curator:    &s.curator,
+			file:       &cfg.Storage.Root.ESP.Cairn,
+			stored:     &s.storedDirectory,
+		}).run,
+	}
 	return s
 }
 
-// Credentials is the node's identity: Membership.Credentials, or what
-// Membership.Bootstrap returned on the boot that created the cluster. It is
-// set once, when known.
-func (s *Service) Credentials() event.Value[*identity.Node] { return &s.credentials }
+// Credentials is the node's identity: Membership.Credentials, or what the
+// bootstrap made on the boot that created the cluster. It is set once,
+// when known.
+func (s *Service) Credentials() event.Watchable[*identity.Node] { return &s.credentials }
+
+// StoredDirectory is the cluster directory that the role server last
+// wrote to the ESP: first Membership.ClusterDirectory, then what the
+// cluster says. Enrolment waits for it before it seals the node's
+// configuration, since a node that joins again dials the curators it
+// lists.
+func (s *Service) StoredDirectory() event.Watchable[*api.ClusterDirectory] {
+	return &s.storedDirectory
+}
 
 // Run runs every worker until ctx is done.
 func (s *Service) Run(ctx context.Context) error {
-	workers := map[string]supervisor.Runnable{
-		"credentials":  s.runCredentials,
-		"connection":   s.runConnection,
-		"rolefetch":    s.runRolefetch,
-		"controlplane": s.runControlplane,
-		"statuspush":   s.runStatuspush,
-		"heartbeat":    s.runHeartbeat,
-		"clusterdir":   s.runClusterdir,
-	}
-	names := make([]string, 0, len(workers))
-	for n := range workers {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		if err := supervisor.Run(ctx, n, workers[n]); err != nil {
+	for _, n := range []string{"clusterdir", "connection", "controlplane", "credentials", "heartbeat", "rolefetch", "statuspush"} {
+		if err := supervisor.Run(ctx, n, s.workers[n]); err != nil {
 			return fmt.Errorf("when starting %s: %w", n, err)
 		}
 	}
@@ -117,50 +183,31 @@ func (s *Service) Run(ctx context.Context) error {
 var errInputChanged = fmt.Errorf("inputs changed: %w", supervisor.ErrRestart)
 
 // get returns the first value of v accepted by pred.
-func get[T any](ctx context.Context, v event.Value[T], pred func(T) bool) (T, error) {
+func get[T any](ctx context.Context, v event.Watchable[T], pred func(T) bool) (T, error) {
 	w := v.Watch()
 	defer w.Close()
 	return w.Get(ctx, event.Filter(pred))
 }
 
+// waitFor returns the first non-nil value of v; what names it in the
+// error.
+func waitFor[T any](ctx context.Context, v event.Watchable[*T], what string) (*T, error) {
+	x, err := get(ctx, v, notNil[T])
+	if err != nil {
+		return nil, fmt.Errorf("when waiting for %s: %w", what, err)
+	}
+	return x, nil
+}
+
 func notNil[T any](v *T) bool { return v != nil }
 
-// membership waits for the node's Membership.
-func (s *Service) membership(ctx context.Context) (*Membership, error) {
-	m, err := get(ctx, s.cfg.Membership, notNil)
-	if err != nil {
-		return nil, fmt.Errorf("when waiting for membership: %w", err)
-	}
-	return m, nil
-}
-
-// waitCredentials waits for the node's credentials.
-func (s *Service) waitCredentials(ctx context.Context) (*identity.Node, error) {
-	n, err := get[*identity.Node](ctx, &s.credentials, notNil)
-	if err != nil {
-		return nil, fmt.Errorf("when waiting for credentials: %w", err)
-	}
-	return n, nil
-}
-
-// waitCurator waits for a connection to the curator leader.
-func (s *Service) waitCurator(ctx context.Context) (*curatorConn, error) {
-	c, err := get[*curatorConn](ctx, &s.curator, notNil)
-	if err != nil {
-		return nil, fmt.Errorf("when waiting for a curator connection: %w", err)
-	}
-	return c, nil
-}
-
-// Paths of the node's storage that the role server uses.
-func (s *Service) etcdDir() string { return s.cfg.Storage.Root.Data.Etcd.FullPath() }
-func (s *Service) socketPath() string {
-	return filepath.Join(s.cfg.Storage.Root.Ephemeral.FullPath(), "etcd", "client.sock")
-}
-
-func portOr(p, def int) int {
-	if p == 0 {
-		return def
-	}
-	return p
+// nodePaths are the places of the node's storage that workers use.
+type nodePaths struct {
+	// etcd is etcd's data directory, on the data partition.
+	etcd string
+	// socket is etcd's client socket, on /ephemeral.
+	socket string
+	// node is the data partition's node/ directory, which holds the copy
+	// of the roles (roles.pb).
+	node *localstorage.NodeDirectory
 }

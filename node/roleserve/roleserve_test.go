@@ -13,10 +13,11 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
-	"cairn.dev/cairn/node/consensus/consensustest"
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/identity/identitytest"
+	"cairn.dev/cairn/node/marker"
 	"cairn.dev/cairn/node/rpc"
+	"cairn.dev/cairn/pkg/fixture"
 	api "cairn.dev/cairn/proto/api"
 )
 
@@ -40,12 +41,13 @@ func TestCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs etcd and curators for about a minute; skipped under -short")
 	}
+	ctx := fixture.Context(t)
 	o := &owner{key: identitytest.NewKey(t)}
 
 	// Node A bootstraps the cluster. Its curator tells B, which joins
 	// through it, to peer on a port of its own: both share 127.0.0.1.
-	bPeerPort := consensustest.FreePort(t)
-	a := newTestNode(t, consensustest.FreePort(t), consensustest.FreePort(t), bPeerPort, 0)
+	bPeerPort := fixture.FreePort(t)
+	a := newTestNode(t, fixture.FreePort(t), fixture.FreePort(t), bPeerPort, 0)
 	t0 := time.Now()
 	a.membership.Set(&Membership{
 		NodeKey:      a.key,
@@ -53,13 +55,13 @@ func TestCluster(t *testing.T) {
 		InitialRoles: &api.NodeRoles{ConsensusMember: &api.NodeRoles_ConsensusMember{}},
 	})
 	a.start(t)
-	a.waitLog(t, "roleserve: consensus running (voting member)", 2*time.Minute)
+	a.waitMarker(t, marker.ConsensusRunning, 2*time.Minute, "voting", "true")
 	tEtcd := time.Since(t0)
-	a.waitLog(t, "roleserve: curator serving on "+a.curatorAddr(), time.Minute)
+	a.waitMarker(t, marker.CuratorServing, time.Minute, "addr", a.curatorAddr())
 	tCurator := time.Since(t0)
 
 	mgmt := o.dial(t, a.curatorAddr())
-	eventually(t, time.Minute, "status and heartbeat of A", func(ctx context.Context) error {
+	fixture.Eventually(t, time.Minute, "status and heartbeat of A", func() error {
 		n, err := getNode(ctx, mgmt, a.id())
 		if err != nil {
 			return err
@@ -67,7 +69,7 @@ func TestCluster(t *testing.T) {
 		want := &api.NodeStatus{
 			ExternalAddress: a.ip.String(),
 			Version:         "test",
-			RunningCurator:  &api.NodeStatus_RunningCurator{Port: int32(a.cfg.curatorPort)},
+			RunningCurator:  &api.NodeStatus_RunningCurator{Port: int32(a.cfg.Ports.Curator)},
 		}
 		got := proto.Clone(n.GetStatus()).(*api.NodeStatus)
 		if got != nil {
@@ -83,17 +85,17 @@ func TestCluster(t *testing.T) {
 	})
 	tStatus := time.Since(t0)
 
-	eventually(t, 30*time.Second, "roles.pb of A", func(context.Context) error {
+	fixture.Eventually(t, 30*time.Second, "roles.pb of A", func() error {
 		return wantRolesFile(a, &api.NodeRoles{ConsensusMember: &api.NodeRoles_ConsensusMember{}})
 	})
-	eventually(t, 30*time.Second, "cluster directory of A", func(context.Context) error {
+	fixture.Eventually(t, 30*time.Second, "cluster directory of A", func() error {
 		return wantDirectory(a, a)
 	})
 	t.Logf("A: etcd voting after %v, curator serving after %v, status and heartbeat after %v", tEtcd, tCurator, tStatus)
 
 	// Node B registers, is approved and commits, then gets
 	// ConsensusMember. Its etcd peers on the port A's curator gives it.
-	b := newTestNode(t, consensustest.FreePort(t), bPeerPort, bPeerPort, a.cfg.curatorPort)
+	b := newTestNode(t, fixture.FreePort(t), bPeerPort, bPeerPort, a.cfg.Ports.Curator)
 	bCreds := enrol(t, o, mgmt, a, b)
 	b.membership.Set(&Membership{
 		NodeKey:     b.key,
@@ -103,7 +105,7 @@ func TestCluster(t *testing.T) {
 		}}},
 	})
 	b.start(t)
-	eventually(t, time.Minute, "heartbeat of B", func(ctx context.Context) error {
+	fixture.Eventually(t, time.Minute, "heartbeat of B", func() error {
 		n, err := getNode(ctx, mgmt, b.id())
 		if err != nil {
 			return err
@@ -116,12 +118,12 @@ func TestCluster(t *testing.T) {
 
 	t1 := time.Now()
 	setRole(t, mgmt, b.id(), true)
-	b.waitLog(t, "roleserve: consensus running (learner)", 2*time.Minute)
+	b.waitMarker(t, marker.ConsensusRunning, 2*time.Minute, "voting", "false")
 	tLearner := time.Since(t1)
-	b.waitLog(t, "roleserve: consensus running (voting member)", 2*time.Minute)
+	b.waitMarker(t, marker.ConsensusRunning, 2*time.Minute, "voting", "true")
 	tVoter := time.Since(t1)
-	b.waitLog(t, "roleserve: curator serving on "+b.curatorAddr(), time.Minute)
-	eventually(t, time.Minute, "cluster directory of A and B", func(context.Context) error {
+	b.waitMarker(t, marker.CuratorServing, time.Minute, "addr", b.curatorAddr())
+	fixture.Eventually(t, time.Minute, "cluster directory of A and B", func() error {
 		if err := wantDirectory(a, a, b); err != nil {
 			return err
 		}
@@ -132,12 +134,12 @@ func TestCluster(t *testing.T) {
 	// B loses the role: it leaves etcd and wipes its data.
 	t2 := time.Now()
 	setRole(t, mgmt, b.id(), false)
-	b.waitLog(t, "roleserve: consensus stopped: role removed", 2*time.Minute)
+	b.waitMarker(t, marker.ConsensusStopped, 2*time.Minute)
 	t.Logf("B: consensus stopped %v after the role was removed", time.Since(t2))
-	if dirHasEntries(b.svc.etcdDir()) {
+	if dirHasEntries(b.cfg.Storage.Root.Data.Etcd.FullPath()) {
 		t.Errorf("etcd data of B is still there after the role was removed")
 	}
-	eventually(t, time.Minute, "cluster directory of A alone", func(context.Context) error {
+	fixture.Eventually(t, time.Minute, "cluster directory of A alone", func() error {
 		return wantDirectory(a, a)
 	})
 	if err := wantRolesFile(b, &api.NodeRoles{}); err != nil {
@@ -160,9 +162,9 @@ func TestCluster(t *testing.T) {
 	a2.membership.Set(&Membership{NodeKey: a.key, Credentials: aCreds})
 	t3 := time.Now()
 	a2.start(t)
-	a2.waitLog(t, "roleserve: curator serving on "+a.curatorAddr(), 2*time.Minute)
+	a2.waitMarker(t, marker.CuratorServing, 2*time.Minute, "addr", a.curatorAddr())
 	t.Logf("A: curator serving %v after a cold restart", time.Since(t3))
-	eventually(t, time.Minute, "heartbeat of A after the restart", func(ctx context.Context) error {
+	fixture.Eventually(t, time.Minute, "heartbeat of A after the restart", func() error {
 		n, err := getNode(ctx, mgmt, a.id())
 		if err != nil {
 			return err
@@ -226,7 +228,7 @@ func setRole(t *testing.T, mgmt *grpc.ClientConn, id string, member bool) {
 
 // wantRolesFile checks n's copy of its roles.
 func wantRolesFile(n *testNode, want *api.NodeRoles) error {
-	b, err := n.svc.nodeFiles().Roles.Read()
+	b, err := n.cfg.Storage.Root.Data.Node.Roles.Read()
 	if err != nil {
 		return err
 	}

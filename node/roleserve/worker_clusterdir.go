@@ -10,21 +10,43 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"cairn.dev/cairn/node/localstorage"
+	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/supervisor"
 	api "cairn.dev/cairn/proto/api"
 )
 
-// runClusterdir follows every node of the cluster to keep the cluster
-// directory on the ESP current (the consensus members a rebooting node
-// dials first), and tells the resolver where curators run.
-func (s *Service) runClusterdir(ctx context.Context) error {
-	cc, err := s.waitCurator(ctx)
+// workerClusterdir is the one writer of the cluster directory on the ESP
+// (cairn/cluster_directory.pb): the curators a rebooting node dials
+// first. It stores Membership.ClusterDirectory at once, so that a newly
+// enrolled node has one before its configuration is sealed, then follows
+// every node of the cluster to keep it current, and tells the resolver
+// where curators run.
+type workerClusterdir struct {
+	membership event.Watchable[*Membership]
+	curator    event.Watchable[*curatorConn]
+	// file is the ESP's cairn/ directory, which holds the directory.
+	file *localstorage.ESPCairnDirectory
+
+	// stored is the directory last written (or found) on the ESP.
+	stored event.Value[*api.ClusterDirectory]
+}
+
+func (w *workerClusterdir) run(ctx context.Context) error {
+	m, err := waitFor(ctx, w.membership, "membership")
 	if err != nil {
 		return err
 	}
-	file := &s.cfg.Storage.Root.ESP.Cairn.ClusterDirectory
-	written, _ := file.Read()
-
+	written, _ := w.file.ClusterDirectory.Read()
+	if len(m.ClusterDirectory.GetNodes()) > 0 {
+		if written, err = w.store(ctx, m.ClusterDirectory, written); err != nil {
+			return err
+		}
+	}
+	cc, err := waitFor(ctx, w.curator, "a curator connection")
+	if err != nil {
+		return err
+	}
 	stream, err := cc.client().Watch(ctx, &api.WatchRequest{Kind: &api.WatchRequest_NodesInCluster_{
 		NodesInCluster: &api.WatchRequest_NodesInCluster{},
 	}})
@@ -57,22 +79,30 @@ func (s *Service) runClusterdir(ctx context.Context) error {
 			// Never replace a directory by one that leads nowhere.
 			continue
 		}
-		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(dir)
-		if err != nil {
-			return fmt.Errorf("when marshalling the cluster directory: %w", err)
+		if written, err = w.store(ctx, dir, written); err != nil {
+			return err
 		}
-		if bytes.Equal(b, written) {
-			continue
-		}
-		if err := s.cfg.Storage.Root.ESP.Cairn.MkdirAll(0o700); err != nil {
-			return fmt.Errorf("when creating the ESP directory: %w", err)
-		}
-		if err := file.Write(b); err != nil {
-			return fmt.Errorf("when writing the cluster directory: %w", err)
-		}
-		written = b
-		supervisor.Logger(ctx).Infof("roleserve: cluster directory now lists %d consensus members", len(dir.Nodes))
 	}
+}
+
+// store writes dir to the ESP unless it holds those bytes already
+// (written), publishes it on stored, and returns what the file holds now.
+func (w *workerClusterdir) store(ctx context.Context, dir *api.ClusterDirectory, written []byte) ([]byte, error) {
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(dir)
+	if err != nil {
+		return nil, fmt.Errorf("when marshalling the cluster directory: %w", err)
+	}
+	if !bytes.Equal(b, written) {
+		if err := w.file.MkdirAll(0o700); err != nil {
+			return nil, fmt.Errorf("when creating the ESP directory: %w", err)
+		}
+		if err := w.file.ClusterDirectory.Write(b); err != nil {
+			return nil, fmt.Errorf("when writing the cluster directory: %w", err)
+		}
+		supervisor.Logger(ctx).Infof("Cluster directory now lists %d consensus members", len(dir.Nodes))
+	}
+	w.stored.Set(dir)
+	return b, nil
 }
 
 // clusterDirectory lists the UP consensus members that reported an address,

@@ -3,26 +3,38 @@ package roleserve
 import (
 	"context"
 	"fmt"
+	"net/netip"
 
-	"cairn.dev/cairn/node/curator"
 	"cairn.dev/cairn/node/curator/resolver"
+	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/supervisor"
 )
 
-// runConnection keeps the one ClientConn through which the other workers
-// call the curator leader. Its resolver starts from the cluster directory
-// and also knows this node's own curator, which on a new cluster is the
-// only one.
-func (s *Service) runConnection(ctx context.Context) error {
-	m, err := s.membership(ctx)
+// workerConnection keeps the one ClientConn through which the other
+// workers call the curator leader. Its resolver starts from the cluster
+// directory and also knows this node's own curator, which on a new cluster
+// is the only one.
+type workerConnection struct {
+	membership   event.Watchable[*Membership]
+	credentials  event.Watchable[*identity.Node]
+	localCurator event.Watchable[netip.AddrPort]
+	// directoryPort is the curators' port on the directory's hosts.
+	directoryPort int
+
+	curator event.Value[*curatorConn]
+}
+
+func (w *workerConnection) run(ctx context.Context) error {
+	m, err := waitFor(ctx, w.membership, "membership")
 	if err != nil {
 		return err
 	}
-	creds, err := s.waitCredentials(ctx)
+	creds, err := waitFor(ctx, w.credentials, "credentials")
 	if err != nil {
 		return err
 	}
-	r := resolver.New(creds, resolver.DirectoryEndpoints(m.ClusterDirectory, portOr(s.cfg.directoryPort, curator.Port)))
+	r := resolver.New(creds, resolver.DirectoryEndpoints(m.ClusterDirectory, w.directoryPort))
 	if err := supervisor.Run(ctx, "resolver", r.Run); err != nil {
 		return fmt.Errorf("when starting resolver: %w", err)
 	}
@@ -31,16 +43,16 @@ func (s *Service) runConnection(ctx context.Context) error {
 		return fmt.Errorf("when dialling the curator: %w", err)
 	}
 	defer conn.Close()
-	s.curator.Set(&curatorConn{conn: conn, resolver: r})
+	w.curator.Set(&curatorConn{conn: conn, resolver: r})
 	// Unset before the deferred Close, so that nobody picks up a
 	// closed connection while this worker restarts.
-	defer s.curator.Set(nil)
+	defer w.curator.Set(nil)
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
 
-	w := s.localCurator.Watch()
-	defer w.Close()
+	lw := w.localCurator.Watch()
+	defer lw.Close()
 	for {
-		ap, err := w.Get(ctx)
+		ap, err := lw.Get(ctx)
 		if err != nil {
 			return fmt.Errorf("when watching the local curator: %w", err)
 		}

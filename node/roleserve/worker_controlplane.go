@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 
 	"cairn.dev/cairn/node/consensus"
+	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/ports"
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/supervisor"
 	api "cairn.dev/cairn/proto/api"
@@ -29,14 +31,39 @@ func (i controlplaneInputs) String() string {
 	return "consensus member on " + i.ip.String()
 }
 
-// runControlplane runs etcd and the curator while the node holds the
+// workerControlplane runs etcd and the curator while the node holds the
 // ConsensusMember role or still has etcd data (member), and cleans up
-// otherwise (standby). It returns errInputChanged when the node's IP
-// changes, and when a node in standby is given the role; a member handles
-// the loss of its role itself, because its etcd must keep running until the
-// curator has removed it (see the package documentation).
-func (s *Service) runControlplane(ctx context.Context) error {
-	m, err := s.membership(ctx)
+// otherwise (standby). On the boot that creates the cluster it bootstraps
+// etcd and writes the cluster's initial state.
+type workerControlplane struct {
+	membership  event.Watchable[*Membership]
+	address     event.Watchable[netip.Prefix]
+	roles       event.Watchable[*api.NodeRoles]
+	credentials event.Watchable[*identity.Node]
+	curator     event.Watchable[*curatorConn]
+	paths       nodePaths
+	// ports are this node's: etcd's peer port and the curator's.
+	ports ports.Table
+	// joinPeerPort is the etcd peer port this node's curator gives nodes
+	// that join the consensus.
+	joinPeerPort int
+	// afterBootstrap is Config.afterBootstrap (tests).
+	afterBootstrap func(ctx context.Context, etcd *consensus.Client) error
+
+	// bootstrapped is the identity the bootstrap made.
+	bootstrapped event.Value[*identity.Node]
+	// localCurator is where this node's curator serves, invalid while it
+	// does not.
+	localCurator event.Value[netip.AddrPort]
+}
+
+// run starts member or standby for the node's roles and address. It
+// returns errInputChanged when the node's IP changes, and when a node in
+// standby is given the role; a member handles the loss of its role
+// itself, because its etcd must keep running until the curator has removed
+// it (see the package documentation).
+func (w *workerControlplane) run(ctx context.Context) error {
+	m, err := waitFor(ctx, w.membership, "membership")
 	if err != nil {
 		return err
 	}
@@ -44,8 +71,8 @@ func (s *Service) runControlplane(ctx context.Context) error {
 	defer cancel()
 	rolesC := make(chan *api.NodeRoles)
 	addrC := make(chan netip.Prefix)
-	event.Pipe(pctx, &s.roles, rolesC, event.Filter(notNil[api.NodeRoles]))
-	event.Pipe(pctx, s.cfg.ExternalAddress, addrC)
+	event.Pipe(pctx, w.roles, rolesC, event.Filter(notNil[api.NodeRoles]))
+	event.Pipe(pctx, w.address, addrC)
 
 	var (
 		roles   *api.NodeRoles
@@ -70,15 +97,15 @@ func (s *Service) runControlplane(ctx context.Context) error {
 			}
 			continue
 		}
-		hasData, err := consensus.HasData(s.etcdDir())
+		hasData, err := consensus.HasData(w.paths.etcd)
 		if err != nil {
 			return err
 		}
 		member = in.member || hasData
 		if member {
-			err = supervisor.Run(ctx, "member", s.runMember(m, in.ip))
+			err = supervisor.Run(ctx, "member", w.runMember(m, in.ip))
 		} else {
-			err = supervisor.Run(ctx, "standby", s.runStandby)
+			err = supervisor.Run(ctx, "standby", w.runStandby)
 		}
 		if err != nil {
 			return fmt.Errorf("when starting: %w", err)
@@ -92,8 +119,8 @@ func isMember(r *api.NodeRoles) bool { return r.GetConsensusMember() != nil }
 
 // runStandby runs while the node is no consensus member and has no etcd
 // data: it removes what an unfinished join may have left.
-func (s *Service) runStandby(ctx context.Context) error {
-	if err := wipe(s.etcdDir()); err != nil {
+func (w *workerControlplane) runStandby(ctx context.Context) error {
+	if err := wipe(w.paths.etcd); err != nil {
 		return err
 	}
 	supervisor.Signal(ctx, supervisor.SignalHealthy)

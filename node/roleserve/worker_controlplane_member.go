@@ -12,6 +12,8 @@ import (
 	"cairn.dev/cairn/node/consensus"
 	"cairn.dev/cairn/node/curator"
 	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/marker"
+	"cairn.dev/cairn/node/ports"
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/pkg/supervisor"
@@ -30,9 +32,9 @@ import (
 //
 // Once etcd was removed and the role is gone, it returns errInputChanged:
 // the controlplane runs again, in standby.
-func (s *Service) runMember(m *Membership, ip netip.Addr) supervisor.Runnable {
+func (w *workerControlplane) runMember(m *Membership, ip netip.Addr) supervisor.Runnable {
 	return func(ctx context.Context) error {
-		cfg := s.consensusConfig(m, ip)
+		cfg := w.consensusConfig(m, ip)
 		hasData, err := consensus.HasData(cfg.DataDir)
 		if err != nil {
 			return err
@@ -43,7 +45,7 @@ func (s *Service) runMember(m *Membership, ip netip.Addr) supervisor.Runnable {
 			if err := wipe(cfg.DataDir); err != nil {
 				return err
 			}
-			join, err := s.joinConsensus(ctx, ip)
+			join, err := w.joinConsensus(ctx, ip)
 			if err != nil {
 				return err
 			}
@@ -51,44 +53,44 @@ func (s *Service) runMember(m *Membership, ip netip.Addr) supervisor.Runnable {
 		}
 		svc := consensus.New(cfg)
 		var removed memory.Value[bool]
-		if err := supervisor.Run(ctx, "consensus", s.runConsensus(svc, &removed)); err != nil {
+		if err := supervisor.Run(ctx, "consensus", w.runConsensus(svc, &removed)); err != nil {
 			return fmt.Errorf("when starting consensus: %w", err)
 		}
-		if err := supervisor.Run(ctx, "curator", s.runCurator(m, svc, ip)); err != nil {
+		if err := supervisor.Run(ctx, "curator", w.runCurator(m, svc, ip)); err != nil {
 			return fmt.Errorf("when starting curator: %w", err)
 		}
 		supervisor.Signal(ctx, supervisor.SignalHealthy)
 		if _, err := get[bool](ctx, &removed, func(b bool) bool { return b }); err != nil {
 			return fmt.Errorf("when running consensus: %w", err)
 		}
-		if _, err := get[*api.NodeRoles](ctx, &s.roles, func(r *api.NodeRoles) bool { return r != nil && !isMember(r) }); err != nil {
+		if _, err := get(ctx, w.roles, func(r *api.NodeRoles) bool { return r != nil && !isMember(r) }); err != nil {
 			return fmt.Errorf("when waiting for the role to go: %w", err)
 		}
-		supervisor.Logger(ctx).Info("roleserve: consensus stopped: role removed")
+		marker.Log(supervisor.Logger(ctx), marker.ConsensusStopped)
 		return fmt.Errorf("%w: consensus member removed", errInputChanged)
 	}
 }
 
 // consensusConfig is the configuration of the node's etcd member on ip.
-func (s *Service) consensusConfig(m *Membership, ip netip.Addr) consensus.Config {
+func (w *workerControlplane) consensusConfig(m *Membership, ip netip.Addr) consensus.Config {
 	return consensus.Config{
 		Name:       identity.NodeID(m.NodeKey.Public().(ed25519.PublicKey)),
-		DataDir:    s.etcdDir(),
-		SocketPath: s.socketPath(),
+		DataDir:    w.paths.etcd,
+		SocketPath: w.paths.socket,
 		PeerIP:     net.IP(ip.AsSlice()),
-		PeerPort:   s.cfg.peerPort,
+		Ports:      w.ports,
 		PrivateKey: m.NodeKey,
 	}
 }
 
 // joinConsensus asks the curator to add this node's etcd member as a
 // learner.
-func (s *Service) joinConsensus(ctx context.Context, ip netip.Addr) (*consensus.JoinCluster, error) {
-	cc, err := s.waitCurator(ctx)
+func (w *workerControlplane) joinConsensus(ctx context.Context, ip netip.Addr) (*consensus.JoinCluster, error) {
+	cc, err := waitFor(ctx, w.curator, "a curator connection")
 	if err != nil {
 		return nil, err
 	}
-	supervisor.Logger(ctx).Infof("roleserve: joining consensus on %s", ip)
+	supervisor.Logger(ctx).Infof("Joining consensus on %s", ip)
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	res, err := cc.client().JoinConsensus(cctx, &api.JoinConsensusRequest{PeerAddress: ip.String()})
@@ -107,7 +109,7 @@ func (s *Service) joinConsensus(ctx context.Context, ip netip.Addr) (*consensus.
 // runConsensus runs etcd. Once etcd says its member was removed from the
 // cluster, it sets the data directory aside (see setAside), sets removed, and stays down until
 // its parent runs again, on a change of the role.
-func (s *Service) runConsensus(svc *consensus.Service, removed *memory.Value[bool]) supervisor.Runnable {
+func (w *workerControlplane) runConsensus(svc *consensus.Service, removed *memory.Value[bool]) supervisor.Runnable {
 	return func(ctx context.Context) error {
 		if isSet(removed) {
 			supervisor.Signal(ctx, supervisor.SignalHealthy)
@@ -118,12 +120,12 @@ func (s *Service) runConsensus(svc *consensus.Service, removed *memory.Value[boo
 		if !errors.Is(err, consensus.ErrMemberRemoved) {
 			return err
 		}
-		aside, err := setAside(s.etcdDir())
+		aside, err := setAside(w.paths.etcd)
 		if err != nil {
 			return err
 		}
 		removed.Set(true)
-		supervisor.Logger(ctx).Infof("roleserve: etcd member removed from the cluster, its data set aside in %s", aside)
+		supervisor.Logger(ctx).Infof("etcd member removed from the cluster, its data set aside in %s", aside)
 		// Returning an error stops what etcd's runnables left behind;
 		// the next run stays down.
 		return err
@@ -141,38 +143,36 @@ func isSet(v *memory.Value[bool]) bool {
 // runCurator waits for etcd to run, bootstraps a new cluster's state when
 // the Membership asks for it, and serves the curator once the local member
 // votes. It returns errInputChanged when etcd stops or restarts.
-func (s *Service) runCurator(m *Membership, svc *consensus.Service, ip netip.Addr) supervisor.Runnable {
+func (w *workerControlplane) runCurator(m *Membership, svc *consensus.Service, ip netip.Addr) supervisor.Runnable {
 	return func(ctx context.Context) error {
-		defer s.localCurator.Set(netip.AddrPort{})
-		roles, err := get[*api.NodeRoles](ctx, &s.roles, notNil)
+		defer w.localCurator.Set(netip.AddrPort{})
+		roles, err := waitFor(ctx, w.roles, "the roles")
 		if err != nil {
-			return fmt.Errorf("when reading the roles: %w", err)
+			return err
 		}
 		if !isMember(roles) {
 			// etcd runs only until the curator removed it.
 			supervisor.Signal(ctx, supervisor.SignalHealthy)
-			if _, err := get[*api.NodeRoles](ctx, &s.roles, func(r *api.NodeRoles) bool { return r != nil && isMember(r) }); err != nil {
+			if _, err := get(ctx, w.roles, func(r *api.NodeRoles) bool { return r != nil && isMember(r) }); err != nil {
 				return fmt.Errorf("when waiting for the role: %w", err)
 			}
 			return fmt.Errorf("%w: role given", errInputChanged)
 		}
-		w := svc.Status().Watch()
-		defer w.Close()
-		st, err := w.Get(ctx, event.Filter(func(st *consensus.Status) bool { return st != nil && st.Running }))
+		sw := svc.Status().Watch()
+		defer sw.Close()
+		st, err := sw.Get(ctx, event.Filter(func(st *consensus.Status) bool { return st != nil && st.Running }))
 		if err != nil {
 			return fmt.Errorf("when waiting for etcd: %w", err)
 		}
 		lg := supervisor.Logger(ctx)
 		if m.Bootstrap != nil {
-			creds, err := m.Bootstrap(ctx, st.Client())
-			if err != nil {
-				return fmt.Errorf("when bootstrapping the cluster: %w", err)
+			if err := w.bootstrap(ctx, m, st.Client()); err != nil {
+				return err
 			}
-			s.bootstrapped.Set(creds)
 		}
 		if st.Learner {
-			lg.Info("roleserve: consensus running (learner)")
-			st, err = w.Get(ctx, event.Filter(func(n *consensus.Status) bool { return n != nil && (!n.Running || !n.Learner || n.ID != st.ID) }))
+			marker.Log(lg, marker.ConsensusRunning, "voting", "false")
+			st, err = sw.Get(ctx, event.Filter(func(n *consensus.Status) bool { return n != nil && (!n.Running || !n.Learner || n.ID != st.ID) }))
 			if err != nil {
 				return fmt.Errorf("when waiting for promotion: %w", err)
 			}
@@ -180,29 +180,29 @@ func (s *Service) runCurator(m *Membership, svc *consensus.Service, ip netip.Add
 				return fmt.Errorf("%w: etcd stopped", errInputChanged)
 			}
 		}
-		lg.Info("roleserve: consensus running (voting member)")
-		creds, err := s.waitCredentials(ctx)
+		marker.Log(lg, marker.ConsensusRunning, "voting", "true")
+		creds, err := waitFor(ctx, w.credentials, "credentials")
 		if err != nil {
 			return err
 		}
-		adv := netip.AddrPortFrom(ip, uint16(portOr(s.cfg.curatorPort, curator.Port)))
-		if err := supervisor.Run(ctx, "server", s.runCuratorServer(creds, st, adv)); err != nil {
+		adv := netip.AddrPortFrom(ip, uint16(w.ports.Curator))
+		if err := supervisor.Run(ctx, "server", w.runCuratorServer(creds, st, adv)); err != nil {
 			return fmt.Errorf("when starting the curator: %w", err)
 		}
 		supervisor.Signal(ctx, supervisor.SignalHealthy)
-		return s.waitCuratorInputs(ctx, svc, st.ID)
+		return w.waitCuratorInputs(ctx, svc, st.ID)
 	}
 }
 
 // waitCuratorInputs returns errInputChanged once etcd stops or restarts
 // (svc's Status; id is the member the curator started with), or the node
 // loses the role.
-func (s *Service) waitCuratorInputs(ctx context.Context, svc *consensus.Service, id uint64) error {
+func (w *workerControlplane) waitCuratorInputs(ctx context.Context, svc *consensus.Service, id uint64) error {
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	rolesC := make(chan *api.NodeRoles)
 	stoppedC := make(chan *consensus.Status)
-	event.Pipe(pctx, &s.roles, rolesC, event.Filter(notNil[api.NodeRoles]))
+	event.Pipe(pctx, w.roles, rolesC, event.Filter(notNil[api.NodeRoles]))
 	event.Pipe(pctx, svc.Status(), stoppedC, event.Filter(func(n *consensus.Status) bool {
 		return n == nil || !n.Running || n.ID != id
 	}))
@@ -214,7 +214,7 @@ func (s *Service) waitCuratorInputs(ctx context.Context, svc *consensus.Service,
 			return fmt.Errorf("%w: etcd stopped", errInputChanged)
 		case r := <-rolesC:
 			if !isMember(r) {
-				supervisor.Logger(ctx).Info("roleserve: curator stopped: role removed")
+				supervisor.Logger(ctx).Info("Curator stopped: role removed")
 				return fmt.Errorf("%w: role removed", errInputChanged)
 			}
 		}
@@ -222,19 +222,33 @@ func (s *Service) waitCuratorInputs(ctx context.Context, svc *consensus.Service,
 }
 
 // runCuratorServer serves the curator on adv.
-func (s *Service) runCuratorServer(creds *identity.Node, st *consensus.Status, adv netip.AddrPort) supervisor.Runnable {
+func (w *workerControlplane) runCuratorServer(creds *identity.Node, st *consensus.Status, adv netip.AddrPort) supervisor.Runnable {
 	return func(ctx context.Context) error {
 		lis, err := net.Listen("tcp", adv.String())
 		if err != nil {
 			return fmt.Errorf("when listening: %w", err)
 		}
-		var opts []curator.Option
-		if s.cfg.joinPeerPort != 0 {
-			opts = append(opts, curator.WithPeerPort(s.cfg.joinPeerPort))
-		}
-		cur := curator.New(curator.Config{Node: creds, Consensus: st, Advertise: adv, Listener: lis}, opts...)
-		supervisor.Logger(ctx).Infof("roleserve: curator serving on %s", adv)
-		s.localCurator.Set(adv)
+		joinPorts := ports.Table{EtcdPeer: w.joinPeerPort}
+		cur := curator.New(curator.Config{Node: creds, Consensus: st, Advertise: adv, Listener: lis}, curator.WithPorts(joinPorts))
+		marker.Log(supervisor.Logger(ctx), marker.CuratorServing, "addr", adv.String())
+		w.localCurator.Set(adv)
 		return cur.Run(ctx)
 	}
+}
+
+// bootstrap writes a new cluster's state into the etcd that runs for the
+// first time, and publishes the node's credentials; a restart runs it
+// again, which changes nothing that is written already.
+func (w *workerControlplane) bootstrap(ctx context.Context, m *Membership, etcd *consensus.Client) error {
+	creds, err := bootstrapCluster(ctx, supervisor.Logger(ctx), etcd, m.NodeKey, m.Bootstrap)
+	if err != nil {
+		return fmt.Errorf("when bootstrapping the cluster: %w", err)
+	}
+	if w.afterBootstrap != nil {
+		if err := w.afterBootstrap(ctx, etcd); err != nil {
+			return fmt.Errorf("after bootstrapping the cluster: %w", err)
+		}
+	}
+	w.bootstrapped.Set(creds)
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/supervisor"
 	api "cairn.dev/cairn/proto/api"
 )
@@ -12,10 +13,14 @@ import (
 // defaultHeartbeatInterval is used when the curator names none.
 const defaultHeartbeatInterval = 5 * time.Second
 
-// runHeartbeat tells the curator leader that this node is alive, at the
-// interval its answers name.
-func (s *Service) runHeartbeat(ctx context.Context) error {
-	cc, err := s.waitCurator(ctx)
+// workerHeartbeat tells the curator leader that this node is alive, at
+// the interval its answers name.
+type workerHeartbeat struct {
+	curator event.Watchable[*curatorConn]
+}
+
+func (w *workerHeartbeat) run(ctx context.Context) error {
+	cc, err := waitFor(ctx, w.curator, "a curator connection")
 	if err != nil {
 		return err
 	}

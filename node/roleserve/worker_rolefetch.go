@@ -5,48 +5,52 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 
 	"cairn.dev/cairn/node/consensus"
+	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/localstorage"
+	"cairn.dev/cairn/node/marker"
+	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/supervisor"
 	api "cairn.dev/cairn/proto/api"
 )
 
-// nodeFiles is the data partition's node/ directory, which holds the role
-// server's copy of the roles (Roles, roles.pb).
-func (s *Service) nodeFiles() *localstorage.NodeDirectory {
-	return &s.cfg.Storage.Root.Data.Node
+// workerRolefetch publishes the node's roles: first the local copy (or
+// the initial roles of the Membership), then what the curator says,
+// keeping the copy in step.
+type workerRolefetch struct {
+	membership  event.Watchable[*Membership]
+	credentials event.Watchable[*identity.Node]
+	curator     event.Watchable[*curatorConn]
+	paths       nodePaths
+
+	roles event.Value[*api.NodeRoles]
+	// cur is the roles last published, kept across restarts of run so
+	// that the local copy is published once per boot.
+	cur *api.NodeRoles
 }
 
-// runRolefetch publishes the node's roles: first the local copy (or the
-// initial roles of the Membership), then what the curator says, keeping the
-// copy in step.
-func (s *Service) runRolefetch(ctx context.Context) error {
-	m, err := s.membership(ctx)
+func (w *workerRolefetch) run(ctx context.Context) error {
+	m, err := waitFor(ctx, w.membership, "membership")
 	if err != nil {
 		return err
 	}
-	files := s.nodeFiles()
-	if !s.rolesLoaded.Load() {
-		roles, err := s.localRoles(ctx, m, files)
+	files := w.paths.node
+	if w.cur == nil {
+		roles, err := localRoles(ctx, m, files, w.paths.etcd)
 		if err != nil {
 			return err
 		}
-		s.roles.Set(roles)
-		s.rolesLoaded.Store(true)
+		w.publish(ctx, roles)
 	}
-	cur, err := get[*api.NodeRoles](ctx, &s.roles, notNil)
-	if err != nil {
-		return fmt.Errorf("when reading the roles: %w", err)
-	}
-
-	creds, err := s.waitCredentials(ctx)
+	creds, err := waitFor(ctx, w.credentials, "credentials")
 	if err != nil {
 		return err
 	}
-	cc, err := s.waitCurator(ctx)
+	cc, err := waitFor(ctx, w.curator, "a curator connection")
 	if err != nil {
 		return err
 	}
@@ -78,10 +82,8 @@ func (s *Service) runRolefetch(ctx context.Context) error {
 				}
 				onDisk = roles
 			}
-			if !proto.Equal(roles, cur) {
-				supervisor.Logger(ctx).Infof("roleserve: roles now %s", describeRoles(roles))
-				s.roles.Set(roles)
-				cur = roles
+			if !proto.Equal(roles, w.cur) {
+				w.publish(ctx, roles)
 			}
 		}
 		if !healthy {
@@ -89,6 +91,13 @@ func (s *Service) runRolefetch(ctx context.Context) error {
 			healthy = true
 		}
 	}
+}
+
+// publish sets the node's roles and states them on the console.
+func (w *workerRolefetch) publish(ctx context.Context, roles *api.NodeRoles) {
+	w.roles.Set(roles)
+	w.cur = roles
+	marker.Log(supervisor.Logger(ctx), marker.Roles, "roles", roleNames(roles))
 }
 
 // readRoles returns the copy of the roles in roles.pb, nil when there is
@@ -119,13 +128,13 @@ func parseRoles(b []byte) (*api.NodeRoles, error) {
 // else Membership.InitialRoles. A node that has etcd data but neither was a
 // consensus member when it lost its copy, and starts as one, so that a cold
 // cluster can come back.
-func (s *Service) localRoles(ctx context.Context, m *Membership, files *localstorage.NodeDirectory) (*api.NodeRoles, error) {
+func localRoles(ctx context.Context, m *Membership, files *localstorage.NodeDirectory, etcdDir string) (*api.NodeRoles, error) {
 	b, err := files.Roles.Read()
 	switch {
 	case err == nil:
 		roles, err := parseRoles(b)
 		if err != nil {
-			supervisor.Logger(ctx).Warningf("roleserve: ignoring unreadable %s: %v", files.Roles.FullPath(), err)
+			supervisor.Logger(ctx).Warningf("Ignoring unreadable %s: %v", files.Roles.FullPath(), err)
 			break
 		}
 		return roles, nil
@@ -136,12 +145,12 @@ func (s *Service) localRoles(ctx context.Context, m *Membership, files *localsto
 	if m.InitialRoles != nil {
 		return proto.Clone(m.InitialRoles).(*api.NodeRoles), nil
 	}
-	hasData, err := consensus.HasData(s.etcdDir())
+	hasData, err := consensus.HasData(etcdDir)
 	if err != nil {
 		return nil, err
 	}
 	if hasData {
-		supervisor.Logger(ctx).Warning("roleserve: no copy of the roles, but etcd data: starting as a consensus member")
+		supervisor.Logger(ctx).Warning("No copy of the roles, but etcd data: starting as a consensus member")
 		return &api.NodeRoles{ConsensusMember: &api.NodeRoles_ConsensusMember{}}, nil
 	}
 	return &api.NodeRoles{}, nil
@@ -162,23 +171,17 @@ func writeRoles(files *localstorage.NodeDirectory, roles *api.NodeRoles) error {
 	return nil
 }
 
-// describeRoles names the roles for logs.
-func describeRoles(r *api.NodeRoles) string {
-	var names string
-	add := func(has bool, name string) {
-		if !has {
-			return
-		}
-		if names != "" {
-			names += ", "
-		}
-		names += name
+// roleNames names the roles for markers: comma-separated, "" for none.
+func roleNames(r *api.NodeRoles) string {
+	var names []string
+	if r.GetConsensusMember() != nil {
+		names = append(names, "ConsensusMember")
 	}
-	add(r.GetConsensusMember() != nil, "ConsensusMember")
-	add(r.GetKubernetesController() != nil, "KubernetesController")
-	add(r.GetKubernetesWorker() != nil, "KubernetesWorker")
-	if names == "" {
-		return "none"
+	if r.GetKubernetesController() != nil {
+		names = append(names, "KubernetesController")
 	}
-	return names
+	if r.GetKubernetesWorker() != nil {
+		names = append(names, "KubernetesWorker")
+	}
+	return strings.Join(names, ",")
 }

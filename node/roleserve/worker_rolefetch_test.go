@@ -5,6 +5,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"cairn.dev/cairn/node/marker"
 	api "cairn.dev/cairn/proto/api"
 )
 
@@ -42,8 +43,10 @@ func FuzzParseRoles(f *testing.F) {
 		if roles == nil {
 			t.Fatalf("parseRoles(%x) = nil, nil", b)
 		}
-		if describeRoles(roles) == "" {
-			t.Errorf("describeRoles of roles parsed from %x is empty", b)
+		// Whatever the roles, their marker parses back to the same names.
+		names := roleNames(roles)
+		if m, ok := marker.Parse(marker.Format(marker.Roles, "roles", names)); !ok || m.Get("roles") != names {
+			t.Errorf("the roles marker of %q parses as %+v, %v", names, m, ok)
 		}
 		again, err := proto.MarshalOptions{Deterministic: true}.Marshal(roles)
 		if err != nil {

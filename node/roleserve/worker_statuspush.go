@@ -6,20 +6,29 @@ import (
 	"net/netip"
 	"time"
 
+	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/supervisor"
 	api "cairn.dev/cairn/proto/api"
 )
 
-// runStatuspush tells the curator what this node reports about itself
+// workerStatuspush tells the curator what this node reports about itself
 // (its address, its version and its curator, if it runs one) every time
 // that changes.
-func (s *Service) runStatuspush(ctx context.Context) error {
-	creds, err := s.waitCredentials(ctx)
+type workerStatuspush struct {
+	address      event.Watchable[netip.Prefix]
+	credentials  event.Watchable[*identity.Node]
+	curator      event.Watchable[*curatorConn]
+	localCurator event.Watchable[netip.AddrPort]
+	version      string
+}
+
+func (w *workerStatuspush) run(ctx context.Context) error {
+	creds, err := waitFor(ctx, w.credentials, "credentials")
 	if err != nil {
 		return err
 	}
-	cc, err := s.waitCurator(ctx)
+	cc, err := waitFor(ctx, w.curator, "a curator connection")
 	if err != nil {
 		return err
 	}
@@ -27,8 +36,8 @@ func (s *Service) runStatuspush(ctx context.Context) error {
 	defer cancel()
 	addrC := make(chan netip.Prefix)
 	localC := make(chan netip.AddrPort)
-	event.Pipe(pctx, s.cfg.ExternalAddress, addrC)
-	event.Pipe(pctx, &s.localCurator, localC)
+	event.Pipe(pctx, w.address, addrC)
+	event.Pipe(pctx, w.localCurator, localC)
 
 	var (
 		addr    netip.Prefix
@@ -47,7 +56,7 @@ func (s *Service) runStatuspush(ctx context.Context) error {
 		}
 		st := &api.NodeStatus{
 			ExternalAddress:    addr.Addr().String(),
-			Version:            s.cfg.Version,
+			Version:            w.version,
 			TimestampUnixNanos: time.Now().UnixNano(),
 		}
 		if local.IsValid() {
@@ -60,7 +69,7 @@ func (s *Service) runStatuspush(ctx context.Context) error {
 			return fmt.Errorf("when updating the node's status: %w", err)
 		}
 		if !healthy {
-			supervisor.Logger(ctx).Infof("roleserve: status pushed (address %s, curator %v)", st.ExternalAddress, local.IsValid())
+			supervisor.Logger(ctx).Infof("Status pushed (address %s, curator %v)", st.ExternalAddress, local.IsValid())
 			supervisor.Signal(ctx, supervisor.SignalHealthy)
 			healthy = true
 		}

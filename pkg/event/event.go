@@ -11,6 +11,7 @@ import (
 // Implementations must be safe for concurrent use. Set never blocks on
 // watchers, however slow they are.
 type Value[T any] interface {
+	Watchable[T]
 	// Set replaces the current value and wakes every watcher that waits for
 	// a newer one.
 	//
@@ -19,6 +20,12 @@ type Value[T any] interface {
 	// caller must not mutate it after Set (set a fresh copy instead), and
 	// watchers must treat what they get as read-only.
 	Set(v T)
+}
+
+// Watchable is the reading half of a Value: what a consumer takes, so that
+// its signature shows it only follows the value and someone else writes
+// it. Every Value is a Watchable.
+type Watchable[T any] interface {
 	// Watch returns a new Watcher that has seen nothing yet: its first Get
 	// returns the current value, if there is one.
 	Watch() Watcher[T]
@@ -124,7 +131,7 @@ func BacklogOnly[T any]() GetOption[T] {
 // closes its Watcher and exits as soon as ctx is done, also while it waits
 // to send into c; it exits earlier only when Get fails for another reason,
 // as it does under BacklogOnly once the current value was sent.
-func Pipe[T any](ctx context.Context, value Value[T], c chan<- T, opts ...GetOption[T]) {
+func Pipe[T any](ctx context.Context, value Watchable[T], c chan<- T, opts ...GetOption[T]) {
 	w := value.Watch()
 	go func() {
 		defer w.Close()

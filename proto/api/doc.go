@@ -21,4 +21,8 @@
 //
 // Messages here carry no validation; the packages that read them check
 // them (node/cluster for parameters, node/curator for requests).
+//
+// severity.go is written by hand: it converts LogSeverity to and from
+// logtree.Severity for both ends of NodeManagement.Logs, so that the node
+// and cairnctl agree and cairnctl imports no server package for it.
 package api

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -85,6 +86,21 @@ func (s *suite) waitNode(t *testing.T, n *cluster.Node, from int, m launch.Match
 		t.Fatalf("%v", err)
 	}
 	return l
+}
+
+// waitErrorEntry waits briefly for the ERROR entry that goes with the
+// marker on line l (refused, parameters-invalid): a marker is an INFO
+// entry, and a node that states a failure also logs it at ERROR, for
+// people, with the marker's reason in the message.
+func (s *suite) waitErrorEntry(t *testing.T, n *cluster.Node, l launch.Line) {
+	t.Helper()
+	m, _ := l.Marker()
+	// A console line holds one line of a message.
+	reason, _, _ := strings.Cut(m.Get("reason"), "\n")
+	entry := regexp.MustCompile(`^\s*E\d{4} .*` + regexp.QuoteMeta(reason))
+	if _, err := n.WaitFor(s.ctxWithin(30*time.Second), max(l.Index-10, 0), entry); err != nil {
+		t.Errorf("no ERROR entry says %q, the reason of %q: %v", reason, cluster.Message(l.Text), err)
+	}
 }
 
 // owner is the cluster owner as a Go client: the key cairnctl made and

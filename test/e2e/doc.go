@@ -1,6 +1,8 @@
 // Package e2e holds Cairn's end-to-end suites: they boot the real image
 // built by `make image` in qemu (through test/launch) and check what the
-// node does by reading its serial console and, later, by calling its APIs.
+// node does by calling its APIs and by reading its serial console: the
+// markers a node states (node/marker) and /init's console protocol, never
+// the wording of log lines.
 //
 // The suites sit behind the build tag e2e, so that `go test ./...` stays a
 // unit test run; `make e2e` builds the image and runs them:

@@ -5,8 +5,10 @@ package e2e
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +16,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"cairn.dev/cairn/node/marker"
 	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/proto/api"
 	"cairn.dev/cairn/test/launch"
@@ -111,8 +114,8 @@ func TestHACluster(t *testing.T) {
 		for _, n := range nodes[1:] {
 			mark, start := n.Mark(), time.Now()
 			s.cairnctl(t, c, "node", "add-role", n.ID(), "ConsensusMember")
-			voting := s.waitNode(t, n, mark, launch.Substring(cluster.LineConsensusRunning+" (voting member)"))
-			serving := s.waitNode(t, n, mark, launch.Substring(cluster.LineCuratorServing))
+			voting := s.waitNode(t, n, mark, launch.Mark(marker.ConsensusRunning, "voting", "true"))
+			serving := s.waitNode(t, n, mark, launch.Mark(marker.CuratorServing))
 			s.step(n.Name()+": add-role → etcd voting member", voting.Time.Sub(start))
 			s.step(n.Name()+": add-role → curator serving", serving.Time.Sub(start))
 		}
@@ -153,12 +156,11 @@ func TestHACluster(t *testing.T) {
 		}
 		start := time.Now()
 		s.cairnctl(t, c, "node", "remove-role", n.ID(), "ConsensusMember")
-		stopped := s.waitNode(t, n, marks[2], launch.Substring("roleserve: consensus stopped: role removed"))
+		stopped := s.waitNode(t, n, marks[2], launch.Mark(marker.ConsensusStopped))
 		s.step("node2: remove-role → consensus stopped", stopped.Time.Sub(start))
-		shrunk := regexp.MustCompile(`roleserve: cluster directory now lists 2 consensus members`)
 		for i, m := range nodes[:2] {
-			l := s.waitNode(t, m, marks[i], shrunk)
-			s.step(m.Name()+": remove-role → directory of 2", l.Time.Sub(start))
+			shrunk := s.waitDirectory(t, c, i, nodes[:2])
+			s.step(m.Name()+": remove-role → directory of 2", shrunk.Sub(start))
 		}
 		list, err := c.ListNodes(s.ctx)
 		if err != nil {
@@ -224,10 +226,55 @@ func (s *suite) checkDirectory(t *testing.T, c *cluster.Cluster, in, out []*clus
 	}
 }
 
-// registeringLine returns n's first "registering as" line.
+// registeringLine returns the first line on which n states that it
+// registers (marker.Registering).
 func registeringLine(t *testing.T, s *suite, n *cluster.Node) launch.Line {
 	t.Helper()
-	return s.waitNode(t, n, 0, launch.Substring("enrolment: registering as "+n.ID()))
+	return s.waitNode(t, n, 0, launch.Mark(marker.Registering, "node", n.ID()))
+}
+
+// waitDirectory asks the curator of node via for the cluster directory
+// (cairnctl cluster info) until it lists exactly the nodes want, and
+// returns when it first did.
+func (s *suite) waitDirectory(t *testing.T, c *cluster.Cluster, via int, want []*cluster.Node) time.Time {
+	t.Helper()
+	var wantIDs []string
+	for _, n := range want {
+		wantIDs = append(wantIDs, n.ID())
+	}
+	slices.Sort(wantIDs)
+	ctx := s.ctxWithin(3 * time.Minute)
+	var last error
+	for {
+		actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		out, err := c.CairnctlVia(actx, via, "cluster", "info", "-o", "json")
+		cancel()
+		var info struct {
+			Directory []struct {
+				ID string `json:"id"`
+			} `json:"directory"`
+		}
+		if err == nil {
+			err = json.Unmarshal(out, &info)
+		}
+		if err == nil {
+			var got []string
+			for _, e := range info.Directory {
+				got = append(got, e.ID)
+			}
+			slices.Sort(got)
+			if slices.Equal(got, wantIDs) {
+				return time.Now()
+			}
+			err = fmt.Errorf("the directory lists %v, want %v", got, wantIDs)
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			t.Fatalf("cluster info through node %d: %v", via, last)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // bootWrongTicket boots n with the cluster's register parameters, except
@@ -263,14 +310,13 @@ func (s *suite) bootWrongTicket(t *testing.T, c *cluster.Cluster, n *cluster.Nod
 // checks that it says why and that the cluster does not list it, and
 // stops it.
 func (s *suite) checkWrongTicket(t *testing.T, c *cluster.Cluster, n *cluster.Node, ticket []byte) {
-	refused := s.waitNode(t, n, 0, launch.Substring("enrolment: refused: "))
-	msg := cluster.Message(refused.Text)
-	t.Logf("%s: %s", n.Name(), msg)
-	if !strings.HasPrefix(strings.TrimSpace(refused.Text), "E") {
-		t.Errorf("the refusal is not an ERROR entry: %q", refused.Text)
-	}
-	if !strings.Contains(strings.ToLower(msg), "ticket") {
-		t.Errorf("the refusal %q does not say that the ticket is wrong", msg)
+	refused := s.waitNode(t, n, 0, launch.Mark(marker.Refused))
+	m, _ := refused.Marker()
+	reason := m.Get("reason")
+	t.Logf("%s: refused: %s", n.Name(), reason)
+	s.waitErrorEntry(t, n, refused)
+	if !strings.Contains(strings.ToLower(reason), "ticket") {
+		t.Errorf("the refusal %q does not say that the ticket is wrong", reason)
 	}
 	init, _ := n.VM().Console().Find(0, launch.CairnBoot.Init)
 	s.step("wrong ticket: /init → refused", refused.Time.Sub(init.Time))
@@ -281,7 +327,7 @@ func (s *suite) checkWrongTicket(t *testing.T, c *cluster.Cluster, n *cluster.No
 	if id := n.ID(); id != "" && hasNode(list, id, "") {
 		t.Errorf("the node with a wrong ticket (%s) is listed: %+v", id, list)
 	}
-	if _, ok := n.VM().Console().Find(0, launch.Substring(cluster.LineWaitingApproval)); ok {
+	if _, ok := n.VM().Console().Find(0, launch.Mark(marker.WaitingForApproval)); ok {
 		t.Errorf("the node with a wrong ticket went on to wait for approval")
 	}
 	assertNoPanic(t, n.VM())
@@ -304,9 +350,9 @@ func (s *suite) rebootMember(t *testing.T, c *cluster.Cluster, p *prober, n *clu
 	}
 	down := s.waitNode(t, n, mark, launch.Substring("cairn: stopping for reboot"))
 	boot := s.waitNode(t, n, mark, launch.CairnBoot.Init)
-	joined := s.waitNode(t, n, boot.Index, launch.Substring(cluster.LineJoined+n.ID()))
-	voting := s.waitNode(t, n, joined.Index, launch.Substring(cluster.LineConsensusRunning+" (voting member)"))
-	serving := s.waitNode(t, n, joined.Index, launch.Substring(cluster.LineCuratorServing))
+	joined := s.waitNode(t, n, boot.Index, launch.Mark(marker.Joined, "node", n.ID(), "via", "curator"))
+	voting := s.waitNode(t, n, joined.Index, launch.Mark(marker.ConsensusRunning, "voting", "true"))
+	serving := s.waitNode(t, n, joined.Index, launch.Mark(marker.CuratorServing))
 	s.step(n.Name()+": reboot → joined", joined.Time.Sub(start))
 	s.step(n.Name()+": reboot → etcd voting again", voting.Time.Sub(start))
 	s.step(n.Name()+": reboot → curator serving", serving.Time.Sub(start))
@@ -320,7 +366,7 @@ func (s *suite) rebootMember(t *testing.T, c *cluster.Cluster, p *prober, n *clu
 }
 
 // leadsLine matches the line of a curator that took the lead.
-var leadsLine = launch.Substring(cluster.LineLeads)
+var leadsLine = launch.Mark(marker.CuratorLeading)
 
 // leader returns the node that most recently said it leads.
 func leader(c *cluster.Cluster) (*cluster.Node, launch.Line) {
@@ -392,8 +438,8 @@ func (s *suite) killLeader(t *testing.T, c *cluster.Cluster, p *prober) {
 	if _, err := old.Boot(s.ctx, nil); err != nil {
 		t.Fatalf("booting %s again: %v", old.Name(), err)
 	}
-	joined := s.waitNode(t, old, 0, launch.Substring(cluster.LineJoined+old.ID()))
-	serving := s.waitNode(t, old, joined.Index, launch.Substring(cluster.LineCuratorServing))
+	joined := s.waitNode(t, old, 0, launch.Mark(marker.Joined, "node", old.ID(), "via", "curator"))
+	serving := s.waitNode(t, old, joined.Index, launch.Mark(marker.CuratorServing))
 	s.step(old.Name()+": relaunch after kill → joined", joined.Time.Sub(restart))
 	s.step(old.Name()+": relaunch after kill → curator serving", serving.Time.Sub(restart))
 	if err := c.WaitAllUp(s.ctx, 3*time.Minute); err != nil {
@@ -421,11 +467,11 @@ func (s *suite) coldRestart(t *testing.T, c *cluster.Cluster, p *prober) {
 			t.Fatalf("booting %s: %v", n.Name(), err)
 		}
 	}
-	back := regexp.MustCompile(`enrolment: (joined|cold start) as `)
 	for _, n := range c.Nodes() {
-		l := s.waitNode(t, n, 0, back)
+		// Through a curator or from a cold start, whichever came first.
+		l := s.waitNode(t, n, 0, launch.Mark(marker.Joined, "node", n.ID()))
 		t.Logf("%s: %s", n.Name(), cluster.Message(l.Text))
-		serving := s.waitNode(t, n, l.Index, launch.Substring(cluster.LineCuratorServing))
+		serving := s.waitNode(t, n, l.Index, launch.Mark(marker.CuratorServing))
 		s.step(n.Name()+": cold restart → curator serving", serving.Time.Sub(start))
 	}
 	served, err := p.waitOK(s.ctxWithin(5*time.Minute), start)

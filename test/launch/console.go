@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"cairn.dev/cairn/node/marker"
 )
 
 // Line is one line of a node's serial console.
@@ -40,8 +42,9 @@ func (l Line) Uptime() (time.Duration, bool) {
 	return time.Duration(secs * float64(time.Second)).Round(time.Microsecond), true
 }
 
-// A Matcher picks console lines. *regexp.Regexp is one; Substring is the
-// other one most callers need.
+// A Matcher picks console lines. Mark, for the markers a node states, is
+// the one tests wait on; Substring and *regexp.Regexp serve the lines of
+// /init's console protocol, the kernel and the firmware.
 type Matcher interface {
 	MatchString(s string) bool
 }
@@ -54,6 +57,46 @@ func (sub Substring) MatchString(s string) bool { return strings.Contains(s, str
 
 // String returns the substring in quotes, for error messages.
 func (sub Substring) String() string { return strconv.Quote(string(sub)) }
+
+// MarkMatcher matches the lines that state a marker of node/marker: one
+// name, and the field values it was given. Make it with Mark.
+type MarkMatcher struct {
+	name   marker.Name
+	fields []string
+}
+
+// Mark matches lines that state the marker name with, for each key, value
+// pair in fields, that value for that key; fields the pairs leave out may
+// hold anything. It panics on an odd number of fields, a mistake in the
+// test.
+func Mark(name marker.Name, fields ...string) MarkMatcher {
+	if len(fields)%2 != 0 {
+		panic(fmt.Sprintf("launch.Mark(%q, %q): fields come in key, value pairs", name, fields))
+	}
+	return MarkMatcher{name: name, fields: fields}
+}
+
+// MatchString reports whether s states the marker with the fields.
+func (m MarkMatcher) MatchString(s string) bool {
+	got, ok := marker.Parse(s)
+	if !ok || got.Name != m.name {
+		return false
+	}
+	for i := 0; i < len(m.fields); i += 2 {
+		if v, ok := got.Fields[m.fields[i]]; !ok || v != m.fields[i+1] {
+			return false
+		}
+	}
+	return true
+}
+
+// String returns the marker as a node states it, for error messages.
+func (m MarkMatcher) String() string { return marker.Format(m.name, m.fields...) }
+
+// Marker returns the marker the line states, if any: a line that Mark
+// matched gives the values of the fields the matcher left open, such as
+// a node's ID.
+func (l Line) Marker() (marker.Marker, bool) { return marker.Parse(l.Text) }
 
 // ErrConsoleClosed is returned by waits that can no longer succeed because
 // the console ended (qemu exited) without a matching line.

@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"cairn.dev/cairn/node/marker"
+	"cairn.dev/cairn/pkg/logtree"
 )
 
 // texts returns the text of every line.
@@ -171,6 +174,85 @@ func TestWaitForEnds(t *testing.T) {
 			t.Errorf("WaitFor on closed console: %v", err)
 		}
 	})
+}
+
+func TestMark(t *testing.T) {
+	const serving = `I1123 18:55:00.123456 root.roleserve.curator w.go:12] @cairn-mark curator-serving addr=10.42.0.10:7833`
+	const refused = `E1123 18:55:00.123456 root.cluster j.go:1] @cairn-mark refused reason="wrong register ticket"`
+	for _, tc := range []struct {
+		line string
+		m    MarkMatcher
+		want bool
+	}{
+		{serving, Mark(marker.CuratorServing), true},
+		{serving, Mark(marker.CuratorServing, "addr", "10.42.0.10:7833"), true},
+		{serving, Mark(marker.CuratorServing, "addr", "10.42.0.11:7833"), false},
+		{serving, Mark(marker.CuratorServing, "node", ""), false},
+		{serving, Mark(marker.CuratorLeading), false},
+		{refused, Mark(marker.Refused, "reason", "wrong register ticket"), true},
+		{"[ 1.0] " + marker.Format(marker.Joined, "node", "cairn-01", "via", "cold-start"), Mark(marker.Joined, "via", "cold-start"), true},
+		{marker.Format(marker.Joined, "node", "cairn-01", "via", "curator"), Mark(marker.Joined, "node", "cairn-01", "via", "cold-start"), false},
+		{marker.Format(marker.Roles, "roles", ""), Mark(marker.Roles, "roles", ""), true},
+		// Wording is no marker, however close.
+		{"I1123 x.go:1] roleserve: curator serving on 10.42.0.10:7833", Mark(marker.CuratorServing), false},
+		{"I1123 x.go:1] @cairn-mark curator-serving addr", Mark(marker.CuratorServing), false},
+		{"", Mark(marker.Bootstrapping), false},
+	} {
+		if got := tc.m.MatchString(tc.line); got != tc.want {
+			t.Errorf("%v.MatchString(%q) = %v, want %v", tc.m, tc.line, got, tc.want)
+		}
+	}
+}
+
+func TestMarkOddFieldsPanics(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Error("Mark with a key and no value did not panic")
+		}
+	}()
+	Mark(marker.Joined, "node")
+}
+
+// TestWaitForMark states markers the way a node does, through a log tree
+// whose console feeds the Console, and reads a field of the one a wait
+// matched.
+func TestWaitForMark(t *testing.T) {
+	c := NewConsole()
+	lt := logtree.New()
+	stop := lt.Console(c)
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cluster := lt.LeveledFor("root.cluster")
+	marker.Log(cluster, marker.Registering, "node", "cairn-0123456789abcdef")
+	cluster.Info("waiting for approval as cairn-0123456789abcdef")
+	marker.Log(cluster, marker.WaitingForApproval, "node", "cairn-0123456789abcdef")
+	marker.Log(cluster, marker.Committed, "node", "cairn-0123456789abcdef")
+
+	l, err := c.WaitFor(ctx, Mark(marker.WaitingForApproval))
+	if err != nil {
+		t.Fatalf("WaitFor: %v", err)
+	}
+	m, ok := l.Marker()
+	if !ok || m.Name != marker.WaitingForApproval || m.Get("node") != "cairn-0123456789abcdef" {
+		t.Errorf("Marker() of %q = %+v, %v, want %s with node cairn-0123456789abcdef", l.Text, m, ok, marker.WaitingForApproval)
+	}
+	if l.Index != 2 {
+		t.Errorf("WaitFor(%v) = line %d %q, want line 2", Mark(marker.WaitingForApproval), l.Index, l.Text)
+	}
+	if _, err := c.WaitFrom(ctx, l.Index+1, Mark(marker.Committed, "node", "cairn-0123456789abcdef")); err != nil {
+		t.Errorf("WaitFrom for the commit: %v", err)
+	}
+	if m, ok := (Line{Text: "I1123 x.go:1] committed as cairn-0123456789abcdef"}).Marker(); ok {
+		t.Errorf("Marker() of a plain line = %+v, want none", m)
+	}
+
+	short, cancelShort := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancelShort()
+	_, err = c.WaitFor(short, Mark(marker.Committed, "node", "cairn-ffffffffffffffff"))
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "@cairn-mark committed node=cairn-ffffffffffffffff") {
+		t.Errorf("WaitFor of a marker never stated = %v, want DeadlineExceeded naming the marker", err)
+	}
 }
 
 func TestUptime(t *testing.T) {

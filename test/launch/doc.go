@@ -20,7 +20,13 @@
 //	            │ serial console (stdout)             │ stderr
 //	            ▼                                     ▼
 //	Console: every line with its host time     tail kept for errors
-//	    ──▶ WaitFor(ctx, Substring("...") or *regexp.Regexp)
+//	    ──▶ WaitFor(ctx, Mark(marker.Name, fields...), Substring("...")
+//	                     or *regexp.Regexp)
+//
+// Tests wait on the markers of node/marker, the facts a node states for
+// machines to read, never on the wording of its log lines; Substring and
+// regular expressions are for the kernel, the firmware and /init's console
+// protocol ("cairn: init started", ...).
 //
 // # Firmware
 //

@@ -12,10 +12,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"cairn.dev/cairn/pkg/fixture"
 )
 
 // These tests run the real qemu and swtpm, with an empty disk: OVMF finds
@@ -84,14 +85,13 @@ func TestLaunchBootsFirmwareAndCleansUp(t *testing.T) {
 	tmp, image := isolate(t)
 	before := fileHash(t, image)
 	params := []byte("\x0a\x03abc not really a protobuf")
-	var copied bytes.Buffer
-	copyTo := &syncBuffer{b: &copied}
+	var copied fixture.SyncBuffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
 	n, err := Launch(ctx, Config{Name: "fw", Image: image, MemoryMiB: 256},
 		WithTPM(), WithParameters(params), WithFWCfgFile("opt/dev.cairn/extra", []byte("x")),
-		WithConsoleCopy(copyTo))
+		WithConsoleCopy(&copied))
 	if err != nil {
 		t.Fatalf("Launch: %v", err)
 	}
@@ -128,10 +128,8 @@ func TestLaunchBootsFirmwareAndCleansUp(t *testing.T) {
 	if !bytes.Contains(console, []byte("BdsDxe")) {
 		t.Errorf("console file lacks the firmware's lines:\n%s", console)
 	}
-	copyTo.mu.Lock()
-	defer copyTo.mu.Unlock()
-	if !bytes.Equal(copied.Bytes(), console) {
-		t.Errorf("console copy (%d bytes) differs from console file (%d bytes)", copied.Len(), len(console))
+	if got := copied.String(); got != string(console) {
+		t.Errorf("console copy (%d bytes) differs from console file (%d bytes)", len(got), len(console))
 	}
 
 	tpm := n.tpm.Process.Pid
@@ -383,19 +381,6 @@ func TestFWCfgFiles(t *testing.T) {
 			t.Errorf("checkFWCfgName(%q) = %v, want ok=%v", tc.name, err, tc.ok)
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer that the console goroutine and the test may
-// use at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  *bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
 }
 
 // TestTPMStateOutlivesNode launches a node twice with the same TPM state

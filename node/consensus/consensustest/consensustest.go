@@ -24,7 +24,9 @@ import (
 
 	"cairn.dev/cairn/node/consensus"
 	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/ports"
 	"cairn.dev/cairn/pkg/event"
+	"cairn.dev/cairn/pkg/fixture"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/supervisor"
 )
@@ -58,7 +60,7 @@ func NewMember(t testing.TB, key ed25519.PrivateKey) *Member {
 		DataDir:    filepath.Join(dir, "data"),
 		SocketPath: filepath.Join(dir, "etcd.sock"),
 		PeerIP:     net.IPv4(127, 0, 0, 1),
-		PeerPort:   FreePort(t),
+		Ports:      ports.Table{EtcdPeer: fixture.FreePort(t)},
 		PrivateKey: key,
 	}}
 }
@@ -119,17 +121,6 @@ func RunTree(t testing.TB, prefix string, r supervisor.Runnable, lt *logtree.Log
 			w.close()
 		})
 	}
-}
-
-// FreePort returns a TCP port of 127.0.0.1 that was free a moment ago.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("finding a free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // testLog passes lines to t.Log until closed: a test's Log must not be

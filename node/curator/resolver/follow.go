@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"strconv"
 	"time"
 
 	"google.golang.org/grpc"
 
-	"cairn.dev/cairn/node/curator"
+	"cairn.dev/cairn/node/ports"
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/supervisor"
 	api "cairn.dev/cairn/proto/api"
@@ -83,9 +81,9 @@ func leaderAddress(msg *api.GetCurrentLeaderResponse) string {
 	}
 	port := int(msg.GetLeaderPort())
 	if port == 0 {
-		port = curator.Port
+		port = ports.Curator
 	}
-	return net.JoinHostPort(msg.GetLeaderHost(), strconv.Itoa(port))
+	return ports.Join(msg.GetLeaderHost(), port)
 }
 
 // probe checks every probeInterval that the curator of conn still answers

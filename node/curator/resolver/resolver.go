@@ -2,9 +2,7 @@ package resolver
 
 import (
 	"fmt"
-	"net"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -12,8 +10,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/resolver"
 
-	"cairn.dev/cairn/node/curator"
 	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/ports"
 	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/pkg/event/memory"
 	api "cairn.dev/cairn/proto/api"
@@ -74,16 +72,16 @@ func New(node *identity.Node, seeds []string) *Resolver {
 }
 
 // DirectoryEndpoints returns the curator endpoints of a cluster directory:
-// every address of every node, on port (curator.Port when zero).
+// every address of every node, on port (ports.Curator when zero).
 func DirectoryEndpoints(dir *api.ClusterDirectory, port int) []string {
 	if port == 0 {
-		port = curator.Port
+		port = ports.Curator
 	}
 	var eps []string
 	for _, n := range dir.GetNodes() {
 		for _, a := range n.GetAddresses() {
 			if a.GetHost() != "" {
-				eps = append(eps, net.JoinHostPort(a.GetHost(), strconv.Itoa(port)))
+				eps = append(eps, ports.Join(a.GetHost(), port))
 			}
 		}
 	}

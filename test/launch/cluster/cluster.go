@@ -9,14 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"cairn.dev/cairn/node/ports"
 	"cairn.dev/cairn/test/launch"
 	"cairn.dev/cairn/test/launch/netns"
-)
-
-// Ports of a node that the cluster forwards to the host.
-const (
-	CuratorPort    = 7833
-	ManagementPort = 7835
 )
 
 // Config describes a cluster.
@@ -62,8 +57,9 @@ type Config struct {
 	// that with 7800 node 0 is at 7833 and 7835, node 1 at 7933 and 7935.
 	// Zero takes free ports.
 	HostPortBase int
-	// Logf receives progress lines: what nodes say about enrolment and
-	// roles as they say it, and what the harness does. Nil discards them.
+	// Logf receives progress lines: the markers nodes state and /init's
+	// boot progress, as they come, and what the harness does. Nil
+	// discards them.
 	// It is not called after Close returns.
 	Logf func(format string, args ...any)
 	// Console, when not nil, receives every console line of every node,
@@ -156,10 +152,10 @@ func (c *Cluster) newNode(i int, nn netns.Node) (*Node, error) {
 		tpmDir:  filepath.Join(c.cfg.Dir, name+".tpm"),
 	}
 	var err error
-	if n.curatorAddr, err = c.forward(i, nn, CuratorPort); err != nil {
+	if n.curatorAddr, err = c.forward(i, nn, ports.Curator); err != nil {
 		return nil, err
 	}
-	if n.managementAddr, err = c.forward(i, nn, ManagementPort); err != nil {
+	if n.managementAddr, err = c.forward(i, nn, ports.NodeManagement); err != nil {
 		return nil, err
 	}
 	return n, nil

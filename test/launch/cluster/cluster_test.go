@@ -10,6 +10,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"cairn.dev/cairn/node/marker"
 )
 
 func TestParseNodeList(t *testing.T) {
@@ -76,7 +78,7 @@ func TestShellQuote(t *testing.T) {
 
 func TestMessage(t *testing.T) {
 	for in, want := range map[string]string{
-		"I1123 10:27:00.123456 root.cluster enrol.go:42] enrolment: committed as cairn-00": "enrolment: committed as cairn-00",
+		"I1123 10:27:00.123456 root.cluster enrol.go:42] @cairn-mark committed node=cairn-00": "@cairn-mark committed node=cairn-00",
 		"[    3.99] cairn: init started": "cairn: init started",
 		"no header":                      "no header",
 	} {
@@ -86,20 +88,41 @@ func TestMessage(t *testing.T) {
 	}
 }
 
-func TestIDLine(t *testing.T) {
+func TestNodeID(t *testing.T) {
+	const id = "cairn-0123456789abcdef"
 	for line, want := range map[string]string{
-		"I1123 x.go:1] enrolment: bootstrapped cluster as cairn-0123456789abcdef":                          "cairn-0123456789abcdef",
-		"I1123 x.go:1] enrolment: registering as cairn-0123456789abcdef with 10.42.0.10:7833":              "cairn-0123456789abcdef",
-		"I1123 x.go:1] enrolment: waiting for approval as cairn-0123456789abcdef (5s)":                     "cairn-0123456789abcdef",
-		"I1123 x.go:1] enrolment: cold start as cairn-0123456789abcdef from the sealed configuration (no)": "cairn-0123456789abcdef",
-		"I1123 x.go:1] curator: following leader cairn-0123456789abcdef":                                   "",
+		"I1123 x.go:1] " + marker.Format(marker.Bootstrapped, "node", id):                           id,
+		"I1123 x.go:1] " + marker.Format(marker.Registering, "node", id):                            id,
+		"I1123 x.go:1] " + marker.Format(marker.WaitingForApproval, "node", id):                     id,
+		"I1123 x.go:1] " + marker.Format(marker.Committed, "node", id):                              id,
+		"I1123 x.go:1] " + marker.Format(marker.Joined, "node", id, "via", "cold-start"):            id,
+		"I1123 x.go:1] " + marker.Format(marker.CuratorServing, "addr", "10.42.0.10:7833"):          "",
+		"I1123 x.go:1] " + marker.Format(marker.Committed):                                          "",
+		"I1123 x.go:1] committed as " + id:                                                          "",
+		"I1123 x.go:1] " + marker.Format(marker.Name("following-leader"), "node", "cairn-00000000"): "",
 	} {
-		got := ""
-		if m := idLine.FindStringSubmatch(line); m != nil {
-			got = m[1]
+		named := want != ""
+		if got, ok := nodeID(line); got != want || ok != named {
+			t.Errorf("nodeID(%q) = %q, %v, want %q, %v", line, got, ok, want, named)
 		}
-		if got != want {
-			t.Errorf("ID of %q = %q, want %q", line, got, want)
+		if got := idLine.MatchString(line); got != named {
+			t.Errorf("idLine.MatchString(%q) = %v, want %v", line, got, named)
+		}
+	}
+}
+
+func TestProgressLine(t *testing.T) {
+	for line, want := range map[string]bool{
+		"[    3.99] cairn: init started (kernel 6.1)":                        true,
+		"[    4.10] cairn: network address 10.42.0.10/24":                    true,
+		"I1123 x.go:1] " + marker.Format(marker.CuratorLeading):              true,
+		"I1123 x.go:1] " + marker.Format(marker.Roles, "roles", ""):          true,
+		"panic: runtime error":                                               true,
+		"I1123 x.go:1] following leader cairn-0123456789abcdef":              false,
+		"I1123 x.go:1] etcd member 8e9e05c52164694d (cairn-01) running, ...": false,
+	} {
+		if got := progressLine.MatchString(line); got != want {
+			t.Errorf("progressLine.MatchString(%q) = %v, want %v", line, got, want)
 		}
 	}
 }

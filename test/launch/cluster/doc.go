@@ -35,6 +35,13 @@
 // reboots (the guest reboots inside the same qemu), a hard kill
 // (Node.Kill, then Node.Boot again) and a power cycle of the whole cluster.
 // Close kills every node and removes the network; Dir stays for the caller
-// to inspect or remove. Node IDs are read from the consoles' enrolment
-// lines.
+// to inspect or remove.
+//
+// # Markers
+//
+// The harness follows a node by the markers it states on its console
+// (node/marker), never by the wording of its log lines: node IDs come from
+// the node field of the enrolment markers (bootstrapped, registering,
+// waiting-for-approval, committed, joined), and Form waits on
+// curator-serving, waiting-for-approval and committed.
 package cluster

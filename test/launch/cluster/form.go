@@ -9,18 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"cairn.dev/cairn/node/marker"
 	"cairn.dev/cairn/test/launch"
-)
-
-// Console lines of the enrolment contract that the harness waits for.
-const (
-	LineCuratorServing   = "roleserve: curator serving"
-	LineWaitingApproval  = "enrolment: waiting for approval as "
-	LineCommitted        = "enrolment: committed as "
-	LineJoined           = "enrolment: joined as "
-	LineBootstrapped     = "enrolment: bootstrapped cluster as "
-	LineConsensusRunning = "roleserve: consensus running"
-	LineLeads            = "curator: this node leads"
 )
 
 // Form brings the cluster up the way an operator does: it writes
@@ -28,7 +18,8 @@ const (
 // 0 with them, takes ownership once its curator serves, writes register
 // parameters, boots every other node at the same moment, approves each as
 // it waits for approval, and waits until cairnctl lists every node UP.
-// It records the timings of each step (Phases).
+// It records the timings of each step (Phases). The nodes' progress is
+// read from the markers they state (node/marker).
 func (c *Cluster) Form(ctx context.Context) error {
 	start := time.Now()
 	if err := c.Bootstrap(ctx); err != nil {
@@ -68,7 +59,7 @@ func (c *Cluster) BootstrapParams(ctx context.Context) ([]byte, error) {
 }
 
 // Bootstrap boots node 0 with fresh bootstrap parameters and waits until
-// its curator serves.
+// its curator serves (marker.CuratorServing).
 func (c *Cluster) Bootstrap(ctx context.Context) error {
 	params, err := c.BootstrapParams(ctx)
 	if err != nil {
@@ -80,7 +71,7 @@ func (c *Cluster) Bootstrap(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	l, err := n.WaitFor(ctx, 0, launch.Substring(LineCuratorServing))
+	l, err := n.WaitFor(ctx, 0, launch.Mark(marker.CuratorServing))
 	if err != nil {
 		return fmt.Errorf("waiting for node 0 to serve: %w", err)
 	}
@@ -148,13 +139,15 @@ func (c *Cluster) RegisterNodes(ctx context.Context, nodes ...int) error {
 	return errors.Join(errs...)
 }
 
-// approve waits for n to wait for approval, approves it and waits for it
-// to commit.
+// approve waits for n to wait for approval (marker.WaitingForApproval),
+// approves the ID it names and waits for that ID to commit
+// (marker.Committed).
 func (c *Cluster) approve(ctx context.Context, n *Node, vm *launch.Node) error {
-	if _, err := n.WaitFor(ctx, 0, launch.Substring(LineWaitingApproval)); err != nil {
+	waiting, err := n.WaitFor(ctx, 0, launch.Mark(marker.WaitingForApproval))
+	if err != nil {
 		return err
 	}
-	id, err := n.WaitID(ctx)
+	id, err := n.noteID(waiting)
 	if err != nil {
 		return err
 	}
@@ -165,7 +158,7 @@ func (c *Cluster) approve(ctx context.Context, n *Node, vm *launch.Node) error {
 		return fmt.Errorf("approving %s (%s): %w", n.name, id, err)
 	}
 	c.logf("cluster: approved %s (%s)", n.name, id)
-	l, err := n.WaitFor(ctx, 0, launch.Substring(LineCommitted))
+	l, err := n.WaitFor(ctx, 0, launch.Mark(marker.Committed, "node", id))
 	if err != nil {
 		return err
 	}
@@ -195,7 +188,8 @@ func (c *Cluster) WaitAllUp(ctx context.Context, timeout time.Duration) error {
 	return err
 }
 
-// Milestone is a console line that ends a phase of a boot.
+// Milestone is a console line, a marker as a rule, that ends a phase of a
+// boot.
 type Milestone struct {
 	// Name names the phase that ends at the line.
 	Name string

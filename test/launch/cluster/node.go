@@ -11,10 +11,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"cairn.dev/cairn/node/marker"
 	"cairn.dev/cairn/test/launch"
 )
 
@@ -167,12 +169,53 @@ func (n *Node) ensureDisk(ctx context.Context) error {
 	return os.Rename(tmp, n.disk)
 }
 
-// progressLine picks the console lines that tell how a node's enrolment
-// goes, for progress reports and node IDs.
-var progressLine = regexp.MustCompile(`cairn: init started|cairn: network address|cairn: stopping for|enrolment: |roleserve: |curator: this node leads|curator: following leader|panic:|cairn: root runnable failed`)
+// progressLine picks the console lines that tell how a node's boot and
+// enrolment go, for progress reports: every marker, and the lines of
+// /init's console protocol that say where the boot is.
+var progressLine progressMatcher
 
-// idLine finds the node's ID in its enrolment lines.
-var idLine = regexp.MustCompile(`enrolment: (?:bootstrapped cluster|registering|waiting for approval|committed|joining|joined|cold start) as (cairn-[0-9a-f]{16})`)
+// initProgress are the lines of /init's console protocol that progressLine
+// picks, and panics.
+var initProgress = regexp.MustCompile(`cairn: init started|cairn: network address|cairn: stopping for|panic:|cairn: root runnable failed`)
+
+type progressMatcher struct{}
+
+func (progressMatcher) MatchString(s string) bool {
+	_, ok := marker.Parse(s)
+	return ok || initProgress.MatchString(s)
+}
+
+// idMarkers are the markers whose node field is the ID of the node that
+// states them.
+var idMarkers = []marker.Name{
+	marker.Bootstrapped,
+	marker.Registering,
+	marker.WaitingForApproval,
+	marker.Committed,
+	marker.Joined,
+}
+
+// nodeID returns the ID a console line states, if it is one of
+// idMarkers.
+func nodeID(line string) (string, bool) {
+	m, ok := marker.Parse(line)
+	if !ok || !slices.Contains(idMarkers, m.Name) || m.Get("node") == "" {
+		return "", false
+	}
+	return m.Get("node"), true
+}
+
+// idLine matches the console lines that name the node's ID.
+var idLine idMatcher
+
+type idMatcher struct{}
+
+func (idMatcher) MatchString(s string) bool {
+	_, ok := nodeID(s)
+	return ok
+}
+
+func (idMatcher) String() string { return fmt.Sprintf("a marker with the node's ID %v", idMarkers) }
 
 // follow reports vm's progress lines until its console ends, and notes the
 // node's ID.
@@ -185,13 +228,17 @@ func (n *Node) follow(vm *launch.Node) {
 			return
 		}
 		from = l.Index + 1
-		if m := idLine.FindStringSubmatch(l.Text); m != nil {
-			n.mu.Lock()
-			n.id = m[1]
-			n.mu.Unlock()
+		if id, ok := nodeID(l.Text); ok {
+			n.setID(id)
 		}
 		n.cluster.logf("%s +%5.1fs %s", n.name, l.Time.Sub(start).Seconds(), Message(l.Text))
 	}
+}
+
+func (n *Node) setID(id string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.id = id
 }
 
 // Message returns the message of a console line: what follows the log
@@ -223,16 +270,23 @@ func (n *Node) Mark() int {
 	return len(vm.Console().Lines())
 }
 
-// WaitID waits until a console line named the node's ID, and returns it.
+// WaitID waits until a marker of the current boot named the node's ID,
+// and returns it.
 func (n *Node) WaitID(ctx context.Context) (string, error) {
-	if _, err := n.WaitFor(ctx, 0, idLine); err != nil {
+	l, err := n.WaitFor(ctx, 0, idLine)
+	if err != nil {
 		return "", err
 	}
-	l, _ := n.VM().Console().Find(0, idLine)
-	id := idLine.FindStringSubmatch(l.Text)[1]
-	n.mu.Lock()
-	n.id = id
-	n.mu.Unlock()
+	return n.noteID(l)
+}
+
+// noteID takes the node's ID from l, a marker of idMarkers, and keeps it.
+func (n *Node) noteID(l launch.Line) (string, error) {
+	id, ok := nodeID(l.Text)
+	if !ok {
+		return "", fmt.Errorf("%s: %q names no node ID", n.name, l.Text)
+	}
+	n.setID(id)
 	return id, nil
 }
 

@@ -1,4 +1,10 @@
-package cluster
+// Package parameters reads and validates the node parameters: what an
+// operator hands a node before its first boot (bootstrap or register, and
+// an optional network configuration), through qemu's fw_cfg or the ESP
+// file cairn/parameters.pb. They are read once per boot (Load), and the
+// outcome, parameters or the reason they cannot be used, is handed as a
+// value to the network and to enrolment.
+package parameters
 
 import (
 	"crypto/ed25519"
@@ -17,23 +23,23 @@ import (
 	api "cairn.dev/cairn/proto/api"
 )
 
-// FWCfgParametersPath is where qemu's fw_cfg shows the node parameters
+// FWCfgPath is where qemu's fw_cfg shows the node parameters
 // (the fw_cfg entry opt/dev.cairn/parameters.pb) on a node.
-const FWCfgParametersPath = "/sys/firmware/qemu_fw_cfg/by_name/opt/dev.cairn/parameters.pb/raw"
+const FWCfgPath = "/sys/firmware/qemu_fw_cfg/by_name/opt/dev.cairn/parameters.pb/raw"
 
-// maxParametersSize bounds what ReadParameters reads from one source: real
+// maxSize bounds what Read reads from one source: real
 // parameters are a few KiB, and a file of garbage must not eat the node's
 // memory.
-const maxParametersSize = 1 << 20
+const maxSize = 1 << 20
 
-// ReadParameters reads the node parameters from fwcfgPath (qemu's fw_cfg
+// Read reads the node parameters from fwcfgPath (qemu's fw_cfg
 // entry) and, when that does not exist, from espPath (the ESP file
 // cairn/parameters.pb). The fw_cfg copy wins: an operator who hands a node
 // parameters through the hypervisor means them, and a broken fw_cfg copy is
 // an error rather than a reason to fall back to the ESP. It returns nil and
 // no error when neither file exists. Parameters that do not parse or do
-// not pass ValidateParameters give an error naming the source.
-func ReadParameters(fwcfgPath, espPath string) (*api.NodeParameters, error) {
+// not pass Validate give an error naming the source.
+func Read(fwcfgPath, espPath string) (*api.NodeParameters, error) {
 	for _, src := range []struct{ name, path string }{
 		{"fw_cfg", fwcfgPath},
 		{"ESP", espPath},
@@ -41,14 +47,14 @@ func ReadParameters(fwcfgPath, espPath string) (*api.NodeParameters, error) {
 		if src.path == "" {
 			continue
 		}
-		b, err := readLimited(src.path, maxParametersSize)
+		b, err := readLimited(src.path, maxSize)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
 		if err != nil {
 			return nil, fmt.Errorf("when reading %s parameters %s: %w", src.name, src.path, err)
 		}
-		p, err := ParseParameters(b)
+		p, err := Parse(b)
 		if err != nil {
 			return nil, fmt.Errorf("%s parameters %s: %w", src.name, src.path, err)
 		}
@@ -74,24 +80,24 @@ func readLimited(path string, limit int64) ([]byte, error) {
 	return b, nil
 }
 
-// ParseParameters decodes and validates marshalled node parameters.
-func ParseParameters(b []byte) (*api.NodeParameters, error) {
+// Parse decodes and validates marshalled node parameters.
+func Parse(b []byte) (*api.NodeParameters, error) {
 	var p api.NodeParameters
 	if err := proto.Unmarshal(b, &p); err != nil {
 		return nil, fmt.Errorf("not a cairn.api.NodeParameters message: %w", err)
 	}
-	if err := ValidateParameters(&p); err != nil {
+	if err := Validate(&p); err != nil {
 		return nil, err
 	}
 	return &p, nil
 }
 
-// ValidateParameters checks node parameters strictly, so that a mistake
+// Validate checks node parameters strictly, so that a mistake
 // shows at boot with a message naming it, not later as a confusing failure:
 // exactly one of bootstrap and register, keys of the right length, a CA
 // certificate that parses, directory entries whose IDs match their keys, a
 // network configuration that parses.
-func ValidateParameters(p *api.NodeParameters) error {
+func Validate(p *api.NodeParameters) error {
 	if p == nil {
 		return errors.New("no parameters")
 	}
@@ -143,10 +149,10 @@ func validateRegister(r *api.NodeParameters_ClusterRegister) error {
 	if len(r.GetRegisterTicket()) == 0 {
 		return errors.New("register_ticket is empty")
 	}
-	if err := validateCA(r.GetCaCertificate()); err != nil {
+	if err := ValidateCA(r.GetCaCertificate()); err != nil {
 		return fmt.Errorf("ca_certificate: %w", err)
 	}
-	if err := validateDirectory(r.GetClusterDirectory()); err != nil {
+	if err := ValidateDirectory(r.GetClusterDirectory()); err != nil {
 		return fmt.Errorf("cluster_directory: %w", err)
 	}
 	if len(r.GetClusterDirectory().GetNodes()) == 0 {
@@ -155,8 +161,8 @@ func validateRegister(r *api.NodeParameters_ClusterRegister) error {
 	return nil
 }
 
-// validateCA checks that der is a CA certificate.
-func validateCA(der []byte) error {
+// ValidateCA checks that der is a CA certificate.
+func ValidateCA(der []byte) error {
 	if len(der) == 0 {
 		return errors.New("empty")
 	}
@@ -170,11 +176,11 @@ func validateCA(der []byte) error {
 	return nil
 }
 
-// validateDirectory checks every entry of a cluster directory: a valid
+// ValidateDirectory checks every entry of a cluster directory: a valid
 // node ID derived from a 32-byte key, and addresses that are hosts without
 // a port. An empty directory is valid here; callers that need entries say
 // so.
-func validateDirectory(d *api.ClusterDirectory) error {
+func ValidateDirectory(d *api.ClusterDirectory) error {
 	seen := make(map[string]bool)
 	for i, n := range d.GetNodes() {
 		if len(n.GetPublicKey()) != ed25519.PublicKeySize {
@@ -250,9 +256,9 @@ func validateNetwork(n *api.NetworkConfig) error {
 	return nil
 }
 
-// resolveConfiguration returns c with every unset field at its strictest
+// ResolveConfiguration returns c with every unset field at its strictest
 // value, as the curator stores it.
-func resolveConfiguration(c *api.ClusterConfiguration) *api.ClusterConfiguration {
+func ResolveConfiguration(c *api.ClusterConfiguration) *api.ClusterConfiguration {
 	r := &api.ClusterConfiguration{
 		StorageSecurityPolicy: c.GetStorageSecurityPolicy(),
 		TpmMode:               c.GetTpmMode(),
@@ -264,4 +270,33 @@ func resolveConfiguration(c *api.ClusterConfiguration) *api.ClusterConfiguration
 		r.TpmMode = api.TPMMode_TPM_MODE_REQUIRED
 	}
 	return r
+}
+
+// Loaded is the outcome of reading the node parameters at boot: the
+// parameters, none, or why the ones there cannot be used. Readers take it
+// from an event value and must not change it.
+type Loaded struct {
+	// Parameters are the validated parameters; nil when there are none or
+	// Err is set.
+	Parameters *api.NodeParameters
+	// Err says why the parameters present cannot be used: they do not
+	// read, parse or validate. Nil otherwise.
+	Err error
+}
+
+// Load reads the node parameters once, as Read does, and returns the
+// outcome.
+func Load(fwcfgPath, espPath string) *Loaded {
+	p, err := Read(fwcfgPath, espPath)
+	return &Loaded{Parameters: p, Err: err}
+}
+
+// NetworkConfig returns the operator's network configuration, or nil (DHCP)
+// when there are no usable parameters: a node with bad parameters still
+// brings its network up, so that it can be reached and its error seen.
+func (l *Loaded) NetworkConfig() *api.NetworkConfig {
+	if l == nil || l.Err != nil {
+		return nil
+	}
+	return l.Parameters.GetNetworkConfig()
 }
