@@ -25,12 +25,14 @@ test: deps
 	@$(MAKE) --no-print-directory unit
 	@$(MAKE) --no-print-directory e2e
 
+# The test hooks of /init (build tag cairntest) are tested on their own.
 unit: deps
 	$(GO) test -race -count=1 ./...
+	$(GO) test -race -count=1 -tags cairntest ./cmd/init
 
 # e2e boots the fresh image in qemu: the suites of test/e2e, in parallel,
 # each with its own deadline and a table of boot phase timings.
-e2e: deps image cairnctl
+e2e: deps image test-image cairnctl
 	@start=$$(date +%s); \
 	  $(GO) test -tags e2e -count=1 -v -timeout 40m ./test/e2e/... -image-dir $(abspath $(OUT)) \
 	    -cairnctl $(abspath $(OUT))/cairnctl; rc=$$?; \
@@ -40,7 +42,9 @@ lint: proto-check
 	@out=$$(gofmt -l $$(git ls-files '*.go')); \
 	  if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags cairntest ./cmd/init
 	$(GO) run $(STATICCHECK) ./...
+	$(GO) run $(STATICCHECK) -tags cairntest ./cmd/init
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
@@ -92,9 +96,15 @@ KDIR = $(KERNEL_CACHE)/$$(tr ' ' _ <$(KERNEL_VERSION))
 BUILD_GO := $(shell git ls-files -co --exclude-standard 'build/*.go' | grep -v '_test\.go$$')
 NODE_GO := $(shell git ls-files -co --exclude-standard '*.go' | grep -v -e '_test\.go$$' -e '^build/' -e '^test/')
 
-.PHONY: null-image FORCE
+.PHONY: null-image test-image FORCE
 
 image: $(OUT)/cairn.img $(OUT)/vmlinuz $(OUT)/initramfs.img $(OUT)/cmdline $(KERNEL_VERSION)
+
+# test-image is the initramfs of a /init with the test hooks (build tag
+# cairntest: cmd/init/testhooks.go, the cairn.test.* kernel flags). Only the
+# e2e suites that need a hook boot it, directly with out/vmlinuz; the disk
+# image and every other suite carry the production /init.
+test-image: image $(OUT)/initramfs-test.img
 
 null-image: $(OUT)/null.img $(OUT)/null-initramfs.img
 
@@ -111,6 +121,10 @@ $(MKIMAGE): $(BUILD_GO) go.mod go.sum
 $(IMAGE_CACHE)/init: $(NODE_GO) go.mod go.sum
 	@echo "image: building /init (cmd/init)"
 	@mkdir -p $(@D) && CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.buildVersion=$(VERSION)" -o $@ ./cmd/init
+
+$(IMAGE_CACHE)/init-test: $(NODE_GO) go.mod go.sum
+	@echo "image: building the test /init (cmd/init, tag cairntest)"
+	@mkdir -p $(@D) && CGO_ENABLED=0 $(GO) build -tags cairntest -trimpath -ldflags "-s -w -X main.buildVersion=$(VERSION)" -o $@ ./cmd/init
 
 $(IMAGE_CACHE)/nullinit: build/nullinit/main.go go.mod
 	@mkdir -p $(@D) && CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./build/nullinit
@@ -134,6 +148,12 @@ $(OUT)/initramfs.img: $(MKIMAGE) $(INIT_BIN) $(KERNEL_VERSION)
 	  -deps $(IMAGE_CACHE)/initramfs.d -o $@
 
 -include $(IMAGE_CACHE)/initramfs.d
+
+$(OUT)/initramfs-test.img: $(MKIMAGE) $(IMAGE_CACHE)/init-test $(KERNEL_VERSION)
+	@$(MKIMAGE) initramfs -kernel "$(KDIR)" -release "$(KREL)" -init $(IMAGE_CACHE)/init-test \
+	  -deps $(IMAGE_CACHE)/initramfs-test.d -name initramfs-test -o $@
+
+-include $(IMAGE_CACHE)/initramfs-test.d
 
 $(OUT)/null-initramfs.img: $(MKIMAGE) $(IMAGE_CACHE)/nullinit
 	@$(MKIMAGE) initramfs -modules=false -host-binaries=false -name null-initramfs -init $(IMAGE_CACHE)/nullinit -o $@

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 
@@ -24,7 +23,7 @@ type child struct {
 
 // nodeChildren returns the node's services, started after power: the
 // network, the storage, enrolment, the role server, node management and,
-// when test-only flags ask for them, the echo server and client. printf
+// in test images when test-only flags ask for them, test services. printf
 // writes phase lines; log takes what cannot start; request stops the node.
 //
 //	storage ─mounted─▶ parameters ─▶ network ─address─▶ enrolment ◀─┐
@@ -58,26 +57,17 @@ func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogg
 		{"roleserve", rs.Run},
 		{"nodemanagement", nodeManagementRunnable(rs.Credentials(), lt, request)},
 	}
-	if fl.testEchoPort != 0 {
-		cs = append(cs, child{"test-echo", echoRunnable(fl.testEchoPort)})
-	}
-	if fl.testDial.IsValid() {
-		cs = append(cs, child{"test-dial", dialRunnable(fl.testDial, &address, printf)})
-	}
-	return cs
+	return append(cs, fl.test.children(&address, printf)...)
 }
-
-// errTestRootFail is the root's error under the test-only flag
-// cairn.test.root-fail.
-var errTestRootFail = errors.New("failing on purpose: " + flagTestRootFail + " is set on the kernel command line (test-only flag)")
 
 // rootRunnable returns the root of the node's supervision tree. It starts
 // children, each as a runnable of its own, says it is healthy, and runs
-// until the tree is stopped. With failForTest it fails at once instead.
-func rootRunnable(children []child, failForTest bool) supervisor.Runnable {
+// until the tree is stopped. With fail set (a test hook) it fails at once
+// with that error instead.
+func rootRunnable(children []child, fail error) supervisor.Runnable {
 	return func(ctx context.Context) error {
-		if failForTest {
-			return errTestRootFail
+		if fail != nil {
+			return fail
 		}
 		for _, c := range children {
 			if err := supervisor.Run(ctx, c.name, c.run); err != nil {

@@ -1,3 +1,5 @@
+//go:build cairntest
+
 package main
 
 import (
@@ -93,14 +95,11 @@ func (p *phaseLines) wait(t *testing.T, want string) {
 func testStorage(disks *fakeDisks, esp, data string, node, cluster string) (*storage, *phaseLines) {
 	p := &phaseLines{}
 	return &storage{
-		disks:      disks,
-		printf:     p.printf,
-		espCairn:   filepath.Join(esp, "cairn"),
-		dataRoot:   data,
-		keys:       true,
-		nodeKey:    []byte(node),
-		clusterKey: []byte(cluster),
-		marker:     "hello",
+		disks:    disks,
+		printf:   p.printf,
+		espCairn: filepath.Join(esp, "cairn"),
+		dataRoot: data,
+		hooks:    newStorageHooks(testStorageFlags(node, cluster, "hello")),
 	}, p
 }
 
@@ -163,4 +162,14 @@ func TestStorageRun(t *testing.T) {
 	if disks.formats != 1 {
 		t.Errorf("the partition was formatted %d times, want 1", disks.formats)
 	}
+}
+
+// testStorageFlags are the test flags of a node whose data partition is
+// keyed by node and cluster (each padded with zeros to a key's size) and
+// which writes marker.
+func testStorageFlags(node, cluster, marker string) testFlags {
+	f := testFlags{storageKeys: true, marker: marker}
+	copy(f.nodeKey[:], node)
+	copy(f.clusterKey[:], cluster)
+	return f
 }

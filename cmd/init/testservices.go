@@ -1,3 +1,5 @@
+//go:build cairntest
+
 package main
 
 import (

@@ -75,7 +75,7 @@ func TestRootFailureReboots(t *testing.T) {
 	n := s.launch(launch.Config{Name: "rootfail", Image: artifact(t, "cairn.img")},
 		launch.WithDirectBoot(launch.DirectBoot{
 			Kernel:  artifact(t, "vmlinuz"),
-			Initrd:  artifact(t, "initramfs.img"),
+			Initrd:  artifact(t, "initramfs-test.img"), // the test hooks: cairn.test.*
 			Cmdline: strings.TrimSpace(string(cmdline)) + " cairn.test.root-fail",
 		}),
 		launch.WithNoReboot())

@@ -17,7 +17,7 @@ import (
 )
 
 var (
-	imageDirFlag = flag.String("image-dir", "", "directory with cairn.img, vmlinuz, initramfs.img and cmdline (default $CAIRN_IMAGE_DIR or out/ at the repository root)")
+	imageDirFlag = flag.String("image-dir", "", "directory with cairn.img, vmlinuz, initramfs.img, initramfs-test.img and cmdline (default $CAIRN_IMAGE_DIR or out/ at the repository root)")
 	memoryFlag   = flag.Int("memory", 2048, "memory of each node in MiB")
 	cairnctlFlag = flag.String("cairnctl", "", "the cairnctl binary the suites run as the operator (default <image dir>/cairnctl)")
 )

@@ -88,7 +88,7 @@ func (s *suite) launchOn(nw *netns.Network, i int, flags string) *launch.Node {
 		launch.WithExtraArgs(nw.Node(i).QEMUArgs()...),
 		launch.WithDirectBoot(launch.DirectBoot{
 			Kernel:  artifact(s.t, "vmlinuz"),
-			Initrd:  artifact(s.t, "initramfs.img"),
+			Initrd:  artifact(s.t, "initramfs-test.img"), // the test hooks: cairn.test.*
 			Cmdline: strings.TrimSpace(string(cmdline)) + " " + flags,
 		}),
 		launch.WithConsoleFile(logFile),

@@ -105,7 +105,7 @@ func (s *suite) bootDisk(name, disk, flags string, opts ...launch.Option) *launc
 		launch.WithNetwork(launch.NoNetwork{}),
 		launch.WithDirectBoot(launch.DirectBoot{
 			Kernel:  artifact(s.t, "vmlinuz"),
-			Initrd:  artifact(s.t, "initramfs.img"),
+			Initrd:  artifact(s.t, "initramfs-test.img"), // the test hooks: cairn.test.*
 			Cmdline: strings.TrimSpace(string(cmdline)) + " " + flags,
 		}),
 		launch.WithWritableImage(),

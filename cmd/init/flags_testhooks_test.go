@@ -1,0 +1,54 @@
+//go:build cairntest
+
+package main
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"cairn.dev/cairn/pkg/cmdline"
+)
+
+func TestParseRootFail(t *testing.T) {
+	for _, tc := range []struct {
+		cmdline string
+		want    bool
+	}{
+		{"cairn.test.root-fail", true},
+		{"cairn.test.root_fail=1", true},
+		{"cairn.test.root-fail=0", false},
+		{"console=ttyS0", false},
+	} {
+		got, notes := parseFlags(cmdline.Parse(tc.cmdline))
+		if got.test.rootFail != tc.want || len(notes) != 0 {
+			t.Errorf("parseFlags(%q) root-fail = %v, %q, want %v and no notes", tc.cmdline, got.test.rootFail, notes, tc.want)
+		}
+	}
+}
+
+func TestParseTestFlags(t *testing.T) {
+	node, cluster := strings.Repeat("ab", 64), strings.Repeat("cd", 64)
+	f, notes := parseFlags(cmdline.Parse("cairn.test.storage-keys=" + node + ":" + cluster +
+		" cairn.test.echo=7900 cairn.test.marker=m1 cairn.test.dial=10.42.0.11:7900"))
+	if len(notes) != 0 || !f.test.storageKeys || f.test.nodeKey[0] != 0xab || f.test.clusterKey[63] != 0xcd ||
+		f.test.echoPort != 7900 || f.test.marker != "m1" || f.test.dial != netip.MustParseAddrPort("10.42.0.11:7900") {
+		t.Errorf("parseFlags(test flags) = %+v, %q", f, notes)
+	}
+	for _, bad := range []string{
+		"cairn.test.storage-keys=" + node,
+		"cairn.test.storage-keys=" + node + ":" + cluster[2:],
+		"cairn.test.storage-keys=" + node + ":" + strings.Repeat("zz", 64),
+		"cairn.test.echo=0",
+		"cairn.test.echo=70000",
+		"cairn.test.dial=10.42.0.11",
+	} {
+		f, notes := parseFlags(cmdline.Parse(bad))
+		if len(notes) != 1 || f.test.storageKeys || f.test.echoPort != 0 || f.test.dial.IsValid() {
+			t.Errorf("parseFlags(%q) = %+v, %q, want the flag ignored with one note", bad, f, notes)
+		}
+		if strings.Contains(strings.Join(notes, ""), node) {
+			t.Errorf("parseFlags(%q) notes %q quote the key", bad, notes)
+		}
+	}
+}

@@ -1,0 +1,140 @@
+//go:build cairntest
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"cairn.dev/cairn/node/localstorage"
+	"cairn.dev/cairn/pkg/logtree"
+)
+
+// storageHooks are the storage child's test hooks: the flags that ask
+// for them and what they did so far.
+type storageHooks struct {
+	test                    testFlags
+	dataMounted, markerDone bool
+}
+
+func newStorageHooks(f testFlags) storageHooks { return storageHooks{test: f} }
+
+// run sets the data partition up with cairn.test.storage-keys and writes
+// or reports cairn.test.marker.
+func (h *storageHooks) run(ctx context.Context, s *storage, log logtree.LeveledLogger) error {
+	if h.test.storageKeys && !h.dataMounted {
+		how, err := s.mountData(ctx, log)
+		if err != nil {
+			s.printf("data partition not mounted: %v", err)
+			return err
+		}
+		h.dataMounted = true
+		s.printf("data partition mounted (%s)", how)
+	}
+	if h.dataMounted && h.test.marker != "" && !h.markerDone {
+		if err := s.checkMarker(); err != nil {
+			return err
+		}
+		h.markerDone = true
+	}
+	return nil
+}
+
+// testSetUpFile is a test-only file on the ESP, next to the node's
+// parameters, that says the data partition was set up with the keys of
+// cairn.test.storage-keys. It stands in for the sealed configuration,
+// which is what tells a real node that MountNew is behind it.
+const testSetUpFile = "test-data-partition-set-up"
+
+// testMarkerFile is the file cairn.test.marker writes on the data
+// partition.
+const testMarkerFile = "marker"
+
+// mountData mounts the data partition and says whether it was "new" or
+// "existing". It formats only a partition that was never set up: once the
+// ESP says this node set it up, or its header says it was set up with
+// other keys, a failure to open it is an error and nothing is written.
+func (s *storage) mountData(ctx context.Context, log logtree.LeveledLogger) (string, error) {
+	if err := os.MkdirAll(s.espCairn, 0o700); err != nil {
+		return "", fmt.Errorf("when creating %s: %w", s.espCairn, err)
+	}
+	setUp := filepath.Join(s.espCairn, testSetUpFile)
+	_, err := os.Stat(setUp)
+	switch {
+	case err == nil:
+		if err := s.disks.MountExisting(s.hooks.test.nodeKey[:], s.hooks.test.clusterKey[:]); err != nil {
+			return "", fmt.Errorf("this node set its data partition up before, and it does not open (not formatting it): %w", err)
+		}
+		return "existing", nil
+	case !errors.Is(err, os.ErrNotExist):
+		return "", fmt.Errorf("when looking for %s: %w", setUp, err)
+	}
+	err = s.disks.MountExisting(s.hooks.test.nodeKey[:], s.hooks.test.clusterKey[:])
+	switch {
+	case err == nil:
+		return "existing", writeSynced(setUp, []byte("set up by cairn.test.storage-keys\n"), false)
+	case errors.Is(err, localstorage.ErrWrongKey):
+		return "", fmt.Errorf("the data partition was set up with other keys (not formatting it): %w", err)
+	}
+	log.Infof("No usable data partition (%v): setting one up", err)
+	if err := s.disks.MountNew(ctx, s.hooks.test.nodeKey[:], s.hooks.test.clusterKey[:]); err != nil {
+		return "", fmt.Errorf("when setting up the data partition: %w", err)
+	}
+	return "new", writeSynced(setUp, []byte("set up by cairn.test.storage-keys\n"), false)
+}
+
+// checkMarker writes the test-only marker file if it is absent and
+// reports the marker it finds otherwise.
+func (s *storage) checkMarker() error {
+	p := filepath.Join(s.dataRoot, testMarkerFile)
+	b, err := os.ReadFile(p)
+	switch {
+	case err == nil:
+		s.printf("found marker %s", strings.TrimSpace(string(b)))
+		return nil
+	case !errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("when reading the marker: %w", err)
+	}
+	if err := writeSynced(p, []byte(s.hooks.test.marker+"\n"), true); err != nil {
+		return err
+	}
+	s.printf("wrote marker")
+	return nil
+}
+
+// writeSynced writes data to a new file at path and syncs the file and its
+// directory, so that it survives a power cut once written. With exclusive
+// set, an existing file is an error; without, it is replaced.
+func writeSynced(path string, data []byte, exclusive bool) error {
+	flag := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+	if exclusive {
+		flag = os.O_WRONLY | os.O_CREATE | os.O_EXCL
+	}
+	f, err := os.OpenFile(path, flag, 0o600)
+	if err != nil {
+		return fmt.Errorf("when creating %s: %w", path, err)
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("when writing %s: %w", path, err)
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return fmt.Errorf("when syncing %s: %w", filepath.Dir(path), err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("when syncing %s: %w", filepath.Dir(path), err)
+	}
+	return nil
+}

@@ -1,0 +1,142 @@
+//go:build cairntest
+
+package main
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"cairn.dev/cairn/node/localstorage"
+	"cairn.dev/cairn/pkg/cmdline"
+	"cairn.dev/cairn/pkg/event"
+)
+
+// This file and the other files built with the tag cairntest are the test
+// hooks of /init: kernel command-line flags that make a node misbehave on
+// purpose or run test services. Only the /init of test images (make
+// test-image) has them; a production /init ignores every cairn.test.*
+// flag (testhooks_off.go), and TestProductionHasNoTestHooks checks that
+// its binary does not even contain their names.
+
+// testHooksBuilt says whether this /init carries the test hooks.
+const testHooksBuilt = true
+
+// Test-only kernel command-line flags.
+const (
+	// flagTestRootFail makes the root runnable fail at once, so that
+	// end-to-end tests can see the node report the failure and reboot.
+	flagTestRootFail = testFlagPrefix + "root-fail"
+	// flagTestStorageKeys sets up the data partition without enrolment:
+	// "cairn.test.storage-keys=<node key>:<cluster key>", each
+	// localstorage.KeySize bytes in hex. The keys are on the command line
+	// in plaintext.
+	flagTestStorageKeys = testFlagPrefix + "storage-keys"
+	// flagTestEcho runs a TCP echo server: "cairn.test.echo=<port>".
+	flagTestEcho = testFlagPrefix + "echo"
+	// flagTestMarker writes text to /data/marker once the data partition
+	// is mounted, or reports the marker found there:
+	// "cairn.test.marker=<text>".
+	flagTestMarker = testFlagPrefix + "marker"
+	// flagTestDial dials an echo server (another node's cairn.test.echo)
+	// once the node has an address, and reports whether the echo came
+	// back: "cairn.test.dial=<ip>:<port>".
+	flagTestDial = testFlagPrefix + "dial"
+)
+
+// testFlags are the test-only flags of the kernel command line.
+type testFlags struct {
+	// rootFail makes the root runnable fail.
+	rootFail bool
+	// storageKeys says the two keys below were given.
+	storageKeys bool
+	// nodeKey and clusterKey key the data partition.
+	nodeKey, clusterKey [localstorage.KeySize]byte
+	// echoPort is the port of the echo server; 0 for none.
+	echoPort int
+	// marker is the text of /data/marker; "" for none.
+	marker string
+	// dial is the echo server to dial; invalid for none.
+	dial netip.AddrPort
+}
+
+// parseTestFlags reads the test-only flags from c; a flag it cannot use
+// is left unset and named in a note.
+func parseTestFlags(c cmdline.Cmdline) (f testFlags, notes []string) {
+	f.rootFail = c.Flag(flagTestRootFail)
+	if p, ok := c.Lookup(flagTestStorageKeys); ok {
+		if err := parseStorageKeys(p.Value, &f.nodeKey, &f.clusterKey); err != nil {
+			notes = append(notes, fmt.Sprintf("ignoring %s: %v", flagTestStorageKeys, err))
+		} else {
+			f.storageKeys = true
+		}
+	}
+	if p, ok := c.Lookup(flagTestEcho); ok {
+		port, err := strconv.ParseUint(p.Value, 10, 16)
+		if err != nil || port == 0 {
+			notes = append(notes, fmt.Sprintf("ignoring %s=%s: not a TCP port", flagTestEcho, p.Value))
+		} else {
+			f.echoPort = int(port)
+		}
+	}
+	if p, ok := c.Lookup(flagTestMarker); ok && p.Value != "" {
+		f.marker = p.Value
+	}
+	if p, ok := c.Lookup(flagTestDial); ok {
+		ap, err := netip.ParseAddrPort(p.Value)
+		if err != nil {
+			notes = append(notes, fmt.Sprintf("ignoring %s=%s: %v", flagTestDial, p.Value, err))
+		} else {
+			f.dial = ap
+		}
+	}
+	return f, notes
+}
+
+// parseStorageKeys decodes "<node key>:<cluster key>" in hex into node and
+// cluster. Its errors never quote the keys.
+func parseStorageKeys(v string, node, cluster *[localstorage.KeySize]byte) error {
+	n, c, ok := strings.Cut(v, ":")
+	if !ok {
+		return fmt.Errorf("want <node key>:<cluster key>, found no colon")
+	}
+	for _, k := range []struct {
+		name string
+		hex  string
+		out  []byte
+	}{{"node key", n, node[:]}, {"cluster key", c, cluster[:]}} {
+		if len(k.hex) != 2*localstorage.KeySize {
+			return fmt.Errorf("%s has %d hex digits, want %d", k.name, len(k.hex), 2*localstorage.KeySize)
+		}
+		if _, err := hex.Decode(k.out, []byte(k.hex)); err != nil {
+			return fmt.Errorf("%s is not hex", k.name)
+		}
+	}
+	return nil
+}
+
+// errTestRootFail is the root's error under cairn.test.root-fail.
+var errTestRootFail = errors.New("failing on purpose: " + flagTestRootFail + " is set on the kernel command line (test-only flag)")
+
+// rootFailure is the error the root runnable fails with at once, or nil.
+func (f testFlags) rootFailure() error {
+	if f.rootFail {
+		return errTestRootFail
+	}
+	return nil
+}
+
+// children are the test services the flags ask for.
+func (f testFlags) children(address event.Watchable[netip.Prefix], printf func(string, ...any)) []child {
+	var cs []child
+	if f.echoPort != 0 {
+		cs = append(cs, child{"test-echo", echoRunnable(f.echoPort)})
+	}
+	if f.dial.IsValid() {
+		cs = append(cs, child{"test-dial", dialRunnable(f.dial, address, printf)})
+	}
+	return cs
+}
