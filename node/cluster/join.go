@@ -35,6 +35,11 @@ func (s *Service) join(ctx context.Context) (*roleserve.Membership, error) {
 		log.Errorf("Sealed configuration is unusable: %v", err)
 		return nil, fmt.Errorf("when unsealing the configuration: %w", err)
 	}
+	// A power cut may have come between sealing and removing the
+	// parameters of the first enrolment.
+	if err := s.removeParameters(log); err != nil {
+		return nil, err
+	}
 	id := sc.GetNodeId()
 	// unseal has parsed the envelope already: this cannot fail.
 	kind, _, _ := parseEnvelope(b)

@@ -260,6 +260,26 @@ func (s *Service) seal(ctx context.Context, u *unsealedEnrolment) error {
 		return err
 	}
 	marker.Log(log, u.done, "node", node.ID())
+	return s.removeParameters(log)
+}
+
+// removeParameters deletes the node parameters from the ESP once the
+// sealed configuration replaces them: they hold the register ticket (or
+// the owner's public key), which nobody should find on a disk that left
+// the cluster. Only after the sealed configuration is written: a power cut
+// before leaves the parameters for a new first enrolment, one after leaves
+// them for the next join to remove. The fw_cfg copy is the hypervisor's,
+// not the node's to delete.
+func (s *Service) removeParameters(log logtree.LeveledLogger) error {
+	f := &s.root.ESP.Cairn.Parameters
+	there, err := f.Exists()
+	if err != nil || !there {
+		return err
+	}
+	if err := f.Remove(); err != nil {
+		return fmt.Errorf("when removing the node parameters: %w", err)
+	}
+	log.Infof("Removed the node parameters from the ESP: the sealed configuration replaces them")
 	return nil
 }
 

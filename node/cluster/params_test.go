@@ -1,0 +1,80 @@
+package cluster
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+
+	"cairn.dev/cairn/node/marker"
+	"cairn.dev/cairn/node/parameters/parameterstest"
+	"cairn.dev/cairn/pkg/logtree"
+)
+
+// sealFails is a TPM that opens but cannot seal: the node gets as far as
+// sealing its configuration, and no further.
+type sealFails struct{ *fakeTPM }
+
+func (sealFails) Seal([]byte) ([]byte, error) { return nil, errors.New("simulated TPM failure") }
+
+// TestParametersRemovedOnceSealed checks that the node parameters leave the
+// ESP only once the sealed configuration replaces them, whichever side of
+// that moment a power cut falls on.
+func TestParametersRemovedOnceSealed(t *testing.T) {
+	n := newTestNode(t)
+	esp := &n.storage.st.Root.ESP.Cairn
+	b, err := proto.Marshal(parameterstest.Bootstrap(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := esp.Parameters.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	exists := func(what string, want bool) {
+		t.Helper()
+		var got bool
+		var err error
+		switch what {
+		case "parameters":
+			got, err = esp.Parameters.Exists()
+		case "sealed configuration":
+			got, err = esp.SealedConfiguration.Exists()
+		}
+		if err != nil || got != want {
+			t.Fatalf("%s on the ESP: %v (%v), want %v", what, got, err, want)
+		}
+	}
+
+	// Cut before sealing (here: sealing fails): nothing is sealed and the
+	// parameters stay for the next boot.
+	tpm := newFakeTPM()
+	n.tpm = func() (sealer, error) { return sealFails{tpm}, nil }
+	n.boot(t, nil, 0)
+	n.waitEntry(t, "the failed seal", logtree.INFO, func(msg string) bool {
+		return strings.Contains(msg, "simulated TPM failure")
+	})
+	n.cancel()
+	exists("sealed configuration", false)
+	exists("parameters", true)
+
+	// The next boot enrols again from them, seals, then removes them.
+	n.tpm = tpm.open
+	n.boot(t, nil, 0)
+	id := n.waitMarker(t, marker.Bootstrapped).Get("node")
+	n.waitLog(t, "Removed the node parameters", logtree.INFO)
+	n.cancel()
+	exists("sealed configuration", true)
+	exists("parameters", false)
+
+	// Cut between sealing and removing: the parameters are back on the
+	// ESP. The node joins from its sealed configuration, never enrols
+	// again, and removes them.
+	if err := esp.Parameters.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	n.boot(t, nil, 0)
+	n.waitMarker(t, marker.Joined, "node", id)
+	n.waitLog(t, "Removed the node parameters", logtree.INFO)
+	exists("parameters", false)
+}
