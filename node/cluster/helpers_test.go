@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"cairn.dev/cairn/node/localstorage"
@@ -19,6 +20,8 @@ import (
 // TPM bound to one machine.
 type fakeTPM struct {
 	machine []byte
+	// marked is the sealing marker, which lives in the TPM.
+	marked atomic.Bool
 }
 
 func newFakeTPM() *fakeTPM {
@@ -55,6 +58,10 @@ func (f *fakeTPM) Unseal(blob []byte) ([]byte, error) {
 	}
 	return out, nil
 }
+
+func (f *fakeTPM) SetSealingMarker() error { f.marked.Store(true); return nil }
+
+func (f *fakeTPM) SealingMarker() (bool, error) { return f.marked.Load(), nil }
 
 func (f *fakeTPM) Close() error { return nil }
 

@@ -152,8 +152,17 @@ func validateSealed(sc *private.SealedConfiguration) error {
 type sealer interface {
 	Seal(secret []byte) ([]byte, error)
 	Unseal(blob []byte) ([]byte, error)
+	// SetSealingMarker records in the TPM that a configuration was sealed
+	// with it; SealingMarker reads that record (see pkg/tpmseal).
+	SetSealingMarker() error
+	SealingMarker() (bool, error)
 	Close() error
 }
+
+// errUnsealedOnSealingTPM is unseal's answer for an unsealed envelope on a
+// machine whose TPM says its node sealed its configuration: someone who
+// could write the ESP swapped a configuration of theirs in.
+var errUnsealedOnSealingTPM = errors.New("the configuration on the ESP is stored unsealed, but this machine's TPM says this node sealed it with the TPM: refusing a configuration that was swapped in")
 
 // errNoTPM is what an openTPM returns when the machine has no TPM.
 var errNoTPM = errors.New("no TPM on this machine")
@@ -169,6 +178,37 @@ func openMachineTPM() (sealer, error) {
 		return nil, fmt.Errorf("when opening the TPM: %w", err)
 	}
 	return t, nil
+}
+
+// markSealing sets the TPM's sealing marker, before a TPM-sealed
+// configuration is written: from then on an unsealed configuration on
+// this machine is a swap.
+func markSealing(open func() (sealer, error)) error {
+	t, err := open()
+	if err != nil {
+		return fmt.Errorf("when opening the TPM: %w", err)
+	}
+	defer t.Close()
+	return t.SetSealingMarker()
+}
+
+// checkNoSealingMarker refuses an unsealed configuration on a machine
+// whose TPM holds the sealing marker. Without a TPM that opens, there is
+// nothing to check: the configuration was stored unsealed on purpose.
+func checkNoSealingMarker(open func() (sealer, error)) error {
+	t, err := open()
+	if err != nil {
+		return nil
+	}
+	defer t.Close()
+	marked, err := t.SealingMarker()
+	if err != nil {
+		return fmt.Errorf("when asking the TPM whether this node sealed its configuration: %w", err)
+	}
+	if marked {
+		return errUnsealedOnSealingTPM
+	}
+	return nil
 }
 
 // sealPlan is the decision how to store the sealed configuration, taken
@@ -229,6 +269,11 @@ func unseal(b []byte, open func() (sealer, error)) (*private.SealedConfiguration
 	kind, payload, err := parseEnvelope(b)
 	if err != nil {
 		return nil, err
+	}
+	if kind == kindPlain {
+		if err := checkNoSealingMarker(open); err != nil {
+			return nil, err
+		}
 	}
 	if kind == kindTPM {
 		t, err := open()

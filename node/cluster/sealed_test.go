@@ -77,6 +77,9 @@ func TestUnsealDamaged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := markSealing(tpm.open); err != nil {
+		t.Fatal(err)
+	}
 	plain, err := seal(testSealed(t), sealPlan{}, tpm.open)
 	if err != nil {
 		t.Fatal(err)
@@ -101,8 +104,9 @@ func TestUnsealDamaged(t *testing.T) {
 		{"unknown version", flip(good, 8), tpm.open, "unknown sealed configuration version"},
 		{"TPM blob without TPM", good, noTPM, "sealed by a TPM, which cannot be opened"},
 		{"TPM blob on another machine", good, otherTPM.open, "TPM refused to unseal"},
-		{"plain payload is not a proto", marshalEnvelope(kindPlain, []byte("\xff\xff\xff")), tpm.open, "not a SealedConfiguration"},
-		{"plain payload misses fields", marshalEnvelope(kindPlain, nil), tpm.open, "node_id"},
+		{"plain payload is not a proto", marshalEnvelope(kindPlain, []byte("\xff\xff\xff")), otherTPM.open, "not a SealedConfiguration"},
+		{"plain payload misses fields", marshalEnvelope(kindPlain, nil), otherTPM.open, "node_id"},
+		{"plain where the TPM sealed", plain, tpm.open, "swapped in"},
 		{"plain reads without a TPM", plain, noTPM, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -202,4 +206,29 @@ func FuzzUnseal(f *testing.F) {
 			t.Fatalf("unseal accepted an invalid configuration: %v", err)
 		}
 	})
+}
+
+// TestUnsealedSwapRefused plays someone who can write the ESP: on a machine
+// whose node sealed its configuration with the TPM, they put an unsealed
+// configuration of theirs in its place. The TPM remembers the sealing,
+// and the swap is refused; an unsealed configuration is accepted where
+// the TPM never sealed one, or where there is no TPM.
+func TestUnsealedSwapRefused(t *testing.T) {
+	tpm := newFakeTPM()
+	plain, err := seal(testSealed(t), sealPlan{warning: "test"}, tpm.open)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unseal(plain, tpm.open); err != nil {
+		t.Fatalf("unseal(unsealed) before the TPM sealed anything: %v", err)
+	}
+	if err := markSealing(tpm.open); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unseal(plain, tpm.open); !errors.Is(err, errUnsealedOnSealingTPM) {
+		t.Errorf("unseal(swapped-in unsealed configuration) = %v, want %v", err, errUnsealedOnSealingTPM)
+	}
+	if _, err := unseal(plain, noTPM); err != nil {
+		t.Errorf("unseal(unsealed) without a TPM = %v, want it accepted", err)
+	}
 }

@@ -330,6 +330,13 @@ func (s *Service) writeSealed(log logtree.LeveledLogger, sc *private.SealedConfi
 	if err != nil {
 		return err
 	}
+	if plan.useTPM {
+		// The TPM's owner hierarchy may be locked with a password that
+		// Cairn does not know; sealing works without it, the marker not.
+		if err := markSealing(s.openTPM); err != nil {
+			log.Warningf("Cannot record the sealing in the TPM (%v): an unsealed configuration swapped in later will not be noticed", err)
+		}
+	}
 	if err := s.root.ESP.Cairn.SealedConfiguration.Write(b); err != nil {
 		return fmt.Errorf("when writing the sealed configuration: %w", err)
 	}
