@@ -28,11 +28,11 @@ func (s *Service) peerTLSReady() bool {
 
 // bootstrap turns an empty DataDir into a single-member cluster that can
 // restart with peer mTLS: it starts etcd with peers on localhost without
-// TLS, creates the cluster CA and this member's peer certificate in it,
-// moves the member's advertised peer URL to the real one, stops etcd and
-// writes the TLS files. It is safe to repeat after a crash at any point:
-// every step is idempotent, and nothing counts as done until the last file
-// is written.
+// TLS, creates the cluster CA, the peer CA and this member's peer
+// certificate in it, moves the member's advertised peer URL to the real
+// one, stops etcd and writes the TLS files. It is safe to repeat after a
+// crash at any point: every step is idempotent, and nothing counts as done
+// until the last file is written.
 func (s *Service) bootstrap(ctx context.Context) error {
 	lg := supervisor.Logger(ctx)
 	lg.Infof("Bootstrapping a new cluster: starting etcd with localhost peers and no TLS")
@@ -43,25 +43,20 @@ func (s *Service) bootstrap(ctx context.Context) error {
 	}
 	defer inst.close()
 
-	ca := ClusterCA()
-	caDER, err := ca.Ensure(ctx, inst.client)
-	if err != nil {
+	// The cluster CA is not etcd's own, but the rest of the node expects
+	// it once the cluster exists.
+	if _, err := ClusterCA().Ensure(ctx, inst.client); err != nil {
 		return fmt.Errorf("when creating cluster CA: %w", err)
 	}
-	peer := peerCertificate(s.cfg.Name, s.cfg.PeerIP, s.cfg.PrivateKey.Public())
-	peerDER, err := peer.Ensure(ctx, inst.client)
+	caDER, peerDER, crlDER, err := issuePeer(ctx, inst.client, s.cfg.Name, s.cfg.PeerIP, s.cfg.PrivateKey.Public())
 	if err != nil {
-		return fmt.Errorf("when issuing peer certificate: %w", err)
-	}
-	crlDER, err := ca.CRL(ctx, inst.client)
-	if err != nil {
-		return fmt.Errorf("when signing CRL: %w", err)
+		return err
 	}
 	id := uint64(inst.e.Server.MemberID())
 	if _, err := inst.client.MemberUpdate(ctx, id, []string{s.cfg.PeerURL()}); err != nil {
 		return fmt.Errorf("when advertising peer URL %s: %w", s.cfg.PeerURL(), err)
 	}
-	lg.Infof("cluster CA and peer certificate created, member %x now advertises %s; restarting with peer TLS", id, s.cfg.PeerURL())
+	lg.Infof("CAs and peer certificate created, member %x now advertises %s; restarting with peer TLS", id, s.cfg.PeerURL())
 	inst.close()
 	return s.writeTLSFiles(caDER, crlDER, peerDER)
 }

@@ -1,12 +1,30 @@
 // Package consensus runs the node's etcd member, embedded in the node's own
 // process, and hands the rest of the node namespaced clients to it.
 //
-// etcd holds the cluster's state and its CA (package pki). Its members
+// etcd holds the cluster's state and its CAs (package pki). Its members
 // talk to each other with mutual TLS on port 7834 of the node IP; clients
 // reach it only through a local unix socket, so there is no client port to
 // secure at all.
 //
-// # Bootstrapping: the CA that lives in etcd
+// # Peer trust: a CA of its own
+//
+// etcd's raft transport takes a sender's identity from URLs and headers,
+// not from its certificate: whoever passes the peer port's TLS handshake
+// can join the raft streams and read every replicated write, the CA keys
+// and every node's cluster unlock key among them. So the peer port must
+// accept current members and nobody else, and two CAs live in etcd:
+//
+//	cluster CA  pki/           node and owner certificates, the
+//	                           curator's gRPC; never trusted on 7834
+//	peer CA     etcd-peer-pki/ etcd peer certificates only; the one CA
+//	                           the peer port trusts, with its CRL
+//
+// The peer CA issues a certificate only to a member being added
+// (AddLearner) or bootstrapped, and RemoveMember revokes it. A node or
+// owner certificate fails the peer handshake; a removed member's is
+// refused by the CRL check right after it.
+//
+// # Bootstrapping: the CAs that live in etcd
 //
 // Peer TLS needs a CA, and the CA lives in etcd. The first member breaks the
 // circle by starting once without peer TLS, on localhost only, where no
@@ -16,15 +34,17 @@
 //	   │
 //	   ▼
 //	start etcd: peers http://127.0.0.1:7834 (no TLS), clients unix socket
-//	   │  pki.Ensure: cluster CA        (pki/certs/ca/...)
-//	   │  pki.Ensure: own peer cert      (pki/certs/etcd-peer-<name>/...)
+//	   │  pki.Ensure: cluster CA    (pki/certs/ca/...)
+//	   │  pki.Ensure: peer CA       (etcd-peer-pki/certs/ca/...)
+//	   │  pki.Ensure: own peer cert (etcd-peer-pki/certs/etcd-peer-<name>/...)
 //	   │  MemberUpdate: advertise https://<node IP>:7834
 //	   ▼
-//	stop etcd, write DataDir/peer-tls/{ca.pem, crl.der, peer-key.pem,
-//	peer.pem}; peer.pem last, its presence means "bootstrapped"
+//	stop etcd, write DataDir/peer-tls/{ca.pem (peer CA), crl.der,
+//	peer-key.pem, peer.pem}; peer.pem last, its presence means
+//	"bootstrapped"
 //	   │
 //	   ▼
-//	start etcd: peers https://<node IP>:7834, mTLS against the cluster CA
+//	start etcd: peers https://<node IP>:7834, mTLS against the peer CA
 //	(and its CRL); every later start begins here
 //
 // Each step is idempotent, so a crash anywhere before peer.pem is written
@@ -35,10 +55,11 @@
 //	new node                               running voting member
 //	   │ name, https://<IP>:7834, public key  │
 //	   │ ───────(through the curator)───────▶ │ Status.AddLearner:
-//	   │                                      │   issue peer cert for the key
+//	   │                                      │   peer CA issues a peer cert
+//	   │                                      │   for the key
 //	   │                                      │   MemberAddAsLearner
-//	   │ ◀──────────── JoinCluster ────────── │   (initial cluster, CA, CRL,
-//	   │                                      │    peer certificate)
+//	   │ ◀──────────── JoinCluster ────────── │   (initial cluster, peer CA,
+//	   │                                      │    CRL, peer certificate)
 //	   ▼
 //	Config.Join: write peer-tls/, start etcd with ClusterState=existing
 //	   │ replicates as a learner (no vote, serializable reads only)
@@ -48,10 +69,11 @@
 //	has caught up) ──▶ voting member; Status.Learner turns false
 //
 // A node's own private key never leaves it: AddLearner takes its public key.
-// RemoveMember removes a member and revokes its peer certificate; the crl
-// worker keeps the CRL file etcd checks peers against current, a few
-// seconds behind (crlGrace), so that the removed member can still be told
-// over peer TLS that it is out, and stop, instead of being cut off first.
+// RemoveMember removes a member and revokes its peer certificate on the
+// peer CA; the crl worker keeps the CRL file etcd checks peers against
+// current, a few seconds behind (crlGrace), so that the removed member can
+// still be told over peer TLS that it is out, and stop, instead of being
+// cut off first.
 //
 // # Runnables
 //

@@ -47,7 +47,8 @@ func (i *instance) close() {
 }
 
 // memberConfig is the configuration of the member in normal operation:
-// peers on the node IP with mTLS. joining says whether it joins an existing
+// peers on the node IP with mTLS, trusting the peer CA alone (caFile) and
+// refusing what its CRL lists. joining says whether it joins an existing
 // cluster for the first time.
 func (s *Service) memberConfig(joining bool) *embed.Config {
 	peer := url.URL{Scheme: "https", Host: net.JoinHostPort(s.cfg.PeerIP.String(), strconv.Itoa(s.cfg.peerPort()))}

@@ -27,12 +27,13 @@ type JoinCluster struct {
 	InitialCluster string
 	// Peers are the peer URLs of the members the new one will talk to.
 	Peers []string
-	// CACertificate is the cluster CA's certificate, DER.
+	// CACertificate is the etcd peer CA's certificate, DER: the one CA the
+	// new member's peer port trusts. It is not the cluster CA.
 	CACertificate []byte
-	// CRL is the cluster CA's current CRL, DER.
+	// CRL is the peer CA's current CRL, DER.
 	CRL []byte
 	// PeerCertificate is the new member's peer certificate, DER, issued by
-	// the cluster CA for the public key given to AddLearner.
+	// the peer CA for the public key given to AddLearner.
 	PeerCertificate []byte
 }
 
@@ -64,9 +65,10 @@ func (j *JoinCluster) validate(pub crypto.PublicKey) error {
 
 // AddLearner adds a new member called name, reachable at peerURL, to the
 // cluster as a learner and returns what it needs to join. Its peer
-// certificate is issued for pub, the joining node's public key: no private
-// key leaves that node. Once the learner has caught up with the cluster's
-// data, a voting member promotes it (see the package documentation).
+// certificate is issued by the peer CA for pub, the joining node's public
+// key: no private key leaves that node. Once the learner has caught up
+// with the cluster's data, a voting member promotes it (see the package
+// documentation).
 //
 // Adding the same name and peer URL again, before the learner has started,
 // returns the same data without adding a second member.
@@ -78,18 +80,9 @@ func (s *Status) AddLearner(ctx context.Context, name, peerURL string, pub ed255
 	if err != nil {
 		return nil, err
 	}
-	ca := ClusterCA()
-	caDER, err := ca.Ensure(ctx, s.raw)
+	caDER, peerDER, crlDER, err := issuePeer(ctx, s.raw, name, ip, pub)
 	if err != nil {
-		return nil, fmt.Errorf("when reading cluster CA: %w", err)
-	}
-	peerDER, err := peerCertificate(name, ip, pub).Ensure(ctx, s.raw)
-	if err != nil {
-		return nil, fmt.Errorf("when issuing peer certificate: %w", err)
-	}
-	crlDER, err := ca.CRL(ctx, s.raw)
-	if err != nil {
-		return nil, fmt.Errorf("when signing CRL: %w", err)
+		return nil, err
 	}
 
 	list, err := s.raw.MemberList(ctx)
@@ -181,7 +174,7 @@ func (s *Status) RemoveMember(ctx context.Context, name string) error {
 // revokePeer revokes and forgets the peer certificate of member name, and
 // says whether there was one.
 func (s *Status) revokePeer(ctx context.Context, name string) (bool, error) {
-	key := PKINamespace.CertificateKey("etcd-peer-" + name)
+	key := PeerPKINamespace.CertificateKey(peerCertificateName(name))
 	resp, err := s.raw.Get(ctx, key)
 	if err != nil {
 		return false, fmt.Errorf("when reading peer certificate of %q: %w", name, err)
@@ -193,7 +186,7 @@ func (s *Status) revokePeer(ctx context.Context, name string) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("when parsing peer certificate of %q: %w", name, err)
 	}
-	if err := ClusterCA().Revoke(ctx, s.raw, cert.SerialNumber); err != nil {
+	if err := peerCA().Revoke(ctx, s.raw, cert.SerialNumber); err != nil {
 		return false, err
 	}
 	// Forget it too, so that the node can be given a new one if it is

@@ -1,9 +1,13 @@
 package consensus
 
 import (
+	"context"
 	"crypto"
 	"crypto/ed25519"
+	"fmt"
 	"net"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"cairn.dev/cairn/pkg/pki"
 )
@@ -12,28 +16,66 @@ import (
 // certificates it issued are kept.
 var PKINamespace = &pki.Namespace{Prefix: "pki/"}
 
-// ClusterCA describes the cluster's CA: the one CA that secures etcd's peers
-// and, through the rest of the node, every other connection in the cluster.
-// It is created when the cluster is bootstrapped.
-func ClusterCA() *pki.Certificate {
+// PeerPKINamespace is where, apart from the cluster CA's, etcd's peer CA,
+// the peer certificates it issued and their revocations are kept.
+var PeerPKINamespace = &pki.Namespace{Prefix: "etcd-peer-pki/"}
+
+// ClusterCA describes the cluster's CA: the CA of node and owner
+// certificates, which secures every connection in the cluster but those
+// between etcd's peers (see the package documentation). It is created when
+// the cluster is bootstrapped.
+func ClusterCA() *pki.Certificate { return rootCA(PKINamespace, "Cairn cluster CA") }
+
+// peerCA describes etcd's peer CA. It issues the peer certificates of etcd
+// members and nothing else, and it is the only CA etcd's peer port trusts:
+// a node or owner certificate, or any other certificate of the cluster CA,
+// fails the handshake there. A removed member's peer certificate is
+// revoked on its CRL. It is created when the cluster is bootstrapped.
+func peerCA() *pki.Certificate { return rootCA(PeerPKINamespace, "Cairn etcd peer CA") }
+
+// rootCA describes a self-signed CA called cn, kept as "ca" in ns, whose
+// key any member can read (and sign with).
+func rootCA(ns *pki.Namespace, cn string) *pki.Certificate {
 	return &pki.Certificate{
-		Namespace: PKINamespace,
+		Namespace: ns,
 		Issuer:    pki.SelfSigned,
 		Name:      "ca",
-		Template:  pki.CA("Cairn cluster CA"),
+		Template:  pki.CA(cn),
 		Mode:      pki.ManagedKey,
 	}
 }
 
 // peerCertificate describes the etcd peer certificate of member name on ip,
-// for the node's own key.
-func peerCertificate(name string, ip net.IP, pub crypto.PublicKey) *pki.Certificate {
+// for the node's own key, issued by ca (peerCA).
+func peerCertificate(ca *pki.Certificate, name string, ip net.IP, pub crypto.PublicKey) *pki.Certificate {
 	return &pki.Certificate{
-		Namespace: PKINamespace,
-		Issuer:    ClusterCA(),
-		Name:      "etcd-peer-" + name,
+		Namespace: PeerPKINamespace,
+		Issuer:    ca,
+		Name:      peerCertificateName(name),
 		Template:  pki.Peer(name, []net.IP{ip}),
 		Mode:      pki.ExternalKey,
 		PublicKey: pub.(ed25519.PublicKey),
 	}
+}
+
+// peerCertificateName is the name, in PeerPKINamespace, of the peer
+// certificate of member name.
+func peerCertificateName(name string) string { return "etcd-peer-" + name }
+
+// issuePeer issues (or returns the already issued) peer certificate of
+// member name on ip for pub, creating the peer CA first if need be, and
+// returns what the member's peer TLS files hold, DER: the peer CA's
+// certificate, the peer certificate and the peer CA's current CRL.
+func issuePeer(ctx context.Context, kv clientv3.KV, name string, ip net.IP, pub crypto.PublicKey) (caDER, peerDER, crlDER []byte, err error) {
+	ca := peerCA()
+	if caDER, err = ca.Ensure(ctx, kv); err != nil {
+		return nil, nil, nil, fmt.Errorf("when ensuring the peer CA: %w", err)
+	}
+	if peerDER, err = peerCertificate(ca, name, ip, pub).Ensure(ctx, kv); err != nil {
+		return nil, nil, nil, fmt.Errorf("when issuing peer certificate: %w", err)
+	}
+	if crlDER, err = ca.CRL(ctx, kv); err != nil {
+		return nil, nil, nil, fmt.Errorf("when signing peer CRL: %w", err)
+	}
+	return caDER, peerDER, crlDER, nil
 }

@@ -92,11 +92,11 @@ func (s *Service) newRemovalProbe(inst *instance) (*removalProbe, error) {
 	}
 	caPEM, err := os.ReadFile(s.tlsPath(caFile))
 	if err != nil {
-		return nil, fmt.Errorf("when reading cluster CA: %w", err)
+		return nil, fmt.Errorf("when reading peer CA: %w", err)
 	}
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM(caPEM) {
-		return nil, errors.New("no cluster CA certificate in its file")
+		return nil, errors.New("no peer CA certificate in its file")
 	}
 	p.certIPs = cert.IPAddresses
 	p.tls = &tls.Config{
@@ -184,8 +184,7 @@ func (p *removalProbe) ask(ctx context.Context, peerURL string) peerAnswer {
 // a close without a word, from an address that the peer's check of our
 // certificate accepts, is the peer refusing our certificate.
 func (p *removalProbe) refusal(conn net.Conn, err error) peerAnswer {
-	closed := errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
-	if !closed {
+	if !closedByPeer(err) {
 		return answerUnknown
 	}
 	local, ok := conn.LocalAddr().(*net.TCPAddr)
@@ -193,4 +192,16 @@ func (p *removalProbe) refusal(conn net.Conn, err error) peerAnswer {
 		return answerUnknown
 	}
 	return answerRefused
+}
+
+// closedByPeer tells whether err, met writing to or reading from a
+// connection, says that the peer closed it: without a word (EOF) or
+// abruptly.
+func closedByPeer(err error) bool {
+	for _, closed := range []error{io.EOF, io.ErrUnexpectedEOF, syscall.ECONNRESET, syscall.EPIPE} {
+		if errors.Is(err, closed) {
+			return true
+		}
+	}
+	return false
 }

@@ -56,19 +56,19 @@ func TestRemoveRunningMember(t *testing.T) {
 		t.Errorf("Put on the remaining member: %v", err)
 	}
 	// b's peer certificate is revoked and gone.
-	if _, err := ClusterCA().CRL(ctx, stA.raw); err != nil {
+	if _, err := peerCA().CRL(ctx, stA.raw); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := stA.raw.Get(ctx, PKINamespace.CertificateKey("etcd-peer-"+b.cfg.Name))
+	resp, err := stA.raw.Get(ctx, PeerPKINamespace.CertificateKey(peerCertificateName(b.cfg.Name)))
 	if err != nil || len(resp.Kvs) != 0 {
 		t.Errorf("peer certificate of removed member still stored: %v, %v", resp, err)
 	}
-	resp, err = stA.raw.Get(ctx, ClusterCA().RevocationPrefix(), clientv3.WithPrefix())
+	resp, err = stA.raw.Get(ctx, peerCA().RevocationPrefix(), clientv3.WithPrefix())
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("revocations after removal: %v, %v, want one", resp, err)
 	}
 	// The remaining member's peer CRL file follows, after the grace.
-	serial := string(resp.Kvs[0].Key[len(ClusterCA().RevocationPrefix()):])
+	serial := string(resp.Kvs[0].Key[len(peerCA().RevocationPrefix()):])
 	deadline = time.Now().Add(time.Minute)
 	for {
 		der, err := os.ReadFile(a.svc.tlsPath(crlFile))

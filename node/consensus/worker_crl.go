@@ -15,8 +15,8 @@ import (
 const crlGrace = 3 * time.Second
 
 // runCRL keeps the CRL file that etcd checks peer certificates against in
-// step with the revocations stored in etcd: a member removed with
-// RemoveMember is refused at its next connection.
+// step with the peer CA's revocations stored in etcd: a member removed
+// with RemoveMember is refused at its next connection.
 //
 // Learners wait for their promotion, since they serve no watches.
 func (s *Service) runCRL(inst *instance) supervisor.Runnable {
@@ -32,7 +32,7 @@ func (s *Service) runCRL(inst *instance) supervisor.Runnable {
 				break
 			}
 		}
-		crl := ClusterCA().WatchCRL(inst.client)
+		crl := peerCA().WatchCRL(inst.client)
 		defer crl.Close()
 		supervisor.Signal(ctx, supervisor.SignalHealthy)
 		for first := true; ; first = false {

@@ -195,7 +195,7 @@ func TestHighAvailability(t *testing.T) {
 	}
 	fixture.Eventually(t, time.Minute, "waiting for the member list to shrink", func() error {
 		cl := n0.member.WaitVoter(t).Client()
-		resp, err := cl.Get(ctx, consensus.PKINamespace.CertificateKey("etcd-peer-"+n2.id()))
+		resp, err := cl.Get(ctx, consensus.PeerPKINamespace.CertificateKey("etcd-peer-"+n2.id()))
 		if err != nil {
 			return err
 		}
@@ -227,7 +227,7 @@ func TestHighAvailability(t *testing.T) {
 			return fmt.Errorf("UpdateNodeRoles(%s) again through %s: %w", lead.id(), other.id(), err)
 		}
 		cl := other.member.WaitVoter(t).Client()
-		resp, err := cl.Get(ctx, consensus.PKINamespace.CertificateKey("etcd-peer-"+lead.id()))
+		resp, err := cl.Get(ctx, consensus.PeerPKINamespace.CertificateKey("etcd-peer-"+lead.id()))
 		if err != nil {
 			return err
 		}

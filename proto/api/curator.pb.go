@@ -283,12 +283,13 @@ type JoinConsensusResponse struct {
 	InitialCluster string `protobuf:"bytes,1,opt,name=initial_cluster,json=initialCluster,proto3" json:"initial_cluster,omitempty"`
 	// The peer URLs of the existing members.
 	Peers []string `protobuf:"bytes,2,rep,name=peers,proto3" json:"peers,omitempty"`
-	// The cluster CA certificate, DER.
+	// The etcd peer CA's certificate, DER: the one CA that etcd's peer port
+	// trusts. Not the cluster CA: nothing that one issues passes that port.
 	CaCertificate []byte `protobuf:"bytes,3,opt,name=ca_certificate,json=caCertificate,proto3" json:"ca_certificate,omitempty"`
-	// The cluster CA's current CRL, DER.
+	// The etcd peer CA's current CRL, DER.
 	Crl []byte `protobuf:"bytes,4,opt,name=crl,proto3" json:"crl,omitempty"`
-	// The new member's etcd peer certificate, DER, issued for the calling
-	// node's key.
+	// The new member's etcd peer certificate, DER, issued by the peer CA
+	// for the calling node's key.
 	PeerCertificate []byte `protobuf:"bytes,5,opt,name=peer_certificate,json=peerCertificate,proto3" json:"peer_certificate,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache

@@ -70,8 +70,11 @@ type CuratorClient interface {
 	// CommitNode moves an approved node from STANDBY to UP and hands it its
 	// node certificate and its half of the data partition key. The caller
 	// presents a self-signed certificate of its node key in the TLS
-	// handshake; the handler finds the node by that key and refuses a node
-	// that is not STANDBY (FailedPrecondition) or unknown (NotFound).
+	// handshake; the handler finds the node by that key. An UP node may call
+	// again, as when the first answer was lost, and gets the same answer.
+	// The handler refuses a node that is neither STANDBY nor UP
+	// (FailedPrecondition; a DECOMMISSIONED one for ever) or unknown
+	// (NotFound).
 	CommitNode(ctx context.Context, in *CommitNodeRequest, opts ...grpc.CallOption) (*CommitNodeResponse, error)
 	// JoinNode lets an UP node that rebooted open its data partition again:
 	// it returns the cluster's half of the partition key. The caller
@@ -249,8 +252,11 @@ type CuratorServer interface {
 	// CommitNode moves an approved node from STANDBY to UP and hands it its
 	// node certificate and its half of the data partition key. The caller
 	// presents a self-signed certificate of its node key in the TLS
-	// handshake; the handler finds the node by that key and refuses a node
-	// that is not STANDBY (FailedPrecondition) or unknown (NotFound).
+	// handshake; the handler finds the node by that key. An UP node may call
+	// again, as when the first answer was lost, and gets the same answer.
+	// The handler refuses a node that is neither STANDBY nor UP
+	// (FailedPrecondition; a DECOMMISSIONED one for ever) or unknown
+	// (NotFound).
 	CommitNode(context.Context, *CommitNodeRequest) (*CommitNodeResponse, error)
 	// JoinNode lets an UP node that rebooted open its data partition again:
 	// it returns the cluster's half of the partition key. The caller
