@@ -40,8 +40,47 @@ func newClusterCommand(a *app) *cobra.Command {
 		Short: "Show the cluster's CA, configuration and curators",
 		Args:  cobra.NoArgs,
 		RunE:  a.ownerRun(func(ctx context.Context, o *owner, _ []string) error { return a.clusterInfo(ctx, o) }),
+	}, &cobra.Command{
+		Use:   "rotate-ticket",
+		Short: "Replace the register ticket; parameters written before stop registering nodes",
+		Long: "rotate-ticket replaces the cluster's register ticket with a fresh one. New\n" +
+			"nodes register only with the new ticket: write their parameters again with\n" +
+			"`cairnctl params register`. Nodes already registered (NEW, STANDBY or UP)\n" +
+			"are not affected, as they commit and join with their own keys. It prints\n" +
+			"SHA-256 fingerprints of the old and the new ticket, never the tickets.",
+		Args: cobra.NoArgs,
+		RunE: a.ownerRun(func(ctx context.Context, o *owner, _ []string) error { return a.rotateTicket(ctx, o) }),
 	})
 	return cmd
+}
+
+// rotateTicket replaces the register ticket it reads, and says which
+// ticket replaced which.
+func (a *app) rotateTicket(ctx context.Context, o *owner) error {
+	var old, rotated []byte
+	err := o.curator(ctx, "rotating the register ticket", func(conn *grpc.ClientConn) error {
+		m := api.NewManagementClient(conn)
+		res, err := m.GetRegisterTicket(ctx, &api.GetRegisterTicketRequest{})
+		if err != nil {
+			return err
+		}
+		old = res.GetTicket()
+		rot, err := m.RotateRegisterTicket(ctx, &api.RotateRegisterTicketRequest{PreviousTicket: old})
+		rotated = rot.GetTicket()
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	a.printf("Rotated the register ticket: SHA256:%s replaced SHA256:%s.\n", ticketFingerprint(rotated), ticketFingerprint(old))
+	a.printf("Register parameters written before no longer register nodes; write new ones\nwith `cairnctl params register`. Nodes already registered are not affected.\n")
+	return nil
+}
+
+// ticketFingerprint names a register ticket without giving it away: the
+// first 16 hex digits of its SHA-256.
+func ticketFingerprint(ticket []byte) string {
+	return fingerprint(ticket)[:16]
 }
 
 func (a *app) clusterInfo(ctx context.Context, o *owner) error {

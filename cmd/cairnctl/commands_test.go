@@ -29,6 +29,11 @@ func testNode(t *testing.T, state api.NodeState, roles *api.NodeRoles, status *a
 	if err != nil {
 		t.Fatal(err)
 	}
+	return nodeRecord(pub, state, roles, status, heartbeat)
+}
+
+// nodeRecord makes the record of the node holding pub.
+func nodeRecord(pub ed25519.PublicKey, state api.NodeState, roles *api.NodeRoles, status *api.NodeStatus, heartbeat time.Time) *api.Node {
 	n := &api.Node{Id: identity.NodeID(pub), PublicKey: pub, State: state, Roles: roles, Status: status}
 	if !heartbeat.IsZero() {
 		n.LastHeartbeatUnixNanos = heartbeat.UnixNano()
@@ -39,13 +44,16 @@ func testNode(t *testing.T, state api.NodeState, roles *api.NodeRoles, status *a
 // TestCommandsAgainstServer takes ownership of a test server and runs
 // every command against it over real gRPC with node/rpc's authorization.
 func TestCommandsAgainstServer(t *testing.T) {
-	up := testNode(t, api.NodeState_NODE_STATE_UP,
+	dir, s := bootstrapped(t)
+	// The UP node is the one the server answers as, so that per-node
+	// calls reach the node they name.
+	up := nodeRecord(s.ident.PublicKey(), api.NodeState_NODE_STATE_UP,
 		&api.NodeRoles{ConsensusMember: &api.NodeRoles_ConsensusMember{}},
 		&api.NodeStatus{ExternalAddress: "10.0.2.15", RunningCurator: &api.NodeStatus_RunningCurator{Port: 7833},
 			Version: "v0.1", TimestampUnixNanos: testNow.Add(-time.Minute).UnixNano()},
 		testNow.Add(-3*time.Second))
 	fresh := testNode(t, api.NodeState_NODE_STATE_NEW, nil, nil, time.Time{})
-	dir, s := bootstrapped(t, up, fresh)
+	s.setNodes(up, fresh)
 
 	out := mustRun(t, dir, "--endpoint", s.addr, "takeownership")
 	if !strings.Contains(out, "Took ownership of the cluster through "+s.addr) {

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +14,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"cairn.dev/cairn/node/curator/curatortest"
 	"cairn.dev/cairn/node/identity"
@@ -79,26 +83,8 @@ func TestAgainstCurator(t *testing.T) {
 	}
 
 	// A new node registers with what cairnctl wrote, as enrolment would.
-	newKey, err := identity.GenerateKey()
+	newID, err := registerNewNode(t, c.Addr, reg)
 	if err != nil {
-		t.Fatal(err)
-	}
-	newID := identity.NodeID(newKey.Public().(ed25519.PublicKey))
-	creds, err := rpc.EphemeralCredentials(reg.GetCaCertificate(), newKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := grpc.NewClient(c.Addr, grpc.WithTransportCredentials(creds))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	joinPub, _, _ := ed25519.GenerateKey(rand.Reader)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := api.NewCuratorClient(conn).RegisterNode(ctx, &api.RegisterNodeRequest{
-		RegisterTicket: reg.GetRegisterTicket(), JoinKey: joinPub,
-	}); err != nil {
 		t.Fatalf("RegisterNode with the ticket from params register: %v", err)
 	}
 
@@ -131,4 +117,61 @@ func TestAgainstCurator(t *testing.T) {
 	if info.CAFingerprint != fingerprint(c.CA) || info.TPM != "best-effort" {
 		t.Errorf("cluster info = %+v, want the cluster's CA and TPM best-effort", info)
 	}
+
+	// Rotating the ticket: params register writes the new one, with
+	// which nodes register, and the old one registers nobody.
+	out = mustRun(t, dir, "cluster", "rotate-ticket")
+	mustRun(t, dir, "params", "register", "--out", paramsFile)
+	if data, err = os.ReadFile(paramsFile); err != nil {
+		t.Fatal(err)
+	}
+	rotated := readParams(t, data).GetClusterRegister()
+	if len(rotated.GetRegisterTicket()) == 0 || bytes.Equal(rotated.GetRegisterTicket(), reg.GetRegisterTicket()) {
+		t.Fatalf("params register after rotate-ticket wrote ticket %x, want a new one (the old was %x)", rotated.GetRegisterTicket(), reg.GetRegisterTicket())
+	}
+	want := fmt.Sprintf("Rotated the register ticket: SHA256:%s replaced SHA256:%s.\n",
+		ticketFingerprint(rotated.GetRegisterTicket()), ticketFingerprint(reg.GetRegisterTicket()))
+	if !strings.HasPrefix(out, want) {
+		t.Errorf("cluster rotate-ticket printed %q, want it to start with %q", out, want)
+	}
+	if _, err := registerNewNode(t, c.Addr, reg); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("RegisterNode with the ticket from before rotate-ticket = %v, want PermissionDenied", err)
+	}
+	if _, err := registerNewNode(t, c.Addr, rotated); err != nil {
+		t.Errorf("RegisterNode with the ticket from params register after rotate-ticket: %v", err)
+	}
+	// The node registered before the rotation is approved as before.
+	if v := describe(newID); v.State != "STANDBY" {
+		t.Errorf("node registered before rotate-ticket is %s, want STANDBY", v.State)
+	}
+}
+
+// registerNewNode registers a node with a fresh key at the curator at
+// addr, with the ticket and CA of the register parameters reg, as
+// enrolment would, and returns its ID.
+func registerNewNode(t *testing.T, addr string, reg *api.NodeParameters_ClusterRegister) (string, error) {
+	t.Helper()
+	key, err := identity.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, err := rpc.EphemeralCredentials(reg.GetCaCertificate(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	joinPub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = api.NewCuratorClient(conn).RegisterNode(ctx, &api.RegisterNodeRequest{
+		RegisterTicket: reg.GetRegisterTicket(), JoinKey: joinPub,
+	})
+	return identity.NodeID(key.Public().(ed25519.PublicKey)), err
 }

@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -30,6 +33,8 @@ type owner struct {
 	dir      string
 	settings *settings
 	creds    credentials.TransportCredentials
+	key      ed25519.PrivateKey
+	certDER  []byte
 	caDER    []byte
 	// connect bounds connecting to one endpoint.
 	connect time.Duration
@@ -70,7 +75,7 @@ func (a *app) owner() (*owner, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := &owner{dir: dir, settings: s, creds: creds, caDER: ca, connect: a.connectTimeout, endpoints: a.endpoints}
+	o := &owner{dir: dir, settings: s, creds: creds, key: key, certDER: cert, caDER: ca, connect: a.connectTimeout, endpoints: a.endpoints}
 	if len(o.endpoints) == 0 {
 		o.endpoints = s.Endpoints
 	}
@@ -143,41 +148,84 @@ func explain(what, endpoint string, err error) error {
 
 // nodeEndpoint finds where to dial the management port of node id:
 // --node-endpoint, then the stored node endpoints, then the address the
-// node reports in its status.
-func (a *app) nodeEndpoint(ctx context.Context, o *owner, id string) (string, error) {
+// node reports in its status. It also says what to check should another
+// node answer there.
+func (a *app) nodeEndpoint(ctx context.Context, o *owner, id string) (ep, check string, err error) {
 	flags, err := parseNodeEndpoints(a.nodeEndpoints)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	if ep, ok := flags[id]; ok {
-		return ep, nil
+		return ep, "check --node-endpoint", nil
 	}
 	if ep, ok := o.settings.NodeEndpoints[id]; ok {
-		return ep, nil
+		return ep, fmt.Sprintf("check the node endpoint stored in %s (cairnctl config set-node-endpoint)", o.dir), nil
 	}
 	n, err := a.getNode(ctx, o, id)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	addr := n.GetStatus().GetExternalAddress()
 	if addr == "" {
-		return "", fmt.Errorf("node %s reports no address yet: give --node-endpoint %s=HOST:PORT", id, id)
+		return "", "", fmt.Errorf("node %s reports no address yet: give --node-endpoint %s=HOST:PORT", id, id)
 	}
-	return ports.Join(addr, ports.NodeManagement), nil
+	return ports.Join(addr, ports.NodeManagement), fmt.Sprintf("node %s reports that address, but another node holds it now; give --node-endpoint %s=HOST:PORT", id, id), nil
 }
 
 // nodeManagement runs f on a connection to the management port of node
-// id.
-func (a *app) nodeManagement(ctx context.Context, o *owner, id, what string, f func(c api.NodeManagementClient) error) error {
-	ep, err := a.nodeEndpoint(ctx, o, id)
+// id, which must answer with the node certificate of id: any other node
+// is refused before a request leaves. lookup bounds finding the endpoint;
+// f bounds its calls itself. what names the operation for errors ("asking
+// node ... to reboot").
+func (a *app) nodeManagement(lookup context.Context, o *owner, id, what string, f func(c api.NodeManagementClient) error) error {
+	ep, check, err := a.nodeEndpoint(lookup, o, id)
 	if err != nil {
 		return err
 	}
-	err = dialDo(ep, o.creds, o.connect, func(conn *grpc.ClientConn) error {
+	creds, err := rpc.NodeManagementCredentials(o.key, o.certDER, o.caDER, id)
+	if err != nil {
+		return fmt.Errorf("with the credentials in %s: %w", o.dir, err)
+	}
+	handshakes := &handshakeRecorder{TransportCredentials: creds}
+	err = dialDo(ep, handshakes, o.connect, func(conn *grpc.ClientConn) error {
 		return f(api.NewNodeManagementClient(conn))
 	})
-	if err != nil {
-		return explain(what, ep, err)
+	if err == nil {
+		return nil
 	}
-	return nil
+	var wrong *rpc.WrongNodeError
+	if errors.As(handshakes.lastError(), &wrong) {
+		return fmt.Errorf("when %s: endpoint %s answered as %s, not %s: %s", what, ep, wrong.Got, wrong.Want, check)
+	}
+	return explain(what, ep, err)
+}
+
+// handshakeRecorder passes TLS handshakes through to its credentials and
+// keeps the error of the last that failed: gRPC hands that error on to
+// the call only flattened into a status message.
+type handshakeRecorder struct {
+	credentials.TransportCredentials
+
+	mu  sync.Mutex
+	err error
+}
+
+// ClientHandshake is the wrapped credentials' handshake, recording its
+// error.
+func (h *handshakeRecorder) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn, info, err := h.TransportCredentials.ClientHandshake(ctx, authority, raw)
+	if err != nil {
+		h.mu.Lock()
+		h.err = err
+		h.mu.Unlock()
+	}
+	return conn, info, err
+}
+
+// lastError is the error of the last failed handshake, nil if none
+// failed.
+func (h *handshakeRecorder) lastError() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.err
 }

@@ -7,8 +7,9 @@
 //	takeownership ──AAA.Escrow (trust on first use)──────────────▶│ curator :7833
 //	     │  owner certificate + CA ◀──────────────────────────────┤
 //	     ▼                                                        │
-//	config dir ──owner mTLS──▶ cluster info, node ..., params register
-//	           ──owner mTLS──▶ logs, node reboot|poweroff ──▶ node :7835
+//	config dir ──owner mTLS──▶ cluster info|rotate-ticket, node ..., params register
+//	           ──owner mTLS──▶ logs ID, node reboot|poweroff ID ──▶ node ID :7835
+//	                           (only node ID's own certificate is accepted)
 //
 // # Configuration directory
 //
@@ -27,7 +28,10 @@
 // node's management port (7835) is dialled, for nodes whose own address is
 // not routable from here (a local qemu cluster behind port forwards); the
 // --node-endpoint ID=HOST:PORT flag overrides them in turn, and `cairnctl
-// config set-node-endpoint` stores them.
+// config set-node-endpoint` stores them. Wherever it dials, cairnctl accepts
+// only the node certificate of the node it names: another node of the
+// cluster answering there is refused in the TLS handshake, before any
+// request leaves, with an error naming both nodes.
 //
 // # Output
 //

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -82,36 +81,34 @@ func (a *app) logs(ctx context.Context, id string, req *api.LogsRequest) error {
 	}
 	lookup, cancel := a.withTimeout(ctx)
 	defer cancel()
-	ep, err := a.nodeEndpoint(lookup, o, id)
+	return a.nodeManagement(lookup, o, id, "reading the logs of node "+id, func(c api.NodeManagementClient) error {
+		err := a.printLogs(ctx, c, req)
+		if req.Follow && status.Code(err) == codes.Canceled && ctx.Err() != nil {
+			// Interrupted while following: the normal way to stop.
+			return nil
+		}
+		return err
+	})
+}
+
+// printLogs prints the entries of a Logs stream as they come.
+func (a *app) printLogs(ctx context.Context, c api.NodeManagementClient, req *api.LogsRequest) error {
+	stream, err := c.Logs(ctx, req)
 	if err != nil {
 		return err
 	}
-	err = dialDo(ep, o.creds, o.connect, func(conn *grpc.ClientConn) error {
-		stream, err := api.NewNodeManagementClient(conn).Logs(ctx, req)
+	for {
+		res, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
 		if err != nil {
 			return err
 		}
-		for {
-			res, err := stream.Recv()
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			for _, e := range res.GetEntries() {
-				a.printf("%s\n", logEntry(e).String())
-			}
+		for _, e := range res.GetEntries() {
+			a.printf("%s\n", logEntry(e).String())
 		}
-	})
-	if req.Follow && status.Code(err) == codes.Canceled && ctx.Err() != nil {
-		// Interrupted while following: the normal way to stop.
-		return nil
 	}
-	if err != nil {
-		return explain("reading the logs of node "+id, ep, err)
-	}
-	return nil
 }
 
 // logEntry turns an entry of the API back into pkg/logtree's, whose

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
-	"net"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/marker"
 	"cairn.dev/cairn/node/nodemanagement"
 	"cairn.dev/cairn/node/rpc"
@@ -25,28 +27,13 @@ func TestAgainstNodeManagement(t *testing.T) {
 	rebooted := make(chan struct{})
 	poweredOff := make(chan struct{})
 	node := s.ca.Node(t)
-	srv := rpc.NewServer(node)
-	api.RegisterNodeManagementServer(srv, nodemanagement.New(nodemanagement.Config{
+	addr := serveNodeManagement(t, node, nodemanagement.Config{
 		LogTree:  lt,
 		Reboot:   func() { close(rebooted) },
 		Poweroff: func() { close(poweredOff) },
-	}))
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		srv.Serve(ctx, lis)
-	}()
-	defer func() {
-		cancel()
-		<-served
-	}()
+	})
 	id := node.ID()
-	nodeEP := "--node-endpoint=" + id + "=" + lis.Addr().String()
+	nodeEP := "--node-endpoint=" + id + "=" + addr
 
 	// Markers are entries like any other: they reach cairnctl logs whole,
 	// for tests to read back with marker.Parse.
@@ -104,6 +91,62 @@ func TestAgainstNodeManagement(t *testing.T) {
 	if _, err := run(t, dir, nodeEP, "node", "poweroff", id); err == nil {
 		t.Error("node poweroff after a reboot succeeded, want the node to refuse")
 	}
+}
+
+// TestNodeManagementChecksWhoAnswers points per-node commands of node A
+// at the management port of node B, another node of the same cluster:
+// cairnctl refuses B's certificate, names both nodes, and sends B
+// nothing.
+func TestNodeManagementChecksWhoAnswers(t *testing.T) {
+	dir, s := bootstrapped(t)
+	mustRun(t, dir, "--endpoint", s.addr, "takeownership")
+
+	nodeA, nodeB := s.ca.Node(t), s.ca.Node(t)
+	ltA, ltB := logtree.New(), logtree.New()
+	ltA.LeveledFor("root").Info("this is node A")
+	ltB.LeveledFor("root").Info("this is node B")
+	var rebootsB atomic.Int32
+	addrA := serveNodeManagement(t, nodeA, nodemanagement.Config{LogTree: ltA, Reboot: func() {}, Poweroff: func() {}})
+	addrB := serveNodeManagement(t, nodeB, nodemanagement.Config{LogTree: ltB, Reboot: func() { rebootsB.Add(1) }, Poweroff: func() {}})
+	a, b := nodeA.ID(), nodeB.ID()
+
+	wrongEP := "--node-endpoint=" + a + "=" + addrB
+	want := fmt.Sprintf("endpoint %s answered as %s, not %s: check --node-endpoint", addrB, b, a)
+	for _, args := range [][]string{
+		{wrongEP, "logs", a},
+		{wrongEP, "node", "reboot", a},
+	} {
+		out, err := run(t, dir, args...)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("cairnctl %s = %v, want an error containing %q", strings.Join(args, " "), err, want)
+		}
+		if out != "" {
+			t.Errorf("cairnctl %s printed %q, want nothing", strings.Join(args, " "), out)
+		}
+	}
+	if n := rebootsB.Load(); n != 0 {
+		t.Errorf("node B was rebooted %d times by calls meant for node A, want none", n)
+	}
+
+	// A stored endpoint of the wrong node says where to look.
+	mustRun(t, dir, "config", "set-node-endpoint", a+"="+addrB)
+	if _, err := run(t, dir, "logs", a); err == nil || !strings.Contains(err.Error(), "answered as "+b+", not "+a+": check the node endpoint stored in "+dir) {
+		t.Errorf("logs with a stored endpoint of another node = %v, want it to point at the stored endpoint", err)
+	}
+
+	if out := mustRun(t, dir, "--node-endpoint="+a+"="+addrA, "logs", a); !strings.Contains(out, "this is node A") {
+		t.Errorf("logs of node A at its own endpoint printed %q, want node A's logs", out)
+	}
+}
+
+// serveNodeManagement serves the NodeManagement service of cfg with the
+// identity node on a loopback port until the test ends, and returns the
+// port's address.
+func serveNodeManagement(t *testing.T, node *identity.Node, cfg nodemanagement.Config) string {
+	t.Helper()
+	srv := rpc.NewServer(node)
+	api.RegisterNodeManagementServer(srv, nodemanagement.New(cfg))
+	return serve(t, srv)
 }
 
 // hasMarker reports whether a line of out states the marker name.

@@ -193,7 +193,7 @@ func (a *app) paramsRegister(ctx context.Context, t *paramsTarget) error {
 	if err != nil {
 		return err
 	}
-	a.printf("Wrote register parameters to %s\n  %d curator(s) in the directory, CA SHA256:%s\n",
-		where, len(info.GetClusterDirectory().GetNodes()), fingerprint(o.caDER))
+	a.printf("Wrote register parameters to %s\n  %d curator(s) in the directory, CA SHA256:%s\n  register ticket SHA256:%s\n",
+		where, len(info.GetClusterDirectory().GetNodes()), fingerprint(o.caDER), ticketFingerprint(ticket.GetTicket()))
 	return nil
 }

@@ -32,6 +32,8 @@ type testServer struct {
 
 	ca    *identitytest.CA
 	owner ed25519.PublicKey
+	// ident is the node identity the server answers with.
+	ident *identity.Node
 	// escrowCA, when set, is the CA certificate Escrow returns instead of
 	// ca's, as a server of another cluster would.
 	escrowCA *identitytest.CA
@@ -48,15 +50,22 @@ type testServer struct {
 // s.ca until the test ends.
 func startTestServer(t *testing.T, s *testServer) {
 	t.Helper()
-	srv := rpc.NewServer(s.ca.Node(t))
+	s.ident = s.ca.Node(t)
+	srv := rpc.NewServer(s.ident)
 	api.RegisterAAAServer(srv, s)
 	api.RegisterManagementServer(srv, s)
 	api.RegisterNodeManagementServer(srv, s)
+	s.addr = serve(t, srv)
+}
+
+// serve serves srv on a loopback port until the test ends, and returns
+// the port's address.
+func serve(t *testing.T, srv *rpc.Server) string {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.addr = lis.Addr().String()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -67,6 +76,7 @@ func startTestServer(t *testing.T, s *testServer) {
 		cancel()
 		<-done
 	})
+	return lis.Addr().String()
 }
 
 func (s *testServer) Escrow(srv grpc.BidiStreamingServer[api.EscrowFromClient, api.EscrowFromServer]) error {
@@ -230,4 +240,11 @@ func bootstrapped(t *testing.T, nodes ...*api.Node) (string, *testServer) {
 	s := &testServer{ca: identitytest.NewCA(t, "test cluster CA"), owner: key.Public().(ed25519.PublicKey), nodes: nodes}
 	startTestServer(t, s)
 	return dir, s
+}
+
+// setNodes replaces the nodes the server holds.
+func (s *testServer) setNodes(nodes ...*api.Node) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nodes = nodes
 }

@@ -2,6 +2,7 @@ package curator
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"slices"
@@ -34,14 +35,56 @@ func (m management) GetRegisterTicket(ctx context.Context, _ *api.GetRegisterTic
 
 // registerTicket reads the cluster's register ticket.
 func (c *curator) registerTicket(ctx context.Context) ([]byte, error) {
+	ticket, _, err := c.storedTicket(ctx)
+	return ticket, err
+}
+
+// storedTicket reads the cluster's register ticket and the revision that
+// last wrote it.
+func (c *curator) storedTicket(ctx context.Context) ([]byte, int64, error) {
 	resp, err := c.etcd.Get(ctx, ticketKey)
 	if err != nil {
-		return nil, fmt.Errorf("when reading the register ticket: %w", err)
+		return nil, 0, fmt.Errorf("when reading the register ticket: %w", err)
 	}
 	if len(resp.Kvs) == 0 {
-		return nil, status.Error(codes.FailedPrecondition, "the cluster has no register ticket: it was not bootstrapped")
+		return nil, 0, status.Error(codes.FailedPrecondition, "the cluster has no register ticket: it was not bootstrapped")
 	}
-	return resp.Kvs[0].Value, nil
+	return resp.Kvs[0].Value, resp.Kvs[0].ModRevision, nil
+}
+
+// errTicketRotated refuses a rotation whose previous ticket is no longer
+// the cluster's.
+var errTicketRotated = status.Error(codes.FailedPrecondition, "previous_ticket is not the cluster's register ticket: it was rotated since it was read; read it again with GetRegisterTicket")
+
+// RotateRegisterTicket implements Management.RotateRegisterTicket: it
+// replaces the ticket only while it is still the one the caller named.
+func (m management) RotateRegisterTicket(ctx context.Context, req *api.RotateRegisterTicketRequest) (*api.RotateRegisterTicketResponse, error) {
+	if len(req.PreviousTicket) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "previous_ticket is empty: name the ticket to replace, as GetRegisterTicket returns it")
+	}
+	previous, rev, err := m.storedTicket(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if subtle.ConstantTimeCompare(previous, req.PreviousTicket) != 1 {
+		return nil, errTicketRotated
+	}
+	ticket, err := newTicket()
+	if err != nil {
+		return nil, err
+	}
+	resp, err := m.etcd.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(ticketKey), "=", rev)).
+		Then(clientv3.OpPut(ticketKey, string(ticket))).
+		Commit()
+	if err != nil {
+		return nil, fmt.Errorf("when storing the new register ticket: %w", err)
+	}
+	if !resp.Succeeded {
+		// Another rotation came in between.
+		return nil, errTicketRotated
+	}
+	return &api.RotateRegisterTicketResponse{Ticket: ticket}, nil
 }
 
 // configuration reads the cluster configuration.

@@ -37,6 +37,15 @@ const (
 // ticketSize is the length of a fresh register ticket.
 const ticketSize = 32
 
+// newTicket draws a fresh register ticket.
+func newTicket() ([]byte, error) {
+	ticket := make([]byte, ticketSize)
+	if _, err := rand.Read(ticket); err != nil {
+		return nil, fmt.Errorf("when drawing the register ticket: %w", err)
+	}
+	return ticket, nil
+}
+
 func nodeKey(id string) string { return nodePrefix + id }
 
 // curatorClient returns a client confined to the curator's namespace. The
@@ -119,9 +128,9 @@ func Bootstrap(ctx context.Context, etcd *consensus.Client, b BootstrapState) er
 	}
 	defer cl.Close()
 
-	ticket := make([]byte, ticketSize)
-	if _, err := rand.Read(ticket); err != nil {
-		return fmt.Errorf("when drawing the register ticket: %w", err)
+	ticket, err := newTicket()
+	if err != nil {
+		return err
 	}
 	config, err := proto.Marshal(b.Configuration)
 	if err != nil {

@@ -30,6 +30,54 @@ func OwnerCredentials(key ed25519.PrivateKey, certDER, caDER []byte) (credential
 	return credentials.NewTLS(c), nil
 }
 
+// NodeManagementCredentials are the TLS credentials with which the owner
+// dials the management service (NodeManagement) of one node, wantNodeID:
+// OwnerCredentials that accept, of all the cluster's nodes, only that one.
+// Any node of the cluster could otherwise answer for another, and a
+// misdirected endpoint would reboot or read the logs of the wrong machine.
+// A server holding another node's certificate is refused in the TLS
+// handshake, before any request leaves, with a *WrongNodeError.
+func NodeManagementCredentials(key ed25519.PrivateKey, certDER, caDER []byte, wantNodeID string) (credentials.TransportCredentials, error) {
+	if !identity.ValidNodeID(wantNodeID) {
+		return nil, fmt.Errorf("when building node management credentials: %q is not a node ID", wantNodeID)
+	}
+	c, err := identity.OwnerClientTLSConfig(key, certDER, caDER)
+	if err != nil {
+		return nil, fmt.Errorf("when building node management credentials: %w", err)
+	}
+	cluster := c.VerifyConnection
+	c.VerifyConnection = func(cs tls.ConnectionState) error {
+		// First the cluster's check: a node certificate of the cluster
+		// CA, whose name is the ID of its key.
+		if err := cluster(cs); err != nil {
+			return err
+		}
+		pub, ok := cs.PeerCertificates[0].PublicKey.(ed25519.PublicKey)
+		if !ok {
+			return fmt.Errorf("refusing server: its key is %T, want ed25519", cs.PeerCertificates[0].PublicKey)
+		}
+		if got := identity.NodeID(pub); got != wantNodeID {
+			return &WrongNodeError{Want: wantNodeID, Got: got}
+		}
+		return nil
+	}
+	return credentials.NewTLS(c), nil
+}
+
+// WrongNodeError is how NodeManagementCredentials refuse a server that
+// holds a valid node certificate of the cluster, but another node's.
+type WrongNodeError struct {
+	// Want is the ID of the node the client meant to reach.
+	Want string
+	// Got is the ID of the node that answered.
+	Got string
+}
+
+// Error names both nodes.
+func (e *WrongNodeError) Error() string {
+	return fmt.Sprintf("refusing server: it answered as %s, not %s", e.Got, e.Want)
+}
+
 // EphemeralCredentials are the TLS credentials of a client without a
 // certificate of the cluster: a node registering, committing or joining,
 // or an operator taking ownership. They pin the cluster CA of caDER. With

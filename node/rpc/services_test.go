@@ -54,6 +54,10 @@ func (testManagement) GetRegisterTicket(ctx context.Context, _ *api.GetRegisterT
 	return &api.GetRegisterTicketResponse{}, unaryPeer(ctx)
 }
 
+func (testManagement) RotateRegisterTicket(ctx context.Context, _ *api.RotateRegisterTicketRequest) (*api.RotateRegisterTicketResponse, error) {
+	return &api.RotateRegisterTicketResponse{}, unaryPeer(ctx)
+}
+
 func (testManagement) GetClusterInfo(ctx context.Context, _ *api.GetClusterInfoRequest) (*api.GetClusterInfoResponse, error) {
 	return &api.GetClusterInfoResponse{}, unaryPeer(ctx)
 }

@@ -109,6 +109,100 @@ func (x *GetRegisterTicketResponse) GetTicket() []byte {
 	return nil
 }
 
+// RotateRegisterTicketRequest names the ticket to replace.
+type RotateRegisterTicketRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The cluster's current register ticket, as GetRegisterTicket returned
+	// it.
+	PreviousTicket []byte `protobuf:"bytes,1,opt,name=previous_ticket,json=previousTicket,proto3" json:"previous_ticket,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RotateRegisterTicketRequest) Reset() {
+	*x = RotateRegisterTicketRequest{}
+	mi := &file_proto_api_management_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateRegisterTicketRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateRegisterTicketRequest) ProtoMessage() {}
+
+func (x *RotateRegisterTicketRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_management_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateRegisterTicketRequest.ProtoReflect.Descriptor instead.
+func (*RotateRegisterTicketRequest) Descriptor() ([]byte, []int) {
+	return file_proto_api_management_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RotateRegisterTicketRequest) GetPreviousTicket() []byte {
+	if x != nil {
+		return x.PreviousTicket
+	}
+	return nil
+}
+
+// RotateRegisterTicketResponse carries the new register ticket.
+type RotateRegisterTicketResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The cluster's new register ticket, which RegisterNode accepts from now
+	// on instead of the previous one.
+	Ticket        []byte `protobuf:"bytes,1,opt,name=ticket,proto3" json:"ticket,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateRegisterTicketResponse) Reset() {
+	*x = RotateRegisterTicketResponse{}
+	mi := &file_proto_api_management_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateRegisterTicketResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateRegisterTicketResponse) ProtoMessage() {}
+
+func (x *RotateRegisterTicketResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_management_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateRegisterTicketResponse.ProtoReflect.Descriptor instead.
+func (*RotateRegisterTicketResponse) Descriptor() ([]byte, []int) {
+	return file_proto_api_management_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RotateRegisterTicketResponse) GetTicket() []byte {
+	if x != nil {
+		return x.Ticket
+	}
+	return nil
+}
+
 // GetClusterInfoRequest has no fields.
 type GetClusterInfoRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -118,7 +212,7 @@ type GetClusterInfoRequest struct {
 
 func (x *GetClusterInfoRequest) Reset() {
 	*x = GetClusterInfoRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[2]
+	mi := &file_proto_api_management_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -130,7 +224,7 @@ func (x *GetClusterInfoRequest) String() string {
 func (*GetClusterInfoRequest) ProtoMessage() {}
 
 func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[2]
+	mi := &file_proto_api_management_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -143,7 +237,7 @@ func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{2}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{4}
 }
 
 // GetClusterInfoResponse describes the cluster.
@@ -161,7 +255,7 @@ type GetClusterInfoResponse struct {
 
 func (x *GetClusterInfoResponse) Reset() {
 	*x = GetClusterInfoResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[3]
+	mi := &file_proto_api_management_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -173,7 +267,7 @@ func (x *GetClusterInfoResponse) String() string {
 func (*GetClusterInfoResponse) ProtoMessage() {}
 
 func (x *GetClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[3]
+	mi := &file_proto_api_management_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -186,7 +280,7 @@ func (x *GetClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{3}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetClusterInfoResponse) GetClusterDirectory() *ClusterDirectory {
@@ -226,7 +320,7 @@ type NodeFilter struct {
 
 func (x *NodeFilter) Reset() {
 	*x = NodeFilter{}
-	mi := &file_proto_api_management_proto_msgTypes[4]
+	mi := &file_proto_api_management_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -238,7 +332,7 @@ func (x *NodeFilter) String() string {
 func (*NodeFilter) ProtoMessage() {}
 
 func (x *NodeFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[4]
+	mi := &file_proto_api_management_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -251,7 +345,7 @@ func (x *NodeFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeFilter.ProtoReflect.Descriptor instead.
 func (*NodeFilter) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{4}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *NodeFilter) GetIds() []string {
@@ -286,7 +380,7 @@ type GetNodesRequest struct {
 
 func (x *GetNodesRequest) Reset() {
 	*x = GetNodesRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[5]
+	mi := &file_proto_api_management_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -298,7 +392,7 @@ func (x *GetNodesRequest) String() string {
 func (*GetNodesRequest) ProtoMessage() {}
 
 func (x *GetNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[5]
+	mi := &file_proto_api_management_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -311,7 +405,7 @@ func (x *GetNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodesRequest.ProtoReflect.Descriptor instead.
 func (*GetNodesRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{5}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetNodesRequest) GetFilter() *NodeFilter {
@@ -332,7 +426,7 @@ type GetNodesResponse struct {
 
 func (x *GetNodesResponse) Reset() {
 	*x = GetNodesResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[6]
+	mi := &file_proto_api_management_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -344,7 +438,7 @@ func (x *GetNodesResponse) String() string {
 func (*GetNodesResponse) ProtoMessage() {}
 
 func (x *GetNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[6]
+	mi := &file_proto_api_management_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -357,7 +451,7 @@ func (x *GetNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodesResponse.ProtoReflect.Descriptor instead.
 func (*GetNodesResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{6}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetNodesResponse) GetNodes() []*Node {
@@ -378,7 +472,7 @@ type ApproveNodeRequest struct {
 
 func (x *ApproveNodeRequest) Reset() {
 	*x = ApproveNodeRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[7]
+	mi := &file_proto_api_management_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -390,7 +484,7 @@ func (x *ApproveNodeRequest) String() string {
 func (*ApproveNodeRequest) ProtoMessage() {}
 
 func (x *ApproveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[7]
+	mi := &file_proto_api_management_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -403,7 +497,7 @@ func (x *ApproveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveNodeRequest.ProtoReflect.Descriptor instead.
 func (*ApproveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{7}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ApproveNodeRequest) GetNodeId() string {
@@ -422,7 +516,7 @@ type ApproveNodeResponse struct {
 
 func (x *ApproveNodeResponse) Reset() {
 	*x = ApproveNodeResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[8]
+	mi := &file_proto_api_management_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -434,7 +528,7 @@ func (x *ApproveNodeResponse) String() string {
 func (*ApproveNodeResponse) ProtoMessage() {}
 
 func (x *ApproveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[8]
+	mi := &file_proto_api_management_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -447,7 +541,7 @@ func (x *ApproveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveNodeResponse.ProtoReflect.Descriptor instead.
 func (*ApproveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{8}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{10}
 }
 
 // UpdateNodeRolesRequest names a node and the roles to change. Each role
@@ -470,7 +564,7 @@ type UpdateNodeRolesRequest struct {
 
 func (x *UpdateNodeRolesRequest) Reset() {
 	*x = UpdateNodeRolesRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[9]
+	mi := &file_proto_api_management_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -482,7 +576,7 @@ func (x *UpdateNodeRolesRequest) String() string {
 func (*UpdateNodeRolesRequest) ProtoMessage() {}
 
 func (x *UpdateNodeRolesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[9]
+	mi := &file_proto_api_management_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -495,7 +589,7 @@ func (x *UpdateNodeRolesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeRolesRequest.ProtoReflect.Descriptor instead.
 func (*UpdateNodeRolesRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{9}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *UpdateNodeRolesRequest) GetNodeId() string {
@@ -537,7 +631,7 @@ type UpdateNodeRolesResponse struct {
 
 func (x *UpdateNodeRolesResponse) Reset() {
 	*x = UpdateNodeRolesResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[10]
+	mi := &file_proto_api_management_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -549,7 +643,7 @@ func (x *UpdateNodeRolesResponse) String() string {
 func (*UpdateNodeRolesResponse) ProtoMessage() {}
 
 func (x *UpdateNodeRolesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[10]
+	mi := &file_proto_api_management_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -562,7 +656,7 @@ func (x *UpdateNodeRolesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeRolesResponse.ProtoReflect.Descriptor instead.
 func (*UpdateNodeRolesResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{10}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *UpdateNodeRolesResponse) GetRoles() *NodeRoles {
@@ -583,7 +677,7 @@ type DecommissionNodeRequest struct {
 
 func (x *DecommissionNodeRequest) Reset() {
 	*x = DecommissionNodeRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[11]
+	mi := &file_proto_api_management_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -595,7 +689,7 @@ func (x *DecommissionNodeRequest) String() string {
 func (*DecommissionNodeRequest) ProtoMessage() {}
 
 func (x *DecommissionNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[11]
+	mi := &file_proto_api_management_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -608,7 +702,7 @@ func (x *DecommissionNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionNodeRequest.ProtoReflect.Descriptor instead.
 func (*DecommissionNodeRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{11}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *DecommissionNodeRequest) GetNodeId() string {
@@ -627,7 +721,7 @@ type DecommissionNodeResponse struct {
 
 func (x *DecommissionNodeResponse) Reset() {
 	*x = DecommissionNodeResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[12]
+	mi := &file_proto_api_management_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -639,7 +733,7 @@ func (x *DecommissionNodeResponse) String() string {
 func (*DecommissionNodeResponse) ProtoMessage() {}
 
 func (x *DecommissionNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[12]
+	mi := &file_proto_api_management_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -652,7 +746,7 @@ func (x *DecommissionNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionNodeResponse.ProtoReflect.Descriptor instead.
 func (*DecommissionNodeResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{12}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{14}
 }
 
 // DeleteNodeRequest names the node to delete.
@@ -666,7 +760,7 @@ type DeleteNodeRequest struct {
 
 func (x *DeleteNodeRequest) Reset() {
 	*x = DeleteNodeRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[13]
+	mi := &file_proto_api_management_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -678,7 +772,7 @@ func (x *DeleteNodeRequest) String() string {
 func (*DeleteNodeRequest) ProtoMessage() {}
 
 func (x *DeleteNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[13]
+	mi := &file_proto_api_management_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -691,7 +785,7 @@ func (x *DeleteNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteNodeRequest.ProtoReflect.Descriptor instead.
 func (*DeleteNodeRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{13}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DeleteNodeRequest) GetNodeId() string {
@@ -710,7 +804,7 @@ type DeleteNodeResponse struct {
 
 func (x *DeleteNodeResponse) Reset() {
 	*x = DeleteNodeResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[14]
+	mi := &file_proto_api_management_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -722,7 +816,7 @@ func (x *DeleteNodeResponse) String() string {
 func (*DeleteNodeResponse) ProtoMessage() {}
 
 func (x *DeleteNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[14]
+	mi := &file_proto_api_management_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -735,7 +829,7 @@ func (x *DeleteNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteNodeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteNodeResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{14}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{16}
 }
 
 var File_proto_api_management_proto protoreflect.FileDescriptor
@@ -745,6 +839,10 @@ const file_proto_api_management_proto_rawDesc = "" +
 	"\x1aproto/api/management.proto\x12\tcairn.api\x1a\x1dproto/api/authorization.proto\x1a\x17proto/api/cluster.proto\x1a\x14proto/api/node.proto\"\x1a\n" +
 	"\x18GetRegisterTicketRequest\"3\n" +
 	"\x19GetRegisterTicketResponse\x12\x16\n" +
+	"\x06ticket\x18\x01 \x01(\fR\x06ticket\"F\n" +
+	"\x1bRotateRegisterTicketRequest\x12'\n" +
+	"\x0fprevious_ticket\x18\x01 \x01(\fR\x0epreviousTicket\"6\n" +
+	"\x1cRotateRegisterTicketResponse\x12\x16\n" +
 	"\x06ticket\x18\x01 \x01(\fR\x06ticket\"\x17\n" +
 	"\x15GetClusterInfoRequest\"\xdf\x01\n" +
 	"\x16GetClusterInfoResponse\x12H\n" +
@@ -778,10 +876,11 @@ const file_proto_api_management_proto_rawDesc = "" +
 	"\x18DecommissionNodeResponse\",\n" +
 	"\x11DeleteNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\x14\n" +
-	"\x12DeleteNodeResponse2\x82\x05\n" +
+	"\x12DeleteNodeResponse2\xf1\x05\n" +
 	"\n" +
 	"Management\x12d\n" +
-	"\x11GetRegisterTicket\x12#.cairn.api.GetRegisterTicketRequest\x1a$.cairn.api.GetRegisterTicketResponse\"\x04\xd8\xe2\x18\x01\x12[\n" +
+	"\x11GetRegisterTicket\x12#.cairn.api.GetRegisterTicketRequest\x1a$.cairn.api.GetRegisterTicketResponse\"\x04\xd8\xe2\x18\x01\x12m\n" +
+	"\x14RotateRegisterTicket\x12&.cairn.api.RotateRegisterTicketRequest\x1a'.cairn.api.RotateRegisterTicketResponse\"\x04\xd8\xe2\x18\x01\x12[\n" +
 	"\x0eGetClusterInfo\x12 .cairn.api.GetClusterInfoRequest\x1a!.cairn.api.GetClusterInfoResponse\"\x04\xd8\xe2\x18\x01\x12I\n" +
 	"\bGetNodes\x12\x1a.cairn.api.GetNodesRequest\x1a\x1b.cairn.api.GetNodesResponse\"\x04\xd8\xe2\x18\x01\x12R\n" +
 	"\vApproveNode\x12\x1d.cairn.api.ApproveNodeRequest\x1a\x1e.cairn.api.ApproveNodeResponse\"\x04\xd8\xe2\x18\x01\x12^\n" +
@@ -802,53 +901,57 @@ func file_proto_api_management_proto_rawDescGZIP() []byte {
 	return file_proto_api_management_proto_rawDescData
 }
 
-var file_proto_api_management_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_proto_api_management_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_proto_api_management_proto_goTypes = []any{
-	(*GetRegisterTicketRequest)(nil),  // 0: cairn.api.GetRegisterTicketRequest
-	(*GetRegisterTicketResponse)(nil), // 1: cairn.api.GetRegisterTicketResponse
-	(*GetClusterInfoRequest)(nil),     // 2: cairn.api.GetClusterInfoRequest
-	(*GetClusterInfoResponse)(nil),    // 3: cairn.api.GetClusterInfoResponse
-	(*NodeFilter)(nil),                // 4: cairn.api.NodeFilter
-	(*GetNodesRequest)(nil),           // 5: cairn.api.GetNodesRequest
-	(*GetNodesResponse)(nil),          // 6: cairn.api.GetNodesResponse
-	(*ApproveNodeRequest)(nil),        // 7: cairn.api.ApproveNodeRequest
-	(*ApproveNodeResponse)(nil),       // 8: cairn.api.ApproveNodeResponse
-	(*UpdateNodeRolesRequest)(nil),    // 9: cairn.api.UpdateNodeRolesRequest
-	(*UpdateNodeRolesResponse)(nil),   // 10: cairn.api.UpdateNodeRolesResponse
-	(*DecommissionNodeRequest)(nil),   // 11: cairn.api.DecommissionNodeRequest
-	(*DecommissionNodeResponse)(nil),  // 12: cairn.api.DecommissionNodeResponse
-	(*DeleteNodeRequest)(nil),         // 13: cairn.api.DeleteNodeRequest
-	(*DeleteNodeResponse)(nil),        // 14: cairn.api.DeleteNodeResponse
-	(*ClusterDirectory)(nil),          // 15: cairn.api.ClusterDirectory
-	(*ClusterConfiguration)(nil),      // 16: cairn.api.ClusterConfiguration
-	(NodeState)(0),                    // 17: cairn.api.NodeState
-	(*NodeRoles)(nil),                 // 18: cairn.api.NodeRoles
-	(*Node)(nil),                      // 19: cairn.api.Node
+	(*GetRegisterTicketRequest)(nil),     // 0: cairn.api.GetRegisterTicketRequest
+	(*GetRegisterTicketResponse)(nil),    // 1: cairn.api.GetRegisterTicketResponse
+	(*RotateRegisterTicketRequest)(nil),  // 2: cairn.api.RotateRegisterTicketRequest
+	(*RotateRegisterTicketResponse)(nil), // 3: cairn.api.RotateRegisterTicketResponse
+	(*GetClusterInfoRequest)(nil),        // 4: cairn.api.GetClusterInfoRequest
+	(*GetClusterInfoResponse)(nil),       // 5: cairn.api.GetClusterInfoResponse
+	(*NodeFilter)(nil),                   // 6: cairn.api.NodeFilter
+	(*GetNodesRequest)(nil),              // 7: cairn.api.GetNodesRequest
+	(*GetNodesResponse)(nil),             // 8: cairn.api.GetNodesResponse
+	(*ApproveNodeRequest)(nil),           // 9: cairn.api.ApproveNodeRequest
+	(*ApproveNodeResponse)(nil),          // 10: cairn.api.ApproveNodeResponse
+	(*UpdateNodeRolesRequest)(nil),       // 11: cairn.api.UpdateNodeRolesRequest
+	(*UpdateNodeRolesResponse)(nil),      // 12: cairn.api.UpdateNodeRolesResponse
+	(*DecommissionNodeRequest)(nil),      // 13: cairn.api.DecommissionNodeRequest
+	(*DecommissionNodeResponse)(nil),     // 14: cairn.api.DecommissionNodeResponse
+	(*DeleteNodeRequest)(nil),            // 15: cairn.api.DeleteNodeRequest
+	(*DeleteNodeResponse)(nil),           // 16: cairn.api.DeleteNodeResponse
+	(*ClusterDirectory)(nil),             // 17: cairn.api.ClusterDirectory
+	(*ClusterConfiguration)(nil),         // 18: cairn.api.ClusterConfiguration
+	(NodeState)(0),                       // 19: cairn.api.NodeState
+	(*NodeRoles)(nil),                    // 20: cairn.api.NodeRoles
+	(*Node)(nil),                         // 21: cairn.api.Node
 }
 var file_proto_api_management_proto_depIdxs = []int32{
-	15, // 0: cairn.api.GetClusterInfoResponse.cluster_directory:type_name -> cairn.api.ClusterDirectory
-	16, // 1: cairn.api.GetClusterInfoResponse.cluster_configuration:type_name -> cairn.api.ClusterConfiguration
-	17, // 2: cairn.api.NodeFilter.states:type_name -> cairn.api.NodeState
-	18, // 3: cairn.api.NodeFilter.roles:type_name -> cairn.api.NodeRoles
-	4,  // 4: cairn.api.GetNodesRequest.filter:type_name -> cairn.api.NodeFilter
-	19, // 5: cairn.api.GetNodesResponse.nodes:type_name -> cairn.api.Node
-	18, // 6: cairn.api.UpdateNodeRolesResponse.roles:type_name -> cairn.api.NodeRoles
+	17, // 0: cairn.api.GetClusterInfoResponse.cluster_directory:type_name -> cairn.api.ClusterDirectory
+	18, // 1: cairn.api.GetClusterInfoResponse.cluster_configuration:type_name -> cairn.api.ClusterConfiguration
+	19, // 2: cairn.api.NodeFilter.states:type_name -> cairn.api.NodeState
+	20, // 3: cairn.api.NodeFilter.roles:type_name -> cairn.api.NodeRoles
+	6,  // 4: cairn.api.GetNodesRequest.filter:type_name -> cairn.api.NodeFilter
+	21, // 5: cairn.api.GetNodesResponse.nodes:type_name -> cairn.api.Node
+	20, // 6: cairn.api.UpdateNodeRolesResponse.roles:type_name -> cairn.api.NodeRoles
 	0,  // 7: cairn.api.Management.GetRegisterTicket:input_type -> cairn.api.GetRegisterTicketRequest
-	2,  // 8: cairn.api.Management.GetClusterInfo:input_type -> cairn.api.GetClusterInfoRequest
-	5,  // 9: cairn.api.Management.GetNodes:input_type -> cairn.api.GetNodesRequest
-	7,  // 10: cairn.api.Management.ApproveNode:input_type -> cairn.api.ApproveNodeRequest
-	9,  // 11: cairn.api.Management.UpdateNodeRoles:input_type -> cairn.api.UpdateNodeRolesRequest
-	11, // 12: cairn.api.Management.DecommissionNode:input_type -> cairn.api.DecommissionNodeRequest
-	13, // 13: cairn.api.Management.DeleteNode:input_type -> cairn.api.DeleteNodeRequest
-	1,  // 14: cairn.api.Management.GetRegisterTicket:output_type -> cairn.api.GetRegisterTicketResponse
-	3,  // 15: cairn.api.Management.GetClusterInfo:output_type -> cairn.api.GetClusterInfoResponse
-	6,  // 16: cairn.api.Management.GetNodes:output_type -> cairn.api.GetNodesResponse
-	8,  // 17: cairn.api.Management.ApproveNode:output_type -> cairn.api.ApproveNodeResponse
-	10, // 18: cairn.api.Management.UpdateNodeRoles:output_type -> cairn.api.UpdateNodeRolesResponse
-	12, // 19: cairn.api.Management.DecommissionNode:output_type -> cairn.api.DecommissionNodeResponse
-	14, // 20: cairn.api.Management.DeleteNode:output_type -> cairn.api.DeleteNodeResponse
-	14, // [14:21] is the sub-list for method output_type
-	7,  // [7:14] is the sub-list for method input_type
+	2,  // 8: cairn.api.Management.RotateRegisterTicket:input_type -> cairn.api.RotateRegisterTicketRequest
+	4,  // 9: cairn.api.Management.GetClusterInfo:input_type -> cairn.api.GetClusterInfoRequest
+	7,  // 10: cairn.api.Management.GetNodes:input_type -> cairn.api.GetNodesRequest
+	9,  // 11: cairn.api.Management.ApproveNode:input_type -> cairn.api.ApproveNodeRequest
+	11, // 12: cairn.api.Management.UpdateNodeRoles:input_type -> cairn.api.UpdateNodeRolesRequest
+	13, // 13: cairn.api.Management.DecommissionNode:input_type -> cairn.api.DecommissionNodeRequest
+	15, // 14: cairn.api.Management.DeleteNode:input_type -> cairn.api.DeleteNodeRequest
+	1,  // 15: cairn.api.Management.GetRegisterTicket:output_type -> cairn.api.GetRegisterTicketResponse
+	3,  // 16: cairn.api.Management.RotateRegisterTicket:output_type -> cairn.api.RotateRegisterTicketResponse
+	5,  // 17: cairn.api.Management.GetClusterInfo:output_type -> cairn.api.GetClusterInfoResponse
+	8,  // 18: cairn.api.Management.GetNodes:output_type -> cairn.api.GetNodesResponse
+	10, // 19: cairn.api.Management.ApproveNode:output_type -> cairn.api.ApproveNodeResponse
+	12, // 20: cairn.api.Management.UpdateNodeRoles:output_type -> cairn.api.UpdateNodeRolesResponse
+	14, // 21: cairn.api.Management.DecommissionNode:output_type -> cairn.api.DecommissionNodeResponse
+	16, // 22: cairn.api.Management.DeleteNode:output_type -> cairn.api.DeleteNodeResponse
+	15, // [15:23] is the sub-list for method output_type
+	7,  // [7:15] is the sub-list for method input_type
 	7,  // [7:7] is the sub-list for extension type_name
 	7,  // [7:7] is the sub-list for extension extendee
 	0,  // [0:7] is the sub-list for field type_name
@@ -862,14 +965,14 @@ func file_proto_api_management_proto_init() {
 	file_proto_api_authorization_proto_init()
 	file_proto_api_cluster_proto_init()
 	file_proto_api_node_proto_init()
-	file_proto_api_management_proto_msgTypes[9].OneofWrappers = []any{}
+	file_proto_api_management_proto_msgTypes[11].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_api_management_proto_rawDesc), len(file_proto_api_management_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

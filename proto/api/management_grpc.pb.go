@@ -22,13 +22,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Management_GetRegisterTicket_FullMethodName = "/cairn.api.Management/GetRegisterTicket"
-	Management_GetClusterInfo_FullMethodName    = "/cairn.api.Management/GetClusterInfo"
-	Management_GetNodes_FullMethodName          = "/cairn.api.Management/GetNodes"
-	Management_ApproveNode_FullMethodName       = "/cairn.api.Management/ApproveNode"
-	Management_UpdateNodeRoles_FullMethodName   = "/cairn.api.Management/UpdateNodeRoles"
-	Management_DecommissionNode_FullMethodName  = "/cairn.api.Management/DecommissionNode"
-	Management_DeleteNode_FullMethodName        = "/cairn.api.Management/DeleteNode"
+	Management_GetRegisterTicket_FullMethodName    = "/cairn.api.Management/GetRegisterTicket"
+	Management_RotateRegisterTicket_FullMethodName = "/cairn.api.Management/RotateRegisterTicket"
+	Management_GetClusterInfo_FullMethodName       = "/cairn.api.Management/GetClusterInfo"
+	Management_GetNodes_FullMethodName             = "/cairn.api.Management/GetNodes"
+	Management_ApproveNode_FullMethodName          = "/cairn.api.Management/ApproveNode"
+	Management_UpdateNodeRoles_FullMethodName      = "/cairn.api.Management/UpdateNodeRoles"
+	Management_DecommissionNode_FullMethodName     = "/cairn.api.Management/DecommissionNode"
+	Management_DeleteNode_FullMethodName           = "/cairn.api.Management/DeleteNode"
 )
 
 // ManagementClient is the client API for Management service.
@@ -42,6 +43,15 @@ type ManagementClient interface {
 	// GetRegisterTicket returns the cluster's register ticket, which cairnctl
 	// writes into register parameters for new nodes.
 	GetRegisterTicket(ctx context.Context, in *GetRegisterTicketRequest, opts ...grpc.CallOption) (*GetRegisterTicketResponse, error)
+	// RotateRegisterTicket replaces the cluster's register ticket with a
+	// fresh one and returns it. From then on RegisterNode refuses the old
+	// ticket (PermissionDenied), so register parameters written before stop
+	// working; nodes already registered are unaffected, as they commit and
+	// join with their own keys. The request names the ticket to replace, so
+	// that a retried or concurrent rotation never discards a ticket its
+	// caller has not seen: an empty one is InvalidArgument, one that is no
+	// longer the cluster's is FailedPrecondition.
+	RotateRegisterTicket(ctx context.Context, in *RotateRegisterTicketRequest, opts ...grpc.CallOption) (*RotateRegisterTicketResponse, error)
 	// GetClusterInfo returns what a client needs to reach and trust the
 	// cluster, and the cluster's configuration.
 	GetClusterInfo(ctx context.Context, in *GetClusterInfoRequest, opts ...grpc.CallOption) (*GetClusterInfoResponse, error)
@@ -76,6 +86,16 @@ func (c *managementClient) GetRegisterTicket(ctx context.Context, in *GetRegiste
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetRegisterTicketResponse)
 	err := c.cc.Invoke(ctx, Management_GetRegisterTicket_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *managementClient) RotateRegisterTicket(ctx context.Context, in *RotateRegisterTicketRequest, opts ...grpc.CallOption) (*RotateRegisterTicketResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RotateRegisterTicketResponse)
+	err := c.cc.Invoke(ctx, Management_RotateRegisterTicket_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -153,6 +173,15 @@ type ManagementServer interface {
 	// GetRegisterTicket returns the cluster's register ticket, which cairnctl
 	// writes into register parameters for new nodes.
 	GetRegisterTicket(context.Context, *GetRegisterTicketRequest) (*GetRegisterTicketResponse, error)
+	// RotateRegisterTicket replaces the cluster's register ticket with a
+	// fresh one and returns it. From then on RegisterNode refuses the old
+	// ticket (PermissionDenied), so register parameters written before stop
+	// working; nodes already registered are unaffected, as they commit and
+	// join with their own keys. The request names the ticket to replace, so
+	// that a retried or concurrent rotation never discards a ticket its
+	// caller has not seen: an empty one is InvalidArgument, one that is no
+	// longer the cluster's is FailedPrecondition.
+	RotateRegisterTicket(context.Context, *RotateRegisterTicketRequest) (*RotateRegisterTicketResponse, error)
 	// GetClusterInfo returns what a client needs to reach and trust the
 	// cluster, and the cluster's configuration.
 	GetClusterInfo(context.Context, *GetClusterInfoRequest) (*GetClusterInfoResponse, error)
@@ -185,6 +214,9 @@ type UnimplementedManagementServer struct{}
 
 func (UnimplementedManagementServer) GetRegisterTicket(context.Context, *GetRegisterTicketRequest) (*GetRegisterTicketResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetRegisterTicket not implemented")
+}
+func (UnimplementedManagementServer) RotateRegisterTicket(context.Context, *RotateRegisterTicketRequest) (*RotateRegisterTicketResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RotateRegisterTicket not implemented")
 }
 func (UnimplementedManagementServer) GetClusterInfo(context.Context, *GetClusterInfoRequest) (*GetClusterInfoResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetClusterInfo not implemented")
@@ -239,6 +271,24 @@ func _Management_GetRegisterTicket_Handler(srv interface{}, ctx context.Context,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ManagementServer).GetRegisterTicket(ctx, req.(*GetRegisterTicketRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Management_RotateRegisterTicket_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RotateRegisterTicketRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagementServer).RotateRegisterTicket(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Management_RotateRegisterTicket_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagementServer).RotateRegisterTicket(ctx, req.(*RotateRegisterTicketRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -361,6 +411,10 @@ var Management_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetRegisterTicket",
 			Handler:    _Management_GetRegisterTicket_Handler,
+		},
+		{
+			MethodName: "RotateRegisterTicket",
+			Handler:    _Management_RotateRegisterTicket_Handler,
 		},
 		{
 			MethodName: "GetClusterInfo",
