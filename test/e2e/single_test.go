@@ -123,6 +123,10 @@ func TestSingleNodeCluster(t *testing.T) {
 		}
 		assertNoPanic(t, n0.VM())
 	})
+
+	t.Run("f-raw-disk", func(t *testing.T) {
+		checkRawDisk(t, n0.Disk(), n0.ID())
+	})
 }
 
 // checkLogs reads the node's logs with cairnctl logs, then follows them
