@@ -22,9 +22,17 @@ type aaa struct {
 	*curator
 }
 
+// Escrow implements AAA.Escrow. Anyone may call it, so the exchange is
+// bounded in time: the hello must come within escrowHelloTimeout, and the
+// whole exchange end within escrowTimeout; then the stream ends with
+// DeadlineExceeded.
 func (a aaa) Escrow(srv grpc.BidiStreamingServer[api.EscrowFromClient, api.EscrowFromServer]) error {
 	ctx := srv.Context()
+	stop := rpc.Expire(ctx, a.opts.limits.escrowTimeout, "the escrow exchange did not finish in time")
+	defer stop()
+	stopHello := rpc.Expire(ctx, a.opts.limits.escrowHelloTimeout, "no hello came in time")
 	msg, err := srv.Recv()
+	stopHello()
 	if err != nil {
 		return fmt.Errorf("when receiving the hello: %w", err)
 	}

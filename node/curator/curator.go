@@ -54,6 +54,8 @@ type options struct {
 	// JoinConsensus: ports.EtcdPeer unless a test, whose members share
 	// 127.0.0.1 on ports of their own, says otherwise.
 	peerPort func(nodeID string) int
+	// limits bound what callers may ask (limits.go).
+	limits limits
 }
 
 // WithHeartbeatInterval sets the interval at which the leader asks nodes
@@ -83,7 +85,7 @@ type Service struct {
 
 // New returns a curator for cfg. Nothing happens until Run.
 func New(cfg Config, opts ...Option) *Service {
-	o := options{heartbeatInterval: DefaultHeartbeatInterval}
+	o := options{heartbeatInterval: DefaultHeartbeatInterval, limits: defaultLimits()}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -112,6 +114,8 @@ type curator struct {
 	log logtree.LeveledLogger
 
 	heartbeats heartbeats
+	// quotas are what callers used of opts.limits in this run.
+	quotas *quotas
 	// leaders publishes who leads, for GetCurrentLeader.
 	leaders memory.Value[leader]
 
@@ -143,6 +147,7 @@ func (s *Service) Run(ctx context.Context) error {
 		ca:              consensus.ClusterCA(),
 		nodeCredentials: rpc.NodeCredentials(s.cfg.Node),
 		log:             supervisor.Logger(ctx),
+		quotas:          newQuotas(s.opts.limits),
 	}
 	c.leaders.Set(leader{})
 	defer c.closeConn()

@@ -37,6 +37,12 @@ func (a nodeAPI) UpdateNodeStatus(ctx context.Context, req *api.UpdateNodeStatus
 	if req.NodeId != p.NodeID {
 		return nil, status.Errorf(codes.PermissionDenied, "node %s may update only its own status, not that of %q", p.NodeID, req.NodeId)
 	}
+	if err := checkNodeStatus(req.Status); err != nil {
+		return nil, err
+	}
+	if err := a.allowStatusWrite(p.NodeID); err != nil {
+		return nil, err
+	}
 	_, err = a.updateNode(ctx, p.NodeID, func(n *private.Node) error {
 		if proto.Equal(n.Status, req.Status) {
 			return errUnchanged
@@ -53,6 +59,9 @@ func (a nodeAPI) UpdateNodeStatus(ctx context.Context, req *api.UpdateNodeStatus
 func (a nodeAPI) RegisterNode(ctx context.Context, req *api.RegisterNodeRequest) (*api.RegisterNodeResponse, error) {
 	p, err := selfSignedPeer(ctx, "RegisterNode")
 	if err != nil {
+		return nil, err
+	}
+	if err := a.allowRegistration(ctx); err != nil {
 		return nil, err
 	}
 	ticket, err := a.registerTicket(ctx)
@@ -79,23 +88,38 @@ func (a nodeAPI) RegisterNode(ctx context.Context, req *api.RegisterNodeRequest)
 	if err != nil {
 		return nil, fmt.Errorf("when encoding node %s: %w", id, err)
 	}
-	resp, err := a.etcd.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(nodeKey(id)), "=", 0)).
-		Then(clientv3.OpPut(nodeKey(id), string(data))).
-		Else(clientv3.OpGet(nodeKey(id))).
-		Commit()
-	if err != nil {
-		return nil, fmt.Errorf("when registering node %s: %w", id, err)
-	}
-	if !resp.Succeeded {
+	// The count of nodes waiting for approval holds only while no node
+	// changes: the write also compares every node's revision with the
+	// count's, and counts again when one changed.
+	for attempt := 1; ; attempt++ {
+		rev, err := a.roomForNew(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := a.etcd.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(nodeKey(id)), "=", 0),
+				clientv3.Compare(clientv3.ModRevision(nodePrefix).WithPrefix(), "<", rev+1)).
+			Then(clientv3.OpPut(nodeKey(id), string(data))).
+			Else(clientv3.OpGet(nodeKey(id))).
+			Commit()
+		if err != nil {
+			return nil, fmt.Errorf("when registering node %s: %w", id, err)
+		}
+		if resp.Succeeded {
+			break
+		}
 		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 && attempt < registerAttempts {
+			continue // another node changed since the count
+		}
 		have := &private.Node{}
 		if len(kvs) != 1 || proto.Unmarshal(kvs[0].Value, have) != nil {
-			return nil, status.Errorf(codes.Aborted, "node %s changed while registering; retry", id)
+			return nil, status.Errorf(codes.Aborted, "node %s: the nodes changed while registering; retry", id)
 		}
 		if !bytes.Equal(have.PublicKey, p.PublicKey) || !bytes.Equal(have.JoinKey, req.JoinKey) {
 			return nil, status.Errorf(codes.AlreadyExists, "node %s is already registered with other keys", id)
 		}
+		break
 	}
 	return &api.RegisterNodeResponse{ClusterConfiguration: conf}, nil
 }
@@ -113,19 +137,21 @@ func (a nodeAPI) CommitNode(ctx context.Context, _ *api.CommitNodeRequest) (*api
 	if !bytes.Equal(n.PublicKey, p.PublicKey) {
 		return nil, status.Errorf(codes.PermissionDenied, "node %s is registered with another key", id)
 	}
-	if n.FsmState != api.NodeState_NODE_STATE_STANDBY {
-		return nil, status.Errorf(codes.FailedPrecondition, "node %s is %s; only a STANDBY (approved) node can commit", id, n.FsmState)
+	if err := checkCommit(id, n); err != nil {
+		return nil, err
 	}
 	conf, err := a.configuration(ctx)
 	if err != nil {
 		return nil, err
 	}
-	// The certificate first: issuing it again is harmless, and the node
-	// must not end up UP without one.
+	// The certificate first: issuing it again is harmless (a node that
+	// has one gets the stored one), and the node must not end up UP
+	// without one.
 	cert, ca, err := issue(ctx, a.root, a.ca, nodeCertificate(a.ca, p.PublicKey))
 	if err != nil {
 		return nil, err
 	}
+	// Used only if this call is the one that commits.
 	var unlock []byte
 	if !insecure(conf) {
 		unlock = make([]byte, localstorage.KeySize)
@@ -134,8 +160,13 @@ func (a nodeAPI) CommitNode(ctx context.Context, _ *api.CommitNodeRequest) (*api
 		}
 	}
 	n, err = a.updateNode(ctx, id, func(n *private.Node) error {
-		if n.FsmState != api.NodeState_NODE_STATE_STANDBY {
-			return status.Errorf(codes.FailedPrecondition, "node %s is %s; only a STANDBY (approved) node can commit", id, n.FsmState)
+		if err := checkCommit(id, n); err != nil {
+			return err
+		}
+		if n.FsmState == api.NodeState_NODE_STATE_UP {
+			// Committed already, by an earlier call whose answer was
+			// lost or by a concurrent one: answer as it did.
+			return errUnchanged
 		}
 		n.FsmState = api.NodeState_NODE_STATE_UP
 		n.ClusterUnlockKey = unlock
@@ -230,4 +261,18 @@ func (a nodeAPI) JoinConsensus(ctx context.Context, req *api.JoinConsensusReques
 		Crl:             j.CRL,
 		PeerCertificate: j.PeerCertificate,
 	}, nil
+}
+
+// checkCommit refuses, with FailedPrecondition, to commit node id, whose
+// record is n, unless it is STANDBY or already UP: a node whose commit
+// answer was lost (a power cut, the network) commits again, and gets the
+// same answer.
+func checkCommit(id string, n *private.Node) error {
+	switch n.FsmState {
+	case api.NodeState_NODE_STATE_STANDBY, api.NodeState_NODE_STATE_UP:
+		return nil
+	case api.NodeState_NODE_STATE_DECOMMISSIONED:
+		return status.Errorf(codes.FailedPrecondition, "node %s is decommissioned and may never commit again", id)
+	}
+	return status.Errorf(codes.FailedPrecondition, "node %s is %s; only a STANDBY (approved) node can commit", id, n.FsmState)
 }

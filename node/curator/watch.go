@@ -19,9 +19,15 @@ const backlogBatch = 100
 
 // Watch implements Curator.Watch: a read of the current state, sent as the
 // backlog, then an etcd watch from the revision of that read, so that no
-// change falls between the two.
+// change falls between the two. Each node may have maxWatchesPerNode
+// streams open at once; more are refused with ResourceExhausted.
 func (a nodeAPI) Watch(req *api.WatchRequest, srv grpc.ServerStreamingServer[api.WatchEvent]) error {
 	ctx := srv.Context()
+	release, err := a.openWatch(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
 	key, opts := "", []clientv3.OpOption{}
 	switch k := req.Kind.(type) {
 	case *api.WatchRequest_NodeInCluster_:

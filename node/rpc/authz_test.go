@@ -25,11 +25,16 @@ import (
 // a loopback port, until the test ends. It returns the address.
 func startServer(t *testing.T, node *identity.Node, register func(*Server)) string {
 	t.Helper()
+	return serve(t, NewServer(node), register)
+}
+
+// serve is startServer for the server s.
+func serve(t *testing.T, s *Server, register func(*Server)) string {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("listening: %v", err)
 	}
-	s := NewServer(node)
 	register(s)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

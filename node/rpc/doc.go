@@ -78,6 +78,17 @@
 //	                 ▼                              ▼
 //	                                          handler sees the owner
 //
+// # Limits
+//
+// NewServer bounds what any caller can take of a node, authenticated or
+// not: the handshake's time, calls in flight per connection, message
+// sizes, keepalive pings, idle and silent connections. limits.go names
+// each value and why. A handler whose caller could hold a call open for
+// free bounds it with Expire, which ends the call with DeadlineExceeded
+// even while the handler waits in Recv. Limits per source use
+// CallerAddress, which for a forwarded call is the address the trusted
+// forwarder names (ForwardedAddressHeader), not the forwarder's own.
+//
 // # Credentials
 //
 // ServerCredentials serve with a node's identity. Clients dial with

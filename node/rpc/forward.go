@@ -5,10 +5,12 @@ import (
 	"crypto/ed25519"
 	"encoding/base64"
 	"fmt"
+	"net/netip"
 	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"cairn.dev/cairn/node/identity"
@@ -18,6 +20,12 @@ import (
 // forwards a call names the caller it forwards for. A Server honours it
 // only from a node its ForwarderTrust accepts (see TrustForwarders).
 const ForwardedPeerHeader = "cairn-forwarded-peer"
+
+// ForwardedAddressHeader is the gRPC metadata key with which a node that
+// forwards a call names the IP address the caller connected from, so that
+// limits per source (RegisterNode's) count the caller, not the forwarder.
+// A Server reads it only together with a ForwardedPeerHeader it honours.
+const ForwardedAddressHeader = "cairn-forwarded-address"
 
 // ForwarderTrust decides whether the node forwarder may forward calls on
 // behalf of other callers: nil when it may. The server calls it on every
@@ -45,10 +53,56 @@ var forwardedKinds = map[identity.PeerKind]string{
 }
 
 // WithForwardedPeer returns a copy of the outgoing context ctx that tells
-// the server the call is made on behalf of p. The server accepts it only
-// from a node it trusts to forward.
+// the server the call is made on behalf of p and, when ctx is the context
+// of the call being forwarded, from the caller's address (CallerAddress).
+// The server accepts it only from a node it trusts to forward.
 func WithForwardedPeer(ctx context.Context, p identity.Peer) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, ForwardedPeerHeader, encodeForwardedPeer(p))
+	kv := []string{ForwardedPeerHeader, encodeForwardedPeer(p)}
+	if addr, ok := CallerAddress(ctx); ok {
+		kv = append(kv, ForwardedAddressHeader, addr.String())
+	}
+	return metadata.AppendToOutgoingContext(ctx, kv...)
+}
+
+// addressKey is the context key under which authorize stores the address
+// a trusted forwarder named.
+type addressKey struct{}
+
+// CallerAddress returns the IP address the caller of ctx's call connected
+// from: for a call a trusted node forwarded, the address that node named;
+// otherwise the remote address of the call's connection. It is false
+// outside a call, or when the connection has no IP address.
+func CallerAddress(ctx context.Context) (netip.Addr, bool) {
+	if addr, ok := ctx.Value(addressKey{}).(netip.Addr); ok {
+		return addr, true
+	}
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return netip.Addr{}, false
+	}
+	ap, err := netip.ParseAddrPort(p.Addr.String())
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return ap.Addr().Unmap().WithZone(""), true
+}
+
+// forwardedAddress returns ctx carrying the caller's address that the
+// trusted forwarder of the call of method named, if it named one; a
+// forwarder that names none leaves its own connection's address.
+func forwardedAddress(ctx context.Context, method string) (context.Context, error) {
+	vals := metadata.ValueFromIncomingContext(ctx, ForwardedAddressHeader)
+	if len(vals) == 0 {
+		return ctx, nil
+	}
+	if len(vals) != 1 {
+		return nil, status.Errorf(codes.InvalidArgument, "%s: %d forwarded addresses, want one", method, len(vals))
+	}
+	addr, err := netip.ParseAddr(vals[0])
+	if err != nil || addr.Zone() != "" {
+		return nil, status.Errorf(codes.InvalidArgument, "%s: forwarded address %q is not an IP address", method, vals[0])
+	}
+	return context.WithValue(ctx, addressKey{}, addr.Unmap()), nil
 }
 
 // encodeForwardedPeer spells p as "<kind>" or "<kind> <base64 key>".

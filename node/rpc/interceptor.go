@@ -45,7 +45,8 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 	if err != nil {
 		return nil, err
 	}
-	return handler(ctx, req)
+	resp, err := handler(ctx, req)
+	return resp, expired(ctx, info.FullMethod, err)
 }
 
 func (s *Server) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
@@ -53,7 +54,8 @@ func (s *Server) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.Str
 	if err != nil {
 		return err
 	}
-	return handler(srv, &authorizedStream{ServerStream: ss, ctx: ctx})
+	err = handler(srv, &authorizedStream{ServerStream: ss, ctx: ctx})
+	return expired(ctx, info.FullMethod, err)
 }
 
 // authorizedStream carries the context with the authenticated caller to a
@@ -82,6 +84,9 @@ func (s *Server) authorize(ctx context.Context, method string) (context.Context,
 	}
 	if vals := metadata.ValueFromIncomingContext(ctx, ForwardedPeerHeader); len(vals) > 0 {
 		if p, err = s.forwardedPeer(ctx, method, p, vals); err != nil {
+			return nil, err
+		}
+		if ctx, err = forwardedAddress(ctx, method); err != nil {
 			return nil, err
 		}
 	}

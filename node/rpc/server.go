@@ -28,16 +28,24 @@ type Server struct {
 	trust ForwarderTrust
 }
 
-// NewServer returns a server for node. opts are passed on to gRPC after
-// the credentials and interceptors, which they must not replace.
+// NewServer returns a server for node, with the limits of limits.go on
+// every connection and call. opts are passed on to gRPC after the
+// credentials, interceptors, tap handle and limits, which they must not
+// replace.
 func NewServer(node *identity.Node, opts ...grpc.ServerOption) *Server {
+	return newServer(node, defaultLimits, opts...)
+}
+
+// newServer is NewServer with the limits l.
+func newServer(node *identity.Node, l serverLimits, opts ...grpc.ServerOption) *Server {
 	s := &Server{node: node, table: make(map[string]Method)}
 	all := append([]grpc.ServerOption{
 		grpc.Creds(ServerCredentials(node)),
 		grpc.ChainUnaryInterceptor(s.unaryInterceptor),
 		grpc.ChainStreamInterceptor(s.streamInterceptor),
-	}, opts...)
-	s.grpc = grpc.NewServer(all...)
+		grpc.InTapHandle(tapCall),
+	}, l.options()...)
+	s.grpc = grpc.NewServer(append(all, opts...)...)
 	return s
 }
 
