@@ -157,12 +157,37 @@ func (c *Control) LoadTable(name string, targets []Target) error {
 		return fmt.Errorf("when loading the table of %q: %w", name, err)
 	}
 	defer clear(payload)
-	return c.loadPayload(name, uint32(len(targets)), payload)
+	return c.loadPayload(name, uint32(len(targets)), payload, 0)
 }
 
-func (c *Control) loadPayload(name string, count uint32, payload []byte) error {
-	_, _, err := c.call(cmdTableLoad, header{Name: name, TargetCount: count}, payload, 0, true)
+// loadPayload loads an encoded table; flags may hold flagReadOnly.
+func (c *Control) loadPayload(name string, count uint32, payload []byte, flags uint32) error {
+	_, _, err := c.call(cmdTableLoad, header{Name: name, TargetCount: count, Flags: flags}, payload, 0, true)
 	return err
+}
+
+// createLoaded creates the device name with the one-target table payload,
+// loaded with flags (flagReadOnly or 0), and resumes it. When a step
+// fails the half-made device is removed again, so that a retry starts
+// from nothing.
+func (c *Control) createLoaded(name string, payload []byte, flags uint32) (dev uint64, err error) {
+	if dev, err = c.Create(name, ""); err != nil {
+		return 0, err
+	}
+	defer func() {
+		if err != nil {
+			if rerr := c.Remove(name); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("when removing the half-made device: %w", rerr))
+			}
+		}
+	}()
+	if err = c.loadPayload(name, 1, payload, flags); err != nil {
+		return 0, err
+	}
+	if err = c.Resume(name); err != nil {
+		return 0, err
+	}
+	return dev, nil
 }
 
 // Resume activates the named device: its inactive table becomes live and

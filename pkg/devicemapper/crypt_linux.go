@@ -1,7 +1,6 @@
 package devicemapper
 
 import (
-	"errors"
 	"fmt"
 )
 
@@ -21,27 +20,11 @@ func CreateCrypt(name, blockDevice string, sizeSectors uint64, key []byte) (uint
 // CreateCrypt creates, loads and resumes the dm-crypt device name for
 // crypt. When a step fails the half-made device is removed again, so that
 // a retry starts from nothing.
-func (c *Control) CreateCrypt(name string, crypt Crypt) (dev uint64, err error) {
+func (c *Control) CreateCrypt(name string, crypt Crypt) (uint64, error) {
 	spec, err := crypt.cryptSpec()
 	if err != nil {
 		return 0, fmt.Errorf("when creating crypt device %q: %w", name, err)
 	}
 	defer clear(spec)
-	if dev, err = c.Create(name, ""); err != nil {
-		return 0, err
-	}
-	defer func() {
-		if err != nil {
-			if rerr := c.Remove(name); rerr != nil {
-				err = errors.Join(err, fmt.Errorf("when removing the half-made device: %w", rerr))
-			}
-		}
-	}()
-	if err = c.loadPayload(name, 1, spec); err != nil {
-		return 0, err
-	}
-	if err = c.Resume(name); err != nil {
-		return 0, err
-	}
-	return dev, nil
+	return c.createLoaded(name, spec, 0)
 }

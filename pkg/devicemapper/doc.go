@@ -1,7 +1,8 @@
 // Package devicemapper drives the kernel's device-mapper through ioctls on
 // /dev/mapper/control, with no dmsetup, cryptsetup or libdevmapper. Cairn
-// uses it to open its encrypted data partition (a dm-crypt target) early in
-// boot, from a static binary.
+// uses it early in boot, from a static binary, to open its encrypted data
+// partition (a dm-crypt target) and its verified, read-only system
+// partition (a dm-verity target).
 //
 // # Why ioctls, not dmsetup
 //
@@ -33,8 +34,11 @@
 //	                                          Remove(name) ◀──────┘
 //
 // A created device has no table and serves no I/O; a loaded table is
-// "inactive" until Resume swaps it in. CreateCrypt does all three steps
-// for a dm-crypt target, removing the half-made device when a step fails.
+// "inactive" until Resume swaps it in. CreateCrypt and CreateVerity do all
+// three steps for a dm-crypt or a dm-verity target, removing the half-made
+// device when a step fails. A verity table is loaded read-only, as the
+// kernel demands; its status (VerityState) says whether a block read so
+// far failed its check.
 //
 // Key material passes only through the table parameters of LoadTable; it is
 // sent with the kernel's secure-data flag (the kernel wipes its copies) and

@@ -19,6 +19,15 @@ var (
 	// cluster allows it, plain XFS) holding everything a node keeps
 	// beyond its ESP. Chosen at random once; never change it.
 	TypeCairnData = uuid.MustParse("a5fbd38e-5227-4b36-b150-c764b3687500")
+	// TypeCairnSystemA is the first slot of Cairn's system partition:
+	// a read-only EROFS image followed by its dm-verity hash tree,
+	// checked against the root hash on the unified kernel image's
+	// command line. Chosen at random once; never change it.
+	TypeCairnSystemA = uuid.MustParse("6f676cdc-3ec5-4084-9524-76e345cc9db2")
+	// TypeCairnSystemB is the second slot of the system partition, the
+	// same size as the first, for A/B updates. Chosen at random once;
+	// never change it.
+	TypeCairnSystemB = uuid.MustParse("7fc5ae28-138e-49b0-9ac8-73513d5b459a")
 )
 
 const (

@@ -244,3 +244,54 @@ func TestFreeSpans(t *testing.T) {
 		t.Errorf("Add placed the partition at %d..%d, want 4096..9999", p.FirstLBA, p.LastLBA)
 	}
 }
+
+// TestGrownDiskAfterSystemSlots adds the data partition to an image laid
+// out as Cairn's is now, ESP and two system slots, written to a larger
+// disk: it goes after the second slot and takes the rest of the disk,
+// and the slots stay as they were.
+func TestGrownDiskAfterSystemSlots(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "disk.img")
+	d, err := diskfs.Create(path, imageSize, diskfs.SectorSizeDefault)
+	if err != nil {
+		t.Fatalf("creating image: %v", err)
+	}
+	const slot = 8 * mib / 512
+	systemType := func(u uuid.UUID) dgpt.Type { return dgpt.Type(u.String()) }
+	err = d.Partition(&dgpt.Table{
+		LogicalSectorSize: 512, PhysicalSectorSize: 512, ProtectiveMBR: true,
+		Partitions: []*dgpt.Partition{
+			{Index: 1, Start: 2048, End: espEnd, Type: dgpt.EFISystemPartition, Name: "EFI System Partition"},
+			{Index: 2, Start: espEnd + 1, End: espEnd + slot, Type: systemType(TypeCairnSystemA), Name: "system-a"},
+			{Index: 3, Start: espEnd + slot + 1, End: espEnd + 2*slot, Type: systemType(TypeCairnSystemB), Name: "system-b"},
+		},
+	})
+	if err != nil {
+		t.Fatalf("partitioning image: %v", err)
+	}
+	d.Close()
+	if err := os.Truncate(path, 16*imageSize); err != nil {
+		t.Fatal(err)
+	}
+	f, size := openImage(t, path)
+	before, err := Read(f, size, 512)
+	if err != nil {
+		t.Fatalf("Read: %v", err)
+	}
+	p, i, err := EnsurePartition(f, size, 512, dataTemplate, 2048)
+	if err != nil {
+		t.Fatalf("EnsurePartition: %v", err)
+	}
+	total := uint64(size / 512)
+	if p.FirstLBA != espEnd+2*slot+1 || p.LastLBA != total-34 || i != 3 {
+		t.Errorf("data partition %d at %d..%d, want 3 at %d..%d", i, p.FirstLBA, p.LastLBA, espEnd+2*slot+1, total-34)
+	}
+	after := checkBothValid(t, f, size)
+	if diff := cmp.Diff(before.Entries[:3], after.Entries[:3]); diff != "" {
+		t.Errorf("ESP and system slots changed (-before +after):\n%s", diff)
+	}
+	for j, typ := range []uuid.UUID{TypeEFISystem, TypeCairnSystemA, TypeCairnSystemB} {
+		if after.Find(typ) != j {
+			t.Errorf("Find(%v) = %d, want %d", typ, after.Find(typ), j)
+		}
+	}
+}

@@ -80,10 +80,11 @@ type indexedAlias struct {
 func NewAliasIndex(aliases []Alias) *AliasIndex {
 	x := &AliasIndex{byPrefix: make(map[string][]indexedAlias)}
 	for i, a := range aliases {
-		prefix := globPrefix(a.Pattern)
+		pattern := underscores(a.Pattern)
+		prefix := globPrefix(pattern)
 		x.byPrefix[prefix] = append(x.byPrefix[prefix], indexedAlias{
-			pattern: a.Pattern,
-			needle:  globNeedle(a.Pattern[len(prefix):]),
+			pattern: pattern,
+			needle:  globNeedle(pattern[len(prefix):]),
 			module:  a.Module,
 			order:   i,
 		})
@@ -93,8 +94,11 @@ func NewAliasIndex(aliases []Alias) *AliasIndex {
 }
 
 // Match returns the modules, without duplicates and in the order of their
-// aliases, of every alias whose pattern matches modalias.
+// aliases, of every alias whose pattern matches modalias. Like modprobe,
+// it takes '-' and '_' for the same byte outside bracket expressions:
+// "crypto_ecb" finds the alias "crypto-ecb".
 func (x *AliasIndex) Match(modalias string) []string {
+	modalias = underscores(modalias)
 	var hits []indexedAlias
 	for n := 0; n <= len(modalias) && n <= x.longest; n++ {
 		for _, a := range x.byPrefix[modalias[:n]] {
@@ -111,4 +115,27 @@ func (x *AliasIndex) Match(modalias string) []string {
 		}
 	}
 	return modules
+}
+
+// underscores turns every '-' of s outside a bracket expression into '_',
+// the way depmod files alias patterns and modprobe reads the names it is
+// asked for; a '[' without its ']' leaves the rest of s as it is.
+func underscores(s string) string {
+	if !strings.Contains(s, "-") {
+		return s
+	}
+	b := []byte(s)
+	for i := 0; i < len(b); i++ {
+		switch b[i] {
+		case '-':
+			b[i] = '_'
+		case '[':
+			end := strings.IndexByte(s[i+1:], ']')
+			if end < 0 {
+				return string(b)
+			}
+			i += 1 + end
+		}
+	}
+	return string(b)
 }

@@ -1,7 +1,8 @@
 // Package kmod loads Linux kernel modules: the ones a machine's hardware
-// asks for (coldplug) and ones named explicitly. It reads the text indexes
-// that depmod writes next to the modules and loads with finit_module(2); it
-// needs no modprobe, no udev and no C library.
+// asks for (coldplug), the ones the kernel asks for by name, and ones
+// named explicitly. It reads the text indexes that depmod writes next to
+// the modules and loads with finit_module(2); it needs no modprobe binary,
+// no udev and no C library.
 //
 // Coldplug works from what the kernel already knows about the machine.
 // Every device the kernel has found carries a modalias in sysfs, a string
@@ -22,6 +23,15 @@
 // Loading a bus driver makes the kernel find the devices on that bus, which
 // bring modaliases of their own, so Coldplug scans sysfs again after every
 // round that loaded something, until a scan brings no new modalias.
+//
+// # Requests by name
+//
+// The kernel also asks for modules by name when it needs one, through
+// request_module: a cipher ("crypto-ecb"), a filesystem ("fs-xfs"), a
+// device-mapper target ("dm-crypt"). Index.Resolve reads such a name the
+// way modprobe does (a module's own name first, then every alias pattern
+// that matches it, '-' and '_' alike), and Loader.Request loads what it
+// resolves to; cmd/init serves the kernel's requests with them.
 //
 // # Why an index of patterns?
 //
