@@ -76,12 +76,13 @@ cluster: deps image cairnctl
 	$(OUT)/launch-cluster -n 3 -image $(OUT)/cairn.img -cairnctl $(OUT)/cairnctl -dir $(OUT)/cluster
 
 # The boot image (build/README.md). `make image` builds out/cairn.img, a GPT
-# disk whose ESP holds one unified kernel image, and the pieces of that image
-# for the direct -kernel fast path; `make null-image` the same with a /init
-# that only powers off, the floor for boot benchmarks. Every rule depends on
-# exactly what it reads, so a second `make image` does no work but the
-# kernel lookup; out/kernel-version is rewritten only when Debian's current
-# kernel changes, and everything built from the kernel depends on it.
+# disk whose ESP holds one unified kernel image and whose system-a slot holds
+# the verified system image, and the pieces of that image for the direct
+# -kernel fast path; `make null-image` the same with a /init that only powers
+# off and empty system slots, the floor for boot benchmarks. Every rule
+# depends on exactly what it reads, so a second `make image` does no work
+# but the kernel lookup; out/kernel-version is rewritten only when Debian's
+# current kernel changes, and everything built from the kernel depends on it.
 IMAGE_CACHE := .cache/image
 KERNEL_CACHE := .cache/kernel
 EFI_STUB ?= /usr/lib/systemd/boot/efi/linuxx64.efi.stub
@@ -93,12 +94,13 @@ KERNEL_VERSION := $(OUT)/kernel-version
 # The kernel's release and its unpacked package, read when a recipe runs.
 KREL = $$(cut -d' ' -f1 $(KERNEL_VERSION))
 KDIR = $(KERNEL_CACHE)/$$(tr ' ' _ <$(KERNEL_VERSION))
-BUILD_GO := $(shell git ls-files -co --exclude-standard 'build/*.go' | grep -v '_test\.go$$')
-NODE_GO := $(shell git ls-files -co --exclude-standard '*.go' | grep -v -e '_test\.go$$' -e '^build/' -e '^test/')
+# $(wildcard) drops files deleted from the work tree but not yet from git.
+BUILD_GO := $(wildcard $(shell git ls-files -co --exclude-standard 'build/*.go' | grep -v '_test\.go$$'))
+NODE_GO := $(wildcard $(shell git ls-files -co --exclude-standard '*.go' | grep -v -e '_test\.go$$' -e '^build/' -e '^test/'))
 
 .PHONY: null-image test-image FORCE
 
-image: $(OUT)/cairn.img $(OUT)/vmlinuz $(OUT)/initramfs.img $(OUT)/cmdline $(KERNEL_VERSION)
+image: $(OUT)/cairn.img $(OUT)/vmlinuz $(OUT)/initramfs.img $(OUT)/cmdline $(OUT)/system.img $(KERNEL_VERSION)
 
 # test-image is the initramfs of a /init with the test hooks (build tag
 # cairntest: cmd/init/testhooks.go, the cairn.test.* kernel flags). Only the
@@ -137,26 +139,27 @@ $(OUT)/vmlinuz: $(KERNEL_VERSION)
 $(EFI_STUB): | deps
 	@test -e $@ || { echo "image: $@ is still missing after build/deps.sh"; exit 1; }
 
-$(OUT)/cmdline: build/cmdline
-	@mkdir -p $(@D) && cp $< $@
+# The system image (build/system): an EROFS filesystem of the host binaries
+# (system.HostBinaries) and their libraries, then its dm-verity hash tree.
+# One step writes it and out/cmdline, build/cmdline with the slot and the
+# verity parameters appended, so the UKI's command line pins the image.
+# mkimage names every host file it read in a make rule, so a changed binary
+# or library (a Debian update) rebuilds the image.
+$(OUT)/system.img $(OUT)/cmdline &: $(MKIMAGE) build/cmdline | deps
+	@mkdir -p $(@D) && $(MKIMAGE) system -cmdline build/cmdline -cmdline-out $(OUT)/cmdline \
+	  -deps $(IMAGE_CACHE)/system.d -o $(OUT)/system.img
 
-# The initramfs carries host binaries (initramfs.HostBinaries) and their
-# libraries; mkimage names every file it read in a make rule, so a changed
-# binary or library (a Debian update) rebuilds the image.
+-include $(IMAGE_CACHE)/system.d
+
 $(OUT)/initramfs.img: $(MKIMAGE) $(INIT_BIN) $(KERNEL_VERSION)
-	@$(MKIMAGE) initramfs -kernel "$(KDIR)" -release "$(KREL)" -init $(INIT_BIN) \
-	  -deps $(IMAGE_CACHE)/initramfs.d -o $@
-
--include $(IMAGE_CACHE)/initramfs.d
+	@$(MKIMAGE) initramfs -kernel "$(KDIR)" -release "$(KREL)" -init $(INIT_BIN) -o $@
 
 $(OUT)/initramfs-test.img: $(MKIMAGE) $(IMAGE_CACHE)/init-test $(KERNEL_VERSION)
 	@$(MKIMAGE) initramfs -kernel "$(KDIR)" -release "$(KREL)" -init $(IMAGE_CACHE)/init-test \
-	  -deps $(IMAGE_CACHE)/initramfs-test.d -name initramfs-test -o $@
-
--include $(IMAGE_CACHE)/initramfs-test.d
+	  -name initramfs-test -o $@
 
 $(OUT)/null-initramfs.img: $(MKIMAGE) $(IMAGE_CACHE)/nullinit
-	@$(MKIMAGE) initramfs -modules=false -host-binaries=false -name null-initramfs -init $(IMAGE_CACHE)/nullinit -o $@
+	@$(MKIMAGE) initramfs -modules=false -system-links=false -name null-initramfs -init $(IMAGE_CACHE)/nullinit -o $@
 
 $(OUT)/cairn.efi $(OUT)/null.efi: $(OUT)/%.efi: $(MKIMAGE) $(EFI_STUB) $(OUT)/vmlinuz $(OUT)/cmdline
 	@$(MKIMAGE) uki -stub $(EFI_STUB) -kernel $(OUT)/vmlinuz -initramfs $(filter %initramfs.img,$^) \
@@ -166,7 +169,9 @@ $(OUT)/cairn.efi: $(OUT)/initramfs.img
 $(OUT)/null.efi: $(OUT)/null-initramfs.img
 
 $(OUT)/cairn.img $(OUT)/null.img: $(OUT)/%.img: $(MKIMAGE) $(OUT)/%.efi
-	@$(MKIMAGE) disk -uki $(OUT)/$*.efi -o $@
+	@$(MKIMAGE) disk -uki $(OUT)/$*.efi $(addprefix -system ,$(filter %system.img,$^)) -o $@
+
+$(OUT)/cairn.img: $(OUT)/system.img
 
 # Protocol buffers. `make proto` regenerates the committed Go code beside the
 # .proto files of proto/; `make proto-check` (part of lint) regenerates into a

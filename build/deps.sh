@@ -14,6 +14,7 @@ packages=(
   zstd cpio
   kmod dosfstools mtools
   xfsprogs
+  erofs-utils cryptsetup-bin
   iproute2
 )
 

@@ -12,7 +12,14 @@ import (
 
 	diskfs "github.com/diskfs/go-diskfs"
 	"github.com/diskfs/go-diskfs/partition/gpt"
+	"github.com/google/uuid"
+
+	cairngpt "cairn.dev/cairn/pkg/gpt"
 )
+
+// sampleSystem is what writeSample puts into system-a: not a whole
+// number of sectors, with zeros the sparse copy skips.
+var sampleSystem = append(append(bytes.Repeat([]byte("system"), 100_000), make([]byte, 300_000)...), "tail"...)
 
 func writeSample(t *testing.T) (string, []byte) {
 	t.Helper()
@@ -35,16 +42,26 @@ func writeSample(t *testing.T) (string, []byte) {
 	if err := os.WriteFile(noteFile, []byte("hello"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	err := Write(img, Config{
-		Size:    DefaultSize,
-		ESPSize: DefaultESPSize,
-		Files:   map[string]string{BootPath: bootFile, "/cairn/note.txt": noteFile},
-		Dirs:    []string{"/cairn", "/empty"},
-	})
+	systemFile := filepath.Join(dir, "system.img")
+	if err := os.WriteFile(systemFile, sampleSystem, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err := Write(img, sampleConfig(bootFile, noteFile, systemFile))
 	if err != nil {
 		t.Fatalf("Write: %v", err)
 	}
 	return img, boot
+}
+
+func sampleConfig(bootFile, noteFile, systemFile string) Config {
+	return Config{
+		Size:       DefaultSize,
+		ESPSize:    DefaultESPSize,
+		SystemSize: DefaultSystemSize,
+		System:     systemFile,
+		Files:      map[string]string{BootPath: bootFile, "/cairn/note.txt": noteFile},
+		Dirs:       []string{"/cairn", "/empty"},
+	}
 }
 
 func TestWriteLayout(t *testing.T) {
@@ -70,23 +87,53 @@ func TestWriteLayout(t *testing.T) {
 	if !ok {
 		t.Fatalf("partition table is %T, want GPT", table)
 	}
-	if len(g.Partitions) < 1 {
-		t.Fatal("no partitions")
+	if len(g.Partitions) < 3 {
+		t.Fatalf("%d partitions, want the ESP and two system slots", len(g.Partitions))
 	}
-	esp := g.Partitions[0]
-	if esp.Type != gpt.EFISystemPartition {
-		t.Errorf("partition 1 type = %s, want the EFI system partition type", esp.Type)
+	if g.Partitions[0].Type != gpt.EFISystemPartition {
+		t.Errorf("partition 1 type = %s, want the EFI system partition type", g.Partitions[0].Type)
 	}
-	if got, want := int64(esp.Start)*sectorSize, int64(ESPStart); got != want {
-		t.Errorf("ESP starts at byte %d, want %d", got, want)
+	// The layout of the package documentation, in bytes.
+	for i, want := range []struct {
+		name       string
+		typ        uuid.UUID
+		start, end int64
+	}{
+		{ESPName, cairngpt.TypeEFISystem, 1 * MiB, 257 * MiB},
+		{"system-a", cairngpt.TypeCairnSystemA, 257 * MiB, 1281 * MiB},
+		{"system-b", cairngpt.TypeCairnSystemB, 1281 * MiB, 2305 * MiB},
+	} {
+		p := g.Partitions[i]
+		if got := uuid.MustParse(string(p.Type)); got != want.typ || p.Name != want.name {
+			t.Errorf("partition %d is %q of type %s, want %q of type %s", i+1, p.Name, got, want.name, want.typ)
+		}
+		if start, end := int64(p.Start)*sectorSize, int64(p.End+1)*sectorSize; start != want.start || end != want.end {
+			t.Errorf("%s spans bytes %d to %d, want %d to %d", want.name, start, end, want.start, want.end)
+		}
 	}
-	if got, want := int64(esp.End+1)*sectorSize, int64(ESPStart+DefaultESPSize); got != want {
-		t.Errorf("ESP ends at byte %d, want %d", got, want)
-	}
-	for _, p := range g.Partitions[1:] {
+	for _, p := range g.Partitions[3:] {
 		if p.Type != gpt.Unused {
 			t.Errorf("unexpected partition %+v: the data partition is the node's to create", p)
 		}
+	}
+	// system-a holds the system image, system-b nothing.
+	f, err := os.Open(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	slot := make([]byte, len(sampleSystem)+4096)
+	if _, err := f.ReadAt(slot, 257*MiB); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(slot[:len(sampleSystem)], sampleSystem) || !bytes.Equal(slot[len(sampleSystem):], make([]byte, 4096)) {
+		t.Errorf("system-a does not start with the system image followed by zeros")
+	}
+	if _, err := f.ReadAt(slot, 1281*MiB); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(slot, make([]byte, len(slot))) {
+		t.Errorf("system-b is not empty")
 	}
 
 	fs, err := d.GetFilesystem(1)
@@ -183,12 +230,48 @@ func TestWriteWithDosfstools(t *testing.T) {
 	}
 }
 
+// TestDataPartitionAfterSlots writes the image to a larger disk, as the
+// launcher and a real machine do, and adds the data partition the way a
+// node does on first boot: it must land after system-b and take the rest
+// of the disk.
+func TestDataPartitionAfterSlots(t *testing.T) {
+	img, _ := writeSample(t)
+	const disk = 16 << 30
+	if err := os.Truncate(img, disk); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(img, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	p, _, err := cairngpt.EnsurePartition(f, disk, sectorSize,
+		cairngpt.Partition{Type: cairngpt.TypeCairnData, Name: "Cairn data"}, 256*MiB/sectorSize)
+	if err != nil {
+		t.Fatalf("EnsurePartition on the grown image: %v", err)
+	}
+	if got, want := int64(p.FirstLBA)*sectorSize, int64(2305*MiB); got != want {
+		t.Errorf("data partition starts at byte %d, want %d, right after system-b", got, want)
+	}
+	if got, want := int64(p.LastLBA+1)*sectorSize, int64(disk-MiB); got < want {
+		t.Errorf("data partition ends at byte %d, want the disk's end (%d) less the backup GPT", got, want)
+	}
+}
+
 func TestWriteRejects(t *testing.T) {
 	dir := t.TempDir()
+	big := filepath.Join(dir, "big.img") // 2 MiB of zeros, for 1 MiB slots
+	if err := os.WriteFile(big, make([]byte, 2*MiB), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for name, c := range map[string]Config{
-		"ESP larger than disk": {Size: 128 * MiB, ESPSize: 256 * MiB},
-		"ESP too small":        {Size: DefaultSize, ESPSize: 16 * MiB},
-		"partial MiB":          {Size: DefaultSize + 1, ESPSize: DefaultESPSize},
+		"ESP larger than disk":   {Size: 128 * MiB, ESPSize: 256 * MiB, SystemSize: MiB},
+		"ESP too small":          {Size: DefaultSize, ESPSize: 16 * MiB, SystemSize: DefaultSystemSize},
+		"partial MiB":            {Size: DefaultSize + 1, ESPSize: DefaultESPSize, SystemSize: DefaultSystemSize},
+		"slots larger than disk": {Size: 1024 * MiB, ESPSize: DefaultESPSize, SystemSize: 512 * MiB},
+		"no slots":               {Size: DefaultSize, ESPSize: DefaultESPSize},
+		"system image too big":   {Size: DefaultSize, ESPSize: DefaultESPSize, SystemSize: MiB, System: big},
+		"system image missing":   {Size: DefaultSize, ESPSize: DefaultESPSize, SystemSize: MiB, System: filepath.Join(dir, "none")},
 	} {
 		path := filepath.Join(dir, "x.img")
 		if err := Write(path, c); err == nil {

@@ -1,7 +1,7 @@
 // Package elfdeps finds everything the dynamic loader needs to start a set
 // of host binaries, so the image builder can carry dynamically linked tools
-// (Debian's mkfs.xfs, for one) into an initramfs that has no package
-// manager and no ld.so.cache.
+// (Debian's mkfs.xfs, for one) into an image that has no package
+// manager and no ld.so.cache: the system image (build/system).
 //
 //	binary ──▶ PT_INTERP ─────────────────────────────▶ interpreter
 //	   │

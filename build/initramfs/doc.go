@@ -1,11 +1,16 @@
 // Package initramfs builds Cairn's initial root filesystem: the archive the
-// kernel unpacks into memory before it runs /init. Cairn boots from it and
-// nothing else, so it holds all a node needs before its disks are up:
+// kernel unpacks into memory before it runs /init. It stays in memory for
+// the node's whole life, so it holds only what a node needs to find,
+// verify and mount its system partition (build/system) and to report on
+// the console; everything else lives on the system partition:
 //
 //	/init                       the static node binary (cmd/init)
 //	/lib/modules/<release>/     the carried kernel modules and their indexes
-//	/usr/sbin/mkfs.xfs, ...     HostBinaries from Debian, at their own paths
-//	/lib/x86_64-linux-gnu/, ... their libraries and the loader (elfdeps)
+//	/sbin/modprobe -> /init     what the kernel runs to ask for a module
+//	/lib64, /lib/x86_64-linux-gnu
+//	                            links into /system, where the system
+//	                            image's loader and libraries are
+//	                            (build/system.LoaderLinks)
 //	/dev/console, null, ttyS0   device nodes the kernel and /init open first
 //	/proc /sys /run /tmp /etc   mount points and scratch directories
 //

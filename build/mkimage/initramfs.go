@@ -7,9 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	"cairn.dev/cairn/build/elfdeps"
 	"cairn.dev/cairn/build/initramfs"
 	"cairn.dev/cairn/build/modules"
+	"cairn.dev/cairn/build/system"
 )
 
 func initramfsCmd(args []string) error {
@@ -18,8 +18,7 @@ func initramfsCmd(args []string) error {
 	release := fs.String("release", "", "kernel release, e.g. 6.1.0-56-amd64")
 	initBin := fs.String("init", "", "static binary to run as /init")
 	withModules := fs.Bool("modules", true, "carry the kernel modules")
-	withHost := fs.Bool("host-binaries", true, "carry initramfs.HostBinaries and their libraries")
-	depfile := fs.String("deps", "", "write a make rule naming the host files read here")
+	withLinks := fs.Bool("system-links", true, "carry system.LoaderLinks, through which the system image's binaries run")
 	out := fs.String("o", "", "output file")
 	name := fs.String("name", "initramfs", "what to call the result in the report")
 	fs.Parse(args)
@@ -45,22 +44,11 @@ func initramfsCmd(args []string) error {
 		a.AddModules(set)
 		carried = fmt.Sprintf(", %d modules (%s uncompressed)", len(set.Modules), mb(set.ModuleBytes))
 	}
-	var hostFiles []string
-	if *withHost {
-		paths := initramfs.HostBinaryPaths(initramfs.HostBinaries)
-		closure, err := elfdeps.Resolve(paths)
-		if err != nil {
-			return fmt.Errorf("when resolving host binaries: %w", err)
+	if *withLinks {
+		for _, l := range system.LoaderLinks {
+			a.Add(initramfs.Entry{Name: strings.TrimPrefix(l.Path, "/"), Mode: initramfs.TypeSymlink | 0o777, Data: []byte(l.Target)})
 		}
-		size, err := a.AddHostFiles(closure.Files)
-		if err != nil {
-			return err
-		}
-		for _, f := range closure.Files {
-			hostFiles = append(hostFiles, f.Path)
-		}
-		carried += fmt.Sprintf(", %d host binaries with %d shared objects (%s, %d files)",
-			len(paths), len(closure.Libraries), mb(size), len(closure.Files))
+		carried += fmt.Sprintf(", %d links into %s", len(system.LoaderLinks), system.MountPoint)
 	}
 	data, err := a.Compressed()
 	if err != nil {
@@ -69,33 +57,6 @@ func initramfsCmd(args []string) error {
 	if err := writeFile(*out, data); err != nil {
 		return fmt.Errorf("when writing the initramfs: %w", err)
 	}
-	if *depfile != "" {
-		if err := writeDepfile(*depfile, *out, hostFiles); err != nil {
-			return fmt.Errorf("when writing %s: %w", *depfile, err)
-		}
-	}
 	fmt.Printf("image: %s %s, init %s%s\n", *name, mb(int64(len(data))), mb(int64(len(binary))), carried)
 	return nil
-}
-
-// writeDepfile writes a make rule saying that target depends on files,
-// plus an empty rule for each file, so that make rebuilds target when a
-// carried binary or library changes and does not fail when one is gone.
-func writeDepfile(path, target string, files []string) error {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s:", target)
-	for _, f := range files {
-		if strings.ContainsAny(f, " \t\n:#$%\\") {
-			return fmt.Errorf("path %q cannot be written in a make rule", f)
-		}
-		fmt.Fprintf(&b, " \\\n  %s", f)
-	}
-	b.WriteString("\n")
-	for _, f := range files {
-		fmt.Fprintf(&b, "%s:\n", f)
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return writeFile(path, []byte(b.String()))
 }

@@ -1,14 +1,17 @@
 // Command mkimage builds the pieces of a Cairn boot image, one subcommand
 // per make step:
 //
+//	mkimage system -cmdline build/cmdline -cmdline-out cmdline [-slot a]
+//	               [-deps FILE] -o system.img
 //	mkimage initramfs -kernel DIR -init BIN [-modules=false]
-//	                  [-host-binaries=false] [-deps FILE] -o initramfs.img
+//	                  [-system-links=false] -o initramfs.img
 //	mkimage uki -stub linuxx64.efi.stub -kernel vmlinuz -initramfs initramfs.img
 //	            -cmdline cmdline -release RELEASE -o cairn.efi
-//	mkimage disk -uki cairn.efi -o cairn.img
+//	mkimage disk -uki cairn.efi [-system system.img] -o cairn.img
 //
-// The logic lives in build/modules, build/initramfs, build/uki and
-// build/disk; this file only parses flags and reports one line per step.
+// The logic lives in build/system, build/modules, build/initramfs,
+// build/uki and build/disk; this file only parses flags and reports what
+// each step made.
 package main
 
 import (
@@ -21,6 +24,7 @@ func main() {
 		usage()
 	}
 	steps := map[string]func(args []string) error{
+		"system":    systemCmd,
 		"initramfs": initramfsCmd,
 		"uki":       ukiCmd,
 		"disk":      diskCmd,
@@ -36,7 +40,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: mkimage initramfs|uki|disk [flags]; see -h of each")
+	fmt.Fprintln(os.Stderr, "usage: mkimage system|initramfs|uki|disk [flags]; see -h of each")
 	os.Exit(2)
 }
 

@@ -44,10 +44,17 @@ var Carried = []Prefix{
 	// Storage stack: the encrypted data partition and its filesystems.
 	{"drivers/md/dm-mod.ko", "device mapper"},
 	{"drivers/md/dm-crypt.ko", "encrypted data partition"},
-	{"drivers/md/dm-verity.ko", "verified system partition (planned)"},
-	{"crypto/", "cipher modes and hashes dm-crypt asks for (xts, ...)"},
+	{"drivers/md/dm-verity.ko", "verified system partition (build/system)"},
+	{"crypto/", "ciphers, modes, checksums the kernel requests by name (crypto-xts, ...)"},
+	// Without AES-NI (qemu64, older CPUs) the kernel builds dm-crypt's
+	// xts(aes) from xts over ecb(aes) over the generic AES; aes_generic
+	// and cbc are built into Debian's kernel, so only these two are
+	// modules. Named on their own so that losing them fails the build.
+	{"crypto/xts.ko", "XTS mode of the data partition's aes-xts-plain64"},
+	{"crypto/ecb.ko", "ecb(aes) under xts(aes) on CPUs without AES-NI"},
 	{"arch/x86/crypto/", "accelerated AES, SHA and CRC"},
 	{"fs/xfs/", "data partition filesystem"},
+	{"fs/erofs/", "system partition filesystem (read-only, verified)"},
 	{"fs/ext4/", "ext4 filesystems"},
 	{"fs/fat/", "EFI system partition (vfat)"},
 	{"fs/nls/nls_cp437.ko", "vfat default codepage"},

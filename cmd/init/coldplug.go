@@ -10,53 +10,62 @@ import (
 	"cairn.dev/cairn/pkg/logtree"
 )
 
-// explicitModules are loaded whether or not a device asks for them: no
-// modalias leads to them reliably, and the node needs them.
+// explicitModules are loaded whether or not a device asks for them: the
+// node needs them, and neither a modalias nor a request of the kernel
+// leads to them. What the kernel asks for by name when it needs it
+// (ciphers, checksums, filesystems such as efivarfs and xfs, device-mapper
+// targets, codepages) is not listed here: modprobe mode (modprobe.go)
+// serves those requests.
 var explicitModules = []string{
 	"button",      // ACPI power button, for a clean shutdown from the host
 	"evdev",       // /dev/input/event*, through which the button is read
 	"qemu_fw_cfg", // node parameters under qemu
-	"efivarfs",    // EFI variables, on machines booted through EFI
-	// The storage stack. The kernel asks for the cipher and checksum
-	// modules by name when dm-crypt or XFS needs them, through a modprobe
-	// the node does not have: they must be loaded before storage runs.
-	"dm_crypt", "xts", "aesni_intel", "aes_generic",
-	"crc32c_intel", "crc32c_generic", "libcrc32c", "xfs",
-	"vfat", "nls_cp437", "nls_iso8859_1", "nls_utf8", "nls_ascii",
+	// /dev/mapper/control, which storage opens, appears only once dm_mod
+	// is loaded; the kernel asks for it only when the node exists.
+	"dm_mod",
 }
 
-// wantExplicit reports whether the explicit module m applies to this
-// machine: efivarfs refuses to load without EFI.
-func wantExplicit(m string) bool {
-	if m == "efivarfs" {
-		_, err := os.Stat("/sys/firmware/efi")
-		return err == nil
-	}
-	return true
+// moduleDir returns the running kernel's module directory.
+func moduleDir() string {
+	return filepath.Join("/lib/modules", kernelRelease())
 }
 
-// loadModules loads the modules of the running kernel that the machine's
-// devices ask for, and explicitModules. Loads are logged to log, one entry
-// per module; a module that fails to load is a warning, never fatal. It
-// returns how many modules it loaded, and an error only if it could not
-// look at the modules or devices at all.
-func loadModules(ctx context.Context, log logtree.LeveledLogger) (int, error) {
-	idx, err := kmod.Open(filepath.Join("/lib/modules", kernelRelease()))
+// openLoader returns a Loader for the module directory dir that knows the
+// modules procModules (/proc/modules) lists as loaded. A procModules that
+// cannot be read is no error: it only spares the kernel attempts that it
+// answers with EEXIST.
+func openLoader(dir, procModules string, opts ...kmod.LoaderOption) (*kmod.Loader, error) {
+	idx, err := kmod.Open(dir)
 	if err != nil {
-		return 0, fmt.Errorf("when reading module index: %w", err)
+		return nil, fmt.Errorf("when reading module index: %w", err)
 	}
-	var present []string
-	if f, err := os.Open("/proc/modules"); err == nil {
-		present, err = kmod.ReadProcModules(f)
+	if f, err := os.Open(procModules); err == nil {
+		present, err := kmod.ReadProcModules(f)
 		f.Close()
-		if err != nil {
-			log.Warningf("%v", err)
+		if err == nil {
+			opts = append(opts, kmod.WithPresent(present...))
 		}
 	}
-	l := kmod.NewLoader(idx, kmod.WithLogger(log), kmod.WithPresent(present...))
+	return kmod.NewLoader(idx, opts...), nil
+}
+
+// loadModules points the kernel's module requests at modprobe mode, then
+// loads the modules of the running kernel that the machine's devices ask
+// for, and explicitModules. Loads are logged to log, one entry per module;
+// a module that fails to load is a warning, never fatal. It returns how
+// many modules it loaded, and an error only if it could not look at the
+// modules or devices at all.
+func loadModules(ctx context.Context, log logtree.LeveledLogger) (int, error) {
+	if err := serveModuleRequests(modprobeSysctl); err != nil {
+		log.Warningf("%v", err)
+	}
+	l, err := openLoader(moduleDir(), procModules, kmod.WithLogger(log))
+	if err != nil {
+		return 0, err
+	}
 	err = l.Coldplug(ctx, "/sys/devices")
 	for _, m := range explicitModules {
-		if wantExplicit(m) && l.Has(m) {
+		if l.Has(m) {
 			_ = l.Load(m) // a failure is logged by the loader
 		}
 	}

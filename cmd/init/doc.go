@@ -1,7 +1,8 @@
 // Command init is Cairn's PID 1, the first and only program the kernel
 // starts. It mounts the kernel's filesystems, loads the modules the
-// hardware needs, runs the node's supervision tree and, at the end, stops
-// everything cleanly and powers the machine off or reboots it.
+// hardware needs and those the kernel asks for, runs the node's
+// supervision tree and, at the end, stops everything cleanly and powers
+// the machine off or reboots it.
 //
 // # Two processes from one binary
 //
@@ -45,6 +46,37 @@
 //	  ─▶ PID 1: SIGTERM then SIGKILL to what is left, sync, unmount
 //	     newest mount first, reboot(2)
 //
+// # Modules: coldplug, and modprobe mode
+//
+// Before its tree starts, the core loads the modules the machine's devices
+// ask for (coldplug: sysfs modaliases matched against modules.alias) and
+// the few the node always needs (explicitModules). Everything else the
+// kernel asks for by name when it needs it: a cipher for dm-crypt
+// ("crypto-xts", and "crypto-ecb" on a CPU without AES-NI), a filesystem
+// ("fs-xfs"), a device-mapper target ("dm-crypt"), netfilter pieces
+// ("nft-chain-2-nat"), link types ("rtnl-link-vxlan"). It asks through
+// request_module, which runs the program named in
+// /proc/sys/kernel/modprobe as "<program> -q -- <name>" and waits for it
+// to exit. That program is this binary a third time:
+//
+//	kernel: request_module("crypto-ecb")
+//	  │ runs /sbin/modprobe -q -- crypto-ecb   (a link to /init in the
+//	  │                                         initramfs; the core writes
+//	  ▼                                         the path before coldplug)
+//	/init, argv[0] "modprobe": the name is a module (modules.dep) or
+//	  matches alias patterns (modules.alias) ─▶ load it and its
+//	  dependencies (finit_module; EEXIST is as good) ─▶ one line in the
+//	  kernel log ─▶ exit 0 (served) or 1 (nothing matches, or no module
+//	  of the name loads)
+//
+// The line, "cairn-modprobe: loaded ecb (for crypto-ecb) in 0.10s",
+// reaches the console. Names no module provides ("crypto-xts(aes)", which
+// the kernel tries before "crypto-xts") and modules that find no device
+// (aesni_intel without AES-NI) stay at debug level, in dmesg only. A run
+// ends within 10 seconds whatever hangs, as the kernel's caller waits for
+// it. Tools that run modprobe themselves (iptables, kube-proxy) reach the
+// same link.
+//
 // # Console
 //
 // Phase lines ("cairn: supervisor started") go straight to /dev/ttyS0 and
@@ -56,12 +88,13 @@
 //
 // # Files
 //
-//	main.go      picks the mode
+//	main.go      picks the mode: PID 1, core or modprobe
 //	reaper.go    PID 1: start the core, reap, forward signals, judge the exit
 //	power.go     PID 1: the end of the machine (kill, sync, unmount, reboot)
 //	mounts.go    the filesystems mounted at boot, unmounting at the end
 //	core.go      the core: log tree, coldplug, supervisor, shutdown request
 //	coldplug.go  module loading through pkg/kmod
+//	modprobe.go  modprobe mode: the kernel's requests for modules by name
 //	root.go      the root runnable and its list of children
 //	button.go    the power child: power button (evdev, or ACPI netlink
 //	             without evdev) and forwarded signals
@@ -69,8 +102,10 @@
 //	flags.go     cairn.* flags of the kernel command line
 //	network.go   the network child: DHCP, the external address on the
 //	             consoles
-//	storage.go   the storage child: ESP, /ephemeral and, with test-only
-//	             keys, the data partition at /data
+//	storage.go   the storage child: /system, ESP, /ephemeral and, with
+//	             test-only keys, the data partition at /data
+//	system.go    the system slot and verity flags, and the storage child's
+//	             mount of the verified system partition at /system
 //	testservices.go  test-only echo server and client (cairn.test.echo,
 //	             cairn.test.dial)
 package main

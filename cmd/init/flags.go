@@ -20,6 +20,9 @@ const testFlagPrefix = "cairn.test."
 type flags struct {
 	// logSeverity is the least severity of entries on the consoles.
 	logSeverity logtree.Severity
+	// system names the system partition's slot and its verity
+	// parameters (system.go).
+	system systemFlags
 	// test are the test-only flags; empty in production builds.
 	test testFlags
 }
@@ -40,6 +43,7 @@ func parseFlags(c cmdline.Cmdline) (f flags, notes []string) {
 			f.logSeverity = s
 		}
 	}
+	f.system = parseSystemFlags(c)
 	var testNotes []string
 	f.test, testNotes = parseTestFlags(c)
 	return f, append(notes, testNotes...)

@@ -19,7 +19,7 @@ func TestParseFlags(t *testing.T) {
 		{"cairn.log=loud", flags{logSeverity: logtree.INFO}, 1},
 	} {
 		got, notes := parseFlags(cmdline.Parse(tc.cmdline))
-		if got != tc.want || len(notes) != tc.wantNotes {
+		if got.logSeverity != tc.want.logSeverity || len(notes) != tc.wantNotes {
 			t.Errorf("parseFlags(%q) = %+v, %q, want %+v and %d notes", tc.cmdline, got, notes, tc.want, tc.wantNotes)
 		}
 	}

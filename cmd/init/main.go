@@ -16,6 +16,8 @@ func main() {
 		runPID1() // never returns
 	case filepath.Base(os.Args[0]) == coreArgv0:
 		os.Exit(runCore())
+	case filepath.Base(os.Args[0]) == modprobeName:
+		os.Exit(runModprobe(os.Args[1:]))
 	default:
 		fmt.Fprintln(os.Stderr, "cairn init: this is the node's PID 1, and not PID 1 here; refusing to run")
 		os.Exit(2)

@@ -38,7 +38,7 @@ func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogg
 		membership memory.Value[*roleserve.Membership]
 		params     memory.Value[*parameters.Loaded]
 	)
-	st, err := localstorage.New(localstorage.Config{MkfsXFS: mkfsXFS})
+	st, err := localstorage.New(localstorage.Config{})
 	if err != nil {
 		log.Errorf("no storage: %v", err)
 		return []child{{"network", networkRunnable(nil, &address, printf)}}

@@ -7,53 +7,61 @@ import (
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/supervisor"
+	"cairn.dev/cairn/pkg/verity"
 )
-
-// mkfsXFS is where the initramfs carries Debian's mkfs.xfs. The core runs
-// without a PATH, so it is named in full.
-const mkfsXFS = "/usr/sbin/mkfs.xfs"
 
 // nodeStorage is what the storage child does to the disks: the methods of
 // *localstorage.Storage, and a fake in tests.
 type nodeStorage interface {
+	MountSystem(slot localstorage.Slot, p verity.Params) (localstorage.SystemMount, error)
 	MountESP() error
 	MountEphemeral() error
 	MountNew(ctx context.Context, nodeKey, clusterKey []byte) error
 	MountExisting(nodeKey, clusterKey []byte) error
 }
 
-// storage is the storage child: it mounts the ESP and /ephemeral (and, in
-// test images, what the test hooks ask for). It remembers what it mounted,
-// so that a restart by the supervisor after an error goes on from where
-// the last run stopped instead of mounting twice.
+// storage is the storage child: it mounts the verified system partition,
+// the ESP and /ephemeral (and, in test images, what the test hooks ask
+// for). It remembers what it mounted, so that a restart by the supervisor
+// after an error goes on from where the last run stopped instead of
+// mounting twice.
 type storage struct {
 	disks nodeStorage
 	// printf writes a phase line to the consoles.
 	printf func(format string, args ...any)
 	// espCairn is the ESP's cairn/ directory, dataRoot the data
-	// partition's mount point.
-	espCairn, dataRoot string
+	// partition's mount point, systemRoot the system partition's.
+	espCairn, dataRoot, systemRoot string
+	// system names the system slot and its verity parameters, from the
+	// command line.
+	system systemFlags
 	// hooks are the storage child's test hooks; they do nothing in
 	// production builds.
 	hooks storageHooks
-	// mounted is set to true once the ESP and /ephemeral are mounted:
-	// enrolment and the network wait for it. Nil in tests that do not
-	// care.
+	// mounted is set to true once the system partition, the ESP and
+	// /ephemeral are mounted: enrolment and the network wait for it, and
+	// the data partition is made with the mkfs.xfs of /system. Nil in
+	// tests that do not care.
 	mounted event.Value[bool]
 
-	espMounted, ephemeralMounted bool
+	systemMounted, espMounted, ephemeralMounted bool
+	// systemFailure is why the system partition cannot be mounted, when
+	// trying again cannot change it.
+	systemFailure error
 }
 
 // newStorage returns the storage child for the node's disks s, which sets
-// mounted once the ESP and /ephemeral are mounted.
+// mounted once the system partition, the ESP and /ephemeral are mounted.
 func newStorage(s *localstorage.Storage, fl flags, mounted event.Value[bool], printf func(string, ...any)) *storage {
 	return &storage{
-		disks:    s,
-		mounted:  mounted,
-		printf:   printf,
-		espCairn: s.Root.ESP.Cairn.FullPath(),
-		dataRoot: s.Root.Data.FullPath(),
-		hooks:    newStorageHooks(fl.test),
+		disks:      s,
+		mounted:    mounted,
+		printf:     printf,
+		espCairn:   s.Root.ESP.Cairn.FullPath(),
+		dataRoot:   s.Root.Data.FullPath(),
+		systemRoot: s.Root.System.FullPath(),
+		system:     fl.system,
+		hooks:      newStorageHooks(fl.test),
 	}
 }
 
@@ -62,6 +70,12 @@ func newStorage(s *localstorage.Storage, fl flags, mounted event.Value[bool], pr
 // destroy data.
 func (s *storage) run(ctx context.Context) error {
 	log := supervisor.Logger(ctx)
+	if !s.systemMounted {
+		if err := s.mountSystem(log); err != nil {
+			return err
+		}
+		s.systemMounted = true
+	}
 	if !s.espMounted {
 		if err := s.disks.MountESP(); err != nil {
 			return fmt.Errorf("when mounting the ESP: %w", err)

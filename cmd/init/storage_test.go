@@ -16,6 +16,7 @@ import (
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/supervisor"
+	"cairn.dev/cairn/pkg/verity"
 )
 
 // fakeDisks is a data partition in memory: blank until MountNew, then
@@ -26,11 +27,16 @@ type fakeDisks struct {
 	key       string
 	formats   int
 	espErrors int // MountESP fails this many times first
+	// systemErr is what MountSystem returns; systemCalls and espCalls
+	// count the calls (system_test.go).
+	systemErr             error
+	systemCalls, espCalls int
 }
 
 func (f *fakeDisks) MountESP() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.espCalls++
 	if f.espErrors > 0 {
 		f.espErrors--
 		return errors.New("no ESP yet")
@@ -39,6 +45,13 @@ func (f *fakeDisks) MountESP() error {
 }
 
 func (f *fakeDisks) MountEphemeral() error { return nil }
+
+func (f *fakeDisks) MountSystem(localstorage.Slot, verity.Params) (localstorage.SystemMount, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.systemCalls++
+	return localstorage.SystemMount{Partition: "/dev/vda2"}, f.systemErr
+}
 
 func (f *fakeDisks) MountNew(ctx context.Context, n, c []byte) error {
 	f.mu.Lock()

@@ -14,6 +14,7 @@ import (
 
 	"cairn.dev/cairn/pkg/devicemapper"
 	"cairn.dev/cairn/pkg/gpt"
+	"cairn.dev/cairn/pkg/verity"
 )
 
 // minDataSectors is the smallest data partition worth making, in bytes.
@@ -27,17 +28,28 @@ type kernelBlock struct {
 
 func newKernelBlock(s *Storage) blockLayer { return &kernelBlock{s: s} }
 
+// disk returns the boot disk, found once.
+func (k *kernelBlock) disk() (*bootDisk, error) {
+	if k.boot == nil {
+		d, err := k.s.findBootDisk()
+		if err != nil {
+			return nil, fmt.Errorf("when looking for the boot disk: %w", err)
+		}
+		k.boot = d
+	}
+	return k.boot, nil
+}
+
 // MountESP finds the boot disk and mounts its ESP at Root.ESP.
 func (s *Storage) MountESP() error {
 	kb, ok := s.block.(*kernelBlock)
 	if !ok {
 		return errors.New("ESP mounting needs the kernel block layer")
 	}
-	d, err := s.findBootDisk()
+	d, err := kb.disk()
 	if err != nil {
-		return fmt.Errorf("when looking for the boot disk: %w", err)
+		return err
 	}
-	kb.boot = d
 	dev, err := s.partitionDevice(d.name, d.esp)
 	if err != nil {
 		return fmt.Errorf("when looking for the ESP: %w", err)
@@ -65,14 +77,10 @@ func (s *Storage) MountEphemeral() error {
 }
 
 func (k *kernelBlock) dataPartition(create bool) (string, uint64, error) {
-	if k.boot == nil {
-		d, err := k.s.findBootDisk()
-		if err != nil {
-			return "", 0, fmt.Errorf("when looking for the boot disk: %w", err)
-		}
-		k.boot = d
+	d, err := k.disk()
+	if err != nil {
+		return "", 0, err
 	}
-	d := k.boot
 	f, err := os.OpenFile(d.path, os.O_RDWR, 0)
 	if err != nil {
 		return "", 0, fmt.Errorf("when opening the boot disk: %w", err)
@@ -131,6 +139,14 @@ func addPartition(f *os.File, index int, p gpt.Partition, ss int) error {
 }
 
 func (k *kernelBlock) openCrypt(name, device string, offset, sectors uint64, key []byte) (string, error) {
+	return k.openMapping(name, func(c *devicemapper.Control) (uint64, error) {
+		return c.CreateCrypt(name, devicemapper.Crypt{Device: device, Offset: offset, Sectors: sectors, Key: key})
+	})
+}
+
+// openMapping removes the mapped device name if an earlier attempt left
+// it, makes it anew with create and returns its device node.
+func (k *kernelBlock) openMapping(name string, create func(*devicemapper.Control) (uint64, error)) (string, error) {
 	c, err := devicemapper.Open()
 	if err != nil {
 		return "", err
@@ -138,15 +154,58 @@ func (k *kernelBlock) openCrypt(name, device string, offset, sectors uint64, key
 	defer c.Close()
 	if _, err := c.Info(name); err == nil {
 		if err := c.Remove(name); err != nil {
-			return "", fmt.Errorf("when removing the volume left from an earlier attempt: %w", err)
+			return "", fmt.Errorf("when removing the mapping left from an earlier attempt: %w", err)
 		}
 	}
-	dev, err := c.CreateCrypt(name, devicemapper.Crypt{Device: device, Offset: offset, Sectors: sectors, Key: key})
+	dev, err := create(c)
 	if err != nil {
 		return "", err
 	}
 	return filepath.Join(k.s.c.Dev, "dm-"+strconv.FormatUint(uint64(unix.Minor(dev)), 10)), nil
 }
+
+func (k *kernelBlock) systemPartition(slot Slot) (string, uint64, error) {
+	d, err := k.disk()
+	if err != nil {
+		return "", 0, err
+	}
+	t, err := readTable(d)
+	if err != nil {
+		return "", 0, fmt.Errorf("when reading the boot disk's partition table: %w", err)
+	}
+	i := t.Find(slot.partitionType())
+	if i < 0 {
+		return "", 0, fmt.Errorf("the boot disk %s has no partition of type %s", d.name, slot.partitionType())
+	}
+	dev, err := k.s.partitionDevice(d.name, i)
+	if err != nil {
+		return "", 0, err
+	}
+	return dev, t.Entries[i].Sectors() * uint64(d.sectorSize), nil
+}
+
+func (k *kernelBlock) openVerity(name, device string, p verity.Params) (string, error) {
+	return k.openMapping(name, func(c *devicemapper.Control) (uint64, error) {
+		return c.CreateVerity(name, devicemapper.Verity{
+			DataDevice: device, HashDevice: device,
+			DataBlockSize: verity.BlockSize, HashBlockSize: verity.BlockSize,
+			DataBlocks: p.DataBlocks, HashStartBlock: p.HashStartBlock(),
+			Algorithm: verity.Algorithm, RootHash: p.RootHash, Salt: p.Salt,
+		})
+	})
+}
+
+func (k *kernelBlock) verityCorrupt(name string) (bool, error) {
+	c, err := devicemapper.Open()
+	if err != nil {
+		return false, err
+	}
+	defer c.Close()
+	st, err := c.VerityState(name)
+	return st == devicemapper.VerityCorrupt, err
+}
+
+func (k *kernelBlock) closeVerity(name string) error { return k.closeCrypt(name) }
 
 func (k *kernelBlock) closeCrypt(name string) error {
 	c, err := devicemapper.Open()

@@ -22,6 +22,10 @@ type fileBlock struct {
 	mkfses  int
 	mounted []string
 	failFS  bool
+	// corrupt is set when openVerity found a slot that does not match;
+	// verityClosed counts closeVerity calls (system_test.go).
+	corrupt      bool
+	verityClosed int
 }
 
 func (b *fileBlock) part() string { return filepath.Join(b.dir, "part") }

@@ -1,20 +1,29 @@
 // Package localstorage owns a node's disks: it finds the boot disk, mounts
-// its EFI system partition, and creates, encrypts, formats and mounts the
-// data partition, all reached through one declarative tree (Root).
+// its EFI system partition and its verified system partition, and creates,
+// encrypts, formats and mounts the data partition, all reached through one
+// declarative tree (Root).
 //
-//	boot disk (GPT)                                   mount points
-//	┌─────┬──────────────┬────────────────────────┐
-//	│ GPT │ ESP (vfat)   │ data partition          │
-//	│     │  cairn/*.pb ─┼────────────────────────┼──▶ /esp   Root.ESP
-//	│     │              │ header │ dm-crypt ──▶ XFS ──▶ /data  Root.Data
-//	└─────┴──────────────┴────────────────────────┘
-//	                            tmpfs ─────────────────▶ /ephemeral
+//	boot disk (GPT)                                        mount points
+//	┌─────┬────────────┬──────────────┬──────────┬────────────────────┐
+//	│ GPT │ ESP (vfat) │ system-a     │ system-b │ data partition     │
+//	│     │ cairn/*.pb─┼──────────────┼──────────┼────────────────────┼─▶ /esp
+//	│     │            │ EROFS ‖ tree │ (A/B)    │                    │
+//	│     │            │  dm-verity ──┼──────────┼─ read-only EROFS ──┼─▶ /system
+//	│     │            │              │          │ header │ dm-crypt ─┼─▶ XFS /data
+//	└─────┴────────────┴──────────────┴──────────┴────────────────────┘
+//	                                     tmpfs ─────────────────────────▶ /ephemeral
+//
+// MountSystem maps the slot the command line names through dm-verity,
+// checked against the root hash of the command line, and mounts it at
+// Root.System; it comes first, as mkfs.xfs lives there. A slot that does
+// not match is ErrSystemCorrupt and is never mounted: its first blocks,
+// which every mount reads, are read and checked before the mount.
 //
 // The enrolment code decides which of MountNew and MountExisting to call:
 // MountNew when the node has no sealed configuration yet (nothing stored
 // can be lost), MountExisting on every later boot. MountNew creates the
-// partition in the largest free span after the ESP (growing the GPT to a
-// disk larger than the image), keys dm-crypt with node key XOR cluster
+// partition in the largest free span after the ESP, which is after the
+// system slots (growing the GPT to a disk larger than the image), keys dm-crypt with node key XOR cluster
 // key, runs mkfs.xfs and writes a small plaintext header. MountExisting
 // never formats: a header whose key check fails, or a volume that opens
 // to no XFS superblock, is reported as a wrong key.

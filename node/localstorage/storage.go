@@ -3,8 +3,10 @@ package localstorage
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 
 	"cairn.dev/cairn/node/localstorage/declarative"
+	"cairn.dev/cairn/pkg/verity"
 )
 
 // Config says where the node's storage lives. Every path has a node
@@ -22,8 +24,9 @@ type Config struct {
 	// EFIVars is the efivarfs mount point; "/sys/firmware/efi/efivars"
 	// when empty.
 	EFIVars string
-	// MkfsXFS is the mkfs.xfs binary; "mkfs.xfs" (looked up in PATH)
-	// when empty.
+	// MkfsXFS is the mkfs.xfs binary. Empty means usr/sbin/mkfs.xfs
+	// below Root.System, where the system image carries it: MountNew
+	// then works only once MountSystem has mounted it.
 	MkfsXFS string
 }
 
@@ -37,13 +40,28 @@ func (c *Config) defaults() {
 	set(&c.SysBlock, "/sys/class/block")
 	set(&c.Dev, "/dev")
 	set(&c.EFIVars, "/sys/firmware/efi/efivars")
-	set(&c.MkfsXFS, "mkfs.xfs")
 }
 
-// blockLayer is everything the data partition logic does to the kernel.
-// The real one (block_linux.go) drives GPT, device-mapper, mkfs.xfs and
-// mount(2); tests substitute one working on files.
+// mkfsXFSPath is where the system image (build/system) carries Debian's
+// mkfs.xfs, below its mount point: at its own path.
+const mkfsXFSPath = "usr/sbin/mkfs.xfs"
+
+// blockLayer is everything the system and data partition logic does to
+// the kernel. The real one (block_linux.go) drives GPT, device-mapper,
+// mkfs.xfs and mount(2); tests substitute one working on files.
 type blockLayer interface {
+	// systemPartition returns the device of the boot disk's partition
+	// for slot and its size in bytes.
+	systemPartition(slot Slot) (device string, size uint64, err error)
+	// openVerity maps device as the dm-verity device name checked
+	// against p, replacing a device of that name left from an earlier
+	// attempt, and returns the mapped device.
+	openVerity(name, device string, p verity.Params) (string, error)
+	// verityCorrupt reports whether the verity device name has read a
+	// block that does not match its hash.
+	verityCorrupt(name string) (bool, error)
+	// closeVerity removes the verity device name.
+	closeVerity(name string) error
 	// dataPartition returns the device of the data partition and its
 	// size in 512-byte sectors. With create set it first makes sure the
 	// partition exists; without, a missing one is errNoDataPartition.
@@ -74,6 +92,9 @@ func New(c Config) (*Storage, error) {
 	r := &Root{}
 	if err := declarative.Place(r, c.Root); err != nil {
 		return nil, fmt.Errorf("when placing the storage tree: %w", err)
+	}
+	if c.MkfsXFS == "" {
+		c.MkfsXFS = filepath.Join(r.System.FullPath(), mkfsXFSPath)
 	}
 	s := &Storage{Root: r, c: c}
 	s.block = newKernelBlock(s)

@@ -10,6 +10,10 @@ type Root struct {
 	declarative.Directory
 	// ESP is the EFI system partition, mounted vfat.
 	ESP ESPDirectory `dir:"esp"`
+	// System is the system partition's booted slot: the read-only EROFS
+	// image of build/system, verified by dm-verity, holding the host
+	// binaries at their own paths (usr/sbin/mkfs.xfs, ...).
+	System declarative.Directory `dir:"system"`
 	// Data is the (encrypted) data partition, mounted XFS with project
 	// quotas.
 	Data DataDirectory `dir:"data"`

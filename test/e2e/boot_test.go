@@ -15,8 +15,9 @@ import (
 
 // TestBootAndPowerOff boots the image the way a machine does (OVMF, the
 // unified kernel image on the ESP), checks that /init brought the node up
-// with the virtio drivers loaded, then presses the power button and checks
-// that the node shuts down cleanly and powers off by itself.
+// with the virtio drivers loaded and its system partition verified and
+// mounted, then presses the power button and checks that the node shuts
+// down cleanly and powers off by itself.
 func TestBootAndPowerOff(t *testing.T) {
 	s := newSuite(t, 10*time.Minute)
 	n := s.launch(launch.Config{Name: "boot", Image: artifact(t, "cairn.img")}, launch.WithTPM())
@@ -27,6 +28,10 @@ func TestBootAndPowerOff(t *testing.T) {
 	}
 	s.waitFor(n, launch.Substring("cairn: supervisor started"))
 	s.bootTimings(n, launch.CairnBoot)
+	// The verified system partition, which the UKI's command line names.
+	system := s.waitFor(n, launch.Substring("cairn: system partition a mounted at /system"))
+	s.stepSinceInit(n, system, "/init → /system verified and mounted")
+	t.Logf("%s", system.Text)
 
 	// Coldplug ran before the supervisor: every module line is there, one
 	// for each virtio device the node has (the PCI transport, disk,

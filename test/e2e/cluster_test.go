@@ -28,11 +28,12 @@ import (
 )
 
 // newCluster makes a cluster of nodes (and spare network slots) for the
-// suite, booting nothing yet. Its consoles go to
+// suite, booting nothing yet; opts are added to every node's launch (a
+// CPU model). Its consoles go to
 // out/e2e/<test>_node<i>.boot<k>.console.log, its progress to the test
 // log; it is closed when the suite ends, with the tail of every console
 // logged if the suite failed.
-func (s *suite) newCluster(nodes, spare int) *cluster.Cluster {
+func (s *suite) newCluster(nodes, spare int, opts ...launch.Option) *cluster.Cluster {
 	s.t.Helper()
 	logDir := filepath.Join(repoRoot(s.t), "out", "e2e")
 	c, err := cluster.New(cluster.Config{
@@ -46,6 +47,7 @@ func (s *suite) newCluster(nodes, spare int) *cluster.Cluster {
 		MemoryMiB:     *memoryFlag,
 		TPM:           true,
 		Logf:          s.t.Logf,
+		LaunchOptions: opts,
 	})
 	if err != nil {
 		s.t.Fatalf("making the cluster: %v", err)

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -76,6 +77,17 @@ func artifact(t *testing.T, name string) string {
 		t.Fatalf("build output missing: %v (run make image, or pass -image-dir)", err)
 	}
 	return p
+}
+
+// copyImage returns a sparse copy of the built disk image in a temporary
+// directory, for a node that writes to its disk or a test that damages it.
+func copyImage(t *testing.T) string {
+	t.Helper()
+	disk := filepath.Join(t.TempDir(), "disk.img")
+	if out, err := exec.Command("cp", "--sparse=always", artifact(t, "cairn.img"), disk).CombinedOutput(); err != nil {
+		t.Fatalf("copying the image: %v: %s", err, out)
+	}
+	return disk
 }
 
 // suite is one end-to-end suite: a deadline, the nodes it launched and the

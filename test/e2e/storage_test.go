@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -35,10 +34,7 @@ import (
 // LoaderDevicePartUUID and finds its disk as the only one with an ESP.
 func TestDataPartition(t *testing.T) {
 	s := newSuite(t, 20*time.Minute)
-	disk := filepath.Join(t.TempDir(), "disk.img")
-	if out, err := exec.Command("cp", "--sparse=always", artifact(t, "cairn.img"), disk).CombinedOutput(); err != nil {
-		t.Fatalf("copying the image: %v: %s", err, out)
-	}
+	disk := copyImage(t)
 	nodeKey, clusterKey, wrongKey := randomHex(t, 64), randomHex(t, 64), randomHex(t, 64)
 	marker := "cairn-e2e-marker-" + randomHex(t, 8)
 	keys := nodeKey + ":" + clusterKey
@@ -162,8 +158,22 @@ func (s *suite) powerOff(n *launch.Node) {
 	}
 }
 
+// readGPT reads the partition table of the disk image f.
+func readGPT(t *testing.T, f *os.File) *gpt.Table {
+	t.Helper()
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tab, err := gpt.Read(f, st.Size(), 512)
+	if err != nil {
+		t.Fatalf("reading the GPT of %s: %v", f.Name(), err)
+	}
+	return tab
+}
+
 // dataPartitionSum returns the SHA-256 of the disk's data partition: the
-// one GPT entry that is not the ESP.
+// one GPT entry of Cairn's data partition type.
 func dataPartitionSum(t *testing.T, disk string) string {
 	t.Helper()
 	f, err := os.Open(disk)
@@ -171,22 +181,15 @@ func dataPartitionSum(t *testing.T, disk string) string {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tab, err := gpt.Read(f, st.Size(), 512)
-	if err != nil {
-		t.Fatalf("reading the disk's GPT: %v", err)
-	}
+	tab := readGPT(t, f)
 	var data []gpt.Partition
 	for _, p := range tab.Entries {
-		if p.Type != (gpt.Partition{}).Type && p.Type != gpt.TypeEFISystem {
+		if p.Type == gpt.TypeCairnData {
 			data = append(data, p)
 		}
 	}
 	if len(data) != 1 {
-		t.Fatalf("the disk has %d partitions besides the ESP, want 1 data partition: %+v", len(data), data)
+		t.Fatalf("the disk has %d data partitions, want 1: %+v", len(data), tab.Entries)
 	}
 	h := sha256.New()
 	r := io.NewSectionReader(f, int64(data[0].FirstLBA)*512, int64(data[0].Sectors())*512)

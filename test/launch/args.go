@@ -13,6 +13,10 @@ type plan struct {
 	memoryMiB int
 	cpus      int
 	kvm       bool
+	// cpu is qemu's CPU model, with features if any ("qemu64",
+	// "qemu64,+aes"); empty means the accelerator's best: host under
+	// KVM, max under TCG.
+	cpu string
 	// disk is the file qemu opens as the node's disk, used as diskMode
 	// says; empty for a node without a disk.
 	disk     string
@@ -72,12 +76,16 @@ func (p plan) args() []string {
 		"-display", "none",
 		"-machine", "q35",
 	}
+	accel, cpu := "tcg", "max"
 	if p.kvm {
-		a = append(a, "-accel", "kvm", "-cpu", "host")
-	} else {
-		a = append(a, "-accel", "tcg", "-cpu", "max")
+		accel, cpu = "kvm", "host"
+	}
+	if p.cpu != "" {
+		// Not escaped: commas separate the model's features.
+		cpu = p.cpu
 	}
 	a = append(a,
+		"-accel", accel, "-cpu", cpu,
 		"-m", strconv.Itoa(p.memoryMiB),
 		"-smp", strconv.Itoa(p.cpus),
 	)

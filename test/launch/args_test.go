@@ -68,6 +68,20 @@ func TestArgs(t *testing.T) {
 				argsOVMF, argsDisk, argsRNG, argsTail},
 		},
 		{
+			name:   "cpu model under tcg",
+			change: func(p *plan) { p.cpu = "qemu64" },
+			want: [][]string{argsHead,
+				{"-accel", "tcg", "-cpu", "qemu64", "-m", "1024", "-smp", "1"},
+				argsOVMF, argsDisk, argsRNG, argsTail},
+		},
+		{
+			name:   "cpu model with features under kvm",
+			change: func(p *plan) { p.kvm, p.cpu = true, "qemu64,+aes" },
+			want: [][]string{argsHead,
+				{"-accel", "kvm", "-cpu", "qemu64,+aes", "-m", "1024", "-smp", "1"},
+				argsOVMF, argsDisk, argsRNG, argsTail},
+		},
+		{
 			name:   "tpm",
 			change: func(p *plan) { p.tpmSocket = "/s/swtpm/ctrl.sock" },
 			want: [][]string{argsHead, argsTCG, argsOVMF, argsDisk, argsRNG,

@@ -29,9 +29,10 @@ type Config struct {
 	// Empty means "node".
 	Name string
 	// Image is the raw disk image to boot. The node writes to a qcow2
-	// overlay backed by it (made with qemu-img; where qemu-img is missing,
-	// qemu keeps a temporary snapshot of its own); the image itself is
-	// never modified, unless WithWritableImage says so. Empty is allowed only with WithDirectBoot, for a node
+	// overlay backed by it, DiskSize large (made with qemu-img; where
+	// qemu-img is missing, qemu keeps a temporary snapshot of its own, as
+	// large as the image); the image itself is never modified, unless
+	// WithWritableImage says so. Empty is allowed only with WithDirectBoot, for a node
 	// without a disk.
 	Image string
 	// MemoryMiB is the guest's memory. Zero means DefaultMemoryMiB.
@@ -142,6 +143,7 @@ type options struct {
 	qemu, qemuImg, swtpm string
 	ovmfCode, ovmfVars   string
 	accel                Accel
+	cpu                  string
 	tpm                  bool
 	tpmState             string
 	parameters           []byte
@@ -228,11 +230,17 @@ func WithConsoleFile(path string) Option {
 
 // WithWritableImage lets the node write to Config.Image itself instead of
 // an overlay, for tests that boot one disk several times. Give it a copy
-// of the built image, never the image.
+// of the built image, never the image: a copy smaller than DiskSize is
+// grown to it (sparsely), as a machine's disk is larger than the image.
 func WithWritableImage() Option { return func(o *options) { o.writableImage = true } }
 
 // WithAccel chooses the accelerator; the default is AccelAuto.
 func WithAccel(a Accel) Option { return func(o *options) { o.accel = a } }
+
+// WithCPU gives the node qemu's CPU model cpu, with features if any
+// ("qemu64" for a CPU without AES-NI, "qemu64,+aes"), instead of the
+// accelerator's best: the host's CPU under KVM, "max" under TCG.
+func WithCPU(cpu string) Option { return func(o *options) { o.cpu = cpu } }
 
 // WithBinaries uses other qemu-system-x86_64, qemu-img and swtpm binaries;
 // empty arguments keep the defaults.

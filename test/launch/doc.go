@@ -7,7 +7,8 @@
 //	                Launch(ctx, Config, options...)
 //	                             │
 //	state dir (temp) ────────────┼────────────────────────────────────┐
-//	│ disk.qcow2    overlay, backed by the raw image (never written)  │
+//	│ disk.qcow2    overlay, backed by the raw image (never written), │
+//	│               DiskSize large: room for the data partition       │
 //	│ OVMF_VARS.fd  this node's own copy of the variable store        │
 //	│ fwcfg-N       node parameters and other fw_cfg files            │
 //	│ swtpm/        TPM state (or WithTPMState's) and control socket  │

@@ -94,6 +94,7 @@ func (n *Node) start(ctx context.Context, cfg Config, o options) error {
 		memoryMiB: cfg.MemoryMiB,
 		cpus:      cfg.CPUs,
 		kvm:       o.kvm,
+		cpu:       o.cpu,
 		direct:    o.direct,
 		network:   o.network,
 		qmpSocket: filepath.Join(n.dir, "qmp.sock"),
@@ -109,6 +110,9 @@ func (n *Node) start(ctx context.Context, cfg Config, o options) error {
 			return fmt.Errorf("image: %w", err)
 		}
 		if o.writableImage {
+			if err := growDisk(image, DiskSize); err != nil {
+				return err
+			}
 			p.disk, p.diskMode = image, diskWritable
 		} else if _, err := exec.LookPath(o.qemuImg); err != nil {
 			// qemu makes and removes an overlay of its own.
@@ -148,9 +152,15 @@ func (n *Node) start(ctx context.Context, cfg Config, o options) error {
 }
 
 // createOverlay makes a qcow2 file at path that reads through to the raw
-// image (an absolute path) and takes every write itself.
+// image (an absolute path) and takes every write itself. The disk it
+// makes is diskSize large: beyond the image, it reads zeros.
 func createOverlay(ctx context.Context, qemuImg, image, path string) error {
-	cmd := exec.CommandContext(ctx, qemuImg, "create", "-q", "-f", "qcow2", "-b", image, "-F", "raw", path)
+	size, err := diskSize(image)
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, qemuImg, "create", "-q", "-f", "qcow2", "-b", image, "-F", "raw",
+		path, strconv.FormatInt(size, 10))
 	cmd.SysProcAttr = childAttr()
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("when creating disk overlay: %w: %s", err, strings.TrimSpace(string(out)))

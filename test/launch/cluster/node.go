@@ -156,7 +156,8 @@ func (n *Node) Boot(ctx context.Context, params []byte) (*launch.Node, error) {
 	return vm, nil
 }
 
-// ensureDisk copies the image to the node's disk unless it exists.
+// ensureDisk copies the image to the node's disk unless it exists. Launch
+// grows the copy to launch.DiskSize, room for the data partition.
 func (n *Node) ensureDisk(ctx context.Context) error {
 	if _, err := os.Stat(n.disk); err == nil {
 		return nil

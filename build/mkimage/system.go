@@ -1,0 +1,67 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"cairn.dev/cairn/build/system"
+)
+
+func systemCmd(args []string) error {
+	fs := flag.NewFlagSet("system", flag.ExitOnError)
+	base := fs.String("cmdline", "", "file holding the base kernel command line (build/cmdline)")
+	cmdlineOut := fs.String("cmdline-out", "", "write the base command line with the system slot and its verity parameters here")
+	slot := fs.String("slot", "a", "the slot the image goes into, which the command line names")
+	depfile := fs.String("deps", "", "write a make rule naming the host files read here")
+	out := fs.String("o", "", "output file")
+	fs.Parse(args)
+	if err := need(map[string]string{"cmdline": *base, "cmdline-out": *cmdlineOut, "o": *out}); err != nil {
+		return err
+	}
+	baseLine, err := os.ReadFile(*base)
+	if err != nil {
+		return fmt.Errorf("when reading the command line: %w", err)
+	}
+	paths := system.HostBinaryPaths(system.HostBinaries)
+	img, err := system.Build(*out, system.Config{Binaries: paths})
+	if err != nil {
+		return err
+	}
+	line := system.Cmdline(string(baseLine), *slot, img.Params)
+	if err := writeFile(*cmdlineOut, []byte(line+"\n")); err != nil {
+		return fmt.Errorf("when writing the command line: %w", err)
+	}
+	if *depfile != "" {
+		if err := writeDepfile(*depfile, *out+" "+*cmdlineOut, img.HostFiles); err != nil {
+			return fmt.Errorf("when writing %s: %w", *depfile, err)
+		}
+	}
+	fmt.Printf("image: system image %s: EROFS %s + verity hash tree %d KiB; %d host binaries with their libraries (%d files)\n",
+		mb(img.FilesystemSize+img.TreeSize), mb(img.FilesystemSize), img.TreeSize>>10, len(paths), len(img.HostFiles))
+	fmt.Printf("image: system slot %s, verity root hash %x\n", *slot, img.Params.RootHash)
+	return nil
+}
+
+// plus an empty rule for each file, so that make rebuilds target when a
+// carried binary or library changes and does not fail when one is gone.
+func writeDepfile(path, target string, files []string) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s:", target)
+	for _, f := range files {
+		if strings.ContainsAny(f, " \t\n:#$%\\") {
+			return fmt.Errorf("path %q cannot be written in a make rule", f)
+		}
+		fmt.Fprintf(&b, " \\\n  %s", f)
+	}
+	b.WriteString("\n")
+	for _, f := range files {
+		fmt.Fprintf(&b, "%s:\n", f)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return writeFile(path, []byte(b.String()))
+}
