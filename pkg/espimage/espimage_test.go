@@ -101,9 +101,10 @@ func TestWriteReadBuiltImage(t *testing.T) {
 	}
 	img := filepath.Join(t.TempDir(), "cairn.img")
 	err := builddisk.Write(img, builddisk.Config{
-		Size:    128 * mib,
-		ESPSize: espSize,
-		Dirs:    []string{"/cairn", "/EFI/BOOT"},
+		Size:       128 * mib,
+		ESPSize:    espSize,
+		SystemSize: 8 * mib,
+		Dirs:       []string{"/cairn", "/EFI/BOOT"},
 	})
 	if err != nil {
 		t.Fatalf("disk.Write: %v", err)
