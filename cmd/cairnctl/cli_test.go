@@ -198,6 +198,7 @@ func TestNodeEndpointSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := configView{
+		Context:       defaultContext,
 		Dir:           dir,
 		Endpoints:     []string{"127.0.0.1:17833", "10.0.0.1:7833"},
 		NodeEndpoints: map[string]string{"cairn-0123456789abcdef": "127.0.0.1:17835"},

@@ -58,7 +58,7 @@ func newClusterCommand(a *app) *cobra.Command {
 // ticket replaced which.
 func (a *app) rotateTicket(ctx context.Context, o *owner) error {
 	var old, rotated []byte
-	err := o.curator(ctx, "rotating the register ticket", func(conn *grpc.ClientConn) error {
+	err := o.curator(ctx, "rotating the register ticket", func(ctx context.Context, conn *grpc.ClientConn) error {
 		m := api.NewManagementClient(conn)
 		res, err := m.GetRegisterTicket(ctx, &api.GetRegisterTicketRequest{})
 		if err != nil {
@@ -85,7 +85,7 @@ func ticketFingerprint(ticket []byte) string {
 
 func (a *app) clusterInfo(ctx context.Context, o *owner) error {
 	var info *api.GetClusterInfoResponse
-	err := o.curator(ctx, "getting cluster info", func(conn *grpc.ClientConn) error {
+	err := o.curator(ctx, "getting cluster info", func(ctx context.Context, conn *grpc.ClientConn) error {
 		var err error
 		info, err = api.NewManagementClient(conn).GetClusterInfo(ctx, &api.GetClusterInfoRequest{})
 		return err

@@ -52,6 +52,7 @@ func TestCommandsAgainstServer(t *testing.T) {
 		&api.NodeStatus{ExternalAddress: "10.0.2.15", RunningCurator: &api.NodeStatus_RunningCurator{Port: 7833},
 			Version: "v0.1", TimestampUnixNanos: testNow.Add(-time.Minute).UnixNano()},
 		testNow.Add(-3*time.Second))
+	up.Health = api.NodeHealth_NODE_HEALTH_HEALTHY
 	fresh := testNode(t, api.NodeState_NODE_STATE_NEW, nil, nil, time.Time{})
 	s.setNodes(up, fresh)
 
@@ -71,9 +72,9 @@ func TestCommandsAgainstServer(t *testing.T) {
 	// From here on, the stored endpoint is used.
 	out = mustRun(t, dir, "node", "list")
 	// The server's order is kept (the curator sorts by ID).
-	wantTable := "ID                      STATE  ROLES            ADDRESS    VERSION  HEARTBEAT\n" +
-		up.Id + "  UP     ConsensusMember  10.0.2.15  v0.1     3s ago\n" +
-		fresh.Id + "  NEW    -                -          -        never\n"
+	wantTable := "ID                      STATE  HEALTH   ROLES            ADDRESS    VERSION  HEARTBEAT\n" +
+		up.Id + "  UP     HEALTHY  ConsensusMember  10.0.2.15  v0.1     3s ago\n" +
+		fresh.Id + "  NEW    -        -                -          -        never\n"
 	if out != wantTable {
 		t.Errorf("node list =\n%s\nwant\n%s", out, wantTable)
 	}
@@ -86,7 +87,7 @@ func TestCommandsAgainstServer(t *testing.T) {
 	stTime := testNow.Add(-time.Minute)
 	wantViews := []nodeView{{
 		ID: up.Id, PublicKey: hex.EncodeToString(up.PublicKey), State: "UP", Roles: []string{"ConsensusMember"},
-		Address: "10.0.2.15", CuratorPort: 7833, Version: "v0.1", StatusTime: &stTime, LastHeartbeat: &hb,
+		Address: "10.0.2.15", CuratorPort: 7833, Version: "v0.1", StatusTime: &stTime, Health: "HEALTHY", LastHeartbeat: &hb,
 	}, {
 		ID: fresh.Id, PublicKey: hex.EncodeToString(fresh.PublicKey), State: "NEW", Roles: []string{},
 	}}
@@ -102,7 +103,7 @@ func TestCommandsAgainstServer(t *testing.T) {
 		t.Errorf("node describe -o json (-want +got):\n%s", diff)
 	}
 	out = mustRun(t, dir, "node", "describe", up.Id)
-	for _, want := range []string{"State:           UP", "Curator:         yes, port 7833", "Last heartbeat:  " + hb.Format(time.RFC3339) + " (3s ago)"} {
+	for _, want := range []string{"State:           UP", "Health:          HEALTHY", "Curator:         yes, port 7833", "Last heartbeat:  " + hb.Format(time.RFC3339) + " (3s ago)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("node describe printed\n%s\nwant a line with %q", out, want)
 		}
@@ -210,9 +211,9 @@ func TestCommandsAgainstServer(t *testing.T) {
 		t.Errorf("node poweroff on a server without it = %v, want Unimplemented explained", err)
 	}
 
-	// Endpoints are tried in turn; an unreachable one is skipped, and
-	// only unreachable ones fail clearly. So is one that accepts
-	// connections and never answers.
+	// An unreachable endpoint is skipped, and only unreachable ones fail
+	// clearly. So is one that takes connections into its backlog and
+	// never answers (failover_test.go has more).
 	dead := "127.0.0.1:1"
 	mustRun(t, dir, "--endpoint", dead, "--endpoint", s.addr, "node", "list")
 	mute, err := net.Listen("tcp", "127.0.0.1:0")

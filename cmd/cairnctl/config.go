@@ -18,7 +18,7 @@ import (
 	"cairn.dev/cairn/node/identity"
 )
 
-// Files of the configuration directory (see the package documentation).
+// Files of a context's directory (see the package documentation).
 const (
 	ownerKeyFile  = "owner-key.pem"
 	ownerCertFile = "owner-certificate.pem"
@@ -34,19 +34,6 @@ type settings struct {
 	// NodeEndpoints map node IDs to the HOST:PORT of their management
 	// port, where the node's own address is not reachable from here.
 	NodeEndpoints map[string]string `json:"node_endpoints,omitempty"`
-}
-
-// dir returns the configuration directory: --config, or cairnctl under
-// the user's configuration directory ($XDG_CONFIG_HOME or ~/.config).
-func (a *app) dir() (string, error) {
-	if a.configDir != "" {
-		return a.configDir, nil
-	}
-	base, err := os.UserConfigDir()
-	if err != nil {
-		return "", fmt.Errorf("when finding the configuration directory (set --config): %w", err)
-	}
-	return filepath.Join(base, "cairnctl"), nil
 }
 
 // writeFileAtomic writes data to name in dir with mode perm, through a
@@ -139,7 +126,8 @@ func writeCertificate(dir, name string, der []byte) error {
 	return writeFileAtomic(dir, name, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
 }
 
-// readSettings reads config.json of dir; a missing file is empty settings.
+// readSettings reads config.json of a context's directory; a missing file
+// is empty settings.
 func readSettings(dir string) (*settings, error) {
 	s := &settings{}
 	data, err := os.ReadFile(filepath.Join(dir, settingsFile))

@@ -38,11 +38,11 @@ func runUntilOK(t *testing.T, dir string, args ...string) string {
 	return out
 }
 
-// TestAgainstCurator runs cairnctl against a real curator: takeownership,
-// node list, params register, approving a node that registered with the
-// ticket cairnctl wrote, and adding a role.
-func TestAgainstCurator(t *testing.T) {
-	dir := t.TempDir()
+// ownedControlPlane makes an owner key in the configuration directory dir
+// with params bootstrap, and starts an in-process control plane owned by
+// it.
+func ownedControlPlane(t *testing.T, dir string) *curatortest.ControlPlane {
+	t.Helper()
 	mustRun(t, dir, "params", "bootstrap", "--out", filepath.Join(dir, "bootstrap.pb"))
 	key, err := readOwnerKey(dir)
 	if err != nil {
@@ -51,8 +51,17 @@ func TestAgainstCurator(t *testing.T) {
 	start := time.Now()
 	c := curatortest.StartControlPlane(t, curatortest.WithOwnerKey(key))
 	t.Logf("control plane up in %s", time.Since(start).Round(time.Millisecond))
+	return c
+}
 
-	start = time.Now()
+// TestAgainstCurator runs cairnctl against a real curator: takeownership,
+// node list, params register, approving a node that registered with the
+// ticket cairnctl wrote, and adding a role.
+func TestAgainstCurator(t *testing.T) {
+	dir := t.TempDir()
+	c := ownedControlPlane(t, dir)
+
+	start := time.Now()
 	out := mustRun(t, dir, "--endpoint", c.Addr, "takeownership")
 	t.Logf("takeownership in %s", time.Since(start).Round(time.Millisecond))
 	if !strings.Contains(out, "(node "+c.Node.ID()+")") {

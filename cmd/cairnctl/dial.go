@@ -5,13 +5,9 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"sync"
-	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
@@ -20,12 +16,6 @@ import (
 	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/proto/api"
 )
-
-// defaultConnectTimeout bounds connecting to one endpoint (TCP and the
-// TLS handshake), so that an endpoint that accepts but never answers (a
-// frozen VM behind a port forward) gives way to the next one before
-// --timeout runs out.
-const defaultConnectTimeout = 10 * time.Second
 
 // owner is what an owner call needs: the credentials from the
 // configuration directory and where to dial.
@@ -36,9 +26,9 @@ type owner struct {
 	key      ed25519.PrivateKey
 	certDER  []byte
 	caDER    []byte
-	// connect bounds connecting to one endpoint.
-	connect time.Duration
-	// endpoints are the curators to try, in order.
+	// timing paces failover between the endpoints.
+	timing timing
+	// endpoints are the curators to dial, the preferred first.
 	endpoints []string
 }
 
@@ -75,7 +65,7 @@ func (a *app) owner() (*owner, error) {
 	if err != nil {
 		return nil, err
 	}
-	o := &owner{dir: dir, settings: s, creds: creds, key: key, certDER: cert, caDER: ca, connect: a.connectTimeout, endpoints: a.endpoints}
+	o := &owner{dir: dir, settings: s, creds: creds, key: key, certDER: cert, caDER: ca, timing: a.timing(), endpoints: a.endpoints}
 	if len(o.endpoints) == 0 {
 		o.endpoints = s.Endpoints
 	}
@@ -85,38 +75,12 @@ func (a *app) owner() (*owner, error) {
 	return o, nil
 }
 
-// curator runs f on a connection to each curator endpoint in turn until
-// one answers: only an endpoint that cannot be reached (Unavailable) makes
-// it try the next. what names the operation for errors ("listing nodes").
-func (o *owner) curator(ctx context.Context, what string, f func(conn *grpc.ClientConn) error) error {
-	var errs []error
-	for _, ep := range o.endpoints {
-		err := dialDo(ep, o.creds, o.connect, f)
-		if err == nil {
-			return nil
-		}
-		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
-			return explain(what, ep, err)
-		}
-		errs = append(errs, explain(what, ep, err))
-	}
-	if len(errs) == 1 {
-		return errs[0]
-	}
-	return fmt.Errorf("when %s: no curator answered: %w", what, errors.Join(errs...))
-}
-
-// dialDo connects to endpoint, taking at most connect to establish the
-// connection, runs f and closes the connection.
-func dialDo(endpoint string, creds credentials.TransportCredentials, connect time.Duration, f func(conn *grpc.ClientConn) error) error {
-	conn, err := grpc.NewClient(endpoint,
-		grpc.WithTransportCredentials(creds),
-		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: connect}))
-	if err != nil {
-		return fmt.Errorf("when connecting to %s: %w", endpoint, err)
-	}
-	defer conn.Close()
-	return f(conn)
+// curator runs f on a connection to a curator, failing over between the
+// endpoints (see failover). what names the operation for errors ("listing
+// nodes").
+func (o *owner) curator(ctx context.Context, what string, f func(ctx context.Context, conn *grpc.ClientConn) error) error {
+	_, err := failover(ctx, o.endpoints, o.creds, o.timing, what, f)
+	return err
 }
 
 // explain wraps an error of a call to endpoint with what cairnctl was
@@ -174,9 +138,10 @@ func (a *app) nodeEndpoint(ctx context.Context, o *owner, id string) (ep, check 
 
 // nodeManagement runs f on a connection to the management port of node
 // id, which must answer with the node certificate of id: any other node
-// is refused before a request leaves. lookup bounds finding the endpoint;
-// f bounds its calls itself. what names the operation for errors ("asking
-// node ... to reboot").
+// is refused before a request leaves. lookup bounds finding the endpoint
+// and connecting to it; f bounds its calls itself. A node that does not
+// answer fails the command within the connect timeout. what names the
+// operation for errors ("asking node ... to reboot").
 func (a *app) nodeManagement(lookup context.Context, o *owner, id, what string, f func(c api.NodeManagementClient) error) error {
 	ep, check, err := a.nodeEndpoint(lookup, o, id)
 	if err != nil {
@@ -186,46 +151,17 @@ func (a *app) nodeManagement(lookup context.Context, o *owner, id, what string, 
 	if err != nil {
 		return fmt.Errorf("with the credentials in %s: %w", o.dir, err)
 	}
-	handshakes := &handshakeRecorder{TransportCredentials: creds}
-	err = dialDo(ep, handshakes, o.connect, func(conn *grpc.ClientConn) error {
-		return f(api.NewNodeManagementClient(conn))
-	})
-	if err == nil {
-		return nil
-	}
+	conn, err := dialReady(lookup, ep, creds, o.timing.connect)
 	var wrong *rpc.WrongNodeError
-	if errors.As(handshakes.lastError(), &wrong) {
+	switch {
+	case errors.As(err, &wrong):
 		return fmt.Errorf("when %s: endpoint %s answered as %s, not %s: %s", what, ep, wrong.Got, wrong.Want, check)
+	case err != nil:
+		return fmt.Errorf("when %s: %w: is node %s down or frozen?", what, err, id)
 	}
-	return explain(what, ep, err)
-}
-
-// handshakeRecorder passes TLS handshakes through to its credentials and
-// keeps the error of the last that failed: gRPC hands that error on to
-// the call only flattened into a status message.
-type handshakeRecorder struct {
-	credentials.TransportCredentials
-
-	mu  sync.Mutex
-	err error
-}
-
-// ClientHandshake is the wrapped credentials' handshake, recording its
-// error.
-func (h *handshakeRecorder) ClientHandshake(ctx context.Context, authority string, raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	conn, info, err := h.TransportCredentials.ClientHandshake(ctx, authority, raw)
-	if err != nil {
-		h.mu.Lock()
-		h.err = err
-		h.mu.Unlock()
+	defer conn.Close()
+	if err := f(api.NewNodeManagementClient(conn)); err != nil {
+		return explain(what, ep, err)
 	}
-	return conn, info, err
-}
-
-// lastError is the error of the last failed handshake, nil if none
-// failed.
-func (h *handshakeRecorder) lastError() error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.err
+	return nil
 }

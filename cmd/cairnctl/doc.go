@@ -11,10 +11,11 @@
 //	           ──owner mTLS──▶ logs ID, node reboot|poweroff ID ──▶ node ID :7835
 //	                           (only node ID's own certificate is accepted)
 //
-// # Configuration directory
+// # Configuration directory and contexts
 //
 // --config DIR, by default $XDG_CONFIG_HOME/cairnctl (~/.config/cairnctl when
-// XDG_CONFIG_HOME is unset), holds:
+// XDG_CONFIG_HOME is unset), holds contexts: one per cluster, each the files
+// that reach it.
 //
 //	owner-key.pem          the owner's ed25519 key, PKCS #8 PEM, mode 0600;
 //	                       made by the first `params bootstrap`
@@ -23,7 +24,20 @@
 //	config.json            {"endpoints": ["HOST:PORT", ...],
 //	                        "node_endpoints": {"cairn-...": "HOST:PORT"}}
 //
-// endpoints are the curators tried in turn when no --endpoint is given;
+// The context "default" keeps these files in DIR itself, which is all
+// there was before contexts (such a directory needs no migration); every
+// other context keeps them in DIR/contexts/NAME. DIR/current-context names
+// the context in use ("default" when it is missing); --context NAME picks
+// one for a single command.
+//
+//	config contexts                  lists them, * marking the one in use
+//	config use-context NAME          selects one
+//	config add-context NAME          adds an empty one
+//	config add-context NAME --from D [--use]
+//	                                 copies (or replaces it with) the
+//	                                 context D uses; make cluster does this
+//
+// endpoints are the curators cairnctl dials when no --endpoint is given;
 // takeownership stores the ones it was given. node_endpoints override where a
 // node's management port (7835) is dialled, for nodes whose own address is
 // not routable from here (a local qemu cluster behind port forwards); the
@@ -32,6 +46,19 @@
 // only the node certificate of the node it names: another node of the
 // cluster answering there is refused in the TLS handshake, before any
 // request leaves, with an error naming both nodes.
+//
+// # Failover
+//
+// Every curator forwards calls to the leader, so a cluster-wide command may
+// use any of them. cairnctl dials the preferred endpoint and, when it has not
+// connected within 250 ms or failed, the next as well, and uses the first
+// that completes the TLS handshake; one that accepts connections but never
+// answers (a dead machine behind a port forward) costs that delay, not the
+// command's deadline. A call that finds no leader (Unavailable) or does not
+// answer within its attempt timeout (10 s) is made again, until --timeout,
+// so commands succeed as soon as the cluster has a leader again. Per-node
+// commands (logs, node reboot, node poweroff) fail within the connect
+// timeout (5 s) when the node does not answer. See failover.go.
 //
 // # Output
 //

@@ -22,10 +22,18 @@ func run(t *testing.T, dir string, args ...string) (string, error) {
 
 // runTo runs cairnctl until it returns or ctx ends, printing to out.
 func runTo(ctx context.Context, out io.Writer, dir string, args ...string) error {
+	return runApp(ctx, out, dir, nil, args...)
+}
+
+// runApp is runTo with the app changed by configure first, when not nil.
+func runApp(ctx context.Context, out io.Writer, dir string, configure func(*app), args ...string) error {
 	a := newApp(out, io.Discard)
 	a.now = func() time.Time { return testNow }
 	// Loopback connects in far less; a hung endpoint gives way sooner.
 	a.connectTimeout = 2 * time.Second
+	if configure != nil {
+		configure(a)
+	}
 	root := newRootCommand(a)
 	if dir != "" {
 		args = append([]string{"--config", dir}, args...)

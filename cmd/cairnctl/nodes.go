@@ -90,7 +90,7 @@ func checkNodeID(id string) error {
 // getNodes calls GetNodes with filter on the curators.
 func (a *app) getNodes(ctx context.Context, o *owner, filter *api.NodeFilter) ([]*api.Node, error) {
 	var nodes []*api.Node
-	err := o.curator(ctx, "listing nodes", func(conn *grpc.ClientConn) error {
+	err := o.curator(ctx, "listing nodes", func(ctx context.Context, conn *grpc.ClientConn) error {
 		res, err := api.NewManagementClient(conn).GetNodes(ctx, &api.GetNodesRequest{Filter: filter})
 		nodes = res.GetNodes()
 		return err
@@ -148,7 +148,7 @@ func (a *app) nodeChangeCommand(use, short, doing, done string, call func(contex
 		Args:  exactArgs("ID"),
 		RunE: a.ownerRun(func(ctx context.Context, o *owner, args []string) error {
 			id := args[0]
-			err := o.curator(ctx, doing+" node "+id, func(conn *grpc.ClientConn) error {
+			err := o.curator(ctx, doing+" node "+id, func(ctx context.Context, conn *grpc.ClientConn) error {
 				return call(ctx, api.NewManagementClient(conn), id)
 			})
 			if err != nil {
@@ -184,7 +184,7 @@ func (a *app) roleCommand(add bool) *cobra.Command {
 				return err
 			}
 			var res *api.UpdateNodeRolesResponse
-			err = o.curator(ctx, fmt.Sprintf(doing, args[1], args[0]), func(conn *grpc.ClientConn) error {
+			err = o.curator(ctx, fmt.Sprintf(doing, args[1], args[0]), func(ctx context.Context, conn *grpc.ClientConn) error {
 				var err error
 				res, err = api.NewManagementClient(conn).UpdateNodeRoles(ctx, req)
 				return err

@@ -32,8 +32,11 @@ type nodeView struct {
 	Version string `json:"version"`
 	// StatusTime is when the node wrote its status, null if never.
 	StatusTime *time.Time `json:"status_time"`
-	// LastHeartbeat is when the curator leader last heard from the node,
-	// null if not since it took over.
+	// Health is HEALTHY, HEARTBEAT_TIMEOUT or UNKNOWN for an UP node (see
+	// healthName), "" for any other.
+	Health string `json:"health"`
+	// LastHeartbeat is when a curator leader last heard from the node,
+	// null if none ever did.
 	LastHeartbeat *time.Time `json:"last_heartbeat"`
 }
 
@@ -55,8 +58,24 @@ func newNodeView(n *api.Node) nodeView {
 		CuratorPort:   n.GetStatus().GetRunningCurator().GetPort(),
 		Version:       n.GetStatus().GetVersion(),
 		StatusTime:    unixNanos(n.GetStatus().GetTimestampUnixNanos()),
+		Health:        healthName(n.GetHealth()),
 		LastHeartbeat: unixNanos(n.GetLastHeartbeatUnixNanos()),
 	}
+}
+
+// healthName is a NodeHealth without its NODE_HEALTH_ prefix: HEALTHY
+// (a leader heard from the node within the heartbeat timeout),
+// HEARTBEAT_TIMEOUT (none did), UNKNOWN (the leader took over a moment ago
+// and cannot tell yet), or "" when the curator does not judge the node (it
+// is not UP).
+func healthName(h api.NodeHealth) string {
+	if h == api.NodeHealth_NODE_HEALTH_UNSPECIFIED {
+		return ""
+	}
+	if name, ok := api.NodeHealth_name[int32(h)]; ok {
+		return strings.TrimPrefix(name, "NODE_HEALTH_")
+	}
+	return fmt.Sprintf("HEALTH(%d)", h)
 }
 
 // stateName is a NodeState without its NODE_STATE_ prefix.
@@ -122,9 +141,9 @@ func writeJSON(w io.Writer, v any) error {
 // writeNodeTable prints one line per node.
 func writeNodeTable(w io.Writer, now time.Time, nodes []nodeView) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tROLES\tADDRESS\tVERSION\tHEARTBEAT")
+	fmt.Fprintln(tw, "ID\tSTATE\tHEALTH\tROLES\tADDRESS\tVERSION\tHEARTBEAT")
 	for _, n := range nodes {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, n.State, dash(strings.Join(n.Roles, ",")),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.ID, n.State, dash(n.Health), dash(strings.Join(n.Roles, ",")),
 			dash(n.Address), dash(n.Version), age(now, n.LastHeartbeat))
 	}
 	if err := tw.Flush(); err != nil {
@@ -149,6 +168,7 @@ func writeNodeDescription(w io.Writer, now time.Time, n nodeView) error {
 	fmt.Fprintf(tw, "ID:\t%s\n", n.ID)
 	fmt.Fprintf(tw, "Public key:\t%s\n", n.PublicKey)
 	fmt.Fprintf(tw, "State:\t%s\n", n.State)
+	fmt.Fprintf(tw, "Health:\t%s\n", dash(n.Health))
 	fmt.Fprintf(tw, "Roles:\t%s\n", dash(strings.Join(n.Roles, ", ")))
 	fmt.Fprintf(tw, "Address:\t%s\n", dash(n.Address))
 	fmt.Fprintf(tw, "Curator:\t%s\n", curator)

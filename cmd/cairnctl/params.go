@@ -163,7 +163,7 @@ func (a *app) paramsRegister(ctx context.Context, t *paramsTarget) error {
 	}
 	var ticket *api.GetRegisterTicketResponse
 	var info *api.GetClusterInfoResponse
-	err = o.curator(ctx, "getting the register ticket", func(conn *grpc.ClientConn) error {
+	err = o.curator(ctx, "getting the register ticket", func(ctx context.Context, conn *grpc.ClientConn) error {
 		m := api.NewManagementClient(conn)
 		var err error
 		if ticket, err = m.GetRegisterTicket(ctx, &api.GetRegisterTicketRequest{}); err != nil {

@@ -24,6 +24,7 @@ type app struct {
 	errOut io.Writer
 
 	configDir     string
+	context       string
 	endpoints     []string
 	nodeEndpoints []string
 	output        string
@@ -31,12 +32,20 @@ type app struct {
 
 	// now is the clock for heartbeat ages; tests fix it.
 	now func() time.Time
-	// connectTimeout bounds connecting to one endpoint; tests shorten it.
+	// connectTimeout, attemptTimeout and hedgeDelay pace failover
+	// between endpoints (failover.go); tests change them.
 	connectTimeout time.Duration
+	attemptTimeout time.Duration
+	hedgeDelay     time.Duration
 }
 
 func newApp(out, errOut io.Writer) *app {
-	return &app{out: out, errOut: errOut, now: time.Now, connectTimeout: defaultConnectTimeout}
+	return &app{
+		out: out, errOut: errOut, now: time.Now,
+		connectTimeout: defaultConnectTimeout,
+		attemptTimeout: defaultAttemptTimeout,
+		hedgeDelay:     defaultHedgeDelay,
+	}
 }
 
 // newRootCommand builds the whole command tree over a.
@@ -54,7 +63,8 @@ func newRootCommand(a *app) *cobra.Command {
 	root.SetErr(a.errOut)
 	f := root.PersistentFlags()
 	f.StringVar(&a.configDir, "config", "", "configuration directory (default $XDG_CONFIG_HOME/cairnctl)")
-	f.StringArrayVar(&a.endpoints, "endpoint", nil, "curator HOST:PORT to dial; repeat to try several in turn (default: those stored by takeownership)")
+	f.StringVar(&a.context, "context", "", "context of the configuration directory to use (default: the one config use-context selected)")
+	f.StringArrayVar(&a.endpoints, "endpoint", nil, "curator HOST:PORT to dial; repeat to fail over between several, the first preferred (default: those the context stores)")
 	f.StringArrayVar(&a.nodeEndpoints, "node-endpoint", nil, "ID=HOST:PORT where to reach a node's management port; repeatable")
 	f.StringVarP(&a.output, "output", "o", outputTable, "output format of data: table or json")
 	f.DurationVar(&a.timeout, "timeout", 30*time.Second, "deadline of every call to the cluster")
@@ -79,6 +89,11 @@ func (a *app) checkGlobals() error {
 	}
 	if a.timeout <= 0 {
 		return fmt.Errorf("--timeout %s: want a positive duration", a.timeout)
+	}
+	if a.context != "" && a.context != defaultContext {
+		if err := checkContextName(a.context); err != nil {
+			return fmt.Errorf("--context: %w", err)
+		}
 	}
 	for _, ep := range a.endpoints {
 		if err := checkHostPort(ep); err != nil {

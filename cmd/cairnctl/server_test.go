@@ -37,7 +37,10 @@ type testServer struct {
 	// escrowCA, when set, is the CA certificate Escrow returns instead of
 	// ca's, as a server of another cluster would.
 	escrowCA *identitytest.CA
-	addr     string
+	// hang makes GetNodes answer only when the call ends, as a curator
+	// that forwards to a dead leader does.
+	hang bool
+	addr string
 
 	mu       sync.Mutex
 	nodes    []*api.Node
@@ -145,7 +148,11 @@ func (s *testServer) GetClusterInfo(context.Context, *api.GetClusterInfoRequest)
 	}, nil
 }
 
-func (s *testServer) GetNodes(_ context.Context, req *api.GetNodesRequest) (*api.GetNodesResponse, error) {
+func (s *testServer) GetNodes(ctx context.Context, req *api.GetNodesRequest) (*api.GetNodesResponse, error) {
+	if s.hang {
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	res := &api.GetNodesResponse{}

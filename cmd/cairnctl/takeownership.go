@@ -10,13 +10,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/status"
 
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/rpc"
@@ -73,21 +70,13 @@ func (a *app) takeOwnership(ctx context.Context) error {
 		return errors.New("takeownership needs --endpoint HOST:PORT of a curator of the new cluster")
 	}
 	var res *escrowResult
-	var used string
-	var errs []error
-	for _, ep := range endpoints {
-		res, err = escrow(ctx, ep, key, a.connectTimeout)
-		if err == nil {
-			used = ep
-			break
-		}
-		errs = append(errs, explain("taking ownership", ep, err))
-		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
-			break
-		}
-	}
-	if res == nil {
-		return errors.Join(errs...)
+	used, err := failover(ctx, endpoints, escrowCredentials(), a.timing(), "taking ownership", func(ctx context.Context, conn *grpc.ClientConn) error {
+		var err error
+		res, err = escrowOn(ctx, conn, key)
+		return err
+	})
+	if err != nil {
+		return err
 	}
 	if err := writeCertificate(dir, caCertFile, res.caDER); err != nil {
 		return err
@@ -105,25 +94,18 @@ func (a *app) takeOwnership(ctx context.Context) error {
 	return nil
 }
 
-// escrow runs AAA.Escrow against endpoint with the owner key. It trusts
-// the server's certificate on first use and checks it afterwards against
-// the CA the server returned.
-func escrow(ctx context.Context, endpoint string, key ed25519.PrivateKey, connect time.Duration) (*escrowResult, error) {
-	tlsConfig := &tls.Config{
+// escrowCredentials are the credentials of AAA.Escrow: they trust the
+// server's certificate on first use, and escrowOn checks it afterwards
+// against the CA the server returned.
+func escrowCredentials() credentials.TransportCredentials {
+	return credentials.NewTLS(&tls.Config{
 		MinVersion: tls.VersionTLS13,
 		// There is no CA to verify against yet. The certificate of this
 		// session is checked once the CA is known (checkNodeCertificate),
 		// and the owner's proof is bound to this session, so a server that
 		// is not of the cluster gets nothing it could use elsewhere.
 		InsecureSkipVerify: true,
-	}
-	var res *escrowResult
-	err := dialDo(endpoint, credentials.NewTLS(tlsConfig), connect, func(conn *grpc.ClientConn) error {
-		var err error
-		res, err = escrowOn(ctx, conn, key)
-		return err
 	})
-	return res, err
 }
 
 // escrowOn runs the exchange of AAA.Escrow on conn.

@@ -7,6 +7,8 @@
 //	    ├─ cairnctl takeownership   (owner key and certificate in -dir)
 //	    ├─ cairnctl params register ─▶ node1..N-1 ─▶ waiting for approval
 //	    ├─ cairnctl node approve    ─▶ committed, UP
+//	    ├─ cairnctl config add-context local --from <dir>/cairnctl --use
+//	    │     (your $XDG_CONFIG_HOME/cairnctl: plain cairnctl reaches it)
 //	    └─ prints the cairnctl command lines that reach the cluster,
 //	       then waits; Ctrl-C powers every node down (again: kills them)
 //
@@ -16,6 +18,11 @@
 // node 0 answers at the standard ports 7833 and 7835. Each node keeps its
 // disk and TPM state in -dir, which a new run starts afresh. The cluster
 // work is test/launch/cluster's.
+//
+// The owner's files stay in -dir/cairnctl, as the cluster harness keeps
+// them; -context NAME (default "local") also copies them into your own
+// cairnctl configuration as context NAME, replacing an earlier cluster's,
+// and selects it. -context "" leaves your configuration alone.
 package main
 
 import (
@@ -23,6 +30,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -39,19 +47,43 @@ import (
 const dirMarker = ".launch-cluster"
 
 func main() {
-	nodes := flag.Int("n", 3, "number of nodes")
-	image := flag.String("image", "out/cairn.img", "raw disk image every node boots a copy of (never modified)")
-	cairnctl := flag.String("cairnctl", "out/cairnctl", "cairnctl binary to form the cluster with")
-	dir := flag.String("dir", "out/cluster", "directory for the nodes' disks, TPM states, consoles and cairnctl's config (emptied at start)")
-	memory := flag.Int("memory", 2048, "memory of each node in MiB")
-	cpus := flag.Int("cpus", 1, "virtual CPUs of each node")
-	tpm := flag.Bool("tpm", true, "give every node a TPM 2.0 (swtpm)")
-	storage := flag.String("storage-security", "encrypted", "storage security of the cluster: encrypted or insecure")
-	portBase := flag.Int("port-base", 7800, "node i's ports 7833 and 7835 are forwarded from 127.0.0.1:(base+100*i+33|35)")
-	console := flag.Bool("console", false, "copy every node's serial console to standard output, prefixed with its name")
-	grace := flag.Duration("shutdown-timeout", 2*time.Minute, "how long to wait for the nodes to power off before killing them")
-	flag.Parse()
+	cfg, grace, err := parseFlags(os.Args[1:])
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "launch-cluster: %v\n", err)
+		os.Exit(2)
+	}
+	cfg.Logf = say
+	if err := run(cfg, grace); err != nil {
+		fmt.Fprintf(os.Stderr, "launch-cluster: %v\n", err)
+		os.Exit(1)
+	}
+}
 
+// defaultContextName is the cairnctl context a cluster is added as.
+const defaultContextName = "local"
+
+// parseFlags reads the command line into the cluster's configuration and
+// the grace of the power-down.
+func parseFlags(args []string) (cluster.Config, time.Duration, error) {
+	fs := flag.NewFlagSet("launch-cluster", flag.ContinueOnError)
+	nodes := fs.Int("n", 3, "number of nodes")
+	image := fs.String("image", "out/cairn.img", "raw disk image every node boots a copy of (never modified)")
+	cairnctl := fs.String("cairnctl", "out/cairnctl", "cairnctl binary to form the cluster with")
+	dir := fs.String("dir", "out/cluster", "directory for the nodes' disks, TPM states, consoles and cairnctl's config (emptied at start)")
+	memory := fs.Int("memory", 2048, "memory of each node in MiB")
+	cpus := fs.Int("cpus", 1, "virtual CPUs of each node")
+	tpm := fs.Bool("tpm", true, "give every node a TPM 2.0 (swtpm)")
+	storage := fs.String("storage-security", "encrypted", "storage security of the cluster: encrypted or insecure")
+	portBase := fs.Int("port-base", 7800, "node i's ports 7833 and 7835 are forwarded from 127.0.0.1:(base+100*i+33|35); 0 takes free ports")
+	console := fs.Bool("console", false, "copy every node's serial console to standard output, prefixed with its name")
+	grace := fs.Duration("shutdown-timeout", 2*time.Minute, "how long to wait for the nodes to power off before killing them")
+	contextName := fs.String("context", defaultContextName, "cairnctl context to add (or replace) in $XDG_CONFIG_HOME/cairnctl and select, so that a plain cairnctl reaches the cluster; empty leaves your cairnctl configuration alone")
+	if err := fs.Parse(args); err != nil {
+		return cluster.Config{}, 0, err
+	}
+	if fs.NArg() > 0 {
+		return cluster.Config{}, 0, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
 	cfg := cluster.Config{
 		Nodes:           *nodes,
 		Image:           *image,
@@ -62,15 +94,12 @@ func main() {
 		TPM:             *tpm,
 		StorageSecurity: *storage,
 		HostPortBase:    *portBase,
-		Logf:            say,
+		Context:         *contextName,
 	}
 	if *console {
 		cfg.Console = os.Stdout
 	}
-	if err := run(cfg, *grace); err != nil {
-		fmt.Fprintf(os.Stderr, "launch-cluster: %v\n", err)
-		os.Exit(1)
-	}
+	return cfg, *grace, nil
 }
 
 // run forms the cluster, prints how to reach it and keeps it up until an
@@ -99,7 +128,7 @@ func run(cfg cluster.Config, grace time.Duration) error {
 		say("the nodes stay up for a look at their consoles; Ctrl-C powers them down")
 	} else {
 		printPhases(c)
-		printCommands(interrupted, c)
+		announce(interrupted, c, os.Stderr)
 	}
 	<-interrupted.Done()
 	stop()
@@ -138,20 +167,34 @@ func printPhases(c *cluster.Cluster) {
 	w.Flush()
 }
 
-// printCommands prints cairnctl command lines that work against the
-// cluster from a shell of this machine.
-func printCommands(ctx context.Context, c *cluster.Cluster) {
+// announce stores the cluster's endpoints in its cairnctl configuration
+// directory and, when the configuration names a context, adds the cluster
+// to the user's own cairnctl configuration under that name and selects it.
+// Then it writes to w the cairnctl command lines that reach the cluster
+// from a shell of this machine: plain ones through the context, else ones
+// naming the cluster's configuration directory.
+func announce(ctx context.Context, c *cluster.Cluster, w io.Writer) {
 	line := c.CommandLine
-	if err := c.StoreNodeEndpoints(ctx); err != nil {
+	name := c.Config().Context
+	switch err := c.StoreNodeEndpoints(ctx); {
+	case err != nil:
 		say("could not store the node endpoints in cairnctl's config (%v); the lines below spell them out", err)
 		line = c.FullCommandLine
+	case name == "":
+	default:
+		if err := c.StoreContext(ctx); err != nil {
+			say("could not add the context %s to your cairnctl configuration (%v); the lines below name the cluster's own", name, err)
+			break
+		}
+		say("your cairnctl now uses the context %s, this cluster (`cairnctl config contexts` lists them; `cairnctl config use-context NAME` switches back)", name)
+		line = c.ContextCommandLine
 	}
 	id0, id1 := c.Node(0).ID(), c.Node(min(1, len(c.Nodes())-1)).ID()
-	fmt.Fprintf(os.Stderr, "\nThe cluster is up. Nodes:\n")
+	fmt.Fprintf(w, "\nThe cluster is up. Nodes:\n")
 	for _, n := range c.Nodes() {
-		fmt.Fprintf(os.Stderr, "  %s  %s  %s  curator %s  management %s\n", n.Name(), n.ID(), n.IP(), n.CuratorAddr(), n.ManagementAddr())
+		fmt.Fprintf(w, "  %s  %s  %s  curator %s  management %s\n", n.Name(), n.ID(), n.IP(), n.CuratorAddr(), n.ManagementAddr())
 	}
-	fmt.Fprintf(os.Stderr, "\ncairnctl as the owner:\n")
+	fmt.Fprintf(w, "\ncairnctl as the owner:\n")
 	for _, args := range [][]string{
 		{"cluster", "info"},
 		{"node", "list"},
@@ -162,9 +205,9 @@ func printCommands(ctx context.Context, c *cluster.Cluster) {
 		{"node", "reboot", id1},
 		{"params", "register", "--out", filepath.Join(c.Config().Dir, "params", "register.pb")},
 	} {
-		fmt.Fprintf(os.Stderr, "  %s\n", line(args...))
+		fmt.Fprintf(w, "  %s\n", line(args...))
 	}
-	fmt.Fprintf(os.Stderr, "\nCtrl-C powers the cluster down.\n")
+	fmt.Fprintf(w, "\nCtrl-C powers the cluster down.\n")
 }
 
 // powerdown presses every node's power button at once and waits for them

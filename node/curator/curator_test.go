@@ -62,6 +62,8 @@ func TestBootstrap(t *testing.T) {
 		State:     api.NodeState_NODE_STATE_UP,
 		Roles:     &api.NodeRoles{ConsensusMember: &api.NodeRoles_ConsensusMember{}},
 		Status:    &api.NodeStatus{ExternalAddress: "127.0.0.1", RunningCurator: &api.NodeStatus_RunningCurator{Port: int32(n.addr.Port())}},
+		// No leader heard from it: the test runs no heartbeat.
+		Health: api.NodeHealth_NODE_HEALTH_UNKNOWN,
 	}}
 	if diff := cmp.Diff(want, nodes.Nodes, protocmp.Transform()); diff != "" {
 		t.Errorf("GetNodes (-want +got):\n%s", diff)

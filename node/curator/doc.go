@@ -41,14 +41,39 @@
 //	curator/owner/public_key      the owner's ed25519 key
 //	curator/register_ticket       the secret RegisterNode checks
 //	curator/configuration         api.ClusterConfiguration
+//	curator/heartbeats            when leaders last heard from each node
 //	curator/election/<lease>      candidacies
 //	pki/...                       the cluster CA and issued certificates
 //
 // Bootstrap writes the first four. Every change of a node is a transaction
 // that compares the record's revision with the one read, and retries when
 // someone else wrote in between, so concurrent calls never lose updates.
-// Heartbeats are the leader's memory only: a new leader shows no heartbeat
-// for a node until it beats again.
+//
+// # Heartbeats and health
+//
+// Every UP node beats to the leader once per heartbeat interval (5 s). The
+// leader keeps the time of each beat in memory and writes all of them as
+// one JSON object (curator/heartbeats) once per interval, if any changed:
+// heartbeats of any number of nodes cost etcd one write per interval, never
+// one per beat. A new leader loads that object when it takes over, so it
+// knows when its predecessors last heard from a node that is gone (at most
+// one interval earlier than they did: the last write may not have
+// happened).
+//
+//	node ──Heartbeat──▶ leader: seen[node] = now (memory)
+//	                      │ every interval, if changed: one txn,
+//	                      │ put if the key's revision is the one last seen
+//	                      ▼
+//	                    curator/heartbeats ──load when taking the lead──▶ next leader
+//
+// GetNodes judges the health of each UP node from these times: HEALTHY when
+// a leader heard from it within the heartbeat timeout (two intervals), else
+// HEARTBEAT_TIMEOUT. A new leader says UNKNOWN about a node it has not heard
+// from itself until one and a quarter intervals have passed since it took
+// over: by then every live node has found it and beaten. A node that no
+// leader ever heard from is UNKNOWN as well. The node of a leader that died
+// is HEARTBEAT_TIMEOUT once its lease expired (10 s), the next leader was
+// elected and that grace passed: about 18 s, within two heartbeat timeouts.
 //
 // # Node lifecycle
 //

@@ -97,6 +97,9 @@ func (c *curator) runElection(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("when starting the election observer: %w", err)
 	}
+	if err := supervisor.Run(ctx, "heartbeats", c.keepHeartbeats); err != nil {
+		return fmt.Errorf("when starting to keep heartbeat times: %w", err)
+	}
 	e := concurrency.NewElection(session, electionName)
 	// The session's context ends with its lease too: a campaign must not
 	// win on a lease that expired while it waited.
@@ -190,6 +193,10 @@ func (c *curator) setLeader(ctx context.Context, l leader) {
 		c.mu.Unlock()
 		return
 	}
+	if l.Local && !old.Local {
+		// Before the first call this curator serves as the leader.
+		c.heartbeats.lead(time.Now(), c.opts.heartbeatInterval)
+	}
 	oldConn := c.conn
 	c.current, c.conn = l, nil
 	var dialErr error
@@ -199,9 +206,6 @@ func (c *curator) setLeader(ctx context.Context, l leader) {
 	c.mu.Unlock()
 	if oldConn != nil {
 		oldConn.Close()
-	}
-	if l.Local && !old.Local {
-		c.heartbeats.forget()
 	}
 	c.leaders.Set(l)
 

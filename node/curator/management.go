@@ -147,10 +147,17 @@ func (m management) GetNodes(ctx context.Context, req *api.GetNodesRequest) (*ap
 		return nil, err
 	}
 	resp := &api.GetNodesResponse{}
+	now := time.Now()
 	for _, n := range nodes {
-		if matches(req.GetFilter(), n) {
-			resp.Nodes = append(resp.Nodes, m.publicNode(n))
+		if !matches(req.GetFilter(), n) {
+			continue
 		}
+		pn := m.publicNode(n)
+		if n.FsmState == api.NodeState_NODE_STATE_UP {
+			// Only UP nodes beat.
+			pn.Health = m.heartbeats.health(pn.Id, now)
+		}
+		resp.Nodes = append(resp.Nodes, pn)
 	}
 	return resp, nil
 }
@@ -347,6 +354,7 @@ func (m management) DeleteNode(ctx context.Context, req *api.DeleteNodeRequest) 
 			return nil, fmt.Errorf("when deleting node %s: %w", req.NodeId, err)
 		}
 		if resp.Succeeded {
+			m.heartbeats.remove(req.NodeId)
 			return &api.DeleteNodeResponse{}, nil
 		}
 	}

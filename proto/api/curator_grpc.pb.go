@@ -57,7 +57,8 @@ type CuratorClient interface {
 	UpdateNodeStatus(ctx context.Context, in *UpdateNodeStatusRequest, opts ...grpc.CallOption) (*UpdateNodeStatusResponse, error)
 	// Heartbeat tells the curator leader that the calling node is alive. The
 	// leader records when it last heard from each node (Node's
-	// last_heartbeat_unix_nanos).
+	// last_heartbeat_unix_nanos and health), in memory on every beat and in
+	// etcd once per interval for all nodes at once.
 	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatResponse, error)
 	// RegisterNode records a new node in state NEW. The caller presents a
 	// self-signed certificate of its node key in the TLS handshake, which
@@ -239,7 +240,8 @@ type CuratorServer interface {
 	UpdateNodeStatus(context.Context, *UpdateNodeStatusRequest) (*UpdateNodeStatusResponse, error)
 	// Heartbeat tells the curator leader that the calling node is alive. The
 	// leader records when it last heard from each node (Node's
-	// last_heartbeat_unix_nanos).
+	// last_heartbeat_unix_nanos and health), in memory on every beat and in
+	// etcd once per interval for all nodes at once.
 	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatResponse, error)
 	// RegisterNode records a new node in state NEW. The caller presents a
 	// self-signed certificate of its node key in the TLS handshake, which

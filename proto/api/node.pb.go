@@ -94,6 +94,70 @@ func (NodeState) EnumDescriptor() ([]byte, []int) {
 	return file_proto_api_node_proto_rawDescGZIP(), []int{0}
 }
 
+// NodeHealth is the curator leader's judgement of an UP node's heartbeats.
+// Nodes beat at the interval HeartbeatResponse names (5 s by default); the
+// heartbeat timeout is two intervals, so that one late or lost beat does not
+// count.
+type NodeHealth int32
+
+const (
+	// Not judged: the node is not UP, or the curator that answered does not
+	// judge health.
+	NodeHealth_NODE_HEALTH_UNSPECIFIED NodeHealth = 0
+	// The leader cannot tell yet: it took over less than one and a quarter
+	// heartbeat intervals ago and has not heard from the node since, or no
+	// leader ever heard from the node (it committed a moment ago).
+	NodeHealth_NODE_HEALTH_UNKNOWN NodeHealth = 1
+	// A leader heard from the node within the heartbeat timeout.
+	NodeHealth_NODE_HEALTH_HEALTHY NodeHealth = 2
+	// No leader heard from the node for longer than the heartbeat timeout:
+	// it is down, cut off, or cannot reach the curators.
+	NodeHealth_NODE_HEALTH_HEARTBEAT_TIMEOUT NodeHealth = 3
+)
+
+// Enum value maps for NodeHealth.
+var (
+	NodeHealth_name = map[int32]string{
+		0: "NODE_HEALTH_UNSPECIFIED",
+		1: "NODE_HEALTH_UNKNOWN",
+		2: "NODE_HEALTH_HEALTHY",
+		3: "NODE_HEALTH_HEARTBEAT_TIMEOUT",
+	}
+	NodeHealth_value = map[string]int32{
+		"NODE_HEALTH_UNSPECIFIED":       0,
+		"NODE_HEALTH_UNKNOWN":           1,
+		"NODE_HEALTH_HEALTHY":           2,
+		"NODE_HEALTH_HEARTBEAT_TIMEOUT": 3,
+	}
+)
+
+func (x NodeHealth) Enum() *NodeHealth {
+	p := new(NodeHealth)
+	*p = x
+	return p
+}
+
+func (x NodeHealth) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (NodeHealth) Descriptor() protoreflect.EnumDescriptor {
+	return file_proto_api_node_proto_enumTypes[1].Descriptor()
+}
+
+func (NodeHealth) Type() protoreflect.EnumType {
+	return &file_proto_api_node_proto_enumTypes[1]
+}
+
+func (x NodeHealth) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use NodeHealth.Descriptor instead.
+func (NodeHealth) EnumDescriptor() ([]byte, []int) {
+	return file_proto_api_node_proto_rawDescGZIP(), []int{1}
+}
+
 // NodeRoles are the roles the owner gave a node (cairnctl node add-role).
 // The curator stores them; the node's role server reads them and starts or
 // stops services to match. A role is held when its field is set. Each role
@@ -253,12 +317,17 @@ type Node struct {
 	Roles *NodeRoles `protobuf:"bytes,4,opt,name=roles,proto3" json:"roles,omitempty"`
 	// What the node last reported about itself; unset if it never did.
 	Status *NodeStatus `protobuf:"bytes,5,opt,name=status,proto3" json:"status,omitempty"`
-	// When the curator leader last received a heartbeat from the node, by the
-	// leader's clock: nanoseconds since the Unix epoch, UTC. Zero means no
-	// heartbeat since the current leader took over.
+	// When a curator leader last received a heartbeat from the node, by that
+	// leader's clock: nanoseconds since the Unix epoch, UTC. The leader
+	// stores these times in etcd once per heartbeat interval, so a new leader
+	// starts from its predecessors' (at most one interval older than what they
+	// heard). Zero means no leader ever heard from the node.
 	LastHeartbeatUnixNanos int64 `protobuf:"varint,6,opt,name=last_heartbeat_unix_nanos,json=lastHeartbeatUnixNanos,proto3" json:"last_heartbeat_unix_nanos,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// Whether the node is heard from, as the leader judges it from
+	// heartbeats. Only UP nodes beat: the others are UNSPECIFIED.
+	Health        NodeHealth `protobuf:"varint,7,opt,name=health,proto3,enum=cairn.api.NodeHealth" json:"health,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -331,6 +400,13 @@ func (x *Node) GetLastHeartbeatUnixNanos() int64 {
 		return x.LastHeartbeatUnixNanos
 	}
 	return 0
+}
+
+func (x *Node) GetHealth() NodeHealth {
+	if x != nil {
+		return x.Health
+	}
+	return NodeHealth_NODE_HEALTH_UNSPECIFIED
 }
 
 // ConsensusMember: the node runs an etcd member and a curator.
@@ -509,7 +585,7 @@ const file_proto_api_node_proto_rawDesc = "" +
 	"\aversion\x18\x03 \x01(\tR\aversion\x120\n" +
 	"\x14timestamp_unix_nanos\x18\x04 \x01(\x03R\x12timestampUnixNanos\x1a$\n" +
 	"\x0eRunningCurator\x12\x12\n" +
-	"\x04port\x18\x01 \x01(\x05R\x04port\"\xf7\x01\n" +
+	"\x04port\x18\x01 \x01(\x05R\x04port\"\xa6\x02\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -517,13 +593,20 @@ const file_proto_api_node_proto_rawDesc = "" +
 	"\x05state\x18\x03 \x01(\x0e2\x14.cairn.api.NodeStateR\x05state\x12*\n" +
 	"\x05roles\x18\x04 \x01(\v2\x14.cairn.api.NodeRolesR\x05roles\x12-\n" +
 	"\x06status\x18\x05 \x01(\v2\x15.cairn.api.NodeStatusR\x06status\x129\n" +
-	"\x19last_heartbeat_unix_nanos\x18\x06 \x01(\x03R\x16lastHeartbeatUnixNanos*\x81\x01\n" +
+	"\x19last_heartbeat_unix_nanos\x18\x06 \x01(\x03R\x16lastHeartbeatUnixNanos\x12-\n" +
+	"\x06health\x18\a \x01(\x0e2\x15.cairn.api.NodeHealthR\x06health*\x81\x01\n" +
 	"\tNodeState\x12\x16\n" +
 	"\x12NODE_STATE_UNKNOWN\x10\x00\x12\x12\n" +
 	"\x0eNODE_STATE_NEW\x10\x01\x12\x16\n" +
 	"\x12NODE_STATE_STANDBY\x10\x02\x12\x11\n" +
 	"\rNODE_STATE_UP\x10\x03\x12\x1d\n" +
-	"\x19NODE_STATE_DECOMMISSIONED\x10\x04B\x1bZ\x19cairn.dev/cairn/proto/apib\x06proto3"
+	"\x19NODE_STATE_DECOMMISSIONED\x10\x04*~\n" +
+	"\n" +
+	"NodeHealth\x12\x1b\n" +
+	"\x17NODE_HEALTH_UNSPECIFIED\x10\x00\x12\x17\n" +
+	"\x13NODE_HEALTH_UNKNOWN\x10\x01\x12\x17\n" +
+	"\x13NODE_HEALTH_HEALTHY\x10\x02\x12!\n" +
+	"\x1dNODE_HEALTH_HEARTBEAT_TIMEOUT\x10\x03B\x1bZ\x19cairn.dev/cairn/proto/apib\x06proto3"
 
 var (
 	file_proto_api_node_proto_rawDescOnce sync.Once
@@ -537,31 +620,33 @@ func file_proto_api_node_proto_rawDescGZIP() []byte {
 	return file_proto_api_node_proto_rawDescData
 }
 
-var file_proto_api_node_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_proto_api_node_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
 var file_proto_api_node_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_proto_api_node_proto_goTypes = []any{
 	(NodeState)(0),                         // 0: cairn.api.NodeState
-	(*NodeRoles)(nil),                      // 1: cairn.api.NodeRoles
-	(*NodeStatus)(nil),                     // 2: cairn.api.NodeStatus
-	(*Node)(nil),                           // 3: cairn.api.Node
-	(*NodeRoles_ConsensusMember)(nil),      // 4: cairn.api.NodeRoles.ConsensusMember
-	(*NodeRoles_KubernetesController)(nil), // 5: cairn.api.NodeRoles.KubernetesController
-	(*NodeRoles_KubernetesWorker)(nil),     // 6: cairn.api.NodeRoles.KubernetesWorker
-	(*NodeStatus_RunningCurator)(nil),      // 7: cairn.api.NodeStatus.RunningCurator
+	(NodeHealth)(0),                        // 1: cairn.api.NodeHealth
+	(*NodeRoles)(nil),                      // 2: cairn.api.NodeRoles
+	(*NodeStatus)(nil),                     // 3: cairn.api.NodeStatus
+	(*Node)(nil),                           // 4: cairn.api.Node
+	(*NodeRoles_ConsensusMember)(nil),      // 5: cairn.api.NodeRoles.ConsensusMember
+	(*NodeRoles_KubernetesController)(nil), // 6: cairn.api.NodeRoles.KubernetesController
+	(*NodeRoles_KubernetesWorker)(nil),     // 7: cairn.api.NodeRoles.KubernetesWorker
+	(*NodeStatus_RunningCurator)(nil),      // 8: cairn.api.NodeStatus.RunningCurator
 }
 var file_proto_api_node_proto_depIdxs = []int32{
-	4, // 0: cairn.api.NodeRoles.consensus_member:type_name -> cairn.api.NodeRoles.ConsensusMember
-	5, // 1: cairn.api.NodeRoles.kubernetes_controller:type_name -> cairn.api.NodeRoles.KubernetesController
-	6, // 2: cairn.api.NodeRoles.kubernetes_worker:type_name -> cairn.api.NodeRoles.KubernetesWorker
-	7, // 3: cairn.api.NodeStatus.running_curator:type_name -> cairn.api.NodeStatus.RunningCurator
+	5, // 0: cairn.api.NodeRoles.consensus_member:type_name -> cairn.api.NodeRoles.ConsensusMember
+	6, // 1: cairn.api.NodeRoles.kubernetes_controller:type_name -> cairn.api.NodeRoles.KubernetesController
+	7, // 2: cairn.api.NodeRoles.kubernetes_worker:type_name -> cairn.api.NodeRoles.KubernetesWorker
+	8, // 3: cairn.api.NodeStatus.running_curator:type_name -> cairn.api.NodeStatus.RunningCurator
 	0, // 4: cairn.api.Node.state:type_name -> cairn.api.NodeState
-	1, // 5: cairn.api.Node.roles:type_name -> cairn.api.NodeRoles
-	2, // 6: cairn.api.Node.status:type_name -> cairn.api.NodeStatus
-	7, // [7:7] is the sub-list for method output_type
-	7, // [7:7] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	2, // 5: cairn.api.Node.roles:type_name -> cairn.api.NodeRoles
+	3, // 6: cairn.api.Node.status:type_name -> cairn.api.NodeStatus
+	1, // 7: cairn.api.Node.health:type_name -> cairn.api.NodeHealth
+	8, // [8:8] is the sub-list for method output_type
+	8, // [8:8] is the sub-list for method input_type
+	8, // [8:8] is the sub-list for extension type_name
+	8, // [8:8] is the sub-list for extension extendee
+	0, // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_proto_api_node_proto_init() }
@@ -574,7 +659,7 @@ func file_proto_api_node_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_api_node_proto_rawDesc), len(file_proto_api_node_proto_rawDesc)),
-			NumEnums:      1,
+			NumEnums:      2,
 			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,

@@ -33,8 +33,9 @@ import (
 //	(b) nodes 1 and 2 become ConsensusMember: a 3-member etcd;
 //	(c) every node reboots in turn and joins again, while Management
 //	    calls keep being answered;
-//	(d) the curator leader's VM is killed: another node leads, the killed
-//	    node boots again and joins;
+//	(d) the curator leader's VM is killed: another node leads, cairnctl
+//	    with its stored endpoints answers again, the killed node is
+//	    HEARTBEAT_TIMEOUT until it boots again, joins and is HEALTHY;
 //	(e) all three power off and boot again at once: the cluster comes
 //	    back by itself;
 //	(g) node 2 loses the ConsensusMember role: its etcd member and
@@ -403,11 +404,18 @@ func (s *suite) killLeader(t *testing.T, c *cluster.Cluster, p *prober) {
 	for _, n := range c.Nodes() {
 		marks[n] = n.Mark()
 	}
+	// cairnctl as an operator runs it: only the configuration directory,
+	// whose endpoints are every curator's (the killed one's among them).
+	if err := c.StoreNodeEndpoints(s.ctxWithin(2 * time.Minute)); err != nil {
+		t.Fatalf("storing the endpoints: %v", err)
+	}
 	t.Logf("killing %s (%s), the curator leader", old.Name(), old.ID())
 	kill := time.Now()
 	if err := old.Kill(); err != nil {
 		t.Fatalf("killing %s: %v", old.Name(), err)
 	}
+	listed := make(chan storedList, 1)
+	go func() { listed <- firstStoredList(s.ctxWithin(3*time.Minute), c) }()
 	var next *cluster.Node
 	var leads launch.Line
 	ctx := s.ctxWithin(3 * time.Minute)
@@ -433,7 +441,28 @@ func (s *suite) killLeader(t *testing.T, c *cluster.Cluster, p *prober) {
 	s.step("leader killed → new leader ("+next.Name()+")", leads.Time.Sub(kill))
 	s.step("leader killed → Management served again", served.Sub(kill))
 	t.Logf("new leader %s; Management calls after the kill: %v", next.Name(), p.between(kill, served))
+	first := <-listed
+	if first.err != nil {
+		t.Fatalf("cairnctl node list with the stored endpoints never succeeded after the kill (%d runs): %v", first.runs, first.err)
+	}
+	s.step("leader killed → first cairnctl node list (stored endpoints)", first.at.Sub(kill))
+	t.Logf("cairnctl node list with the stored endpoints: first success after %d run(s), %v after the kill", first.runs, first.at.Sub(kill).Round(time.Millisecond))
 
+	// The dead node is reported so until it comes back.
+	timedOut := s.waitHealth(t, c, old, "HEARTBEAT_TIMEOUT", 3*time.Minute)
+	s.step("leader killed → "+old.Name()+" HEARTBEAT_TIMEOUT", timedOut.Sub(kill))
+	if list, err := c.ListNodes(s.ctxWithin(time.Minute)); err == nil {
+		// The live nodes found the new leader (a figure, not a check).
+		for _, n := range list {
+			t.Logf("when %s timed out: %s is %s, last heartbeat %v", old.Name(), n.ID, n.Health, n.Raw["last_heartbeat"])
+		}
+	}
+
+	if n := s.nodeInfo(t, c, old); n.Health != "HEARTBEAT_TIMEOUT" {
+		t.Errorf("%s, still dead, is %q before its relaunch, want HEARTBEAT_TIMEOUT", old.Name(), n.Health)
+	} else {
+		t.Logf("%s before its relaunch: %s, last heartbeat %v", old.Name(), n.Health, n.Raw["last_heartbeat"])
+	}
 	restart := time.Now()
 	if _, err := old.Boot(s.ctx, nil); err != nil {
 		t.Fatalf("booting %s again: %v", old.Name(), err)
@@ -444,6 +473,77 @@ func (s *suite) killLeader(t *testing.T, c *cluster.Cluster, p *prober) {
 	s.step(old.Name()+": relaunch after kill → curator serving", serving.Time.Sub(restart))
 	if err := c.WaitAllUp(s.ctx, 3*time.Minute); err != nil {
 		t.Errorf("after %s came back: %v", old.Name(), err)
+	}
+	healthy := s.waitHealth(t, c, old, "HEALTHY", 3*time.Minute)
+	s.step(old.Name()+": relaunch after kill → HEALTHY", healthy.Sub(restart))
+}
+
+// storedList is the first successful `cairnctl node list` of
+// firstStoredList.
+type storedList struct {
+	at   time.Time
+	runs int
+	err  error
+}
+
+// firstStoredList runs `cairnctl node list` with nothing but the
+// cluster's configuration directory, again as soon as a run fails, until
+// one succeeds or ctx ends, and says when the first succeeded.
+func firstStoredList(ctx context.Context, c *cluster.Cluster) storedList {
+	var last error
+	for runs := 1; ; runs++ {
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		_, err := c.CairnctlStored(rctx, "node", "list", "-o", "json")
+		cancel()
+		if err == nil {
+			return storedList{at: time.Now(), runs: runs}
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return storedList{runs: runs, err: last}
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// nodeInfo returns n as cairnctl node list shows it.
+func (s *suite) nodeInfo(t *testing.T, c *cluster.Cluster, n *cluster.Node) cluster.NodeInfo {
+	t.Helper()
+	list, err := c.ListNodes(s.ctxWithin(2 * time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, info := range list {
+		if info.ID == n.ID() {
+			return info
+		}
+	}
+	t.Fatalf("%s (%s) is not in the node list %+v", n.Name(), n.ID(), list)
+	return cluster.NodeInfo{}
+}
+
+// waitHealth polls cairnctl node list until it shows n with health want,
+// and returns when it first did.
+func (s *suite) waitHealth(t *testing.T, c *cluster.Cluster, n *cluster.Node, want string, timeout time.Duration) time.Time {
+	t.Helper()
+	ctx := s.ctxWithin(timeout)
+	got := ""
+	for {
+		list, err := c.ListNodes(ctx)
+		for _, info := range list {
+			if info.ID == n.ID() {
+				got = info.Health
+			}
+		}
+		if err == nil && got == want {
+			return time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s is %q, not %s, %v on (last error: %v)", n.Name(), got, want, timeout, err)
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
 }
 

@@ -64,23 +64,13 @@ func (c *Cluster) run(ctx context.Context, args []string) ([]byte, error) {
 // against the cluster, for people to copy. It relies on the endpoints
 // that takeownership and StoreNodeEndpoints keep in the config directory.
 func (c *Cluster) CommandLine(args ...string) string {
-	all := append([]string{c.cfg.Cairnctl, "--config", c.configDir}, args...)
-	quoted := make([]string, len(all))
-	for i, a := range all {
-		quoted[i] = shellQuote(a)
-	}
-	return strings.Join(quoted, " ")
+	return shellLine(append([]string{c.cfg.Cairnctl, "--config", c.configDir}, args...))
 }
 
 // FullCommandLine is CommandLine with every endpoint flag spelt out, for
 // when the config directory does not hold the node endpoints.
 func (c *Cluster) FullCommandLine(args ...string) string {
-	all := append(append([]string{c.cfg.Cairnctl}, c.globalFlags(0)...), args...)
-	quoted := make([]string, len(all))
-	for i, a := range all {
-		quoted[i] = shellQuote(a)
-	}
-	return strings.Join(quoted, " ")
+	return shellLine(append(append([]string{c.cfg.Cairnctl}, c.globalFlags(0)...), args...))
 }
 
 // StoreNodeEndpoints stores every node's curator forward as cairnctl's
@@ -102,8 +92,49 @@ func (c *Cluster) StoreNodeEndpoints(ctx context.Context) error {
 	if _, err := c.run(ctx, endpoints); err != nil {
 		return err
 	}
+	if len(nodeEndpoints) == len(config)+1 {
+		// No node named itself yet.
+		return nil
+	}
 	_, err := c.run(ctx, nodeEndpoints)
 	return err
+}
+
+// CairnctlStored runs cairnctl against the cluster with nothing but the
+// cluster's configuration directory: through the endpoints that
+// takeownership and StoreNodeEndpoints keep there, as an operator's plain
+// command line does.
+func (c *Cluster) CairnctlStored(ctx context.Context, args ...string) ([]byte, error) {
+	return c.run(ctx, append([]string{"--config", c.configDir}, args...))
+}
+
+// StoreContext adds the context Config.Context to the user's own cairnctl
+// configuration directory, a copy of the cluster's (owner key and
+// certificate, CA, endpoints and node endpoints: call StoreNodeEndpoints
+// first), replacing a context of that name, and selects it. It refuses
+// when Config.Context is empty.
+func (c *Cluster) StoreContext(ctx context.Context) error {
+	if c.cfg.Context == "" {
+		return errors.New("the cluster has no context name (Config.Context): it leaves the user's cairnctl configuration alone")
+	}
+	_, err := c.run(ctx, []string{"config", "add-context", c.cfg.Context, "--from", c.configDir, "--use"})
+	return err
+}
+
+// ContextCommandLine returns the shell command line that runs cairnctl
+// with args through the context StoreContext selected: no flags at all.
+func (c *Cluster) ContextCommandLine(args ...string) string {
+	return shellLine(append([]string{c.cfg.Cairnctl}, args...))
+}
+
+// shellLine quotes every word of a command line for a POSIX shell and
+// joins them.
+func shellLine(words []string) string {
+	quoted := make([]string, len(words))
+	for i, w := range words {
+		quoted[i] = shellQuote(w)
+	}
+	return strings.Join(quoted, " ")
 }
 
 // shellQuote quotes s for a POSIX shell where it needs it.
@@ -149,6 +180,9 @@ type NodeInfo struct {
 	// Roles are the roles the node holds, as cairnctl names them:
 	// ConsensusMember, KubernetesController, KubernetesWorker.
 	Roles []string
+	// Health is the leader's judgement of an UP node without its enum
+	// prefix: HEALTHY, HEARTBEAT_TIMEOUT or UNKNOWN; "" when not judged.
+	Health string
 	// Raw is the node's JSON object as cairnctl printed it.
 	Raw map[string]any
 }
@@ -189,7 +223,9 @@ func ParseNodeList(out []byte) ([]NodeInfo, error) {
 		}
 		state, _ := obj["state"].(string)
 		state = strings.TrimPrefix(strings.ToUpper(state), "NODE_STATE_")
-		nodes = append(nodes, NodeInfo{ID: id, State: state, Roles: parseRoles(obj["roles"]), Raw: obj})
+		health, _ := obj["health"].(string)
+		health = strings.TrimPrefix(strings.ToUpper(health), "NODE_HEALTH_")
+		nodes = append(nodes, NodeInfo{ID: id, State: state, Roles: parseRoles(obj["roles"]), Health: health, Raw: obj})
 		return true
 	})
 	if nodes == nil && !bytes.Contains(out, []byte("[]")) {

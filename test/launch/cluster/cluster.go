@@ -68,6 +68,13 @@ type Config struct {
 	// LaunchOptions are added to every node's launch (binaries,
 	// accelerator).
 	LaunchOptions []launch.Option
+	// Context, when not empty, names the cairnctl context that
+	// StoreContext adds to (or replaces in) the user's own cairnctl
+	// configuration directory ($XDG_CONFIG_HOME/cairnctl) and selects, so
+	// that a plain `cairnctl` reaches the cluster. Only people's clusters
+	// (launch-cluster) set it: tests leave the user's configuration alone.
+	// The cluster's own configuration directory is used either way.
+	Context string
 }
 
 // Cluster is a network with its nodes, and the owner's cairnctl

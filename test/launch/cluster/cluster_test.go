@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"context"
 	"net"
 	"os"
 	"path/filepath"
@@ -24,17 +25,17 @@ func TestParseNodeList(t *testing.T) {
 			name: "protojson of GetNodesResponse",
 			json: `{"nodes":[{"id":"cairn-00000000000000bb","state":"NODE_STATE_NEW"},
 				{"id":"cairn-00000000000000aa","state":"NODE_STATE_UP","roles":{"consensusMember":{}},
-				 "status":{"externalAddress":"10.42.0.10"}}]}`,
+				 "status":{"externalAddress":"10.42.0.10"},"health":"NODE_HEALTH_HEALTHY"}]}`,
 			want: []NodeInfo{
-				{ID: "cairn-00000000000000aa", State: "UP", Roles: []string{"ConsensusMember"}},
+				{ID: "cairn-00000000000000aa", State: "UP", Roles: []string{"ConsensusMember"}, Health: "HEALTHY"},
 				{ID: "cairn-00000000000000bb", State: "NEW"},
 			},
 		},
 		{
 			name: "list with role names",
-			json: `[{"id":"cairn-00000000000000aa","state":"UP","roles":["ConsensusMember","KubernetesWorker"]}]`,
+			json: `[{"id":"cairn-00000000000000aa","state":"UP","roles":["ConsensusMember","KubernetesWorker"],"health":"HEARTBEAT_TIMEOUT"}]`,
 			want: []NodeInfo{
-				{ID: "cairn-00000000000000aa", State: "UP", Roles: []string{"ConsensusMember", "KubernetesWorker"}},
+				{ID: "cairn-00000000000000aa", State: "UP", Roles: []string{"ConsensusMember", "KubernetesWorker"}, Health: "HEARTBEAT_TIMEOUT"},
 			},
 		},
 		{
@@ -185,5 +186,14 @@ func TestNewForwardsEveryNode(t *testing.T) {
 	if conn, err := net.Dial("tcp", "127.0.0.1:27833"); err == nil {
 		conn.Close()
 		t.Errorf("the forward to node 0 still listens after Close")
+	}
+}
+
+// TestStoreContextNeedsAName checks that a cluster without a context name,
+// as the tests make them, never writes the user's cairnctl configuration.
+func TestStoreContextNeedsAName(t *testing.T) {
+	c := &Cluster{cfg: Config{Cairnctl: "/nonexistent/cairnctl"}, configDir: t.TempDir()}
+	if err := c.StoreContext(context.Background()); err == nil || !strings.Contains(err.Error(), "no context name") {
+		t.Errorf("StoreContext without Config.Context = %v, want a refusal", err)
 	}
 }
