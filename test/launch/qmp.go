@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"syscall"
 	"time"
 )
 
@@ -20,8 +21,7 @@ import (
 // "quit"), the command counts as done if closing was the point: pass
 // eofIsSuccess.
 func qmpExecute(ctx context.Context, socket, cmd string, eofIsSuccess bool) error {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", socket)
+	conn, err := dialQMP(ctx, socket)
 	if err != nil {
 		return fmt.Errorf("when connecting to QMP: %w", err)
 	}
@@ -104,6 +104,29 @@ func (q *qmpConn) execute(cmd string) error {
 			return fmt.Errorf("qemu refused: %s: %s", m.Error.Class, m.Error.Desc)
 		case m.Return != nil:
 			return nil
+		}
+	}
+}
+
+// qmpRefusedFor is how long dialQMP tries again while the socket refuses:
+// qemu creates the socket file when it binds and accepts only once it
+// listens, so a dial in between is refused although qemu is fine.
+const qmpRefusedFor = 2 * time.Second
+
+// dialQMP connects to the QMP socket, trying again for qmpRefusedFor
+// while it refuses.
+func dialQMP(ctx context.Context, socket string) (net.Conn, error) {
+	var d net.Dialer
+	deadline := time.Now().Add(qmpRefusedFor)
+	for {
+		conn, err := d.DialContext(ctx, "unix", socket)
+		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) || time.Now().After(deadline) {
+			return conn, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }

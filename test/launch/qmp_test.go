@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -112,5 +114,34 @@ func TestQMPExecuteHonoursContext(t *testing.T) {
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("qmpExecute took %v after its context ended", d)
+	}
+}
+
+// TestDialQMPWaitsForListen binds a socket the way qemu does, listening
+// only a moment later: the dial in between is refused, and dialQMP tries
+// again until it is accepted.
+func TestDialQMPWaitsForListen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "qmp.sock")
+	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	if err := syscall.Bind(fd, &syscall.SockaddrUnix{Name: path}); err != nil {
+		t.Fatal(err)
+	}
+	var d net.Dialer
+	if _, err := d.Dial("unix", path); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("dial before listen = %v, want ECONNREFUSED", err)
+	}
+	listened := make(chan error, 1)
+	time.AfterFunc(200*time.Millisecond, func() { listened <- syscall.Listen(fd, 1) })
+	conn, err := dialQMP(context.Background(), path)
+	if err != nil {
+		t.Fatalf("dialQMP while qemu only binds: %v", err)
+	}
+	conn.Close()
+	if err := <-listened; err != nil {
+		t.Fatal(err)
 	}
 }
