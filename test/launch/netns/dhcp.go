@@ -150,10 +150,9 @@ func (n *Network) startDHCP(cfg Config) (*dhcpServer, error) {
 			n.log("dhcp: %s from %s: %v", req.MessageType(), req.ClientHWAddr, err)
 			return
 		}
-		if _, err := conn.WriteTo(resp.ToBytes(), peer); err != nil {
-			n.log("dhcp: when sending %s to %s: %v", resp.MessageType(), peer, err)
-			return
-		}
+		// An ACK is recorded before it leaves: each message is handled on a
+		// goroutine of its own, and a client that answers at once could
+		// otherwise have its next ACK recorded first.
 		if resp.MessageType() == dhcpv4.MessageTypeAck {
 			ip, _ := netip.AddrFromSlice(resp.YourIPAddr.To4())
 			n.acks.add(l.nodeOf[req.ClientHWAddr.String()], Ack{
@@ -161,6 +160,10 @@ func (n *Network) startDHCP(cfg Config) (*dhcpServer, error) {
 				IP:      ip,
 				Renewal: !req.ClientIPAddr.IsUnspecified(),
 			})
+		}
+		if _, err := conn.WriteTo(resp.ToBytes(), peer); err != nil {
+			n.log("dhcp: when sending %s to %s: %v", resp.MessageType(), peer, err)
+			return
 		}
 		n.log("dhcp: %s from %s, %s %s", req.MessageType(), req.ClientHWAddr, resp.MessageType(), resp.YourIPAddr)
 	}
