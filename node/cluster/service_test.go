@@ -150,13 +150,8 @@ func (n *testNode) waitMarker(t *testing.T, name marker.Name, kv ...string) mark
 	var found marker.Marker
 	n.waitEntry(t, fmt.Sprintf("marker %s %q", name, kv), logtree.INFO, func(msg string) bool {
 		m, ok := marker.Parse(msg)
-		if !ok || m.Name != name {
+		if !ok || !m.Is(name, kv...) {
 			return false
-		}
-		for i := 0; i+1 < len(kv); i += 2 {
-			if m.Get(kv[i]) != kv[i+1] {
-				return false
-			}
 		}
 		found = m
 		return true

@@ -76,6 +76,21 @@ type Marker struct {
 // Get returns the value of key, or "".
 func (m Marker) Get(key string) string { return m.Fields[key] }
 
+// Is reports whether m is a marker of name whose fields hold kv, taken as
+// key, value pairs: each key present with exactly that value. Fields kv
+// leaves out may hold anything.
+func (m Marker) Is(name Name, kv ...string) bool {
+	if m.Name != name {
+		return false
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		if v, ok := m.Fields[kv[i]]; !ok || v != kv[i+1] {
+			return false
+		}
+	}
+	return true
+}
+
 // Format returns the log message of a marker: name, then kv taken as
 // key, value pairs (a lone last key gets an empty value).
 func Format(name Name, kv ...string) string {

@@ -76,3 +76,26 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestIs(t *testing.T) {
+	m, ok := Parse(Format(Joined, "node", "cairn-00", "via", "curator"))
+	if !ok {
+		t.Fatal("Parse failed")
+	}
+	for _, tc := range []struct {
+		name Name
+		kv   []string
+		want bool
+	}{
+		{Joined, nil, true},
+		{Joined, []string{"node", "cairn-00"}, true},
+		{Joined, []string{"node", "cairn-00", "via", "curator"}, true},
+		{Joined, []string{"via", "cold-start"}, false},
+		{Joined, []string{"absent", ""}, false},
+		{Committed, nil, false},
+	} {
+		if got := m.Is(tc.name, tc.kv...); got != tc.want {
+			t.Errorf("%v.Is(%q, %q) = %v, want %v", m, tc.name, tc.kv, got, tc.want)
+		}
+	}
+}

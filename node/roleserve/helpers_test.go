@@ -101,15 +101,7 @@ func (n *testNode) waitMarker(t testing.TB, name marker.Name, timeout time.Durat
 	defer r.Close()
 	matches := func(e *logtree.LogEntry) bool {
 		m, ok := marker.Parse(e.Message)
-		if !ok || m.Name != name {
-			return false
-		}
-		for i := 0; i+1 < len(kv); i += 2 {
-			if m.Get(kv[i]) != kv[i+1] {
-				return false
-			}
-		}
-		return true
+		return ok && m.Is(name, kv...)
 	}
 	for _, e := range r.Backlog {
 		if matches(e) {

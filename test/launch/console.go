@@ -79,15 +79,7 @@ func Mark(name marker.Name, fields ...string) MarkMatcher {
 // MatchString reports whether s states the marker with the fields.
 func (m MarkMatcher) MatchString(s string) bool {
 	got, ok := marker.Parse(s)
-	if !ok || got.Name != m.name {
-		return false
-	}
-	for i := 0; i < len(m.fields); i += 2 {
-		if v, ok := got.Fields[m.fields[i]]; !ok || v != m.fields[i+1] {
-			return false
-		}
-	}
-	return true
+	return ok && got.Is(m.name, m.fields...)
 }
 
 // String returns the marker as a node states it, for error messages.
