@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"cairn.dev/cairn/node/ports"
@@ -56,6 +57,13 @@ func unreachable(err error) bool {
 		return true
 	}
 	return false
+}
+
+// liveCluster says whether err, though it reads as "no answer"
+// (Unavailable), came from a curator that named a leader in its trailer: a
+// live cluster, whose failure is passing, not nobody.
+func liveCluster(err error, trailer metadata.MD) bool {
+	return unreachable(err) && len(trailer.Get(rpc.LeaderTrailer)) > 0 && trailer.Get(rpc.LeaderTrailer)[0] != ""
 }
 
 // refused says whether err is the cluster saying no to this node: a

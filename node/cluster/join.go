@@ -1,13 +1,20 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"fmt"
+	"strings"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/marker"
 	"cairn.dev/cairn/node/roleserve"
+	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/supervisor"
 	api "cairn.dev/cairn/proto/api"
@@ -22,7 +29,11 @@ import (
 // cluster unlock key in its sealed configuration: at once when its cluster
 // directory lists no other node, otherwise after coldStartAfter. A curator
 // that refuses the node stops a cold start: the node then keeps asking,
-// slowly, and touches nothing.
+// slowly, and touches nothing. It also remembers the refusal on the ESP
+// (cairn/refusal.txt), so that no later boot starts cold either because
+// nobody happened to answer then; only a successful join removes it. A
+// curator that answers Unavailable while it names a leader shows a live
+// cluster, which rules out a cold start as well.
 func (s *Service) join(ctx context.Context) (*roleserve.Membership, error) {
 	log := supervisor.Logger(ctx)
 	b, err := s.root.ESP.Cairn.SealedConfiguration.Read()
@@ -54,6 +65,13 @@ func (s *Service) join(ctx context.Context) (*roleserve.Membership, error) {
 	}
 	targets := s.curatorTargets(dir, id)
 	joinKey := ed25519.NewKeyFromSeed(sc.GetJoinKey())
+	refusal, err := s.readRefusal()
+	if err != nil {
+		return nil, err
+	}
+	if refusal != "" {
+		log.Warningf("A curator refused this node before (%s); it will not start cold, only join through a curator", refusal)
+	}
 
 	start := time.Now()
 	wait := newBackoff(s.timing.retryMin, s.timing.retryMax)
@@ -68,12 +86,18 @@ func (s *Service) join(ctx context.Context) (*roleserve.Membership, error) {
 				log.Errorf("Cannot open the data partition: %v", err)
 				return nil, err
 			}
+			s.takeCertificate(log, m.Credentials, r.certificate)
+			if refusal != "" {
+				if err := s.root.ESP.Cairn.Refusal.Remove(); err != nil {
+					log.Warningf("Cannot remove the record of an earlier refusal: %v", err)
+				}
+			}
 			log.Infof("Joined through %s", r.through)
 			marker.Log(log, marker.Joined, "node", id, "via", "curator")
 			return m, nil
 		}
 		lone := dirErr == nil && len(targets) == 0
-		if !r.answered && (lone || time.Since(start) >= s.timing.coldStartAfter) {
+		if !r.answered && refusal == "" && (lone || time.Since(start) >= s.timing.coldStartAfter) {
 			m, err := s.openExisting(sc, sc.GetClusterUnlockKey(), dir)
 			if err != nil {
 				log.Errorf("Cannot open the data partition: %v", err)
@@ -84,6 +108,12 @@ func (s *Service) join(ctx context.Context) (*roleserve.Membership, error) {
 			return m, nil
 		}
 		if r.refused {
+			if refusal == "" {
+				refusal = r.reason
+				if err := s.root.ESP.Cairn.Refusal.Write([]byte(refusal + "\n")); err != nil {
+					log.Errorf("Cannot record the refusal on the ESP: %v", err)
+				}
+			}
 			err = sleepCtx(ctx, s.timing.refusedRetry)
 		} else {
 			err = sleepNext(ctx, wait)
@@ -97,14 +127,17 @@ func (s *Service) join(ctx context.Context) (*roleserve.Membership, error) {
 // joinResult is the outcome of one round of JoinNode calls.
 type joinResult struct {
 	// clusterKey and through are the cluster unlock key and the curator
-	// that handed it out, when one did.
-	clusterKey []byte
-	through    string
+	// that handed it out, when one did, and certificate the node
+	// certificate it handed out with it.
+	clusterKey  []byte
+	through     string
+	certificate []byte
 	// answered says that some curator answered, with a refusal or an
 	// error of its own: the cluster is up, which rules out a cold start.
 	answered bool
-	// refused says that some curator refused the node.
+	// refused says that some curator refused the node, and reason why.
 	refused bool
+	reason  string
 }
 
 // joinRound calls JoinNode on each curator in turn until one hands out
@@ -113,16 +146,21 @@ func (s *Service) joinRound(ctx context.Context, log logtree.LeveledLogger, roun
 	var r joinResult
 	for _, t := range targets {
 		var res *api.JoinNodeResponse
+		var trailer metadata.MD
 		err := s.withCurator(ctx, t, ca, joinKey, func(ctx context.Context, c api.CuratorClient) error {
 			var err error
-			res, err = c.JoinNode(ctx, &api.JoinNodeRequest{NodeId: id})
+			res, err = c.JoinNode(ctx, &api.JoinNodeRequest{NodeId: id}, grpc.Trailer(&trailer))
 			return err
 		})
+
 		switch {
 		case err == nil:
-			return joinResult{clusterKey: res.GetClusterUnlockKey(), through: t, answered: true}, nil
+			return joinResult{clusterKey: res.GetClusterUnlockKey(), through: t, certificate: res.GetNodeCertificate(), answered: true}, nil
 		case ctx.Err() != nil:
 			return r, ctx.Err()
+		case liveCluster(err, trailer):
+			log.Infof("%s answered while %s leads: %v", t, trailer.Get(rpc.LeaderTrailer)[0], err)
+			r.answered = true
 		case unreachable(err):
 			if round%10 == 0 { // say it now and then, not every round
 				log.Infof("No answer from %s: %v", t, err)
@@ -131,6 +169,7 @@ func (s *Service) joinRound(ctx context.Context, log logtree.LeveledLogger, roun
 			log.Errorf("Refused: %s", reason(err))
 			marker.Log(log, marker.Refused, "reason", reason(err))
 			r.answered, r.refused = true, true
+			r.reason = fmt.Sprintf("%s refused it at %s: %s", t, time.Now().UTC().Format(time.RFC3339), reason(err))
 		default:
 			log.Warningf("Joining through %s failed: %v", t, err)
 			r.answered = true
@@ -161,4 +200,44 @@ func (s *Service) openExisting(sc *private.SealedConfiguration, clusterKey []byt
 		Credentials:      node,
 		ClusterDirectory: dir,
 	}, nil
+}
+
+// takeCertificate makes der, the node certificate a curator handed out
+// with JoinNode, the node's certificate when it ends later than the one
+// kept on the data partition, and keeps it there. A node that was powered
+// off for longer than its certificate's lifetime comes back with an
+// expired one, which no other node would accept. Failing here is not
+// fatal: the certificate kept still serves while it is valid, and the role
+// server renews it.
+func (s *Service) takeCertificate(log logtree.LeveledLogger, node *identity.Node, der []byte) {
+	if len(der) == 0 || bytes.Equal(der, node.Certificate().Raw) {
+		return
+	}
+	if err := node.Renew(der); err != nil {
+		log.Warningf("Not using the node certificate handed out with JoinNode: %v", err)
+		return
+	}
+	if err := writeIdentity(s.root, node); err != nil {
+		log.Warningf("Using the node certificate handed out with JoinNode, but cannot keep it: %v", err)
+		return
+	}
+	log.Infof("Node certificate renewed at join, valid until %s", node.Certificate().NotAfter.UTC().Format(time.RFC3339))
+}
+
+// readRefusal returns the record of an earlier refusal, "" when there is
+// none.
+func (s *Service) readRefusal() (string, error) {
+	f := &s.root.ESP.Cairn.Refusal
+	there, err := f.Exists()
+	if err != nil || !there {
+		return "", err
+	}
+	b, err := f.Read()
+	if err != nil {
+		return "", fmt.Errorf("when reading the record of an earlier refusal: %w", err)
+	}
+	if r := strings.TrimSpace(string(b)); r != "" {
+		return r, nil
+	}
+	return "refused, reason not recorded", nil
 }

@@ -14,6 +14,7 @@ import (
 	"cairn.dev/cairn/node/marker"
 	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/pkg/fixture"
+	"cairn.dev/cairn/pkg/logtree"
 	api "cairn.dev/cairn/proto/api"
 )
 
@@ -222,5 +223,18 @@ func testRegisterApproveJoin(t *testing.T, conf *api.ClusterConfiguration, hasTP
 	time.Sleep(time.Second)
 	if calls := second.storage.mountCalls(); len(calls) != 0 {
 		t.Errorf("a refused node mounted %v, want nothing", calls)
+	}
+	if there, err := second.storage.st.Root.ESP.Cairn.Refusal.Exists(); err != nil || !there {
+		t.Errorf("refusal recorded on the ESP = %v, %v; want it there", there, err)
+	}
+
+	// The cluster gone, the refused node boots again: it remembers the
+	// refusal, and nobody answering is no reason to start cold.
+	first.cancel()
+	second.boot(t, params, port)
+	second.waitLog(t, "A curator refused this node before", logtree.WARNING)
+	time.Sleep(3 * fastTiming.coldStartAfter)
+	if calls := second.storage.mountCalls(); len(calls) != 0 {
+		t.Errorf("a node refused on an earlier boot mounted %v with nobody answering, want nothing", calls)
 	}
 }

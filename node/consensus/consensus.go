@@ -230,6 +230,9 @@ func (s *Service) Run(ctx context.Context) error {
 	if err := supervisor.Run(ctx, "crl", s.runCRL(inst)); err != nil {
 		return err
 	}
+	if err := supervisor.Run(ctx, "peer-renewal", s.runPeerRenewal(inst)); err != nil {
+		return err
+	}
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
 	return s.wait(ctx, inst)
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"fmt"
 	"net"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -45,6 +46,13 @@ func rootCA(ns *pki.Namespace, cn string) *pki.Certificate {
 	}
 }
 
+// PeerCertificateLifetime is the lifetime of etcd peer certificates. A
+// member renews its own once half of it has passed (runPeerRenewal); it is
+// long because a member powered off for longer cannot renew, and its peers
+// would refuse it until it is added again. Removed members are refused at
+// once by the CRL: the lifetime is the backstop, not the means.
+const PeerCertificateLifetime = 365 * 24 * time.Hour
+
 // peerCertificate describes the etcd peer certificate of member name on ip,
 // for the node's own key, issued by ca (peerCA).
 func peerCertificate(ca *pki.Certificate, name string, ip net.IP, pub crypto.PublicKey) *pki.Certificate {
@@ -55,8 +63,12 @@ func peerCertificate(ca *pki.Certificate, name string, ip net.IP, pub crypto.Pub
 		Template:  pki.Peer(name, []net.IP{ip}),
 		Mode:      pki.ExternalKey,
 		PublicKey: pub.(ed25519.PublicKey),
+		Lifetime:  peerLifetime,
 	}
 }
+
+// peerLifetime is PeerCertificateLifetime; tests shorten it.
+var peerLifetime = PeerCertificateLifetime
 
 // peerCertificateName is the name, in PeerPKINamespace, of the peer
 // certificate of member name.
@@ -71,7 +83,7 @@ func issuePeer(ctx context.Context, kv clientv3.KV, name string, ip net.IP, pub 
 	if caDER, err = ca.Ensure(ctx, kv); err != nil {
 		return nil, nil, nil, fmt.Errorf("when ensuring the peer CA: %w", err)
 	}
-	if peerDER, err = peerCertificate(ca, name, ip, pub).Ensure(ctx, kv); err != nil {
+	if peerDER, err = peerCertificate(ca, name, ip, pub).EnsureFresh(ctx, kv); err != nil {
 		return nil, nil, nil, fmt.Errorf("when issuing peer certificate: %w", err)
 	}
 	if crlDER, err = ca.CRL(ctx, kv); err != nil {

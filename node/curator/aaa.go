@@ -82,7 +82,7 @@ func (a aaa) Escrow(srv grpc.BidiStreamingServer[api.EscrowFromClient, api.Escro
 	if !ed25519.Verify(owner, payload, proof.Signature) {
 		return status.Error(codes.PermissionDenied, "the proof's signature does not verify under the owner key")
 	}
-	cert, ca, err := issue(ctx, a.root, a.ca, ownerCertificate(a.ca, owner))
+	cert, ca, err := issue(ctx, a.root, a.ca, ownerCertificate(a.ca, owner, a.opts.ownerLifetime))
 	if err != nil {
 		return err
 	}

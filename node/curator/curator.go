@@ -56,6 +56,24 @@ type options struct {
 	peerPort func(nodeID string) int
 	// limits bound what callers may ask (limits.go).
 	limits limits
+	// nodeLifetime and ownerLifetime are the lifetimes of the node and
+	// owner certificates this curator issues.
+	nodeLifetime, ownerLifetime time.Duration
+}
+
+// WithCertificateLifetimes sets the lifetimes of the node and owner
+// certificates the curator issues; zero keeps the default
+// (DefaultNodeCertificateLifetime, DefaultOwnerCertificateLifetime).
+// Tests shorten them to see renewal happen.
+func WithCertificateLifetimes(node, owner time.Duration) Option {
+	return func(o *options) {
+		if node > 0 {
+			o.nodeLifetime = node
+		}
+		if owner > 0 {
+			o.ownerLifetime = owner
+		}
+	}
 }
 
 // WithHeartbeatInterval sets the interval at which the leader asks nodes
@@ -85,7 +103,12 @@ type Service struct {
 
 // New returns a curator for cfg. Nothing happens until Run.
 func New(cfg Config, opts ...Option) *Service {
-	o := options{heartbeatInterval: DefaultHeartbeatInterval, limits: defaultLimits()}
+	o := options{
+		heartbeatInterval: DefaultHeartbeatInterval,
+		limits:            defaultLimits(),
+		nodeLifetime:      DefaultNodeCertificateLifetime,
+		ownerLifetime:     DefaultOwnerCertificateLifetime,
+	}
 	for _, opt := range opts {
 		opt(&o)
 	}

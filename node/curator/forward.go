@@ -1,7 +1,6 @@
 package curator
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -68,6 +67,10 @@ func forwarded(ctx context.Context) bool {
 // forwards it to the leader otherwise, for the caller the rpc layer
 // authenticated.
 func (c *curator) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	c.nameLeader(func(md metadata.MD) { _ = grpc.SetTrailer(ctx, md) })
+	if err := c.checkCaller(ctx); err != nil {
+		return nil, err
+	}
 	if servedLocally[info.FullMethod] {
 		resp, err := handler(ctx, req)
 		return resp, statusError(ctx, err)
@@ -108,6 +111,17 @@ func forwardError(ctx context.Context, err error) error {
 // request and many responses (Watch) are forwarded; the others are served
 // locally.
 func (c *curator) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	c.nameLeader(ss.SetTrailer)
+	ctx, release, err := c.whileHonoured(ss.Context())
+	if err != nil {
+		return err
+	}
+	defer release()
+	return streamEnd(ctx, c.serveStream(srv, &honouredStream{ServerStream: ss, ctx: ctx}, info, handler))
+}
+
+// serveStream serves or forwards the stream ss.
+func (c *curator) serveStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	ctx := ss.Context()
 	if servedLocally[info.FullMethod] {
 		return statusError(ctx, handler(srv, ss))
@@ -207,15 +221,20 @@ func statusError(ctx context.Context, err error) error {
 // trustForwarder lets only consensus members forward calls: they can read
 // the CA's key from etcd anyway, so trusting them grants nothing new.
 func (c *curator) trustForwarder(ctx context.Context, p identity.Peer) error {
-	n, _, err := c.getNode(ctx, p.NodeID)
+	n, _, err := c.honoured(ctx, p)
 	if err != nil {
 		return err
-	}
-	if !bytes.Equal(n.PublicKey, p.PublicKey) {
-		return errors.New("its key is not the one on record")
 	}
 	if n.GetRoles().GetConsensusMember() == nil {
 		return errors.New("it is not a consensus member")
 	}
 	return nil
+}
+
+// nameLeader sets the LeaderTrailer of a call through set, when this
+// curator knows a leader.
+func (c *curator) nameLeader(set func(metadata.MD)) {
+	if _, l := c.route(); l.NodeID != "" {
+		set(metadata.Pairs(rpc.LeaderTrailer, l.NodeID))
+	}
 }

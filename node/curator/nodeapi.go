@@ -147,7 +147,7 @@ func (a nodeAPI) CommitNode(ctx context.Context, _ *api.CommitNodeRequest) (*api
 	// The certificate first: issuing it again is harmless (a node that
 	// has one gets the stored one), and the node must not end up UP
 	// without one.
-	cert, ca, err := issue(ctx, a.root, a.ca, nodeCertificate(a.ca, p.PublicKey))
+	cert, ca, err := issue(ctx, a.root, a.ca, nodeCertificate(a.ca, p.PublicKey, a.opts.nodeLifetime))
 	if err != nil {
 		return nil, err
 	}
@@ -200,7 +200,15 @@ func (a nodeAPI) JoinNode(ctx context.Context, req *api.JoinNodeRequest) (*api.J
 	default:
 		return nil, status.Errorf(codes.FailedPrecondition, "node %s is %s; only an UP node can join", req.NodeId, n.FsmState)
 	}
-	return &api.JoinNodeResponse{ClusterUnlockKey: n.ClusterUnlockKey}, nil
+	// A node powered off for longer than half its certificate's
+	// lifetime comes back with one it could not renew: it gets a fresh
+	// one here, which the join key entitles it to as much as the
+	// unlock key.
+	cert, _, err := issue(ctx, a.root, a.ca, nodeCertificate(a.ca, n.PublicKey, a.opts.nodeLifetime))
+	if err != nil {
+		return nil, err
+	}
+	return &api.JoinNodeResponse{ClusterUnlockKey: n.ClusterUnlockKey, NodeCertificate: cert}, nil
 }
 
 func (a nodeAPI) IssueCertificate(ctx context.Context, req *api.IssueCertificateRequest) (*api.IssueCertificateResponse, error) {
@@ -214,7 +222,7 @@ func (a nodeAPI) IssueCertificate(ctx context.Context, req *api.IssueCertificate
 	if err := a.requireUp(ctx, p.NodeID); err != nil {
 		return nil, err
 	}
-	cert, ca, err := issue(ctx, a.root, a.ca, nodeCertificate(a.ca, p.PublicKey))
+	cert, ca, err := issue(ctx, a.root, a.ca, nodeCertificate(a.ca, p.PublicKey, a.opts.nodeLifetime))
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
@@ -179,9 +180,20 @@ func Bootstrap(ctx context.Context, etcd *consensus.Client, b BootstrapState) er
 	return nil
 }
 
+// The lifetimes of the certificates the cluster CA issues (docs/security.md
+// says why these). A holder renews its certificate once half of its
+// lifetime has passed: nodes through IssueCertificate, cairnctl through
+// Escrow; a node that was powered off longer gets a fresh one from
+// JoinNode.
+const (
+	DefaultNodeCertificateLifetime  = 30 * 24 * time.Hour
+	DefaultOwnerCertificateLifetime = 7 * 24 * time.Hour
+)
+
 // nodeCertificate describes the node certificate of the node holding pub,
-// issued by ca (consensus.ClusterCA, or a curator's cached copy of it).
-func nodeCertificate(ca *pki.Certificate, pub ed25519.PublicKey) *pki.Certificate {
+// issued by ca (consensus.ClusterCA, or a curator's cached copy of it), for
+// lifetime.
+func nodeCertificate(ca *pki.Certificate, pub ed25519.PublicKey, lifetime time.Duration) *pki.Certificate {
 	return &pki.Certificate{
 		Namespace: consensus.PKINamespace,
 		Issuer:    ca,
@@ -189,12 +201,13 @@ func nodeCertificate(ca *pki.Certificate, pub ed25519.PublicKey) *pki.Certificat
 		Template:  identity.NodeCertificateTemplate(pub),
 		Mode:      pki.ExternalKey,
 		PublicKey: pub,
+		Lifetime:  lifetime,
 	}
 }
 
 // ownerCertificate describes the owner certificate for the owner key pub,
-// issued by ca.
-func ownerCertificate(ca *pki.Certificate, pub ed25519.PublicKey) *pki.Certificate {
+// issued by ca, for lifetime.
+func ownerCertificate(ca *pki.Certificate, pub ed25519.PublicKey, lifetime time.Duration) *pki.Certificate {
 	return &pki.Certificate{
 		Namespace: consensus.PKINamespace,
 		Issuer:    ca,
@@ -202,27 +215,31 @@ func ownerCertificate(ca *pki.Certificate, pub ed25519.PublicKey) *pki.Certifica
 		Template:  identity.OwnerCertificateTemplate(),
 		Mode:      pki.ExternalKey,
 		PublicKey: pub,
+		Lifetime:  lifetime,
 	}
 }
 
-// IssueNodeCertificate issues (or returns the already issued) node
-// certificate of the cluster CA for pub, and returns it and the CA
-// certificate, DER. etcd is a client for the whole key space.
+// IssueNodeCertificate issues (or returns the already issued, while it is
+// fresh) node certificate of the cluster CA for pub, valid for
+// DefaultNodeCertificateLifetime, and returns it and the CA certificate,
+// DER. etcd is a client for the whole key space.
 func IssueNodeCertificate(ctx context.Context, etcd *consensus.Client, pub ed25519.PublicKey) (certDER, caDER []byte, err error) {
 	if len(pub) != ed25519.PublicKeySize {
 		return nil, nil, fmt.Errorf("node public key is %d bytes, want %d", len(pub), ed25519.PublicKeySize)
 	}
 	ca := consensus.ClusterCA()
-	return issue(ctx, etcd, ca, nodeCertificate(ca, pub))
+	return issue(ctx, etcd, ca, nodeCertificate(ca, pub, DefaultNodeCertificateLifetime))
 }
 
-// issue ensures c and its issuer ca and returns both, DER.
+// issue ensures c and its issuer ca and returns both, DER. A stored c that
+// has used up half of its lifetime is replaced by a new one
+// (pki.Certificate.EnsureFresh), so that asking again renews it.
 func issue(ctx context.Context, kv clientv3.KV, ca, c *pki.Certificate) (certDER, caDER []byte, err error) {
 	caDER, err = ca.Ensure(ctx, kv)
 	if err != nil {
 		return nil, nil, fmt.Errorf("when loading the cluster CA: %w", err)
 	}
-	certDER, err = c.Ensure(ctx, kv)
+	certDER, err = c.EnsureFresh(ctx, kv)
 	if err != nil {
 		return nil, nil, fmt.Errorf("when issuing certificate %s: %w", c.Name, err)
 	}

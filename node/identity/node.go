@@ -5,14 +5,18 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"sync/atomic"
+	"time"
 )
 
 // Node is a node's identity: its private key, the certificate the cluster
-// CA issued for that key, and the CA certificate. It is immutable and safe
-// for concurrent use.
+// CA issued for that key, and the CA certificate. Only the certificate
+// changes, when Renew replaces it; the TLS configurations of a Node present
+// the current one at each handshake, so a renewal restarts nothing. It is
+// safe for concurrent use.
 type Node struct {
 	key      ed25519.PrivateKey
-	cert     *x509.Certificate
+	cert     atomic.Pointer[x509.Certificate]
 	ca       *x509.Certificate
 	id       string
 	verifier *verifier
@@ -36,13 +40,38 @@ func NewNode(key ed25519.PrivateKey, certDER, caDER []byte) (*Node, error) {
 	if peer.Kind != PeerNode {
 		return nil, fmt.Errorf("certificate %q identifies a peer of kind %s, want node", cert.Subject.CommonName, peer.Kind)
 	}
-	return &Node{
+	n := &Node{
 		key:      key,
-		cert:     cert,
 		ca:       ca,
 		id:       peer.NodeID,
 		verifier: newVerifier(ca),
-	}, nil
+	}
+	n.cert.Store(cert)
+	return n, nil
+}
+
+// Renew makes certDER the node's certificate from now on, once it has
+// checked that it is a node certificate of the same CA for the same key
+// and that it ends later than the current one (a late answer to an older
+// request never replaces a newer certificate). Connections already made
+// keep the certificate they were made with.
+func (n *Node) Renew(certDER []byte) error {
+	cert, peer, err := parseLeaf(n.key, certDER, n.ca)
+	if err != nil {
+		return fmt.Errorf("when checking the renewed certificate: %w", err)
+	}
+	if peer.Kind != PeerNode || peer.NodeID != n.id {
+		return fmt.Errorf("the renewed certificate %q is not a node certificate of %s", cert.Subject.CommonName, n.id)
+	}
+	for {
+		old := n.cert.Load()
+		if !cert.NotAfter.After(old.NotAfter) {
+			return fmt.Errorf("the renewed certificate ends at %s, not after the current one (%s)", cert.NotAfter.UTC().Format(time.RFC3339), old.NotAfter.UTC().Format(time.RFC3339))
+		}
+		if n.cert.CompareAndSwap(old, cert) {
+			return nil
+		}
+	}
 }
 
 // ID returns the node's ID.
@@ -57,7 +86,7 @@ func (n *Node) PublicKey() ed25519.PublicKey {
 func (n *Node) PrivateKey() ed25519.PrivateKey { return n.key }
 
 // Certificate returns the node's certificate.
-func (n *Node) Certificate() *x509.Certificate { return n.cert }
+func (n *Node) Certificate() *x509.Certificate { return n.cert.Load() }
 
 // CACertificate returns the cluster CA certificate.
 func (n *Node) CACertificate() *x509.Certificate { return n.ca }
@@ -65,10 +94,11 @@ func (n *Node) CACertificate() *x509.Certificate { return n.ca }
 // TLSCertificate returns the node's certificate and key in the form
 // crypto/tls takes them.
 func (n *Node) TLSCertificate() tls.Certificate {
+	cert := n.cert.Load()
 	return tls.Certificate{
-		Certificate: [][]byte{n.cert.Raw},
+		Certificate: [][]byte{cert.Raw},
 		PrivateKey:  n.key,
-		Leaf:        n.cert,
+		Leaf:        cert,
 	}
 }
 

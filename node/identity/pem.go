@@ -55,7 +55,7 @@ func (n *Node) MarshalPEM() ([]byte, error) {
 		return nil, fmt.Errorf("when marshalling private key: %w", err)
 	}
 	var buf bytes.Buffer
-	for i, der := range [][]byte{keyDER, n.cert.Raw, n.ca.Raw} {
+	for i, der := range [][]byte{keyDER, n.Certificate().Raw, n.ca.Raw} {
 		if err := pem.Encode(&buf, &pem.Block{Type: bundleBlocks[i], Bytes: der}); err != nil {
 			return nil, fmt.Errorf("when encoding PEM: %w", err)
 		}

@@ -18,8 +18,12 @@ import (
 func (n *Node) ServerTLSConfig() *tls.Config {
 	v := n.verifier
 	return &tls.Config{
-		MinVersion:   tls.VersionTLS13,
-		Certificates: []tls.Certificate{n.TLSCertificate()},
+		MinVersion: tls.VersionTLS13,
+		// The current certificate at each handshake: see Renew.
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			c := n.TLSCertificate()
+			return &c, nil
+		},
 		// The handshake asks for a client certificate and leaves judging it
 		// to VerifyConnection, as Go's own check would refuse self-signed
 		// ones. ClientCAs stays empty on purpose: naming the CA in the
@@ -38,7 +42,13 @@ func (n *Node) ServerTLSConfig() *tls.Config {
 // nodes. It presents the node certificate and accepts only servers holding
 // a node certificate of the cluster CA.
 func (n *Node) ClientTLSConfig() *tls.Config {
-	return clientConfig(n.verifier, n.TLSCertificate())
+	c := clientConfig(n.verifier)
+	// The current certificate at each handshake: see Renew.
+	c.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+		c := n.TLSCertificate()
+		return &c, nil
+	}
+	return c
 }
 
 // OwnerClientTLSConfig is the configuration with which the owner dials the

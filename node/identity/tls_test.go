@@ -2,6 +2,7 @@ package identity_test
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/tls"
 	"io"
 	"net"
@@ -107,12 +108,15 @@ func TestHandshakes(t *testing.T) {
 
 	// A client that holds another key than its certificate's.
 	wrongKeyClient := client.ClientTLSConfig()
-	wrongKeyClient.Certificates[0].PrivateKey = mustKey(t)
+	wrongKeyClient.GetClientCertificate = nil
+	wrongKeyClient.Certificates = []tls.Certificate{withKey(client.TLSCertificate(), mustKey(t))}
 	// A server that holds another key than its certificate's.
 	wrongKeyServer := server.ServerTLSConfig()
-	wrongKeyServer.Certificates[0].PrivateKey = mustKey(t)
+	wrongKeyServer.GetCertificate = nil
+	wrongKeyServer.Certificates = []tls.Certificate{withKey(server.TLSCertificate(), mustKey(t))}
 	// A server that presents the owner certificate.
 	ownerServer := server.ServerTLSConfig()
+	ownerServer.GetCertificate = nil
 	ownerServer.Certificates = ownerConfig.Certificates
 	// A client limited to TLS 1.2.
 	oldClient := client.ClientTLSConfig()
@@ -320,4 +324,10 @@ func TestClientConfigsRefuseBadInput(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withKey returns c with key in place of its own private key.
+func withKey(c tls.Certificate, key ed25519.PrivateKey) tls.Certificate {
+	c.PrivateKey = key
+	return c
 }

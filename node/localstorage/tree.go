@@ -39,6 +39,10 @@ type ESPCairnDirectory struct {
 	SealedConfiguration declarative.File `file:"sealed_configuration.pb"`
 	// ClusterDirectory lists the cluster's curators.
 	ClusterDirectory declarative.File `file:"cluster_directory.pb"`
+	// Refusal says, in words, that and why a curator refused this node
+	// when it tried to join: while it exists the node never starts cold
+	// (node/cluster's join).
+	Refusal declarative.File `file:"refusal.txt"`
 }
 
 // DataDirectory is the root of the data partition.

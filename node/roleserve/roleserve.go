@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"time"
 
 	"google.golang.org/grpc"
 
 	"cairn.dev/cairn/node/consensus"
+	"cairn.dev/cairn/node/curator"
 	"cairn.dev/cairn/node/curator/resolver"
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/localstorage"
@@ -48,6 +50,8 @@ type Config struct {
 	// afterBootstrap runs once bootstrapCluster wrote a new cluster's
 	// state, with the client it used.
 	afterBootstrap func(ctx context.Context, etcd *consensus.Client) error
+	// curatorOptions are added to the options of this node's curator.
+	curatorOptions []curator.Option
 }
 
 // Service is the role server. Build it with New and run Run under a
@@ -131,6 +135,7 @@ func New(cfg Config) *Service {
 			ports:          cfg.Ports,
 			joinPeerPort:   cfg.clusterPorts.EtcdPeer,
 			afterBootstrap: cfg.afterBootstrap,
+			curatorOptions: cfg.curatorOptions,
 			bootstrapped:   &s.bootstrapped,
 			localCurator:   &s.localCurator,
 		}).run,
@@ -142,6 +147,12 @@ func New(cfg Config) *Service {
 			version:      cfg.Version,
 		}).run,
 		"heartbeat": (&workerHeartbeat{curator: &s.curator}).run,
+		"renew": (&workerRenew{
+			credentials: &s.credentials,
+			curator:     &s.curator,
+			node:        paths.node,
+			now:         time.Now,
+		}).run,
 		"clusterdir": (&workerClusterdir{
 			membership: cfg.Membership,
 			curator:    &s.curator,
@@ -168,7 +179,7 @@ func (s *Service) StoredDirectory() event.Watchable[*api.ClusterDirectory] {
 
 // Run runs every worker until ctx is done.
 func (s *Service) Run(ctx context.Context) error {
-	for _, n := range []string{"clusterdir", "connection", "controlplane", "credentials", "heartbeat", "rolefetch", "statuspush"} {
+	for _, n := range []string{"clusterdir", "connection", "controlplane", "credentials", "heartbeat", "renew", "rolefetch", "statuspush"} {
 		if err := supervisor.Run(ctx, n, s.workers[n]); err != nil {
 			return fmt.Errorf("when starting %s: %w", n, err)
 		}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"cairn.dev/cairn/node/consensus"
+	"cairn.dev/cairn/node/curator"
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/ports"
 	"cairn.dev/cairn/pkg/event"
@@ -49,6 +50,8 @@ type workerControlplane struct {
 	joinPeerPort int
 	// afterBootstrap is Config.afterBootstrap (tests).
 	afterBootstrap func(ctx context.Context, etcd *consensus.Client) error
+	// curatorOptions is Config.curatorOptions (tests).
+	curatorOptions []curator.Option
 
 	// bootstrapped is the identity the bootstrap made.
 	bootstrapped event.Value[*identity.Node]

@@ -229,7 +229,8 @@ func (w *workerControlplane) runCuratorServer(creds *identity.Node, st *consensu
 			return fmt.Errorf("when listening: %w", err)
 		}
 		joinPorts := ports.Table{EtcdPeer: w.joinPeerPort}
-		cur := curator.New(curator.Config{Node: creds, Consensus: st, Advertise: adv, Listener: lis}, curator.WithPorts(joinPorts))
+		opts := append([]curator.Option{curator.WithPorts(joinPorts)}, w.curatorOptions...)
+		cur := curator.New(curator.Config{Node: creds, Consensus: st, Advertise: adv, Listener: lis}, opts...)
 		marker.Log(supervisor.Logger(ctx), marker.CuratorServing, "addr", adv.String())
 		w.localCurator.Set(adv)
 		return cur.Run(ctx)

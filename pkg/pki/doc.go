@@ -42,6 +42,9 @@
 // All keys are ed25519. Serial numbers are 127-bit random numbers: issuers
 // on different nodes never have to coordinate, and the 126 random bits make a
 // collision out of the question. Certificates from the template helpers (CA,
-// Server, Client) do not expire (RFC 5280's 99991231235959Z); a certificate
-// is withdrawn by revoking its serial, and the issuer's CRL lists it.
+// Server, Client) do not expire (RFC 5280's 99991231235959Z) unless the
+// Certificate sets a Lifetime; EnsureFresh then issues a new one, with a new
+// serial, in place of one that has used up half of it. A certificate is
+// withdrawn before its end by revoking its serial, and the issuer's CRL
+// lists it.
 package pki

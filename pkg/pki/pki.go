@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -114,8 +115,12 @@ type Certificate struct {
 	Name string
 	// Template is what the certificate says. Its SerialNumber is always
 	// replaced by a fresh random one; a zero NotBefore becomes now and a
-	// zero NotAfter becomes "no expiry".
+	// zero NotAfter becomes "no expiry", or NotBefore plus Lifetime.
 	Template x509.Certificate
+	// Lifetime, when not zero, bounds the certificate: each one issued is
+	// valid from a little before it was signed (clock skew) for Lifetime,
+	// and EnsureFresh replaces it once half of that has passed.
+	Lifetime time.Duration
 	// Mode says whether the key is generated and stored in etcd or given.
 	Mode CertificateMode
 	// PublicKey is the subject's key. Required for ExternalKey; for
@@ -235,7 +240,7 @@ func (c *Certificate) create(ctx context.Context, kv clientv3.KV) ([]byte, ed255
 		return nil, nil, err
 	}
 	tmpl.SerialNumber = serial
-	fillValidity(&tmpl)
+	fillValidity(&tmpl, c.Lifetime)
 	der, err := c.issuer().issue(ctx, kv, &tmpl, pub, private)
 	if err != nil {
 		return nil, nil, err
@@ -330,5 +335,56 @@ func (c *Certificate) issue(ctx context.Context, kv clientv3.KV, tmpl *x509.Cert
 	if err != nil {
 		return nil, fmt.Errorf("when signing with %q: %w", c.Name, err)
 	}
+	return der, nil
+}
+
+// EnsureFresh is Ensure for a certificate with a Lifetime: when the stored
+// certificate has used up half of its validity, or more, it issues a new
+// one with Reissue and returns that. Without a Lifetime it is Ensure.
+func (c *Certificate) EnsureFresh(ctx context.Context, kv clientv3.KV) ([]byte, error) {
+	der, err := c.Ensure(ctx, kv)
+	if err != nil || c.Lifetime == 0 {
+		return der, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, fmt.Errorf("when parsing certificate %q: %w", c.Name, err)
+	}
+	if !HalfUsed(cert, time.Now()) {
+		return der, nil
+	}
+	return c.Reissue(ctx, kv)
+}
+
+// HalfUsed says whether, at now, half of cert's validity period or more
+// has passed: the point at which Cairn renews a certificate, leaving the
+// other half for retries.
+func HalfUsed(cert *x509.Certificate, now time.Time) bool {
+	half := cert.NotAfter.Sub(cert.NotBefore) / 2
+	return !now.Before(cert.NotBefore.Add(half))
+}
+
+// Reissue issues a new certificate for c's key, with a fresh serial and
+// validity period, and stores it in place of the one stored before, if
+// any. The old one stays valid until it expires or is revoked: renewal
+// is not revocation. Only ExternalKey certificates can be reissued; a
+// ManagedKey one would need a new key, which its holders would not have.
+func (c *Certificate) Reissue(ctx context.Context, kv clientv3.KV) ([]byte, error) {
+	if err := c.validate(); err != nil {
+		return nil, err
+	}
+	if c.Mode != ExternalKey {
+		return nil, fmt.Errorf("certificate %q: only external key certificates can be reissued", c.Name)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	der, _, err := c.create(ctx, kv)
+	if err != nil {
+		return nil, fmt.Errorf("when reissuing certificate %q: %w", c.Name, err)
+	}
+	if _, err := kv.Put(ctx, c.Namespace.CertificateKey(c.Name), string(der)); err != nil {
+		return nil, fmt.Errorf("when storing reissued certificate %q: %w", c.Name, err)
+	}
+	c.certDER = der
 	return der, nil
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
@@ -265,5 +266,69 @@ func TestWatchCRL(t *testing.T) {
 	}
 	if got := serials(); len(got) != 1 || got[0] != a.Text(16) {
 		t.Errorf("CRL after revoking %x lists %v", a, got)
+	}
+}
+
+// TestEnsureFresh gives a certificate a short lifetime and checks that
+// EnsureFresh keeps the stored one while it is young and stores a new one,
+// with a new serial and a later end, once half of its lifetime is gone.
+func TestEnsureFresh(t *testing.T) {
+	ctx := fixture.Context(t)
+	cl := etcdtest.StartEtcd(t)
+	ns := &Namespace{Prefix: "fresh/"}
+	ca := &Certificate{Namespace: ns, Name: "ca", Template: CA("fresh CA")}
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const lifetime = 2 * time.Second
+	leaf := func() *Certificate {
+		return &Certificate{Namespace: ns, Issuer: ca, Name: "leaf", Template: Client("leaf"),
+			Mode: ExternalKey, PublicKey: pub, Lifetime: lifetime}
+	}
+	first, err := leaf().EnsureFresh(ctx, cl)
+	if err != nil {
+		t.Fatalf("EnsureFresh: %v", err)
+	}
+	c1, err := x509.ParseCertificate(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c1.NotAfter.Sub(c1.NotBefore); got > lifetime+lifetime/10+time.Second {
+		t.Errorf("validity period is %v, want about %v", got, lifetime)
+	}
+	again, err := leaf().EnsureFresh(ctx, cl)
+	if err != nil {
+		t.Fatalf("EnsureFresh again: %v", err)
+	}
+	if !bytes.Equal(again, first) {
+		t.Errorf("EnsureFresh replaced a certificate that has most of its lifetime left")
+	}
+
+	time.Sleep(time.Until(c1.NotBefore.Add(c1.NotAfter.Sub(c1.NotBefore) / 2)))
+	if !HalfUsed(c1, time.Now()) {
+		t.Fatalf("HalfUsed is false past the middle of the validity period")
+	}
+	renewed, err := leaf().EnsureFresh(ctx, cl)
+	if err != nil {
+		t.Fatalf("EnsureFresh at half-life: %v", err)
+	}
+	c2, err := x509.ParseCertificate(renewed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c2.SerialNumber.Cmp(c1.SerialNumber) == 0 || !c2.NotAfter.After(c1.NotAfter) {
+		t.Errorf("renewed certificate has serial %v and end %v; want a new serial and an end after %v", c2.SerialNumber, c2.NotAfter, c1.NotAfter)
+	}
+	stored, err := leaf().Ensure(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(stored, renewed) {
+		t.Errorf("etcd holds another certificate than the renewed one")
+	}
+	managed := &Certificate{Namespace: ns, Name: "ca", Template: CA("fresh CA")}
+	if _, err := managed.Reissue(ctx, cl); err == nil {
+		t.Errorf("Reissue of a managed-key CA succeeded; its holders could not follow a new key")
 	}
 }

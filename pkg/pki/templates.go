@@ -30,12 +30,23 @@ func NewSerial() (*big.Int, error) {
 	return new(big.Int).SetBytes(b[:]), nil
 }
 
-func fillValidity(tmpl *x509.Certificate) {
+// fillValidity fills in a zero validity period: from clockSkew ago (a
+// tenth of a short lifetime at most, so that the skew never dominates it)
+// until lifetime from now or, when lifetime is zero, for ever.
+func fillValidity(tmpl *x509.Certificate, lifetime time.Duration) {
+	now := time.Now()
 	if tmpl.NotBefore.IsZero() {
-		tmpl.NotBefore = time.Now().Add(-clockSkew)
+		skew := clockSkew
+		if lifetime > 0 {
+			skew = min(skew, lifetime/10)
+		}
+		tmpl.NotBefore = now.Add(-skew)
 	}
 	if tmpl.NotAfter.IsZero() {
 		tmpl.NotAfter = NoExpiry
+		if lifetime > 0 {
+			tmpl.NotAfter = now.Add(lifetime)
+		}
 	}
 }
 

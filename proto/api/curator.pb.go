@@ -944,8 +944,13 @@ type JoinNodeResponse struct {
 	// The cluster's half of the node's data partition key. Empty when the
 	// cluster's storage security policy is insecure.
 	ClusterUnlockKey []byte `protobuf:"bytes,1,opt,name=cluster_unlock_key,json=clusterUnlockKey,proto3" json:"cluster_unlock_key,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The node's certificate, DER, as IssueCertificate would issue it: the
+	// stored one while it has more than half of its lifetime left, else a
+	// new one. A node that was powered off for long uses it in place of the
+	// expired one it kept.
+	NodeCertificate []byte `protobuf:"bytes,2,opt,name=node_certificate,json=nodeCertificate,proto3" json:"node_certificate,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *JoinNodeResponse) Reset() {
@@ -981,6 +986,13 @@ func (*JoinNodeResponse) Descriptor() ([]byte, []int) {
 func (x *JoinNodeResponse) GetClusterUnlockKey() []byte {
 	if x != nil {
 		return x.ClusterUnlockKey
+	}
+	return nil
+}
+
+func (x *JoinNodeResponse) GetNodeCertificate() []byte {
+	if x != nil {
+		return x.NodeCertificate
 	}
 	return nil
 }
@@ -1222,9 +1234,10 @@ const file_proto_api_curator_proto_rawDesc = "" +
 	"\x10node_certificate\x18\x02 \x01(\fR\x0fnodeCertificate\x12,\n" +
 	"\x12cluster_unlock_key\x18\x03 \x01(\fR\x10clusterUnlockKey\"*\n" +
 	"\x0fJoinNodeRequest\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"@\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"k\n" +
 	"\x10JoinNodeResponse\x12,\n" +
-	"\x12cluster_unlock_key\x18\x01 \x01(\fR\x10clusterUnlockKey\"I\n" +
+	"\x12cluster_unlock_key\x18\x01 \x01(\fR\x10clusterUnlockKey\x12)\n" +
+	"\x10node_certificate\x18\x02 \x01(\fR\x0fnodeCertificate\"I\n" +
 	"\x17IssueCertificateRequest\x12.\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1a.cairn.api.CertificateKindR\x04kind\"c\n" +
 	"\x18IssueCertificateResponse\x12 \n" +

@@ -1,0 +1,135 @@
+package curator
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/rpc"
+	"cairn.dev/cairn/proto/api"
+	"cairn.dev/cairn/proto/private"
+)
+
+// A node certificate stays valid until it expires, but the cluster honours
+// it only while its node is UP: every curator checks the caller's record in
+// etcd before it serves or forwards a call made with a node certificate
+// (honoured), and ends a stream as soon as the record says otherwise
+// (whileHonoured). So a node that is decommissioned or deleted is refused
+// by the next call that starts after the change is committed, and its open
+// streams end within one etcd watch delivery.
+
+// honoured returns the record of the node whose certificate p is, or
+// PermissionDenied when the cluster no longer honours that certificate: the
+// node was deleted, is not UP (decommissioned), or is on record with
+// another key.
+func (c *curator) honoured(ctx context.Context, p identity.Peer) (*private.Node, int64, error) {
+	n, rev, err := c.getNode(ctx, p.NodeID)
+	if status.Code(err) == codes.NotFound {
+		return nil, 0, status.Errorf(codes.PermissionDenied, "node %s is not in the cluster (deleted); its certificate is no longer honoured", p.NodeID)
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	if err := stillHonoured(p, n); err != nil {
+		return nil, 0, err
+	}
+	return n, rev, nil
+}
+
+// stillHonoured is honoured's judgement of a record n already read.
+func stillHonoured(p identity.Peer, n *private.Node) error {
+	if !bytes.Equal(n.PublicKey, p.PublicKey) {
+		return status.Errorf(codes.PermissionDenied, "node %s is on record with another key; its certificate is not honoured", p.NodeID)
+	}
+	if n.FsmState != api.NodeState_NODE_STATE_UP {
+		return status.Errorf(codes.PermissionDenied, "node %s is %s; its certificate is no longer honoured", p.NodeID, n.FsmState)
+	}
+	return nil
+}
+
+// checkCaller refuses a call made with the certificate of a node the
+// cluster no longer honours. Calls of owners and of callers without a
+// cluster certificate pass: their methods judge them.
+func (c *curator) checkCaller(ctx context.Context) error {
+	p, ok := rpc.PeerFromContext(ctx)
+	if !ok || p.Kind != identity.PeerNode {
+		return nil
+	}
+	_, _, err := c.honoured(ctx, p)
+	return err
+}
+
+// whileHonoured is checkCaller for a stream: it returns a context that
+// ends, with the refusal as its cause, as soon as the caller's node
+// record stops being honoured, and a func that releases what the watch
+// holds. The stream must run under that context.
+func (c *curator) whileHonoured(ctx context.Context) (context.Context, func(), error) {
+	p, ok := rpc.PeerFromContext(ctx)
+	if !ok || p.Kind != identity.PeerNode {
+		return ctx, func() {}, nil
+	}
+	_, rev, err := c.honoured(ctx, p)
+	if err != nil {
+		return nil, nil, err
+	}
+	sctx, cancel := context.WithCancelCause(ctx)
+	wctx, stopWatch := context.WithCancel(sctx)
+	changes := c.etcd.Watch(wctx, nodeKey(p.NodeID), clientv3.WithRev(rev+1))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for wr := range changes {
+			if err := wr.Err(); err != nil {
+				cancel(status.Errorf(codes.Unavailable, "cannot follow the record of node %s: %v", p.NodeID, err))
+				return
+			}
+			for _, e := range wr.Events {
+				if err := revokedBy(p, e); err != nil {
+					cancel(err)
+					return
+				}
+			}
+		}
+	}()
+	return sctx, func() { stopWatch(); cancel(nil); <-done }, nil
+}
+
+// revokedBy says whether a change e of p's node record withdraws the
+// honour of p's certificate, and how the stream is told.
+func revokedBy(p identity.Peer, e *clientv3.Event) error {
+	if e.Type == clientv3.EventTypeDelete {
+		return status.Errorf(codes.PermissionDenied, "node %s was deleted; its certificate is no longer honoured", p.NodeID)
+	}
+	n := &private.Node{}
+	if err := proto.Unmarshal(e.Kv.Value, n); err != nil {
+		return status.Errorf(codes.Internal, "when decoding node %s: %v", p.NodeID, err)
+	}
+	return stillHonoured(p, n)
+}
+
+// honouredStream is a stream that runs under whileHonoured's context.
+type honouredStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *honouredStream) Context() context.Context { return s.ctx }
+
+// streamEnd is the error a stream under whileHonoured's ctx ends with:
+// the refusal that ended it, if one did, else err.
+func streamEnd(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); cause != nil && cause != ctx.Err() {
+		if _, ok := status.FromError(cause); ok {
+			return cause
+		}
+		return fmt.Errorf("stream ended: %w", cause)
+	}
+	return err
+}
