@@ -13,6 +13,7 @@ import (
 
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/rpc"
+	"cairn.dev/cairn/pkg/cancelon"
 	"cairn.dev/cairn/proto/api"
 	"cairn.dev/cairn/proto/private"
 )
@@ -79,26 +80,21 @@ func (c *curator) whileHonoured(ctx context.Context) (context.Context, func(), e
 	if err != nil {
 		return nil, nil, err
 	}
-	sctx, cancel := context.WithCancelCause(ctx)
-	wctx, stopWatch := context.WithCancel(sctx)
-	changes := c.etcd.Watch(wctx, nodeKey(p.NodeID), clientv3.WithRev(rev+1))
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for wr := range changes {
-			if err := wr.Err(); err != nil {
-				cancel(status.Errorf(codes.Unavailable, "cannot follow the record of node %s: %v", p.NodeID, err))
-				return
-			}
-			for _, e := range wr.Events {
-				if err := revokedBy(p, e); err != nil {
-					cancel(err)
-					return
-				}
+	open := func(ctx context.Context) <-chan clientv3.WatchResponse {
+		return c.etcd.Watch(ctx, nodeKey(p.NodeID), clientv3.WithRev(rev+1))
+	}
+	sctx, stop := cancelon.Context(ctx, open, func(wr clientv3.WatchResponse) error {
+		if err := wr.Err(); err != nil {
+			return status.Errorf(codes.Unavailable, "cannot follow the record of node %s: %v", p.NodeID, err)
+		}
+		for _, e := range wr.Events {
+			if err := revokedBy(p, e); err != nil {
+				return err
 			}
 		}
-	}()
-	return sctx, func() { stopWatch(); cancel(nil); <-done }, nil
+		return nil
+	})
+	return sctx, stop, nil
 }
 
 // revokedBy says whether a change e of p's node record withdraws the
