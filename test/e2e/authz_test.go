@@ -47,6 +47,9 @@ const (
 	denied outcome = "PermissionDenied"
 	// refused: the TLS handshake refused the client's certificate.
 	refused outcome = "handshake refused"
+	// revoked: a curator saw the certificate of a node the cluster no
+	// longer honours (decommissioned or deleted).
+	revoked outcome = "revoked"
 )
 
 // matrixCaller is one column of the matrix: a kind of client.
@@ -57,13 +60,22 @@ type matrixCaller struct {
 	kind identity.PeerKind
 	// foreign callers are refused at the handshake.
 	foreign bool
+	// revoked callers hold the node certificate of a decommissioned node.
+	revoked bool
 }
 
 // expected returns what a caller of kind c may expect from a method of
 // class a.
-func expected(a api.Authorization, c matrixCaller) outcome {
+func expected(m rpc.Method, c matrixCaller) outcome {
+	a := m.Authz
 	if c.foreign {
 		return refused
+	}
+	// A curator refuses a revoked node's certificate whatever the
+	// method, once the interceptor has let it through.
+	curator := !strings.HasPrefix(m.Name, "/cairn.api.NodeManagement/")
+	if c.revoked && curator && a != api.Authorization_AUTHORIZATION_OWNER {
+		return revoked
 	}
 	var want identity.PeerKind
 	switch a {
@@ -100,6 +112,8 @@ func classify(err error) outcome {
 	switch {
 	case st.Code() == codes.Unavailable:
 		return refused
+	case st.Code() == codes.PermissionDenied && strings.Contains(st.Message(), "no longer honoured"):
+		return revoked
 	case st.Code() == codes.Unauthenticated && interceptor:
 		return unauthenticated
 	case st.Code() == codes.PermissionDenied && interceptor:
@@ -119,9 +133,10 @@ var deferredCells = map[string]string{
 // runAuthzMatrix calls every RPC of rpc.ListMethods on the node n with
 // every kind of client and checks each outcome against the method's
 // declared class. Requests are empty, so that an admitted call changes
-// nothing (handlers refuse them as invalid).
-func runAuthzMatrix(ctx context.Context, t *testing.T, n *cluster.Node, o *owner, node *identity.Node) {
-	callers := matrixCallers(t, o, node)
+// nothing (handlers refuse them as invalid). node is an UP node's
+// identity; extra callers add columns.
+func runAuthzMatrix(ctx context.Context, t *testing.T, n *cluster.Node, o *owner, node *identity.Node, extra ...matrixCaller) {
+	callers := append(matrixCallers(t, o, node), extra...)
 	methods := rpc.ListMethods()
 	if len(methods) == 0 {
 		t.Fatal("rpc.ListMethods lists no RPC")
@@ -146,7 +161,7 @@ func runAuthzMatrix(ctx context.Context, t *testing.T, n *cluster.Node, o *owner
 				t.Logf("%s as %s: %s", m.Name, c.name, why)
 				continue
 			}
-			want := expected(m.Authz, c)
+			want := expected(m, c)
 			err := call(ctx, t, addr, c.creds, m)
 			got := classify(err)
 			mark := "ok"
@@ -171,9 +186,18 @@ func matrixCallers(t *testing.T, o *owner, node *identity.Node) []matrixCaller {
 	if err != nil {
 		t.Fatal(err)
 	}
+	_, strangerKey, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	selfSigned, err := rpc.EphemeralCredentials(o.caDER, strangerKey)
+	if err != nil {
+		t.Fatal(err)
+	}
 	fca := newForeignCA(t)
 	return []matrixCaller{
 		{name: "none", creds: none, kind: identity.PeerAnonymous},
+		{name: "self-signed", creds: selfSigned, kind: identity.PeerSelfSigned},
 		{name: "foreign-node", creds: fca.creds(t, o.caDER, identity.NodeCertificateTemplate), foreign: true},
 		{name: "foreign-owner", creds: fca.creds(t, o.caDER, func(ed25519.PublicKey) x509.Certificate {
 			return identity.OwnerCertificateTemplate()

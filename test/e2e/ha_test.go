@@ -16,6 +16,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/marker"
 	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/proto/api"
@@ -130,6 +131,10 @@ func TestHACluster(t *testing.T) {
 			}
 		}
 		s.checkDirectory(t, c, nodes, nil)
+	})
+
+	t.Run("i-authorization-through-a-follower", func(t *testing.T) {
+		s.matrixThroughFollower(t, c, o)
 	})
 
 	p := startProber(t, c, o)
@@ -597,4 +602,38 @@ func (f *fakeNode) join(ctx context.Context, t *testing.T, addr string, caDER []
 		return fmt.Errorf("JoinNode(%s): %w", f.id, err)
 	}
 	return nil
+}
+
+// matrixThroughFollower runs the authorization matrix against a curator
+// that follows (its calls are forwarded to the leader) and against the
+// leader, with two more callers: an UP worker-only node, whose
+// certificate is the matrix's node column, and a decommissioned node,
+// whose certificate is still valid but no longer honoured.
+func (s *suite) matrixThroughFollower(t *testing.T, c *cluster.Cluster, o *owner) {
+	lead, _ := leader(c)
+	if lead == nil {
+		t.Fatal("no curator has said it leads")
+	}
+	var follower *cluster.Node
+	for _, n := range c.Nodes() {
+		if n != lead {
+			follower = n
+			break
+		}
+	}
+	worker, gone := newFakeNode(t), newFakeNode(t)
+	enrolFakeNodes(s.ctx, t, lead.CuratorAddr(), o, worker, gone)
+	s.cairnctl(t, c, "node", "add-role", worker.id, "KubernetesWorker")
+	s.cairnctl(t, c, "node", "decommission", gone.id)
+	decommissioned := matrixCaller{name: "decommissioned", creds: rpc.NodeCredentials(gone.node), kind: identity.PeerNode, revoked: true}
+	start := time.Now()
+	runAuthzMatrix(s.ctx, t, follower, o, worker.node, decommissioned)
+	s.step("authorization matrix through a follower", time.Since(start))
+	runAuthzMatrix(s.ctx, t, lead, o, worker.node, decommissioned)
+	// The fake nodes never beat: they leave, so that later steps see only
+	// the cluster's own nodes.
+	s.cairnctl(t, c, "node", "decommission", worker.id)
+	for _, f := range []*fakeNode{worker, gone} {
+		s.cairnctl(t, c, "node", "delete", f.id)
+	}
 }
