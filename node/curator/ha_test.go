@@ -204,6 +204,20 @@ func TestHighAvailability(t *testing.T) {
 		}
 		return nil
 	})
+	// Its node certificate is still valid and honoured, but a former
+	// consensus member may forward no more: posing as the owner or as
+	// another node through the forwarded-peer header is refused.
+	former := dial(t, addr0, rpc.NodeCredentials(n2.ident))
+	if _, err := api.NewManagementClient(former).GetNodes(rpc.WithForwardedPeer(ctx, ownerPeer), &api.GetNodesRequest{}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("GetNodes by a former consensus member forwarding as the owner = %v, want PermissionDenied", err)
+	}
+	n1Peer := identity.Peer{Kind: identity.PeerNode, NodeID: n1.id(), PublicKey: n1.pub()}
+	if _, err := api.NewCuratorClient(former).Heartbeat(rpc.WithForwardedPeer(ctx, n1Peer), &api.HeartbeatRequest{}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("Heartbeat by a former consensus member forwarding as %s = %v, want PermissionDenied", n1.id(), err)
+	}
+	if _, err := api.NewCuratorClient(former).Heartbeat(ctx, &api.HeartbeatRequest{}); err != nil {
+		t.Errorf("Heartbeat of the former consensus member as itself: %v", err)
+	}
 
 	// The leader gives up its own node's membership: the answer must
 	// reach the caller although the leader's etcd stops right after.
