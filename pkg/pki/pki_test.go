@@ -281,7 +281,9 @@ func TestEnsureFresh(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const lifetime = 2 * time.Second
+	// Certificates count in whole seconds: long enough that a renewal
+	// at half-life ends in a later second than the first certificate.
+	const lifetime = 4 * time.Second
 	leaf := func() *Certificate {
 		return &Certificate{Namespace: ns, Issuer: ca, Name: "leaf", Template: Client("leaf"),
 			Mode: ExternalKey, PublicKey: pub, Lifetime: lifetime}
@@ -305,7 +307,7 @@ func TestEnsureFresh(t *testing.T) {
 		t.Errorf("EnsureFresh replaced a certificate that has most of its lifetime left")
 	}
 
-	time.Sleep(time.Until(c1.NotBefore.Add(c1.NotAfter.Sub(c1.NotBefore) / 2)))
+	time.Sleep(time.Until(c1.NotBefore.Add(c1.NotAfter.Sub(c1.NotBefore)/2 + 1100*time.Millisecond)))
 	if !HalfUsed(c1, time.Now()) {
 		t.Fatalf("HalfUsed is false past the middle of the validity period")
 	}
