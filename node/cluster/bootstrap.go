@@ -66,6 +66,7 @@ func (s *Service) bootstrap(ctx context.Context, p *api.NodeParameters_ClusterBo
 			JoinPublicKey:    keys.join.Public().(ed25519.PublicKey),
 			ClusterUnlockKey: keys.clusterUnlockKey,
 			ExternalAddress:  addr,
+			SealsWithTPM:     plan.useTPM,
 		},
 		InitialRoles: &api.NodeRoles{ConsensusMember: &api.NodeRoles_ConsensusMember{}},
 		ClusterDirectory: &api.ClusterDirectory{Nodes: []*api.ClusterDirectory_Node{{

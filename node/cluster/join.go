@@ -76,7 +76,7 @@ func (s *Service) join(ctx context.Context) (*roleserve.Membership, error) {
 	start := time.Now()
 	wait := newBackoff(s.timing.retryMin, s.timing.retryMax)
 	for round := 0; ; round++ {
-		r, err := s.joinRound(ctx, log, round, id, targets, sc.GetClusterCaCertificate(), joinKey)
+		r, err := s.joinRound(ctx, log, round, &api.JoinNodeRequest{NodeId: id, UnsealedWithTpm: kind == kindTPM}, targets, sc.GetClusterCaCertificate(), joinKey)
 		if err != nil {
 			return nil, err
 		}
@@ -142,14 +142,14 @@ type joinResult struct {
 
 // joinRound calls JoinNode on each curator in turn until one hands out
 // the cluster unlock key. round counts the rounds of this boot.
-func (s *Service) joinRound(ctx context.Context, log logtree.LeveledLogger, round int, id string, targets []string, ca []byte, joinKey ed25519.PrivateKey) (joinResult, error) {
+func (s *Service) joinRound(ctx context.Context, log logtree.LeveledLogger, round int, req *api.JoinNodeRequest, targets []string, ca []byte, joinKey ed25519.PrivateKey) (joinResult, error) {
 	var r joinResult
 	for _, t := range targets {
 		var res *api.JoinNodeResponse
 		var trailer metadata.MD
 		err := s.withCurator(ctx, t, ca, joinKey, func(ctx context.Context, c api.CuratorClient) error {
 			var err error
-			res, err = c.JoinNode(ctx, &api.JoinNodeRequest{NodeId: id}, grpc.Trailer(&trailer))
+			res, err = c.JoinNode(ctx, req, grpc.Trailer(&trailer))
 			return err
 		})
 

@@ -52,11 +52,12 @@ func (s *Service) register(ctx context.Context, p *api.NodeParameters_ClusterReg
 			return nil, err
 		}
 		conf = parameters.ResolveConfiguration(conf)
-		if _, err := planSealing(conf.GetTpmMode(), s.openTPM); err != nil {
+		plan, err := planSealing(conf.GetTpmMode(), s.openTPM)
+		if err != nil {
 			log.Errorf("Cannot register: %v", err)
 			return nil, fmt.Errorf("when checking the TPM: %w", err)
 		}
-		commit, err := s.waitCommitted(ctx, log, id, target, targets, ca, keys.node)
+		commit, err := s.waitCommitted(ctx, log, id, target, targets, ca, keys.node, plan.useTPM)
 		if err != nil {
 			return nil, err
 		}
@@ -160,7 +161,7 @@ func (s *Service) registerNode(ctx context.Context, log logtree.LeveledLogger, i
 // waitCommitted asks, starting with the curator that took the
 // registration, to commit the node until the owner has approved it,
 // saying every approvalReport that it is still waiting.
-func (s *Service) waitCommitted(ctx context.Context, log logtree.LeveledLogger, id, first string, targets []string, ca []byte, key ed25519.PrivateKey) (*api.CommitNodeResponse, error) {
+func (s *Service) waitCommitted(ctx context.Context, log logtree.LeveledLogger, id, first string, targets []string, ca []byte, key ed25519.PrivateKey, tpm bool) (*api.CommitNodeResponse, error) {
 	start := time.Now()
 	var reported time.Time
 	order := append([]string{first}, targets...)
@@ -169,7 +170,7 @@ func (s *Service) waitCommitted(ctx context.Context, log logtree.LeveledLogger, 
 		var res *api.CommitNodeResponse
 		err := s.withCurator(ctx, t, ca, key, func(ctx context.Context, c api.CuratorClient) error {
 			var err error
-			res, err = c.CommitNode(ctx, &api.CommitNodeRequest{})
+			res, err = c.CommitNode(ctx, &api.CommitNodeRequest{SealsWithTpm: tpm})
 			return err
 		})
 		switch {

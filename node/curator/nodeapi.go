@@ -124,7 +124,7 @@ func (a nodeAPI) RegisterNode(ctx context.Context, req *api.RegisterNodeRequest)
 	return &api.RegisterNodeResponse{ClusterConfiguration: conf}, nil
 }
 
-func (a nodeAPI) CommitNode(ctx context.Context, _ *api.CommitNodeRequest) (*api.CommitNodeResponse, error) {
+func (a nodeAPI) CommitNode(ctx context.Context, req *api.CommitNodeRequest) (*api.CommitNodeResponse, error) {
 	p, err := selfSignedPeer(ctx, "CommitNode")
 	if err != nil {
 		return nil, err
@@ -170,6 +170,7 @@ func (a nodeAPI) CommitNode(ctx context.Context, _ *api.CommitNodeRequest) (*api
 		}
 		n.FsmState = api.NodeState_NODE_STATE_UP
 		n.ClusterUnlockKey = unlock
+		n.SealsWithTpm = req.SealsWithTpm
 		return nil
 	})
 	if err != nil {
@@ -199,6 +200,9 @@ func (a nodeAPI) JoinNode(ctx context.Context, req *api.JoinNodeRequest) (*api.J
 		return nil, status.Errorf(codes.FailedPrecondition, "node %s is decommissioned and may never join again", req.NodeId)
 	default:
 		return nil, status.Errorf(codes.FailedPrecondition, "node %s is %s; only an UP node can join", req.NodeId, n.FsmState)
+	}
+	if err := a.checkJoinSealing(ctx, n, req); err != nil {
+		return nil, err
 	}
 	// A node powered off for longer than half its certificate's
 	// lifetime comes back with one it could not renew: it gets a fresh
@@ -283,4 +287,28 @@ func checkCommit(id string, n *private.Node) error {
 		return status.Errorf(codes.FailedPrecondition, "node %s is decommissioned and may never commit again", id)
 	}
 	return status.Errorf(codes.FailedPrecondition, "node %s is %s; only a STANDBY (approved) node can commit", id, n.FsmState)
+}
+
+// checkJoinSealing refuses a node that comes back with its configuration
+// stored plain although it sealed it with its TPM when it enrolled, or
+// although the cluster requires TPM sealing: whoever can write a node's
+// ESP could otherwise swap in a plain configuration of their own making.
+// The node's own check (a marker in its TPM's NV memory) catches the same
+// on a cold start, unless the TPM was cleared; this one does not depend on
+// the TPM.
+func (c *curator) checkJoinSealing(ctx context.Context, n *private.Node, req *api.JoinNodeRequest) error {
+	if req.UnsealedWithTpm {
+		return nil
+	}
+	if n.SealsWithTpm {
+		return status.Errorf(codes.PermissionDenied, "node %s sealed its configuration with its TPM when it enrolled, but came back with a plain one; refusing it (its ESP may have been tampered with)", req.NodeId)
+	}
+	conf, err := c.configuration(ctx)
+	if err != nil {
+		return err
+	}
+	if conf.GetTpmMode() == api.TPMMode_TPM_MODE_REQUIRED {
+		return status.Errorf(codes.PermissionDenied, "the cluster requires TPM sealing, but node %s came back with a plain configuration; refusing it", req.NodeId)
+	}
+	return nil
 }

@@ -79,6 +79,9 @@ type BootstrapState struct {
 	ClusterUnlockKey []byte
 	// Status is what the node reports about itself; may be nil.
 	Status *api.NodeStatus
+	// SealsWithTPM says that the node seals its configuration with its
+	// TPM (JoinNode checks it).
+	SealsWithTPM bool
 }
 
 // validate checks that b describes a cluster the curator can serve.
@@ -144,6 +147,7 @@ func Bootstrap(ctx context.Context, etcd *consensus.Client, b BootstrapState) er
 		FsmState:         api.NodeState_NODE_STATE_UP,
 		Roles:            &api.NodeRoles{ConsensusMember: &api.NodeRoles_ConsensusMember{}},
 		Status:           b.Status,
+		SealsWithTpm:     b.SealsWithTPM,
 	})
 	if err != nil {
 		return fmt.Errorf("when marshalling the node record: %w", err)

@@ -35,6 +35,7 @@ func bootstrapCluster(ctx context.Context, log logtree.LeveledLogger, etcd *cons
 		NodePublicKey:    pub,
 		JoinPublicKey:    b.JoinPublicKey,
 		ClusterUnlockKey: b.ClusterUnlockKey,
+		SealsWithTPM:     b.SealsWithTPM,
 		Status: &api.NodeStatus{
 			ExternalAddress:    b.ExternalAddress.String(),
 			TimestampUnixNanos: time.Now().UnixNano(),

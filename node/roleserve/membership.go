@@ -49,4 +49,7 @@ type Bootstrap struct {
 	ClusterUnlockKey []byte
 	// ExternalAddress is the node's address, for its first status.
 	ExternalAddress netip.Addr
+	// SealsWithTPM says that the node seals its configuration with its
+	// TPM; the curator refuses a later join that says otherwise.
+	SealsWithTPM bool
 }

@@ -791,7 +791,11 @@ func (x *RegisterNodeResponse) GetClusterConfiguration() *ClusterConfiguration {
 // CommitNodeRequest has no fields: the node is the one whose key made the
 // TLS handshake.
 type CommitNodeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Whether the node will seal its configuration with its TPM. The curator
+	// remembers it from the first commit on, and refuses a later JoinNode
+	// that says otherwise.
+	SealsWithTpm  bool `protobuf:"varint,1,opt,name=seals_with_tpm,json=sealsWithTpm,proto3" json:"seals_with_tpm,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -824,6 +828,13 @@ func (x *CommitNodeRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use CommitNodeRequest.ProtoReflect.Descriptor instead.
 func (*CommitNodeRequest) Descriptor() ([]byte, []int) {
 	return file_proto_api_curator_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *CommitNodeRequest) GetSealsWithTpm() bool {
+	if x != nil {
+		return x.SealsWithTpm
+	}
+	return false
 }
 
 // CommitNodeResponse hands a committed node what it needs to be a member.
@@ -896,9 +907,15 @@ func (x *CommitNodeResponse) GetClusterUnlockKey() []byte {
 type JoinNodeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The node's ID, from its sealed configuration.
-	NodeId        string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	NodeId string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// Whether the node found its configuration sealed with its TPM (false:
+	// stored plain on the ESP). The curator refuses a node that sealed with
+	// its TPM when it enrolled but comes back with a plain configuration, and
+	// a plain one in a cluster whose TPM mode is REQUIRED: someone who can
+	// write the ESP may have swapped it.
+	UnsealedWithTpm bool `protobuf:"varint,2,opt,name=unsealed_with_tpm,json=unsealedWithTpm,proto3" json:"unsealed_with_tpm,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *JoinNodeRequest) Reset() {
@@ -936,6 +953,13 @@ func (x *JoinNodeRequest) GetNodeId() string {
 		return x.NodeId
 	}
 	return ""
+}
+
+func (x *JoinNodeRequest) GetUnsealedWithTpm() bool {
+	if x != nil {
+		return x.UnsealedWithTpm
+	}
+	return false
 }
 
 // JoinNodeResponse hands a rebooted node its half of the partition key.
@@ -1227,14 +1251,16 @@ const file_proto_api_curator_proto_rawDesc = "" +
 	"\x0fregister_ticket\x18\x01 \x01(\fR\x0eregisterTicket\x12\x19\n" +
 	"\bjoin_key\x18\x02 \x01(\fR\ajoinKey\"l\n" +
 	"\x14RegisterNodeResponse\x12T\n" +
-	"\x15cluster_configuration\x18\x01 \x01(\v2\x1f.cairn.api.ClusterConfigurationR\x14clusterConfiguration\"\x13\n" +
-	"\x11CommitNodeRequest\"\x94\x01\n" +
+	"\x15cluster_configuration\x18\x01 \x01(\v2\x1f.cairn.api.ClusterConfigurationR\x14clusterConfiguration\"9\n" +
+	"\x11CommitNodeRequest\x12$\n" +
+	"\x0eseals_with_tpm\x18\x01 \x01(\bR\fsealsWithTpm\"\x94\x01\n" +
 	"\x12CommitNodeResponse\x12%\n" +
 	"\x0eca_certificate\x18\x01 \x01(\fR\rcaCertificate\x12)\n" +
 	"\x10node_certificate\x18\x02 \x01(\fR\x0fnodeCertificate\x12,\n" +
-	"\x12cluster_unlock_key\x18\x03 \x01(\fR\x10clusterUnlockKey\"*\n" +
+	"\x12cluster_unlock_key\x18\x03 \x01(\fR\x10clusterUnlockKey\"V\n" +
 	"\x0fJoinNodeRequest\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"k\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12*\n" +
+	"\x11unsealed_with_tpm\x18\x02 \x01(\bR\x0funsealedWithTpm\"k\n" +
 	"\x10JoinNodeResponse\x12,\n" +
 	"\x12cluster_unlock_key\x18\x01 \x01(\fR\x10clusterUnlockKey\x12)\n" +
 	"\x10node_certificate\x18\x02 \x01(\fR\x0fnodeCertificate\"I\n" +

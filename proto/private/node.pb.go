@@ -45,7 +45,10 @@ type Node struct {
 	// The roles the owner gave the node.
 	Roles *api.NodeRoles `protobuf:"bytes,5,opt,name=roles,proto3" json:"roles,omitempty"`
 	// What the node last reported about itself; unset if it never did.
-	Status        *api.NodeStatus `protobuf:"bytes,6,opt,name=status,proto3" json:"status,omitempty"`
+	Status *api.NodeStatus `protobuf:"bytes,6,opt,name=status,proto3" json:"status,omitempty"`
+	// Whether the node said, when it committed (or bootstrapped the
+	// cluster), that it seals its configuration with its TPM.
+	SealsWithTpm  bool `protobuf:"varint,7,opt,name=seals_with_tpm,json=sealsWithTpm,proto3" json:"seals_with_tpm,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -122,11 +125,18 @@ func (x *Node) GetStatus() *api.NodeStatus {
 	return nil
 }
 
+func (x *Node) GetSealsWithTpm() bool {
+	if x != nil {
+		return x.SealsWithTpm
+	}
+	return false
+}
+
 var File_proto_private_node_proto protoreflect.FileDescriptor
 
 const file_proto_private_node_proto_rawDesc = "" +
 	"\n" +
-	"\x18proto/private/node.proto\x12\rcairn.private\x1a\x14proto/api/node.proto\"\xfc\x01\n" +
+	"\x18proto/private/node.proto\x12\rcairn.private\x1a\x14proto/api/node.proto\"\xa2\x02\n" +
 	"\x04Node\x12\x1d\n" +
 	"\n" +
 	"public_key\x18\x01 \x01(\fR\tpublicKey\x12\x19\n" +
@@ -134,7 +144,8 @@ const file_proto_private_node_proto_rawDesc = "" +
 	"\x12cluster_unlock_key\x18\x03 \x01(\fR\x10clusterUnlockKey\x121\n" +
 	"\tfsm_state\x18\x04 \x01(\x0e2\x14.cairn.api.NodeStateR\bfsmState\x12*\n" +
 	"\x05roles\x18\x05 \x01(\v2\x14.cairn.api.NodeRolesR\x05roles\x12-\n" +
-	"\x06status\x18\x06 \x01(\v2\x15.cairn.api.NodeStatusR\x06statusB\x1fZ\x1dcairn.dev/cairn/proto/privateb\x06proto3"
+	"\x06status\x18\x06 \x01(\v2\x15.cairn.api.NodeStatusR\x06status\x12$\n" +
+	"\x0eseals_with_tpm\x18\a \x01(\bR\fsealsWithTpmB\x1fZ\x1dcairn.dev/cairn/proto/privateb\x06proto3"
 
 var (
 	file_proto_private_node_proto_rawDescOnce sync.Once

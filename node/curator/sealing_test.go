@@ -1,0 +1,88 @@
+package curator
+
+import (
+	"context"
+	"crypto/ed25519"
+	"fmt"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"cairn.dev/cairn/pkg/fixture"
+	"cairn.dev/cairn/proto/api"
+)
+
+// TestJoinSealing: a node that said at commit that it seals with its TPM
+// is refused when it comes back with a plain configuration, and accepted
+// with a sealed one; a node that never had a TPM joins plain in a cluster
+// whose TPM mode allows it, but not once the cluster requires TPMs.
+func TestJoinSealing(t *testing.T) {
+	c := newTestCluster(t)
+	ctx := fixture.Context(t)
+	addr := c.nodes[0].addr.String()
+	m := c.mgmt(t, addr)
+	ticket, err := m.GetRegisterTicket(ctx, &api.GetRegisterTicketRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit := func(n *testNode, tpm bool) {
+		t.Helper()
+		cur := c.ephemeral(t, addr, n.key)
+		if _, err := cur.RegisterNode(ctx, &api.RegisterNodeRequest{RegisterTicket: ticket.Ticket, JoinKey: n.joinKey.Public().(ed25519.PublicKey)}); err != nil {
+			t.Fatalf("RegisterNode: %v", err)
+		}
+		if _, err := m.ApproveNode(ctx, &api.ApproveNodeRequest{NodeId: n.id()}); err != nil {
+			t.Fatalf("ApproveNode: %v", err)
+		}
+		if _, err := cur.CommitNode(ctx, &api.CommitNodeRequest{SealsWithTpm: tpm}); err != nil {
+			t.Fatalf("CommitNode: %v", err)
+		}
+	}
+	join := func(n *testNode, tpm bool) error {
+		_, err := c.ephemeral(t, addr, n.joinKey).JoinNode(ctx, &api.JoinNodeRequest{NodeId: n.id(), UnsealedWithTpm: tpm})
+		return err
+	}
+
+	sealed, plain := newTestNode(t), newTestNode(t)
+	commit(sealed, true)
+	commit(plain, false)
+	if err := join(sealed, false); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "plain") {
+		t.Errorf("JoinNode of a TPM-sealing node with a plain configuration = %v, want PermissionDenied", err)
+	}
+	if err := join(sealed, true); err != nil {
+		t.Errorf("JoinNode of a TPM-sealing node, sealed: %v", err)
+	}
+	if err := join(plain, false); err != nil {
+		t.Errorf("JoinNode of a TPM-less node in a best-effort cluster: %v", err)
+	}
+
+	// The same cluster, had it required TPMs, would refuse the plain one.
+	c.config.TpmMode = api.TPMMode_TPM_MODE_REQUIRED
+	if err := setConfiguration(ctx, t, c, c.config); err != nil {
+		t.Fatal(err)
+	}
+	if err := join(plain, false); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "requires") {
+		t.Errorf("JoinNode with a plain configuration in a TPM-required cluster = %v, want PermissionDenied", err)
+	}
+}
+
+// setConfiguration stores conf as the cluster configuration, as bootstrap
+// did.
+func setConfiguration(ctx context.Context, t *testing.T, c *testCluster, conf *api.ClusterConfiguration) error {
+	etcd, err := curatorClient(c.nodes[0].member.WaitVoter(t).Client())
+	if err != nil {
+		return err
+	}
+	defer etcd.Close()
+	b, err := proto.Marshal(conf)
+	if err != nil {
+		return err
+	}
+	if _, err := etcd.Put(ctx, configurationKey, string(b)); err != nil {
+		return fmt.Errorf("when storing the configuration: %w", err)
+	}
+	return nil
+}
