@@ -36,9 +36,13 @@ import (
 type outcome string
 
 const (
-	// admitted: the call reached its handler (which may still refuse the
-	// empty request on its own terms).
+	// admitted: the call's handler ran: with the matrix's valid request
+	// it succeeded, or gave one of the answers that only the handler
+	// gives (handlerAnswers).
 	admitted outcome = "admitted"
+	// failed: an error that is neither an authorization refusal nor a
+	// handler's answer to the valid request.
+	failed outcome = "failed"
 	// unauthenticated: the interceptor wanted a certificate of the
 	// cluster CA and saw none.
 	unauthenticated outcome = "Unauthenticated"
@@ -98,10 +102,26 @@ func expected(m rpc.Method, c matrixCaller) outcome {
 	return denied
 }
 
+// handlerAnswers are the refusals that come from a method's handler, not
+// from authorization, when a caller that authorization let through sends
+// the matrix's valid request: the proof that the handler ran.
+var handlerAnswers = map[string][]struct {
+	code codes.Code
+	text string
+}{
+	// Callers without a self-signed certificate; the self-signed stranger
+	// is not registered yet when CommitNode and JoinNode come up.
+	"/cairn.api.Curator/CommitNode":   {{codes.Unauthenticated, "needs a self-signed certificate"}, {codes.NotFound, "no node"}},
+	"/cairn.api.Curator/JoinNode":     {{codes.Unauthenticated, "needs a self-signed certificate"}, {codes.NotFound, "no node"}},
+	"/cairn.api.Curator/RegisterNode": {{codes.Unauthenticated, "needs a self-signed certificate"}},
+	// The node column is a worker, which may not join etcd.
+	"/cairn.api.Curator/JoinConsensus": {{codes.FailedPrecondition, "does not hold the ConsensusMember role"}},
+}
+
 // classify reads a call's error as an outcome. The interceptor's refusals
 // say what the method requires and what the caller presented; a handler's
-// own errors do not.
-func classify(err error) outcome {
+// answers are listed in handlerAnswers.
+func classify(m rpc.Method, err error) outcome {
 	if err == nil {
 		return admitted
 	}
@@ -119,7 +139,64 @@ func classify(err error) outcome {
 	case st.Code() == codes.PermissionDenied && interceptor:
 		return denied
 	}
-	return admitted
+	for _, a := range handlerAnswers[m.Name] {
+		if st.Code() == a.code && strings.Contains(st.Message(), a.text) {
+			return admitted
+		}
+	}
+	return failed
+}
+
+// matrixTargets are what the matrix's valid requests name.
+type matrixTargets struct {
+	// worker is the node column: an UP node without ConsensusMember.
+	worker *fakeNode
+	// victim is an UP node that the owner's calls decommission and delete.
+	victim *fakeNode
+	// stranger is the self-signed column's key; its RegisterNode call
+	// registers it, and the owner's ApproveNode approves it.
+	stranger ed25519.PrivateKey
+	// ticket is the cluster's register ticket when the matrix starts.
+	ticket []byte
+	// owner is the owner's public key, for Escrow's hello.
+	owner ed25519.PublicKey
+}
+
+// validRequest is a request of method m that its handler accepts from a
+// caller that authorization lets through, naming tg's nodes. Methods not
+// listed get an empty request: a new method whose empty request is invalid
+// shows up as failed until it is listed here.
+func validRequest(t *testing.T, m rpc.Method, tg *matrixTargets) proto.Message {
+	stranger := identity.NodeID(tg.stranger.Public().(ed25519.PublicKey))
+	worker := true
+	switch m.Name {
+	case "/cairn.api.AAA/Escrow":
+		return &api.EscrowFromClient{Step: &api.EscrowFromClient_Hello_{Hello: &api.EscrowFromClient_Hello{OwnerPublicKey: tg.owner}}}
+	case "/cairn.api.Curator/Watch":
+		return &api.WatchRequest{Kind: &api.WatchRequest_NodeInCluster_{NodeInCluster: &api.WatchRequest_NodeInCluster{NodeId: tg.worker.id}}}
+	case "/cairn.api.Curator/UpdateNodeStatus":
+		return &api.UpdateNodeStatusRequest{NodeId: tg.worker.id, Status: &api.NodeStatus{ExternalAddress: "10.0.2.99", Version: "matrix", TimestampUnixNanos: time.Now().UnixNano()}}
+	case "/cairn.api.Curator/IssueCertificate":
+		return &api.IssueCertificateRequest{Kind: api.CertificateKind_CERTIFICATE_KIND_NODE}
+	case "/cairn.api.Curator/JoinConsensus":
+		return &api.JoinConsensusRequest{PeerAddress: "10.0.2.99"}
+	case "/cairn.api.Curator/RegisterNode":
+		return &api.RegisterNodeRequest{RegisterTicket: tg.ticket, JoinKey: tg.stranger.Public().(ed25519.PublicKey)}
+	case "/cairn.api.Curator/JoinNode":
+		return &api.JoinNodeRequest{NodeId: stranger}
+	case "/cairn.api.Management/ApproveNode":
+		return &api.ApproveNodeRequest{NodeId: stranger}
+	case "/cairn.api.Management/UpdateNodeRoles":
+		return &api.UpdateNodeRolesRequest{NodeId: tg.worker.id, KubernetesWorker: &worker}
+	case "/cairn.api.Management/DecommissionNode":
+		return &api.DecommissionNodeRequest{NodeId: tg.victim.id}
+	case "/cairn.api.Management/DeleteNode":
+		return &api.DeleteNodeRequest{NodeId: tg.victim.id}
+	case "/cairn.api.NodeManagement/Logs":
+		return &api.LogsRequest{Backlog: 1}
+	}
+	in, _ := messages(t, m.Name)
+	return in
 }
 
 // deferredCells are the calls the matrix does not make, because with the
@@ -132,11 +209,35 @@ var deferredCells = map[string]string{
 
 // runAuthzMatrix calls every RPC of rpc.ListMethods on the node n with
 // every kind of client and checks each outcome against the method's
-// declared class. Requests are empty, so that an admitted call changes
-// nothing (handlers refuse them as invalid). node is an UP node's
-// identity; extra callers add columns.
-func runAuthzMatrix(ctx context.Context, t *testing.T, n *cluster.Node, o *owner, node *identity.Node, extra ...matrixCaller) {
-	callers := append(matrixCallers(t, o, node), extra...)
+// declared class. Requests are valid (validRequest), so that a call
+// counts as admitted only when its handler ran: the owner's calls
+// decommission and delete a victim node made for the purpose, and approve
+// the self-signed caller's registration, which is removed at the end.
+// worker is the node column, an UP node; extra callers add columns.
+func runAuthzMatrix(ctx context.Context, t *testing.T, n *cluster.Node, o *owner, worker *fakeNode, extra ...matrixCaller) {
+	mgmt := api.NewManagementClient(dial(t, n.CuratorAddr(), o.creds(t)))
+	victim := newFakeNode(t)
+	enrolFakeNodes(ctx, t, n.CuratorAddr(), o, victim)
+	ticket, err := mgmt.GetRegisterTicket(ctx, &api.GetRegisterTicketRequest{})
+	if err != nil {
+		t.Fatalf("GetRegisterTicket: %v", err)
+	}
+	_, stranger, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg := &matrixTargets{worker: worker, victim: victim, stranger: stranger, ticket: ticket.GetTicket(), owner: o.key.Public().(ed25519.PublicKey)}
+	callers := append(matrixCallers(t, o, worker.node, stranger), extra...)
+	defer func() {
+		// The stranger registered and was approved: it leaves.
+		id := identity.NodeID(stranger.Public().(ed25519.PublicKey))
+		if _, err := mgmt.DecommissionNode(ctx, &api.DecommissionNodeRequest{NodeId: id}); err != nil {
+			t.Logf("DecommissionNode(%s) after the matrix: %v", id, err)
+		}
+		if _, err := mgmt.DeleteNode(ctx, &api.DeleteNodeRequest{NodeId: id}); err != nil {
+			t.Logf("DeleteNode(%s) after the matrix: %v", id, err)
+		}
+	}()
 	methods := rpc.ListMethods()
 	if len(methods) == 0 {
 		t.Fatal("rpc.ListMethods lists no RPC")
@@ -162,8 +263,8 @@ func runAuthzMatrix(ctx context.Context, t *testing.T, n *cluster.Node, o *owner
 				continue
 			}
 			want := expected(m, c)
-			err := call(ctx, t, addr, c.creds, m)
-			got := classify(err)
+			err := call(ctx, t, addr, c.creds, m, validRequest(t, m, tg))
+			got := classify(m, err)
 			mark := "ok"
 			if got != want {
 				mark = "WRONG"
@@ -180,17 +281,13 @@ func runAuthzMatrix(ctx context.Context, t *testing.T, n *cluster.Node, o *owner
 // matrixCallers are the columns: no certificate, certificates of a
 // foreign CA, a node certificate and the owner certificate of the
 // cluster.
-func matrixCallers(t *testing.T, o *owner, node *identity.Node) []matrixCaller {
+func matrixCallers(t *testing.T, o *owner, node *identity.Node, stranger ed25519.PrivateKey) []matrixCaller {
 	t.Helper()
 	none, err := rpc.EphemeralCredentials(o.caDER, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, strangerKey, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	selfSigned, err := rpc.EphemeralCredentials(o.caDER, strangerKey)
+	selfSigned, err := rpc.EphemeralCredentials(o.caDER, stranger)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,14 +304,14 @@ func matrixCallers(t *testing.T, o *owner, node *identity.Node) []matrixCaller {
 	}
 }
 
-// call makes one call of m at addr with an empty request. Streams count
-// as admitted once the first message arrives or the server ends the
-// stream cleanly; errors show on the first receive.
-func call(ctx context.Context, t *testing.T, addr string, creds credentials.TransportCredentials, m rpc.Method) error {
+// call makes one call of m at addr with the request in. Streams count as
+// admitted once the first message arrives or the server ends the stream
+// cleanly; errors show on the first receive.
+func call(ctx context.Context, t *testing.T, addr string, creds credentials.TransportCredentials, m rpc.Method, in proto.Message) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	in, out := messages(t, m.Name)
+	_, out := messages(t, m.Name)
 	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		t.Fatal(err)

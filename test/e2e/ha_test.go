@@ -627,9 +627,9 @@ func (s *suite) matrixThroughFollower(t *testing.T, c *cluster.Cluster, o *owner
 	s.cairnctl(t, c, "node", "decommission", gone.id)
 	decommissioned := matrixCaller{name: "decommissioned", creds: rpc.NodeCredentials(gone.node), kind: identity.PeerNode, revoked: true}
 	start := time.Now()
-	runAuthzMatrix(s.ctx, t, follower, o, worker.node, decommissioned)
+	runAuthzMatrix(s.ctx, t, follower, o, worker, decommissioned)
 	s.step("authorization matrix through a follower", time.Since(start))
-	runAuthzMatrix(s.ctx, t, lead, o, worker.node, decommissioned)
+	runAuthzMatrix(s.ctx, t, lead, o, worker, decommissioned)
 	// The fake nodes never beat: they leave, so that later steps see only
 	// the cluster's own nodes.
 	s.cairnctl(t, c, "node", "decommission", worker.id)

@@ -99,7 +99,7 @@ func TestSingleNodeCluster(t *testing.T) {
 	t.Run("b-authorization-matrix", func(t *testing.T) {
 		fake = newFakeNode(t)
 		enrolFakeNodes(s.ctx, t, n0.CuratorAddr(), o, fake)
-		runAuthzMatrix(s.ctx, t, n0, o, fake.node)
+		runAuthzMatrix(s.ctx, t, n0, o, fake)
 	})
 
 	t.Run("c-reboot-rejoin", func(t *testing.T) {
