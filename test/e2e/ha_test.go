@@ -32,6 +32,10 @@ import (
 //	    the test plays over the API: all succeed;
 //	(f) a node with a wrong register ticket is refused and says why;
 //	(b) nodes 1 and 2 become ConsensusMember: a 3-member etcd;
+//	(i) the authorization matrix through a follower and the leader, with
+//	    a worker-only and a decommissioned node among its callers;
+//	then the owner writes state (roles, a rotated ticket, a new node)
+//	that (c), (d) and (e) must each leave intact;
 //	(c) every node reboots in turn and joins again, while Management
 //	    calls keep being answered;
 //	(d) the curator leader's VM is killed: another node leads, cairnctl
@@ -138,20 +142,26 @@ func TestHACluster(t *testing.T) {
 	})
 
 	p := startProber(t, c, o)
+	// State written before the rolling reboot, the leader kill and the
+	// cold restart, and checked after each.
+	w := s.writeWitness(t, c, o)
 
 	t.Run("c-rolling-reboot", func(t *testing.T) {
 		for i, n := range nodes {
 			via := (i + 1) % len(nodes)
 			s.rebootMember(t, c, p, n, via)
 		}
+		s.checkWitness(t, c, o, w, "the rolling reboot")
 	})
 
 	t.Run("d-leader-killed", func(t *testing.T) {
 		s.killLeader(t, c, p)
+		s.checkWitness(t, c, o, w, "the leader's death")
 	})
 
 	t.Run("e-cold-restart", func(t *testing.T) {
 		s.coldRestart(t, c, p)
+		s.checkWitness(t, c, o, w, "the cold restart")
 	})
 
 	t.Run("g-remove-consensus-member", func(t *testing.T) {
