@@ -184,6 +184,8 @@ func validRequest(t *testing.T, m rpc.Method, tg *matrixTargets) proto.Message {
 		return &api.RegisterNodeRequest{RegisterTicket: tg.ticket, JoinKey: tg.stranger.Public().(ed25519.PublicKey)}
 	case "/cairn.api.Curator/JoinNode":
 		return &api.JoinNodeRequest{NodeId: stranger}
+	case "/cairn.api.Management/RotateRegisterTicket":
+		return &api.RotateRegisterTicketRequest{PreviousTicket: tg.ticket}
 	case "/cairn.api.Management/ApproveNode":
 		return &api.ApproveNodeRequest{NodeId: stranger}
 	case "/cairn.api.Management/UpdateNodeRoles":

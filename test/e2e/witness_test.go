@@ -39,7 +39,11 @@ func (s *suite) writeWitness(t *testing.T, c *cluster.Cluster, o *owner) *witnes
 				return fmt.Errorf("UpdateNodeRoles(%s): %w", n.ID(), err)
 			}
 		}
-		rotated, err := m.RotateRegisterTicket(ctx, &api.RotateRegisterTicketRequest{})
+		old, err := m.GetRegisterTicket(ctx, &api.GetRegisterTicketRequest{})
+		if err != nil {
+			return fmt.Errorf("GetRegisterTicket: %w", err)
+		}
+		rotated, err := m.RotateRegisterTicket(ctx, &api.RotateRegisterTicketRequest{PreviousTicket: old.GetTicket()})
 		if err != nil {
 			return fmt.Errorf("RotateRegisterTicket: %w", err)
 		}
