@@ -19,6 +19,13 @@
 // disk and TPM state in -dir, which a new run starts afresh. The cluster
 // work is test/launch/cluster's.
 //
+// -net-chaos joins the nodes with the harness's own switch instead of the
+// kernel's bridge and impairs every link as its profile says
+// (test/launch/l2switch): -net-chaos=delay=50ms,jitter=20ms,loss=2%,
+// dup=0.5%,reorder=0.5%,seed=42. The seed is printed at the start, to
+// replay a run's network. Without the flag, $CAIRN_NET_CHAOS gives the
+// profile, if set.
+//
 // The owner's files stay in -dir/cairnctl, as the cluster harness keeps
 // them; -context NAME (default "local") also copies them into your own
 // cairnctl configuration as context NAME, replacing an earlier cluster's,
@@ -40,6 +47,7 @@ import (
 	"time"
 
 	"cairn.dev/cairn/test/launch/cluster"
+	"cairn.dev/cairn/test/launch/l2switch"
 )
 
 // dirMarker marks a directory as launch-cluster's, which a new run may
@@ -78,6 +86,7 @@ func parseFlags(args []string) (cluster.Config, time.Duration, error) {
 	console := fs.Bool("console", false, "copy every node's serial console to standard output, prefixed with its name")
 	grace := fs.Duration("shutdown-timeout", 2*time.Minute, "how long to wait for the nodes to power off before killing them")
 	contextName := fs.String("context", defaultContextName, "cairnctl context to add (or replace) in $XDG_CONFIG_HOME/cairnctl and select, so that a plain cairnctl reaches the cluster; empty leaves your cairnctl configuration alone")
+	chaos := fs.String("net-chaos", "", "network profile of the harness's switch that joins the nodes, such as delay=50ms,jitter=20ms,loss=2%,dup=0.5%,reorder=0.5%,seed=42 (delay=0 impairs nothing); empty: $"+cluster.NetChaosEnv+" if set, else the kernel's bridge")
 	if err := fs.Parse(args); err != nil {
 		return cluster.Config{}, 0, err
 	}
@@ -98,6 +107,13 @@ func parseFlags(args []string) (cluster.Config, time.Duration, error) {
 	}
 	if *console {
 		cfg.Console = os.Stdout
+	}
+	if *chaos != "" {
+		p, err := l2switch.ParseProfile(*chaos)
+		if err != nil {
+			return cluster.Config{}, 0, fmt.Errorf("-net-chaos: %w", err)
+		}
+		cfg.Switch = &p
 	}
 	return cfg, *grace, nil
 }

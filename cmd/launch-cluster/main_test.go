@@ -74,6 +74,19 @@ func TestParseFlags(t *testing.T) {
 	if _, _, err := parseFlags([]string{"stray"}); err == nil {
 		t.Error("parseFlags with a stray argument succeeded")
 	}
+	if cfg, _, _ := parseFlags(nil); cfg.Switch != nil {
+		t.Errorf("without -net-chaos the switch profile is %v, want none (the kernel's bridge)", cfg.Switch)
+	}
+	cfg, _, err = parseFlags([]string{"-net-chaos", "delay=50ms,loss=2%,seed=42"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := cfg.Switch.String(), "delay=50ms,loss=2%,seed=42"; got != want {
+		t.Errorf("-net-chaos delay=50ms,loss=2%%,seed=42 gives the profile %q, want %q", got, want)
+	}
+	if _, _, err := parseFlags([]string{"-net-chaos", "loss=200%"}); err == nil {
+		t.Error("-net-chaos loss=200% was accepted")
+	}
 }
 
 // buildCairnctl builds cairnctl into the test's directory.

@@ -11,8 +11,16 @@ import (
 
 	"cairn.dev/cairn/node/ports"
 	"cairn.dev/cairn/test/launch"
+	"cairn.dev/cairn/test/launch/l2switch"
 	"cairn.dev/cairn/test/launch/netns"
 )
+
+// NetChaosEnv names the environment variable that, when Config.Switch is
+// nil, gives the network profile of every cluster a process makes (as
+// l2switch.ParseProfile reads it): the nodes are then joined by the
+// harness's switch, which impairs their links. Unset or empty keeps the
+// kernel's bridge.
+const NetChaosEnv = "CAIRN_NET_CHAOS"
 
 // Config describes a cluster.
 type Config struct {
@@ -68,6 +76,12 @@ type Config struct {
 	// LaunchOptions are added to every node's launch (binaries,
 	// accelerator).
 	LaunchOptions []launch.Option
+	// Switch, when not nil, joins the nodes with the harness's own switch
+	// instead of the kernel's bridge, impairing every link as the
+	// profile says (delay, jitter, loss, duplication, reordering), and
+	// lets Network().Partition cut nodes off. Nil follows NetChaosEnv.
+	// New fills in the seed it picked, if any.
+	Switch *l2switch.Profile
 	// Context, when not empty, names the cairnctl context that
 	// StoreContext adds to (or replaces in) the user's own cairnctl
 	// configuration directory ($XDG_CONFIG_HOME/cairnctl) and selects, so
@@ -126,9 +140,22 @@ func New(cfg Config) (*Cluster, error) {
 			return nil, fmt.Errorf("when making cluster directory: %w", err)
 		}
 	}
-	nw, err := netns.New(netns.Config{Nodes: cfg.Nodes + cfg.Spare})
+	if cfg.Switch == nil {
+		if env := os.Getenv(NetChaosEnv); env != "" {
+			p, err := l2switch.ParseProfile(env)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", NetChaosEnv, err)
+			}
+			cfg.Switch = &p
+		}
+	}
+	nw, err := netns.New(netns.Config{Nodes: cfg.Nodes + cfg.Spare, Switch: cfg.Switch})
 	if err != nil {
 		return nil, fmt.Errorf("when creating the cluster's network: %w", err)
+	}
+	if sw := nw.Switch(); sw != nil {
+		p := sw.Profile()
+		cfg.Switch = &p
 	}
 	c := &Cluster{
 		cfg:       cfg,
@@ -143,6 +170,9 @@ func New(cfg Config) (*Cluster, error) {
 			return nil, err
 		}
 		c.nodes = append(c.nodes, n)
+	}
+	if cfg.Switch != nil {
+		c.logf("cluster: the nodes are joined by the harness's switch; its decisions replay with %s=%s", NetChaosEnv, cfg.Switch)
 	}
 	return c, nil
 }
@@ -220,8 +250,9 @@ func (c *Cluster) logf(format string, args ...any) {
 	}
 }
 
-// Close kills every node, waits for their console followers and removes
-// the network. Dir stays.
+// Close kills every node, waits for their console followers, reports
+// what the switch did to each port's frames, if there is a switch, and
+// removes the network. Dir stays.
 func (c *Cluster) Close() error {
 	var errs []error
 	for _, n := range c.nodes {
@@ -230,6 +261,11 @@ func (c *Cluster) Close() error {
 		}
 	}
 	c.followers.Wait()
+	if sw := c.net.Switch(); sw != nil {
+		for _, p := range sw.Ports() {
+			c.logf("cluster: switch port %s: %v", p.Name(), p.Stats())
+		}
+	}
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()

@@ -8,11 +8,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"cairn.dev/cairn/node/marker"
+	"cairn.dev/cairn/test/launch/l2switch"
 )
 
 func TestParseNodeList(t *testing.T) {
@@ -195,5 +197,50 @@ func TestStoreContextNeedsAName(t *testing.T) {
 	c := &Cluster{cfg: Config{Cairnctl: "/nonexistent/cairnctl"}, configDir: t.TempDir()}
 	if err := c.StoreContext(context.Background()); err == nil || !strings.Contains(err.Error(), "no context name") {
 		t.Errorf("StoreContext without Config.Context = %v, want a refusal", err)
+	}
+}
+
+// TestNetChaosEnv checks that CAIRN_NET_CHAOS puts a cluster on the
+// harness's switch when its Config names no profile, and that a Config's
+// own profile wins.
+func TestNetChaosEnv(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("creating a network namespace needs root")
+	}
+	cfg := Config{Nodes: 1, Image: "img", Cairnctl: "cairnctl", Dir: t.TempDir()}
+
+	t.Setenv(NetChaosEnv, "delay=5ms,loss=1%,seed=9")
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New with %s set: %v", NetChaosEnv, err)
+	}
+	if sw := c.Network().Switch(); sw == nil || len(sw.Ports()) != 2 {
+		t.Errorf("with %s set, the network's switch is %v, want one with a port for the node and the host", NetChaosEnv, sw)
+	}
+	if got, want := c.Config().Switch.String(), "delay=5ms,loss=1%,seed=9"; got != want {
+		t.Errorf("Config().Switch = %q, want %q", got, want)
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+
+	own := l2switch.Profile{Impairment: l2switch.Impairment{Delay: time.Millisecond}}
+	cfg.Switch = &own
+	c, err = New(cfg)
+	if err != nil {
+		t.Fatalf("New with a profile: %v", err)
+	}
+	if p := c.Config().Switch; p.Delay != time.Millisecond || p.Loss != 0 || p.Seed == 0 {
+		t.Errorf("Config().Switch = %v, want the Config's own profile with a seed picked", p)
+	}
+	c.Close()
+
+	t.Setenv(NetChaosEnv, "loss=lots")
+	cfg.Switch = nil
+	if c, err := New(cfg); err == nil || !strings.Contains(err.Error(), NetChaosEnv) {
+		if c != nil {
+			c.Close()
+		}
+		t.Errorf("New with %s=loss=lots = %v, want an error naming the variable", NetChaosEnv, err)
 	}
 }

@@ -29,6 +29,16 @@
 // its nodes by (10.42.0.x) mean nothing outside the namespace. Cairnctl
 // and CommandLine add those flags.
 //
+// # An impaired network
+//
+// Nodes are on the kernel's bridge unless Config.Switch, or else
+// NetChaosEnv (CAIRN_NET_CHAOS), names a network profile: then the
+// harness's own switch joins them (test/launch/l2switch), delays, loses,
+// duplicates and reorders frames on every link as the profile says, and
+// Network().Partition cuts nodes off until Heal. New logs the profile with
+// its seed, the line that replays the run's network decisions; Close logs
+// what the switch did to the frames of each port.
+//
 // # Lifetime
 //
 // A node's disk and TPM state live in Dir, so a node survives its own

@@ -20,6 +20,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
+
+	"cairn.dev/cairn/test/launch/l2switch"
 )
 
 // Fixed names and addresses inside every network's namespace. The namespace
@@ -37,7 +39,8 @@ const (
 var Prefix = netip.MustParsePrefix("10.42.0.0/24")
 
 // BridgeAddr is the harness's address on the bridge: DHCP server, router
-// handed to the nodes, and the source of forwarded connections.
+// and SNTP server handed to the nodes, and the source of forwarded
+// connections.
 var BridgeAddr = netip.MustParseAddr("10.42.0.1")
 
 // nodeHostBase is the host part of the first node's address and the last
@@ -62,43 +65,69 @@ type Config struct {
 	// DNS are the resolvers the DHCP server hands out. Empty hands out none:
 	// nothing in the network answers DNS unless a test runs a server.
 	DNS []netip.Addr
+	// Switch, when not nil, joins the nodes with the harness's own switch
+	// (test/launch/l2switch), which impairs every link as the profile
+	// says, instead of one tap per node on the kernel's bridge: each
+	// node's qemu sends its frames over UDP to a port of the switch, and
+	// one tap joins the switch to the bridge, where the host side stays.
+	Switch *l2switch.Profile
 	// Logf receives one line for each DHCP exchange and each failed
-	// forwarded connection. Nil discards them. It is not called once Close
-	// has begun, so t.Logf is safe here.
+	// forwarded connection, and the switch's errors. Nil discards them.
+	// It is not called once Close has begun, so t.Logf is safe here.
 	Logf func(format string, args ...any)
 }
 
-// Node is the network's side of one node: the tap qemu attaches to, and the
-// MAC address and fixed IP address the DHCP server knows the node by.
+// Node is the network's side of one node: the tap or the switch port qemu
+// attaches to, and the MAC address and fixed IP address the DHCP server
+// knows the node by.
 type Node struct {
-	// Tap is the tap device's name inside the namespace.
+	// Tap is the tap device's name inside the namespace; empty on a
+	// network with a switch.
 	Tap string
+	// SwitchAddr is, on a network with a switch, the UDP address of the
+	// node's switch port on the namespace's loopback, where qemu sends
+	// the node's frames.
+	SwitchAddr netip.AddrPort
+	// QEMUAddr is, on a network with a switch, the UDP address that qemu
+	// binds, where the switch sends the frames for the node.
+	QEMUAddr netip.AddrPort
 	// MAC is the address the node's network card must have.
 	MAC net.HardwareAddr
 	// IP is the address the node is leased.
 	IP netip.Addr
 }
 
-// QEMUArgs returns the qemu arguments for a virtio network card on the
-// node's tap, with the node's MAC address. qemu must run in the network's
-// namespace (Cmd or Do) to find the tap.
+// QEMUArgs returns the qemu arguments for a virtio network card with the
+// node's MAC address, on the node's tap or its switch port. qemu must run
+// in the network's namespace (Cmd or Do) to find either.
 func (n Node) QEMUArgs() []string {
+	netdev := "tap,id=net0,ifname=" + n.Tap + ",script=no,downscript=no"
+	if n.SwitchAddr.IsValid() {
+		netdev = fmt.Sprintf("dgram,id=net0,local.type=inet,local.host=%s,local.port=%d,remote.type=inet,remote.host=%s,remote.port=%d",
+			n.QEMUAddr.Addr(), n.QEMUAddr.Port(), n.SwitchAddr.Addr(), n.SwitchAddr.Port())
+	}
 	return []string{
-		"-netdev", "tap,id=net0,ifname=" + n.Tap + ",script=no,downscript=no",
+		"-netdev", netdev,
 		"-device", "virtio-net-pci,netdev=net0,mac=" + n.MAC.String(),
 	}
 }
 
-// Network is one namespace with its bridge, taps, DHCP server and port
-// forwards. Its methods are safe for concurrent use.
+// Network is one namespace with its bridge, taps or switch, DHCP server
+// and port forwards. Its methods are safe for concurrent use.
 type Network struct {
 	name      string
 	nodes     []Node
 	leaseTime time.Duration
+	profile   *l2switch.Profile
+
+	// sw is the switch, or nil; ports holds its port for each node.
+	sw    *l2switch.Switch
+	ports []*l2switch.Port
 
 	ns     vnetns.NsHandle
 	handle *netlink.Handle
 	dhcp   *dhcpServer
+	sntp   *sntpServer
 	acks   *ackLog
 
 	logMu   sync.RWMutex
@@ -112,8 +141,8 @@ type Network struct {
 	closeErr  error
 }
 
-// New creates the namespace, its bridge and taps, and starts the DHCP
-// server. On error nothing is left behind. Always Close the network.
+// New creates the namespace, its bridge and taps, and starts the DHCP and
+// SNTP servers. On error nothing is left behind. Always Close the network.
 func New(cfg Config) (*Network, error) {
 	if cfg.Nodes < 0 || cfg.Nodes > MaxNodes {
 		return nil, fmt.Errorf("network with %d nodes: want 0 to %d", cfg.Nodes, MaxNodes)
@@ -124,6 +153,11 @@ func New(cfg Config) (*Network, error) {
 	if cfg.LeaseTime == 0 {
 		cfg.LeaseTime = DefaultLeaseTime
 	}
+	if cfg.Switch != nil {
+		if err := cfg.Switch.Validate(); err != nil {
+			return nil, fmt.Errorf("network switch: %w", err)
+		}
+	}
 	sweepStale()
 	suffix := make([]byte, 4)
 	rand.Read(suffix)
@@ -131,6 +165,7 @@ func New(cfg Config) (*Network, error) {
 		name:      namePrefix + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(suffix),
 		nodes:     nodesFor(cfg.Nodes),
 		leaseTime: cfg.LeaseTime,
+		profile:   cfg.Switch,
 		ns:        -1,
 		acks:      newAckLog(),
 		logf:      cfg.Logf,
@@ -145,6 +180,10 @@ func New(cfg Config) (*Network, error) {
 		return nil, err
 	}
 	n.dhcp = dhcp
+	if n.sntp, err = n.startSNTP(); err != nil {
+		n.Close()
+		return nil, err
+	}
 	return n, nil
 }
 
@@ -213,8 +252,8 @@ func (n *Network) create() error {
 	})
 }
 
-// createLinks brings up loopback and makes the bridge and taps. It runs on
-// a thread inside the namespace.
+// createLinks brings up loopback and makes the bridge and the nodes' taps,
+// or the switch. It runs on a thread inside the namespace.
 func (n *Network) createLinks() error {
 	h, err := netlink.NewHandleAt(n.ns)
 	if err != nil {
@@ -244,6 +283,9 @@ func (n *Network) createLinks() error {
 	}
 	if err := h.LinkSetUp(br); err != nil {
 		return fmt.Errorf("when bringing up bridge: %w", err)
+	}
+	if n.profile != nil {
+		return n.startSwitch(br, *n.profile)
 	}
 	for _, node := range n.nodes {
 		if err := n.addTap(br, node.Tap); err != nil {
@@ -348,11 +390,11 @@ func onLockedThread(f func() error) error {
 	return r.err
 }
 
-// Close stops the forwards and the DHCP server and removes the taps, the
-// bridge and the namespace. Nodes (qemu processes) still running in the
-// namespace keep it alive until they exit, so close them first. Close is
-// safe to call more than once and concurrently; every call returns the
-// first call's result.
+// Close stops the forwards and the DHCP and SNTP servers and removes the
+// taps, the bridge and the namespace. Nodes (qemu processes) still
+// running in the namespace keep it alive until they exit, so close them
+// first. Close is safe to call more than once and concurrently; every
+// call returns the first call's result.
 func (n *Network) Close() error {
 	n.closeOnce.Do(func() { n.closeErr = n.close() })
 	return n.closeErr
@@ -373,6 +415,17 @@ func (n *Network) close() error {
 	}
 	if n.dhcp != nil {
 		if err := n.dhcp.close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if n.sntp != nil {
+		if err := n.sntp.close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if n.sw != nil {
+		// Its tap goes with it.
+		if err := n.sw.Close(); err != nil {
 			errs = append(errs, err)
 		}
 	}
