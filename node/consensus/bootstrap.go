@@ -72,15 +72,20 @@ func (s *Service) writeJoinFiles() error {
 }
 
 func (s *Service) writeTLSFiles(caDER, crlDER, peerDER []byte) error {
+	return s.writeTLSFilesTo(s.tlsDir(), caDER, crlDER, peerDER)
+}
+
+// writeTLSFilesTo writes the peer TLS files into dir.
+func (s *Service) writeTLSFilesTo(dir string, caDER, crlDER, peerDER []byte) error {
 	keyDER, err := x509.MarshalPKCS8PrivateKey(s.cfg.PrivateKey)
 	if err != nil {
 		return fmt.Errorf("when encoding peer key: %w", err)
 	}
-	if err := os.MkdirAll(s.tlsDir(), 0o700); err != nil {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("when creating peer TLS directory: %w", err)
 	}
 	// etcd reads the CRL as DER, everything else as PEM.
-	if err := writeFile(s.tlsPath(crlFile), crlDER); err != nil {
+	if err := writeFile(filepath.Join(dir, crlFile), crlDER); err != nil {
 		return err
 	}
 	for _, f := range []struct {
@@ -91,7 +96,7 @@ func (s *Service) writeTLSFiles(caDER, crlDER, peerDER []byte) error {
 		{peerKeyFile, "PRIVATE KEY", keyDER},
 		{peerCertFile, "CERTIFICATE", peerDER},
 	} {
-		if err := writeFile(s.tlsPath(f.name), pem.EncodeToMemory(&pem.Block{Type: f.kind, Bytes: f.der})); err != nil {
+		if err := writeFile(filepath.Join(dir, f.name), pem.EncodeToMemory(&pem.Block{Type: f.kind, Bytes: f.der})); err != nil {
 			return err
 		}
 	}

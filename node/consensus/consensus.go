@@ -107,6 +107,8 @@ type Status struct {
 
 	client *Client
 	raw    *clientv3.Client
+	// dataDir is Config.DataDir, where Snapshot keeps its file.
+	dataDir string
 }
 
 // Client returns a client of the local etcd member for the whole key space.
@@ -180,6 +182,14 @@ func (s *Service) Run(ctx context.Context) error {
 	lg := supervisor.Logger(ctx)
 	defer s.setStatus(func(st *Status) { *st = Status{Name: s.cfg.Name} })
 
+	if err := s.removeStaleSnapshots(); err != nil {
+		return err
+	}
+	if s.restoreStaged() {
+		if err := s.restore(ctx); err != nil {
+			return fmt.Errorf("when restoring a backup: %w", err)
+		}
+	}
 	if _, err := os.Stat(s.removedMarker()); err == nil {
 		return ErrMemberRemoved
 	}
@@ -222,6 +232,7 @@ func (s *Service) Run(ctx context.Context) error {
 			Learner: learner,
 			client:  newClient(inst.client, ""),
 			raw:     inst.client,
+			dataDir: s.cfg.DataDir,
 		}
 	})
 	if err := supervisor.Run(ctx, "membership", s.runMembership(inst)); err != nil {

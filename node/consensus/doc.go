@@ -75,6 +75,37 @@
 // still be told over peer TLS that it is out, and stop, instead of being
 // cut off first.
 //
+// # Snapshots and restoring a backup
+//
+// Status.Snapshot copies etcd's snapshot, taken after a linearizable read,
+// into a file in DataDir, for the curator's Management.Backup. A backup
+// comes back through StageRestore, which checks it (its size, its SHA-256,
+// and that it holds the node's own cluster CA) and keeps it in
+// DataDir/restore/. The next Run restores it before etcd starts, as a new
+// cluster of this member alone, for a cluster that lost its quorum for good:
+//
+//	restore/backup.db (staged)
+//	   │ prepare, begun again from scratch until restore/prepared exists:
+//	   │   etcd's snapshot restore into restore/etcd: this member alone,
+//	   │     a new cluster token (so a new cluster ID), revision + 10⁹
+//	   │   start it with localhost peers and no TLS, as a bootstrap does
+//	   │   lost members: every other holder of a peer certificate
+//	   │   delete the peer CA; a new one, and this member's certificate
+//	   │   put consensus/restored {member, lost members, revision}
+//	   │   advertise https://<node IP>:7834; stop; write restore/peer-tls/
+//	   ▼
+//	swap, which looks at what is where, so that it resumes after a crash:
+//	   etcd/, peer-tls/ ──▶ before-restore/   restore/etcd ──▶ etcd/
+//	   restore/peer-tls/* ──▶ peer-tls/ (peer.pem last); the removal
+//	   marker and restore/ go
+//	   ▼
+//	start as usual, with peer TLS
+//
+// The curator reads consensus/restored (PendingRestore), decommissions the
+// lost members and removes the record (FinishRestore). The new cluster ID
+// and the new peer CA keep the lost members' etcd and the restored one
+// apart in both directions. docs/recovery.md is the operator's side.
+//
 // # Runnables
 //
 //	consensus (Run)             etcd itself; Status; returns when etcd stops

@@ -171,6 +171,25 @@ func (s *Status) RemoveMember(ctx context.Context, name string) error {
 	return err
 }
 
+// Members lists the names of the cluster's members, learners included, as
+// the local member knows them. A member that has not started yet has no
+// name, and is listed as "".
+func (s *Status) Members(ctx context.Context) ([]string, error) {
+	if !s.Running {
+		return nil, errors.New("etcd is not running")
+	}
+	list, err := s.raw.MemberList(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("when listing members: %w", err)
+	}
+	names := make([]string, 0, len(list.Members))
+	for _, m := range list.Members {
+		names = append(names, m.Name)
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
 // revokePeer revokes and forgets the peer certificate of member name, and
 // says whether there was one.
 func (s *Status) revokePeer(ctx context.Context, name string) (bool, error) {

@@ -13,11 +13,13 @@ import (
 
 	"cairn.dev/cairn/node/identity/identitytest"
 	"cairn.dev/cairn/node/rpc"
+	"cairn.dev/cairn/pkg/etcdtest"
 	"cairn.dev/cairn/proto/api"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	// Recover's tests run a real etcd member.
+	goleak.VerifyTestMain(m, etcdtest.LeakOptions()...)
 }
 
 // ownerCredentials makes an owner of ca and returns client credentials

@@ -1,13 +1,17 @@
 // Package nodemanagement serves NodeManagement, the API every node offers its
-// owner about itself (on ports.NodeManagement): its logs, and rebooting or
-// powering off the machine. It works on the node that was dialled; nothing
-// is forwarded.
+// owner about itself (on ports.NodeManagement): its logs, rebooting or
+// powering off the machine, and rebuilding a cluster that lost its quorum
+// from a backup. It works on the node that was dialled; nothing is
+// forwarded.
 //
 //	cairnctl logs -f ──Logs──▶ Service ──Read(dn, backlog, stream)──▶ LogTree
 //	                  ◀── LogsResponse batches: backlog, then new entries
 //
 //	cairnctl node reboot ──Reboot──▶ Service ──reply──▶ caller
 //	                                   └─ timer (actionDelay) ─▶ Config.Reboot()
+//
+// Recover (recover.go) hands the node's etcd member a backup to rebuild the
+// cluster from, then reboots the node the same way.
 //
 // Logs never slows the node's loggers down: it reads through a
 // logtree.LogReader, whose stream drops entries (and says so in a WARNING
@@ -19,6 +23,7 @@ package nodemanagement
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -48,6 +53,13 @@ type Config struct {
 	// It is called once, from a timer, shortly after the reply to Poweroff
 	// is sent. Without it Poweroff answers Unimplemented.
 	Poweroff func()
+	// EtcdDataDir is the data directory of the node's etcd member
+	// (consensus.Config.DataDir), where Recover stages a backup. Without
+	// it, or without Reboot, Recover answers Unimplemented.
+	EtcdDataDir string
+	// ClusterCA is the certificate (DER) of the cluster CA that issued the
+	// node's identity: Recover refuses a backup of a cluster of another CA.
+	ClusterCA []byte
 }
 
 // Service implements api.NodeManagementServer. Register it on the node's
@@ -61,8 +73,11 @@ type Service struct {
 
 	mu sync.Mutex
 	// going is what the node is going down for ("reboot", "poweroff"),
-	// empty until Reboot or Poweroff succeeded once.
+	// empty until Reboot, Poweroff or Recover succeeded once.
 	going string
+
+	// receiving is set while Recover receives a backup.
+	receiving atomic.Bool
 }
 
 // New returns a Service working with cfg.
@@ -84,6 +99,13 @@ func (s *Service) Poweroff(ctx context.Context, _ *api.PoweroffRequest) (*api.Po
 		return nil, err
 	}
 	return &api.PoweroffResponse{}, nil
+}
+
+// goingDown is what the node is going down for, "" while it is not.
+func (s *Service) goingDown() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.going
 }
 
 // schedule arranges for action to be called once, after s.delay, unless the

@@ -128,6 +128,9 @@ func TestNodeIsRefused(t *testing.T) {
 	if status.Code(err) != codes.PermissionDenied {
 		t.Errorf("Logs as a node = %v, want PermissionDenied", err)
 	}
+	if _, err := sendBackup(t.Context(), client, headerOf([]byte("x")), []byte("x")); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("Recover as a node = %v, want PermissionDenied", err)
+	}
 	if r := actions.reboots.Load(); r != 0 {
 		t.Errorf("a node's Reboot called the function %d times", r)
 	}
