@@ -33,7 +33,7 @@ type directoryEntry struct {
 func newClusterCommand(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cluster",
-		Short: "Look at the cluster as a whole",
+		Short: "Look at the cluster as a whole; back it up and rebuild it",
 	}
 	cmd.AddCommand(&cobra.Command{
 		Use:   "info",
@@ -50,7 +50,7 @@ func newClusterCommand(a *app) *cobra.Command {
 			"SHA-256 fingerprints of the old and the new ticket, never the tickets.",
 		Args: cobra.NoArgs,
 		RunE: a.ownerRun(func(ctx context.Context, o *owner, _ []string) error { return a.rotateTicket(ctx, o) }),
-	})
+	}, newBackupCommand(a), newRecoverCommand(a))
 	return cmd
 }
 

@@ -24,6 +24,11 @@ const (
 	ownerCertFile = "owner-certificate.pem"
 	caCertFile    = "ca-certificate.pem"
 	settingsFile  = "config.json"
+	// ownerKeyNewFile holds the new owner key while `owner rotate-key`
+	// has not finished; ownerKeyOldFile the old one while it installs the
+	// new (owner.go).
+	ownerKeyNewFile = "owner-key.new.pem"
+	ownerKeyOldFile = "owner-key.old.pem"
 )
 
 // settings is config.json: what cairnctl remembers besides keys and
@@ -37,7 +42,8 @@ type settings struct {
 }
 
 // writeFileAtomic writes data to name in dir with mode perm, through a
-// temporary file and a rename, so that a crash never leaves half a key.
+// temporary file synced to disk, a rename and a sync of dir, so that a
+// crash never leaves half a key, nor loses one written before.
 func writeFileAtomic(dir, name string, data []byte, perm os.FileMode) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("when creating %s: %w", dir, err)
@@ -55,18 +61,45 @@ func writeFileAtomic(dir, name string, data []byte, perm os.FileMode) error {
 		tmp.Close()
 		return fmt.Errorf("when writing %s: %w", name, err)
 	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("when writing %s: %w", name, err)
+	}
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("when writing %s: %w", name, err)
 	}
 	if err := os.Rename(tmp.Name(), filepath.Join(dir, name)); err != nil {
 		return fmt.Errorf("when writing %s: %w", name, err)
 	}
+	if err := fsyncDir(dir); err != nil {
+		return fmt.Errorf("when writing %s: %w", name, err)
+	}
+	return nil
+}
+
+// fsyncDir syncs the directory dir, so that renames in it survive a
+// crash.
+func fsyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("when syncing %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("when syncing %s: %w", dir, err)
+	}
 	return nil
 }
 
 // readOwnerKey reads the owner key of dir. A missing key is os.ErrNotExist.
 func readOwnerKey(dir string) (ed25519.PrivateKey, error) {
-	p := filepath.Join(dir, ownerKeyFile)
+	return readKeyFile(dir, ownerKeyFile)
+}
+
+// readKeyFile reads the ed25519 key in the file name of dir. A missing
+// file is os.ErrNotExist.
+func readKeyFile(dir, name string) (ed25519.PrivateKey, error) {
+	p := filepath.Join(dir, name)
 	data, err := os.ReadFile(p)
 	if err != nil {
 		return nil, fmt.Errorf("when reading the owner key: %w", err)
@@ -93,19 +126,28 @@ func ensureOwnerKey(dir string) (key ed25519.PrivateKey, created bool, err error
 	if err == nil || !errors.Is(err, os.ErrNotExist) {
 		return key, false, err
 	}
-	_, key, err = ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		return nil, false, fmt.Errorf("when generating the owner key: %w", err)
-	}
-	der, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, false, fmt.Errorf("when encoding the owner key: %w", err)
-	}
-	data := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
-	if err := writeFileAtomic(dir, ownerKeyFile, data, 0o600); err != nil {
+	if key, err = newKeyFile(dir, ownerKeyFile); err != nil {
 		return nil, false, err
 	}
 	return key, true, nil
+}
+
+// newKeyFile generates an owner key and writes it, PKCS #8 PEM, mode
+// 0600, to the file name of dir.
+func newKeyFile(dir, name string) (ed25519.PrivateKey, error) {
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("when generating the owner key: %w", err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("when encoding the owner key: %w", err)
+	}
+	data := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+	if err := writeFileAtomic(dir, name, data, 0o600); err != nil {
+		return nil, err
+	}
+	return key, nil
 }
 
 // readCertificate reads one PEM certificate of dir and returns its DER.

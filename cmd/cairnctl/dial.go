@@ -33,8 +33,22 @@ type owner struct {
 }
 
 // owner loads the owner's credentials and the endpoints to dial. Without
-// an owner certificate it says to take ownership first.
+// an owner certificate it says to take ownership first. Commands use
+// renewedOwner (owner.go), which renews the certificate first when due.
 func (a *app) owner() (*owner, error) {
+	o, err := a.loadOwner()
+	if err != nil {
+		return nil, err
+	}
+	if err := o.setCertificate(o.certDER); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// loadOwner reads what owner does, without building credentials: the
+// certificate may not fit the key (see renewalDue).
+func (a *app) loadOwner() (*owner, error) {
 	dir, err := a.dir()
 	if err != nil {
 		return nil, err
@@ -57,15 +71,11 @@ func (a *app) owner() (*owner, error) {
 	if err != nil {
 		return nil, fmt.Errorf("owner certificate without CA in %s (run takeownership again): %w", dir, err)
 	}
-	creds, err := rpc.OwnerCredentials(key, cert, ca)
-	if err != nil {
-		return nil, fmt.Errorf("with the credentials in %s: %w", dir, err)
-	}
 	s, err := readSettings(dir)
 	if err != nil {
 		return nil, err
 	}
-	o := &owner{dir: dir, settings: s, creds: creds, key: key, certDER: cert, caDER: ca, timing: a.timing(), endpoints: a.endpoints}
+	o := &owner{dir: dir, settings: s, key: key, certDER: cert, caDER: ca, timing: a.timing(), endpoints: a.endpoints}
 	if len(o.endpoints) == 0 {
 		o.endpoints = s.Endpoints
 	}
@@ -73,6 +83,16 @@ func (a *app) owner() (*owner, error) {
 		return nil, fmt.Errorf("no curator endpoint: give --endpoint HOST:PORT (none is stored in %s)", dir)
 	}
 	return o, nil
+}
+
+// setCertificate makes o dial with the owner certificate der.
+func (o *owner) setCertificate(der []byte) error {
+	creds, err := rpc.OwnerCredentials(o.key, der, o.caDER)
+	if err != nil {
+		return fmt.Errorf("with the credentials in %s: %w", o.dir, err)
+	}
+	o.creds, o.certDER = creds, der
+	return nil
 }
 
 // curator runs f on a connection to a curator, failing over between the

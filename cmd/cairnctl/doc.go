@@ -7,8 +7,10 @@
 //	takeownership ──AAA.Escrow (trust on first use)──────────────▶│ curator :7833
 //	     │  owner certificate + CA ◀──────────────────────────────┤
 //	     ▼                                                        │
-//	config dir ──owner mTLS──▶ cluster info|rotate-ticket, node ..., params register
+//	config dir ──owner mTLS──▶ cluster info|rotate-ticket|backup, node ..., params register
+//	           ──owner mTLS──▶ owner show|rotate-key|revoke (renew: AAA.Escrow)
 //	           ──owner mTLS──▶ logs ID, node reboot|poweroff ID ──▶ node ID :7835
+//	                           cluster recover --node ID
 //	                           (only node ID's own certificate is accepted)
 //
 // # Configuration directory and contexts
@@ -19,10 +21,16 @@
 //
 //	owner-key.pem          the owner's ed25519 key, PKCS #8 PEM, mode 0600;
 //	                       made by the first `params bootstrap`
-//	owner-certificate.pem  the owner certificate, from takeownership
+//	owner-certificate.pem  the owner certificate, from takeownership;
+//	                       renewed before a command once less than a
+//	                       third of its lifetime is left (owner.go)
 //	ca-certificate.pem     the cluster CA certificate, from takeownership
 //	config.json            {"endpoints": ["HOST:PORT", ...],
 //	                        "node_endpoints": {"cairn-...": "HOST:PORT"}}
+//	owner-key.new.pem      the new owner key of an unfinished `owner
+//	                       rotate-key`, until it is installed
+//	owner-key.old.pem      the old owner key, while rotate-key installs
+//	                       the new one
 //
 // The context "default" keeps these files in DIR itself, which is all
 // there was before contexts (such a directory needs no migration); every

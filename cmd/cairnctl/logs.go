@@ -70,7 +70,7 @@ func (f *logsFlags) request() (*api.LogsRequest, error) {
 }
 
 func (a *app) logs(ctx context.Context, id string, req *api.LogsRequest) error {
-	o, err := a.owner()
+	o, err := a.renewedOwner(ctx)
 	if err != nil {
 		return err
 	}
@@ -81,14 +81,14 @@ func (a *app) logs(ctx context.Context, id string, req *api.LogsRequest) error {
 	}
 	lookup, cancel := a.withTimeout(ctx)
 	defer cancel()
-	return a.nodeManagement(lookup, o, id, "reading the logs of node "+id, func(c api.NodeManagementClient) error {
+	return explainOwnerRefusal(o, a.nodeManagement(lookup, o, id, "reading the logs of node "+id, func(c api.NodeManagementClient) error {
 		err := a.printLogs(ctx, c, req)
 		if req.Follow && status.Code(err) == codes.Canceled && ctx.Err() != nil {
 			// Interrupted while following: the normal way to stop.
 			return nil
 		}
 		return err
-	})
+	}))
 }
 
 // printLogs prints the entries of a Logs stream as they come.

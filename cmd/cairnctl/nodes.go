@@ -62,7 +62,7 @@ func newNodeCommand(a *app) *cobra.Command {
 }
 
 // ownerRun adapts an owner command to cobra: it checks node ID arguments,
-// loads the owner credentials and bounds the command by --timeout.
+// then runs f as runAsOwner does.
 func (a *app) ownerRun(f func(ctx context.Context, o *owner, args []string) error) func(*cobra.Command, []string) error {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) > 0 {
@@ -70,14 +70,21 @@ func (a *app) ownerRun(f func(ctx context.Context, o *owner, args []string) erro
 				return err
 			}
 		}
-		o, err := a.owner()
-		if err != nil {
-			return err
-		}
-		ctx, cancel := a.withTimeout(cmd.Context())
-		defer cancel()
-		return f(ctx, o, args)
+		return a.runAsOwner(cmd.Context(), args, f)
 	}
+}
+
+// runAsOwner bounds an owner command by --timeout, loads the owner
+// credentials, renewing the certificate when due (owner.go), runs f, and
+// says how to recover when the cluster refuses the certificate.
+func (a *app) runAsOwner(ctx context.Context, args []string, f func(ctx context.Context, o *owner, args []string) error) error {
+	ctx, cancel := a.withTimeout(ctx)
+	defer cancel()
+	o, err := a.renewedOwner(ctx)
+	if err != nil {
+		return err
+	}
+	return explainOwnerRefusal(o, f(ctx, o, args))
 }
 
 func checkNodeID(id string) error {

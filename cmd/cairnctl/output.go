@@ -38,6 +38,91 @@ type nodeView struct {
 	// LastHeartbeat is when a curator leader last heard from the node,
 	// null if none ever did.
 	LastHeartbeat *time.Time `json:"last_heartbeat"`
+	// Clock is the node's clock as the node reports it, null if it
+	// reports none.
+	Clock *clockView `json:"clock"`
+}
+
+// clockView is a node's clock as the node reports it.
+type clockView struct {
+	// State is UNSYNCHRONIZED, SYNCHRONIZED or KNOWN_WRONG (see
+	// clockStateName).
+	State string `json:"state"`
+	// Server is the NTP server of the node's last good answer, "" if
+	// none.
+	Server string `json:"server"`
+	// OffsetNanos is how far that answer found the node's clock behind
+	// the server's (negative: ahead), before the node corrected it.
+	OffsetNanos int64 `json:"offset_nanos"`
+	// LastSync is when that answer came, by the node's clock, null if
+	// never.
+	LastSync *time.Time `json:"last_sync"`
+	// Reason says why the clock is KNOWN_WRONG, "" otherwise.
+	Reason string `json:"reason"`
+}
+
+func newClockView(c *api.ClockStatus) *clockView {
+	if c == nil {
+		return nil
+	}
+	return &clockView{
+		State:       clockStateName(c.GetState()),
+		Server:      c.GetServer(),
+		OffsetNanos: c.GetOffsetNanos(),
+		LastSync:    unixNanos(c.GetLastSyncUnixNanos()),
+		Reason:      c.GetReason(),
+	}
+}
+
+// clockStateName is a ClockState without its CLOCK_STATE_ prefix.
+func clockStateName(s api.ClockState) string {
+	if name, ok := api.ClockState_name[int32(s)]; ok {
+		return strings.TrimPrefix(name, "CLOCK_STATE_")
+	}
+	return fmt.Sprintf("CLOCK_STATE(%d)", s)
+}
+
+// clockLine describes a node's clock in one line, such as "synchronized
+// with 10.42.0.1 (offset +1.2ms, 12s ago)".
+func clockLine(now time.Time, c *clockView) string {
+	if c == nil {
+		return "-"
+	}
+	var line string
+	switch c.State {
+	case "SYNCHRONIZED":
+		line = "synchronized with " + dash(c.Server)
+	case "UNSYNCHRONIZED":
+		return "unsynchronized (no NTP server has answered since the node booted)"
+	case "KNOWN_WRONG":
+		line = "KNOWN WRONG: " + dash(c.Reason)
+		if c.LastSync == nil {
+			return line
+		}
+		line += "; last synchronized with " + dash(c.Server)
+	case "UNSPECIFIED":
+		return "-"
+	default:
+		return c.State
+	}
+	return fmt.Sprintf("%s (offset %s, %s)", line, signedDuration(time.Duration(c.OffsetNanos)), age(now, c.LastSync))
+}
+
+// signedDuration prints d with its sign, to a precision that suits its
+// size: "+1.2ms", "-450µs", "+3h0m0.001s".
+func signedDuration(d time.Duration) string {
+	switch a := d.Abs(); {
+	case a >= time.Second:
+		d = d.Round(time.Millisecond)
+	case a >= time.Millisecond:
+		d = d.Round(100 * time.Microsecond)
+	default:
+		d = d.Round(time.Microsecond)
+	}
+	if d >= 0 {
+		return "+" + d.String()
+	}
+	return d.String()
 }
 
 func unixNanos(n int64) *time.Time {
@@ -60,6 +145,7 @@ func newNodeView(n *api.Node) nodeView {
 		StatusTime:    unixNanos(n.GetStatus().GetTimestampUnixNanos()),
 		Health:        healthName(n.GetHealth()),
 		LastHeartbeat: unixNanos(n.GetLastHeartbeatUnixNanos()),
+		Clock:         newClockView(n.GetStatus().GetClock()),
 	}
 }
 
@@ -174,6 +260,7 @@ func writeNodeDescription(w io.Writer, now time.Time, n nodeView) error {
 	fmt.Fprintf(tw, "Curator:\t%s\n", curator)
 	fmt.Fprintf(tw, "Version:\t%s\n", dash(n.Version))
 	fmt.Fprintf(tw, "Status written:\t%s\n", timeOf(n.StatusTime))
+	fmt.Fprintf(tw, "Clock:\t%s\n", clockLine(now, n.Clock))
 	fmt.Fprintf(tw, "Last heartbeat:\t%s\n", timeOf(n.LastHeartbeat))
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("when writing description: %w", err)

@@ -157,7 +157,7 @@ func newParamsRegisterCommand(a *app) *cobra.Command {
 }
 
 func (a *app) paramsRegister(ctx context.Context, t *paramsTarget) error {
-	o, err := a.owner()
+	o, err := a.renewedOwner(ctx)
 	if err != nil {
 		return err
 	}
@@ -173,7 +173,7 @@ func (a *app) paramsRegister(ctx context.Context, t *paramsTarget) error {
 		return err
 	})
 	if err != nil {
-		return err
+		return explainOwnerRefusal(o, err)
 	}
 	if !bytes.Equal(info.GetCaCertificate(), o.caDER) {
 		return fmt.Errorf("the cluster reports CA SHA256:%s, but %s holds CA SHA256:%s: refusing to mix clusters",

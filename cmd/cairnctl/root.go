@@ -72,6 +72,7 @@ func newRootCommand(a *app) *cobra.Command {
 	root.AddCommand(
 		newParamsCommand(a),
 		newTakeOwnershipCommand(a),
+		newOwnerCommand(a),
 		newClusterCommand(a),
 		newNodeCommand(a),
 		newLogsCommand(a),

@@ -40,7 +40,11 @@ type testServer struct {
 	// hang makes GetNodes answer only when the call ends, as a curator
 	// that forwards to a dead leader does.
 	hang bool
-	addr string
+	// backup is what Backup streams, and backupTrailer, when set, the
+	// trailer it ends with instead of the one that describes backup.
+	backup        []byte
+	backupTrailer *api.BackupTrailer
+	addr          string
 
 	mu       sync.Mutex
 	nodes    []*api.Node

@@ -3,6 +3,7 @@ package identity_test
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"math/big"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +22,10 @@ func TestPeerIdentity(t *testing.T) {
 	server := ca.Node(t)
 	client := ca.Node(t)
 	ownerKey, ownerDER := ca.Owner(t)
+	ownerCert, err := x509.ParseCertificate(ownerDER)
+	if err != nil {
+		t.Fatal(err)
+	}
 	lookalikeKey := mustKey(t)
 	lookalike := selfSignedLike(t, identity.NodeCertificateTemplate(pub(lookalikeKey)), lookalikeKey)
 
@@ -34,12 +39,18 @@ func TestPeerIdentity(t *testing.T) {
 		{
 			name:  "node",
 			certs: [][]byte{client.Certificate().Raw},
-			want:  identity.Peer{Kind: identity.PeerNode, NodeID: client.ID(), PublicKey: client.PublicKey()},
+			want: identity.Peer{
+				Kind: identity.PeerNode, NodeID: client.ID(), PublicKey: client.PublicKey(),
+				Serial: client.Certificate().SerialNumber, NotAfter: client.Certificate().NotAfter,
+			},
 		},
 		{
 			name:  "owner",
 			certs: [][]byte{ownerDER},
-			want:  identity.Peer{Kind: identity.PeerOwner, PublicKey: pub(ownerKey)},
+			want: identity.Peer{
+				Kind: identity.PeerOwner, PublicKey: pub(ownerKey),
+				Serial: ownerCert.SerialNumber, NotAfter: ownerCert.NotAfter,
+			},
 		},
 		{
 			name:  "self-signed node lookalike",
@@ -86,12 +97,20 @@ func TestPeerIdentity(t *testing.T) {
 			if err != nil {
 				t.Fatalf("PeerIdentity() = %v", err)
 			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
+			if diff := cmp.Diff(tc.want, got, compareSerials); diff != "" {
 				t.Errorf("PeerIdentity() (-want +got):\n%s", diff)
 			}
 		})
 	}
 }
+
+// compareSerials compares certificate serial numbers by value.
+var compareSerials = cmp.Comparer(func(a, b *big.Int) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Cmp(b) == 0
+})
 
 func TestPeerIdentityJudgesAtCallTime(t *testing.T) {
 	ca := identitytest.NewCA(t, "cluster CA")

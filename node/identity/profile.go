@@ -6,7 +6,9 @@ import (
 	"crypto/x509/pkix"
 	"errors"
 	"fmt"
+	"math/big"
 	"slices"
+	"time"
 )
 
 // The markers of the certificate profile (see the package documentation).
@@ -58,6 +60,13 @@ type Peer struct {
 	NodeID string
 	// PublicKey is the key the peer proved to hold; nil for PeerAnonymous.
 	PublicKey ed25519.PublicKey
+	// Serial is the serial number of the certificate of the cluster CA
+	// the peer presented (PeerNode, PeerOwner), by which a certificate is
+	// revoked; nil for the other kinds. Read only.
+	Serial *big.Int
+	// NotAfter is when that certificate expires; zero for the other
+	// kinds.
+	NotAfter time.Time
 }
 
 // NodeCertificateTemplate returns the profile fields of the certificate of
@@ -125,7 +134,7 @@ func classifyNode(cert *x509.Certificate, pub ed25519.PublicKey) (Peer, error) {
 			return Peer{}, fmt.Errorf("node certificate %q lacks extended key usage %d", id, usage)
 		}
 	}
-	return Peer{Kind: PeerNode, NodeID: id, PublicKey: pub}, nil
+	return Peer{Kind: PeerNode, NodeID: id, PublicKey: pub, Serial: cert.SerialNumber, NotAfter: cert.NotAfter}, nil
 }
 
 func classifyOwner(cert *x509.Certificate, pub ed25519.PublicKey) (Peer, error) {
@@ -135,5 +144,5 @@ func classifyOwner(cert *x509.Certificate, pub ed25519.PublicKey) (Peer, error) 
 	if !slices.Contains(cert.ExtKeyUsage, x509.ExtKeyUsageClientAuth) {
 		return Peer{}, errors.New("owner certificate lacks the client authentication usage")
 	}
-	return Peer{Kind: PeerOwner, PublicKey: pub}, nil
+	return Peer{Kind: PeerOwner, PublicKey: pub, Serial: cert.SerialNumber, NotAfter: cert.NotAfter}, nil
 }

@@ -114,16 +114,62 @@ func EscrowProofPayload(nonce []byte, cs tls.ConnectionState) ([]byte, error) {
 	if len(nonce) != escrowNonceSize {
 		return nil, fmt.Errorf("escrow nonce is %d bytes, want %d", len(nonce), escrowNonceSize)
 	}
-	if !cs.HandshakeComplete {
-		return nil, errors.New("TLS handshake is not complete, no keying material to bind to")
-	}
-	ekm, err := cs.ExportKeyingMaterial(escrowExporterLabel, nil, escrowExporterSize)
+	ekm, err := exportKeyingMaterial(cs, escrowExporterLabel)
 	if err != nil {
-		return nil, fmt.Errorf("when exporting TLS keying material: %w", err)
+		return nil, err
 	}
 	payload := make([]byte, 0, len(escrowProofPrefix)+len(nonce)+len(ekm))
 	payload = append(payload, escrowProofPrefix...)
 	payload = append(payload, nonce...)
 	payload = append(payload, ekm...)
 	return payload, nil
+}
+
+// Proofs of a new owner key in Management.RotateOwnerKey sign these bytes.
+// Prefix and label differ from Escrow's: neither proof passes for the
+// other.
+const (
+	rotationProofPrefix   = "cairn owner key rotation proof v1\x00"
+	rotationExporterLabel = "EXPORTER-cairn-owner-rotation"
+)
+
+// OwnerRotationProofPayload returns the bytes the new owner key signs, and
+// the curator checks the signature of, in Management.RotateOwnerKey: a
+// fixed prefix, the current owner key (the caller's certificate's), the
+// new one, and keying material exported from the TLS session cs. The proof
+// holds for this rotation, from this key to that one, on this connection
+// only; as for Escrow, both ends compute it from their own side.
+func OwnerRotationProofPayload(current, next ed25519.PublicKey, cs tls.ConnectionState) ([]byte, error) {
+	for _, k := range []struct {
+		name string
+		key  ed25519.PublicKey
+	}{{"current", current}, {"new", next}} {
+		if len(k.key) != ed25519.PublicKeySize {
+			return nil, fmt.Errorf("the %s owner key is %d bytes, want %d", k.name, len(k.key), ed25519.PublicKeySize)
+		}
+	}
+	ekm, err := exportKeyingMaterial(cs, rotationExporterLabel)
+	if err != nil {
+		return nil, err
+	}
+	payload := make([]byte, 0, len(rotationProofPrefix)+2*ed25519.PublicKeySize+len(ekm))
+	payload = append(payload, rotationProofPrefix...)
+	payload = append(payload, current...)
+	payload = append(payload, next...)
+	payload = append(payload, ekm...)
+	return payload, nil
+}
+
+// exportKeyingMaterial exports escrowExporterSize bytes of keying material
+// of the TLS session cs under label, with no context (RFC 8446 section
+// 7.5).
+func exportKeyingMaterial(cs tls.ConnectionState, label string) ([]byte, error) {
+	if !cs.HandshakeComplete {
+		return nil, errors.New("TLS handshake is not complete, no keying material to bind to")
+	}
+	ekm, err := cs.ExportKeyingMaterial(label, nil, escrowExporterSize)
+	if err != nil {
+		return nil, fmt.Errorf("when exporting TLS keying material: %w", err)
+	}
+	return ekm, nil
 }

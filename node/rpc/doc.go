@@ -22,7 +22,8 @@
 // # Classes
 //
 //	class                            admits                   handler then checks
-//	OWNER                            owner certificate        nothing more
+//	OWNER                            owner certificate that   nothing more
+//	                                 the owner trust admits
 //	NODE                             node certificate         which node, its state
 //	UNAUTHENTICATED_WITH_TICKET      anyone                   the register ticket
 //	UNAUTHENTICATED_PROOF            anyone                   a proof of a known key
@@ -52,6 +53,14 @@
 //	                                ▼
 //	      handler(ctx) ─▶ PeerFromContext(ctx) ─▶ the caller's Peer
 //
+// # The owner trust
+//
+// A Server given the cluster's owner trust (JudgeOwners; the curators and
+// node management are) admits an owner certificate only while it is for
+// the trust's owner key and its serial is not revoked, judged at every
+// call, and ends an owner's streams when a new trust refuses it. owner.go
+// says how; a server without it admits every owner certificate of the CA.
+//
 // Handlers of the UNAUTHENTICATED classes must authenticate the caller
 // themselves: RegisterNode checks the ticket in its request and takes the
 // node key from the self-signed certificate; CommitNode and JoinNode find
@@ -65,7 +74,8 @@
 // a connection made with its own node certificate. The leader must judge
 // the original caller, not the forwarding node, so the forwarder names the
 // caller in the ForwardedPeerHeader metadata (WithForwardedPeer): its kind
-// and key. A Server honours the header only when TrustForwarders gave it a
+// and key, and the serial and expiry of its certificate
+// (ForwardedCertificateHeader). A Server honours the header only when TrustForwarders gave it a
 // ForwarderTrust and that trust accepts the connection's node; the
 // method's class is then applied to the named caller, and PeerFromContext
 // returns it. From anyone else (the owner, a self-signed or untrusted

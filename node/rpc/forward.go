@@ -4,9 +4,13 @@ import (
 	"context"
 	"crypto/ed25519"
 	"encoding/base64"
+	"encoding/hex"
 	"fmt"
+	"math/big"
 	"net/netip"
+	"strconv"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -26,6 +30,16 @@ const ForwardedPeerHeader = "cairn-forwarded-peer"
 // limits per source (RegisterNode's) count the caller, not the forwarder.
 // A Server reads it only together with a ForwardedPeerHeader it honours.
 const ForwardedAddressHeader = "cairn-forwarded-address"
+
+// ForwardedCertificateHeader is the gRPC metadata key with which a node
+// that forwards a call names the certificate the caller presented: its
+// serial number in lowercase hex (FormatSerial) and its expiry in Unix
+// seconds, "<serial> <not after>". The server it forwards to then sees the
+// same identity.Peer, so that it judges revocations (JudgeOwners) and its
+// handlers see the caller's certificate. A Server reads it only together
+// with a ForwardedPeerHeader it honours; a call without it is judged by
+// the caller's key alone.
+const ForwardedCertificateHeader = "cairn-forwarded-certificate"
 
 // ForwarderTrust decides whether the node forwarder may forward calls on
 // behalf of other callers: nil when it may. The server calls it on every
@@ -58,6 +72,9 @@ var forwardedKinds = map[identity.PeerKind]string{
 // The server accepts it only from a node it trusts to forward.
 func WithForwardedPeer(ctx context.Context, p identity.Peer) context.Context {
 	kv := []string{ForwardedPeerHeader, encodeForwardedPeer(p)}
+	if p.Serial != nil && p.Serial.Sign() > 0 {
+		kv = append(kv, ForwardedCertificateHeader, encodeForwardedCertificate(p))
+	}
 	if addr, ok := CallerAddress(ctx); ok {
 		kv = append(kv, ForwardedAddressHeader, addr.String())
 	}
@@ -104,6 +121,59 @@ func forwardedAddress(ctx context.Context, method string) (context.Context, erro
 	}
 	return context.WithValue(ctx, addressKey{}, addr.Unmap()), nil
 }
+
+// forwardedCertificate returns p, the caller a trusted forwarder named for
+// a call of method, with the serial number and expiry of the certificate
+// the forwarder names, if it names one.
+func forwardedCertificate(ctx context.Context, method string, p identity.Peer) (identity.Peer, error) {
+	vals := metadata.ValueFromIncomingContext(ctx, ForwardedCertificateHeader)
+	if len(vals) == 0 {
+		return p, nil
+	}
+	if len(vals) != 1 {
+		return identity.Peer{}, status.Errorf(codes.InvalidArgument, "%s: %d forwarded certificates, want one", method, len(vals))
+	}
+	if p.Kind != identity.PeerNode && p.Kind != identity.PeerOwner {
+		return identity.Peer{}, status.Errorf(codes.InvalidArgument, "%s: a forwarded certificate for a %s caller, which has none of the cluster", method, p.Kind)
+	}
+	serial, notAfter, err := decodeForwardedCertificate(vals[0])
+	if err != nil {
+		return identity.Peer{}, status.Errorf(codes.InvalidArgument, "%s: bad forwarded certificate: %v", method, err)
+	}
+	p.Serial, p.NotAfter = serial, notAfter
+	return p, nil
+}
+
+// encodeForwardedCertificate spells the serial and expiry of p's
+// certificate as "<hex serial> <Unix seconds>".
+func encodeForwardedCertificate(p identity.Peer) string {
+	return FormatSerial(p.Serial.Bytes()) + " " + strconv.FormatInt(p.NotAfter.Unix(), 10)
+}
+
+// decodeForwardedCertificate reads what encodeForwardedCertificate wrote,
+// in its one spelling.
+func decodeForwardedCertificate(v string) (*big.Int, time.Time, error) {
+	serialHex, notAfter, ok := strings.Cut(v, " ")
+	if !ok {
+		return nil, time.Time{}, fmt.Errorf("%q is not \"<serial> <not after>\"", v)
+	}
+	raw, err := hex.DecodeString(serialHex)
+	if err != nil || len(raw) == 0 || raw[0] == 0 || FormatSerial(raw) != serialHex {
+		return nil, time.Time{}, fmt.Errorf("serial %q is not lowercase hex without leading zero bytes", serialHex)
+	}
+	if len(raw) > maxSerialSize {
+		return nil, time.Time{}, fmt.Errorf("serial is %d bytes, more than %d", len(raw), maxSerialSize)
+	}
+	sec, err := strconv.ParseInt(notAfter, 10, 64)
+	if err != nil || strconv.FormatInt(sec, 10) != notAfter {
+		return nil, time.Time{}, fmt.Errorf("expiry %q is not Unix seconds", notAfter)
+	}
+	return new(big.Int).SetBytes(raw), time.Unix(sec, 0).UTC(), nil
+}
+
+// maxSerialSize is the longest certificate serial number RFC 5280 allows,
+// in bytes.
+const maxSerialSize = 20
 
 // encodeForwardedPeer spells p as "<kind>" or "<kind> <base64 key>".
 func encodeForwardedPeer(p identity.Peer) string {

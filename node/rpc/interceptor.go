@@ -54,7 +54,8 @@ func (s *Server) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.Str
 	if err != nil {
 		return err
 	}
-	err = handler(srv, &authorizedStream{ServerStream: ss, ctx: ctx})
+	ctx, end := s.followOwner(ctx, s.table[info.FullMethod])
+	err = end(handler(srv, &authorizedStream{ServerStream: ss, ctx: ctx}))
 	return expired(ctx, info.FullMethod, err)
 }
 
@@ -89,9 +90,17 @@ func (s *Server) authorize(ctx context.Context, method string) (context.Context,
 		if ctx, err = forwardedAddress(ctx, method); err != nil {
 			return nil, err
 		}
+		if p, err = forwardedCertificate(ctx, method, p); err != nil {
+			return nil, err
+		}
 	}
 	if err := admit(m, p); err != nil {
 		return nil, err
+	}
+	if s.judgesOwner(m, p) {
+		if err := s.judgeOwner(ctx, m, p); err != nil {
+			return nil, err
+		}
 	}
 	return context.WithValue(ctx, peerKey{}, p), nil
 }

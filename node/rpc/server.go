@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/credentials"
 
 	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/proto/api"
 )
 
@@ -26,6 +27,10 @@ type Server struct {
 	// trust decides which nodes may forward calls for others; nil refuses
 	// every forwarded call. Set before Serve, only read after.
 	trust ForwarderTrust
+	// owners is the cluster's owner trust, by which owner callers are
+	// judged (owner.go); nil admits every owner certificate. Set before
+	// Serve, only read after.
+	owners event.Watchable[*api.OwnerTrust]
 }
 
 // NewServer returns a server for node, with the limits of limits.go on

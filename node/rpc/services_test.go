@@ -82,7 +82,39 @@ func (testManagement) DeleteNode(ctx context.Context, _ *api.DeleteNodeRequest) 
 	return &api.DeleteNodeResponse{}, unaryPeer(ctx)
 }
 
+func (testManagement) Backup(_ *api.BackupRequest, srv grpc.ServerStreamingServer[api.BackupResponse]) error {
+	if err := streamPeer(srv); err != nil {
+		return err
+	}
+	return srv.Send(&api.BackupResponse{})
+}
+
+func (testManagement) RotateOwnerKey(srv grpc.ClientStreamingServer[api.RotateOwnerKeyRequest, api.RotateOwnerKeyResponse]) error {
+	if err := streamPeer(srv); err != nil {
+		return err
+	}
+	if _, err := srv.Recv(); err != nil {
+		return err
+	}
+	return srv.SendAndClose(&api.RotateOwnerKeyResponse{})
+}
+
+func (testManagement) RevokeOwnerCertificate(ctx context.Context, _ *api.RevokeOwnerCertificateRequest) (*api.RevokeOwnerCertificateResponse, error) {
+	return &api.RevokeOwnerCertificateResponse{}, unaryPeer(ctx)
+}
+
+func (testManagement) GetOwnerTrust(ctx context.Context, _ *api.GetOwnerTrustRequest) (*api.GetOwnerTrustResponse, error) {
+	return &api.GetOwnerTrustResponse{}, unaryPeer(ctx)
+}
+
 type testCurator struct{ api.UnimplementedCuratorServer }
+
+func (testCurator) WatchOwnerTrust(_ *api.WatchOwnerTrustRequest, srv grpc.ServerStreamingServer[api.WatchOwnerTrustResponse]) error {
+	if err := streamPeer(srv); err != nil {
+		return err
+	}
+	return srv.Send(&api.WatchOwnerTrustResponse{})
+}
 
 func (testCurator) Watch(_ *api.WatchRequest, srv grpc.ServerStreamingServer[api.WatchEvent]) error {
 	if err := streamPeer(srv); err != nil {
@@ -143,6 +175,16 @@ func (testNodeManagement) Reboot(ctx context.Context, _ *api.RebootRequest) (*ap
 
 func (testNodeManagement) Poweroff(ctx context.Context, _ *api.PoweroffRequest) (*api.PoweroffResponse, error) {
 	return &api.PoweroffResponse{}, unaryPeer(ctx)
+}
+
+func (testNodeManagement) Recover(srv grpc.ClientStreamingServer[api.RecoverRequest, api.RecoverResponse]) error {
+	if err := streamPeer(srv); err != nil {
+		return err
+	}
+	if _, err := srv.Recv(); err != nil {
+		return err
+	}
+	return srv.SendAndClose(&api.RecoverResponse{})
 }
 
 // registerTestServices registers every Cairn service on s.

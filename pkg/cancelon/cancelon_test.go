@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"cairn.dev/cairn/pkg/event/memory"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -71,5 +73,41 @@ func TestStop(t *testing.T) {
 	stop()
 	if !errors.Is(context.Cause(ctx), context.Canceled) {
 		t.Errorf("cause after stop = %v, want context.Canceled", context.Cause(ctx))
+	}
+}
+
+// TestValue: Value judges the current value of a Watchable, then every new
+// one, and ends the context at the first it refuses.
+func TestValue(t *testing.T) {
+	var v memory.Value[int]
+	v.Set(2)
+	errOdd := errors.New("odd")
+	judged := make(chan int, 10)
+	ctx, stop := Value(context.Background(), &v, func(x int) error {
+		judged <- x
+		if x%2 == 1 {
+			return errOdd
+		}
+		return nil
+	})
+	defer stop()
+	if x := <-judged; x != 2 {
+		t.Fatalf("first value judged = %d, want the current one, 2", x)
+	}
+	v.Set(4)
+	if x := <-judged; x != 4 {
+		t.Fatalf("value judged after Set(4) = %d, want 4", x)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("context ended after accepted values: %v", context.Cause(ctx))
+	}
+	v.Set(5)
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("context not cancelled after a refused value")
+	}
+	if !errors.Is(context.Cause(ctx), errOdd) {
+		t.Errorf("cause = %v, want %v", context.Cause(ctx), errOdd)
 	}
 }

@@ -58,6 +58,7 @@ type ControlPlane struct {
 
 type options struct {
 	ownerKey ed25519.PrivateKey
+	curator  []curator.Option
 }
 
 // Option changes how StartControlPlane bootstraps the cluster.
@@ -67,6 +68,12 @@ type Option func(*options)
 // when a test has cairnctl generate the owner key.
 func WithOwnerKey(key ed25519.PrivateKey) Option {
 	return func(o *options) { o.ownerKey = key }
+}
+
+// WithCuratorOptions starts the curator with opts, as when a test shortens
+// the lifetime of owner certificates to see them renewed.
+func WithCuratorOptions(opts ...curator.Option) Option {
+	return func(o *options) { o.curator = append(o.curator, opts...) }
 }
 
 // StartControlPlane starts an etcd member, bootstraps a cluster on it
@@ -134,7 +141,7 @@ func StartControlPlane(t testing.TB, opts ...Option) *ControlPlane {
 		t.Fatal(err)
 	}
 
-	svc := curator.New(curator.Config{Node: cp.Node, Consensus: st, Advertise: advertise, Listener: lis})
+	svc := curator.New(curator.Config{Node: cp.Node, Consensus: st, Advertise: advertise, Listener: lis}, o.curator...)
 	stop := consensustest.RunTree(t, cp.Node.ID()[:12]+" curator ", svc.Run, logtree.New(), logtree.INFO)
 	t.Cleanup(stop)
 	return cp
