@@ -66,7 +66,7 @@ func runCore() int {
 		{"power", (&power{signals: sigs, request: stop.request, buttons: buttons}).run},
 	}
 	children = append(children, nodeChildren(fl, con.Printf, initLog, lt, stop.request)...)
-	s := supervisor.New(ctx, rootRunnable(children, fl.test.rootFailure()),
+	s := supervisor.New(fl.test.armTestPoint(ctx), rootRunnable(children, fl.test.rootFailure()),
 		supervisor.WithRootFatal(), supervisor.WithLogTree(lt))
 	con.Printf("supervisor started")
 

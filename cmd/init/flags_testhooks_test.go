@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"cairn.dev/cairn/node/testpoint"
 	"cairn.dev/cairn/pkg/cmdline"
 )
 
@@ -30,9 +31,10 @@ func TestParseRootFail(t *testing.T) {
 func TestParseTestFlags(t *testing.T) {
 	node, cluster := strings.Repeat("ab", 64), strings.Repeat("cd", 64)
 	f, notes := parseFlags(cmdline.Parse("cairn.test.storage-keys=" + node + ":" + cluster +
-		" cairn.test.echo=7900 cairn.test.marker=m1 cairn.test.dial=10.42.0.11:7900"))
+		" cairn.test.echo=7900 cairn.test.marker=m1 cairn.test.dial=10.42.0.11:7900 cairn.test.stop_at=mkfs-running"))
 	if len(notes) != 0 || !f.test.storageKeys || f.test.nodeKey[0] != 0xab || f.test.clusterKey[63] != 0xcd ||
-		f.test.echoPort != 7900 || f.test.marker != "m1" || f.test.dial != netip.MustParseAddrPort("10.42.0.11:7900") {
+		f.test.echoPort != 7900 || f.test.marker != "m1" || f.test.dial != netip.MustParseAddrPort("10.42.0.11:7900") ||
+		f.test.stopAt != testpoint.MkfsRunning {
 		t.Errorf("parseFlags(test flags) = %+v, %q", f, notes)
 	}
 	for _, bad := range []string{
@@ -42,9 +44,11 @@ func TestParseTestFlags(t *testing.T) {
 		"cairn.test.echo=0",
 		"cairn.test.echo=70000",
 		"cairn.test.dial=10.42.0.11",
+		"cairn.test.stop-at=nowhere",
+		"cairn.test.stop-at",
 	} {
 		f, notes := parseFlags(cmdline.Parse(bad))
-		if len(notes) != 1 || f.test.storageKeys || f.test.echoPort != 0 || f.test.dial.IsValid() {
+		if len(notes) != 1 || f.test.storageKeys || f.test.echoPort != 0 || f.test.dial.IsValid() || f.test.stopAt != "" {
 			t.Errorf("parseFlags(%q) = %+v, %q, want the flag ignored with one note", bad, f, notes)
 		}
 		if strings.Contains(strings.Join(notes, ""), node) {

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"strings"
 
 	"cairn.dev/cairn/node/localstorage"
+	"cairn.dev/cairn/node/testpoint"
 	"cairn.dev/cairn/pkg/cmdline"
 	"cairn.dev/cairn/pkg/event"
 )
@@ -45,6 +47,11 @@ const (
 	// once the node has an address, and reports whether the echo came
 	// back: "cairn.test.dial=<ip>:<port>".
 	flagTestDial = testFlagPrefix + "dial"
+	// flagTestStopAt stops the node at a step of its first boot, so that
+	// a test can cut its power there: "cairn.test.stop-at=<step>", one of
+	// node/testpoint's Steps. The node states the marker
+	// test-point-reached and goes no further.
+	flagTestStopAt = testFlagPrefix + "stop-at"
 )
 
 // testFlags are the test-only flags of the kernel command line.
@@ -61,6 +68,8 @@ type testFlags struct {
 	marker string
 	// dial is the echo server to dial; invalid for none.
 	dial netip.AddrPort
+	// stopAt is the step to stop at; "" for none.
+	stopAt testpoint.Step
 }
 
 // parseTestFlags reads the test-only flags from c; a flag it cannot use
@@ -91,6 +100,14 @@ func parseTestFlags(c cmdline.Cmdline) (f testFlags, notes []string) {
 			notes = append(notes, fmt.Sprintf("ignoring %s=%s: %v", flagTestDial, p.Value, err))
 		} else {
 			f.dial = ap
+		}
+	}
+	if p, ok := c.Lookup(flagTestStopAt); ok {
+		step, err := testpoint.Parse(p.Value)
+		if err != nil {
+			notes = append(notes, fmt.Sprintf("ignoring %s: %v", flagTestStopAt, err))
+		} else {
+			f.stopAt = step
 		}
 	}
 	return f, notes
@@ -127,6 +144,15 @@ func (f testFlags) rootFailure() error {
 		return errTestRootFail
 	}
 	return nil
+}
+
+// armTestPoint returns the context for the supervision tree: ctx, armed
+// to stop at the step of cairn.test.stop-at when it is given.
+func (f testFlags) armTestPoint(ctx context.Context) context.Context {
+	if f.stopAt == "" {
+		return ctx
+	}
+	return testpoint.WithStopAt(ctx, f.stopAt)
 }
 
 // children are the test services the flags ask for.

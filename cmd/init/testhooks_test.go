@@ -23,7 +23,7 @@ func TestProductionHasNoTestHooks(t *testing.T) {
 	if err != nil {
 		t.Skipf("no go tool to build /init with: %v", err)
 	}
-	hooks := []string{"root-fail", "storage-keys", "test-data-partition-set-up", "test-echo", "test-dial"}
+	hooks := []string{"root-fail", "storage-keys", "test-data-partition-set-up", "test-echo", "test-dial", "stop-at", "test-point-reached"}
 	dir := t.TempDir()
 	for _, tc := range []struct {
 		name  string

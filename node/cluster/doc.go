@@ -29,10 +29,10 @@
 //	            cluster directory; enrolment then stores identity.pem and
 //	            seals the configuration
 //
-//	register    keys ─▶ RegisterNode(ticket) ─▶ CommitNode until approved
-//	            ─▶ MountNew ─▶ Membership{Credentials} ─▶ identity.pem;
-//	            once the role server stored the directory: sealed
-//	            configuration
+//	register    keys, kept on the ESP ─▶ RegisterNode(ticket) ─▶ CommitNode
+//	            until approved ─▶ MountNew ─▶ Membership{Credentials}
+//	            ─▶ identity.pem; once the role server stored the
+//	            directory: sealed configuration, then the kept keys go
 //
 //	join        unseal ─▶ JoinNode(join key) on each curator of the ESP's
 //	            cluster directory ─▶ MountExisting(cluster unlock key)
@@ -49,13 +49,37 @@
 //	                   └─ Credentials, ─────────┘
 //	                      StoredDirectory
 //
-// Each file has one writer: enrolment writes identity.pem and the sealed
-// configuration, the role server the cluster directory.
+// Each file has one writer: enrolment writes identity.pem, the sealed
+// configuration and the registration keys, the role server the cluster
+// directory.
 //
 // In every way the sealed configuration is written last, after the
 // identity is on the data partition and the cluster directory on the ESP:
 // until it exists, a reboot starts the first enrolment over, and once it
 // exists, every boot is a join.
+//
+// # Power cuts during the first enrolment
+//
+// Starting over must not leave the cluster with two records of one
+// machine, nor format a data partition that holds a cluster:
+//
+//   - A bootstrapping node starts over with new keys and a new data
+//     partition: nobody else knows its keys yet.
+//   - A registering node starts over with the keys it wrote onto the ESP
+//     before its first RegisterNode (cairn/registration_keys.pb, sealed
+//     by the TPM when there is one; keys.go says why and what happens
+//     when they cannot be used). The curator answers RegisterNode and
+//     CommitNode of a node it knows with these keys as it did before, so
+//     the machine keeps its node ID and its one record, NEW or UP; and
+//     its data key is the same, so MountNew keeps a data partition that
+//     the cut boot finished.
+//   - Once the sealed configuration exists, every boot joins and opens the
+//     partition with MountExisting, which never formats. Removing the kept
+//     keys and the parameters comes after sealing, and a join redoes it.
+//
+// node/testpoint names the steps at which the end-to-end suite
+// TestPowerCut stops a test image and cuts its power: registered,
+// committed and sealed here; the storage steps in node/localstorage.
 //
 // # Secrets
 //

@@ -79,8 +79,9 @@ type fakeStorage struct {
 	mu      sync.Mutex
 	mounted bool
 	calls   []string
-	// failNext, when set, fails the next MountNew or MountNewInsecure.
-	failNext error
+	// failNext, when set, fails the next MountNew or MountNewInsecure;
+	// failNew fails every one while it is set.
+	failNext, failNew error
 }
 
 func newFakeStorage(t testing.TB) *fakeStorage {
@@ -127,6 +128,9 @@ func (f *fakeStorage) format(header []byte) error {
 	f.mu.Lock()
 	err := f.failNext
 	f.failNext = nil
+	if f.failNew != nil {
+		err = f.failNew
+	}
 	f.mu.Unlock()
 	if err != nil {
 		return err

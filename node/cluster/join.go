@@ -47,7 +47,10 @@ func (s *Service) join(ctx context.Context) (*roleserve.Membership, error) {
 		return nil, fmt.Errorf("when unsealing the configuration: %w", err)
 	}
 	// A power cut may have come between sealing and removing the
-	// parameters of the first enrolment.
+	// registration keys and the parameters of the first enrolment.
+	if err := s.removeRegistrationKeys(log); err != nil {
+		return nil, err
+	}
 	if err := s.removeParameters(log); err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ import (
 	"cairn.dev/cairn/node/marker"
 	"cairn.dev/cairn/node/parameters"
 	"cairn.dev/cairn/node/roleserve"
+	"cairn.dev/cairn/node/testpoint"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/supervisor"
 	api "cairn.dev/cairn/proto/api"
@@ -24,18 +25,22 @@ import (
 
 // register adds this node to an existing cluster:
 //
+//	keys, kept on the ESP (registrationKeys)
 //	RegisterNode(ticket, join key)  ──▶ NEW, cluster configuration
 //	CommitNode, until approved      ──▶ UP: certificate, cluster unlock key
 //	MountNew ──▶ Membership; then (Run) identity.pem, sealed configuration
 //
 // Until the sealed configuration is written, a reboot registers again
-// from the parameters, as a new node.
+// from the parameters, with the keys kept on the ESP: as the same node,
+// which the curator takes as a retry (RegisterNode and CommitNode of a
+// node it knows with these keys answer as they did), and with the same
+// node unlock key, so that MountNew keeps a data partition it finished.
 func (s *Service) register(ctx context.Context, p *api.NodeParameters_ClusterRegister) (*roleserve.Membership, error) {
 	log := supervisor.Logger(ctx)
 	if _, err := s.waitAddress(ctx); err != nil {
 		return nil, err
 	}
-	keys, err := s.newKeys(false)
+	keys, err := s.registrationKeys(log)
 	if err != nil {
 		return nil, err
 	}
@@ -51,6 +56,9 @@ func (s *Service) register(ctx context.Context, p *api.NodeParameters_ClusterReg
 		if err != nil {
 			return nil, err
 		}
+		if err := testpoint.Reach(ctx, testpoint.Registered); err != nil {
+			return nil, err
+		}
 		conf = parameters.ResolveConfiguration(conf)
 		plan, err := planSealing(conf.GetTpmMode(), s.openTPM)
 		if err != nil {
@@ -64,6 +72,9 @@ func (s *Service) register(ctx context.Context, p *api.NodeParameters_ClusterReg
 		// The curator commits a node once: a restarted enrolment goes on
 		// from here.
 		s.committed = &committed{conf: conf, res: commit}
+		if err := testpoint.Reach(ctx, testpoint.Committed); err != nil {
+			return nil, err
+		}
 	}
 	conf, commit := s.committed.conf, s.committed.res
 	plan, err := planSealing(conf.GetTpmMode(), s.openTPM)

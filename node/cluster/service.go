@@ -20,6 +20,7 @@ import (
 	"cairn.dev/cairn/node/parameters"
 	"cairn.dev/cairn/node/ports"
 	"cairn.dev/cairn/node/roleserve"
+	"cairn.dev/cairn/node/testpoint"
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/supervisor"
@@ -105,7 +106,8 @@ type Service struct {
 	// keys, mounted, committed, handedOver and unsealed survive restarts
 	// of Run within one boot, so that a restarted enrolment neither
 	// mounts nor commits nor hands over twice, nor changes its keys half
-	// way through.
+	// way through. A registering node's keys also survive the boot, on
+	// the ESP (registrationKeys).
 	keys       *nodeKeys
 	mounted    bool
 	committed  *committed
@@ -259,6 +261,12 @@ func (s *Service) seal(ctx context.Context, u *unsealedEnrolment) error {
 	if err := s.writeSealed(log, sc, u.plan); err != nil {
 		return err
 	}
+	if err := testpoint.Reach(ctx, testpoint.Sealed); err != nil {
+		return err
+	}
+	if err := s.removeRegistrationKeys(log); err != nil {
+		return err
+	}
 	marker.Log(log, u.done, "node", node.ID())
 	return s.removeParameters(log)
 }
@@ -283,11 +291,22 @@ func (s *Service) removeParameters(log logtree.LeveledLogger) error {
 	return nil
 }
 
-// newKeys makes the node's keys, once per boot.
+// newKeys makes the node's keys, once per boot: a bootstrapping node's.
+// A registering node takes registrationKeys, which outlive the boot.
 func (s *Service) newKeys(withClusterKey bool) (*nodeKeys, error) {
 	if s.keys != nil {
 		return s.keys, nil
 	}
+	k, err := generateKeys(withClusterKey)
+	if err != nil {
+		return nil, err
+	}
+	s.keys = k
+	return k, nil
+}
+
+// generateKeys makes new node keys, with a cluster unlock key when asked.
+func generateKeys(withClusterKey bool) (*nodeKeys, error) {
 	k := &nodeKeys{}
 	var err error
 	if k.node, err = identity.GenerateKey(); err != nil {
@@ -306,7 +325,6 @@ func (s *Service) newKeys(withClusterKey bool) (*nodeKeys, error) {
 			return nil, fmt.Errorf("when generating the cluster unlock key: %w", err)
 		}
 	}
-	s.keys = k
 	return k, nil
 }
 

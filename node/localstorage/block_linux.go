@@ -1,6 +1,7 @@
 package localstorage
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"cairn.dev/cairn/node/testpoint"
 	"cairn.dev/cairn/pkg/devicemapper"
 	"cairn.dev/cairn/pkg/gpt"
 	"cairn.dev/cairn/pkg/verity"
@@ -224,10 +226,23 @@ func (k *kernelBlock) closeCrypt(name string) error {
 // creates the quota inodes on first mount.
 var mkfsArgs = []string{"-q", "-f", "-K", "-m", "crc=1,finobt=1,reflink=1", "-L", "cairn-data"}
 
+// mkfs runs mkfs.xfs on device. Between starting it and waiting for it,
+// it passes the test point mkfs-running: a test image stopped there
+// leaves mkfs.xfs writing, so that the power cut that follows lands while
+// it runs (or just after it ended).
 func (k *kernelBlock) mkfs(ctx context.Context, device string) error {
 	cmd := exec.CommandContext(ctx, k.s.c.MkfsXFS, append(mkfsArgs[:len(mkfsArgs):len(mkfsArgs)], device)...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("%s: %w: %s", k.s.c.MkfsXFS, err, out)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("when starting %s: %w", k.s.c.MkfsXFS, err)
+	}
+	if err := testpoint.Reach(ctx, testpoint.MkfsRunning); err != nil {
+		cmd.Wait() // ctx has ended: CommandContext has killed it
+		return err
+	}
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("%s: %w: %s", k.s.c.MkfsXFS, err, out.Bytes())
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 
+	"cairn.dev/cairn/node/testpoint"
 	"cairn.dev/cairn/pkg/devicemapper"
 )
 
@@ -29,6 +30,11 @@ const (
 	headerLen     = 4096
 	// xfsMagic opens every XFS superblock.
 	xfsMagic = "XFSB"
+	// xfsInProgress is the offset of the superblock's sb_inprogress
+	// byte: mkfs.xfs sets it in the superblocks it writes while it
+	// works and clears it in the primary one as its last write, and the
+	// kernel refuses to mount a filesystem that still has it set.
+	xfsInProgress = 126
 	// xfsMountOptions turns on project quotas, which the CSI provisioner
 	// uses to size volumes.
 	xfsMountOptions = "prjquota"
@@ -86,7 +92,7 @@ type partitionState int
 const (
 	stateBlank     partitionState = iota // neither header nor filesystem
 	stateEncrypted                       // a valid Cairn header
-	stateInsecure                        // a bare XFS filesystem
+	stateInsecure                        // a bare XFS filesystem, mkfs finished
 )
 
 // readState reads the start of device; for encrypted partitions it also
@@ -102,7 +108,7 @@ func readState(device string) (partitionState, []byte, error) {
 		return 0, nil, fmt.Errorf("when reading the data partition header: %w", err)
 	}
 	switch {
-	case string(b[:4]) == xfsMagic:
+	case string(b[:4]) == xfsMagic && b[xfsInProgress] == 0:
 		return stateInsecure, nil, nil
 	case string(b[:8]) == headerMagic &&
 		binary.LittleEndian.Uint32(b[48:]) == crc32.ChecksumIEEE(b[:48]) &&
@@ -161,6 +167,9 @@ func (s *Storage) MountNew(ctx context.Context, nodeKey, clusterKey []byte) erro
 	if sectors <= payloadOffset {
 		return fmt.Errorf("data partition of %d sectors is too small", sectors)
 	}
+	if err := testpoint.Reach(ctx, testpoint.GPTWritten); err != nil {
+		return err
+	}
 	state, check, err := readState(dev)
 	if err != nil {
 		return err
@@ -183,9 +192,17 @@ func (s *Storage) MountNew(ctx context.Context, nodeKey, clusterKey []byte) erro
 	if err != nil {
 		return fmt.Errorf("when opening the data partition: %w", err)
 	}
+	if err := testpoint.Reach(ctx, testpoint.CryptOpened); err != nil {
+		s.block.closeCrypt(cryptName)
+		return err
+	}
 	if err := s.block.mkfs(ctx, mapped); err != nil {
 		s.block.closeCrypt(cryptName)
 		return fmt.Errorf("when making the data filesystem: %w", err)
+	}
+	if err := testpoint.Reach(ctx, testpoint.MkfsDone); err != nil {
+		s.block.closeCrypt(cryptName)
+		return err
 	}
 	if err := writeStart(dev, marshalHeader(securityEncrypted, key)); err != nil {
 		s.block.closeCrypt(cryptName)
@@ -237,11 +254,16 @@ func (s *Storage) MountExisting(nodeKey, clusterKey []byte) error {
 }
 
 // MountNewInsecure is MountNew for a cluster whose policy allows
-// unencrypted storage: a bare XFS filesystem on the partition.
+// unencrypted storage: a bare XFS filesystem on the partition. A finished
+// filesystem left by an earlier, unfinished enrolment is mounted as it is;
+// one whose mkfs was cut short is made again.
 func (s *Storage) MountNewInsecure(ctx context.Context) error {
 	dev, _, err := s.block.dataPartition(true)
 	if err != nil {
 		return fmt.Errorf("when creating the data partition: %w", err)
+	}
+	if err := testpoint.Reach(ctx, testpoint.GPTWritten); err != nil {
+		return err
 	}
 	state, _, err := readState(dev)
 	if err != nil {
@@ -253,6 +275,9 @@ func (s *Storage) MountNewInsecure(ctx context.Context) error {
 		}
 		if err := s.block.mkfs(ctx, dev); err != nil {
 			return fmt.Errorf("when making the data filesystem: %w", err)
+		}
+		if err := testpoint.Reach(ctx, testpoint.MkfsDone); err != nil {
+			return err
 		}
 	}
 	return s.mountData(dev)

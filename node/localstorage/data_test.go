@@ -22,6 +22,9 @@ type fileBlock struct {
 	mkfses  int
 	mounted []string
 	failFS  bool
+	// cutFS makes mkfs fail after writing a superblock that says mkfs
+	// is in progress, as a power cut during mkfs.xfs leaves it.
+	cutFS bool
 	// corrupt is set when openVerity found a slot that does not match;
 	// verityClosed counts closeVerity calls (system_test.go).
 	corrupt      bool
@@ -65,8 +68,18 @@ func (b *fileBlock) mkfs(_ context.Context, device string) error {
 		return err
 	}
 	defer f.Close()
-	_, err = f.WriteAt([]byte(xfsMagic), 0)
-	return err
+	sb := make([]byte, 512)
+	copy(sb, xfsMagic)
+	if b.cutFS {
+		sb[xfsInProgress] = 1
+	}
+	if _, err = f.WriteAt(sb, 0); err != nil {
+		return err
+	}
+	if b.cutFS {
+		return errors.New("power cut")
+	}
+	return nil
 }
 
 func (b *fileBlock) mount(source, target, fstype string, _ uintptr, data string) error {
@@ -216,8 +229,47 @@ func TestInsecure(t *testing.T) {
 	}
 }
 
+// TestInsecurePowerCutDuringMkfs cuts mkfs.xfs short on an insecure
+// partition, whose only mark of being set up is the XFS superblock: the
+// superblock of the unfinished filesystem is on the disk, but says mkfs is
+// in progress. It must count as never set up: MountExistingInsecure
+// refuses it without writing, and the next MountNewInsecure makes the
+// filesystem again instead of mounting the unfinished one.
+func TestInsecurePowerCutDuringMkfs(t *testing.T) {
+	s, b := newTestStorage(t)
+	ctx := context.Background()
+	b.cutFS = true
+	if err := s.MountNewInsecure(ctx); err == nil {
+		t.Fatalf("MountNewInsecure with mkfs cut short succeeded")
+	}
+	before := partHash(t, b)
+	err := s.MountExistingInsecure()
+	if err == nil || !strings.Contains(err.Error(), "never set up") {
+		t.Errorf("MountExistingInsecure(unfinished mkfs) = %v, want a never-set-up error", err)
+	}
+	if partHash(t, b) != before || len(b.mounted) != 0 {
+		t.Errorf("MountExistingInsecure touched an unfinished partition (mounts %q)", b.mounted)
+	}
+	b.cutFS = false
+	if err := s.MountNewInsecure(ctx); err != nil {
+		t.Fatalf("MountNewInsecure after the cut: %v", err)
+	}
+	if b.mkfses != 2 || len(b.mounted) != 1 {
+		t.Errorf("after the cut MountNewInsecure ran mkfs %d times in all and mounted %q, want 2 and one mount", b.mkfses, b.mounted)
+	}
+	// Finished, it is kept by a MountNewInsecure that comes again (a cut
+	// after mkfs and before enrolment sealed) and opened by
+	// MountExistingInsecure.
+	if err := s.MountNewInsecure(ctx); err != nil || b.mkfses != 2 {
+		t.Errorf("MountNewInsecure again = %v with %d mkfs, want nil and 2", err, b.mkfses)
+	}
+	if err := s.MountExistingInsecure(); err != nil {
+		t.Errorf("MountExistingInsecure after completion: %v", err)
+	}
+}
+
 // TestRealMkfs runs the mkfs.xfs the node image carries, with the node's
-// flags, on a file, and wants the superblock check to see it.
+// flags, on a file, and wants the superblock check to see it, finished.
 func TestRealMkfs(t *testing.T) {
 	bin, err := exec.LookPath("mkfs.xfs")
 	if err != nil {
@@ -235,5 +287,8 @@ func TestRealMkfs(t *testing.T) {
 	}
 	if ok, err := hasXFS(dev); !ok || err != nil {
 		t.Errorf("hasXFS(fresh XFS) = %v, %v, want true", ok, err)
+	}
+	if st, _, err := readState(dev); st != stateInsecure || err != nil {
+		t.Errorf("readState(fresh XFS) = %v, %v, want stateInsecure: the in-progress flag is not where it is looked for", st, err)
 	}
 }

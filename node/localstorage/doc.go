@@ -44,5 +44,22 @@
 // with a header is complete. A cut before that leaves no header, and the
 // next MountNew starts over; MountExisting is never reached before
 // enrolment has stored its sealed configuration, which it does only after
-// MountNew returned.
+// MountNew returned. A MountNew after a cut that came once the header was
+// written finds it, with the same keys when enrolment kept them (a
+// registering node does, node/cluster), and mounts the filesystem as it
+// is. An insecure partition has no header: its XFS superblock is the mark,
+// and one whose sb_inprogress flag is still set (mkfs.xfs clears it with
+// its last write) counts as blank, so a cut during mkfs.xfs is redone
+// rather than mounted, and MountExistingInsecure refuses it.
+//
+//	MountNew                                test point (node/testpoint)
+//	  GPT entry written, known to the kernel  ◀ gpt-written
+//	  header zeroed, dm-crypt target set up   ◀ crypt-opened
+//	  mkfs.xfs started                        ◀ mkfs-running (left running)
+//	  mkfs.xfs finished                       ◀ mkfs-done
+//	  header written: the partition is complete
+//	  mounted at Root.Data
+//
+// The end-to-end suite TestPowerCut (test/e2e) stops a test image at each
+// of these points and cuts its power.
 package localstorage

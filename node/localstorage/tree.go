@@ -43,6 +43,12 @@ type ESPCairnDirectory struct {
 	// when it tried to join: while it exists the node never starts cold
 	// (node/cluster's join).
 	Refusal declarative.File `file:"refusal.txt"`
+	// RegistrationKeys are the keys of a node that registers
+	// (cairn.private.RegistrationKeys), sealed when a TPM exists, kept
+	// from before RegisterNode until the sealed configuration replaces
+	// them, so that a node whose power is cut in between registers again
+	// as itself.
+	RegistrationKeys declarative.File `file:"registration_keys.pb"`
 }
 
 // DataDirectory is the root of the data partition.
@@ -70,6 +76,10 @@ type NodeDirectory struct {
 	// private key, node certificate, CA certificate), written when the
 	// node enrols.
 	Identity declarative.File `file:"identity.pem"`
+	// OwnerTrust is the role server's copy of the owner trust a curator
+	// last sent (cairn.api.OwnerTrust), by which node management judges
+	// the owner before any curator answers.
+	OwnerTrust declarative.File `file:"owner_trust.pb"`
 }
 
 // EphemeralDirectory is the root of the tmpfs.

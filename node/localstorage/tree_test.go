@@ -25,6 +25,7 @@ func TestTreePaths(t *testing.T) {
 		{"node directory", st.Root.Data.Node.FullPath(), "data/node"},
 		{"roles", st.Root.Data.Node.Roles.FullPath(), "data/node/roles.pb"},
 		{"identity", st.Root.Data.Node.Identity.FullPath(), "data/node/identity.pem"},
+		{"owner trust", st.Root.Data.Node.OwnerTrust.FullPath(), "data/node/owner_trust.pb"},
 		{"etcd", st.Root.Data.Etcd.FullPath(), "data/etcd"},
 	} {
 		if want := filepath.Join(root, c.want); c.got != want {

@@ -48,6 +48,9 @@ const (
 	// EtcdStarting: the node's etcd starts a new cluster from an empty
 	// data directory (the first node's bootstrap).
 	EtcdStarting Name = "etcd-starting"
+	// EtcdRestoring: the node's etcd restores a backup handed to it
+	// (NodeManagement.Recover) as a new cluster of this one member.
+	EtcdRestoring Name = "etcd-restoring"
 	// EtcdRunning: the node's etcd member serves; learner=true|false.
 	EtcdRunning Name = "etcd-running"
 	// ConsensusRunning: the node's etcd member runs; voting=true|false.
@@ -61,6 +64,11 @@ const (
 	CuratorLeading Name = "curator-leading"
 	// Roles: the roles the node runs now; roles=comma-separated names.
 	Roles Name = "roles"
+	// TestPointReached: a test image stopped at the step its kernel
+	// command line named (node/testpoint), and stays there until the
+	// test kills the machine; name=step. Never stated by a production
+	// build.
+	TestPointReached Name = "test-point-reached"
 )
 
 // lead starts every marker message.

@@ -192,6 +192,80 @@ func (x *SealedConfiguration) GetNodeId() string {
 	return ""
 }
 
+// RegistrationKeys are the keys of a node that registers with a cluster,
+// kept from before its first RegisterNode until the sealed configuration
+// replaces them. node/cluster writes them into the ESP file
+// cairn/registration_keys.pb, in the envelope of the sealed configuration,
+// sealed by the machine's TPM when it has one. A power cut after
+// RegisterNode and before the sealed configuration is written leaves them
+// for the next boot, which registers and commits again with the same keys,
+// as the same node, instead of as a second one the cluster would list
+// beside the first. Everything here is secret.
+type RegistrationKeys struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The ed25519 private key seed (32 bytes) of the node's identity key,
+	// from which its node ID derives.
+	NodeKey []byte `protobuf:"bytes,1,opt,name=node_key,json=nodeKey,proto3" json:"node_key,omitempty"`
+	// The ed25519 private key seed (32 bytes) of the node's join key.
+	JoinKey []byte `protobuf:"bytes,2,opt,name=join_key,json=joinKey,proto3" json:"join_key,omitempty"`
+	// This node's half of the data partition key, as in SealedConfiguration;
+	// kept even if the cluster turns out to allow insecure storage.
+	NodeUnlockKey []byte `protobuf:"bytes,3,opt,name=node_unlock_key,json=nodeUnlockKey,proto3" json:"node_unlock_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegistrationKeys) Reset() {
+	*x = RegistrationKeys{}
+	mi := &file_proto_private_sealed_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegistrationKeys) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegistrationKeys) ProtoMessage() {}
+
+func (x *RegistrationKeys) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_private_sealed_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegistrationKeys.ProtoReflect.Descriptor instead.
+func (*RegistrationKeys) Descriptor() ([]byte, []int) {
+	return file_proto_private_sealed_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RegistrationKeys) GetNodeKey() []byte {
+	if x != nil {
+		return x.NodeKey
+	}
+	return nil
+}
+
+func (x *RegistrationKeys) GetJoinKey() []byte {
+	if x != nil {
+		return x.JoinKey
+	}
+	return nil
+}
+
+func (x *RegistrationKeys) GetNodeUnlockKey() []byte {
+	if x != nil {
+		return x.NodeUnlockKey
+	}
+	return nil
+}
+
 var File_proto_private_sealed_proto protoreflect.FileDescriptor
 
 const file_proto_private_sealed_proto_rawDesc = "" +
@@ -203,7 +277,11 @@ const file_proto_private_sealed_proto_rawDesc = "" +
 	"\x16cluster_ca_certificate\x18\x03 \x01(\fR\x14clusterCaCertificate\x12I\n" +
 	"\x10storage_security\x18\x04 \x01(\x0e2\x1e.cairn.private.StorageSecurityR\x0fstorageSecurity\x12,\n" +
 	"\x12cluster_unlock_key\x18\x05 \x01(\fR\x10clusterUnlockKey\x12\x17\n" +
-	"\anode_id\x18\x06 \x01(\tR\x06nodeId*r\n" +
+	"\anode_id\x18\x06 \x01(\tR\x06nodeId\"p\n" +
+	"\x10RegistrationKeys\x12\x19\n" +
+	"\bnode_key\x18\x01 \x01(\fR\anodeKey\x12\x19\n" +
+	"\bjoin_key\x18\x02 \x01(\fR\ajoinKey\x12&\n" +
+	"\x0fnode_unlock_key\x18\x03 \x01(\fR\rnodeUnlockKey*r\n" +
 	"\x0fStorageSecurity\x12 \n" +
 	"\x1cSTORAGE_SECURITY_UNSPECIFIED\x10\x00\x12\x1e\n" +
 	"\x1aSTORAGE_SECURITY_ENCRYPTED\x10\x01\x12\x1d\n" +
@@ -222,10 +300,11 @@ func file_proto_private_sealed_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_private_sealed_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_proto_private_sealed_proto_msgTypes = make([]protoimpl.MessageInfo, 1)
+var file_proto_private_sealed_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
 var file_proto_private_sealed_proto_goTypes = []any{
 	(StorageSecurity)(0),        // 0: cairn.private.StorageSecurity
 	(*SealedConfiguration)(nil), // 1: cairn.private.SealedConfiguration
+	(*RegistrationKeys)(nil),    // 2: cairn.private.RegistrationKeys
 }
 var file_proto_private_sealed_proto_depIdxs = []int32{
 	0, // 0: cairn.private.SealedConfiguration.storage_security:type_name -> cairn.private.StorageSecurity
@@ -247,7 +326,7 @@ func file_proto_private_sealed_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_private_sealed_proto_rawDesc), len(file_proto_private_sealed_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   1,
+			NumMessages:   2,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

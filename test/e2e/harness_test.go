@@ -21,6 +21,7 @@ var (
 	imageDirFlag = flag.String("image-dir", "", "directory with cairn.img, vmlinuz, initramfs.img, initramfs-test.img and cmdline (default $CAIRN_IMAGE_DIR or out/ at the repository root)")
 	memoryFlag   = flag.Int("memory", 2048, "memory of each node in MiB")
 	cairnctlFlag = flag.String("cairnctl", "", "the cairnctl binary the suites run as the operator (default <image dir>/cairnctl)")
+	longFlag     = flag.Bool("long", false, "run the full matrix of the suites that have one (make test-long), not only their representative cases")
 )
 
 // repoRoot returns the directory above the working directory (the test's

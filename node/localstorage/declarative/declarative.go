@@ -96,7 +96,17 @@ func (f *File) Write(data []byte) error {
 }
 
 // writeAtomic writes a temporary file beside path (os.CreateTemp makes it
-// 0600), syncs it, renames it over path and syncs the directory.
+// 0600), syncs it, renames it over path, syncs it again and syncs the
+// directory.
+//
+// The second sync is for the ESP's vfat, which keeps a file's size and
+// first cluster in its directory entry: a rename writes a new entry with
+// neither, and fills them in only when the file's inode is next written
+// back. Syncing the directory alone makes that empty entry durable, and a
+// power cut before the writeback, some 30 seconds later, leaves a file of
+// 0 bytes in place of both the old content and the new. Syncing the
+// renamed file writes its entry whole. (TestPowerCut, test/e2e, found it:
+// registration keys written a few seconds before a cut came back empty.)
 func writeAtomic(path string, data []byte) error {
 	dir, name := filepath.Split(path)
 	tmp, err := os.CreateTemp(dir, "."+name+".tmp-*")
@@ -104,18 +114,21 @@ func writeAtomic(path string, data []byte) error {
 		return err
 	}
 	defer os.Remove(tmp.Name()) // fails harmlessly after the rename
+	defer tmp.Close()           // a second Close fails harmlessly
 	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
 		return err
 	}
 	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	// The descriptor follows the file to its new name.
+	if err := tmp.Sync(); err != nil {
+		return err
+	}
+	if err := tmp.Close(); err != nil {
 		return err
 	}
 	d, err := os.Open(dir)

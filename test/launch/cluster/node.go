@@ -102,8 +102,10 @@ func (n *Node) Running() bool {
 // first boot) with params as its node parameters through fw_cfg. Nil
 // params keep those of the last boot: a real machine keeps its
 // parameters on its ESP, and a node with a sealed configuration ignores
-// them. The node must not be running.
-func (n *Node) Boot(ctx context.Context, params []byte) (*launch.Node, error) {
+// them. extra are added to this boot's launch after every other option,
+// such as a direct boot of a test initramfs with flags of its own. The
+// node must not be running.
+func (n *Node) Boot(ctx context.Context, params []byte, extra ...launch.Option) (*launch.Node, error) {
 	c := n.cluster
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -139,6 +141,7 @@ func (n *Node) Boot(ctx context.Context, params []byte) (*launch.Node, error) {
 		opts = append(opts, launch.WithConsoleCopy(&prefixWriter{w: c.cfg.Console, prefix: n.name + "| "}))
 	}
 	opts = append(opts, c.cfg.LaunchOptions...)
+	opts = append(opts, extra...)
 	cfg := launch.Config{Name: n.name, Image: n.disk, MemoryMiB: c.cfg.MemoryMiB, CPUs: c.cfg.CPUs}
 	var vm *launch.Node
 	// qemu must start inside the namespace, where the taps are.
