@@ -6,7 +6,7 @@ OUT ?= out
 # Tools fetched through the Go module proxy, pinned here and nowhere else.
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all deps build test unit e2e lint bench image cluster proto clean cairnctl
+.PHONY: all deps build test test-long unit e2e lint bench image cluster proto clean cairnctl
 
 all: build
 
@@ -25,26 +25,45 @@ test: deps
 	@$(MAKE) --no-print-directory unit
 	@$(MAKE) --no-print-directory e2e
 
+# make test-long is make test with the full matrix of the e2e suites that
+# have one (their -long flag): TestPowerCut cuts the power at every step
+# of node/testpoint instead of two; TestNetworkChaos also reboots every
+# node in turn on its impaired network.
+test-long: deps
+	@$(MAKE) --no-print-directory unit
+	@$(MAKE) --no-print-directory e2e E2E_FLAGS=-long E2E_TIMEOUT=90m
+
 # The test hooks of /init (build tag cairntest) are tested on their own.
 unit: deps
 	$(GO) test -race -count=1 ./...
-	$(GO) test -race -count=1 -tags cairntest ./cmd/init
+	$(GO) test -race -count=1 -tags cairntest ./cmd/init ./node/testpoint
+
+# CHAOS, when set, is a network profile for make cluster and make e2e: the
+# nodes are joined by the harness's own switch (test/launch/l2switch), which
+# impairs every link as the profile says, such as
+# CHAOS=delay=50ms,jitter=20ms,loss=2%,dup=0.5%,reorder=0.5%,seed=42
+# (launch-cluster -net-chaos, CAIRN_NET_CHAOS for the suites). Empty keeps
+# the kernel's bridge; TestNetworkChaos has a profile of its own.
+CHAOS ?=
 
 # e2e boots the fresh image in qemu: the suites of test/e2e, in parallel,
 # each with its own deadline and a table of boot phase timings.
+# E2E_FLAGS are handed to the suites (-long for their full matrices).
+E2E_TIMEOUT ?= 40m
+E2E_FLAGS ?=
 e2e: deps image test-image cairnctl
 	@start=$$(date +%s); \
-	  $(GO) test -tags e2e -count=1 -v -timeout 40m ./test/e2e/... -image-dir $(abspath $(OUT)) \
-	    -cairnctl $(abspath $(OUT))/cairnctl; rc=$$?; \
+	  $(if $(CHAOS),CAIRN_NET_CHAOS='$(CHAOS)') $(GO) test -tags e2e -count=1 -v -timeout $(E2E_TIMEOUT) ./test/e2e/... -image-dir $(abspath $(OUT)) \
+	    -cairnctl $(abspath $(OUT))/cairnctl $(E2E_FLAGS); rc=$$?; \
 	  echo "e2e: took $$(( $$(date +%s) - start )) s"; exit $$rc
 
 lint: proto-check
 	@out=$$(gofmt -l $$(git ls-files '*.go')); \
 	  if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) vet -tags cairntest ./cmd/init
+	$(GO) vet -tags cairntest ./cmd/init ./node/testpoint
 	$(GO) run $(STATICCHECK) ./...
-	$(GO) run $(STATICCHECK) -tags cairntest ./cmd/init
+	$(GO) run $(STATICCHECK) -tags cairntest ./cmd/init ./node/testpoint
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
@@ -73,7 +92,8 @@ cairnctl:
 # so that Ctrl-C reaches it directly (qemu runs in process groups of its own).
 cluster: deps image cairnctl
 	$(GO) build -o $(OUT)/launch-cluster ./cmd/launch-cluster
-	$(OUT)/launch-cluster -n 3 -image $(OUT)/cairn.img -cairnctl $(OUT)/cairnctl -dir $(OUT)/cluster
+	$(OUT)/launch-cluster -n 3 -image $(OUT)/cairn.img -cairnctl $(OUT)/cairnctl -dir $(OUT)/cluster \
+	  $(if $(CHAOS),-net-chaos '$(CHAOS)')
 
 # The boot image (build/README.md). `make image` builds out/cairn.img, a GPT
 # disk whose ESP holds one unified kernel image and whose system-a slot holds

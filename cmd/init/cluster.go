@@ -75,8 +75,10 @@ func enrolmentRunnable(st *localstorage.Storage, mounted event.Watchable[bool], 
 }
 
 // nodeManagementRunnable serves NodeManagement on its port once the node
-// has its credentials. Reboot and Poweroff stop the node through request.
-func nodeManagementRunnable(creds event.Watchable[*identity.Node], lt *logtree.LogTree, request func(action)) supervisor.Runnable {
+// has its credentials, to the owner as owners, the owner trust, admits.
+// Reboot and Poweroff stop the node through request; Recover stages
+// backups in the etcd data directory of st.
+func nodeManagementRunnable(st *localstorage.Storage, creds event.Watchable[*identity.Node], owners event.Watchable[*api.OwnerTrust], lt *logtree.LogTree, request func(action)) supervisor.Runnable {
 	return func(ctx context.Context) error {
 		w := creds.Watch()
 		defer w.Close()
@@ -85,10 +87,13 @@ func nodeManagementRunnable(creds event.Watchable[*identity.Node], lt *logtree.L
 			return err
 		}
 		srv := rpc.NewServer(node)
+		srv.JudgeOwners(owners)
 		api.RegisterNodeManagementServer(srv, nodemanagement.New(nodemanagement.Config{
-			LogTree:  lt,
-			Reboot:   func() { request(reboot) },
-			Poweroff: func() { request(poweroff) },
+			LogTree:     lt,
+			Reboot:      func() { request(reboot) },
+			Poweroff:    func() { request(poweroff) },
+			EtcdDataDir: st.Root.Data.Etcd.FullPath(),
+			ClusterCA:   node.CACertificate().Raw,
 		}))
 		var lc net.ListenConfig
 		lis, err := lc.Listen(ctx, "tcp", ":"+strconv.Itoa(ports.NodeManagement))

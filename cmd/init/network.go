@@ -16,8 +16,8 @@ import (
 // by the node parameters once they are read (DHCP without them, or with
 // params nil, on a node without storage), with the default hostname, and
 // a watcher that puts every change of the external address on the
-// consoles.
-func networkRunnable(params event.Watchable[*parameters.Loaded], address event.Value[netip.Prefix], printf func(string, ...any)) supervisor.Runnable {
+// consoles. The service publishes the NTP servers of its lease on ntp.
+func networkRunnable(params event.Watchable[*parameters.Loaded], address event.Value[netip.Prefix], ntp event.Value[[]netip.Addr], printf func(string, ...any)) supervisor.Runnable {
 	return func(ctx context.Context) error {
 		var nc *api.NetworkConfig
 		if params != nil {
@@ -29,7 +29,7 @@ func networkRunnable(params event.Watchable[*parameters.Loaded], address event.V
 			}
 			nc = l.NetworkConfig()
 		}
-		svc := network.New(network.Config{ExternalAddress: address, NetworkConfig: nc})
+		svc := network.New(network.Config{ExternalAddress: address, NTPServers: ntp, NetworkConfig: nc})
 		if err := supervisor.Run(ctx, "service", svc.Run); err != nil {
 			return fmt.Errorf("when starting the network service: %w", err)
 		}

@@ -8,6 +8,7 @@ import (
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/node/parameters"
 	"cairn.dev/cairn/node/roleserve"
+	"cairn.dev/cairn/node/timesync"
 	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/supervisor"
@@ -22,18 +23,23 @@ type child struct {
 }
 
 // nodeChildren returns the node's services, started after power: the
-// network, the storage, enrolment, the role server, node management and,
-// in test images when test-only flags ask for them, test services. printf
-// writes phase lines; log takes what cannot start; request stops the node.
+// network, time keeping, the storage, enrolment, the role server, node
+// management and, in test images when test-only flags ask for them, test
+// services. printf writes phase lines; log takes what cannot start;
+// request stops the node.
 //
 //	storage ─mounted─▶ parameters ─▶ network ─address─▶ enrolment ◀─┐
 //	                        └──────────parameters───────────▶ │      │
 //	                                                 membership│      │credentials,
 //	                                                          ▼      │stored directory
-//	                            node management ◀─credentials─ roleserve
+//	              node management ◀─credentials, owner trust─ roleserve
+//
+//	network ─NTP servers─▶ timesync ─clock state─▶ roleserve (node status)
 func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogger, lt *logtree.LogTree, request func(action)) []child {
 	var (
 		address    memory.Value[netip.Prefix]
+		ntp        memory.Value[[]netip.Addr]
+		clock      memory.Value[timesync.State]
 		mounted    memory.Value[bool]
 		membership memory.Value[*roleserve.Membership]
 		params     memory.Value[*parameters.Loaded]
@@ -41,21 +47,23 @@ func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogg
 	st, err := localstorage.New(localstorage.Config{})
 	if err != nil {
 		log.Errorf("no storage: %v", err)
-		return []child{{"network", networkRunnable(nil, &address, printf)}}
+		return []child{{"network", networkRunnable(nil, &address, &ntp, printf)}}
 	}
 	rs := roleserve.New(roleserve.Config{
 		Membership:      &membership,
 		ExternalAddress: &address,
 		Storage:         st,
 		Version:         version(),
+		Clock:           &clock,
 	})
 	cs := []child{
 		{"storage", newStorage(st, fl, &mounted, printf).run},
 		{"parameters", parametersRunnable(st, &mounted, &params)},
-		{"network", networkRunnable(&params, &address, printf)},
+		{"network", networkRunnable(&params, &address, &ntp, printf)},
+		{"timesync", timesyncRunnable(&ntp, &clock, printf)},
 		{"cluster", enrolmentRunnable(st, &mounted, &address, &params, &membership, rs)},
 		{"roleserve", rs.Run},
-		{"nodemanagement", nodeManagementRunnable(rs.Credentials(), lt, request)},
+		{"nodemanagement", nodeManagementRunnable(st, rs.Credentials(), rs.OwnerTrust(), lt, request)},
 	}
 	return append(cs, fl.test.children(&address, printf)...)
 }

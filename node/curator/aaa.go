@@ -43,16 +43,13 @@ func (a aaa) Escrow(srv grpc.BidiStreamingServer[api.EscrowFromClient, api.Escro
 	if len(hello.OwnerPublicKey) != ed25519.PublicKeySize {
 		return status.Errorf(codes.InvalidArgument, "owner public key is %d bytes, want %d", len(hello.OwnerPublicKey), ed25519.PublicKeySize)
 	}
-	resp, err := a.etcd.Get(ctx, ownerKey)
+	trust, _, err := a.readOwnerTrust(ctx)
 	if err != nil {
-		return fmt.Errorf("when reading the owner key: %w", err)
+		return err
 	}
-	if len(resp.Kvs) == 0 {
-		return status.Error(codes.FailedPrecondition, "the cluster has no owner key: it was not bootstrapped")
-	}
-	owner := ed25519.PublicKey(resp.Kvs[0].Value)
+	owner := ed25519.PublicKey(trust.OwnerPublicKey)
 	if !bytes.Equal(owner, hello.OwnerPublicKey) {
-		return status.Error(codes.PermissionDenied, "the key is not the cluster owner's")
+		return status.Errorf(codes.PermissionDenied, "the key %s is not the cluster owner's: it never was, or the owner key was rotated since", rpc.OwnerKeyFingerprint(hello.OwnerPublicKey))
 	}
 
 	nonce := make([]byte, rpc.EscrowNonceSize)
@@ -82,7 +79,7 @@ func (a aaa) Escrow(srv grpc.BidiStreamingServer[api.EscrowFromClient, api.Escro
 	if !ed25519.Verify(owner, payload, proof.Signature) {
 		return status.Error(codes.PermissionDenied, "the proof's signature does not verify under the owner key")
 	}
-	cert, ca, err := issue(ctx, a.root, a.ca, ownerCertificate(a.ca, owner, a.opts.ownerLifetime))
+	cert, ca, err := a.issueOwnerCertificate(ctx, owner, trust)
 	if err != nil {
 		return err
 	}

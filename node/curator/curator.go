@@ -17,6 +17,7 @@ import (
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/ports"
 	"cairn.dev/cairn/node/rpc"
+	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/pki"
@@ -141,6 +142,9 @@ type curator struct {
 	quotas *quotas
 	// leaders publishes who leads, for GetCurrentLeader.
 	leaders memory.Value[leader]
+	// ownerTrust follows the owner trust in etcd (owner.go), by which
+	// this curator judges owner callers and which WatchOwnerTrust streams.
+	ownerTrust event.Watchable[*api.OwnerTrust]
 
 	// mu guards current and conn: who leads and, when another curator
 	// does, the connection to it.
@@ -171,6 +175,7 @@ func (s *Service) Run(ctx context.Context) error {
 		nodeCredentials: rpc.NodeCredentials(s.cfg.Node),
 		log:             supervisor.Logger(ctx),
 		quotas:          newQuotas(s.opts.limits),
+		ownerTrust:      newOwnerTrustValue(etcd),
 	}
 	c.leaders.Set(leader{})
 	defer c.closeConn()
@@ -180,6 +185,7 @@ func (s *Service) Run(ctx context.Context) error {
 		grpc.ChainStreamInterceptor(c.streamInterceptor),
 	)
 	srv.TrustForwarders(c.trustForwarder)
+	srv.JudgeOwners(c.ownerTrust)
 	api.RegisterAAAServer(srv, aaa{curator: c})
 	api.RegisterManagementServer(srv, management{curator: c})
 	api.RegisterCuratorServer(srv, nodeAPI{curator: c})
@@ -188,8 +194,23 @@ func (s *Service) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Before anyone can read the records of a restored cluster.
+	if err := c.finishRestore(ctx); err != nil {
+		lis.Close()
+		return err
+	}
 	if err := supervisor.Run(ctx, "election", c.runElection); err != nil {
 		return fmt.Errorf("when starting the election: %w", err)
+	}
+	// The owner trust of a new cluster, before the first owner call if
+	// etcd answers soon; the child runnable keeps trying if it does not.
+	ictx, cancel := context.WithTimeout(ctx, ownerTrustWait)
+	if err := c.createOwnerTrust(ictx); err != nil {
+		c.log.Warningf("Owner trust not there yet (owner calls wait for it): %v", err)
+	}
+	cancel()
+	if err := supervisor.Run(ctx, "ownertrust", c.ensureOwnerTrust); err != nil {
+		return fmt.Errorf("when starting ownertrust: %w", err)
 	}
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
 	return srv.Serve(ctx, lis)

@@ -20,13 +20,14 @@
 //	                   ▼
 //	                 handler
 //
-// Followers forward every call but two, over a connection made with their
-// own node certificate, naming the original caller in a metadata header
-// (rpc.WithForwardedPeer). The leader accepts that header only from a node
-// that holds the ConsensusMember role: such a node can read the CA's key
-// from etcd anyway, so trusting it grants nothing new. AAA.Escrow is served
-// by the curator the owner dialled, since its proof is bound to that TLS
-// session; GetCurrentLeader is each curator's own view of the election.
+// Followers forward every call but three, over a connection made with
+// their own node certificate, naming the original caller in a metadata
+// header (rpc.WithForwardedPeer). The leader accepts that header only from
+// a node that holds the ConsensusMember role: such a node can read the CA's
+// key from etcd anyway, so trusting it grants nothing new. AAA.Escrow and
+// Management.RotateOwnerKey are served by the curator the owner dialled,
+// since their proofs are bound to that TLS session; GetCurrentLeader is
+// each curator's own view of the election.
 // While no curator leads, a call waits a few seconds for an election to end
 // and is then refused with Unavailable.
 //
@@ -38,16 +39,24 @@
 // # State in etcd
 //
 //	curator/nodes/<node id>       private.Node (keys, state, roles, status)
-//	curator/owner/public_key      the owner's ed25519 key
+//	curator/owner/public_key      the owner key the cluster was bootstrapped with
+//	curator/owner/trust           api.OwnerTrust: the current owner key and
+//	                              the revoked owner certificates (owner.go)
+//	curator/owner/certificates    the owner certificates issued, unexpired
 //	curator/register_ticket       the secret RegisterNode checks
 //	curator/configuration         api.ClusterConfiguration
 //	curator/heartbeats            when leaders last heard from each node
 //	curator/election/<lease>      candidacies
 //	pki/...                       the cluster CA and issued certificates
+//	consensus/restored            a restore of a backup the curator has
+//	                              not finished yet (backup.go)
 //
-// Bootstrap writes the first four. Every change of a node is a transaction
-// that compares the record's revision with the one read, and retries when
-// someone else wrote in between, so concurrent calls never lose updates.
+// Bootstrap writes the bootstrapping node's record, the bootstrap owner
+// key, the register ticket and the configuration; the first curator to
+// start creates curator/owner/trust from that owner key. Every change of a node
+// is a transaction that compares the record's revision with the one read,
+// and retries when someone else wrote in between, so concurrent calls never
+// lose updates.
 //
 // # Heartbeats and health
 //

@@ -27,6 +27,8 @@ import (
 var servedLocally = map[string]bool{
 	"/cairn.api.AAA/Escrow":               true,
 	"/cairn.api.Curator/GetCurrentLeader": true,
+	// Its proof is bound to the owner's session with this curator.
+	"/cairn.api.Management/RotateOwnerKey": true,
 }
 
 // errNoLeader is what calls get while no curator leads.

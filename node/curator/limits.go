@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/time/rate"
@@ -43,9 +44,10 @@ const (
 	escrowHelloTimeout = 10 * time.Second
 	escrowTimeout      = 30 * time.Second
 
-	// maxWatchesPerNode is how many Watch streams one node may have open
-	// at once. A node's role server opens two (rolefetch: its own record;
-	// clusterdir: every node's); the rest is room for streams of an
+	// maxWatchesPerNode is how many Watch and WatchOwnerTrust streams one
+	// node may have open at once. A node's role server opens three
+	// (rolefetch: its own record; clusterdir: every node's; ownertrust:
+	// the owner trust); the rest is room for streams of an
 	// earlier boot that the leader has not yet noticed are dead (see
 	// keepalive in node/rpc) and for a restarted worker.
 	maxWatchesPerNode = 8
@@ -53,7 +55,8 @@ const (
 	// statusWriteInterval and statusWriteBurst bound how often one node
 	// may call UpdateNodeStatus: every call is a read and a write of its
 	// record in etcd, which every Watch then sends to every node. A node
-	// pushes its status when its address or its curator changes: a few
+	// pushes its status when its address, its curator or its clock's
+	// state changes (a newer clock sync at most every 15 minutes): a few
 	// times at boot, rarely after. A refused node's statuspush worker
 	// fails, and its supervisor restarts it after a backoff, pushing the
 	// status as it is then; so nothing is lost, and the curator needs no
@@ -67,6 +70,9 @@ const (
 	// maxVersionLength bounds the version a node reports ("dev-" and a
 	// commit hash is 44 bytes).
 	maxVersionLength = 128
+	// maxClockReasonLength bounds the reason a node gives for a clock
+	// known wrong; the node cuts longer ones (roleserve's statuspush).
+	maxClockReasonLength = 256
 	// maxStatusClockSkew is how far in the future, by the curator's
 	// clock, a status timestamp may be. Nodes keep time with NTP, but only
 	// once their network is up: a day leaves room for a wrong clock at
@@ -142,6 +148,8 @@ type quotas struct {
 	watches       watchSlots
 	statusWrites  *keyedRate
 	registrations *keyedRate
+	// backups admits one Backup at a time (backup.go).
+	backups backupSlot
 }
 
 func newQuotas(l limits) *quotas {
@@ -323,10 +331,46 @@ func checkNodeStatus(st *api.NodeStatus) error {
 	if rc := st.RunningCurator; rc != nil && (rc.Port < 1 || rc.Port > 65535) {
 		return status.Errorf(codes.InvalidArgument, "status.running_curator.port %d is not a TCP port (1 to 65535)", rc.Port)
 	}
-	if ts := st.TimestampUnixNanos; ts < 0 {
-		return status.Errorf(codes.InvalidArgument, "status.timestamp_unix_nanos %d is before 1970", ts)
+	if err := checkStatusTime("status.timestamp_unix_nanos", st.TimestampUnixNanos, now); err != nil {
+		return err
+	}
+	return checkClockStatus(st.Clock, now)
+}
+
+// checkClockStatus refuses a clock status with values no node sends.
+func checkClockStatus(c *api.ClockStatus, now time.Time) error {
+	if c == nil {
+		return nil
+	}
+	if _, ok := api.ClockState_name[int32(c.State)]; !ok {
+		return status.Errorf(codes.InvalidArgument, "status.clock.state %d is not a clock state", c.State)
+	}
+	if s := c.Server; s != "" {
+		addr, err := netip.ParseAddr(s)
+		if err != nil || addr.Zone() != "" || addr.IsUnspecified() || addr.IsMulticast() {
+			return status.Errorf(codes.InvalidArgument, "status.clock.server %q is not a server's IP address", s)
+		}
+	}
+	if err := checkStatusTime("status.clock.last_sync_unix_nanos", c.LastSyncUnixNanos, now); err != nil {
+		return err
+	}
+	// Protobuf refuses strings that are not UTF-8; what is left to refuse
+	// is what would garble a terminal or a log.
+	if r := c.Reason; len(r) > maxClockReasonLength {
+		return status.Errorf(codes.InvalidArgument, "status.clock.reason is %d bytes, more than %d", len(r), maxClockReasonLength)
+	} else if strings.IndexFunc(r, func(c rune) bool { return !unicode.IsPrint(c) }) >= 0 {
+		return status.Errorf(codes.InvalidArgument, "status.clock.reason %q is not printable text", r)
+	}
+	return nil
+}
+
+// checkStatusTime refuses a time of a node's status (nanoseconds since the
+// Unix epoch, by the node's clock) before 1970 or far ahead of now.
+func checkStatusTime(field string, ts int64, now time.Time) error {
+	if ts < 0 {
+		return status.Errorf(codes.InvalidArgument, "%s %d is before 1970", field, ts)
 	} else if t := time.Unix(0, ts); t.After(now.Add(maxStatusClockSkew)) {
-		return status.Errorf(codes.InvalidArgument, "status.timestamp_unix_nanos is %s, more than %s ahead of the curator's clock (%s)", t.UTC().Format(time.RFC3339), maxStatusClockSkew, now.UTC().Format(time.RFC3339))
+		return status.Errorf(codes.InvalidArgument, "%s is %s, more than %s ahead of the curator's clock (%s)", field, t.UTC().Format(time.RFC3339), maxStatusClockSkew, now.UTC().Format(time.RFC3339))
 	}
 	return nil
 }

@@ -188,6 +188,14 @@ func invalidStatuses() []invalidStatus {
 		{"a negative curator port", &api.NodeStatus{RunningCurator: &api.NodeStatus_RunningCurator{Port: -1}}, "status.running_curator.port"},
 		{"a timestamp before 1970", &api.NodeStatus{TimestampUnixNanos: -1}, "status.timestamp_unix_nanos"},
 		{"a timestamp two days ahead", &api.NodeStatus{TimestampUnixNanos: time.Now().Add(48 * time.Hour).UnixNano()}, "status.timestamp_unix_nanos"},
+		{"an unknown clock state", &api.NodeStatus{Clock: &api.ClockStatus{State: 99}}, "status.clock.state"},
+		{"a clock server that is a name", &api.NodeStatus{Clock: &api.ClockStatus{Server: "pool.ntp.org"}}, "status.clock.server"},
+		{"a multicast clock server", &api.NodeStatus{Clock: &api.ClockStatus{Server: "224.0.1.1"}}, "status.clock.server"},
+		{"a last sync before 1970", &api.NodeStatus{Clock: &api.ClockStatus{LastSyncUnixNanos: -1}}, "status.clock.last_sync_unix_nanos"},
+		{"a last sync two days ahead", &api.NodeStatus{Clock: &api.ClockStatus{LastSyncUnixNanos: time.Now().Add(48 * time.Hour).UnixNano()}}, "status.clock.last_sync_unix_nanos"},
+		{"a long clock reason", &api.NodeStatus{Clock: &api.ClockStatus{Reason: strings.Repeat("r", maxClockReasonLength+1)}}, "status.clock.reason"},
+		{"a clock reason with a newline", &api.NodeStatus{Clock: &api.ClockStatus{Reason: "wrong\nFAKE LOG LINE"}}, "status.clock.reason"},
+		{"a clock reason with an escape", &api.NodeStatus{Clock: &api.ClockStatus{Reason: "wrong\x1b[2J"}}, "status.clock.reason"},
 	}
 }
 
@@ -201,6 +209,10 @@ func TestCheckNodeStatus(t *testing.T) {
 		// A clock that is behind, or was never set, is the node's affair.
 		{TimestampUnixNanos: 1},
 		{TimestampUnixNanos: time.Now().Add(time.Hour).UnixNano()},
+		{Clock: &api.ClockStatus{}},
+		{Clock: &api.ClockStatus{State: api.ClockState_CLOCK_STATE_SYNCHRONIZED, Server: "10.42.0.1", OffsetNanos: -1500000, LastSyncUnixNanos: time.Now().UnixNano()}},
+		{Clock: &api.ClockStatus{State: api.ClockState_CLOCK_STATE_KNOWN_WRONG, Server: "2001:db8::123", OffsetNanos: 3 * int64(time.Hour),
+			Reason: "NTP server 2001:db8::123 finds it 3h0m0.000042s off, more than 1s, and stepping it failed: operation not permitted (µs)"}},
 	} {
 		if err := checkNodeStatus(st); err != nil {
 			t.Errorf("checkNodeStatus(%v) = %v, want nil", st, err)

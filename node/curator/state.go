@@ -27,7 +27,8 @@ const (
 	namespace = "curator"
 	// nodePrefix holds one private.Node per node, keyed by node ID.
 	nodePrefix = "nodes/"
-	// ownerKey holds the owner's ed25519 public key, raw.
+	// ownerKey holds the bootstrap owner's ed25519 public key, raw; the
+	// current owner key is in the owner trust (owner.go).
 	ownerKey = "owner/public_key"
 	// ticketKey holds the register ticket, raw.
 	ticketKey = "register_ticket"

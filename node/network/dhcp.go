@@ -143,6 +143,7 @@ func (c *dhcpClient) modifiers() []dhcpv4.Modifier {
 			dhcpv4.OptionSubnetMask,
 			dhcpv4.OptionRouter,
 			dhcpv4.OptionDomainNameServer,
+			dhcpv4.OptionNTPServers,
 			dhcpv4.OptionIPAddressLeaseTime,
 			dhcpv4.OptionRenewTimeValue,
 			dhcpv4.OptionRebindingTimeValue,
@@ -328,6 +329,11 @@ func (c *dhcpClient) bind(l *lease, reason string) error {
 			c.log.Warning(err)
 		}
 	}
+	// The NTP servers first: whoever sees the address change sees the
+	// lease's servers.
+	if old == nil || !slices.Equal(old.ntpServers, l.ntpServers) {
+		c.s.setNTPServers(l.ntpServers)
+	}
 	if old == nil || old.address != l.address {
 		c.s.c.ExternalAddress.Set(l.address)
 	}
@@ -336,8 +342,8 @@ func (c *dhcpClient) bind(l *lease, reason string) error {
 	if !l.infinite() {
 		expiry = fmt.Sprintf("lease %s, T1 %s, T2 %s", l.duration, l.t1, l.t2)
 	}
-	c.log.Infof("Lease %s via %v from %s, nameservers %v, %s",
-		l.address, l.router, l.server, l.nameservers, expiry)
+	c.log.Infof("Lease %s via %v from %s, nameservers %v, NTP servers %v, %s",
+		l.address, l.router, l.server, l.nameservers, l.ntpServers, expiry)
 	return nil
 }
 
@@ -365,6 +371,7 @@ func (c *dhcpClient) drop(reason string) {
 	c.log.Infof("Dropping %s: %s", c.lease.address, reason)
 	c.unapply(c.lease)
 	c.lease = nil
+	c.s.setNTPServers(nil)
 	c.s.c.ExternalAddress.Set(netip.Prefix{})
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -57,6 +58,9 @@ func TestDHCPLeaseAndRenewal(t *testing.T) {
 	if got, want := rs.readFile(t, "hostname"), "cairn-0123456789abcdef\n"; got != want {
 		t.Errorf("hostname file = %q, want %q", got, want)
 	}
+	if got, want := rs.ntpServers(t), []netip.Addr{netip.MustParseAddr("10.77.0.123")}; !slices.Equal(got, want) {
+		t.Errorf("published NTP servers = %v, want %v", got, want)
+	}
 	lo, err := n.clientNL.LinkByName("lo")
 	if err != nil {
 		t.Fatalf("LinkByName(lo): %v", err)
@@ -107,6 +111,9 @@ func TestDHCPRebindingAndExpiry(t *testing.T) {
 	}
 	if gws := n.defaultGateways(t); len(gws) != 0 {
 		t.Errorf("default gateways after expiry = %v, want none", gws)
+	}
+	if got := rs.ntpServers(t); len(got) != 0 {
+		t.Errorf("published NTP servers after expiry = %v, want none", got)
 	}
 	renewals, rebinds := ts.counts()
 	if renewals == 0 || rebinds == 0 {

@@ -36,7 +36,10 @@ type testServer struct {
 	renewals, rebinds int
 }
 
-var testDNS = net.IPv4(10, 77, 0, 53)
+var (
+	testDNS = net.IPv4(10, 77, 0, 53)
+	testNTP = net.IPv4(10, 77, 0, 123)
+)
 
 // startTestServer runs a testServer on peer0 in ns until the test ends.
 func startTestServer(t *testing.T, ns netns.NsHandle, lease, t1, t2 time.Duration) *testServer {
@@ -115,6 +118,7 @@ func (ts *testServer) handle(conn net.PacketConn, peer net.Addr, m *dhcpv4.DHCPv
 		resp.UpdateOption(dhcpv4.OptSubnetMask(net.CIDRMask(24, 32)))
 		resp.UpdateOption(dhcpv4.OptRouter(serverPrefix.Addr().AsSlice()))
 		resp.UpdateOption(dhcpv4.OptDNS(testDNS))
+		resp.UpdateOption(dhcpv4.OptNTPServers(testNTP))
 		resp.UpdateOption(dhcpv4.OptIPAddressLeaseTime(ts.lease))
 		resp.UpdateOption(dhcpv4.OptRenewTimeValue(ts.t1))
 		resp.UpdateOption(dhcpv4.OptRebindingTimeValue(ts.t2))

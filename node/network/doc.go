@@ -2,7 +2,9 @@
 // up, an IPv4 address by DHCP or from the operator's static configuration,
 // a default route, resolvers in resolv.conf and the hostname. It publishes
 // the node's external address on an event.Value, which is how the rest of
-// the node learns that it can talk to the cluster, and on which address.
+// the node learns that it can talk to the cluster, and on which address;
+// and, on another, the NTP servers the DHCP lease names (option 42), which
+// node/timesync keeps the clock with.
 //
 // # Workers
 //
@@ -27,6 +29,7 @@
 //	         └─────────┬──────────┘
 //	                   ▼
 //	     Config.ExternalAddress: Value[netip.Prefix] ─▶ other services
+//	     Config.NTPServers: Value[[]netip.Addr]      ─▶ node/timesync
 //
 // Ethernet links are set up whether or not they have carrier, since a
 // driver only reports carrier on a link that is up; a link that gains
@@ -51,7 +54,7 @@
 //	└──────────────────────┬────────────────────────┘
 //	                       │ ACK: add address (lifetime = lease),
 //	                       │ default route via router, resolv.conf,
-//	                       ▼ publish address
+//	                       ▼ publish address and NTP servers
 //	┌───────────────────────────────────────────────┐◀──────────────┐
 //	│ BOUND                                         │               │
 //	└──────────────────────┬────────────────────────┘               │
@@ -69,8 +72,8 @@
 //	└───────┬───────────────────────┘      │
 //	        │ expiry, or NAK               │
 //	        ▼                              ▼
-//	   lease lost: remove route and address, publish the zero Prefix,
-//	   back to INIT
+//	   lease lost: remove route and address, publish the zero Prefix
+//	   and no NTP servers, back to INIT
 //
 // Requests in RENEWING and REBINDING start a new window after half the
 // time left in the phase, but not more often than once a minute unless

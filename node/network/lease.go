@@ -16,6 +16,10 @@ import (
 // C resolvers); more are dropped.
 const maxNameservers = 3
 
+// maxNTPServers is how many NTP servers of a lease are kept; more are
+// dropped. A node asks one at a time, and the next only when one fails.
+const maxNTPServers = 4
+
 // infiniteLease is the lease time a server gives for a lease that never
 // expires (RFC 2131, section 3.3).
 const infiniteLease = time.Duration(math.MaxUint32) * time.Second
@@ -30,6 +34,8 @@ type lease struct {
 	router netip.Addr
 	// nameservers are the DNS resolvers, most preferred first.
 	nameservers []netip.Addr
+	// ntpServers are the NTP servers (option 42), most preferred first.
+	ntpServers []netip.Addr
 	// server is the server identifier, where renewals are sent.
 	server netip.Addr
 	// duration, t1 and t2 count from acquired: the lease expires after
@@ -108,13 +114,22 @@ func leaseFromACK(offer, ack *dhcpv4.DHCPv4, acquired time.Time) (*lease, error)
 			break
 		}
 	}
-	for _, ns := range ack.DNS() {
-		a, ok := unicastIPv4(ns)
-		if ok && !slices.Contains(l.nameservers, a) && len(l.nameservers) < maxNameservers {
-			l.nameservers = append(l.nameservers, a)
+	l.nameservers = addresses(ack.DNS(), maxNameservers)
+	l.ntpServers = addresses(ack.NTPServers(), maxNTPServers)
+	return l, nil
+}
+
+// addresses returns the first n distinct unicast IPv4 addresses of ips,
+// in their order, dropping the others.
+func addresses(ips []net.IP, n int) []netip.Addr {
+	var as []netip.Addr
+	for _, ip := range ips {
+		a, ok := unicastIPv4(ip)
+		if ok && !slices.Contains(as, a) && len(as) < n {
+			as = append(as, a)
 		}
 	}
-	return l, nil
+	return as
 }
 
 // renewalTimes returns T1 and T2 as the ACK gives them, or the defaults of

@@ -2,6 +2,8 @@ package network
 
 import (
 	"net"
+	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -108,6 +110,60 @@ func TestLeaseFromACK(t *testing.T) {
 	}
 }
 
+// TestLeaseNTPServers reads option 42 (RFC 2132, section 8.3): the
+// servers in the server's order, without duplicates or addresses no
+// server can have, and at most maxNTPServers of them.
+func TestLeaseNTPServers(t *testing.T) {
+	ip := func(s string) net.IP { return net.ParseIP(s).To4() }
+	for _, tc := range []struct {
+		name string
+		mods []dhcpv4.Modifier
+		want []netip.Addr
+	}{
+		{name: "none"},
+		{
+			name: "one",
+			mods: []dhcpv4.Modifier{dhcpv4.WithOption(dhcpv4.OptNTPServers(ip("10.0.2.2")))},
+			want: []netip.Addr{netip.MustParseAddr("10.0.2.2")},
+		},
+		{
+			name: "in order",
+			mods: []dhcpv4.Modifier{dhcpv4.WithOption(dhcpv4.OptNTPServers(ip("192.0.2.7"), ip("10.0.2.2")))},
+			want: []netip.Addr{netip.MustParseAddr("192.0.2.7"), netip.MustParseAddr("10.0.2.2")},
+		},
+		{
+			name: "bad and duplicate ones dropped",
+			mods: []dhcpv4.Modifier{dhcpv4.WithOption(dhcpv4.OptNTPServers(
+				ip("0.0.0.0"), ip("10.0.2.2"), ip("224.0.1.1"), ip("127.0.0.1"), ip("10.0.2.2"), ip("255.255.255.255"), ip("10.0.2.3")))},
+			want: []netip.Addr{netip.MustParseAddr("10.0.2.2"), netip.MustParseAddr("10.0.2.3")},
+		},
+		{
+			name: "at most four",
+			mods: []dhcpv4.Modifier{dhcpv4.WithOption(dhcpv4.OptNTPServers(
+				ip("10.0.0.1"), ip("10.0.0.2"), ip("10.0.0.3"), ip("10.0.0.4"), ip("10.0.0.5")))},
+			want: []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2"),
+				netip.MustParseAddr("10.0.0.3"), netip.MustParseAddr("10.0.0.4")},
+		},
+		{
+			// Not a multiple of four bytes: the option is unreadable,
+			// and the rest of the lease still good.
+			name: "malformed",
+			mods: []dhcpv4.Modifier{dhcpv4.WithOption(dhcpv4.OptGeneric(dhcpv4.OptionNTPServers, []byte{10, 0, 2, 2, 10}))},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ack := testACK(t, tc.mods...)
+			l, err := leaseFromACK(nil, ack, time.Now())
+			if err != nil {
+				t.Fatalf("leaseFromACK(%s): %v", ack.Summary(), err)
+			}
+			if !slices.Equal(l.ntpServers, tc.want) {
+				t.Errorf("NTP servers of %s = %v, want %v", ack.Summary(), l.ntpServers, tc.want)
+			}
+		})
+	}
+}
+
 func TestLeaseLifetime(t *testing.T) {
 	now := time.Now()
 	l := &lease{acquired: now, duration: 10 * time.Second}
@@ -155,6 +211,14 @@ func FuzzLeaseFromACK(f *testing.F) {
 		}
 		if len(l.nameservers) > maxNameservers {
 			t.Errorf("%d nameservers, want at most %d", len(l.nameservers), maxNameservers)
+		}
+		if len(l.ntpServers) > maxNTPServers {
+			t.Errorf("%d NTP servers, want at most %d", len(l.ntpServers), maxNTPServers)
+		}
+		for _, a := range l.ntpServers {
+			if !a.Is4() || a.IsUnspecified() || a.IsMulticast() || a.IsLoopback() {
+				t.Errorf("NTP server %s is not a unicast IPv4 address", a)
+			}
 		}
 		if l.lifetimeSeconds(now) < 0 {
 			t.Errorf("negative lifetime")

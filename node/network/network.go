@@ -40,6 +40,11 @@ type Config struct {
 	// IsValid) means the node has none, for example after a DHCP lease was
 	// lost. Required.
 	ExternalAddress event.Value[netip.Prefix]
+	// NTPServers is where the service publishes the NTP servers that the
+	// network names, most preferred first: those of the DHCP lease
+	// (option 42), none without a lease or with a static configuration.
+	// Nil means nobody follows them.
+	NTPServers event.Value[[]netip.Addr]
 	// ResolvConfPath is the file the DNS resolvers are written to. Empty
 	// means /etc/resolv.conf.
 	ResolvConfPath string
@@ -72,6 +77,14 @@ func New(c Config) *Service {
 		c.HostnamePath = defaultHostnamePath
 	}
 	return &Service{c: c}
+}
+
+// setNTPServers publishes servers, if anyone follows them. The slice is
+// shared with the readers and never changed after.
+func (s *Service) setNTPServers(servers []netip.Addr) {
+	if s.c.NTPServers != nil {
+		s.c.NTPServers.Set(servers)
+	}
 }
 
 // hostname is the name the node goes by.

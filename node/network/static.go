@@ -130,6 +130,8 @@ func (s *Service) runStatic(ctx context.Context, sc *staticConfig) error {
 	if err := writeResolvConf(s.c.ResolvConfPath, sc.nameservers, "the static configuration"); err != nil {
 		return err
 	}
+	// The static configuration names no NTP servers.
+	s.setNTPServers(nil)
 	s.c.ExternalAddress.Set(sc.addresses[0])
 	log.Infof("Static configuration applied to %s: addresses %v, gateway %v, nameservers %v",
 		l.name, sc.addresses, sc.gateway, sc.nameservers)

@@ -68,6 +68,9 @@ func TestStatic(t *testing.T) {
 	if got, want := rs.readFile(t, "hostname"), DefaultHostname+"\n"; got != want {
 		t.Errorf("hostname file = %q, want %q", got, want)
 	}
+	if got := rs.ntpServers(t); len(got) != 0 {
+		t.Errorf("published NTP servers = %v, want none from a static configuration", got)
+	}
 }
 
 func TestParseStaticConfig(t *testing.T) {

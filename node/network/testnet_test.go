@@ -152,13 +152,15 @@ func (n *testNet) defaultGateways(t *testing.T) []string {
 type runningService struct {
 	dir     string
 	address *memory.Value[netip.Prefix]
+	ntp     *memory.Value[[]netip.Addr]
 }
 
 func (n *testNet) runService(t *testing.T, c Config) *runningService {
 	t.Helper()
-	rs := &runningService{dir: t.TempDir(), address: &memory.Value[netip.Prefix]{}}
+	rs := &runningService{dir: t.TempDir(), address: &memory.Value[netip.Prefix]{}, ntp: &memory.Value[[]netip.Addr]{}}
 	c.Namespace = n.client
 	c.ExternalAddress = rs.address
+	c.NTPServers = rs.ntp
 	c.ResolvConfPath = filepath.Join(rs.dir, "resolv.conf")
 	c.HostnamePath = filepath.Join(rs.dir, "hostname")
 	supervisor.TestHarness(t, New(c).Run)
@@ -178,6 +180,18 @@ func (rs *runningService) waitAddress(t *testing.T, timeout time.Duration, what 
 		t.Fatalf("waiting for published address to be %s: %v", what, err)
 	}
 	return p
+}
+
+// ntpServers returns the NTP servers the service publishes now.
+func (rs *runningService) ntpServers(t *testing.T) []netip.Addr {
+	t.Helper()
+	w := rs.ntp.Watch()
+	defer w.Close()
+	servers, err := w.Get(t.Context(), event.BacklogOnly[[]netip.Addr]())
+	if err != nil {
+		t.Fatalf("reading the published NTP servers: %v", err)
+	}
+	return servers
 }
 
 func (rs *runningService) readFile(t *testing.T, name string) string {

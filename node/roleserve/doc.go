@@ -27,6 +27,8 @@
 //	                         └ bootstrap of a new cluster ──┘
 //	             └─ standby: no role and no etcd data (wipes leftovers)
 //
+//	connection ─▶ ownertrust ─ OwnerTrust (owner_trust.pb) ─▶ node management
+//
 // On the boot that creates the cluster, Membership carries the bootstrap
 // data (owner key, configuration, keys) instead of credentials: the
 // controlplane starts etcd as a new cluster, writes the cluster's initial
@@ -51,6 +53,15 @@
 // whole cluster was down brings its etcd and curator up without first asking
 // a curator, which would not answer. Only a node that never had a copy
 // starts from Membership.InitialRoles.
+//
+// # Owner trust
+//
+// ownertrust follows Curator.WatchOwnerTrust and publishes OwnerTrust, by
+// which node management judges the owner's certificates: a rotated owner key
+// or a revoked certificate is refused there as soon as one stream message
+// arrives. It keeps a copy in data/node/owner_trust.pb and starts from it (or,
+// on the boot that creates the cluster, from the bootstrap owner key), so
+// that the owner can read the logs of a node that no curator answers.
 //
 // # Leaving consensus
 //

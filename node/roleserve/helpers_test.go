@@ -20,6 +20,7 @@ import (
 	"cairn.dev/cairn/node/marker"
 	"cairn.dev/cairn/node/ports"
 	"cairn.dev/cairn/node/rpc"
+	"cairn.dev/cairn/node/timesync"
 	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/pkg/logtree"
 	api "cairn.dev/cairn/proto/api"
@@ -33,6 +34,7 @@ type testNode struct {
 	cfg        Config
 	membership memory.Value[*Membership]
 	address    memory.Value[netip.Prefix]
+	clock      memory.Value[timesync.State]
 	svc        *Service
 	lt         *logtree.LogTree
 	stop       func()
@@ -64,15 +66,25 @@ func newTestNode(t testing.TB, curatorPort, peerPort, joinPeerPort, directoryPor
 	}
 	n := &testNode{key: identitytest.NewKey(t), ip: netip.MustParseAddr("127.0.0.1")}
 	n.address.Set(netip.PrefixFrom(n.ip, 8))
+	n.clock.Set(testClock)
 	n.cfg = Config{
 		Membership:      &n.membership,
 		ExternalAddress: &n.address,
+		Clock:           &n.clock,
 		Storage:         st,
 		Version:         "test",
 		Ports:           ports.Table{Curator: curatorPort, EtcdPeer: peerPort},
 		clusterPorts:    ports.Table{Curator: directoryPort, EtcdPeer: joinPeerPort},
 	}
 	return n
+}
+
+// testClock is the clock state of every test node.
+var testClock = timesync.State{
+	Sync:     timesync.Synchronized,
+	Server:   netip.MustParseAddr("127.0.0.123"),
+	Offset:   1500 * time.Microsecond,
+	LastSync: time.Unix(1795000000, 0),
 }
 
 func (n *testNode) id() string { return identity.NodeID(n.key.Public().(ed25519.PublicKey)) }

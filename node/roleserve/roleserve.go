@@ -15,6 +15,7 @@ import (
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/node/ports"
+	"cairn.dev/cairn/node/timesync"
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/pkg/supervisor"
@@ -36,6 +37,9 @@ type Config struct {
 	Storage *localstorage.Storage
 	// Version is the node's software version, reported in its status.
 	Version string
+	// Clock is the state of the node's clock (node/timesync), reported in
+	// its status. Nil leaves the clock out of the status.
+	Clock event.Watchable[timesync.State]
 	// Ports are the ports this node's etcd and curator listen on; zero
 	// fields mean the fixed ones.
 	Ports ports.Table
@@ -78,6 +82,9 @@ type Service struct {
 	// storedDirectory is the cluster directory last written to the ESP
 	// (clusterdir).
 	storedDirectory memory.Value[*api.ClusterDirectory]
+	// ownerTrust is the cluster's owner trust, for node management
+	// (ownertrust).
+	ownerTrust memory.Value[*api.OwnerTrust]
 
 	workers map[string]supervisor.Runnable
 }
@@ -144,6 +151,7 @@ func New(cfg Config) *Service {
 			credentials:  &s.credentials,
 			curator:      &s.curator,
 			localCurator: &s.localCurator,
+			clock:        cfg.Clock,
 			version:      cfg.Version,
 		}).run,
 		"heartbeat": (&workerHeartbeat{curator: &s.curator}).run,
@@ -152,6 +160,12 @@ func New(cfg Config) *Service {
 			curator:     &s.curator,
 			node:        paths.node,
 			now:         time.Now,
+		}).run,
+		"ownertrust": (&workerOwnertrust{
+			membership: cfg.Membership,
+			curator:    &s.curator,
+			node:       paths.node,
+			trust:      &s.ownerTrust,
 		}).run,
 		"clusterdir": (&workerClusterdir{
 			membership: cfg.Membership,
@@ -177,9 +191,15 @@ func (s *Service) StoredDirectory() event.Watchable[*api.ClusterDirectory] {
 	return &s.storedDirectory
 }
 
+// OwnerTrust is the cluster's owner trust, by which node management
+// judges the owner (rpc.Server.JudgeOwners): the copy on the data
+// partition or the bootstrap owner key at first, then what the curators
+// say. It holds no value while the node knows neither.
+func (s *Service) OwnerTrust() event.Watchable[*api.OwnerTrust] { return &s.ownerTrust }
+
 // Run runs every worker until ctx is done.
 func (s *Service) Run(ctx context.Context) error {
-	for _, n := range []string{"clusterdir", "connection", "controlplane", "credentials", "heartbeat", "renew", "rolefetch", "statuspush"} {
+	for _, n := range []string{"clusterdir", "connection", "controlplane", "credentials", "heartbeat", "ownertrust", "renew", "rolefetch", "statuspush"} {
 		if err := supervisor.Run(ctx, n, s.workers[n]); err != nil {
 			return fmt.Errorf("when starting %s: %w", n, err)
 		}

@@ -70,6 +70,12 @@ func TestCluster(t *testing.T) {
 			ExternalAddress: a.ip.String(),
 			Version:         "test",
 			RunningCurator:  &api.NodeStatus_RunningCurator{Port: int32(a.cfg.Ports.Curator)},
+			Clock: &api.ClockStatus{
+				State:             api.ClockState_CLOCK_STATE_SYNCHRONIZED,
+				Server:            "127.0.0.123",
+				OffsetNanos:       1500000,
+				LastSyncUnixNanos: testClock.LastSync.UnixNano(),
+			},
 		}
 		got := proto.Clone(n.GetStatus()).(*api.NodeStatus)
 		if got != nil {

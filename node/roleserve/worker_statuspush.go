@@ -4,23 +4,40 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/timesync"
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/supervisor"
 	api "cairn.dev/cairn/proto/api"
 )
 
+const (
+	// clockRefresh is how old the last sync in the pushed status may get
+	// while the clock stays synchronized with the same server: the
+	// service polls every minute or so at first, and a write of the
+	// node's record goes to every node of the cluster.
+	clockRefresh = 15 * time.Minute
+	// maxClockReason is the longest reason for a clock known wrong that
+	// the curator stores; longer ones are cut.
+	maxClockReason = 256
+)
+
 // workerStatuspush tells the curator what this node reports about itself
-// (its address, its version and its curator, if it runs one) every time
-// that changes.
+// (its address, its version, its curator if it runs one, and its clock)
+// every time that changes.
 type workerStatuspush struct {
 	address      event.Watchable[netip.Prefix]
 	credentials  event.Watchable[*identity.Node]
 	curator      event.Watchable[*curatorConn]
 	localCurator event.Watchable[netip.AddrPort]
-	version      string
+	// clock is the clock's state; nil leaves it out of the status.
+	clock   event.Watchable[timesync.State]
+	version string
 }
 
 func (w *workerStatuspush) run(ctx context.Context) error {
@@ -36,13 +53,19 @@ func (w *workerStatuspush) run(ctx context.Context) error {
 	defer cancel()
 	addrC := make(chan netip.Prefix)
 	localC := make(chan netip.AddrPort)
+	clockC := make(chan timesync.State)
 	event.Pipe(pctx, w.address, addrC)
 	event.Pipe(pctx, w.localCurator, localC)
+	if w.clock != nil {
+		event.Pipe(pctx, w.clock, clockC)
+	}
 
 	var (
 		addr    netip.Prefix
 		local   netip.AddrPort
 		healthy bool
+		// clock is the clock's latest state, pushed the one last sent.
+		clock, pushed *timesync.State
 	)
 	for {
 		select {
@@ -50,6 +73,11 @@ func (w *workerStatuspush) run(ctx context.Context) error {
 			return ctx.Err()
 		case addr = <-addrC:
 		case local = <-localC:
+		case c := <-clockC:
+			clock = &c
+			if !clockNews(pushed, c) {
+				continue
+			}
 		}
 		if !addr.IsValid() {
 			continue
@@ -58,6 +86,7 @@ func (w *workerStatuspush) run(ctx context.Context) error {
 			ExternalAddress:    addr.Addr().String(),
 			Version:            w.version,
 			TimestampUnixNanos: time.Now().UnixNano(),
+			Clock:              clockStatus(clock),
 		}
 		if local.IsValid() {
 			st.RunningCurator = &api.NodeStatus_RunningCurator{Port: int32(local.Port())}
@@ -68,10 +97,65 @@ func (w *workerStatuspush) run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("when updating the node's status: %w", err)
 		}
+		pushed = clock
 		if !healthy {
 			supervisor.Logger(ctx).Infof("Status pushed (address %s, curator %v)", st.ExternalAddress, local.IsValid())
 			supervisor.Signal(ctx, supervisor.SignalHealthy)
 			healthy = true
 		}
 	}
+}
+
+// clockNews tells whether the clock's state now is worth a status push
+// after pushed was sent (nil: none was): when its state, server or reason
+// changed, when the clock was stepped, or when the pushed last sync is
+// clockRefresh old.
+func clockNews(pushed *timesync.State, now timesync.State) bool {
+	return pushed == nil || pushed.Sync != now.Sync || pushed.Server != now.Server || pushed.Reason != now.Reason ||
+		now.Offset.Abs() > timesync.MaxOffset || now.LastSync.Sub(pushed.LastSync) >= clockRefresh
+}
+
+// clockStatus is the clock's state as the node's status says it; nil when
+// the state is not known.
+func clockStatus(st *timesync.State) *api.ClockStatus {
+	if st == nil {
+		return nil
+	}
+	c := &api.ClockStatus{
+		State:       api.ClockState_CLOCK_STATE_UNSYNCHRONIZED,
+		OffsetNanos: st.Offset.Nanoseconds(),
+		Reason:      printableReason(st.Reason),
+	}
+	switch st.Sync {
+	case timesync.Synchronized:
+		c.State = api.ClockState_CLOCK_STATE_SYNCHRONIZED
+	case timesync.KnownWrong:
+		c.State = api.ClockState_CLOCK_STATE_KNOWN_WRONG
+	}
+	if st.Server.IsValid() {
+		c.Server = st.Server.String()
+	}
+	if !st.LastSync.IsZero() {
+		c.LastSyncUnixNanos = st.LastSync.UnixNano()
+	}
+	return c
+}
+
+// printableReason makes s what the curator stores: printable, at most
+// maxClockReason bytes, cut at a character.
+func printableReason(s string) string {
+	s = strings.Map(func(r rune) rune {
+		if r == utf8.RuneError || !unicode.IsPrint(r) {
+			return '?'
+		}
+		return r
+	}, s)
+	if len(s) <= maxClockReason {
+		return s
+	}
+	cut := maxClockReason
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
 }

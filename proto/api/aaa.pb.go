@@ -204,8 +204,10 @@ func (*EscrowFromServer_Result_) isEscrowFromServer_Step() {}
 // Hello opens the exchange.
 type EscrowFromClient_Hello struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The owner's ed25519 public key, 32 bytes: the key given to the
-	// cluster at bootstrap (NodeParameters.ClusterBootstrap).
+	// The owner's ed25519 public key, 32 bytes: the cluster's current
+	// owner key, the one given to the cluster at bootstrap
+	// (NodeParameters.ClusterBootstrap) until Management.RotateOwnerKey
+	// replaced it.
 	OwnerPublicKey []byte `protobuf:"bytes,1,opt,name=owner_public_key,json=ownerPublicKey,proto3" json:"owner_public_key,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache

@@ -31,8 +31,9 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // AAA is served by every curator (port 7833). Its one method is the start
-// of ownership: `cairnctl takeownership` calls it once, and keeps the
-// certificate it returns.
+// of ownership: `cairnctl takeownership` calls it first, and keeps the
+// certificate it returns; cairnctl calls it again to renew that
+// certificate before it expires.
 type AAAClient interface {
 	// Escrow trades a proof of possession of the owner key for an owner
 	// certificate. The owner has no certificate of the cluster yet, so the
@@ -79,8 +80,9 @@ type AAA_EscrowClient = grpc.BidiStreamingClient[EscrowFromClient, EscrowFromSer
 // for forward compatibility.
 //
 // AAA is served by every curator (port 7833). Its one method is the start
-// of ownership: `cairnctl takeownership` calls it once, and keeps the
-// certificate it returns.
+// of ownership: `cairnctl takeownership` calls it first, and keeps the
+// certificate it returns; cairnctl calls it again to renew that
+// certificate before it expires.
 type AAAServer interface {
 	// Escrow trades a proof of possession of the owner key for an owner
 	// certificate. The owner has no certificate of the cluster yet, so the

@@ -122,7 +122,90 @@ func (x WatchEvent_Progress) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WatchEvent_Progress.Descriptor instead.
 func (WatchEvent_Progress) EnumDescriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{5, 0}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{7, 0}
+}
+
+// WatchOwnerTrustRequest has no fields.
+type WatchOwnerTrustRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchOwnerTrustRequest) Reset() {
+	*x = WatchOwnerTrustRequest{}
+	mi := &file_proto_api_curator_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchOwnerTrustRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchOwnerTrustRequest) ProtoMessage() {}
+
+func (x *WatchOwnerTrustRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_curator_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchOwnerTrustRequest.ProtoReflect.Descriptor instead.
+func (*WatchOwnerTrustRequest) Descriptor() ([]byte, []int) {
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{0}
+}
+
+// WatchOwnerTrustResponse carries the owner trust as it is now.
+type WatchOwnerTrustResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The whole owner trust, replacing the one sent before.
+	Trust         *OwnerTrust `protobuf:"bytes,1,opt,name=trust,proto3" json:"trust,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchOwnerTrustResponse) Reset() {
+	*x = WatchOwnerTrustResponse{}
+	mi := &file_proto_api_curator_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchOwnerTrustResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchOwnerTrustResponse) ProtoMessage() {}
+
+func (x *WatchOwnerTrustResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_curator_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchOwnerTrustResponse.ProtoReflect.Descriptor instead.
+func (*WatchOwnerTrustResponse) Descriptor() ([]byte, []int) {
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *WatchOwnerTrustResponse) GetTrust() *OwnerTrust {
+	if x != nil {
+		return x.Trust
+	}
+	return nil
 }
 
 // GetCurrentLeaderRequest has no fields.
@@ -134,7 +217,7 @@ type GetCurrentLeaderRequest struct {
 
 func (x *GetCurrentLeaderRequest) Reset() {
 	*x = GetCurrentLeaderRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[0]
+	mi := &file_proto_api_curator_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -146,7 +229,7 @@ func (x *GetCurrentLeaderRequest) String() string {
 func (*GetCurrentLeaderRequest) ProtoMessage() {}
 
 func (x *GetCurrentLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[0]
+	mi := &file_proto_api_curator_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -159,7 +242,7 @@ func (x *GetCurrentLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCurrentLeaderRequest.ProtoReflect.Descriptor instead.
 func (*GetCurrentLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{0}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{2}
 }
 
 // GetCurrentLeaderResponse names the curator that leads.
@@ -178,7 +261,7 @@ type GetCurrentLeaderResponse struct {
 
 func (x *GetCurrentLeaderResponse) Reset() {
 	*x = GetCurrentLeaderResponse{}
-	mi := &file_proto_api_curator_proto_msgTypes[1]
+	mi := &file_proto_api_curator_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -190,7 +273,7 @@ func (x *GetCurrentLeaderResponse) String() string {
 func (*GetCurrentLeaderResponse) ProtoMessage() {}
 
 func (x *GetCurrentLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[1]
+	mi := &file_proto_api_curator_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -203,7 +286,7 @@ func (x *GetCurrentLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCurrentLeaderResponse.ProtoReflect.Descriptor instead.
 func (*GetCurrentLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{1}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *GetCurrentLeaderResponse) GetLeaderNodeId() string {
@@ -239,7 +322,7 @@ type JoinConsensusRequest struct {
 
 func (x *JoinConsensusRequest) Reset() {
 	*x = JoinConsensusRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[2]
+	mi := &file_proto_api_curator_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -251,7 +334,7 @@ func (x *JoinConsensusRequest) String() string {
 func (*JoinConsensusRequest) ProtoMessage() {}
 
 func (x *JoinConsensusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[2]
+	mi := &file_proto_api_curator_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -264,7 +347,7 @@ func (x *JoinConsensusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinConsensusRequest.ProtoReflect.Descriptor instead.
 func (*JoinConsensusRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{2}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *JoinConsensusRequest) GetPeerAddress() string {
@@ -297,7 +380,7 @@ type JoinConsensusResponse struct {
 
 func (x *JoinConsensusResponse) Reset() {
 	*x = JoinConsensusResponse{}
-	mi := &file_proto_api_curator_proto_msgTypes[3]
+	mi := &file_proto_api_curator_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -309,7 +392,7 @@ func (x *JoinConsensusResponse) String() string {
 func (*JoinConsensusResponse) ProtoMessage() {}
 
 func (x *JoinConsensusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[3]
+	mi := &file_proto_api_curator_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -322,7 +405,7 @@ func (x *JoinConsensusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinConsensusResponse.ProtoReflect.Descriptor instead.
 func (*JoinConsensusResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{3}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *JoinConsensusResponse) GetInitialCluster() string {
@@ -376,7 +459,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[4]
+	mi := &file_proto_api_curator_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -388,7 +471,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[4]
+	mi := &file_proto_api_curator_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -401,7 +484,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{4}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *WatchRequest) GetKind() isWatchRequest_Kind {
@@ -462,7 +545,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_proto_api_curator_proto_msgTypes[5]
+	mi := &file_proto_api_curator_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -474,7 +557,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[5]
+	mi := &file_proto_api_curator_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -487,7 +570,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{5}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *WatchEvent) GetNodes() []*Node {
@@ -524,7 +607,7 @@ type UpdateNodeStatusRequest struct {
 
 func (x *UpdateNodeStatusRequest) Reset() {
 	*x = UpdateNodeStatusRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[6]
+	mi := &file_proto_api_curator_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -536,7 +619,7 @@ func (x *UpdateNodeStatusRequest) String() string {
 func (*UpdateNodeStatusRequest) ProtoMessage() {}
 
 func (x *UpdateNodeStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[6]
+	mi := &file_proto_api_curator_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -549,7 +632,7 @@ func (x *UpdateNodeStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeStatusRequest.ProtoReflect.Descriptor instead.
 func (*UpdateNodeStatusRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{6}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *UpdateNodeStatusRequest) GetNodeId() string {
@@ -575,7 +658,7 @@ type UpdateNodeStatusResponse struct {
 
 func (x *UpdateNodeStatusResponse) Reset() {
 	*x = UpdateNodeStatusResponse{}
-	mi := &file_proto_api_curator_proto_msgTypes[7]
+	mi := &file_proto_api_curator_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -587,7 +670,7 @@ func (x *UpdateNodeStatusResponse) String() string {
 func (*UpdateNodeStatusResponse) ProtoMessage() {}
 
 func (x *UpdateNodeStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[7]
+	mi := &file_proto_api_curator_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -600,7 +683,7 @@ func (x *UpdateNodeStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeStatusResponse.ProtoReflect.Descriptor instead.
 func (*UpdateNodeStatusResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{7}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{9}
 }
 
 // HeartbeatRequest has no fields: the caller is the node that is alive.
@@ -612,7 +695,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[8]
+	mi := &file_proto_api_curator_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -624,7 +707,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[8]
+	mi := &file_proto_api_curator_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -637,7 +720,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{8}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{10}
 }
 
 // HeartbeatResponse tells the node how often to beat.
@@ -651,7 +734,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_proto_api_curator_proto_msgTypes[9]
+	mi := &file_proto_api_curator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -663,7 +746,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[9]
+	mi := &file_proto_api_curator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -676,7 +759,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{9}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *HeartbeatResponse) GetIntervalMillis() int64 {
@@ -700,7 +783,7 @@ type RegisterNodeRequest struct {
 
 func (x *RegisterNodeRequest) Reset() {
 	*x = RegisterNodeRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[10]
+	mi := &file_proto_api_curator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -712,7 +795,7 @@ func (x *RegisterNodeRequest) String() string {
 func (*RegisterNodeRequest) ProtoMessage() {}
 
 func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[10]
+	mi := &file_proto_api_curator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -725,7 +808,7 @@ func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{10}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RegisterNodeRequest) GetRegisterTicket() []byte {
@@ -753,7 +836,7 @@ type RegisterNodeResponse struct {
 
 func (x *RegisterNodeResponse) Reset() {
 	*x = RegisterNodeResponse{}
-	mi := &file_proto_api_curator_proto_msgTypes[11]
+	mi := &file_proto_api_curator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -765,7 +848,7 @@ func (x *RegisterNodeResponse) String() string {
 func (*RegisterNodeResponse) ProtoMessage() {}
 
 func (x *RegisterNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[11]
+	mi := &file_proto_api_curator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -778,7 +861,7 @@ func (x *RegisterNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeResponse.ProtoReflect.Descriptor instead.
 func (*RegisterNodeResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{11}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RegisterNodeResponse) GetClusterConfiguration() *ClusterConfiguration {
@@ -802,7 +885,7 @@ type CommitNodeRequest struct {
 
 func (x *CommitNodeRequest) Reset() {
 	*x = CommitNodeRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[12]
+	mi := &file_proto_api_curator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -814,7 +897,7 @@ func (x *CommitNodeRequest) String() string {
 func (*CommitNodeRequest) ProtoMessage() {}
 
 func (x *CommitNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[12]
+	mi := &file_proto_api_curator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -827,7 +910,7 @@ func (x *CommitNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitNodeRequest.ProtoReflect.Descriptor instead.
 func (*CommitNodeRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{12}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CommitNodeRequest) GetSealsWithTpm() bool {
@@ -854,7 +937,7 @@ type CommitNodeResponse struct {
 
 func (x *CommitNodeResponse) Reset() {
 	*x = CommitNodeResponse{}
-	mi := &file_proto_api_curator_proto_msgTypes[13]
+	mi := &file_proto_api_curator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -866,7 +949,7 @@ func (x *CommitNodeResponse) String() string {
 func (*CommitNodeResponse) ProtoMessage() {}
 
 func (x *CommitNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[13]
+	mi := &file_proto_api_curator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -879,7 +962,7 @@ func (x *CommitNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitNodeResponse.ProtoReflect.Descriptor instead.
 func (*CommitNodeResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{13}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CommitNodeResponse) GetCaCertificate() []byte {
@@ -920,7 +1003,7 @@ type JoinNodeRequest struct {
 
 func (x *JoinNodeRequest) Reset() {
 	*x = JoinNodeRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[14]
+	mi := &file_proto_api_curator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -932,7 +1015,7 @@ func (x *JoinNodeRequest) String() string {
 func (*JoinNodeRequest) ProtoMessage() {}
 
 func (x *JoinNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[14]
+	mi := &file_proto_api_curator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -945,7 +1028,7 @@ func (x *JoinNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinNodeRequest.ProtoReflect.Descriptor instead.
 func (*JoinNodeRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{14}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *JoinNodeRequest) GetNodeId() string {
@@ -979,7 +1062,7 @@ type JoinNodeResponse struct {
 
 func (x *JoinNodeResponse) Reset() {
 	*x = JoinNodeResponse{}
-	mi := &file_proto_api_curator_proto_msgTypes[15]
+	mi := &file_proto_api_curator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -991,7 +1074,7 @@ func (x *JoinNodeResponse) String() string {
 func (*JoinNodeResponse) ProtoMessage() {}
 
 func (x *JoinNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[15]
+	mi := &file_proto_api_curator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1004,7 +1087,7 @@ func (x *JoinNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinNodeResponse.ProtoReflect.Descriptor instead.
 func (*JoinNodeResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{15}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *JoinNodeResponse) GetClusterUnlockKey() []byte {
@@ -1032,7 +1115,7 @@ type IssueCertificateRequest struct {
 
 func (x *IssueCertificateRequest) Reset() {
 	*x = IssueCertificateRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[16]
+	mi := &file_proto_api_curator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1044,7 +1127,7 @@ func (x *IssueCertificateRequest) String() string {
 func (*IssueCertificateRequest) ProtoMessage() {}
 
 func (x *IssueCertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[16]
+	mi := &file_proto_api_curator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1057,7 +1140,7 @@ func (x *IssueCertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueCertificateRequest.ProtoReflect.Descriptor instead.
 func (*IssueCertificateRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{16}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *IssueCertificateRequest) GetKind() CertificateKind {
@@ -1080,7 +1163,7 @@ type IssueCertificateResponse struct {
 
 func (x *IssueCertificateResponse) Reset() {
 	*x = IssueCertificateResponse{}
-	mi := &file_proto_api_curator_proto_msgTypes[17]
+	mi := &file_proto_api_curator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1092,7 +1175,7 @@ func (x *IssueCertificateResponse) String() string {
 func (*IssueCertificateResponse) ProtoMessage() {}
 
 func (x *IssueCertificateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[17]
+	mi := &file_proto_api_curator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1105,7 +1188,7 @@ func (x *IssueCertificateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueCertificateResponse.ProtoReflect.Descriptor instead.
 func (*IssueCertificateResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{17}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *IssueCertificateResponse) GetCertificate() []byte {
@@ -1133,7 +1216,7 @@ type WatchRequest_NodeInCluster struct {
 
 func (x *WatchRequest_NodeInCluster) Reset() {
 	*x = WatchRequest_NodeInCluster{}
-	mi := &file_proto_api_curator_proto_msgTypes[18]
+	mi := &file_proto_api_curator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1145,7 +1228,7 @@ func (x *WatchRequest_NodeInCluster) String() string {
 func (*WatchRequest_NodeInCluster) ProtoMessage() {}
 
 func (x *WatchRequest_NodeInCluster) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[18]
+	mi := &file_proto_api_curator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1158,7 +1241,7 @@ func (x *WatchRequest_NodeInCluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest_NodeInCluster.ProtoReflect.Descriptor instead.
 func (*WatchRequest_NodeInCluster) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{4, 0}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{6, 0}
 }
 
 func (x *WatchRequest_NodeInCluster) GetNodeId() string {
@@ -1177,7 +1260,7 @@ type WatchRequest_NodesInCluster struct {
 
 func (x *WatchRequest_NodesInCluster) Reset() {
 	*x = WatchRequest_NodesInCluster{}
-	mi := &file_proto_api_curator_proto_msgTypes[19]
+	mi := &file_proto_api_curator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1189,7 +1272,7 @@ func (x *WatchRequest_NodesInCluster) String() string {
 func (*WatchRequest_NodesInCluster) ProtoMessage() {}
 
 func (x *WatchRequest_NodesInCluster) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[19]
+	mi := &file_proto_api_curator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1202,14 +1285,17 @@ func (x *WatchRequest_NodesInCluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest_NodesInCluster.ProtoReflect.Descriptor instead.
 func (*WatchRequest_NodesInCluster) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{4, 1}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{6, 1}
 }
 
 var File_proto_api_curator_proto protoreflect.FileDescriptor
 
 const file_proto_api_curator_proto_rawDesc = "" +
 	"\n" +
-	"\x17proto/api/curator.proto\x12\tcairn.api\x1a\x1dproto/api/authorization.proto\x1a\x17proto/api/cluster.proto\x1a\x14proto/api/node.proto\"\x19\n" +
+	"\x17proto/api/curator.proto\x12\tcairn.api\x1a\x1dproto/api/authorization.proto\x1a\x17proto/api/cluster.proto\x1a\x14proto/api/node.proto\x1a\x15proto/api/owner.proto\"\x18\n" +
+	"\x16WatchOwnerTrustRequest\"F\n" +
+	"\x17WatchOwnerTrustResponse\x12+\n" +
+	"\x05trust\x18\x01 \x01(\v2\x15.cairn.api.OwnerTrustR\x05trust\"\x19\n" +
 	"\x17GetCurrentLeaderRequest\"\x82\x01\n" +
 	"\x18GetCurrentLeaderResponse\x12$\n" +
 	"\x0eleader_node_id\x18\x01 \x01(\tR\fleaderNodeId\x12\x1f\n" +
@@ -1271,7 +1357,7 @@ const file_proto_api_curator_proto_rawDesc = "" +
 	"\x0eca_certificate\x18\x02 \x01(\fR\rcaCertificate*N\n" +
 	"\x0fCertificateKind\x12 \n" +
 	"\x1cCERTIFICATE_KIND_UNSPECIFIED\x10\x00\x12\x19\n" +
-	"\x15CERTIFICATE_KIND_NODE\x10\x012\x90\x06\n" +
+	"\x15CERTIFICATE_KIND_NODE\x10\x012\xf2\x06\n" +
 	"\aCurator\x12?\n" +
 	"\x05Watch\x12\x17.cairn.api.WatchRequest\x1a\x15.cairn.api.WatchEvent\"\x04\xd8\xe2\x18\x020\x01\x12a\n" +
 	"\x10UpdateNodeStatus\x12\".cairn.api.UpdateNodeStatusRequest\x1a#.cairn.api.UpdateNodeStatusResponse\"\x04\xd8\xe2\x18\x02\x12L\n" +
@@ -1282,7 +1368,8 @@ const file_proto_api_curator_proto_rawDesc = "" +
 	"\bJoinNode\x12\x1a.cairn.api.JoinNodeRequest\x1a\x1b.cairn.api.JoinNodeResponse\"\x04\xd8\xe2\x18\x04\x12a\n" +
 	"\x10IssueCertificate\x12\".cairn.api.IssueCertificateRequest\x1a#.cairn.api.IssueCertificateResponse\"\x04\xd8\xe2\x18\x02\x12c\n" +
 	"\x10GetCurrentLeader\x12\".cairn.api.GetCurrentLeaderRequest\x1a#.cairn.api.GetCurrentLeaderResponse\"\x04\xd8\xe2\x18\x020\x01\x12X\n" +
-	"\rJoinConsensus\x12\x1f.cairn.api.JoinConsensusRequest\x1a .cairn.api.JoinConsensusResponse\"\x04\xd8\xe2\x18\x02B\x1bZ\x19cairn.dev/cairn/proto/apib\x06proto3"
+	"\rJoinConsensus\x12\x1f.cairn.api.JoinConsensusRequest\x1a .cairn.api.JoinConsensusResponse\"\x04\xd8\xe2\x18\x02\x12`\n" +
+	"\x0fWatchOwnerTrust\x12!.cairn.api.WatchOwnerTrustRequest\x1a\".cairn.api.WatchOwnerTrustResponse\"\x04\xd8\xe2\x18\x020\x01B\x1bZ\x19cairn.dev/cairn/proto/apib\x06proto3"
 
 var (
 	file_proto_api_curator_proto_rawDescOnce sync.Once
@@ -1297,65 +1384,71 @@ func file_proto_api_curator_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_api_curator_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_proto_api_curator_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_proto_api_curator_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_proto_api_curator_proto_goTypes = []any{
 	(CertificateKind)(0),                // 0: cairn.api.CertificateKind
 	(WatchEvent_Progress)(0),            // 1: cairn.api.WatchEvent.Progress
-	(*GetCurrentLeaderRequest)(nil),     // 2: cairn.api.GetCurrentLeaderRequest
-	(*GetCurrentLeaderResponse)(nil),    // 3: cairn.api.GetCurrentLeaderResponse
-	(*JoinConsensusRequest)(nil),        // 4: cairn.api.JoinConsensusRequest
-	(*JoinConsensusResponse)(nil),       // 5: cairn.api.JoinConsensusResponse
-	(*WatchRequest)(nil),                // 6: cairn.api.WatchRequest
-	(*WatchEvent)(nil),                  // 7: cairn.api.WatchEvent
-	(*UpdateNodeStatusRequest)(nil),     // 8: cairn.api.UpdateNodeStatusRequest
-	(*UpdateNodeStatusResponse)(nil),    // 9: cairn.api.UpdateNodeStatusResponse
-	(*HeartbeatRequest)(nil),            // 10: cairn.api.HeartbeatRequest
-	(*HeartbeatResponse)(nil),           // 11: cairn.api.HeartbeatResponse
-	(*RegisterNodeRequest)(nil),         // 12: cairn.api.RegisterNodeRequest
-	(*RegisterNodeResponse)(nil),        // 13: cairn.api.RegisterNodeResponse
-	(*CommitNodeRequest)(nil),           // 14: cairn.api.CommitNodeRequest
-	(*CommitNodeResponse)(nil),          // 15: cairn.api.CommitNodeResponse
-	(*JoinNodeRequest)(nil),             // 16: cairn.api.JoinNodeRequest
-	(*JoinNodeResponse)(nil),            // 17: cairn.api.JoinNodeResponse
-	(*IssueCertificateRequest)(nil),     // 18: cairn.api.IssueCertificateRequest
-	(*IssueCertificateResponse)(nil),    // 19: cairn.api.IssueCertificateResponse
-	(*WatchRequest_NodeInCluster)(nil),  // 20: cairn.api.WatchRequest.NodeInCluster
-	(*WatchRequest_NodesInCluster)(nil), // 21: cairn.api.WatchRequest.NodesInCluster
-	(*Node)(nil),                        // 22: cairn.api.Node
-	(*NodeStatus)(nil),                  // 23: cairn.api.NodeStatus
-	(*ClusterConfiguration)(nil),        // 24: cairn.api.ClusterConfiguration
+	(*WatchOwnerTrustRequest)(nil),      // 2: cairn.api.WatchOwnerTrustRequest
+	(*WatchOwnerTrustResponse)(nil),     // 3: cairn.api.WatchOwnerTrustResponse
+	(*GetCurrentLeaderRequest)(nil),     // 4: cairn.api.GetCurrentLeaderRequest
+	(*GetCurrentLeaderResponse)(nil),    // 5: cairn.api.GetCurrentLeaderResponse
+	(*JoinConsensusRequest)(nil),        // 6: cairn.api.JoinConsensusRequest
+	(*JoinConsensusResponse)(nil),       // 7: cairn.api.JoinConsensusResponse
+	(*WatchRequest)(nil),                // 8: cairn.api.WatchRequest
+	(*WatchEvent)(nil),                  // 9: cairn.api.WatchEvent
+	(*UpdateNodeStatusRequest)(nil),     // 10: cairn.api.UpdateNodeStatusRequest
+	(*UpdateNodeStatusResponse)(nil),    // 11: cairn.api.UpdateNodeStatusResponse
+	(*HeartbeatRequest)(nil),            // 12: cairn.api.HeartbeatRequest
+	(*HeartbeatResponse)(nil),           // 13: cairn.api.HeartbeatResponse
+	(*RegisterNodeRequest)(nil),         // 14: cairn.api.RegisterNodeRequest
+	(*RegisterNodeResponse)(nil),        // 15: cairn.api.RegisterNodeResponse
+	(*CommitNodeRequest)(nil),           // 16: cairn.api.CommitNodeRequest
+	(*CommitNodeResponse)(nil),          // 17: cairn.api.CommitNodeResponse
+	(*JoinNodeRequest)(nil),             // 18: cairn.api.JoinNodeRequest
+	(*JoinNodeResponse)(nil),            // 19: cairn.api.JoinNodeResponse
+	(*IssueCertificateRequest)(nil),     // 20: cairn.api.IssueCertificateRequest
+	(*IssueCertificateResponse)(nil),    // 21: cairn.api.IssueCertificateResponse
+	(*WatchRequest_NodeInCluster)(nil),  // 22: cairn.api.WatchRequest.NodeInCluster
+	(*WatchRequest_NodesInCluster)(nil), // 23: cairn.api.WatchRequest.NodesInCluster
+	(*OwnerTrust)(nil),                  // 24: cairn.api.OwnerTrust
+	(*Node)(nil),                        // 25: cairn.api.Node
+	(*NodeStatus)(nil),                  // 26: cairn.api.NodeStatus
+	(*ClusterConfiguration)(nil),        // 27: cairn.api.ClusterConfiguration
 }
 var file_proto_api_curator_proto_depIdxs = []int32{
-	20, // 0: cairn.api.WatchRequest.node_in_cluster:type_name -> cairn.api.WatchRequest.NodeInCluster
-	21, // 1: cairn.api.WatchRequest.nodes_in_cluster:type_name -> cairn.api.WatchRequest.NodesInCluster
-	22, // 2: cairn.api.WatchEvent.nodes:type_name -> cairn.api.Node
-	1,  // 3: cairn.api.WatchEvent.progress:type_name -> cairn.api.WatchEvent.Progress
-	23, // 4: cairn.api.UpdateNodeStatusRequest.status:type_name -> cairn.api.NodeStatus
-	24, // 5: cairn.api.RegisterNodeResponse.cluster_configuration:type_name -> cairn.api.ClusterConfiguration
-	0,  // 6: cairn.api.IssueCertificateRequest.kind:type_name -> cairn.api.CertificateKind
-	6,  // 7: cairn.api.Curator.Watch:input_type -> cairn.api.WatchRequest
-	8,  // 8: cairn.api.Curator.UpdateNodeStatus:input_type -> cairn.api.UpdateNodeStatusRequest
-	10, // 9: cairn.api.Curator.Heartbeat:input_type -> cairn.api.HeartbeatRequest
-	12, // 10: cairn.api.Curator.RegisterNode:input_type -> cairn.api.RegisterNodeRequest
-	14, // 11: cairn.api.Curator.CommitNode:input_type -> cairn.api.CommitNodeRequest
-	16, // 12: cairn.api.Curator.JoinNode:input_type -> cairn.api.JoinNodeRequest
-	18, // 13: cairn.api.Curator.IssueCertificate:input_type -> cairn.api.IssueCertificateRequest
-	2,  // 14: cairn.api.Curator.GetCurrentLeader:input_type -> cairn.api.GetCurrentLeaderRequest
-	4,  // 15: cairn.api.Curator.JoinConsensus:input_type -> cairn.api.JoinConsensusRequest
-	7,  // 16: cairn.api.Curator.Watch:output_type -> cairn.api.WatchEvent
-	9,  // 17: cairn.api.Curator.UpdateNodeStatus:output_type -> cairn.api.UpdateNodeStatusResponse
-	11, // 18: cairn.api.Curator.Heartbeat:output_type -> cairn.api.HeartbeatResponse
-	13, // 19: cairn.api.Curator.RegisterNode:output_type -> cairn.api.RegisterNodeResponse
-	15, // 20: cairn.api.Curator.CommitNode:output_type -> cairn.api.CommitNodeResponse
-	17, // 21: cairn.api.Curator.JoinNode:output_type -> cairn.api.JoinNodeResponse
-	19, // 22: cairn.api.Curator.IssueCertificate:output_type -> cairn.api.IssueCertificateResponse
-	3,  // 23: cairn.api.Curator.GetCurrentLeader:output_type -> cairn.api.GetCurrentLeaderResponse
-	5,  // 24: cairn.api.Curator.JoinConsensus:output_type -> cairn.api.JoinConsensusResponse
-	16, // [16:25] is the sub-list for method output_type
-	7,  // [7:16] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	24, // 0: cairn.api.WatchOwnerTrustResponse.trust:type_name -> cairn.api.OwnerTrust
+	22, // 1: cairn.api.WatchRequest.node_in_cluster:type_name -> cairn.api.WatchRequest.NodeInCluster
+	23, // 2: cairn.api.WatchRequest.nodes_in_cluster:type_name -> cairn.api.WatchRequest.NodesInCluster
+	25, // 3: cairn.api.WatchEvent.nodes:type_name -> cairn.api.Node
+	1,  // 4: cairn.api.WatchEvent.progress:type_name -> cairn.api.WatchEvent.Progress
+	26, // 5: cairn.api.UpdateNodeStatusRequest.status:type_name -> cairn.api.NodeStatus
+	27, // 6: cairn.api.RegisterNodeResponse.cluster_configuration:type_name -> cairn.api.ClusterConfiguration
+	0,  // 7: cairn.api.IssueCertificateRequest.kind:type_name -> cairn.api.CertificateKind
+	8,  // 8: cairn.api.Curator.Watch:input_type -> cairn.api.WatchRequest
+	10, // 9: cairn.api.Curator.UpdateNodeStatus:input_type -> cairn.api.UpdateNodeStatusRequest
+	12, // 10: cairn.api.Curator.Heartbeat:input_type -> cairn.api.HeartbeatRequest
+	14, // 11: cairn.api.Curator.RegisterNode:input_type -> cairn.api.RegisterNodeRequest
+	16, // 12: cairn.api.Curator.CommitNode:input_type -> cairn.api.CommitNodeRequest
+	18, // 13: cairn.api.Curator.JoinNode:input_type -> cairn.api.JoinNodeRequest
+	20, // 14: cairn.api.Curator.IssueCertificate:input_type -> cairn.api.IssueCertificateRequest
+	4,  // 15: cairn.api.Curator.GetCurrentLeader:input_type -> cairn.api.GetCurrentLeaderRequest
+	6,  // 16: cairn.api.Curator.JoinConsensus:input_type -> cairn.api.JoinConsensusRequest
+	2,  // 17: cairn.api.Curator.WatchOwnerTrust:input_type -> cairn.api.WatchOwnerTrustRequest
+	9,  // 18: cairn.api.Curator.Watch:output_type -> cairn.api.WatchEvent
+	11, // 19: cairn.api.Curator.UpdateNodeStatus:output_type -> cairn.api.UpdateNodeStatusResponse
+	13, // 20: cairn.api.Curator.Heartbeat:output_type -> cairn.api.HeartbeatResponse
+	15, // 21: cairn.api.Curator.RegisterNode:output_type -> cairn.api.RegisterNodeResponse
+	17, // 22: cairn.api.Curator.CommitNode:output_type -> cairn.api.CommitNodeResponse
+	19, // 23: cairn.api.Curator.JoinNode:output_type -> cairn.api.JoinNodeResponse
+	21, // 24: cairn.api.Curator.IssueCertificate:output_type -> cairn.api.IssueCertificateResponse
+	5,  // 25: cairn.api.Curator.GetCurrentLeader:output_type -> cairn.api.GetCurrentLeaderResponse
+	7,  // 26: cairn.api.Curator.JoinConsensus:output_type -> cairn.api.JoinConsensusResponse
+	3,  // 27: cairn.api.Curator.WatchOwnerTrust:output_type -> cairn.api.WatchOwnerTrustResponse
+	18, // [18:28] is the sub-list for method output_type
+	8,  // [8:18] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_proto_api_curator_proto_init() }
@@ -1366,7 +1459,8 @@ func file_proto_api_curator_proto_init() {
 	file_proto_api_authorization_proto_init()
 	file_proto_api_cluster_proto_init()
 	file_proto_api_node_proto_init()
-	file_proto_api_curator_proto_msgTypes[4].OneofWrappers = []any{
+	file_proto_api_owner_proto_init()
+	file_proto_api_curator_proto_msgTypes[6].OneofWrappers = []any{
 		(*WatchRequest_NodeInCluster_)(nil),
 		(*WatchRequest_NodesInCluster_)(nil),
 	}
@@ -1376,7 +1470,7 @@ func file_proto_api_curator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_api_curator_proto_rawDesc), len(file_proto_api_curator_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   20,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,6 +31,7 @@ const (
 	Curator_IssueCertificate_FullMethodName = "/cairn.api.Curator/IssueCertificate"
 	Curator_GetCurrentLeader_FullMethodName = "/cairn.api.Curator/GetCurrentLeader"
 	Curator_JoinConsensus_FullMethodName    = "/cairn.api.Curator/JoinConsensus"
+	Curator_WatchOwnerTrust_FullMethodName  = "/cairn.api.Curator/WatchOwnerTrust"
 )
 
 // CuratorClient is the client API for Curator service.
@@ -45,7 +46,7 @@ const (
 //	new node:    RegisterNode (ticket) ─▶ owner approves ─▶ CommitNode (node key)
 //	after boot:  JoinNode (join key)
 //	member:      Watch, UpdateNodeStatus, Heartbeat, IssueCertificate,
-//	             GetCurrentLeader, JoinConsensus (node cert)
+//	             GetCurrentLeader, JoinConsensus, WatchOwnerTrust (node cert)
 type CuratorClient interface {
 	// Watch streams the state of one node or of every node: first the
 	// current state as a backlog, then every change as it happens, until the
@@ -98,6 +99,12 @@ type CuratorClient interface {
 	// Calling it again before the new member has started returns the same
 	// data. The learner is promoted to a voting member once it has caught up.
 	JoinConsensus(ctx context.Context, in *JoinConsensusRequest, opts ...grpc.CallOption) (*JoinConsensusResponse, error)
+	// WatchOwnerTrust streams the cluster's owner trust: first the current
+	// one, then the new one each time it changes (an owner key rotated, an
+	// owner certificate revoked), until the caller cancels. Nodes judge the
+	// owner certificates presented to their management port by it. A stream
+	// counts against the same limit per node as Watch.
+	WatchOwnerTrust(ctx context.Context, in *WatchOwnerTrustRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchOwnerTrustResponse], error)
 }
 
 type curatorClient struct {
@@ -216,6 +223,25 @@ func (c *curatorClient) JoinConsensus(ctx context.Context, in *JoinConsensusRequ
 	return out, nil
 }
 
+func (c *curatorClient) WatchOwnerTrust(ctx context.Context, in *WatchOwnerTrustRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchOwnerTrustResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Curator_ServiceDesc.Streams[2], Curator_WatchOwnerTrust_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchOwnerTrustRequest, WatchOwnerTrustResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Curator_WatchOwnerTrustClient = grpc.ServerStreamingClient[WatchOwnerTrustResponse]
+
 // CuratorServer is the server API for Curator service.
 // All implementations must embed UnimplementedCuratorServer
 // for forward compatibility.
@@ -228,7 +254,7 @@ func (c *curatorClient) JoinConsensus(ctx context.Context, in *JoinConsensusRequ
 //	new node:    RegisterNode (ticket) ─▶ owner approves ─▶ CommitNode (node key)
 //	after boot:  JoinNode (join key)
 //	member:      Watch, UpdateNodeStatus, Heartbeat, IssueCertificate,
-//	             GetCurrentLeader, JoinConsensus (node cert)
+//	             GetCurrentLeader, JoinConsensus, WatchOwnerTrust (node cert)
 type CuratorServer interface {
 	// Watch streams the state of one node or of every node: first the
 	// current state as a backlog, then every change as it happens, until the
@@ -281,6 +307,12 @@ type CuratorServer interface {
 	// Calling it again before the new member has started returns the same
 	// data. The learner is promoted to a voting member once it has caught up.
 	JoinConsensus(context.Context, *JoinConsensusRequest) (*JoinConsensusResponse, error)
+	// WatchOwnerTrust streams the cluster's owner trust: first the current
+	// one, then the new one each time it changes (an owner key rotated, an
+	// owner certificate revoked), until the caller cancels. Nodes judge the
+	// owner certificates presented to their management port by it. A stream
+	// counts against the same limit per node as Watch.
+	WatchOwnerTrust(*WatchOwnerTrustRequest, grpc.ServerStreamingServer[WatchOwnerTrustResponse]) error
 	mustEmbedUnimplementedCuratorServer()
 }
 
@@ -317,6 +349,9 @@ func (UnimplementedCuratorServer) GetCurrentLeader(*GetCurrentLeaderRequest, grp
 }
 func (UnimplementedCuratorServer) JoinConsensus(context.Context, *JoinConsensusRequest) (*JoinConsensusResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method JoinConsensus not implemented")
+}
+func (UnimplementedCuratorServer) WatchOwnerTrust(*WatchOwnerTrustRequest, grpc.ServerStreamingServer[WatchOwnerTrustResponse]) error {
+	return status.Error(codes.Unimplemented, "method WatchOwnerTrust not implemented")
 }
 func (UnimplementedCuratorServer) mustEmbedUnimplementedCuratorServer() {}
 func (UnimplementedCuratorServer) testEmbeddedByValue()                 {}
@@ -487,6 +522,17 @@ func _Curator_JoinConsensus_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Curator_WatchOwnerTrust_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchOwnerTrustRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(CuratorServer).WatchOwnerTrust(m, &grpc.GenericServerStream[WatchOwnerTrustRequest, WatchOwnerTrustResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Curator_WatchOwnerTrustServer = grpc.ServerStreamingServer[WatchOwnerTrustResponse]
+
 // Curator_ServiceDesc is the grpc.ServiceDesc for Curator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -532,6 +578,11 @@ var Curator_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "GetCurrentLeader",
 			Handler:       _Curator_GetCurrentLeader_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WatchOwnerTrust",
+			Handler:       _Curator_WatchOwnerTrust_Handler,
 			ServerStreams: true,
 		},
 	},

@@ -11,6 +11,7 @@
 //	cluster.proto     ClusterConfiguration, ClusterDirectory
 //	node.proto        Node, NodeState, NodeRoles, NodeStatus
 //	authorization.proto  the authz method option every RPC declares
+//	owner.proto       OwnerTrust, OwnerCertificate: the owner's credentials
 //	aaa.proto         service AAA: the owner's certificate (Escrow)
 //	management.proto  service Management: the owner manages nodes
 //	curator.proto     service Curator: nodes enrol, watch and report

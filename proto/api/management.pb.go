@@ -832,11 +832,500 @@ func (*DeleteNodeResponse) Descriptor() ([]byte, []int) {
 	return file_proto_api_management_proto_rawDescGZIP(), []int{16}
 }
 
+// RotateOwnerKeyRequest names the new owner key and proves its possession.
+type RotateOwnerKeyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The new owner key, ed25519, 32 bytes. It must differ from the current
+	// one.
+	NewOwnerPublicKey []byte `protobuf:"bytes,1,opt,name=new_owner_public_key,json=newOwnerPublicKey,proto3" json:"new_owner_public_key,omitempty"`
+	// An ed25519 signature by the new owner key over the concatenation of:
+	//   - the ASCII string "cairn owner key rotation proof v1" and one zero
+	//     byte,
+	//   - the 32 bytes of the current owner key (the key of the certificate
+	//     the call is made with),
+	//   - the 32 bytes of the new owner key,
+	//   - 32 bytes of keying material exported from the TLS session of this
+	//     call (RFC 8446 section 7.5) with the label
+	//     "EXPORTER-cairn-owner-rotation" and no context.
+	//
+	// node/rpc builds these bytes for both ends (OwnerRotationProofPayload).
+	// The label and the prefix differ from AAA.Escrow's, so that neither
+	// proof passes for the other.
+	Proof         []byte `protobuf:"bytes,2,opt,name=proof,proto3" json:"proof,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateOwnerKeyRequest) Reset() {
+	*x = RotateOwnerKeyRequest{}
+	mi := &file_proto_api_management_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateOwnerKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateOwnerKeyRequest) ProtoMessage() {}
+
+func (x *RotateOwnerKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_management_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateOwnerKeyRequest.ProtoReflect.Descriptor instead.
+func (*RotateOwnerKeyRequest) Descriptor() ([]byte, []int) {
+	return file_proto_api_management_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *RotateOwnerKeyRequest) GetNewOwnerPublicKey() []byte {
+	if x != nil {
+		return x.NewOwnerPublicKey
+	}
+	return nil
+}
+
+func (x *RotateOwnerKeyRequest) GetProof() []byte {
+	if x != nil {
+		return x.Proof
+	}
+	return nil
+}
+
+// RotateOwnerKeyResponse carries the new owner's certificate.
+type RotateOwnerKeyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The owner certificate, DER, issued by the cluster CA for the new owner
+	// key (node/identity's owner profile).
+	OwnerCertificate []byte `protobuf:"bytes,1,opt,name=owner_certificate,json=ownerCertificate,proto3" json:"owner_certificate,omitempty"`
+	// The cluster CA certificate, DER.
+	CaCertificate []byte `protobuf:"bytes,2,opt,name=ca_certificate,json=caCertificate,proto3" json:"ca_certificate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateOwnerKeyResponse) Reset() {
+	*x = RotateOwnerKeyResponse{}
+	mi := &file_proto_api_management_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateOwnerKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateOwnerKeyResponse) ProtoMessage() {}
+
+func (x *RotateOwnerKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_management_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateOwnerKeyResponse.ProtoReflect.Descriptor instead.
+func (*RotateOwnerKeyResponse) Descriptor() ([]byte, []int) {
+	return file_proto_api_management_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *RotateOwnerKeyResponse) GetOwnerCertificate() []byte {
+	if x != nil {
+		return x.OwnerCertificate
+	}
+	return nil
+}
+
+func (x *RotateOwnerKeyResponse) GetCaCertificate() []byte {
+	if x != nil {
+		return x.CaCertificate
+	}
+	return nil
+}
+
+// RevokeOwnerCertificateRequest names the certificate to revoke.
+type RevokeOwnerCertificateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The certificate's serial number, as in RevokedOwnerCertificate.
+	Serial []byte `protobuf:"bytes,1,opt,name=serial,proto3" json:"serial,omitempty"`
+	// Revoke the certificate even when it is the one this call is made
+	// with: the caller then has to escrow a new one before its next call.
+	AllowOwn      bool `protobuf:"varint,2,opt,name=allow_own,json=allowOwn,proto3" json:"allow_own,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeOwnerCertificateRequest) Reset() {
+	*x = RevokeOwnerCertificateRequest{}
+	mi := &file_proto_api_management_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeOwnerCertificateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeOwnerCertificateRequest) ProtoMessage() {}
+
+func (x *RevokeOwnerCertificateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_management_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeOwnerCertificateRequest.ProtoReflect.Descriptor instead.
+func (*RevokeOwnerCertificateRequest) Descriptor() ([]byte, []int) {
+	return file_proto_api_management_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *RevokeOwnerCertificateRequest) GetSerial() []byte {
+	if x != nil {
+		return x.Serial
+	}
+	return nil
+}
+
+func (x *RevokeOwnerCertificateRequest) GetAllowOwn() bool {
+	if x != nil {
+		return x.AllowOwn
+	}
+	return false
+}
+
+// RevokeOwnerCertificateResponse says what is revoked now.
+type RevokeOwnerCertificateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The revocation as stored, with the certificate's expiry.
+	Revoked       *RevokedOwnerCertificate `protobuf:"bytes,1,opt,name=revoked,proto3" json:"revoked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeOwnerCertificateResponse) Reset() {
+	*x = RevokeOwnerCertificateResponse{}
+	mi := &file_proto_api_management_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeOwnerCertificateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeOwnerCertificateResponse) ProtoMessage() {}
+
+func (x *RevokeOwnerCertificateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_management_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeOwnerCertificateResponse.ProtoReflect.Descriptor instead.
+func (*RevokeOwnerCertificateResponse) Descriptor() ([]byte, []int) {
+	return file_proto_api_management_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *RevokeOwnerCertificateResponse) GetRevoked() *RevokedOwnerCertificate {
+	if x != nil {
+		return x.Revoked
+	}
+	return nil
+}
+
+// GetOwnerTrustRequest has no fields.
+type GetOwnerTrustRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetOwnerTrustRequest) Reset() {
+	*x = GetOwnerTrustRequest{}
+	mi := &file_proto_api_management_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetOwnerTrustRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetOwnerTrustRequest) ProtoMessage() {}
+
+func (x *GetOwnerTrustRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_management_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetOwnerTrustRequest.ProtoReflect.Descriptor instead.
+func (*GetOwnerTrustRequest) Descriptor() ([]byte, []int) {
+	return file_proto_api_management_proto_rawDescGZIP(), []int{21}
+}
+
+// GetOwnerTrustResponse shows the owner's credentials as the cluster
+// judges them.
+type GetOwnerTrustResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The current owner key and the revoked certificates.
+	Trust *OwnerTrust `protobuf:"bytes,1,opt,name=trust,proto3" json:"trust,omitempty"`
+	// The owner certificates the cluster issued (AAA.Escrow, RotateOwnerKey)
+	// that have not expired, sorted by expiry, revoked ones and those of
+	// earlier owner keys included.
+	Certificates  []*OwnerCertificate `protobuf:"bytes,2,rep,name=certificates,proto3" json:"certificates,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetOwnerTrustResponse) Reset() {
+	*x = GetOwnerTrustResponse{}
+	mi := &file_proto_api_management_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetOwnerTrustResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetOwnerTrustResponse) ProtoMessage() {}
+
+func (x *GetOwnerTrustResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_management_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetOwnerTrustResponse.ProtoReflect.Descriptor instead.
+func (*GetOwnerTrustResponse) Descriptor() ([]byte, []int) {
+	return file_proto_api_management_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *GetOwnerTrustResponse) GetTrust() *OwnerTrust {
+	if x != nil {
+		return x.Trust
+	}
+	return nil
+}
+
+func (x *GetOwnerTrustResponse) GetCertificates() []*OwnerCertificate {
+	if x != nil {
+		return x.Certificates
+	}
+	return nil
+}
+
+// BackupRequest has no fields.
+type BackupRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupRequest) Reset() {
+	*x = BackupRequest{}
+	mi := &file_proto_api_management_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupRequest) ProtoMessage() {}
+
+func (x *BackupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_management_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
+func (*BackupRequest) Descriptor() ([]byte, []int) {
+	return file_proto_api_management_proto_rawDescGZIP(), []int{23}
+}
+
+// BackupResponse is one message of a Backup stream: a piece of the
+// snapshot, or, last, the trailer.
+type BackupResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The next piece of the snapshot file, to be appended to those before
+	// it. Empty in the last message.
+	Data []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// Set in the last message only, after every piece was sent.
+	Trailer       *BackupTrailer `protobuf:"bytes,2,opt,name=trailer,proto3" json:"trailer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupResponse) Reset() {
+	*x = BackupResponse{}
+	mi := &file_proto_api_management_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupResponse) ProtoMessage() {}
+
+func (x *BackupResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_management_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupResponse.ProtoReflect.Descriptor instead.
+func (*BackupResponse) Descriptor() ([]byte, []int) {
+	return file_proto_api_management_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *BackupResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *BackupResponse) GetTrailer() *BackupTrailer {
+	if x != nil {
+		return x.Trailer
+	}
+	return nil
+}
+
+// BackupTrailer describes the whole snapshot file, so that the receiver
+// can check what it wrote.
+type BackupTrailer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The size of the snapshot file in bytes: every data piece together.
+	Size int64 `protobuf:"varint,1,opt,name=size,proto3" json:"size,omitempty"`
+	// The SHA-256 of the snapshot file.
+	Sha256 []byte `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// The etcd revision of the snapshot: every write up to it is in it.
+	Revision int64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The storage version of the etcd that took it, like "3.6.0".
+	EtcdVersion   string `protobuf:"bytes,4,opt,name=etcd_version,json=etcdVersion,proto3" json:"etcd_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupTrailer) Reset() {
+	*x = BackupTrailer{}
+	mi := &file_proto_api_management_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupTrailer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupTrailer) ProtoMessage() {}
+
+func (x *BackupTrailer) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_management_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupTrailer.ProtoReflect.Descriptor instead.
+func (*BackupTrailer) Descriptor() ([]byte, []int) {
+	return file_proto_api_management_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *BackupTrailer) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *BackupTrailer) GetSha256() []byte {
+	if x != nil {
+		return x.Sha256
+	}
+	return nil
+}
+
+func (x *BackupTrailer) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *BackupTrailer) GetEtcdVersion() string {
+	if x != nil {
+		return x.EtcdVersion
+	}
+	return ""
+}
+
 var File_proto_api_management_proto protoreflect.FileDescriptor
 
 const file_proto_api_management_proto_rawDesc = "" +
 	"\n" +
-	"\x1aproto/api/management.proto\x12\tcairn.api\x1a\x1dproto/api/authorization.proto\x1a\x17proto/api/cluster.proto\x1a\x14proto/api/node.proto\"\x1a\n" +
+	"\x1aproto/api/management.proto\x12\tcairn.api\x1a\x1dproto/api/authorization.proto\x1a\x17proto/api/cluster.proto\x1a\x14proto/api/node.proto\x1a\x15proto/api/owner.proto\"\x1a\n" +
 	"\x18GetRegisterTicketRequest\"3\n" +
 	"\x19GetRegisterTicketResponse\x12\x16\n" +
 	"\x06ticket\x18\x01 \x01(\fR\x06ticket\"F\n" +
@@ -876,7 +1365,31 @@ const file_proto_api_management_proto_rawDesc = "" +
 	"\x18DecommissionNodeResponse\",\n" +
 	"\x11DeleteNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\x14\n" +
-	"\x12DeleteNodeResponse2\xf1\x05\n" +
+	"\x12DeleteNodeResponse\"^\n" +
+	"\x15RotateOwnerKeyRequest\x12/\n" +
+	"\x14new_owner_public_key\x18\x01 \x01(\fR\x11newOwnerPublicKey\x12\x14\n" +
+	"\x05proof\x18\x02 \x01(\fR\x05proof\"l\n" +
+	"\x16RotateOwnerKeyResponse\x12+\n" +
+	"\x11owner_certificate\x18\x01 \x01(\fR\x10ownerCertificate\x12%\n" +
+	"\x0eca_certificate\x18\x02 \x01(\fR\rcaCertificate\"T\n" +
+	"\x1dRevokeOwnerCertificateRequest\x12\x16\n" +
+	"\x06serial\x18\x01 \x01(\fR\x06serial\x12\x1b\n" +
+	"\tallow_own\x18\x02 \x01(\bR\ballowOwn\"^\n" +
+	"\x1eRevokeOwnerCertificateResponse\x12<\n" +
+	"\arevoked\x18\x01 \x01(\v2\".cairn.api.RevokedOwnerCertificateR\arevoked\"\x16\n" +
+	"\x14GetOwnerTrustRequest\"\x85\x01\n" +
+	"\x15GetOwnerTrustResponse\x12+\n" +
+	"\x05trust\x18\x01 \x01(\v2\x15.cairn.api.OwnerTrustR\x05trust\x12?\n" +
+	"\fcertificates\x18\x02 \x03(\v2\x1b.cairn.api.OwnerCertificateR\fcertificates\"\x0f\n" +
+	"\rBackupRequest\"X\n" +
+	"\x0eBackupResponse\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x122\n" +
+	"\atrailer\x18\x02 \x01(\v2\x18.cairn.api.BackupTrailerR\atrailer\"z\n" +
+	"\rBackupTrailer\x12\x12\n" +
+	"\x04size\x18\x01 \x01(\x03R\x04size\x12\x16\n" +
+	"\x06sha256\x18\x02 \x01(\fR\x06sha256\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision\x12!\n" +
+	"\fetcd_version\x18\x04 \x01(\tR\vetcdVersion2\xe6\b\n" +
 	"\n" +
 	"Management\x12d\n" +
 	"\x11GetRegisterTicket\x12#.cairn.api.GetRegisterTicketRequest\x1a$.cairn.api.GetRegisterTicketResponse\"\x04\xd8\xe2\x18\x01\x12m\n" +
@@ -887,7 +1400,11 @@ const file_proto_api_management_proto_rawDesc = "" +
 	"\x0fUpdateNodeRoles\x12!.cairn.api.UpdateNodeRolesRequest\x1a\".cairn.api.UpdateNodeRolesResponse\"\x04\xd8\xe2\x18\x01\x12a\n" +
 	"\x10DecommissionNode\x12\".cairn.api.DecommissionNodeRequest\x1a#.cairn.api.DecommissionNodeResponse\"\x04\xd8\xe2\x18\x01\x12O\n" +
 	"\n" +
-	"DeleteNode\x12\x1c.cairn.api.DeleteNodeRequest\x1a\x1d.cairn.api.DeleteNodeResponse\"\x04\xd8\xe2\x18\x01B\x1bZ\x19cairn.dev/cairn/proto/apib\x06proto3"
+	"DeleteNode\x12\x1c.cairn.api.DeleteNodeRequest\x1a\x1d.cairn.api.DeleteNodeResponse\"\x04\xd8\xe2\x18\x01\x12E\n" +
+	"\x06Backup\x12\x18.cairn.api.BackupRequest\x1a\x19.cairn.api.BackupResponse\"\x04\xd8\xe2\x18\x010\x01\x12]\n" +
+	"\x0eRotateOwnerKey\x12 .cairn.api.RotateOwnerKeyRequest\x1a!.cairn.api.RotateOwnerKeyResponse\"\x04\xd8\xe2\x18\x01(\x01\x12s\n" +
+	"\x16RevokeOwnerCertificate\x12(.cairn.api.RevokeOwnerCertificateRequest\x1a).cairn.api.RevokeOwnerCertificateResponse\"\x04\xd8\xe2\x18\x01\x12X\n" +
+	"\rGetOwnerTrust\x12\x1f.cairn.api.GetOwnerTrustRequest\x1a .cairn.api.GetOwnerTrustResponse\"\x04\xd8\xe2\x18\x01B\x1bZ\x19cairn.dev/cairn/proto/apib\x06proto3"
 
 var (
 	file_proto_api_management_proto_rawDescOnce sync.Once
@@ -901,60 +1418,84 @@ func file_proto_api_management_proto_rawDescGZIP() []byte {
 	return file_proto_api_management_proto_rawDescData
 }
 
-var file_proto_api_management_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_proto_api_management_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_proto_api_management_proto_goTypes = []any{
-	(*GetRegisterTicketRequest)(nil),     // 0: cairn.api.GetRegisterTicketRequest
-	(*GetRegisterTicketResponse)(nil),    // 1: cairn.api.GetRegisterTicketResponse
-	(*RotateRegisterTicketRequest)(nil),  // 2: cairn.api.RotateRegisterTicketRequest
-	(*RotateRegisterTicketResponse)(nil), // 3: cairn.api.RotateRegisterTicketResponse
-	(*GetClusterInfoRequest)(nil),        // 4: cairn.api.GetClusterInfoRequest
-	(*GetClusterInfoResponse)(nil),       // 5: cairn.api.GetClusterInfoResponse
-	(*NodeFilter)(nil),                   // 6: cairn.api.NodeFilter
-	(*GetNodesRequest)(nil),              // 7: cairn.api.GetNodesRequest
-	(*GetNodesResponse)(nil),             // 8: cairn.api.GetNodesResponse
-	(*ApproveNodeRequest)(nil),           // 9: cairn.api.ApproveNodeRequest
-	(*ApproveNodeResponse)(nil),          // 10: cairn.api.ApproveNodeResponse
-	(*UpdateNodeRolesRequest)(nil),       // 11: cairn.api.UpdateNodeRolesRequest
-	(*UpdateNodeRolesResponse)(nil),      // 12: cairn.api.UpdateNodeRolesResponse
-	(*DecommissionNodeRequest)(nil),      // 13: cairn.api.DecommissionNodeRequest
-	(*DecommissionNodeResponse)(nil),     // 14: cairn.api.DecommissionNodeResponse
-	(*DeleteNodeRequest)(nil),            // 15: cairn.api.DeleteNodeRequest
-	(*DeleteNodeResponse)(nil),           // 16: cairn.api.DeleteNodeResponse
-	(*ClusterDirectory)(nil),             // 17: cairn.api.ClusterDirectory
-	(*ClusterConfiguration)(nil),         // 18: cairn.api.ClusterConfiguration
-	(NodeState)(0),                       // 19: cairn.api.NodeState
-	(*NodeRoles)(nil),                    // 20: cairn.api.NodeRoles
-	(*Node)(nil),                         // 21: cairn.api.Node
+	(*GetRegisterTicketRequest)(nil),       // 0: cairn.api.GetRegisterTicketRequest
+	(*GetRegisterTicketResponse)(nil),      // 1: cairn.api.GetRegisterTicketResponse
+	(*RotateRegisterTicketRequest)(nil),    // 2: cairn.api.RotateRegisterTicketRequest
+	(*RotateRegisterTicketResponse)(nil),   // 3: cairn.api.RotateRegisterTicketResponse
+	(*GetClusterInfoRequest)(nil),          // 4: cairn.api.GetClusterInfoRequest
+	(*GetClusterInfoResponse)(nil),         // 5: cairn.api.GetClusterInfoResponse
+	(*NodeFilter)(nil),                     // 6: cairn.api.NodeFilter
+	(*GetNodesRequest)(nil),                // 7: cairn.api.GetNodesRequest
+	(*GetNodesResponse)(nil),               // 8: cairn.api.GetNodesResponse
+	(*ApproveNodeRequest)(nil),             // 9: cairn.api.ApproveNodeRequest
+	(*ApproveNodeResponse)(nil),            // 10: cairn.api.ApproveNodeResponse
+	(*UpdateNodeRolesRequest)(nil),         // 11: cairn.api.UpdateNodeRolesRequest
+	(*UpdateNodeRolesResponse)(nil),        // 12: cairn.api.UpdateNodeRolesResponse
+	(*DecommissionNodeRequest)(nil),        // 13: cairn.api.DecommissionNodeRequest
+	(*DecommissionNodeResponse)(nil),       // 14: cairn.api.DecommissionNodeResponse
+	(*DeleteNodeRequest)(nil),              // 15: cairn.api.DeleteNodeRequest
+	(*DeleteNodeResponse)(nil),             // 16: cairn.api.DeleteNodeResponse
+	(*RotateOwnerKeyRequest)(nil),          // 17: cairn.api.RotateOwnerKeyRequest
+	(*RotateOwnerKeyResponse)(nil),         // 18: cairn.api.RotateOwnerKeyResponse
+	(*RevokeOwnerCertificateRequest)(nil),  // 19: cairn.api.RevokeOwnerCertificateRequest
+	(*RevokeOwnerCertificateResponse)(nil), // 20: cairn.api.RevokeOwnerCertificateResponse
+	(*GetOwnerTrustRequest)(nil),           // 21: cairn.api.GetOwnerTrustRequest
+	(*GetOwnerTrustResponse)(nil),          // 22: cairn.api.GetOwnerTrustResponse
+	(*BackupRequest)(nil),                  // 23: cairn.api.BackupRequest
+	(*BackupResponse)(nil),                 // 24: cairn.api.BackupResponse
+	(*BackupTrailer)(nil),                  // 25: cairn.api.BackupTrailer
+	(*ClusterDirectory)(nil),               // 26: cairn.api.ClusterDirectory
+	(*ClusterConfiguration)(nil),           // 27: cairn.api.ClusterConfiguration
+	(NodeState)(0),                         // 28: cairn.api.NodeState
+	(*NodeRoles)(nil),                      // 29: cairn.api.NodeRoles
+	(*Node)(nil),                           // 30: cairn.api.Node
+	(*RevokedOwnerCertificate)(nil),        // 31: cairn.api.RevokedOwnerCertificate
+	(*OwnerTrust)(nil),                     // 32: cairn.api.OwnerTrust
+	(*OwnerCertificate)(nil),               // 33: cairn.api.OwnerCertificate
 }
 var file_proto_api_management_proto_depIdxs = []int32{
-	17, // 0: cairn.api.GetClusterInfoResponse.cluster_directory:type_name -> cairn.api.ClusterDirectory
-	18, // 1: cairn.api.GetClusterInfoResponse.cluster_configuration:type_name -> cairn.api.ClusterConfiguration
-	19, // 2: cairn.api.NodeFilter.states:type_name -> cairn.api.NodeState
-	20, // 3: cairn.api.NodeFilter.roles:type_name -> cairn.api.NodeRoles
+	26, // 0: cairn.api.GetClusterInfoResponse.cluster_directory:type_name -> cairn.api.ClusterDirectory
+	27, // 1: cairn.api.GetClusterInfoResponse.cluster_configuration:type_name -> cairn.api.ClusterConfiguration
+	28, // 2: cairn.api.NodeFilter.states:type_name -> cairn.api.NodeState
+	29, // 3: cairn.api.NodeFilter.roles:type_name -> cairn.api.NodeRoles
 	6,  // 4: cairn.api.GetNodesRequest.filter:type_name -> cairn.api.NodeFilter
-	21, // 5: cairn.api.GetNodesResponse.nodes:type_name -> cairn.api.Node
-	20, // 6: cairn.api.UpdateNodeRolesResponse.roles:type_name -> cairn.api.NodeRoles
-	0,  // 7: cairn.api.Management.GetRegisterTicket:input_type -> cairn.api.GetRegisterTicketRequest
-	2,  // 8: cairn.api.Management.RotateRegisterTicket:input_type -> cairn.api.RotateRegisterTicketRequest
-	4,  // 9: cairn.api.Management.GetClusterInfo:input_type -> cairn.api.GetClusterInfoRequest
-	7,  // 10: cairn.api.Management.GetNodes:input_type -> cairn.api.GetNodesRequest
-	9,  // 11: cairn.api.Management.ApproveNode:input_type -> cairn.api.ApproveNodeRequest
-	11, // 12: cairn.api.Management.UpdateNodeRoles:input_type -> cairn.api.UpdateNodeRolesRequest
-	13, // 13: cairn.api.Management.DecommissionNode:input_type -> cairn.api.DecommissionNodeRequest
-	15, // 14: cairn.api.Management.DeleteNode:input_type -> cairn.api.DeleteNodeRequest
-	1,  // 15: cairn.api.Management.GetRegisterTicket:output_type -> cairn.api.GetRegisterTicketResponse
-	3,  // 16: cairn.api.Management.RotateRegisterTicket:output_type -> cairn.api.RotateRegisterTicketResponse
-	5,  // 17: cairn.api.Management.GetClusterInfo:output_type -> cairn.api.GetClusterInfoResponse
-	8,  // 18: cairn.api.Management.GetNodes:output_type -> cairn.api.GetNodesResponse
-	10, // 19: cairn.api.Management.ApproveNode:output_type -> cairn.api.ApproveNodeResponse
-	12, // 20: cairn.api.Management.UpdateNodeRoles:output_type -> cairn.api.UpdateNodeRolesResponse
-	14, // 21: cairn.api.Management.DecommissionNode:output_type -> cairn.api.DecommissionNodeResponse
-	16, // 22: cairn.api.Management.DeleteNode:output_type -> cairn.api.DeleteNodeResponse
-	15, // [15:23] is the sub-list for method output_type
-	7,  // [7:15] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	30, // 5: cairn.api.GetNodesResponse.nodes:type_name -> cairn.api.Node
+	29, // 6: cairn.api.UpdateNodeRolesResponse.roles:type_name -> cairn.api.NodeRoles
+	31, // 7: cairn.api.RevokeOwnerCertificateResponse.revoked:type_name -> cairn.api.RevokedOwnerCertificate
+	32, // 8: cairn.api.GetOwnerTrustResponse.trust:type_name -> cairn.api.OwnerTrust
+	33, // 9: cairn.api.GetOwnerTrustResponse.certificates:type_name -> cairn.api.OwnerCertificate
+	25, // 10: cairn.api.BackupResponse.trailer:type_name -> cairn.api.BackupTrailer
+	0,  // 11: cairn.api.Management.GetRegisterTicket:input_type -> cairn.api.GetRegisterTicketRequest
+	2,  // 12: cairn.api.Management.RotateRegisterTicket:input_type -> cairn.api.RotateRegisterTicketRequest
+	4,  // 13: cairn.api.Management.GetClusterInfo:input_type -> cairn.api.GetClusterInfoRequest
+	7,  // 14: cairn.api.Management.GetNodes:input_type -> cairn.api.GetNodesRequest
+	9,  // 15: cairn.api.Management.ApproveNode:input_type -> cairn.api.ApproveNodeRequest
+	11, // 16: cairn.api.Management.UpdateNodeRoles:input_type -> cairn.api.UpdateNodeRolesRequest
+	13, // 17: cairn.api.Management.DecommissionNode:input_type -> cairn.api.DecommissionNodeRequest
+	15, // 18: cairn.api.Management.DeleteNode:input_type -> cairn.api.DeleteNodeRequest
+	23, // 19: cairn.api.Management.Backup:input_type -> cairn.api.BackupRequest
+	17, // 20: cairn.api.Management.RotateOwnerKey:input_type -> cairn.api.RotateOwnerKeyRequest
+	19, // 21: cairn.api.Management.RevokeOwnerCertificate:input_type -> cairn.api.RevokeOwnerCertificateRequest
+	21, // 22: cairn.api.Management.GetOwnerTrust:input_type -> cairn.api.GetOwnerTrustRequest
+	1,  // 23: cairn.api.Management.GetRegisterTicket:output_type -> cairn.api.GetRegisterTicketResponse
+	3,  // 24: cairn.api.Management.RotateRegisterTicket:output_type -> cairn.api.RotateRegisterTicketResponse
+	5,  // 25: cairn.api.Management.GetClusterInfo:output_type -> cairn.api.GetClusterInfoResponse
+	8,  // 26: cairn.api.Management.GetNodes:output_type -> cairn.api.GetNodesResponse
+	10, // 27: cairn.api.Management.ApproveNode:output_type -> cairn.api.ApproveNodeResponse
+	12, // 28: cairn.api.Management.UpdateNodeRoles:output_type -> cairn.api.UpdateNodeRolesResponse
+	14, // 29: cairn.api.Management.DecommissionNode:output_type -> cairn.api.DecommissionNodeResponse
+	16, // 30: cairn.api.Management.DeleteNode:output_type -> cairn.api.DeleteNodeResponse
+	24, // 31: cairn.api.Management.Backup:output_type -> cairn.api.BackupResponse
+	18, // 32: cairn.api.Management.RotateOwnerKey:output_type -> cairn.api.RotateOwnerKeyResponse
+	20, // 33: cairn.api.Management.RevokeOwnerCertificate:output_type -> cairn.api.RevokeOwnerCertificateResponse
+	22, // 34: cairn.api.Management.GetOwnerTrust:output_type -> cairn.api.GetOwnerTrustResponse
+	23, // [23:35] is the sub-list for method output_type
+	11, // [11:23] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_proto_api_management_proto_init() }
@@ -965,6 +1506,7 @@ func file_proto_api_management_proto_init() {
 	file_proto_api_authorization_proto_init()
 	file_proto_api_cluster_proto_init()
 	file_proto_api_node_proto_init()
+	file_proto_api_owner_proto_init()
 	file_proto_api_management_proto_msgTypes[11].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -972,7 +1514,7 @@ func file_proto_api_management_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_api_management_proto_rawDesc), len(file_proto_api_management_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

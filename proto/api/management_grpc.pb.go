@@ -22,14 +22,18 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Management_GetRegisterTicket_FullMethodName    = "/cairn.api.Management/GetRegisterTicket"
-	Management_RotateRegisterTicket_FullMethodName = "/cairn.api.Management/RotateRegisterTicket"
-	Management_GetClusterInfo_FullMethodName       = "/cairn.api.Management/GetClusterInfo"
-	Management_GetNodes_FullMethodName             = "/cairn.api.Management/GetNodes"
-	Management_ApproveNode_FullMethodName          = "/cairn.api.Management/ApproveNode"
-	Management_UpdateNodeRoles_FullMethodName      = "/cairn.api.Management/UpdateNodeRoles"
-	Management_DecommissionNode_FullMethodName     = "/cairn.api.Management/DecommissionNode"
-	Management_DeleteNode_FullMethodName           = "/cairn.api.Management/DeleteNode"
+	Management_GetRegisterTicket_FullMethodName      = "/cairn.api.Management/GetRegisterTicket"
+	Management_RotateRegisterTicket_FullMethodName   = "/cairn.api.Management/RotateRegisterTicket"
+	Management_GetClusterInfo_FullMethodName         = "/cairn.api.Management/GetClusterInfo"
+	Management_GetNodes_FullMethodName               = "/cairn.api.Management/GetNodes"
+	Management_ApproveNode_FullMethodName            = "/cairn.api.Management/ApproveNode"
+	Management_UpdateNodeRoles_FullMethodName        = "/cairn.api.Management/UpdateNodeRoles"
+	Management_DecommissionNode_FullMethodName       = "/cairn.api.Management/DecommissionNode"
+	Management_DeleteNode_FullMethodName             = "/cairn.api.Management/DeleteNode"
+	Management_Backup_FullMethodName                 = "/cairn.api.Management/Backup"
+	Management_RotateOwnerKey_FullMethodName         = "/cairn.api.Management/RotateOwnerKey"
+	Management_RevokeOwnerCertificate_FullMethodName = "/cairn.api.Management/RevokeOwnerCertificate"
+	Management_GetOwnerTrust_FullMethodName          = "/cairn.api.Management/GetOwnerTrust"
 )
 
 // ManagementClient is the client API for Management service.
@@ -72,6 +76,40 @@ type ManagementClient interface {
 	// DeleteNode removes the record of a node. Only a DECOMMISSIONED node or
 	// one still NEW may be deleted; any other is FailedPrecondition.
 	DeleteNode(ctx context.Context, in *DeleteNodeRequest, opts ...grpc.CallOption) (*DeleteNodeResponse, error)
+	// Backup streams a consistent snapshot of the cluster's etcd, taken by
+	// the leader's etcd member once it has caught up with every write
+	// acknowledged before the call: the pieces of the snapshot file in
+	// order, then a trailer with its size, SHA-256 and etcd revision. The
+	// file holds every secret of the cluster (the CA keys, every node's
+	// cluster unlock key); docs/recovery.md says how to keep it and how to
+	// rebuild a cluster from it. One backup is taken at a time: another
+	// call meanwhile is ResourceExhausted.
+	Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupResponse], error)
+	// RotateOwnerKey replaces the cluster's owner key with a new one and
+	// returns an owner certificate for it. The caller proves that it holds
+	// the new key with a signature bound to this call's TLS session (see
+	// RotateOwnerKeyRequest.proof): the client stream, of exactly one
+	// request, lets the client learn the session before it signs, and the
+	// curator the owner dialled serves it, never forwarding it. Once it has
+	// returned, every node refuses every certificate of the old key (curators
+	// at the next call, other nodes as soon as Curator.WatchOwnerTrust tells
+	// them), and AAA.Escrow refuses the old key. A malformed key is
+	// InvalidArgument, a proof that does not verify PermissionDenied, a
+	// rotation that raced another one FailedPrecondition.
+	RotateOwnerKey(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RotateOwnerKeyRequest, RotateOwnerKeyResponse], error)
+	// RevokeOwnerCertificate makes every node refuse the owner certificate
+	// with the given serial number from now on, until it expires. Only
+	// certificates the cluster issued and that have not expired can be
+	// revoked (NotFound otherwise). Revoking the certificate the call is
+	// made with is refused (FailedPrecondition) unless the request says it
+	// is meant. Revoking a certificate again does nothing. A revoked
+	// certificate withdraws no key: AAA.Escrow still issues a new
+	// certificate to whoever proves the owner key.
+	RevokeOwnerCertificate(ctx context.Context, in *RevokeOwnerCertificateRequest, opts ...grpc.CallOption) (*RevokeOwnerCertificateResponse, error)
+	// GetOwnerTrust returns the owner trust every node judges owner
+	// certificates by, and the owner certificates the cluster issued that
+	// have not expired.
+	GetOwnerTrust(ctx context.Context, in *GetOwnerTrustRequest, opts ...grpc.CallOption) (*GetOwnerTrustResponse, error)
 }
 
 type managementClient struct {
@@ -162,6 +200,58 @@ func (c *managementClient) DeleteNode(ctx context.Context, in *DeleteNodeRequest
 	return out, nil
 }
 
+func (c *managementClient) Backup(ctx context.Context, in *BackupRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Management_ServiceDesc.Streams[0], Management_Backup_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[BackupRequest, BackupResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Management_BackupClient = grpc.ServerStreamingClient[BackupResponse]
+
+func (c *managementClient) RotateOwnerKey(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RotateOwnerKeyRequest, RotateOwnerKeyResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Management_ServiceDesc.Streams[1], Management_RotateOwnerKey_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[RotateOwnerKeyRequest, RotateOwnerKeyResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Management_RotateOwnerKeyClient = grpc.ClientStreamingClient[RotateOwnerKeyRequest, RotateOwnerKeyResponse]
+
+func (c *managementClient) RevokeOwnerCertificate(ctx context.Context, in *RevokeOwnerCertificateRequest, opts ...grpc.CallOption) (*RevokeOwnerCertificateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevokeOwnerCertificateResponse)
+	err := c.cc.Invoke(ctx, Management_RevokeOwnerCertificate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *managementClient) GetOwnerTrust(ctx context.Context, in *GetOwnerTrustRequest, opts ...grpc.CallOption) (*GetOwnerTrustResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetOwnerTrustResponse)
+	err := c.cc.Invoke(ctx, Management_GetOwnerTrust_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ManagementServer is the server API for Management service.
 // All implementations must embed UnimplementedManagementServer
 // for forward compatibility.
@@ -202,6 +292,40 @@ type ManagementServer interface {
 	// DeleteNode removes the record of a node. Only a DECOMMISSIONED node or
 	// one still NEW may be deleted; any other is FailedPrecondition.
 	DeleteNode(context.Context, *DeleteNodeRequest) (*DeleteNodeResponse, error)
+	// Backup streams a consistent snapshot of the cluster's etcd, taken by
+	// the leader's etcd member once it has caught up with every write
+	// acknowledged before the call: the pieces of the snapshot file in
+	// order, then a trailer with its size, SHA-256 and etcd revision. The
+	// file holds every secret of the cluster (the CA keys, every node's
+	// cluster unlock key); docs/recovery.md says how to keep it and how to
+	// rebuild a cluster from it. One backup is taken at a time: another
+	// call meanwhile is ResourceExhausted.
+	Backup(*BackupRequest, grpc.ServerStreamingServer[BackupResponse]) error
+	// RotateOwnerKey replaces the cluster's owner key with a new one and
+	// returns an owner certificate for it. The caller proves that it holds
+	// the new key with a signature bound to this call's TLS session (see
+	// RotateOwnerKeyRequest.proof): the client stream, of exactly one
+	// request, lets the client learn the session before it signs, and the
+	// curator the owner dialled serves it, never forwarding it. Once it has
+	// returned, every node refuses every certificate of the old key (curators
+	// at the next call, other nodes as soon as Curator.WatchOwnerTrust tells
+	// them), and AAA.Escrow refuses the old key. A malformed key is
+	// InvalidArgument, a proof that does not verify PermissionDenied, a
+	// rotation that raced another one FailedPrecondition.
+	RotateOwnerKey(grpc.ClientStreamingServer[RotateOwnerKeyRequest, RotateOwnerKeyResponse]) error
+	// RevokeOwnerCertificate makes every node refuse the owner certificate
+	// with the given serial number from now on, until it expires. Only
+	// certificates the cluster issued and that have not expired can be
+	// revoked (NotFound otherwise). Revoking the certificate the call is
+	// made with is refused (FailedPrecondition) unless the request says it
+	// is meant. Revoking a certificate again does nothing. A revoked
+	// certificate withdraws no key: AAA.Escrow still issues a new
+	// certificate to whoever proves the owner key.
+	RevokeOwnerCertificate(context.Context, *RevokeOwnerCertificateRequest) (*RevokeOwnerCertificateResponse, error)
+	// GetOwnerTrust returns the owner trust every node judges owner
+	// certificates by, and the owner certificates the cluster issued that
+	// have not expired.
+	GetOwnerTrust(context.Context, *GetOwnerTrustRequest) (*GetOwnerTrustResponse, error)
 	mustEmbedUnimplementedManagementServer()
 }
 
@@ -235,6 +359,18 @@ func (UnimplementedManagementServer) DecommissionNode(context.Context, *Decommis
 }
 func (UnimplementedManagementServer) DeleteNode(context.Context, *DeleteNodeRequest) (*DeleteNodeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteNode not implemented")
+}
+func (UnimplementedManagementServer) Backup(*BackupRequest, grpc.ServerStreamingServer[BackupResponse]) error {
+	return status.Error(codes.Unimplemented, "method Backup not implemented")
+}
+func (UnimplementedManagementServer) RotateOwnerKey(grpc.ClientStreamingServer[RotateOwnerKeyRequest, RotateOwnerKeyResponse]) error {
+	return status.Error(codes.Unimplemented, "method RotateOwnerKey not implemented")
+}
+func (UnimplementedManagementServer) RevokeOwnerCertificate(context.Context, *RevokeOwnerCertificateRequest) (*RevokeOwnerCertificateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RevokeOwnerCertificate not implemented")
+}
+func (UnimplementedManagementServer) GetOwnerTrust(context.Context, *GetOwnerTrustRequest) (*GetOwnerTrustResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetOwnerTrust not implemented")
 }
 func (UnimplementedManagementServer) mustEmbedUnimplementedManagementServer() {}
 func (UnimplementedManagementServer) testEmbeddedByValue()                    {}
@@ -401,6 +537,60 @@ func _Management_DeleteNode_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Management_Backup_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(BackupRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ManagementServer).Backup(m, &grpc.GenericServerStream[BackupRequest, BackupResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Management_BackupServer = grpc.ServerStreamingServer[BackupResponse]
+
+func _Management_RotateOwnerKey_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ManagementServer).RotateOwnerKey(&grpc.GenericServerStream[RotateOwnerKeyRequest, RotateOwnerKeyResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Management_RotateOwnerKeyServer = grpc.ClientStreamingServer[RotateOwnerKeyRequest, RotateOwnerKeyResponse]
+
+func _Management_RevokeOwnerCertificate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevokeOwnerCertificateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagementServer).RevokeOwnerCertificate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Management_RevokeOwnerCertificate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagementServer).RevokeOwnerCertificate(ctx, req.(*RevokeOwnerCertificateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Management_GetOwnerTrust_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetOwnerTrustRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagementServer).GetOwnerTrust(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Management_GetOwnerTrust_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagementServer).GetOwnerTrust(ctx, req.(*GetOwnerTrustRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Management_ServiceDesc is the grpc.ServiceDesc for Management service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -440,7 +630,26 @@ var Management_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "DeleteNode",
 			Handler:    _Management_DeleteNode_Handler,
 		},
+		{
+			MethodName: "RevokeOwnerCertificate",
+			Handler:    _Management_RevokeOwnerCertificate_Handler,
+		},
+		{
+			MethodName: "GetOwnerTrust",
+			Handler:    _Management_GetOwnerTrust_Handler,
+		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Backup",
+			Handler:       _Management_Backup_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "RotateOwnerKey",
+			Handler:       _Management_RotateOwnerKey_Handler,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "proto/api/management.proto",
 }

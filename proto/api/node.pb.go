@@ -94,6 +94,69 @@ func (NodeState) EnumDescriptor() ([]byte, []int) {
 	return file_proto_api_node_proto_rawDescGZIP(), []int{0}
 }
 
+// ClockState is how far a node can trust its clock (node/timesync).
+type ClockState int32
+
+const (
+	// Not said: the node's build does not keep time.
+	ClockState_CLOCK_STATE_UNSPECIFIED ClockState = 0
+	// No NTP server has answered since the node booted (its network names
+	// none, or none answered yet). Nothing is known against the clock, and
+	// nothing for it.
+	ClockState_CLOCK_STATE_UNSYNCHRONIZED ClockState = 1
+	// An NTP server answered and the node corrected its clock to that
+	// server's time.
+	ClockState_CLOCK_STATE_SYNCHRONIZED ClockState = 2
+	// The clock is known wrong: it reads before a date that no Cairn build
+	// predates, or an NTP server found it more than a second off and the
+	// node failed to correct it. Times read from it must not be trusted, for
+	// certificates least of all.
+	ClockState_CLOCK_STATE_KNOWN_WRONG ClockState = 3
+)
+
+// Enum value maps for ClockState.
+var (
+	ClockState_name = map[int32]string{
+		0: "CLOCK_STATE_UNSPECIFIED",
+		1: "CLOCK_STATE_UNSYNCHRONIZED",
+		2: "CLOCK_STATE_SYNCHRONIZED",
+		3: "CLOCK_STATE_KNOWN_WRONG",
+	}
+	ClockState_value = map[string]int32{
+		"CLOCK_STATE_UNSPECIFIED":    0,
+		"CLOCK_STATE_UNSYNCHRONIZED": 1,
+		"CLOCK_STATE_SYNCHRONIZED":   2,
+		"CLOCK_STATE_KNOWN_WRONG":    3,
+	}
+)
+
+func (x ClockState) Enum() *ClockState {
+	p := new(ClockState)
+	*p = x
+	return p
+}
+
+func (x ClockState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ClockState) Descriptor() protoreflect.EnumDescriptor {
+	return file_proto_api_node_proto_enumTypes[1].Descriptor()
+}
+
+func (ClockState) Type() protoreflect.EnumType {
+	return &file_proto_api_node_proto_enumTypes[1]
+}
+
+func (x ClockState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ClockState.Descriptor instead.
+func (ClockState) EnumDescriptor() ([]byte, []int) {
+	return file_proto_api_node_proto_rawDescGZIP(), []int{1}
+}
+
 // NodeHealth is the curator leader's judgement of an UP node's heartbeats.
 // Nodes beat at the interval HeartbeatResponse names (5 s by default); the
 // heartbeat timeout is two intervals, so that one late or lost beat does not
@@ -142,11 +205,11 @@ func (x NodeHealth) String() string {
 }
 
 func (NodeHealth) Descriptor() protoreflect.EnumDescriptor {
-	return file_proto_api_node_proto_enumTypes[1].Descriptor()
+	return file_proto_api_node_proto_enumTypes[2].Descriptor()
 }
 
 func (NodeHealth) Type() protoreflect.EnumType {
-	return &file_proto_api_node_proto_enumTypes[1]
+	return &file_proto_api_node_proto_enumTypes[2]
 }
 
 func (x NodeHealth) Number() protoreflect.EnumNumber {
@@ -155,7 +218,7 @@ func (x NodeHealth) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use NodeHealth.Descriptor instead.
 func (NodeHealth) EnumDescriptor() ([]byte, []int) {
-	return file_proto_api_node_proto_rawDescGZIP(), []int{1}
+	return file_proto_api_node_proto_rawDescGZIP(), []int{2}
 }
 
 // NodeRoles are the roles the owner gave a node (cairnctl node add-role).
@@ -240,8 +303,11 @@ type NodeStatus struct {
 	// When the node wrote this status, by the node's clock: nanoseconds since
 	// the Unix epoch, UTC.
 	TimestampUnixNanos int64 `protobuf:"varint,4,opt,name=timestamp_unix_nanos,json=timestampUnixNanos,proto3" json:"timestamp_unix_nanos,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The node's clock, as the node judges it. Unset from a node whose build
+	// does not keep time.
+	Clock         *ClockStatus `protobuf:"bytes,5,opt,name=clock,proto3" json:"clock,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeStatus) Reset() {
@@ -302,6 +368,101 @@ func (x *NodeStatus) GetTimestampUnixNanos() int64 {
 	return 0
 }
 
+func (x *NodeStatus) GetClock() *ClockStatus {
+	if x != nil {
+		return x.Clock
+	}
+	return nil
+}
+
+// ClockStatus is what a node says about its clock. A node pushes it when
+// the state or the server changes, and with a newer answer at most every
+// 15 minutes otherwise, so last_sync may lag the node's latest answer by
+// that much.
+type ClockStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How far the node trusts its clock.
+	State ClockState `protobuf:"varint,1,opt,name=state,proto3,enum=cairn.api.ClockState" json:"state,omitempty"`
+	// IP address of the NTP server of the last good answer, like
+	// "10.42.0.1"; empty before one.
+	Server string `protobuf:"bytes,2,opt,name=server,proto3" json:"server,omitempty"`
+	// How far that answer found the node's clock behind the server's
+	// (negative: ahead), in nanoseconds, before the node corrected it.
+	OffsetNanos int64 `protobuf:"varint,3,opt,name=offset_nanos,json=offsetNanos,proto3" json:"offset_nanos,omitempty"`
+	// When that answer came, by the node's corrected clock: nanoseconds since
+	// the Unix epoch, UTC. Zero before one.
+	LastSyncUnixNanos int64 `protobuf:"varint,4,opt,name=last_sync_unix_nanos,json=lastSyncUnixNanos,proto3" json:"last_sync_unix_nanos,omitempty"`
+	// Why the clock is known wrong, in words; empty in any other state.
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClockStatus) Reset() {
+	*x = ClockStatus{}
+	mi := &file_proto_api_node_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClockStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClockStatus) ProtoMessage() {}
+
+func (x *ClockStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_node_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClockStatus.ProtoReflect.Descriptor instead.
+func (*ClockStatus) Descriptor() ([]byte, []int) {
+	return file_proto_api_node_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *ClockStatus) GetState() ClockState {
+	if x != nil {
+		return x.State
+	}
+	return ClockState_CLOCK_STATE_UNSPECIFIED
+}
+
+func (x *ClockStatus) GetServer() string {
+	if x != nil {
+		return x.Server
+	}
+	return ""
+}
+
+func (x *ClockStatus) GetOffsetNanos() int64 {
+	if x != nil {
+		return x.OffsetNanos
+	}
+	return 0
+}
+
+func (x *ClockStatus) GetLastSyncUnixNanos() int64 {
+	if x != nil {
+		return x.LastSyncUnixNanos
+	}
+	return 0
+}
+
+func (x *ClockStatus) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // Node is one node of the cluster as the curator's management API shows it
 // to operators and nodes (GetNodes, Watch).
 type Node struct {
@@ -332,7 +493,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_proto_api_node_proto_msgTypes[2]
+	mi := &file_proto_api_node_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -344,7 +505,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_node_proto_msgTypes[2]
+	mi := &file_proto_api_node_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -357,7 +518,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_proto_api_node_proto_rawDescGZIP(), []int{2}
+	return file_proto_api_node_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Node) GetId() string {
@@ -418,7 +579,7 @@ type NodeRoles_ConsensusMember struct {
 
 func (x *NodeRoles_ConsensusMember) Reset() {
 	*x = NodeRoles_ConsensusMember{}
-	mi := &file_proto_api_node_proto_msgTypes[3]
+	mi := &file_proto_api_node_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -430,7 +591,7 @@ func (x *NodeRoles_ConsensusMember) String() string {
 func (*NodeRoles_ConsensusMember) ProtoMessage() {}
 
 func (x *NodeRoles_ConsensusMember) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_node_proto_msgTypes[3]
+	mi := &file_proto_api_node_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -455,7 +616,7 @@ type NodeRoles_KubernetesController struct {
 
 func (x *NodeRoles_KubernetesController) Reset() {
 	*x = NodeRoles_KubernetesController{}
-	mi := &file_proto_api_node_proto_msgTypes[4]
+	mi := &file_proto_api_node_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -467,7 +628,7 @@ func (x *NodeRoles_KubernetesController) String() string {
 func (*NodeRoles_KubernetesController) ProtoMessage() {}
 
 func (x *NodeRoles_KubernetesController) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_node_proto_msgTypes[4]
+	mi := &file_proto_api_node_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -492,7 +653,7 @@ type NodeRoles_KubernetesWorker struct {
 
 func (x *NodeRoles_KubernetesWorker) Reset() {
 	*x = NodeRoles_KubernetesWorker{}
-	mi := &file_proto_api_node_proto_msgTypes[5]
+	mi := &file_proto_api_node_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -504,7 +665,7 @@ func (x *NodeRoles_KubernetesWorker) String() string {
 func (*NodeRoles_KubernetesWorker) ProtoMessage() {}
 
 func (x *NodeRoles_KubernetesWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_node_proto_msgTypes[5]
+	mi := &file_proto_api_node_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -531,7 +692,7 @@ type NodeStatus_RunningCurator struct {
 
 func (x *NodeStatus_RunningCurator) Reset() {
 	*x = NodeStatus_RunningCurator{}
-	mi := &file_proto_api_node_proto_msgTypes[6]
+	mi := &file_proto_api_node_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -543,7 +704,7 @@ func (x *NodeStatus_RunningCurator) String() string {
 func (*NodeStatus_RunningCurator) ProtoMessage() {}
 
 func (x *NodeStatus_RunningCurator) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_node_proto_msgTypes[6]
+	mi := &file_proto_api_node_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -577,15 +738,22 @@ const file_proto_api_node_proto_rawDesc = "" +
 	"\x11kubernetes_worker\x18\x03 \x01(\v2%.cairn.api.NodeRoles.KubernetesWorkerR\x10kubernetesWorker\x1a\x11\n" +
 	"\x0fConsensusMember\x1a\x16\n" +
 	"\x14KubernetesController\x1a\x12\n" +
-	"\x10KubernetesWorker\"\xf8\x01\n" +
+	"\x10KubernetesWorker\"\xa6\x02\n" +
 	"\n" +
 	"NodeStatus\x12)\n" +
 	"\x10external_address\x18\x01 \x01(\tR\x0fexternalAddress\x12M\n" +
 	"\x0frunning_curator\x18\x02 \x01(\v2$.cairn.api.NodeStatus.RunningCuratorR\x0erunningCurator\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\tR\aversion\x120\n" +
-	"\x14timestamp_unix_nanos\x18\x04 \x01(\x03R\x12timestampUnixNanos\x1a$\n" +
+	"\x14timestamp_unix_nanos\x18\x04 \x01(\x03R\x12timestampUnixNanos\x12,\n" +
+	"\x05clock\x18\x05 \x01(\v2\x16.cairn.api.ClockStatusR\x05clock\x1a$\n" +
 	"\x0eRunningCurator\x12\x12\n" +
-	"\x04port\x18\x01 \x01(\x05R\x04port\"\xa6\x02\n" +
+	"\x04port\x18\x01 \x01(\x05R\x04port\"\xbe\x01\n" +
+	"\vClockStatus\x12+\n" +
+	"\x05state\x18\x01 \x01(\x0e2\x15.cairn.api.ClockStateR\x05state\x12\x16\n" +
+	"\x06server\x18\x02 \x01(\tR\x06server\x12!\n" +
+	"\foffset_nanos\x18\x03 \x01(\x03R\voffsetNanos\x12/\n" +
+	"\x14last_sync_unix_nanos\x18\x04 \x01(\x03R\x11lastSyncUnixNanos\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"\xa6\x02\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -600,7 +768,13 @@ const file_proto_api_node_proto_rawDesc = "" +
 	"\x0eNODE_STATE_NEW\x10\x01\x12\x16\n" +
 	"\x12NODE_STATE_STANDBY\x10\x02\x12\x11\n" +
 	"\rNODE_STATE_UP\x10\x03\x12\x1d\n" +
-	"\x19NODE_STATE_DECOMMISSIONED\x10\x04*~\n" +
+	"\x19NODE_STATE_DECOMMISSIONED\x10\x04*\x84\x01\n" +
+	"\n" +
+	"ClockState\x12\x1b\n" +
+	"\x17CLOCK_STATE_UNSPECIFIED\x10\x00\x12\x1e\n" +
+	"\x1aCLOCK_STATE_UNSYNCHRONIZED\x10\x01\x12\x1c\n" +
+	"\x18CLOCK_STATE_SYNCHRONIZED\x10\x02\x12\x1b\n" +
+	"\x17CLOCK_STATE_KNOWN_WRONG\x10\x03*~\n" +
 	"\n" +
 	"NodeHealth\x12\x1b\n" +
 	"\x17NODE_HEALTH_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -620,33 +794,37 @@ func file_proto_api_node_proto_rawDescGZIP() []byte {
 	return file_proto_api_node_proto_rawDescData
 }
 
-var file_proto_api_node_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_proto_api_node_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_proto_api_node_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_proto_api_node_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_proto_api_node_proto_goTypes = []any{
 	(NodeState)(0),                         // 0: cairn.api.NodeState
-	(NodeHealth)(0),                        // 1: cairn.api.NodeHealth
-	(*NodeRoles)(nil),                      // 2: cairn.api.NodeRoles
-	(*NodeStatus)(nil),                     // 3: cairn.api.NodeStatus
-	(*Node)(nil),                           // 4: cairn.api.Node
-	(*NodeRoles_ConsensusMember)(nil),      // 5: cairn.api.NodeRoles.ConsensusMember
-	(*NodeRoles_KubernetesController)(nil), // 6: cairn.api.NodeRoles.KubernetesController
-	(*NodeRoles_KubernetesWorker)(nil),     // 7: cairn.api.NodeRoles.KubernetesWorker
-	(*NodeStatus_RunningCurator)(nil),      // 8: cairn.api.NodeStatus.RunningCurator
+	(ClockState)(0),                        // 1: cairn.api.ClockState
+	(NodeHealth)(0),                        // 2: cairn.api.NodeHealth
+	(*NodeRoles)(nil),                      // 3: cairn.api.NodeRoles
+	(*NodeStatus)(nil),                     // 4: cairn.api.NodeStatus
+	(*ClockStatus)(nil),                    // 5: cairn.api.ClockStatus
+	(*Node)(nil),                           // 6: cairn.api.Node
+	(*NodeRoles_ConsensusMember)(nil),      // 7: cairn.api.NodeRoles.ConsensusMember
+	(*NodeRoles_KubernetesController)(nil), // 8: cairn.api.NodeRoles.KubernetesController
+	(*NodeRoles_KubernetesWorker)(nil),     // 9: cairn.api.NodeRoles.KubernetesWorker
+	(*NodeStatus_RunningCurator)(nil),      // 10: cairn.api.NodeStatus.RunningCurator
 }
 var file_proto_api_node_proto_depIdxs = []int32{
-	5, // 0: cairn.api.NodeRoles.consensus_member:type_name -> cairn.api.NodeRoles.ConsensusMember
-	6, // 1: cairn.api.NodeRoles.kubernetes_controller:type_name -> cairn.api.NodeRoles.KubernetesController
-	7, // 2: cairn.api.NodeRoles.kubernetes_worker:type_name -> cairn.api.NodeRoles.KubernetesWorker
-	8, // 3: cairn.api.NodeStatus.running_curator:type_name -> cairn.api.NodeStatus.RunningCurator
-	0, // 4: cairn.api.Node.state:type_name -> cairn.api.NodeState
-	2, // 5: cairn.api.Node.roles:type_name -> cairn.api.NodeRoles
-	3, // 6: cairn.api.Node.status:type_name -> cairn.api.NodeStatus
-	1, // 7: cairn.api.Node.health:type_name -> cairn.api.NodeHealth
-	8, // [8:8] is the sub-list for method output_type
-	8, // [8:8] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	7,  // 0: cairn.api.NodeRoles.consensus_member:type_name -> cairn.api.NodeRoles.ConsensusMember
+	8,  // 1: cairn.api.NodeRoles.kubernetes_controller:type_name -> cairn.api.NodeRoles.KubernetesController
+	9,  // 2: cairn.api.NodeRoles.kubernetes_worker:type_name -> cairn.api.NodeRoles.KubernetesWorker
+	10, // 3: cairn.api.NodeStatus.running_curator:type_name -> cairn.api.NodeStatus.RunningCurator
+	5,  // 4: cairn.api.NodeStatus.clock:type_name -> cairn.api.ClockStatus
+	1,  // 5: cairn.api.ClockStatus.state:type_name -> cairn.api.ClockState
+	0,  // 6: cairn.api.Node.state:type_name -> cairn.api.NodeState
+	3,  // 7: cairn.api.Node.roles:type_name -> cairn.api.NodeRoles
+	4,  // 8: cairn.api.Node.status:type_name -> cairn.api.NodeStatus
+	2,  // 9: cairn.api.Node.health:type_name -> cairn.api.NodeHealth
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_proto_api_node_proto_init() }
@@ -659,8 +837,8 @@ func file_proto_api_node_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_api_node_proto_rawDesc), len(file_proto_api_node_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   7,
+			NumEnums:      3,
+			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -468,6 +468,163 @@ func (*PoweroffResponse) Descriptor() ([]byte, []int) {
 	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{6}
 }
 
+// RecoverRequest is one message of a Recover stream.
+type RecoverRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Set in the first message only.
+	Header *RecoverHeader `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	// The next piece of the backup file, in every message after the first.
+	Data          []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecoverRequest) Reset() {
+	*x = RecoverRequest{}
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecoverRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecoverRequest) ProtoMessage() {}
+
+func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecoverRequest.ProtoReflect.Descriptor instead.
+func (*RecoverRequest) Descriptor() ([]byte, []int) {
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *RecoverRequest) GetHeader() *RecoverHeader {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *RecoverRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+// RecoverHeader describes the backup a Recover stream sends.
+type RecoverHeader struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The size of the backup file in bytes.
+	Size int64 `protobuf:"varint,1,opt,name=size,proto3" json:"size,omitempty"`
+	// The SHA-256 of the backup file, as Management.Backup's trailer gave
+	// it.
+	Sha256        []byte `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecoverHeader) Reset() {
+	*x = RecoverHeader{}
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecoverHeader) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecoverHeader) ProtoMessage() {}
+
+func (x *RecoverHeader) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecoverHeader.ProtoReflect.Descriptor instead.
+func (*RecoverHeader) Descriptor() ([]byte, []int) {
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RecoverHeader) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *RecoverHeader) GetSha256() []byte {
+	if x != nil {
+		return x.Sha256
+	}
+	return nil
+}
+
+// RecoverResponse says what the node will restore.
+type RecoverResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The etcd revision of the backup.
+	Revision      int64 `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecoverResponse) Reset() {
+	*x = RecoverResponse{}
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecoverResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecoverResponse) ProtoMessage() {}
+
+func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecoverResponse.ProtoReflect.Descriptor instead.
+func (*RecoverResponse) Descriptor() ([]byte, []int) {
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *RecoverResponse) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 var File_proto_api_nodemanagement_proto protoreflect.FileDescriptor
 
 const file_proto_api_nodemanagement_proto_rawDesc = "" +
@@ -492,17 +649,26 @@ const file_proto_api_nodemanagement_proto_rawDesc = "" +
 	"\rRebootRequest\"\x10\n" +
 	"\x0eRebootResponse\"\x11\n" +
 	"\x0fPoweroffRequest\"\x12\n" +
-	"\x10PoweroffResponse*\x8c\x01\n" +
+	"\x10PoweroffResponse\"V\n" +
+	"\x0eRecoverRequest\x120\n" +
+	"\x06header\x18\x01 \x01(\v2\x18.cairn.api.RecoverHeaderR\x06header\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\";\n" +
+	"\rRecoverHeader\x12\x12\n" +
+	"\x04size\x18\x01 \x01(\x03R\x04size\x12\x16\n" +
+	"\x06sha256\x18\x02 \x01(\fR\x06sha256\"-\n" +
+	"\x0fRecoverResponse\x12\x1a\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision*\x8c\x01\n" +
 	"\vLogSeverity\x12\x1c\n" +
 	"\x18LOG_SEVERITY_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LOG_SEVERITY_INFO\x10\x01\x12\x18\n" +
 	"\x14LOG_SEVERITY_WARNING\x10\x02\x12\x16\n" +
 	"\x12LOG_SEVERITY_ERROR\x10\x03\x12\x16\n" +
-	"\x12LOG_SEVERITY_FATAL\x10\x042\xe1\x01\n" +
+	"\x12LOG_SEVERITY_FATAL\x10\x042\xab\x02\n" +
 	"\x0eNodeManagement\x12?\n" +
 	"\x04Logs\x12\x16.cairn.api.LogsRequest\x1a\x17.cairn.api.LogsResponse\"\x04\xd8\xe2\x18\x010\x01\x12C\n" +
 	"\x06Reboot\x12\x18.cairn.api.RebootRequest\x1a\x19.cairn.api.RebootResponse\"\x04\xd8\xe2\x18\x01\x12I\n" +
-	"\bPoweroff\x12\x1a.cairn.api.PoweroffRequest\x1a\x1b.cairn.api.PoweroffResponse\"\x04\xd8\xe2\x18\x01B\x1bZ\x19cairn.dev/cairn/proto/apib\x06proto3"
+	"\bPoweroff\x12\x1a.cairn.api.PoweroffRequest\x1a\x1b.cairn.api.PoweroffResponse\"\x04\xd8\xe2\x18\x01\x12H\n" +
+	"\aRecover\x12\x19.cairn.api.RecoverRequest\x1a\x1a.cairn.api.RecoverResponse\"\x04\xd8\xe2\x18\x01(\x01B\x1bZ\x19cairn.dev/cairn/proto/apib\x06proto3"
 
 var (
 	file_proto_api_nodemanagement_proto_rawDescOnce sync.Once
@@ -517,7 +683,7 @@ func file_proto_api_nodemanagement_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_api_nodemanagement_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_proto_api_nodemanagement_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_proto_api_nodemanagement_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_proto_api_nodemanagement_proto_goTypes = []any{
 	(LogSeverity)(0),         // 0: cairn.api.LogSeverity
 	(*LogEntry)(nil),         // 1: cairn.api.LogEntry
@@ -527,22 +693,28 @@ var file_proto_api_nodemanagement_proto_goTypes = []any{
 	(*RebootResponse)(nil),   // 5: cairn.api.RebootResponse
 	(*PoweroffRequest)(nil),  // 6: cairn.api.PoweroffRequest
 	(*PoweroffResponse)(nil), // 7: cairn.api.PoweroffResponse
+	(*RecoverRequest)(nil),   // 8: cairn.api.RecoverRequest
+	(*RecoverHeader)(nil),    // 9: cairn.api.RecoverHeader
+	(*RecoverResponse)(nil),  // 10: cairn.api.RecoverResponse
 }
 var file_proto_api_nodemanagement_proto_depIdxs = []int32{
-	0, // 0: cairn.api.LogEntry.severity:type_name -> cairn.api.LogSeverity
-	0, // 1: cairn.api.LogsRequest.minimum_severity:type_name -> cairn.api.LogSeverity
-	1, // 2: cairn.api.LogsResponse.entries:type_name -> cairn.api.LogEntry
-	2, // 3: cairn.api.NodeManagement.Logs:input_type -> cairn.api.LogsRequest
-	4, // 4: cairn.api.NodeManagement.Reboot:input_type -> cairn.api.RebootRequest
-	6, // 5: cairn.api.NodeManagement.Poweroff:input_type -> cairn.api.PoweroffRequest
-	3, // 6: cairn.api.NodeManagement.Logs:output_type -> cairn.api.LogsResponse
-	5, // 7: cairn.api.NodeManagement.Reboot:output_type -> cairn.api.RebootResponse
-	7, // 8: cairn.api.NodeManagement.Poweroff:output_type -> cairn.api.PoweroffResponse
-	6, // [6:9] is the sub-list for method output_type
-	3, // [3:6] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	0,  // 0: cairn.api.LogEntry.severity:type_name -> cairn.api.LogSeverity
+	0,  // 1: cairn.api.LogsRequest.minimum_severity:type_name -> cairn.api.LogSeverity
+	1,  // 2: cairn.api.LogsResponse.entries:type_name -> cairn.api.LogEntry
+	9,  // 3: cairn.api.RecoverRequest.header:type_name -> cairn.api.RecoverHeader
+	2,  // 4: cairn.api.NodeManagement.Logs:input_type -> cairn.api.LogsRequest
+	4,  // 5: cairn.api.NodeManagement.Reboot:input_type -> cairn.api.RebootRequest
+	6,  // 6: cairn.api.NodeManagement.Poweroff:input_type -> cairn.api.PoweroffRequest
+	8,  // 7: cairn.api.NodeManagement.Recover:input_type -> cairn.api.RecoverRequest
+	3,  // 8: cairn.api.NodeManagement.Logs:output_type -> cairn.api.LogsResponse
+	5,  // 9: cairn.api.NodeManagement.Reboot:output_type -> cairn.api.RebootResponse
+	7,  // 10: cairn.api.NodeManagement.Poweroff:output_type -> cairn.api.PoweroffResponse
+	10, // 11: cairn.api.NodeManagement.Recover:output_type -> cairn.api.RecoverResponse
+	8,  // [8:12] is the sub-list for method output_type
+	4,  // [4:8] is the sub-list for method input_type
+	4,  // [4:4] is the sub-list for extension type_name
+	4,  // [4:4] is the sub-list for extension extendee
+	0,  // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_proto_api_nodemanagement_proto_init() }
@@ -557,7 +729,7 @@ func file_proto_api_nodemanagement_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_api_nodemanagement_proto_rawDesc), len(file_proto_api_nodemanagement_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   7,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

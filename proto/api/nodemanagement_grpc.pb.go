@@ -25,6 +25,7 @@ const (
 	NodeManagement_Logs_FullMethodName     = "/cairn.api.NodeManagement/Logs"
 	NodeManagement_Reboot_FullMethodName   = "/cairn.api.NodeManagement/Reboot"
 	NodeManagement_Poweroff_FullMethodName = "/cairn.api.NodeManagement/Poweroff"
+	NodeManagement_Recover_FullMethodName  = "/cairn.api.NodeManagement/Recover"
 )
 
 // NodeManagementClient is the client API for NodeManagement service.
@@ -44,6 +45,15 @@ type NodeManagementClient interface {
 	// Poweroff turns the node off. It answers first, then shuts the node's
 	// services down in order and powers the machine off.
 	Poweroff(ctx context.Context, in *PoweroffRequest, opts ...grpc.CallOption) (*PoweroffResponse, error)
+	// Recover hands this node a backup (Management.Backup) to rebuild the
+	// cluster from, once its consensus has lost quorum for good. The first
+	// message carries the header, every message after it a piece of the
+	// backup. The node keeps the backup on its data partition, answers and
+	// reboots; on the way up its etcd member restores it as a new cluster of
+	// one member (docs/recovery.md). Only a consensus member (a node with
+	// etcd data) can recover; a backup of another cluster, or one whose size
+	// or SHA-256 differ from the header's, is refused and nothing changes.
+	Recover(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RecoverRequest, RecoverResponse], error)
 }
 
 type nodeManagementClient struct {
@@ -93,6 +103,19 @@ func (c *nodeManagementClient) Poweroff(ctx context.Context, in *PoweroffRequest
 	return out, nil
 }
 
+func (c *nodeManagementClient) Recover(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RecoverRequest, RecoverResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &NodeManagement_ServiceDesc.Streams[1], NodeManagement_Recover_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[RecoverRequest, RecoverResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type NodeManagement_RecoverClient = grpc.ClientStreamingClient[RecoverRequest, RecoverResponse]
+
 // NodeManagementServer is the server API for NodeManagement service.
 // All implementations must embed UnimplementedNodeManagementServer
 // for forward compatibility.
@@ -110,6 +133,15 @@ type NodeManagementServer interface {
 	// Poweroff turns the node off. It answers first, then shuts the node's
 	// services down in order and powers the machine off.
 	Poweroff(context.Context, *PoweroffRequest) (*PoweroffResponse, error)
+	// Recover hands this node a backup (Management.Backup) to rebuild the
+	// cluster from, once its consensus has lost quorum for good. The first
+	// message carries the header, every message after it a piece of the
+	// backup. The node keeps the backup on its data partition, answers and
+	// reboots; on the way up its etcd member restores it as a new cluster of
+	// one member (docs/recovery.md). Only a consensus member (a node with
+	// etcd data) can recover; a backup of another cluster, or one whose size
+	// or SHA-256 differ from the header's, is refused and nothing changes.
+	Recover(grpc.ClientStreamingServer[RecoverRequest, RecoverResponse]) error
 	mustEmbedUnimplementedNodeManagementServer()
 }
 
@@ -128,6 +160,9 @@ func (UnimplementedNodeManagementServer) Reboot(context.Context, *RebootRequest)
 }
 func (UnimplementedNodeManagementServer) Poweroff(context.Context, *PoweroffRequest) (*PoweroffResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Poweroff not implemented")
+}
+func (UnimplementedNodeManagementServer) Recover(grpc.ClientStreamingServer[RecoverRequest, RecoverResponse]) error {
+	return status.Error(codes.Unimplemented, "method Recover not implemented")
 }
 func (UnimplementedNodeManagementServer) mustEmbedUnimplementedNodeManagementServer() {}
 func (UnimplementedNodeManagementServer) testEmbeddedByValue()                        {}
@@ -197,6 +232,13 @@ func _NodeManagement_Poweroff_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _NodeManagement_Recover_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(NodeManagementServer).Recover(&grpc.GenericServerStream[RecoverRequest, RecoverResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type NodeManagement_RecoverServer = grpc.ClientStreamingServer[RecoverRequest, RecoverResponse]
+
 // NodeManagement_ServiceDesc is the grpc.ServiceDesc for NodeManagement service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -218,6 +260,11 @@ var NodeManagement_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Logs",
 			Handler:       _NodeManagement_Logs_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "Recover",
+			Handler:       _NodeManagement_Recover_Handler,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "proto/api/nodemanagement.proto",

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"fmt"
 	"os/exec"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"cairn.dev/cairn/proto/api"
 	"cairn.dev/cairn/test/launch"
 	"cairn.dev/cairn/test/launch/cluster"
+	"cairn.dev/cairn/test/launch/netns"
 )
 
 // bootstrapMilestones are the console lines that end the phases of a
@@ -84,6 +86,7 @@ func TestSingleNodeCluster(t *testing.T) {
 			t.Errorf("node list = %+v, want only %s, UP with ConsensusMember", nodes, id)
 		}
 		t.Logf("cairnctl cluster info:\n%s", s.cairnctl(t, c, "cluster", "info"))
+		s.checkClock(t, c, n0)
 		// The node has a TPM (swtpm): its configuration must be sealed
 		// by it, not stored in the clear.
 		if _, ok := n0.VM().Console().Find(0, launch.Mark(marker.ConfigurationSealed, "tpm", "true")); !ok {
@@ -308,6 +311,47 @@ func (s *suite) checkGarbageParameters(t *testing.T, n *cluster.Node) {
 		}
 	}
 	assertNoPanic(t, n.VM())
+}
+
+// checkClock waits until node n reports its clock synchronized with the
+// host side of the test network, whose SNTP server the node's DHCP lease
+// names, and checks what cairnctl node describe says of it.
+func (s *suite) checkClock(t *testing.T, c *cluster.Cluster, n *cluster.Node) {
+	t.Helper()
+	want := netns.BridgeAddr.String()
+	start := time.Now()
+	var clock map[string]any
+	_, err := cluster.Retry(s.ctx, 2*time.Minute, func(ctx context.Context) error {
+		nodes, err := c.ListNodes(ctx)
+		if err != nil {
+			return err
+		}
+		for _, node := range nodes {
+			if node.ID == n.ID() {
+				clock, _ = node.Raw["clock"].(map[string]any)
+				if clock["state"] != "SYNCHRONIZED" || clock["server"] != want {
+					return fmt.Errorf("it reports its clock as %v", clock)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("node list lacks it")
+	})
+	if err != nil {
+		t.Errorf("node %s does not report its clock synchronized with the harness's SNTP server %s: %v", n.ID(), want, err)
+		return
+	}
+	s.step("node 0: clock reported synchronized (after the cluster formed)", time.Since(start))
+	for _, l := range strings.Split(s.cairnctl(t, c, "node", "describe", n.ID()), "\n") {
+		if strings.HasPrefix(l, "Clock:") {
+			t.Logf("cairnctl node describe: %s", l)
+			if !strings.Contains(l, "synchronized with "+want+" (offset ") {
+				t.Errorf("cairnctl node describe prints %q, want the clock synchronized with %s", l, want)
+			}
+			return
+		}
+	}
+	t.Errorf("cairnctl node describe %s prints no Clock line", n.ID())
 }
 
 // countLines counts the lines of s that m matches.

@@ -94,6 +94,8 @@ func (l *leases) lease(req *dhcpv4.DHCPv4, mt dhcpv4.MessageType, ip netip.Addr)
 		dhcpv4.WithOption(dhcpv4.OptServerIdentifier(server)),
 		dhcpv4.WithNetmask(l.mask),
 		dhcpv4.WithRouter(server),
+		// The harness serves SNTP where it serves DHCP (sntp.go).
+		dhcpv4.WithOption(dhcpv4.OptNTPServers(server)),
 		dhcpv4.WithOption(dhcpv4.OptIPAddressLeaseTime(l.leaseTime)),
 		dhcpv4.WithOption(dhcpv4.OptRenewTimeValue(l.leaseTime / 2)),
 		dhcpv4.WithOption(dhcpv4.OptRebindingTimeValue(l.leaseTime * 7 / 8)),

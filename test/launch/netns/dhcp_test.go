@@ -19,6 +19,7 @@ type leaseView struct {
 	Router    []string
 	Server    string
 	DNS       []string
+	NTP       []string
 	LeaseTime time.Duration
 	Renew     time.Duration
 }
@@ -40,6 +41,9 @@ func viewOf(m *dhcpv4.DHCPv4) leaseView {
 	for _, d := range m.DNS() {
 		v.DNS = append(v.DNS, d.String())
 	}
+	for _, a := range m.NTPServers() {
+		v.NTP = append(v.NTP, a.String())
+	}
 	return v
 }
 
@@ -60,7 +64,7 @@ func TestReply(t *testing.T) {
 	ack := func(ip string) leaseView {
 		return leaseView{
 			Type: "ACK", YourIP: ip, Mask: "255.255.255.0",
-			Router: []string{"10.42.0.1"}, Server: "10.42.0.1",
+			Router: []string{"10.42.0.1"}, Server: "10.42.0.1", NTP: []string{"10.42.0.1"},
 			LeaseTime: time.Minute, Renew: 30 * time.Second,
 		}
 	}

@@ -22,6 +22,8 @@ import (
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"cairn.dev/cairn/pkg/sntp"
 )
 
 func needRoot(t *testing.T) {
@@ -209,7 +211,7 @@ func TestNetwork(t *testing.T) {
 		}
 		want := leaseView{
 			Type: "ACK", YourIP: n.Node(i).IP.String(), Mask: "255.255.255.0",
-			Router: []string{"10.42.0.1"}, Server: "10.42.0.1",
+			Router: []string{"10.42.0.1"}, Server: "10.42.0.1", NTP: []string{"10.42.0.1"},
 			LeaseTime: 20 * time.Second, Renew: 10 * time.Second,
 		}
 		if diff := cmp.Diff(want, viewOf(lease.ACK)); diff != "" {
@@ -306,6 +308,23 @@ func TestNetwork(t *testing.T) {
 		}
 		if got, err := exchange(c, "hello"); got != "" {
 			t.Errorf("through forward to a closed port: got %q, %v; want nothing", got, err)
+		}
+	})
+
+	t.Run("the host's time", func(t *testing.T) {
+		// Node 0 asks the NTP server its lease names, as a node does.
+		var r *sntp.Response
+		err := doIn(nodes[0].ns, func() error {
+			var err error
+			r, err = sntp.Query(ctx, netip.AddrPortFrom(BridgeAddr, sntp.Port))
+			return err
+		})
+		if err != nil {
+			t.Fatalf("SNTP query from node 0: %v", err)
+		}
+		// Both ends read this machine's clock.
+		if r.Offset.Abs() > r.Delay/2+time.Millisecond || r.Stratum != 1 {
+			t.Errorf("SNTP answer: offset %s, round trip %s, stratum %d; want no offset, stratum 1", r.Offset, r.Delay, r.Stratum)
 		}
 	})
 
