@@ -18,7 +18,6 @@ import (
 	"google.golang.org/grpc"
 
 	"cairn.dev/cairn/node/identity"
-	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/pkg/etcdsnapshot"
 	"cairn.dev/cairn/proto/api"
 )
@@ -178,16 +177,9 @@ func (a *app) ensureOwnerCertificate(o *owner, b *backupFile) error {
 		return err
 	}
 	a.printf("The owner certificate expired at %s; using one issued with the backup's CA key, valid for %s.\n", cert.NotAfter.UTC().Format(time.RFC3339), mintedLifetime)
-	return o.useCertificate(der)
-}
-
-// useCertificate makes o dial with the owner certificate der.
-func (o *owner) useCertificate(der []byte) error {
-	creds, err := rpc.OwnerCredentials(o.key, der, o.caDER)
-	if err != nil {
+	if err := o.setCertificate(der); err != nil {
 		return fmt.Errorf("with the owner certificate issued from the backup: %w", err)
 	}
-	o.creds, o.certDER = creds, der
 	return nil
 }
 

@@ -21,16 +21,8 @@ const crlGrace = 3 * time.Second
 // Learners wait for their promotion, since they serve no watches.
 func (s *Service) runCRL(inst *instance) supervisor.Runnable {
 	return func(ctx context.Context) error {
-		w := s.status.Watch()
-		defer w.Close()
-		for {
-			st, err := w.Get(ctx)
-			if err != nil {
-				return err
-			}
-			if st.Running && !st.Learner {
-				break
-			}
+		if err := s.waitVoting(ctx); err != nil {
+			return err
 		}
 		crl := peerCA().WatchCRL(inst.client)
 		defer crl.Close()
@@ -66,4 +58,20 @@ func (s *Service) updateCRL(der []byte) error {
 		}
 	}
 	return writeFile(s.tlsPath(crlFile), der)
+}
+
+// waitVoting waits until this member runs as a voting member: learners
+// serve no watches and cannot write.
+func (s *Service) waitVoting(ctx context.Context) error {
+	w := s.status.Watch()
+	defer w.Close()
+	for {
+		st, err := w.Get(ctx)
+		if err != nil {
+			return err
+		}
+		if st.Running && !st.Learner {
+			return nil
+		}
+	}
 }

@@ -21,16 +21,8 @@ import (
 // Learners wait for their promotion, since they cannot write to etcd.
 func (s *Service) runPeerRenewal(inst *instance) supervisor.Runnable {
 	return func(ctx context.Context) error {
-		w := s.status.Watch()
-		defer w.Close()
-		for {
-			st, err := w.Get(ctx)
-			if err != nil {
-				return err
-			}
-			if st.Running && !st.Learner {
-				break
-			}
+		if err := s.waitVoting(ctx); err != nil {
+			return err
 		}
 		supervisor.Signal(ctx, supervisor.SignalHealthy)
 		log := supervisor.Logger(ctx)
