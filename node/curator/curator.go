@@ -17,6 +17,7 @@ import (
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/ports"
 	"cairn.dev/cairn/node/rpc"
+	"cairn.dev/cairn/node/timesync"
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/pkg/logtree"
@@ -60,6 +61,16 @@ type options struct {
 	// nodeLifetime and ownerLifetime are the lifetimes of the node and
 	// owner certificates this curator issues.
 	nodeLifetime, ownerLifetime time.Duration
+	// clock says whether this node's clock is known wrong; the curator
+	// issues no certificate while it is.
+	clock *timesync.Clock
+}
+
+// WithClock makes the curator ask clock, before it issues a certificate,
+// whether the node's clock is known wrong (node/timesync). Without it the
+// curator checks the time against timesync.Floor only.
+func WithClock(clock *timesync.Clock) Option {
+	return func(o *options) { o.clock = clock }
 }
 
 // WithCertificateLifetimes sets the lifetimes of the node and owner
@@ -114,6 +125,9 @@ func New(cfg Config, opts ...Option) *Service {
 		opt(&o)
 	}
 	o.ports = o.ports.WithDefaults()
+	if o.clock == nil {
+		o.clock = timesync.NewClock(nil)
+	}
 	if o.peerPort == nil {
 		peer := o.ports.EtcdPeer
 		o.peerPort = func(string) int { return peer }

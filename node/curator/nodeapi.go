@@ -147,7 +147,7 @@ func (a nodeAPI) CommitNode(ctx context.Context, req *api.CommitNodeRequest) (*a
 	// The certificate first: issuing it again is harmless (a node that
 	// has one gets the stored one), and the node must not end up UP
 	// without one.
-	cert, ca, err := issue(ctx, a.root, a.ca, nodeCertificate(a.ca, p.PublicKey, a.opts.nodeLifetime))
+	cert, ca, err := a.issueNode(ctx, p.PublicKey)
 	if err != nil {
 		return nil, err
 	}
@@ -208,7 +208,7 @@ func (a nodeAPI) JoinNode(ctx context.Context, req *api.JoinNodeRequest) (*api.J
 	// lifetime comes back with one it could not renew: it gets a fresh
 	// one here, which the join key entitles it to as much as the
 	// unlock key.
-	cert, _, err := issue(ctx, a.root, a.ca, nodeCertificate(a.ca, n.PublicKey, a.opts.nodeLifetime))
+	cert, _, err := a.issueNode(ctx, n.PublicKey)
 	if err != nil {
 		return nil, err
 	}
@@ -226,7 +226,7 @@ func (a nodeAPI) IssueCertificate(ctx context.Context, req *api.IssueCertificate
 	if err := a.requireUp(ctx, p.NodeID); err != nil {
 		return nil, err
 	}
-	cert, ca, err := issue(ctx, a.root, a.ca, nodeCertificate(a.ca, p.PublicKey, a.opts.nodeLifetime))
+	cert, ca, err := a.issueNode(ctx, p.PublicKey)
 	if err != nil {
 		return nil, err
 	}

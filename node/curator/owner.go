@@ -204,6 +204,9 @@ func isRevoked(t *api.OwnerTrust, serial []byte) bool {
 // is revoked or for another key (the key was rotated). It records what it
 // returns in owner/certificates.
 func (c *curator) issueOwnerCertificate(ctx context.Context, key ed25519.PublicKey, t *api.OwnerTrust) (certDER, caDER []byte, err error) {
+	if err := c.checkClock(); err != nil {
+		return nil, nil, err
+	}
 	want := ownerCertificate(c.ca, key, c.opts.ownerLifetime)
 	certDER, caDER, err = issue(ctx, c.root, c.ca, want)
 	if errors.Is(err, pki.ErrKeyMismatch) {

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"cairn.dev/cairn/node/consensus"
@@ -254,4 +256,23 @@ func issue(ctx context.Context, kv clientv3.KV, ca, c *pki.Certificate) (certDER
 // nodeIDFromKey returns the node ID in an etcd key under nodePrefix.
 func nodeIDFromKey(key []byte) string {
 	return strings.TrimPrefix(string(key), nodePrefix)
+}
+
+// checkClock refuses, with FailedPrecondition, to issue certificates while
+// this node's clock is known wrong: their validity would start or end at
+// the wrong time, and nodes with right clocks would refuse them.
+func (c *curator) checkClock() error {
+	if err := c.opts.clock.Check(); err != nil {
+		return status.Errorf(codes.FailedPrecondition, "this curator issues no certificate now: %v", err)
+	}
+	return nil
+}
+
+// issueNode issues (or returns while fresh) the node certificate for pub,
+// unless the clock is known wrong.
+func (c *curator) issueNode(ctx context.Context, pub ed25519.PublicKey) (certDER, caDER []byte, err error) {
+	if err := c.checkClock(); err != nil {
+		return nil, nil, err
+	}
+	return issue(ctx, c.root, c.ca, nodeCertificate(c.ca, pub, c.opts.nodeLifetime))
 }

@@ -143,6 +143,7 @@ func New(cfg Config) *Service {
 			joinPeerPort:   cfg.clusterPorts.EtcdPeer,
 			afterBootstrap: cfg.afterBootstrap,
 			curatorOptions: cfg.curatorOptions,
+			clock:          cfg.Clock,
 			bootstrapped:   &s.bootstrapped,
 			localCurator:   &s.localCurator,
 		}).run,

@@ -11,6 +11,7 @@ import (
 	"cairn.dev/cairn/node/curator"
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/ports"
+	"cairn.dev/cairn/node/timesync"
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/supervisor"
 	api "cairn.dev/cairn/proto/api"
@@ -52,6 +53,9 @@ type workerControlplane struct {
 	afterBootstrap func(ctx context.Context, etcd *consensus.Client) error
 	// curatorOptions is Config.curatorOptions (tests).
 	curatorOptions []curator.Option
+	// clock is Config.Clock: the curator issues no certificate while it
+	// is known wrong. Nil checks the time against timesync.Floor only.
+	clock event.Watchable[timesync.State]
 
 	// bootstrapped is the identity the bootstrap made.
 	bootstrapped event.Value[*identity.Node]

@@ -14,6 +14,7 @@ import (
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/marker"
 	"cairn.dev/cairn/node/ports"
+	"cairn.dev/cairn/node/timesync"
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/pkg/supervisor"
@@ -229,7 +230,7 @@ func (w *workerControlplane) runCuratorServer(creds *identity.Node, st *consensu
 			return fmt.Errorf("when listening: %w", err)
 		}
 		joinPorts := ports.Table{EtcdPeer: w.joinPeerPort}
-		opts := append([]curator.Option{curator.WithPorts(joinPorts)}, w.curatorOptions...)
+		opts := append([]curator.Option{curator.WithPorts(joinPorts), curator.WithClock(timesync.NewClock(w.clock))}, w.curatorOptions...)
 		cur := curator.New(curator.Config{Node: creds, Consensus: st, Advertise: adv, Listener: lis}, opts...)
 		marker.Log(supervisor.Logger(ctx), marker.CuratorServing, "addr", adv.String())
 		w.localCurator.Set(adv)
