@@ -104,6 +104,8 @@ cluster: deps image cairnctl
 # but the kernel lookup; out/kernel-version is rewritten only when Debian's
 # current kernel changes, and everything built from the kernel depends on it.
 IMAGE_CACHE := .cache/image
+# The Kubernetes payload (make kube-payload).
+KUBE_BIN := $(OUT)/kubernetes/bin
 KERNEL_CACHE := .cache/kernel
 EFI_STUB ?= /usr/lib/systemd/boot/efi/linuxx64.efi.stub
 # INIT_BIN may name a prebuilt static /init instead of building cmd/init.
@@ -115,7 +117,8 @@ KERNEL_VERSION := $(OUT)/kernel-version
 KREL = $$(cut -d' ' -f1 $(KERNEL_VERSION))
 KDIR = $(KERNEL_CACHE)/$$(tr ' ' _ <$(KERNEL_VERSION))
 # $(wildcard) drops files deleted from the work tree but not yet from git.
-BUILD_GO := $(wildcard $(shell git ls-files -co --exclude-standard 'build/*.go' | grep -v '_test\.go$$'))
+# build/kubernetes is a module of its own that mkimage does not import.
+BUILD_GO := $(wildcard $(shell git ls-files -co --exclude-standard 'build/*.go' | grep -v -e '_test\.go$$' -e '^build/kubernetes/'))
 NODE_GO := $(wildcard $(shell git ls-files -co --exclude-standard '*.go' | grep -v -e '_test\.go$$' -e '^build/' -e '^test/'))
 
 .PHONY: null-image test-image FORCE
@@ -192,6 +195,26 @@ $(OUT)/cairn.img $(OUT)/null.img: $(OUT)/%.img: $(MKIMAGE) $(OUT)/%.efi
 	@$(MKIMAGE) disk -uki $(OUT)/$*.efi $(addprefix -system ,$(filter %system.img,$^)) -o $@
 
 $(OUT)/cairn.img: $(OUT)/system.img
+
+# The Kubernetes payload of the system image (build/kubernetes), built from
+# source through the module proxy: hyperkube (apiserver, controller manager,
+# scheduler, kubelet, proxy) with a link per component, containerd and its
+# shim, runc with seccomp and the CNI plugins, into out/kubernetes/bin;
+# kubectl for the host's tests into out/kubectl. Go's build cache makes a
+# second run cheap, so it always runs.
+.PHONY: kube-payload kube-payload-test deps-kubernetes
+
+deps-kubernetes:
+	@./build/deps.sh kubernetes
+
+kube-payload: deps-kubernetes
+	@GO=$(GO) build/kubernetes/build.sh $(KUBE_BIN) $(OUT)/kubectl
+
+# kube-payload-test runs every built program and checks that it is the
+# release it claims (build/kubernetes/payload_test.go).
+kube-payload-test: kube-payload
+	cd build/kubernetes && $(GO) test -tags payload -count=1 -v . \
+	  -bin $(abspath $(KUBE_BIN)) -kubectl $(abspath $(OUT))/kubectl
 
 # Protocol buffers. `make proto` regenerates the committed Go code beside the
 # .proto files of proto/; `make proto-check` (part of lint) regenerates into a

@@ -2,6 +2,10 @@
 # Installs the Debian packages that building, booting and testing Cairn need.
 # It does nothing when they are all present, so every make target that needs
 # them can call it. Go modules come through the module proxy on their own.
+#
+# build/deps.sh kubernetes installs instead what building the Kubernetes
+# payload needs besides Go (build/kubernetes): runc is the one program of it
+# built with cgo, linking Debian's libseccomp statically.
 set -euo pipefail
 
 packages=(
@@ -17,6 +21,9 @@ packages=(
   erofs-utils cryptsetup-bin
   iproute2
 )
+if [ "${1:-}" = kubernetes ]; then
+  packages=(gcc libc6-dev pkg-config libseccomp-dev)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

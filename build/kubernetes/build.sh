@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Builds the Kubernetes payload of the system image from source, every
+# program static, into BINDIR:
+#
+#   hyperkube                 kube-apiserver, kube-controller-manager,
+#   kube-apiserver -> ...     kube-scheduler, kubelet and kube-proxy in one
+#   ...                       binary (hyperkube/), a link per component
+#   containerd                the container runtime, with its CRI plugin
+#   containerd-shim-runc-v2   its shim: a binary of its own, since it
+#                             re-executes itself
+#   runc                      with seccomp (cgo, Debian's libseccomp.a)
+#   ptp host-local loopback   the CNI plugins the pod network uses
+#
+# and kubectl, for the host's tests, into KUBECTL.
+#
+#   build/kubernetes/build.sh BINDIR KUBECTL
+#
+# Kubernetes is pinned by this directory's go.mod, the others here. Each is
+# built the way its own Makefile builds a static release: the same build
+# tags and version stamps, -trimpath, no symbol table or DWARF (-s -w).
+#
+# Kubernetes requires its staging modules at v0.0.0 and replaces them in
+# its go.mod, which Go honours only in the main module: so it is built
+# from the nested module here, which replaces them with their published
+# releases. containerd, runc and the CNI plugins have no replace
+# directives, so `go install PACKAGE@VERSION` builds each with its own
+# go.mod as the main module: the dependency versions its release was
+# tested with, checked against the checksum database, never resolved
+# together with Kubernetes' or Cairn's.
+set -euo pipefail
+
+containerd=github.com/containerd/containerd/v2@v2.4.2
+runc=github.com/opencontainers/runc@v1.5.2
+cni_plugins=github.com/containernetworking/plugins@v1.9.1
+
+[ $# -eq 2 ] || { echo "usage: $0 BINDIR KUBECTL" >&2; exit 2; }
+GO=${GO:-go}
+here=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$1" "$(dirname "$2")"
+out=$(cd "$1" && pwd)
+kubectl=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
+
+# Go writes a binary again even when its build cache already held it. So
+# everything is built into a staging directory next to BINDIR, and a
+# program replaces its copy in BINDIR only when its bytes changed: make
+# rebuilds the system image from the payload's times, and a payload that
+# did not change must not rebuild it.
+bin=$out.staging
+rm -rf "$bin"
+mkdir "$bin"
+trap 'rm -rf "$bin"' EXIT
+
+# step NAME COMMAND... runs one build and says how long it took.
+step() {
+  local name=$1 start=$SECONDS
+  shift
+  "$@"
+  echo "kubernetes: built $name in $((SECONDS - start)) s"
+}
+
+# Kubernetes' version stamps (hack/lib/version.sh), from the module
+# proxy's answer: the release's version and time, which keeps the build
+# reproducible. The proxy does not know the commit, so none is claimed.
+read -r kversion ktime < <(cd "$here" &&
+  $GO list -m -f '{{.Version}} {{.Time.UTC.Format "2006-01-02T15:04:05Z"}}' k8s.io/kubernetes)
+kminor=${kversion#v1.}
+kminor=${kminor%%.*}
+kldflags="-s -w"
+for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
+  kldflags+=" -X $pkg.gitVersion=$kversion -X $pkg.gitMajor=1 -X $pkg.gitMinor=$kminor"
+  kldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$ktime -X $pkg.gitCommit="
+done
+# Kubernetes' release tags: SELinux labels, no test-only code paths, no
+# x/net/trace in gRPC.
+ktags=selinux,notest,grpcnotrace
+kbuild() {
+  (cd "$here" && CGO_ENABLED=0 $GO build -trimpath -tags "$ktags" -ldflags "$kldflags" "$@")
+}
+step "hyperkube (Kubernetes $kversion)" kbuild -o "$bin/hyperkube" ./hyperkube
+step "kubectl (Kubernetes $kversion)" kbuild -o "$bin/kubectl" k8s.io/kubernetes/cmd/kubectl
+
+# containerd's Makefile with STATIC=1: netgo and osusergo so that nothing
+# needs libc, no btrfs (it needs cgo), no gRPC in the shim.
+cpath=${containerd%@*}
+cversion=${containerd#*@}
+ctags="urfave_cli_no_docs osusergo netgo static_build no_btrfs"
+cldflags="-s -w -X $cpath/version.Version=$cversion -X $cpath/version.Package=$cpath"
+step "containerd $cversion" env GOBIN="$bin" CGO_ENABLED=0 \
+  $GO install -trimpath -tags "$ctags" -ldflags "$cldflags" "$cpath/cmd/containerd@$cversion"
+step "containerd-shim-runc-v2 $cversion" env GOBIN="$bin" CGO_ENABLED=0 \
+  $GO install -trimpath -tags "$ctags no_grpc" -ldflags "$cldflags" "$cpath/cmd/containerd-shim-runc-v2@$cversion"
+
+# runc's Makefile `static` target: a static PIE linked by the C linker.
+# Without its libpathrs tag: libpathrs is a Rust library Debian does not
+# package, and runc falls back to its Go implementation (pathrs-lite).
+step "runc ${runc#*@}" env GOBIN="$bin" CGO_ENABLED=1 \
+  $GO install -trimpath -buildmode=pie -tags "seccomp urfave_cli_no_docs netgo osusergo" \
+  -ldflags "-s -w -linkmode external -extldflags -static-pie" "$runc"
+
+# The CNI plugins' release build: static, stamped with the version.
+ppath=${cni_plugins%@*}
+pversion=${cni_plugins#*@}
+step "CNI plugins $pversion" env GOBIN="$bin" CGO_ENABLED=0 \
+  $GO install -trimpath -ldflags "-s -w -X $ppath/pkg/utils/buildversion.BuildVersion=$pversion" \
+  "$ppath/plugins/main/ptp@$pversion" "$ppath/plugins/ipam/host-local@$pversion" \
+  "$ppath/plugins/main/loopback@$pversion"
+
+# update FILE DEST moves FILE to DEST unless DEST has the same bytes.
+update() {
+  if cmp -s "$1" "$2"; then
+    rm "$1"
+  else
+    mv -f "$1" "$2"
+  fi
+}
+update "$bin/kubectl" "$kubectl"
+for f in "$bin"/*; do
+  update "$f" "$out/$(basename "$f")"
+done
+for c in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy; do
+  [ "$(readlink "$out/$c")" = hyperkube ] || ln -sfn hyperkube "$out/$c"
+done
