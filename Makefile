@@ -168,9 +168,21 @@ $(EFI_STUB): | deps
 # verity parameters appended, so the UKI's command line pins the image.
 # mkimage names every host file it read in a make rule, so a changed binary
 # or library (a Debian update) rebuilds the image.
-$(OUT)/system.img $(OUT)/cmdline &: $(MKIMAGE) build/cmdline | deps
+#
+# WITH_KUBERNETES=1 adds the Kubernetes payload (kube-payload) at
+# /system/kubernetes/bin. The stamp records the choice, so that changing
+# it rebuilds the image; the payload's files are named in system.d like
+# the host binaries, and Go leaves an up-to-date binary untouched, so a
+# rebuild of the payload that changed nothing rebuilds nothing here.
+WITH_KUBERNETES ?=
+KUBE_STAMP := $(IMAGE_CACHE)/with-kubernetes
+
+$(KUBE_STAMP): FORCE
+	@mkdir -p $(@D); echo "$(WITH_KUBERNETES)" | cmp -s - $@ || echo "$(WITH_KUBERNETES)" >$@
+
+$(OUT)/system.img $(OUT)/cmdline &: $(MKIMAGE) build/cmdline $(KUBE_STAMP) | deps $(if $(WITH_KUBERNETES),kube-payload)
 	@mkdir -p $(@D) && $(MKIMAGE) system -cmdline build/cmdline -cmdline-out $(OUT)/cmdline \
-	  -deps $(IMAGE_CACHE)/system.d -o $(OUT)/system.img
+	  $(if $(WITH_KUBERNETES),-kubernetes $(KUBE_BIN)) -deps $(IMAGE_CACHE)/system.d -o $(OUT)/system.img
 
 -include $(IMAGE_CACHE)/system.d
 
@@ -201,7 +213,9 @@ $(OUT)/cairn.img: $(OUT)/system.img
 # scheduler, kubelet, proxy) with a link per component, containerd and its
 # shim, runc with seccomp and the CNI plugins, into out/kubernetes/bin;
 # kubectl for the host's tests into out/kubectl. Go's build cache makes a
-# second run cheap, so it always runs.
+# second run cheap, so it always runs. `make image WITH_KUBERNETES=1`
+# carries it in the system image at /system/kubernetes/bin; plain
+# `make image` does not build it yet, as nothing on the node runs it.
 .PHONY: kube-payload kube-payload-test deps-kubernetes
 
 deps-kubernetes:

@@ -2,7 +2,7 @@
 // per make step:
 //
 //	mkimage system -cmdline build/cmdline -cmdline-out cmdline [-slot a]
-//	               [-deps FILE] -o system.img
+//	               [-deps FILE] [-kubernetes DIR] -o system.img
 //	mkimage initramfs -kernel DIR -init BIN [-modules=false]
 //	                  [-system-links=false] -o initramfs.img
 //	mkimage uki -stub linuxx64.efi.stub -kernel vmlinuz -initramfs initramfs.img

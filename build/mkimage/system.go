@@ -16,6 +16,7 @@ func systemCmd(args []string) error {
 	cmdlineOut := fs.String("cmdline-out", "", "write the base command line with the system slot and its verity parameters here")
 	slot := fs.String("slot", "a", "the slot the image goes into, which the command line names")
 	depfile := fs.String("deps", "", "write a make rule naming the host files read here")
+	kube := fs.String("kubernetes", "", "carry this directory of the Kubernetes payload (build/kubernetes) at /system"+system.KubernetesBin)
 	out := fs.String("o", "", "output file")
 	fs.Parse(args)
 	if err := need(map[string]string{"cmdline": *base, "cmdline-out": *cmdlineOut, "o": *out}); err != nil {
@@ -26,7 +27,7 @@ func systemCmd(args []string) error {
 		return fmt.Errorf("when reading the command line: %w", err)
 	}
 	paths := system.HostBinaryPaths(system.HostBinaries)
-	img, err := system.Build(*out, system.Config{Binaries: paths})
+	img, err := system.Build(*out, system.Config{Binaries: paths, Kubernetes: *kube})
 	if err != nil {
 		return err
 	}
@@ -35,12 +36,16 @@ func systemCmd(args []string) error {
 		return fmt.Errorf("when writing the command line: %w", err)
 	}
 	if *depfile != "" {
-		if err := writeDepfile(*depfile, *out+" "+*cmdlineOut, img.HostFiles); err != nil {
+		if err := writeDepfile(*depfile, *out+" "+*cmdlineOut, append(img.HostFiles, img.KubernetesFiles...)); err != nil {
 			return fmt.Errorf("when writing %s: %w", *depfile, err)
 		}
 	}
 	fmt.Printf("image: system image %s: EROFS %s + verity hash tree %d KiB; %d host binaries with their libraries (%d files)\n",
 		mb(img.FilesystemSize+img.TreeSize), mb(img.FilesystemSize), img.TreeSize>>10, len(paths), len(img.HostFiles))
+	if *kube != "" {
+		fmt.Printf("image: system image carries the Kubernetes payload of %s at /system%s: %d files, %s before compression\n",
+			*kube, system.KubernetesBin, len(img.KubernetesFiles), mb(img.KubernetesSize))
+	}
 	fmt.Printf("image: system slot %s, verity root hash %x\n", *slot, img.Params.RootHash)
 	return nil
 }

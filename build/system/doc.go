@@ -6,7 +6,8 @@
 //	HostBinaries ─▶ elfdeps ─▶ staging dir ─▶ mkfs.erofs ─▶ EROFS ─┐
 //	(mkfs.xfs, …)  (libraries,  (own paths,   (lz4hc, -T0,   image  │
 //	                loader)      fixed modes)  --all-root,          │
-//	                                           fixed UUID)          ▼
+//	Kubernetes payload ────────▶     ▲         fixed UUID)          │
+//	(static programs, links)   (KubernetesBin)                      ▼
 //	                                    pkg/verity: salt, hash tree, root hash
 //	                                                                │
 //	system.img = EROFS image ‖ hash tree ◀──────────────────────────┤
@@ -35,6 +36,10 @@
 // random.
 //
 // # Running what the image holds
+//
+// The Kubernetes payload (build/kubernetes) is static: it lands at
+// KubernetesBin below MountPoint as it is, and a program of it that would
+// need a loader or a library fails the build instead of the node.
 //
 // The host binaries keep their own paths below MountPoint, with the
 // dynamic loader and libraries at theirs. A binary asks the kernel for its

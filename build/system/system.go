@@ -36,6 +36,10 @@ type Config struct {
 	// Binaries are the absolute paths of the host binaries to carry, each
 	// with its loader and libraries (HostBinaryPaths(HostBinaries)).
 	Binaries []string
+	// Kubernetes is the directory of the Kubernetes payload that
+	// build/kubernetes builds, carried at KubernetesBin; empty leaves
+	// Kubernetes out.
+	Kubernetes string
 	// MkfsEROFS is erofs-utils' mkfs.erofs; "mkfs.erofs" (looked up in
 	// PATH) when empty.
 	MkfsEROFS string
@@ -56,6 +60,12 @@ type Image struct {
 	// HostFiles are the files of the build machine that went in, for a
 	// make rule that rebuilds the image when one changes.
 	HostFiles []string
+	// KubernetesFiles are the files of the Kubernetes payload that went
+	// in, for the same make rule.
+	KubernetesFiles []string
+	// KubernetesSize is the size of the Kubernetes payload's programs
+	// before compression, 0 without it.
+	KubernetesSize int64
 }
 
 // Build writes the system image to path: the EROFS filesystem, then its
@@ -82,6 +92,12 @@ func Build(path string, c Config) (*Image, error) {
 	}
 	if err := stageFiles(stage, closure.Files); err != nil {
 		return nil, err
+	}
+	if c.Kubernetes != "" {
+		img.KubernetesFiles, img.KubernetesSize, err = stagePayload(stage, c.Kubernetes, KubernetesBin)
+		if err != nil {
+			return nil, err
+		}
 	}
 
 	tmp := path + ".tmp"
