@@ -2,6 +2,7 @@ package logtree
 
 import (
 	"io"
+	"slices"
 	"sync"
 )
 
@@ -15,6 +16,37 @@ type ConsoleOption func(*consoleConfig)
 type consoleConfig struct {
 	dn          DN
 	minSeverity Severity
+	// quiet are subtrees whose entries need a severity of their own.
+	quiet []quietSubtree
+}
+
+// quietSubtree is a ConsoleQuiet option.
+type quietSubtree struct {
+	parts []string
+	min   Severity
+}
+
+// ConsoleQuiet leaves out the entries of the node dn and the nodes below it
+// that are less severe than s: for chatty programs, like Kubernetes'
+// components, whose routine output would flood a slow serial console. Raw
+// entries count as INFO.
+func ConsoleQuiet(dn DN, s Severity) ConsoleOption {
+	return func(c *consoleConfig) { c.quiet = append(c.quiet, quietSubtree{parts: dn.normalized(), min: s}) }
+}
+
+// quieted reports whether e falls under a quiet subtree whose severity it
+// lacks.
+func (c *consoleConfig) quieted(e *LogEntry) bool {
+	if len(c.quiet) == 0 {
+		return false
+	}
+	parts := e.DN.normalized()
+	for _, q := range c.quiet {
+		if e.Severity < q.min && len(parts) >= len(q.parts) && slices.Equal(parts[:len(q.parts)], q.parts) {
+			return true
+		}
+	}
+	return false
 }
 
 // ConsoleMinimumSeverity leaves out entries less severe than s. Raw entries
@@ -63,7 +95,9 @@ func (t *LogTree) Console(w io.Writer, opts ...ConsoleOption) (stop func()) {
 			_, _ = w.Write(line)
 		}
 		for e := range r.Stream {
-			write(e)
+			if !c.quieted(e) {
+				write(e)
+			}
 		}
 		if note := r.finalNote(); note != nil {
 			write(note)

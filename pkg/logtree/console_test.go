@@ -124,3 +124,26 @@ func TestConsoleStuckWriter(t *testing.T) {
 		t.Errorf("last line = %q, want a warning ending in %q", note, wantNote)
 	}
 }
+
+func TestConsoleQuiet(t *testing.T) {
+	lt := New()
+	var out fixture.SyncBuffer
+	stop := lt.Console(&out, ConsoleQuiet("root.kube", WARNING))
+	lt.LeveledFor("root.kube.apiserver").Info("chatty")
+	fmt.Fprintln(lt.RawFor("root.kube.kubelet"), "raw chatter")
+	lt.LeveledFor("root.kube.kubelet").Warning("kubelet warns")
+	lt.LeveledFor("root.kubelike").Info("not below root.kube")
+	lt.LeveledFor("root").Info("elsewhere")
+	stop()
+	got := out.String()
+	for _, want := range []string{"kubelet warns", "not below root.kube", "elsewhere"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("console lacks %q:\n%s", want, got)
+		}
+	}
+	for _, quiet := range []string{"chatty", "raw chatter"} {
+		if strings.Contains(got, quiet) {
+			t.Errorf("console shows %q from a quiet subtree:\n%s", quiet, got)
+		}
+	}
+}

@@ -3,6 +3,8 @@ package pki
 import (
 	"bytes"
 	"context"
+	"crypto"
+	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/x509"
@@ -386,5 +388,36 @@ func (c *Certificate) Reissue(ctx context.Context, kv clientv3.KV) ([]byte, erro
 		return nil, fmt.Errorf("when storing reissued certificate %q: %w", c.Name, err)
 	}
 	c.certDER = der
+	return der, nil
+}
+
+// Sign issues a certificate of tmpl for pub (an ed25519 or ECDSA public
+// key), signed by c as a CA, valid for lifetime (fillValidity), without
+// keeping it in etcd: for short-lived leaves whose holders draw a new key
+// and ask again rather than look a certificate up by name.
+func (c *Certificate) Sign(ctx context.Context, kv clientv3.KV, tmpl x509.Certificate, pub crypto.PublicKey, lifetime time.Duration) ([]byte, error) {
+	switch pub.(type) {
+	case ed25519.PublicKey, *ecdsa.PublicKey:
+	default:
+		return nil, fmt.Errorf("cannot certify a %T key: want ed25519 or ECDSA", pub)
+	}
+	parent, err := c.X509(ctx, kv)
+	if err != nil {
+		return nil, fmt.Errorf("when ensuring issuer %q: %w", c.Name, err)
+	}
+	key, err := c.PrivateKey(ctx, kv)
+	if err != nil {
+		return nil, fmt.Errorf("issuer %q: %w", c.Name, err)
+	}
+	serial, err := NewSerial()
+	if err != nil {
+		return nil, err
+	}
+	tmpl.SerialNumber = serial
+	fillValidity(&tmpl, lifetime)
+	der, err := x509.CreateCertificate(rand.Reader, &tmpl, parent, pub, key)
+	if err != nil {
+		return nil, fmt.Errorf("when signing with %q: %w", c.Name, err)
+	}
 	return der, nil
 }

@@ -18,7 +18,8 @@ const commandWaitDelay = time.Second
 // RunCommand runs cmd as the work of the runnable whose context ctx is:
 //
 //   - the process's stdout and stderr go, line by line, into the runnable's
-//     raw log (cmd.Stdout and cmd.Stderr must be nil; RunCommand sets them);
+//     raw log, or parsed into leveled entries with ParseKlog (cmd.Stdout and
+//     cmd.Stderr must be nil; RunCommand sets them);
 //   - the runnable signals Healthy as soon as the process has started;
 //   - when ctx is cancelled, the process's group gets SIGTERM and, if it
 //     has not exited two seconds later, SIGKILL. The process is put into a
@@ -31,10 +32,14 @@ const commandWaitDelay = time.Second
 // A command that exits with status zero still leaves the runnable to decide
 // what that means: signal Done and return nil for a one-shot command, or
 // return an error to have it restarted.
-func RunCommand(ctx context.Context, cmd *exec.Cmd) error {
+func RunCommand(ctx context.Context, cmd *exec.Cmd, opts ...CommandOption) error {
 	n, err := fromContext(ctx)
 	if err != nil {
 		return err
+	}
+	var o commandOptions
+	for _, opt := range opts {
+		opt(&o)
 	}
 	name := filepath.Base(cmd.Path)
 	if err := ctx.Err(); err != nil {
@@ -46,6 +51,9 @@ func RunCommand(ctx context.Context, cmd *exec.Cmd) error {
 	// One writer for both streams: os/exec then shares one pipe between
 	// them, and lines reach the log whole and in order.
 	raw := RawLogger(ctx)
+	if o.klog {
+		raw = n.sup.lt.KlogFor(n.dn)
+	}
 	defer raw.Close()
 	cmd.Stdout = raw
 	cmd.Stderr = raw
@@ -87,6 +95,20 @@ func RunCommand(ctx context.Context, cmd *exec.Cmd) error {
 		return fmt.Errorf("when running %s: %w (stopped because: %w)", name, err, context.Cause(ctx))
 	}
 	return fmt.Errorf("when running %s: %w", name, err)
+}
+
+// A CommandOption changes how RunCommand logs or runs a command.
+type CommandOption func(*commandOptions)
+
+type commandOptions struct {
+	klog bool
+}
+
+// ParseKlog makes RunCommand read the command's output as klog's (or
+// logrus') lines, logging each as a leveled entry with its own severity
+// (logtree.KlogFor) rather than as raw lines.
+func ParseKlog() CommandOption {
+	return func(o *commandOptions) { o.klog = true }
 }
 
 // stopCommand waits for ctx to end or the process to exit. If ctx ends

@@ -20,9 +20,15 @@ import (
 // (Done) when the command exits cleanly.
 func commandTree(t *testing.T, cmd func() *exec.Cmd, opts ...Option) (*Supervisor, context.CancelFunc, <-chan error) {
 	t.Helper()
+	return commandTreeWith(t, cmd, nil, opts...)
+}
+
+// commandTreeWith is commandTree with options for RunCommand.
+func commandTreeWith(t *testing.T, cmd func() *exec.Cmd, cmdOpts []CommandOption, opts ...Option) (*Supervisor, context.CancelFunc, <-chan error) {
+	t.Helper()
 	result := make(chan error, 1)
 	run := func(ctx context.Context) error {
-		err := RunCommand(ctx, cmd())
+		err := RunCommand(ctx, cmd(), cmdOpts...)
 		select {
 		case result <- err:
 		default:
@@ -71,6 +77,38 @@ func TestRunCommandOutput(t *testing.T) {
 	want := []string{"out one", "err one", "out two", "partial"}
 	if strings.Join(raw, "|") != strings.Join(want, "|") {
 		t.Errorf("raw log = %q, want %q", raw, want)
+	}
+}
+
+// TestRunCommandKlog checks that with ParseKlog a command's klog lines
+// become leveled entries with their own severities, and other lines stay
+// raw.
+func TestRunCommandKlog(t *testing.T) {
+	s, _, result := commandTreeWith(t, func() *exec.Cmd {
+		return exec.Command("sh", "-c", "echo 'W1124 01:02:03.456789 42 kubelet.go:7] no swap'; echo plain >&2")
+	}, []CommandOption{ParseKlog()})
+	if err := waitFor(t, s); err != nil {
+		t.Fatalf("Wait() = %v, want nil: the tree finishes", err)
+	}
+	if err := <-result; err != nil {
+		t.Fatalf("RunCommand = %v, want nil", err)
+	}
+	r, err := s.LogTree().Read("root.cmd", logtree.WithBacklog(logtree.BacklogAll))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var got []string
+	for _, e := range r.Backlog {
+		if e.File == "supervisor_processor.go" {
+			// The supervisor's own notes.
+			continue
+		}
+		got = append(got, fmt.Sprintf("%s raw=%t %s:%d %s", e.Severity, e.Raw, e.File, e.Line, e.Message))
+	}
+	want := []string{"WARNING raw=false kubelet.go:7 no swap", "INFO raw=true :0 plain"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Errorf("log = %q, want %q", got, want)
 	}
 }
 

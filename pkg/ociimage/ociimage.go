@@ -1,0 +1,197 @@
+// Package ociimage builds small container images in Go and writes them as
+// OCI image layout archives, which `ctr images import` reads: the pause
+// image of every pod, built with Cairn rather than pulled.
+//
+//	files ─▶ layer tar ─┐
+//	entrypoint ─▶ config ┼─▶ manifest ─▶ index.json ─▶ archive (tar)
+//	                     └── blobs/sha256/<digest> for each
+//
+// The output is deterministic: the same files and entrypoint give the same
+// bytes, so a build that changed nothing changes no image.
+package ociimage
+
+import (
+	"archive/tar"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"path"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Media types of the OCI image specification.
+const (
+	MediaTypeManifest = "application/vnd.oci.image.manifest.v1+json"
+	MediaTypeConfig   = "application/vnd.oci.image.config.v1+json"
+	MediaTypeLayer    = "application/vnd.oci.image.layer.v1.tar"
+	MediaTypeIndex    = "application/vnd.oci.image.index.v1+json"
+)
+
+// Annotations that name an image in an index: containerd's, with the full
+// reference, and OCI's, with the tag.
+const (
+	annotationContainerdName = "io.containerd.image.name"
+	annotationRefName        = "org.opencontainers.image.ref.name"
+)
+
+// A File is one regular file of an image's only layer.
+type File struct {
+	// Path is the file's absolute path in the image, like "/pause".
+	Path string
+	Mode fs.FileMode
+	Data []byte
+}
+
+// A Descriptor points at a blob.
+type Descriptor struct {
+	MediaType   string            `json:"mediaType"`
+	Digest      string            `json:"digest"`
+	Size        int64             `json:"size"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+	Platform    *Platform         `json:"platform,omitempty"`
+}
+
+// Platform is what an image runs on.
+type Platform struct {
+	Architecture string `json:"architecture"`
+	OS           string `json:"os"`
+}
+
+// A Blob is content and its descriptor.
+type Blob struct {
+	Descriptor Descriptor
+	Data       []byte
+}
+
+// An Image is a built image: its manifest and every blob it refers to.
+type Image struct {
+	Manifest Blob
+	Config   Blob
+	Layer    Blob
+}
+
+// epoch is the modification time of every file in a layer and archive:
+// fixed, for reproducible bytes.
+var epoch = time.Unix(0, 0).UTC()
+
+func blob(mediaType string, data []byte) Blob {
+	sum := sha256.Sum256(data)
+	return Blob{Descriptor: Descriptor{MediaType: mediaType, Digest: "sha256:" + hex.EncodeToString(sum[:]), Size: int64(len(data))}, Data: data}
+}
+
+// Build makes a linux/amd64 image of files that runs entrypoint.
+func Build(entrypoint []string, files []File) (*Image, error) {
+	layer, err := layerTar(files)
+	if err != nil {
+		return nil, err
+	}
+	img := &Image{Layer: blob(MediaTypeLayer, layer)}
+	config, err := json.Marshal(map[string]any{
+		"architecture": "amd64",
+		"os":           "linux",
+		"config":       map[string]any{"Entrypoint": entrypoint},
+		"rootfs":       map[string]any{"type": "layers", "diff_ids": []string{img.Layer.Descriptor.Digest}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("when encoding the image config: %w", err)
+	}
+	img.Config = blob(MediaTypeConfig, config)
+	manifest, err := json.Marshal(map[string]any{
+		"schemaVersion": 2,
+		"mediaType":     MediaTypeManifest,
+		"config":        img.Config.Descriptor,
+		"layers":        []Descriptor{img.Layer.Descriptor},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("when encoding the image manifest: %w", err)
+	}
+	img.Manifest = blob(MediaTypeManifest, manifest)
+	return img, nil
+}
+
+// layerTar is an uncompressed tar of files and their parent directories,
+// sorted, owned by root, dated epoch.
+func layerTar(files []File) ([]byte, error) {
+	sorted := append([]File(nil), files...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Path < sorted[j].Path })
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	dirs := map[string]bool{}
+	for _, f := range sorted {
+		if !path.IsAbs(f.Path) || path.Clean(f.Path) != f.Path {
+			return nil, fmt.Errorf("image file path %q is not absolute and clean", f.Path)
+		}
+		name := strings.TrimPrefix(f.Path, "/")
+		for d := path.Dir(name); d != "."; d = path.Dir(d) {
+			if dirs[d] {
+				break
+			}
+			dirs[d] = true
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: 0o755, ModTime: epoch, Format: tar.FormatPAX}); err != nil {
+				return nil, fmt.Errorf("when writing the layer: %w", err)
+			}
+		}
+		h := &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: int64(f.Mode.Perm()), Size: int64(len(f.Data)), ModTime: epoch, Format: tar.FormatPAX}
+		if err := tw.WriteHeader(h); err != nil {
+			return nil, fmt.Errorf("when writing the layer: %w", err)
+		}
+		if _, err := tw.Write(f.Data); err != nil {
+			return nil, fmt.Errorf("when writing the layer: %w", err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, fmt.Errorf("when writing the layer: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// WriteArchive writes img as an OCI image layout in a tar to w, named ref
+// (a full reference like "registry.k8s.io/pause:3.10").
+func (img *Image) WriteArchive(w io.Writer, ref string) error {
+	_, tag, ok := strings.Cut(path.Base(ref), ":")
+	if !ok || tag == "" {
+		return fmt.Errorf("image reference %q has no tag", ref)
+	}
+	desc := img.Manifest.Descriptor
+	desc.Annotations = map[string]string{annotationContainerdName: ref, annotationRefName: tag}
+	desc.Platform = &Platform{Architecture: "amd64", OS: "linux"}
+	index, err := json.Marshal(map[string]any{
+		"schemaVersion": 2,
+		"mediaType":     MediaTypeIndex,
+		"manifests":     []Descriptor{desc},
+	})
+	if err != nil {
+		return fmt.Errorf("when encoding the image index: %w", err)
+	}
+	tw := tar.NewWriter(w)
+	put := func(name string, data []byte) error {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: int64(len(data)), ModTime: epoch, Format: tar.FormatPAX}); err != nil {
+			return fmt.Errorf("when writing %s to the archive: %w", name, err)
+		}
+		if _, err := tw.Write(data); err != nil {
+			return fmt.Errorf("when writing %s to the archive: %w", name, err)
+		}
+		return nil
+	}
+	if err := put("oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)); err != nil {
+		return err
+	}
+	if err := put("index.json", index); err != nil {
+		return err
+	}
+	for _, b := range []Blob{img.Layer, img.Config, img.Manifest} {
+		if err := put("blobs/sha256/"+strings.TrimPrefix(b.Descriptor.Digest, "sha256:"), b.Data); err != nil {
+			return err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return fmt.Errorf("when finishing the archive: %w", err)
+	}
+	return nil
+}
