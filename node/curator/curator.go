@@ -61,6 +61,10 @@ type options struct {
 	// nodeLifetime and ownerLifetime are the lifetimes of the node and
 	// owner certificates this curator issues.
 	nodeLifetime, ownerLifetime time.Duration
+	// kubernetesLifetime and kubernetesOwnerLifetime are the lifetimes of
+	// the Kubernetes certificates of nodes' components and of the owner
+	// (kubernetes.go).
+	kubernetesLifetime, kubernetesOwnerLifetime time.Duration
 	// clock says whether this node's clock is known wrong; the curator
 	// issues no certificate while it is.
 	clock *timesync.Clock
@@ -120,6 +124,9 @@ func New(cfg Config, opts ...Option) *Service {
 		limits:            defaultLimits(),
 		nodeLifetime:      DefaultNodeCertificateLifetime,
 		ownerLifetime:     DefaultOwnerCertificateLifetime,
+
+		kubernetesLifetime:      DefaultKubernetesCertificateLifetime,
+		kubernetesOwnerLifetime: DefaultKubernetesOwnerLifetime,
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -145,6 +152,8 @@ type curator struct {
 	// ca is the cluster CA, kept for the run so that its certificate and
 	// key are read from etcd once, not on every certificate issued.
 	ca *pki.Certificate
+	// kubeCA is the Kubernetes CA, kept likewise.
+	kubeCA *pki.Certificate
 	// nodeCredentials dial the leader.
 	nodeCredentials credentials.TransportCredentials
 
@@ -186,6 +195,7 @@ func (s *Service) Run(ctx context.Context) error {
 		root:            root,
 		etcd:            etcd,
 		ca:              consensus.ClusterCA(),
+		kubeCA:          kubernetesCA(),
 		nodeCredentials: rpc.NodeCredentials(s.cfg.Node),
 		log:             supervisor.Logger(ctx),
 		quotas:          newQuotas(s.opts.limits),

@@ -229,6 +229,9 @@ func (m management) UpdateNodeRoles(ctx context.Context, req *api.UpdateNodeRole
 		if req.KubernetesWorker != nil {
 			n.Roles.KubernetesWorker = role(*req.KubernetesWorker, &api.NodeRoles_KubernetesWorker{})
 		}
+		if n.Roles.KubernetesController != nil && n.Roles.ConsensusMember == nil {
+			return status.Errorf(codes.FailedPrecondition, "node %s cannot hold KubernetesController without ConsensusMember: the apiserver uses the node's local etcd", req.NodeId)
+		}
 		if proto.Equal(before, n.Roles) {
 			return errUnchanged
 		}

@@ -220,8 +220,14 @@ func (a nodeAPI) IssueCertificate(ctx context.Context, req *api.IssueCertificate
 	if err != nil {
 		return nil, err
 	}
+	if _, ok := kubernetesKinds[req.Kind]; ok {
+		return a.issueKubernetes(ctx, p.NodeID, req.Kind, req.PublicKey)
+	}
 	if req.Kind != api.CertificateKind_CERTIFICATE_KIND_NODE {
 		return nil, status.Errorf(codes.InvalidArgument, "cannot issue certificates of kind %s", req.Kind)
+	}
+	if len(req.PublicKey) > 0 {
+		return nil, status.Error(codes.InvalidArgument, "a node certificate is for the key of the caller's TLS certificate: the request must carry no public key")
 	}
 	if err := a.requireUp(ctx, p.NodeID); err != nil {
 		return nil, err

@@ -107,6 +107,10 @@ func (testManagement) GetOwnerTrust(ctx context.Context, _ *api.GetOwnerTrustReq
 	return &api.GetOwnerTrustResponse{}, unaryPeer(ctx)
 }
 
+func (testManagement) IssueKubernetesCredential(ctx context.Context, _ *api.IssueKubernetesCredentialRequest) (*api.IssueKubernetesCredentialResponse, error) {
+	return &api.IssueKubernetesCredentialResponse{}, unaryPeer(ctx)
+}
+
 type testCurator struct{ api.UnimplementedCuratorServer }
 
 func (testCurator) WatchOwnerTrust(_ *api.WatchOwnerTrustRequest, srv grpc.ServerStreamingServer[api.WatchOwnerTrustResponse]) error {
@@ -156,6 +160,10 @@ func (testCurator) GetCurrentLeader(_ *api.GetCurrentLeaderRequest, srv grpc.Ser
 
 func (testCurator) JoinConsensus(ctx context.Context, _ *api.JoinConsensusRequest) (*api.JoinConsensusResponse, error) {
 	return &api.JoinConsensusResponse{}, unaryPeer(ctx)
+}
+
+func (testCurator) GetKubernetesServiceAccountKey(ctx context.Context, _ *api.GetKubernetesServiceAccountKeyRequest) (*api.GetKubernetesServiceAccountKeyResponse, error) {
+	return &api.GetKubernetesServiceAccountKeyResponse{}, unaryPeer(ctx)
 }
 
 type testNodeManagement struct {

@@ -34,6 +34,32 @@ const (
 	// A node certificate of the cluster CA for the calling node's key, as
 	// node/identity's node profile describes it.
 	CertificateKind_CERTIFICATE_KIND_NODE CertificateKind = 1
+	// The kinds below are certificates of the cluster's Kubernetes CA for
+	// the request's public_key, a key the calling node drew for one of its
+	// Kubernetes components. The curator decides every name in them from
+	// its record of the node; a node without the role a kind names is
+	// refused (PermissionDenied).
+	//
+	// The kubelet's client certificate: system:node:<node ID> in group
+	// system:nodes, as the Node authorizer wants. KubernetesWorker.
+	CertificateKind_CERTIFICATE_KIND_KUBERNETES_KUBELET_CLIENT CertificateKind = 2
+	// The kubelet's serving certificate, for the node ID and the node's
+	// address. KubernetesWorker.
+	CertificateKind_CERTIFICATE_KIND_KUBERNETES_KUBELET_SERVING CertificateKind = 3
+	// The apiserver's serving certificate: the node ID, the node's address,
+	// the loopback, the kubernetes Service's names and IP. KubernetesController.
+	CertificateKind_CERTIFICATE_KIND_KUBERNETES_APISERVER_SERVING CertificateKind = 4
+	// The apiserver's client certificate towards kubelets
+	// (cairn:apiserver-kubelet-client). KubernetesController.
+	CertificateKind_CERTIFICATE_KIND_KUBERNETES_APISERVER_KUBELET_CLIENT CertificateKind = 5
+	// kube-controller-manager's client certificate. KubernetesController.
+	CertificateKind_CERTIFICATE_KIND_KUBERNETES_CONTROLLER_MANAGER CertificateKind = 6
+	// kube-scheduler's client certificate. KubernetesController.
+	CertificateKind_CERTIFICATE_KIND_KUBERNETES_SCHEDULER CertificateKind = 7
+	// The client certificate of the controller's reconciler, which keeps
+	// the objects Cairn needs in the cluster (group system:masters: it
+	// writes RBAC). KubernetesController.
+	CertificateKind_CERTIFICATE_KIND_KUBERNETES_RECONCILER CertificateKind = 8
 )
 
 // Enum value maps for CertificateKind.
@@ -41,10 +67,24 @@ var (
 	CertificateKind_name = map[int32]string{
 		0: "CERTIFICATE_KIND_UNSPECIFIED",
 		1: "CERTIFICATE_KIND_NODE",
+		2: "CERTIFICATE_KIND_KUBERNETES_KUBELET_CLIENT",
+		3: "CERTIFICATE_KIND_KUBERNETES_KUBELET_SERVING",
+		4: "CERTIFICATE_KIND_KUBERNETES_APISERVER_SERVING",
+		5: "CERTIFICATE_KIND_KUBERNETES_APISERVER_KUBELET_CLIENT",
+		6: "CERTIFICATE_KIND_KUBERNETES_CONTROLLER_MANAGER",
+		7: "CERTIFICATE_KIND_KUBERNETES_SCHEDULER",
+		8: "CERTIFICATE_KIND_KUBERNETES_RECONCILER",
 	}
 	CertificateKind_value = map[string]int32{
-		"CERTIFICATE_KIND_UNSPECIFIED": 0,
-		"CERTIFICATE_KIND_NODE":        1,
+		"CERTIFICATE_KIND_UNSPECIFIED":                         0,
+		"CERTIFICATE_KIND_NODE":                                1,
+		"CERTIFICATE_KIND_KUBERNETES_KUBELET_CLIENT":           2,
+		"CERTIFICATE_KIND_KUBERNETES_KUBELET_SERVING":          3,
+		"CERTIFICATE_KIND_KUBERNETES_APISERVER_SERVING":        4,
+		"CERTIFICATE_KIND_KUBERNETES_APISERVER_KUBELET_CLIENT": 5,
+		"CERTIFICATE_KIND_KUBERNETES_CONTROLLER_MANAGER":       6,
+		"CERTIFICATE_KIND_KUBERNETES_SCHEDULER":                7,
+		"CERTIFICATE_KIND_KUBERNETES_RECONCILER":               8,
 	}
 )
 
@@ -122,7 +162,90 @@ func (x WatchEvent_Progress) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WatchEvent_Progress.Descriptor instead.
 func (WatchEvent_Progress) EnumDescriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{7, 0}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{9, 0}
+}
+
+// GetKubernetesServiceAccountKeyRequest has no fields.
+type GetKubernetesServiceAccountKeyRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetKubernetesServiceAccountKeyRequest) Reset() {
+	*x = GetKubernetesServiceAccountKeyRequest{}
+	mi := &file_proto_api_curator_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetKubernetesServiceAccountKeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetKubernetesServiceAccountKeyRequest) ProtoMessage() {}
+
+func (x *GetKubernetesServiceAccountKeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_curator_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetKubernetesServiceAccountKeyRequest.ProtoReflect.Descriptor instead.
+func (*GetKubernetesServiceAccountKeyRequest) Descriptor() ([]byte, []int) {
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{0}
+}
+
+// GetKubernetesServiceAccountKeyResponse carries the service account key.
+type GetKubernetesServiceAccountKeyResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The ECDSA P-256 private key, PKCS #8 DER.
+	PrivateKey    []byte `protobuf:"bytes,1,opt,name=private_key,json=privateKey,proto3" json:"private_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetKubernetesServiceAccountKeyResponse) Reset() {
+	*x = GetKubernetesServiceAccountKeyResponse{}
+	mi := &file_proto_api_curator_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetKubernetesServiceAccountKeyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetKubernetesServiceAccountKeyResponse) ProtoMessage() {}
+
+func (x *GetKubernetesServiceAccountKeyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_curator_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetKubernetesServiceAccountKeyResponse.ProtoReflect.Descriptor instead.
+func (*GetKubernetesServiceAccountKeyResponse) Descriptor() ([]byte, []int) {
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *GetKubernetesServiceAccountKeyResponse) GetPrivateKey() []byte {
+	if x != nil {
+		return x.PrivateKey
+	}
+	return nil
 }
 
 // WatchOwnerTrustRequest has no fields.
@@ -134,7 +257,7 @@ type WatchOwnerTrustRequest struct {
 
 func (x *WatchOwnerTrustRequest) Reset() {
 	*x = WatchOwnerTrustRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[0]
+	mi := &file_proto_api_curator_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -146,7 +269,7 @@ func (x *WatchOwnerTrustRequest) String() string {
 func (*WatchOwnerTrustRequest) ProtoMessage() {}
 
 func (x *WatchOwnerTrustRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[0]
+	mi := &file_proto_api_curator_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -159,7 +282,7 @@ func (x *WatchOwnerTrustRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchOwnerTrustRequest.ProtoReflect.Descriptor instead.
 func (*WatchOwnerTrustRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{0}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{2}
 }
 
 // WatchOwnerTrustResponse carries the owner trust as it is now.
@@ -173,7 +296,7 @@ type WatchOwnerTrustResponse struct {
 
 func (x *WatchOwnerTrustResponse) Reset() {
 	*x = WatchOwnerTrustResponse{}
-	mi := &file_proto_api_curator_proto_msgTypes[1]
+	mi := &file_proto_api_curator_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -185,7 +308,7 @@ func (x *WatchOwnerTrustResponse) String() string {
 func (*WatchOwnerTrustResponse) ProtoMessage() {}
 
 func (x *WatchOwnerTrustResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[1]
+	mi := &file_proto_api_curator_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -198,7 +321,7 @@ func (x *WatchOwnerTrustResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchOwnerTrustResponse.ProtoReflect.Descriptor instead.
 func (*WatchOwnerTrustResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{1}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *WatchOwnerTrustResponse) GetTrust() *OwnerTrust {
@@ -217,7 +340,7 @@ type GetCurrentLeaderRequest struct {
 
 func (x *GetCurrentLeaderRequest) Reset() {
 	*x = GetCurrentLeaderRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[2]
+	mi := &file_proto_api_curator_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -229,7 +352,7 @@ func (x *GetCurrentLeaderRequest) String() string {
 func (*GetCurrentLeaderRequest) ProtoMessage() {}
 
 func (x *GetCurrentLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[2]
+	mi := &file_proto_api_curator_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -242,7 +365,7 @@ func (x *GetCurrentLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCurrentLeaderRequest.ProtoReflect.Descriptor instead.
 func (*GetCurrentLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{2}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{4}
 }
 
 // GetCurrentLeaderResponse names the curator that leads.
@@ -261,7 +384,7 @@ type GetCurrentLeaderResponse struct {
 
 func (x *GetCurrentLeaderResponse) Reset() {
 	*x = GetCurrentLeaderResponse{}
-	mi := &file_proto_api_curator_proto_msgTypes[3]
+	mi := &file_proto_api_curator_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -273,7 +396,7 @@ func (x *GetCurrentLeaderResponse) String() string {
 func (*GetCurrentLeaderResponse) ProtoMessage() {}
 
 func (x *GetCurrentLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[3]
+	mi := &file_proto_api_curator_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -286,7 +409,7 @@ func (x *GetCurrentLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCurrentLeaderResponse.ProtoReflect.Descriptor instead.
 func (*GetCurrentLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{3}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetCurrentLeaderResponse) GetLeaderNodeId() string {
@@ -322,7 +445,7 @@ type JoinConsensusRequest struct {
 
 func (x *JoinConsensusRequest) Reset() {
 	*x = JoinConsensusRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[4]
+	mi := &file_proto_api_curator_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -334,7 +457,7 @@ func (x *JoinConsensusRequest) String() string {
 func (*JoinConsensusRequest) ProtoMessage() {}
 
 func (x *JoinConsensusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[4]
+	mi := &file_proto_api_curator_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -347,7 +470,7 @@ func (x *JoinConsensusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinConsensusRequest.ProtoReflect.Descriptor instead.
 func (*JoinConsensusRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{4}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *JoinConsensusRequest) GetPeerAddress() string {
@@ -380,7 +503,7 @@ type JoinConsensusResponse struct {
 
 func (x *JoinConsensusResponse) Reset() {
 	*x = JoinConsensusResponse{}
-	mi := &file_proto_api_curator_proto_msgTypes[5]
+	mi := &file_proto_api_curator_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -392,7 +515,7 @@ func (x *JoinConsensusResponse) String() string {
 func (*JoinConsensusResponse) ProtoMessage() {}
 
 func (x *JoinConsensusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[5]
+	mi := &file_proto_api_curator_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -405,7 +528,7 @@ func (x *JoinConsensusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinConsensusResponse.ProtoReflect.Descriptor instead.
 func (*JoinConsensusResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{5}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *JoinConsensusResponse) GetInitialCluster() string {
@@ -459,7 +582,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[6]
+	mi := &file_proto_api_curator_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -471,7 +594,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[6]
+	mi := &file_proto_api_curator_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -484,7 +607,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{6}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *WatchRequest) GetKind() isWatchRequest_Kind {
@@ -545,7 +668,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_proto_api_curator_proto_msgTypes[7]
+	mi := &file_proto_api_curator_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -557,7 +680,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[7]
+	mi := &file_proto_api_curator_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -570,7 +693,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{7}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WatchEvent) GetNodes() []*Node {
@@ -607,7 +730,7 @@ type UpdateNodeStatusRequest struct {
 
 func (x *UpdateNodeStatusRequest) Reset() {
 	*x = UpdateNodeStatusRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[8]
+	mi := &file_proto_api_curator_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -619,7 +742,7 @@ func (x *UpdateNodeStatusRequest) String() string {
 func (*UpdateNodeStatusRequest) ProtoMessage() {}
 
 func (x *UpdateNodeStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[8]
+	mi := &file_proto_api_curator_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -632,7 +755,7 @@ func (x *UpdateNodeStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeStatusRequest.ProtoReflect.Descriptor instead.
 func (*UpdateNodeStatusRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{8}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *UpdateNodeStatusRequest) GetNodeId() string {
@@ -658,7 +781,7 @@ type UpdateNodeStatusResponse struct {
 
 func (x *UpdateNodeStatusResponse) Reset() {
 	*x = UpdateNodeStatusResponse{}
-	mi := &file_proto_api_curator_proto_msgTypes[9]
+	mi := &file_proto_api_curator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -670,7 +793,7 @@ func (x *UpdateNodeStatusResponse) String() string {
 func (*UpdateNodeStatusResponse) ProtoMessage() {}
 
 func (x *UpdateNodeStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[9]
+	mi := &file_proto_api_curator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -683,7 +806,7 @@ func (x *UpdateNodeStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeStatusResponse.ProtoReflect.Descriptor instead.
 func (*UpdateNodeStatusResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{9}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{11}
 }
 
 // HeartbeatRequest has no fields: the caller is the node that is alive.
@@ -695,7 +818,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[10]
+	mi := &file_proto_api_curator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -707,7 +830,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[10]
+	mi := &file_proto_api_curator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -720,7 +843,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{10}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{12}
 }
 
 // HeartbeatResponse tells the node how often to beat.
@@ -734,7 +857,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_proto_api_curator_proto_msgTypes[11]
+	mi := &file_proto_api_curator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -746,7 +869,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[11]
+	mi := &file_proto_api_curator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -759,7 +882,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{11}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *HeartbeatResponse) GetIntervalMillis() int64 {
@@ -783,7 +906,7 @@ type RegisterNodeRequest struct {
 
 func (x *RegisterNodeRequest) Reset() {
 	*x = RegisterNodeRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[12]
+	mi := &file_proto_api_curator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -795,7 +918,7 @@ func (x *RegisterNodeRequest) String() string {
 func (*RegisterNodeRequest) ProtoMessage() {}
 
 func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[12]
+	mi := &file_proto_api_curator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -808,7 +931,7 @@ func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{12}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RegisterNodeRequest) GetRegisterTicket() []byte {
@@ -836,7 +959,7 @@ type RegisterNodeResponse struct {
 
 func (x *RegisterNodeResponse) Reset() {
 	*x = RegisterNodeResponse{}
-	mi := &file_proto_api_curator_proto_msgTypes[13]
+	mi := &file_proto_api_curator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -848,7 +971,7 @@ func (x *RegisterNodeResponse) String() string {
 func (*RegisterNodeResponse) ProtoMessage() {}
 
 func (x *RegisterNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[13]
+	mi := &file_proto_api_curator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -861,7 +984,7 @@ func (x *RegisterNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeResponse.ProtoReflect.Descriptor instead.
 func (*RegisterNodeResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{13}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RegisterNodeResponse) GetClusterConfiguration() *ClusterConfiguration {
@@ -885,7 +1008,7 @@ type CommitNodeRequest struct {
 
 func (x *CommitNodeRequest) Reset() {
 	*x = CommitNodeRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[14]
+	mi := &file_proto_api_curator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -897,7 +1020,7 @@ func (x *CommitNodeRequest) String() string {
 func (*CommitNodeRequest) ProtoMessage() {}
 
 func (x *CommitNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[14]
+	mi := &file_proto_api_curator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -910,7 +1033,7 @@ func (x *CommitNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitNodeRequest.ProtoReflect.Descriptor instead.
 func (*CommitNodeRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{14}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CommitNodeRequest) GetSealsWithTpm() bool {
@@ -937,7 +1060,7 @@ type CommitNodeResponse struct {
 
 func (x *CommitNodeResponse) Reset() {
 	*x = CommitNodeResponse{}
-	mi := &file_proto_api_curator_proto_msgTypes[15]
+	mi := &file_proto_api_curator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -949,7 +1072,7 @@ func (x *CommitNodeResponse) String() string {
 func (*CommitNodeResponse) ProtoMessage() {}
 
 func (x *CommitNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[15]
+	mi := &file_proto_api_curator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -962,7 +1085,7 @@ func (x *CommitNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitNodeResponse.ProtoReflect.Descriptor instead.
 func (*CommitNodeResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{15}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CommitNodeResponse) GetCaCertificate() []byte {
@@ -1003,7 +1126,7 @@ type JoinNodeRequest struct {
 
 func (x *JoinNodeRequest) Reset() {
 	*x = JoinNodeRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[16]
+	mi := &file_proto_api_curator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1015,7 +1138,7 @@ func (x *JoinNodeRequest) String() string {
 func (*JoinNodeRequest) ProtoMessage() {}
 
 func (x *JoinNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[16]
+	mi := &file_proto_api_curator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1028,7 +1151,7 @@ func (x *JoinNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinNodeRequest.ProtoReflect.Descriptor instead.
 func (*JoinNodeRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{16}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *JoinNodeRequest) GetNodeId() string {
@@ -1062,7 +1185,7 @@ type JoinNodeResponse struct {
 
 func (x *JoinNodeResponse) Reset() {
 	*x = JoinNodeResponse{}
-	mi := &file_proto_api_curator_proto_msgTypes[17]
+	mi := &file_proto_api_curator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1074,7 +1197,7 @@ func (x *JoinNodeResponse) String() string {
 func (*JoinNodeResponse) ProtoMessage() {}
 
 func (x *JoinNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[17]
+	mi := &file_proto_api_curator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1087,7 +1210,7 @@ func (x *JoinNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinNodeResponse.ProtoReflect.Descriptor instead.
 func (*JoinNodeResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{17}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *JoinNodeResponse) GetClusterUnlockKey() []byte {
@@ -1108,14 +1231,18 @@ func (x *JoinNodeResponse) GetNodeCertificate() []byte {
 type IssueCertificateRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// What the certificate is for.
-	Kind          CertificateKind `protobuf:"varint,1,opt,name=kind,proto3,enum=cairn.api.CertificateKind" json:"kind,omitempty"`
+	Kind CertificateKind `protobuf:"varint,1,opt,name=kind,proto3,enum=cairn.api.CertificateKind" json:"kind,omitempty"`
+	// For the Kubernetes kinds: the key to certify, PKIX DER of an ECDSA
+	// P-256 or ed25519 public key. Must be empty for CERTIFICATE_KIND_NODE,
+	// which certifies the key of the caller's TLS certificate.
+	PublicKey     []byte `protobuf:"bytes,2,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *IssueCertificateRequest) Reset() {
 	*x = IssueCertificateRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[18]
+	mi := &file_proto_api_curator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1127,7 +1254,7 @@ func (x *IssueCertificateRequest) String() string {
 func (*IssueCertificateRequest) ProtoMessage() {}
 
 func (x *IssueCertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[18]
+	mi := &file_proto_api_curator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1140,7 +1267,7 @@ func (x *IssueCertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueCertificateRequest.ProtoReflect.Descriptor instead.
 func (*IssueCertificateRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{18}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *IssueCertificateRequest) GetKind() CertificateKind {
@@ -1148,6 +1275,13 @@ func (x *IssueCertificateRequest) GetKind() CertificateKind {
 		return x.Kind
 	}
 	return CertificateKind_CERTIFICATE_KIND_UNSPECIFIED
+}
+
+func (x *IssueCertificateRequest) GetPublicKey() []byte {
+	if x != nil {
+		return x.PublicKey
+	}
+	return nil
 }
 
 // IssueCertificateResponse carries the new certificate.
@@ -1163,7 +1297,7 @@ type IssueCertificateResponse struct {
 
 func (x *IssueCertificateResponse) Reset() {
 	*x = IssueCertificateResponse{}
-	mi := &file_proto_api_curator_proto_msgTypes[19]
+	mi := &file_proto_api_curator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1175,7 +1309,7 @@ func (x *IssueCertificateResponse) String() string {
 func (*IssueCertificateResponse) ProtoMessage() {}
 
 func (x *IssueCertificateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[19]
+	mi := &file_proto_api_curator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1188,7 +1322,7 @@ func (x *IssueCertificateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueCertificateResponse.ProtoReflect.Descriptor instead.
 func (*IssueCertificateResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{19}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *IssueCertificateResponse) GetCertificate() []byte {
@@ -1216,7 +1350,7 @@ type WatchRequest_NodeInCluster struct {
 
 func (x *WatchRequest_NodeInCluster) Reset() {
 	*x = WatchRequest_NodeInCluster{}
-	mi := &file_proto_api_curator_proto_msgTypes[20]
+	mi := &file_proto_api_curator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1228,7 +1362,7 @@ func (x *WatchRequest_NodeInCluster) String() string {
 func (*WatchRequest_NodeInCluster) ProtoMessage() {}
 
 func (x *WatchRequest_NodeInCluster) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[20]
+	mi := &file_proto_api_curator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1241,7 +1375,7 @@ func (x *WatchRequest_NodeInCluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest_NodeInCluster.ProtoReflect.Descriptor instead.
 func (*WatchRequest_NodeInCluster) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{6, 0}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{8, 0}
 }
 
 func (x *WatchRequest_NodeInCluster) GetNodeId() string {
@@ -1260,7 +1394,7 @@ type WatchRequest_NodesInCluster struct {
 
 func (x *WatchRequest_NodesInCluster) Reset() {
 	*x = WatchRequest_NodesInCluster{}
-	mi := &file_proto_api_curator_proto_msgTypes[21]
+	mi := &file_proto_api_curator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1272,7 +1406,7 @@ func (x *WatchRequest_NodesInCluster) String() string {
 func (*WatchRequest_NodesInCluster) ProtoMessage() {}
 
 func (x *WatchRequest_NodesInCluster) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[21]
+	mi := &file_proto_api_curator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1285,14 +1419,18 @@ func (x *WatchRequest_NodesInCluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest_NodesInCluster.ProtoReflect.Descriptor instead.
 func (*WatchRequest_NodesInCluster) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{6, 1}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{8, 1}
 }
 
 var File_proto_api_curator_proto protoreflect.FileDescriptor
 
 const file_proto_api_curator_proto_rawDesc = "" +
 	"\n" +
-	"\x17proto/api/curator.proto\x12\tcairn.api\x1a\x1dproto/api/authorization.proto\x1a\x17proto/api/cluster.proto\x1a\x14proto/api/node.proto\x1a\x15proto/api/owner.proto\"\x18\n" +
+	"\x17proto/api/curator.proto\x12\tcairn.api\x1a\x1dproto/api/authorization.proto\x1a\x17proto/api/cluster.proto\x1a\x14proto/api/node.proto\x1a\x15proto/api/owner.proto\"'\n" +
+	"%GetKubernetesServiceAccountKeyRequest\"I\n" +
+	"&GetKubernetesServiceAccountKeyResponse\x12\x1f\n" +
+	"\vprivate_key\x18\x01 \x01(\fR\n" +
+	"privateKey\"\x18\n" +
 	"\x16WatchOwnerTrustRequest\"F\n" +
 	"\x17WatchOwnerTrustResponse\x12+\n" +
 	"\x05trust\x18\x01 \x01(\v2\x15.cairn.api.OwnerTrustR\x05trust\"\x19\n" +
@@ -1349,15 +1487,24 @@ const file_proto_api_curator_proto_rawDesc = "" +
 	"\x11unsealed_with_tpm\x18\x02 \x01(\bR\x0funsealedWithTpm\"k\n" +
 	"\x10JoinNodeResponse\x12,\n" +
 	"\x12cluster_unlock_key\x18\x01 \x01(\fR\x10clusterUnlockKey\x12)\n" +
-	"\x10node_certificate\x18\x02 \x01(\fR\x0fnodeCertificate\"I\n" +
+	"\x10node_certificate\x18\x02 \x01(\fR\x0fnodeCertificate\"h\n" +
 	"\x17IssueCertificateRequest\x12.\n" +
-	"\x04kind\x18\x01 \x01(\x0e2\x1a.cairn.api.CertificateKindR\x04kind\"c\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x1a.cairn.api.CertificateKindR\x04kind\x12\x1d\n" +
+	"\n" +
+	"public_key\x18\x02 \x01(\fR\tpublicKey\"c\n" +
 	"\x18IssueCertificateResponse\x12 \n" +
 	"\vcertificate\x18\x01 \x01(\fR\vcertificate\x12%\n" +
-	"\x0eca_certificate\x18\x02 \x01(\fR\rcaCertificate*N\n" +
+	"\x0eca_certificate\x18\x02 \x01(\fR\rcaCertificate*\xa7\x03\n" +
 	"\x0fCertificateKind\x12 \n" +
 	"\x1cCERTIFICATE_KIND_UNSPECIFIED\x10\x00\x12\x19\n" +
-	"\x15CERTIFICATE_KIND_NODE\x10\x012\xf2\x06\n" +
+	"\x15CERTIFICATE_KIND_NODE\x10\x01\x12.\n" +
+	"*CERTIFICATE_KIND_KUBERNETES_KUBELET_CLIENT\x10\x02\x12/\n" +
+	"+CERTIFICATE_KIND_KUBERNETES_KUBELET_SERVING\x10\x03\x121\n" +
+	"-CERTIFICATE_KIND_KUBERNETES_APISERVER_SERVING\x10\x04\x128\n" +
+	"4CERTIFICATE_KIND_KUBERNETES_APISERVER_KUBELET_CLIENT\x10\x05\x122\n" +
+	".CERTIFICATE_KIND_KUBERNETES_CONTROLLER_MANAGER\x10\x06\x12)\n" +
+	"%CERTIFICATE_KIND_KUBERNETES_SCHEDULER\x10\a\x12*\n" +
+	"&CERTIFICATE_KIND_KUBERNETES_RECONCILER\x10\b2\x80\b\n" +
 	"\aCurator\x12?\n" +
 	"\x05Watch\x12\x17.cairn.api.WatchRequest\x1a\x15.cairn.api.WatchEvent\"\x04\xd8\xe2\x18\x020\x01\x12a\n" +
 	"\x10UpdateNodeStatus\x12\".cairn.api.UpdateNodeStatusRequest\x1a#.cairn.api.UpdateNodeStatusResponse\"\x04\xd8\xe2\x18\x02\x12L\n" +
@@ -1369,7 +1516,8 @@ const file_proto_api_curator_proto_rawDesc = "" +
 	"\x10IssueCertificate\x12\".cairn.api.IssueCertificateRequest\x1a#.cairn.api.IssueCertificateResponse\"\x04\xd8\xe2\x18\x02\x12c\n" +
 	"\x10GetCurrentLeader\x12\".cairn.api.GetCurrentLeaderRequest\x1a#.cairn.api.GetCurrentLeaderResponse\"\x04\xd8\xe2\x18\x020\x01\x12X\n" +
 	"\rJoinConsensus\x12\x1f.cairn.api.JoinConsensusRequest\x1a .cairn.api.JoinConsensusResponse\"\x04\xd8\xe2\x18\x02\x12`\n" +
-	"\x0fWatchOwnerTrust\x12!.cairn.api.WatchOwnerTrustRequest\x1a\".cairn.api.WatchOwnerTrustResponse\"\x04\xd8\xe2\x18\x020\x01B\x1bZ\x19cairn.dev/cairn/proto/apib\x06proto3"
+	"\x0fWatchOwnerTrust\x12!.cairn.api.WatchOwnerTrustRequest\x1a\".cairn.api.WatchOwnerTrustResponse\"\x04\xd8\xe2\x18\x020\x01\x12\x8b\x01\n" +
+	"\x1eGetKubernetesServiceAccountKey\x120.cairn.api.GetKubernetesServiceAccountKeyRequest\x1a1.cairn.api.GetKubernetesServiceAccountKeyResponse\"\x04\xd8\xe2\x18\x02B\x1bZ\x19cairn.dev/cairn/proto/apib\x06proto3"
 
 var (
 	file_proto_api_curator_proto_rawDescOnce sync.Once
@@ -1384,68 +1532,72 @@ func file_proto_api_curator_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_api_curator_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_proto_api_curator_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_proto_api_curator_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_proto_api_curator_proto_goTypes = []any{
-	(CertificateKind)(0),                // 0: cairn.api.CertificateKind
-	(WatchEvent_Progress)(0),            // 1: cairn.api.WatchEvent.Progress
-	(*WatchOwnerTrustRequest)(nil),      // 2: cairn.api.WatchOwnerTrustRequest
-	(*WatchOwnerTrustResponse)(nil),     // 3: cairn.api.WatchOwnerTrustResponse
-	(*GetCurrentLeaderRequest)(nil),     // 4: cairn.api.GetCurrentLeaderRequest
-	(*GetCurrentLeaderResponse)(nil),    // 5: cairn.api.GetCurrentLeaderResponse
-	(*JoinConsensusRequest)(nil),        // 6: cairn.api.JoinConsensusRequest
-	(*JoinConsensusResponse)(nil),       // 7: cairn.api.JoinConsensusResponse
-	(*WatchRequest)(nil),                // 8: cairn.api.WatchRequest
-	(*WatchEvent)(nil),                  // 9: cairn.api.WatchEvent
-	(*UpdateNodeStatusRequest)(nil),     // 10: cairn.api.UpdateNodeStatusRequest
-	(*UpdateNodeStatusResponse)(nil),    // 11: cairn.api.UpdateNodeStatusResponse
-	(*HeartbeatRequest)(nil),            // 12: cairn.api.HeartbeatRequest
-	(*HeartbeatResponse)(nil),           // 13: cairn.api.HeartbeatResponse
-	(*RegisterNodeRequest)(nil),         // 14: cairn.api.RegisterNodeRequest
-	(*RegisterNodeResponse)(nil),        // 15: cairn.api.RegisterNodeResponse
-	(*CommitNodeRequest)(nil),           // 16: cairn.api.CommitNodeRequest
-	(*CommitNodeResponse)(nil),          // 17: cairn.api.CommitNodeResponse
-	(*JoinNodeRequest)(nil),             // 18: cairn.api.JoinNodeRequest
-	(*JoinNodeResponse)(nil),            // 19: cairn.api.JoinNodeResponse
-	(*IssueCertificateRequest)(nil),     // 20: cairn.api.IssueCertificateRequest
-	(*IssueCertificateResponse)(nil),    // 21: cairn.api.IssueCertificateResponse
-	(*WatchRequest_NodeInCluster)(nil),  // 22: cairn.api.WatchRequest.NodeInCluster
-	(*WatchRequest_NodesInCluster)(nil), // 23: cairn.api.WatchRequest.NodesInCluster
-	(*OwnerTrust)(nil),                  // 24: cairn.api.OwnerTrust
-	(*Node)(nil),                        // 25: cairn.api.Node
-	(*NodeStatus)(nil),                  // 26: cairn.api.NodeStatus
-	(*ClusterConfiguration)(nil),        // 27: cairn.api.ClusterConfiguration
+	(CertificateKind)(0),                           // 0: cairn.api.CertificateKind
+	(WatchEvent_Progress)(0),                       // 1: cairn.api.WatchEvent.Progress
+	(*GetKubernetesServiceAccountKeyRequest)(nil),  // 2: cairn.api.GetKubernetesServiceAccountKeyRequest
+	(*GetKubernetesServiceAccountKeyResponse)(nil), // 3: cairn.api.GetKubernetesServiceAccountKeyResponse
+	(*WatchOwnerTrustRequest)(nil),                 // 4: cairn.api.WatchOwnerTrustRequest
+	(*WatchOwnerTrustResponse)(nil),                // 5: cairn.api.WatchOwnerTrustResponse
+	(*GetCurrentLeaderRequest)(nil),                // 6: cairn.api.GetCurrentLeaderRequest
+	(*GetCurrentLeaderResponse)(nil),               // 7: cairn.api.GetCurrentLeaderResponse
+	(*JoinConsensusRequest)(nil),                   // 8: cairn.api.JoinConsensusRequest
+	(*JoinConsensusResponse)(nil),                  // 9: cairn.api.JoinConsensusResponse
+	(*WatchRequest)(nil),                           // 10: cairn.api.WatchRequest
+	(*WatchEvent)(nil),                             // 11: cairn.api.WatchEvent
+	(*UpdateNodeStatusRequest)(nil),                // 12: cairn.api.UpdateNodeStatusRequest
+	(*UpdateNodeStatusResponse)(nil),               // 13: cairn.api.UpdateNodeStatusResponse
+	(*HeartbeatRequest)(nil),                       // 14: cairn.api.HeartbeatRequest
+	(*HeartbeatResponse)(nil),                      // 15: cairn.api.HeartbeatResponse
+	(*RegisterNodeRequest)(nil),                    // 16: cairn.api.RegisterNodeRequest
+	(*RegisterNodeResponse)(nil),                   // 17: cairn.api.RegisterNodeResponse
+	(*CommitNodeRequest)(nil),                      // 18: cairn.api.CommitNodeRequest
+	(*CommitNodeResponse)(nil),                     // 19: cairn.api.CommitNodeResponse
+	(*JoinNodeRequest)(nil),                        // 20: cairn.api.JoinNodeRequest
+	(*JoinNodeResponse)(nil),                       // 21: cairn.api.JoinNodeResponse
+	(*IssueCertificateRequest)(nil),                // 22: cairn.api.IssueCertificateRequest
+	(*IssueCertificateResponse)(nil),               // 23: cairn.api.IssueCertificateResponse
+	(*WatchRequest_NodeInCluster)(nil),             // 24: cairn.api.WatchRequest.NodeInCluster
+	(*WatchRequest_NodesInCluster)(nil),            // 25: cairn.api.WatchRequest.NodesInCluster
+	(*OwnerTrust)(nil),                             // 26: cairn.api.OwnerTrust
+	(*Node)(nil),                                   // 27: cairn.api.Node
+	(*NodeStatus)(nil),                             // 28: cairn.api.NodeStatus
+	(*ClusterConfiguration)(nil),                   // 29: cairn.api.ClusterConfiguration
 }
 var file_proto_api_curator_proto_depIdxs = []int32{
-	24, // 0: cairn.api.WatchOwnerTrustResponse.trust:type_name -> cairn.api.OwnerTrust
-	22, // 1: cairn.api.WatchRequest.node_in_cluster:type_name -> cairn.api.WatchRequest.NodeInCluster
-	23, // 2: cairn.api.WatchRequest.nodes_in_cluster:type_name -> cairn.api.WatchRequest.NodesInCluster
-	25, // 3: cairn.api.WatchEvent.nodes:type_name -> cairn.api.Node
+	26, // 0: cairn.api.WatchOwnerTrustResponse.trust:type_name -> cairn.api.OwnerTrust
+	24, // 1: cairn.api.WatchRequest.node_in_cluster:type_name -> cairn.api.WatchRequest.NodeInCluster
+	25, // 2: cairn.api.WatchRequest.nodes_in_cluster:type_name -> cairn.api.WatchRequest.NodesInCluster
+	27, // 3: cairn.api.WatchEvent.nodes:type_name -> cairn.api.Node
 	1,  // 4: cairn.api.WatchEvent.progress:type_name -> cairn.api.WatchEvent.Progress
-	26, // 5: cairn.api.UpdateNodeStatusRequest.status:type_name -> cairn.api.NodeStatus
-	27, // 6: cairn.api.RegisterNodeResponse.cluster_configuration:type_name -> cairn.api.ClusterConfiguration
+	28, // 5: cairn.api.UpdateNodeStatusRequest.status:type_name -> cairn.api.NodeStatus
+	29, // 6: cairn.api.RegisterNodeResponse.cluster_configuration:type_name -> cairn.api.ClusterConfiguration
 	0,  // 7: cairn.api.IssueCertificateRequest.kind:type_name -> cairn.api.CertificateKind
-	8,  // 8: cairn.api.Curator.Watch:input_type -> cairn.api.WatchRequest
-	10, // 9: cairn.api.Curator.UpdateNodeStatus:input_type -> cairn.api.UpdateNodeStatusRequest
-	12, // 10: cairn.api.Curator.Heartbeat:input_type -> cairn.api.HeartbeatRequest
-	14, // 11: cairn.api.Curator.RegisterNode:input_type -> cairn.api.RegisterNodeRequest
-	16, // 12: cairn.api.Curator.CommitNode:input_type -> cairn.api.CommitNodeRequest
-	18, // 13: cairn.api.Curator.JoinNode:input_type -> cairn.api.JoinNodeRequest
-	20, // 14: cairn.api.Curator.IssueCertificate:input_type -> cairn.api.IssueCertificateRequest
-	4,  // 15: cairn.api.Curator.GetCurrentLeader:input_type -> cairn.api.GetCurrentLeaderRequest
-	6,  // 16: cairn.api.Curator.JoinConsensus:input_type -> cairn.api.JoinConsensusRequest
-	2,  // 17: cairn.api.Curator.WatchOwnerTrust:input_type -> cairn.api.WatchOwnerTrustRequest
-	9,  // 18: cairn.api.Curator.Watch:output_type -> cairn.api.WatchEvent
-	11, // 19: cairn.api.Curator.UpdateNodeStatus:output_type -> cairn.api.UpdateNodeStatusResponse
-	13, // 20: cairn.api.Curator.Heartbeat:output_type -> cairn.api.HeartbeatResponse
-	15, // 21: cairn.api.Curator.RegisterNode:output_type -> cairn.api.RegisterNodeResponse
-	17, // 22: cairn.api.Curator.CommitNode:output_type -> cairn.api.CommitNodeResponse
-	19, // 23: cairn.api.Curator.JoinNode:output_type -> cairn.api.JoinNodeResponse
-	21, // 24: cairn.api.Curator.IssueCertificate:output_type -> cairn.api.IssueCertificateResponse
-	5,  // 25: cairn.api.Curator.GetCurrentLeader:output_type -> cairn.api.GetCurrentLeaderResponse
-	7,  // 26: cairn.api.Curator.JoinConsensus:output_type -> cairn.api.JoinConsensusResponse
-	3,  // 27: cairn.api.Curator.WatchOwnerTrust:output_type -> cairn.api.WatchOwnerTrustResponse
-	18, // [18:28] is the sub-list for method output_type
-	8,  // [8:18] is the sub-list for method input_type
+	10, // 8: cairn.api.Curator.Watch:input_type -> cairn.api.WatchRequest
+	12, // 9: cairn.api.Curator.UpdateNodeStatus:input_type -> cairn.api.UpdateNodeStatusRequest
+	14, // 10: cairn.api.Curator.Heartbeat:input_type -> cairn.api.HeartbeatRequest
+	16, // 11: cairn.api.Curator.RegisterNode:input_type -> cairn.api.RegisterNodeRequest
+	18, // 12: cairn.api.Curator.CommitNode:input_type -> cairn.api.CommitNodeRequest
+	20, // 13: cairn.api.Curator.JoinNode:input_type -> cairn.api.JoinNodeRequest
+	22, // 14: cairn.api.Curator.IssueCertificate:input_type -> cairn.api.IssueCertificateRequest
+	6,  // 15: cairn.api.Curator.GetCurrentLeader:input_type -> cairn.api.GetCurrentLeaderRequest
+	8,  // 16: cairn.api.Curator.JoinConsensus:input_type -> cairn.api.JoinConsensusRequest
+	4,  // 17: cairn.api.Curator.WatchOwnerTrust:input_type -> cairn.api.WatchOwnerTrustRequest
+	2,  // 18: cairn.api.Curator.GetKubernetesServiceAccountKey:input_type -> cairn.api.GetKubernetesServiceAccountKeyRequest
+	11, // 19: cairn.api.Curator.Watch:output_type -> cairn.api.WatchEvent
+	13, // 20: cairn.api.Curator.UpdateNodeStatus:output_type -> cairn.api.UpdateNodeStatusResponse
+	15, // 21: cairn.api.Curator.Heartbeat:output_type -> cairn.api.HeartbeatResponse
+	17, // 22: cairn.api.Curator.RegisterNode:output_type -> cairn.api.RegisterNodeResponse
+	19, // 23: cairn.api.Curator.CommitNode:output_type -> cairn.api.CommitNodeResponse
+	21, // 24: cairn.api.Curator.JoinNode:output_type -> cairn.api.JoinNodeResponse
+	23, // 25: cairn.api.Curator.IssueCertificate:output_type -> cairn.api.IssueCertificateResponse
+	7,  // 26: cairn.api.Curator.GetCurrentLeader:output_type -> cairn.api.GetCurrentLeaderResponse
+	9,  // 27: cairn.api.Curator.JoinConsensus:output_type -> cairn.api.JoinConsensusResponse
+	5,  // 28: cairn.api.Curator.WatchOwnerTrust:output_type -> cairn.api.WatchOwnerTrustResponse
+	3,  // 29: cairn.api.Curator.GetKubernetesServiceAccountKey:output_type -> cairn.api.GetKubernetesServiceAccountKeyResponse
+	19, // [19:30] is the sub-list for method output_type
+	8,  // [8:19] is the sub-list for method input_type
 	8,  // [8:8] is the sub-list for extension type_name
 	8,  // [8:8] is the sub-list for extension extendee
 	0,  // [0:8] is the sub-list for field type_name
@@ -1460,7 +1612,7 @@ func file_proto_api_curator_proto_init() {
 	file_proto_api_cluster_proto_init()
 	file_proto_api_node_proto_init()
 	file_proto_api_owner_proto_init()
-	file_proto_api_curator_proto_msgTypes[6].OneofWrappers = []any{
+	file_proto_api_curator_proto_msgTypes[8].OneofWrappers = []any{
 		(*WatchRequest_NodeInCluster_)(nil),
 		(*WatchRequest_NodesInCluster_)(nil),
 	}
@@ -1470,7 +1622,7 @@ func file_proto_api_curator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_api_curator_proto_rawDesc), len(file_proto_api_curator_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   22,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

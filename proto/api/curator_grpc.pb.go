@@ -22,16 +22,17 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Curator_Watch_FullMethodName            = "/cairn.api.Curator/Watch"
-	Curator_UpdateNodeStatus_FullMethodName = "/cairn.api.Curator/UpdateNodeStatus"
-	Curator_Heartbeat_FullMethodName        = "/cairn.api.Curator/Heartbeat"
-	Curator_RegisterNode_FullMethodName     = "/cairn.api.Curator/RegisterNode"
-	Curator_CommitNode_FullMethodName       = "/cairn.api.Curator/CommitNode"
-	Curator_JoinNode_FullMethodName         = "/cairn.api.Curator/JoinNode"
-	Curator_IssueCertificate_FullMethodName = "/cairn.api.Curator/IssueCertificate"
-	Curator_GetCurrentLeader_FullMethodName = "/cairn.api.Curator/GetCurrentLeader"
-	Curator_JoinConsensus_FullMethodName    = "/cairn.api.Curator/JoinConsensus"
-	Curator_WatchOwnerTrust_FullMethodName  = "/cairn.api.Curator/WatchOwnerTrust"
+	Curator_Watch_FullMethodName                          = "/cairn.api.Curator/Watch"
+	Curator_UpdateNodeStatus_FullMethodName               = "/cairn.api.Curator/UpdateNodeStatus"
+	Curator_Heartbeat_FullMethodName                      = "/cairn.api.Curator/Heartbeat"
+	Curator_RegisterNode_FullMethodName                   = "/cairn.api.Curator/RegisterNode"
+	Curator_CommitNode_FullMethodName                     = "/cairn.api.Curator/CommitNode"
+	Curator_JoinNode_FullMethodName                       = "/cairn.api.Curator/JoinNode"
+	Curator_IssueCertificate_FullMethodName               = "/cairn.api.Curator/IssueCertificate"
+	Curator_GetCurrentLeader_FullMethodName               = "/cairn.api.Curator/GetCurrentLeader"
+	Curator_JoinConsensus_FullMethodName                  = "/cairn.api.Curator/JoinConsensus"
+	Curator_WatchOwnerTrust_FullMethodName                = "/cairn.api.Curator/WatchOwnerTrust"
+	Curator_GetKubernetesServiceAccountKey_FullMethodName = "/cairn.api.Curator/GetKubernetesServiceAccountKey"
 )
 
 // CuratorClient is the client API for Curator service.
@@ -105,6 +106,12 @@ type CuratorClient interface {
 	// owner certificates presented to their management port by it. A stream
 	// counts against the same limit per node as Watch.
 	WatchOwnerTrust(ctx context.Context, in *WatchOwnerTrustRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchOwnerTrustResponse], error)
+	// GetKubernetesServiceAccountKey returns the key with which the
+	// cluster's apiservers sign service account tokens and the
+	// controller-managers issue them: one key for every controller, so that
+	// a token one signed the others accept. Only an UP node holding the
+	// KubernetesController role may call it (PermissionDenied otherwise).
+	GetKubernetesServiceAccountKey(ctx context.Context, in *GetKubernetesServiceAccountKeyRequest, opts ...grpc.CallOption) (*GetKubernetesServiceAccountKeyResponse, error)
 }
 
 type curatorClient struct {
@@ -242,6 +249,16 @@ func (c *curatorClient) WatchOwnerTrust(ctx context.Context, in *WatchOwnerTrust
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Curator_WatchOwnerTrustClient = grpc.ServerStreamingClient[WatchOwnerTrustResponse]
 
+func (c *curatorClient) GetKubernetesServiceAccountKey(ctx context.Context, in *GetKubernetesServiceAccountKeyRequest, opts ...grpc.CallOption) (*GetKubernetesServiceAccountKeyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetKubernetesServiceAccountKeyResponse)
+	err := c.cc.Invoke(ctx, Curator_GetKubernetesServiceAccountKey_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CuratorServer is the server API for Curator service.
 // All implementations must embed UnimplementedCuratorServer
 // for forward compatibility.
@@ -313,6 +330,12 @@ type CuratorServer interface {
 	// owner certificates presented to their management port by it. A stream
 	// counts against the same limit per node as Watch.
 	WatchOwnerTrust(*WatchOwnerTrustRequest, grpc.ServerStreamingServer[WatchOwnerTrustResponse]) error
+	// GetKubernetesServiceAccountKey returns the key with which the
+	// cluster's apiservers sign service account tokens and the
+	// controller-managers issue them: one key for every controller, so that
+	// a token one signed the others accept. Only an UP node holding the
+	// KubernetesController role may call it (PermissionDenied otherwise).
+	GetKubernetesServiceAccountKey(context.Context, *GetKubernetesServiceAccountKeyRequest) (*GetKubernetesServiceAccountKeyResponse, error)
 	mustEmbedUnimplementedCuratorServer()
 }
 
@@ -352,6 +375,9 @@ func (UnimplementedCuratorServer) JoinConsensus(context.Context, *JoinConsensusR
 }
 func (UnimplementedCuratorServer) WatchOwnerTrust(*WatchOwnerTrustRequest, grpc.ServerStreamingServer[WatchOwnerTrustResponse]) error {
 	return status.Error(codes.Unimplemented, "method WatchOwnerTrust not implemented")
+}
+func (UnimplementedCuratorServer) GetKubernetesServiceAccountKey(context.Context, *GetKubernetesServiceAccountKeyRequest) (*GetKubernetesServiceAccountKeyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetKubernetesServiceAccountKey not implemented")
 }
 func (UnimplementedCuratorServer) mustEmbedUnimplementedCuratorServer() {}
 func (UnimplementedCuratorServer) testEmbeddedByValue()                 {}
@@ -533,6 +559,24 @@ func _Curator_WatchOwnerTrust_Handler(srv interface{}, stream grpc.ServerStream)
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Curator_WatchOwnerTrustServer = grpc.ServerStreamingServer[WatchOwnerTrustResponse]
 
+func _Curator_GetKubernetesServiceAccountKey_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetKubernetesServiceAccountKeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CuratorServer).GetKubernetesServiceAccountKey(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Curator_GetKubernetesServiceAccountKey_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CuratorServer).GetKubernetesServiceAccountKey(ctx, req.(*GetKubernetesServiceAccountKeyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Curator_ServiceDesc is the grpc.ServiceDesc for Curator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -567,6 +611,10 @@ var Curator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "JoinConsensus",
 			Handler:    _Curator_JoinConsensus_Handler,
+		},
+		{
+			MethodName: "GetKubernetesServiceAccountKey",
+			Handler:    _Curator_GetKubernetesServiceAccountKey_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -24,6 +24,119 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// IssueKubernetesCredentialRequest carries the key to certify.
+type IssueKubernetesCredentialRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// PKIX DER of an ECDSA P-256 or ed25519 public key.
+	PublicKey     []byte `protobuf:"bytes,1,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IssueKubernetesCredentialRequest) Reset() {
+	*x = IssueKubernetesCredentialRequest{}
+	mi := &file_proto_api_management_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IssueKubernetesCredentialRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IssueKubernetesCredentialRequest) ProtoMessage() {}
+
+func (x *IssueKubernetesCredentialRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_management_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IssueKubernetesCredentialRequest.ProtoReflect.Descriptor instead.
+func (*IssueKubernetesCredentialRequest) Descriptor() ([]byte, []int) {
+	return file_proto_api_management_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *IssueKubernetesCredentialRequest) GetPublicKey() []byte {
+	if x != nil {
+		return x.PublicKey
+	}
+	return nil
+}
+
+// IssueKubernetesCredentialResponse carries the credential and where to
+// use it.
+type IssueKubernetesCredentialResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The client certificate, DER.
+	Certificate []byte `protobuf:"bytes,1,opt,name=certificate,proto3" json:"certificate,omitempty"`
+	// The Kubernetes CA's certificate, DER, which the apiservers' serving
+	// certificates chain to.
+	CaCertificate []byte `protobuf:"bytes,2,opt,name=ca_certificate,json=caCertificate,proto3" json:"ca_certificate,omitempty"`
+	// https://ADDRESS:6443 of every UP node holding KubernetesController,
+	// sorted.
+	ApiserverEndpoints []string `protobuf:"bytes,3,rep,name=apiserver_endpoints,json=apiserverEndpoints,proto3" json:"apiserver_endpoints,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *IssueKubernetesCredentialResponse) Reset() {
+	*x = IssueKubernetesCredentialResponse{}
+	mi := &file_proto_api_management_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IssueKubernetesCredentialResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IssueKubernetesCredentialResponse) ProtoMessage() {}
+
+func (x *IssueKubernetesCredentialResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_management_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IssueKubernetesCredentialResponse.ProtoReflect.Descriptor instead.
+func (*IssueKubernetesCredentialResponse) Descriptor() ([]byte, []int) {
+	return file_proto_api_management_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *IssueKubernetesCredentialResponse) GetCertificate() []byte {
+	if x != nil {
+		return x.Certificate
+	}
+	return nil
+}
+
+func (x *IssueKubernetesCredentialResponse) GetCaCertificate() []byte {
+	if x != nil {
+		return x.CaCertificate
+	}
+	return nil
+}
+
+func (x *IssueKubernetesCredentialResponse) GetApiserverEndpoints() []string {
+	if x != nil {
+		return x.ApiserverEndpoints
+	}
+	return nil
+}
+
 // GetRegisterTicketRequest has no fields.
 type GetRegisterTicketRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -33,7 +146,7 @@ type GetRegisterTicketRequest struct {
 
 func (x *GetRegisterTicketRequest) Reset() {
 	*x = GetRegisterTicketRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[0]
+	mi := &file_proto_api_management_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -45,7 +158,7 @@ func (x *GetRegisterTicketRequest) String() string {
 func (*GetRegisterTicketRequest) ProtoMessage() {}
 
 func (x *GetRegisterTicketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[0]
+	mi := &file_proto_api_management_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -58,7 +171,7 @@ func (x *GetRegisterTicketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRegisterTicketRequest.ProtoReflect.Descriptor instead.
 func (*GetRegisterTicketRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{0}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{2}
 }
 
 // GetRegisterTicketResponse carries the register ticket.
@@ -74,7 +187,7 @@ type GetRegisterTicketResponse struct {
 
 func (x *GetRegisterTicketResponse) Reset() {
 	*x = GetRegisterTicketResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[1]
+	mi := &file_proto_api_management_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -86,7 +199,7 @@ func (x *GetRegisterTicketResponse) String() string {
 func (*GetRegisterTicketResponse) ProtoMessage() {}
 
 func (x *GetRegisterTicketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[1]
+	mi := &file_proto_api_management_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -99,7 +212,7 @@ func (x *GetRegisterTicketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRegisterTicketResponse.ProtoReflect.Descriptor instead.
 func (*GetRegisterTicketResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{1}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *GetRegisterTicketResponse) GetTicket() []byte {
@@ -121,7 +234,7 @@ type RotateRegisterTicketRequest struct {
 
 func (x *RotateRegisterTicketRequest) Reset() {
 	*x = RotateRegisterTicketRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[2]
+	mi := &file_proto_api_management_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -133,7 +246,7 @@ func (x *RotateRegisterTicketRequest) String() string {
 func (*RotateRegisterTicketRequest) ProtoMessage() {}
 
 func (x *RotateRegisterTicketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[2]
+	mi := &file_proto_api_management_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -146,7 +259,7 @@ func (x *RotateRegisterTicketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateRegisterTicketRequest.ProtoReflect.Descriptor instead.
 func (*RotateRegisterTicketRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{2}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RotateRegisterTicketRequest) GetPreviousTicket() []byte {
@@ -168,7 +281,7 @@ type RotateRegisterTicketResponse struct {
 
 func (x *RotateRegisterTicketResponse) Reset() {
 	*x = RotateRegisterTicketResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[3]
+	mi := &file_proto_api_management_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -180,7 +293,7 @@ func (x *RotateRegisterTicketResponse) String() string {
 func (*RotateRegisterTicketResponse) ProtoMessage() {}
 
 func (x *RotateRegisterTicketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[3]
+	mi := &file_proto_api_management_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -193,7 +306,7 @@ func (x *RotateRegisterTicketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateRegisterTicketResponse.ProtoReflect.Descriptor instead.
 func (*RotateRegisterTicketResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{3}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RotateRegisterTicketResponse) GetTicket() []byte {
@@ -212,7 +325,7 @@ type GetClusterInfoRequest struct {
 
 func (x *GetClusterInfoRequest) Reset() {
 	*x = GetClusterInfoRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[4]
+	mi := &file_proto_api_management_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -224,7 +337,7 @@ func (x *GetClusterInfoRequest) String() string {
 func (*GetClusterInfoRequest) ProtoMessage() {}
 
 func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[4]
+	mi := &file_proto_api_management_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -237,7 +350,7 @@ func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{4}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{6}
 }
 
 // GetClusterInfoResponse describes the cluster.
@@ -255,7 +368,7 @@ type GetClusterInfoResponse struct {
 
 func (x *GetClusterInfoResponse) Reset() {
 	*x = GetClusterInfoResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[5]
+	mi := &file_proto_api_management_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -267,7 +380,7 @@ func (x *GetClusterInfoResponse) String() string {
 func (*GetClusterInfoResponse) ProtoMessage() {}
 
 func (x *GetClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[5]
+	mi := &file_proto_api_management_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -280,7 +393,7 @@ func (x *GetClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{5}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetClusterInfoResponse) GetClusterDirectory() *ClusterDirectory {
@@ -320,7 +433,7 @@ type NodeFilter struct {
 
 func (x *NodeFilter) Reset() {
 	*x = NodeFilter{}
-	mi := &file_proto_api_management_proto_msgTypes[6]
+	mi := &file_proto_api_management_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -332,7 +445,7 @@ func (x *NodeFilter) String() string {
 func (*NodeFilter) ProtoMessage() {}
 
 func (x *NodeFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[6]
+	mi := &file_proto_api_management_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -345,7 +458,7 @@ func (x *NodeFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeFilter.ProtoReflect.Descriptor instead.
 func (*NodeFilter) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{6}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *NodeFilter) GetIds() []string {
@@ -380,7 +493,7 @@ type GetNodesRequest struct {
 
 func (x *GetNodesRequest) Reset() {
 	*x = GetNodesRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[7]
+	mi := &file_proto_api_management_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -392,7 +505,7 @@ func (x *GetNodesRequest) String() string {
 func (*GetNodesRequest) ProtoMessage() {}
 
 func (x *GetNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[7]
+	mi := &file_proto_api_management_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -405,7 +518,7 @@ func (x *GetNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodesRequest.ProtoReflect.Descriptor instead.
 func (*GetNodesRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{7}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetNodesRequest) GetFilter() *NodeFilter {
@@ -426,7 +539,7 @@ type GetNodesResponse struct {
 
 func (x *GetNodesResponse) Reset() {
 	*x = GetNodesResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[8]
+	mi := &file_proto_api_management_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -438,7 +551,7 @@ func (x *GetNodesResponse) String() string {
 func (*GetNodesResponse) ProtoMessage() {}
 
 func (x *GetNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[8]
+	mi := &file_proto_api_management_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -451,7 +564,7 @@ func (x *GetNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodesResponse.ProtoReflect.Descriptor instead.
 func (*GetNodesResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{8}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetNodesResponse) GetNodes() []*Node {
@@ -472,7 +585,7 @@ type ApproveNodeRequest struct {
 
 func (x *ApproveNodeRequest) Reset() {
 	*x = ApproveNodeRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[9]
+	mi := &file_proto_api_management_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -484,7 +597,7 @@ func (x *ApproveNodeRequest) String() string {
 func (*ApproveNodeRequest) ProtoMessage() {}
 
 func (x *ApproveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[9]
+	mi := &file_proto_api_management_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -497,7 +610,7 @@ func (x *ApproveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveNodeRequest.ProtoReflect.Descriptor instead.
 func (*ApproveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{9}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ApproveNodeRequest) GetNodeId() string {
@@ -516,7 +629,7 @@ type ApproveNodeResponse struct {
 
 func (x *ApproveNodeResponse) Reset() {
 	*x = ApproveNodeResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[10]
+	mi := &file_proto_api_management_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -528,7 +641,7 @@ func (x *ApproveNodeResponse) String() string {
 func (*ApproveNodeResponse) ProtoMessage() {}
 
 func (x *ApproveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[10]
+	mi := &file_proto_api_management_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -541,7 +654,7 @@ func (x *ApproveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveNodeResponse.ProtoReflect.Descriptor instead.
 func (*ApproveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{10}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{12}
 }
 
 // UpdateNodeRolesRequest names a node and the roles to change. Each role
@@ -564,7 +677,7 @@ type UpdateNodeRolesRequest struct {
 
 func (x *UpdateNodeRolesRequest) Reset() {
 	*x = UpdateNodeRolesRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[11]
+	mi := &file_proto_api_management_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -576,7 +689,7 @@ func (x *UpdateNodeRolesRequest) String() string {
 func (*UpdateNodeRolesRequest) ProtoMessage() {}
 
 func (x *UpdateNodeRolesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[11]
+	mi := &file_proto_api_management_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -589,7 +702,7 @@ func (x *UpdateNodeRolesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeRolesRequest.ProtoReflect.Descriptor instead.
 func (*UpdateNodeRolesRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{11}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *UpdateNodeRolesRequest) GetNodeId() string {
@@ -631,7 +744,7 @@ type UpdateNodeRolesResponse struct {
 
 func (x *UpdateNodeRolesResponse) Reset() {
 	*x = UpdateNodeRolesResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[12]
+	mi := &file_proto_api_management_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -643,7 +756,7 @@ func (x *UpdateNodeRolesResponse) String() string {
 func (*UpdateNodeRolesResponse) ProtoMessage() {}
 
 func (x *UpdateNodeRolesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[12]
+	mi := &file_proto_api_management_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -656,7 +769,7 @@ func (x *UpdateNodeRolesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeRolesResponse.ProtoReflect.Descriptor instead.
 func (*UpdateNodeRolesResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{12}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *UpdateNodeRolesResponse) GetRoles() *NodeRoles {
@@ -677,7 +790,7 @@ type DecommissionNodeRequest struct {
 
 func (x *DecommissionNodeRequest) Reset() {
 	*x = DecommissionNodeRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[13]
+	mi := &file_proto_api_management_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -689,7 +802,7 @@ func (x *DecommissionNodeRequest) String() string {
 func (*DecommissionNodeRequest) ProtoMessage() {}
 
 func (x *DecommissionNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[13]
+	mi := &file_proto_api_management_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -702,7 +815,7 @@ func (x *DecommissionNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionNodeRequest.ProtoReflect.Descriptor instead.
 func (*DecommissionNodeRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{13}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DecommissionNodeRequest) GetNodeId() string {
@@ -721,7 +834,7 @@ type DecommissionNodeResponse struct {
 
 func (x *DecommissionNodeResponse) Reset() {
 	*x = DecommissionNodeResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[14]
+	mi := &file_proto_api_management_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -733,7 +846,7 @@ func (x *DecommissionNodeResponse) String() string {
 func (*DecommissionNodeResponse) ProtoMessage() {}
 
 func (x *DecommissionNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[14]
+	mi := &file_proto_api_management_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -746,7 +859,7 @@ func (x *DecommissionNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionNodeResponse.ProtoReflect.Descriptor instead.
 func (*DecommissionNodeResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{14}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{16}
 }
 
 // DeleteNodeRequest names the node to delete.
@@ -760,7 +873,7 @@ type DeleteNodeRequest struct {
 
 func (x *DeleteNodeRequest) Reset() {
 	*x = DeleteNodeRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[15]
+	mi := &file_proto_api_management_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -772,7 +885,7 @@ func (x *DeleteNodeRequest) String() string {
 func (*DeleteNodeRequest) ProtoMessage() {}
 
 func (x *DeleteNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[15]
+	mi := &file_proto_api_management_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -785,7 +898,7 @@ func (x *DeleteNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteNodeRequest.ProtoReflect.Descriptor instead.
 func (*DeleteNodeRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{15}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DeleteNodeRequest) GetNodeId() string {
@@ -804,7 +917,7 @@ type DeleteNodeResponse struct {
 
 func (x *DeleteNodeResponse) Reset() {
 	*x = DeleteNodeResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[16]
+	mi := &file_proto_api_management_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -816,7 +929,7 @@ func (x *DeleteNodeResponse) String() string {
 func (*DeleteNodeResponse) ProtoMessage() {}
 
 func (x *DeleteNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[16]
+	mi := &file_proto_api_management_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -829,7 +942,7 @@ func (x *DeleteNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteNodeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteNodeResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{16}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{18}
 }
 
 // RotateOwnerKeyRequest names the new owner key and proves its possession.
@@ -858,7 +971,7 @@ type RotateOwnerKeyRequest struct {
 
 func (x *RotateOwnerKeyRequest) Reset() {
 	*x = RotateOwnerKeyRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[17]
+	mi := &file_proto_api_management_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -870,7 +983,7 @@ func (x *RotateOwnerKeyRequest) String() string {
 func (*RotateOwnerKeyRequest) ProtoMessage() {}
 
 func (x *RotateOwnerKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[17]
+	mi := &file_proto_api_management_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -883,7 +996,7 @@ func (x *RotateOwnerKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateOwnerKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateOwnerKeyRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{17}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RotateOwnerKeyRequest) GetNewOwnerPublicKey() []byte {
@@ -914,7 +1027,7 @@ type RotateOwnerKeyResponse struct {
 
 func (x *RotateOwnerKeyResponse) Reset() {
 	*x = RotateOwnerKeyResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[18]
+	mi := &file_proto_api_management_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -926,7 +1039,7 @@ func (x *RotateOwnerKeyResponse) String() string {
 func (*RotateOwnerKeyResponse) ProtoMessage() {}
 
 func (x *RotateOwnerKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[18]
+	mi := &file_proto_api_management_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -939,7 +1052,7 @@ func (x *RotateOwnerKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateOwnerKeyResponse.ProtoReflect.Descriptor instead.
 func (*RotateOwnerKeyResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{18}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RotateOwnerKeyResponse) GetOwnerCertificate() []byte {
@@ -970,7 +1083,7 @@ type RevokeOwnerCertificateRequest struct {
 
 func (x *RevokeOwnerCertificateRequest) Reset() {
 	*x = RevokeOwnerCertificateRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[19]
+	mi := &file_proto_api_management_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -982,7 +1095,7 @@ func (x *RevokeOwnerCertificateRequest) String() string {
 func (*RevokeOwnerCertificateRequest) ProtoMessage() {}
 
 func (x *RevokeOwnerCertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[19]
+	mi := &file_proto_api_management_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -995,7 +1108,7 @@ func (x *RevokeOwnerCertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeOwnerCertificateRequest.ProtoReflect.Descriptor instead.
 func (*RevokeOwnerCertificateRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{19}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RevokeOwnerCertificateRequest) GetSerial() []byte {
@@ -1023,7 +1136,7 @@ type RevokeOwnerCertificateResponse struct {
 
 func (x *RevokeOwnerCertificateResponse) Reset() {
 	*x = RevokeOwnerCertificateResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[20]
+	mi := &file_proto_api_management_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1148,7 @@ func (x *RevokeOwnerCertificateResponse) String() string {
 func (*RevokeOwnerCertificateResponse) ProtoMessage() {}
 
 func (x *RevokeOwnerCertificateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[20]
+	mi := &file_proto_api_management_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1161,7 @@ func (x *RevokeOwnerCertificateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeOwnerCertificateResponse.ProtoReflect.Descriptor instead.
 func (*RevokeOwnerCertificateResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{20}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RevokeOwnerCertificateResponse) GetRevoked() *RevokedOwnerCertificate {
@@ -1067,7 +1180,7 @@ type GetOwnerTrustRequest struct {
 
 func (x *GetOwnerTrustRequest) Reset() {
 	*x = GetOwnerTrustRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[21]
+	mi := &file_proto_api_management_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1079,7 +1192,7 @@ func (x *GetOwnerTrustRequest) String() string {
 func (*GetOwnerTrustRequest) ProtoMessage() {}
 
 func (x *GetOwnerTrustRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[21]
+	mi := &file_proto_api_management_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1092,7 +1205,7 @@ func (x *GetOwnerTrustRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOwnerTrustRequest.ProtoReflect.Descriptor instead.
 func (*GetOwnerTrustRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{21}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{23}
 }
 
 // GetOwnerTrustResponse shows the owner's credentials as the cluster
@@ -1111,7 +1224,7 @@ type GetOwnerTrustResponse struct {
 
 func (x *GetOwnerTrustResponse) Reset() {
 	*x = GetOwnerTrustResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[22]
+	mi := &file_proto_api_management_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1123,7 +1236,7 @@ func (x *GetOwnerTrustResponse) String() string {
 func (*GetOwnerTrustResponse) ProtoMessage() {}
 
 func (x *GetOwnerTrustResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[22]
+	mi := &file_proto_api_management_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1136,7 +1249,7 @@ func (x *GetOwnerTrustResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOwnerTrustResponse.ProtoReflect.Descriptor instead.
 func (*GetOwnerTrustResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{22}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetOwnerTrustResponse) GetTrust() *OwnerTrust {
@@ -1162,7 +1275,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[23]
+	mi := &file_proto_api_management_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1174,7 +1287,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[23]
+	mi := &file_proto_api_management_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1187,7 +1300,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{23}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{25}
 }
 
 // BackupResponse is one message of a Backup stream: a piece of the
@@ -1205,7 +1318,7 @@ type BackupResponse struct {
 
 func (x *BackupResponse) Reset() {
 	*x = BackupResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[24]
+	mi := &file_proto_api_management_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1217,7 +1330,7 @@ func (x *BackupResponse) String() string {
 func (*BackupResponse) ProtoMessage() {}
 
 func (x *BackupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[24]
+	mi := &file_proto_api_management_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1230,7 +1343,7 @@ func (x *BackupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupResponse.ProtoReflect.Descriptor instead.
 func (*BackupResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{24}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *BackupResponse) GetData() []byte {
@@ -1265,7 +1378,7 @@ type BackupTrailer struct {
 
 func (x *BackupTrailer) Reset() {
 	*x = BackupTrailer{}
-	mi := &file_proto_api_management_proto_msgTypes[25]
+	mi := &file_proto_api_management_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1277,7 +1390,7 @@ func (x *BackupTrailer) String() string {
 func (*BackupTrailer) ProtoMessage() {}
 
 func (x *BackupTrailer) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[25]
+	mi := &file_proto_api_management_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1290,7 +1403,7 @@ func (x *BackupTrailer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupTrailer.ProtoReflect.Descriptor instead.
 func (*BackupTrailer) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{25}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *BackupTrailer) GetSize() int64 {
@@ -1325,7 +1438,14 @@ var File_proto_api_management_proto protoreflect.FileDescriptor
 
 const file_proto_api_management_proto_rawDesc = "" +
 	"\n" +
-	"\x1aproto/api/management.proto\x12\tcairn.api\x1a\x1dproto/api/authorization.proto\x1a\x17proto/api/cluster.proto\x1a\x14proto/api/node.proto\x1a\x15proto/api/owner.proto\"\x1a\n" +
+	"\x1aproto/api/management.proto\x12\tcairn.api\x1a\x1dproto/api/authorization.proto\x1a\x17proto/api/cluster.proto\x1a\x14proto/api/node.proto\x1a\x15proto/api/owner.proto\"A\n" +
+	" IssueKubernetesCredentialRequest\x12\x1d\n" +
+	"\n" +
+	"public_key\x18\x01 \x01(\fR\tpublicKey\"\x9d\x01\n" +
+	"!IssueKubernetesCredentialResponse\x12 \n" +
+	"\vcertificate\x18\x01 \x01(\fR\vcertificate\x12%\n" +
+	"\x0eca_certificate\x18\x02 \x01(\fR\rcaCertificate\x12/\n" +
+	"\x13apiserver_endpoints\x18\x03 \x03(\tR\x12apiserverEndpoints\"\x1a\n" +
 	"\x18GetRegisterTicketRequest\"3\n" +
 	"\x19GetRegisterTicketResponse\x12\x16\n" +
 	"\x06ticket\x18\x01 \x01(\fR\x06ticket\"F\n" +
@@ -1389,7 +1509,7 @@ const file_proto_api_management_proto_rawDesc = "" +
 	"\x04size\x18\x01 \x01(\x03R\x04size\x12\x16\n" +
 	"\x06sha256\x18\x02 \x01(\fR\x06sha256\x12\x1a\n" +
 	"\brevision\x18\x03 \x01(\x03R\brevision\x12!\n" +
-	"\fetcd_version\x18\x04 \x01(\tR\vetcdVersion2\xe6\b\n" +
+	"\fetcd_version\x18\x04 \x01(\tR\vetcdVersion2\xe4\t\n" +
 	"\n" +
 	"Management\x12d\n" +
 	"\x11GetRegisterTicket\x12#.cairn.api.GetRegisterTicketRequest\x1a$.cairn.api.GetRegisterTicketResponse\"\x04\xd8\xe2\x18\x01\x12m\n" +
@@ -1404,7 +1524,8 @@ const file_proto_api_management_proto_rawDesc = "" +
 	"\x06Backup\x12\x18.cairn.api.BackupRequest\x1a\x19.cairn.api.BackupResponse\"\x04\xd8\xe2\x18\x010\x01\x12]\n" +
 	"\x0eRotateOwnerKey\x12 .cairn.api.RotateOwnerKeyRequest\x1a!.cairn.api.RotateOwnerKeyResponse\"\x04\xd8\xe2\x18\x01(\x01\x12s\n" +
 	"\x16RevokeOwnerCertificate\x12(.cairn.api.RevokeOwnerCertificateRequest\x1a).cairn.api.RevokeOwnerCertificateResponse\"\x04\xd8\xe2\x18\x01\x12X\n" +
-	"\rGetOwnerTrust\x12\x1f.cairn.api.GetOwnerTrustRequest\x1a .cairn.api.GetOwnerTrustResponse\"\x04\xd8\xe2\x18\x01B\x1bZ\x19cairn.dev/cairn/proto/apib\x06proto3"
+	"\rGetOwnerTrust\x12\x1f.cairn.api.GetOwnerTrustRequest\x1a .cairn.api.GetOwnerTrustResponse\"\x04\xd8\xe2\x18\x01\x12|\n" +
+	"\x19IssueKubernetesCredential\x12+.cairn.api.IssueKubernetesCredentialRequest\x1a,.cairn.api.IssueKubernetesCredentialResponse\"\x04\xd8\xe2\x18\x01B\x1bZ\x19cairn.dev/cairn/proto/apib\x06proto3"
 
 var (
 	file_proto_api_management_proto_rawDescOnce sync.Once
@@ -1418,81 +1539,85 @@ func file_proto_api_management_proto_rawDescGZIP() []byte {
 	return file_proto_api_management_proto_rawDescData
 }
 
-var file_proto_api_management_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_proto_api_management_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_proto_api_management_proto_goTypes = []any{
-	(*GetRegisterTicketRequest)(nil),       // 0: cairn.api.GetRegisterTicketRequest
-	(*GetRegisterTicketResponse)(nil),      // 1: cairn.api.GetRegisterTicketResponse
-	(*RotateRegisterTicketRequest)(nil),    // 2: cairn.api.RotateRegisterTicketRequest
-	(*RotateRegisterTicketResponse)(nil),   // 3: cairn.api.RotateRegisterTicketResponse
-	(*GetClusterInfoRequest)(nil),          // 4: cairn.api.GetClusterInfoRequest
-	(*GetClusterInfoResponse)(nil),         // 5: cairn.api.GetClusterInfoResponse
-	(*NodeFilter)(nil),                     // 6: cairn.api.NodeFilter
-	(*GetNodesRequest)(nil),                // 7: cairn.api.GetNodesRequest
-	(*GetNodesResponse)(nil),               // 8: cairn.api.GetNodesResponse
-	(*ApproveNodeRequest)(nil),             // 9: cairn.api.ApproveNodeRequest
-	(*ApproveNodeResponse)(nil),            // 10: cairn.api.ApproveNodeResponse
-	(*UpdateNodeRolesRequest)(nil),         // 11: cairn.api.UpdateNodeRolesRequest
-	(*UpdateNodeRolesResponse)(nil),        // 12: cairn.api.UpdateNodeRolesResponse
-	(*DecommissionNodeRequest)(nil),        // 13: cairn.api.DecommissionNodeRequest
-	(*DecommissionNodeResponse)(nil),       // 14: cairn.api.DecommissionNodeResponse
-	(*DeleteNodeRequest)(nil),              // 15: cairn.api.DeleteNodeRequest
-	(*DeleteNodeResponse)(nil),             // 16: cairn.api.DeleteNodeResponse
-	(*RotateOwnerKeyRequest)(nil),          // 17: cairn.api.RotateOwnerKeyRequest
-	(*RotateOwnerKeyResponse)(nil),         // 18: cairn.api.RotateOwnerKeyResponse
-	(*RevokeOwnerCertificateRequest)(nil),  // 19: cairn.api.RevokeOwnerCertificateRequest
-	(*RevokeOwnerCertificateResponse)(nil), // 20: cairn.api.RevokeOwnerCertificateResponse
-	(*GetOwnerTrustRequest)(nil),           // 21: cairn.api.GetOwnerTrustRequest
-	(*GetOwnerTrustResponse)(nil),          // 22: cairn.api.GetOwnerTrustResponse
-	(*BackupRequest)(nil),                  // 23: cairn.api.BackupRequest
-	(*BackupResponse)(nil),                 // 24: cairn.api.BackupResponse
-	(*BackupTrailer)(nil),                  // 25: cairn.api.BackupTrailer
-	(*ClusterDirectory)(nil),               // 26: cairn.api.ClusterDirectory
-	(*ClusterConfiguration)(nil),           // 27: cairn.api.ClusterConfiguration
-	(NodeState)(0),                         // 28: cairn.api.NodeState
-	(*NodeRoles)(nil),                      // 29: cairn.api.NodeRoles
-	(*Node)(nil),                           // 30: cairn.api.Node
-	(*RevokedOwnerCertificate)(nil),        // 31: cairn.api.RevokedOwnerCertificate
-	(*OwnerTrust)(nil),                     // 32: cairn.api.OwnerTrust
-	(*OwnerCertificate)(nil),               // 33: cairn.api.OwnerCertificate
+	(*IssueKubernetesCredentialRequest)(nil),  // 0: cairn.api.IssueKubernetesCredentialRequest
+	(*IssueKubernetesCredentialResponse)(nil), // 1: cairn.api.IssueKubernetesCredentialResponse
+	(*GetRegisterTicketRequest)(nil),          // 2: cairn.api.GetRegisterTicketRequest
+	(*GetRegisterTicketResponse)(nil),         // 3: cairn.api.GetRegisterTicketResponse
+	(*RotateRegisterTicketRequest)(nil),       // 4: cairn.api.RotateRegisterTicketRequest
+	(*RotateRegisterTicketResponse)(nil),      // 5: cairn.api.RotateRegisterTicketResponse
+	(*GetClusterInfoRequest)(nil),             // 6: cairn.api.GetClusterInfoRequest
+	(*GetClusterInfoResponse)(nil),            // 7: cairn.api.GetClusterInfoResponse
+	(*NodeFilter)(nil),                        // 8: cairn.api.NodeFilter
+	(*GetNodesRequest)(nil),                   // 9: cairn.api.GetNodesRequest
+	(*GetNodesResponse)(nil),                  // 10: cairn.api.GetNodesResponse
+	(*ApproveNodeRequest)(nil),                // 11: cairn.api.ApproveNodeRequest
+	(*ApproveNodeResponse)(nil),               // 12: cairn.api.ApproveNodeResponse
+	(*UpdateNodeRolesRequest)(nil),            // 13: cairn.api.UpdateNodeRolesRequest
+	(*UpdateNodeRolesResponse)(nil),           // 14: cairn.api.UpdateNodeRolesResponse
+	(*DecommissionNodeRequest)(nil),           // 15: cairn.api.DecommissionNodeRequest
+	(*DecommissionNodeResponse)(nil),          // 16: cairn.api.DecommissionNodeResponse
+	(*DeleteNodeRequest)(nil),                 // 17: cairn.api.DeleteNodeRequest
+	(*DeleteNodeResponse)(nil),                // 18: cairn.api.DeleteNodeResponse
+	(*RotateOwnerKeyRequest)(nil),             // 19: cairn.api.RotateOwnerKeyRequest
+	(*RotateOwnerKeyResponse)(nil),            // 20: cairn.api.RotateOwnerKeyResponse
+	(*RevokeOwnerCertificateRequest)(nil),     // 21: cairn.api.RevokeOwnerCertificateRequest
+	(*RevokeOwnerCertificateResponse)(nil),    // 22: cairn.api.RevokeOwnerCertificateResponse
+	(*GetOwnerTrustRequest)(nil),              // 23: cairn.api.GetOwnerTrustRequest
+	(*GetOwnerTrustResponse)(nil),             // 24: cairn.api.GetOwnerTrustResponse
+	(*BackupRequest)(nil),                     // 25: cairn.api.BackupRequest
+	(*BackupResponse)(nil),                    // 26: cairn.api.BackupResponse
+	(*BackupTrailer)(nil),                     // 27: cairn.api.BackupTrailer
+	(*ClusterDirectory)(nil),                  // 28: cairn.api.ClusterDirectory
+	(*ClusterConfiguration)(nil),              // 29: cairn.api.ClusterConfiguration
+	(NodeState)(0),                            // 30: cairn.api.NodeState
+	(*NodeRoles)(nil),                         // 31: cairn.api.NodeRoles
+	(*Node)(nil),                              // 32: cairn.api.Node
+	(*RevokedOwnerCertificate)(nil),           // 33: cairn.api.RevokedOwnerCertificate
+	(*OwnerTrust)(nil),                        // 34: cairn.api.OwnerTrust
+	(*OwnerCertificate)(nil),                  // 35: cairn.api.OwnerCertificate
 }
 var file_proto_api_management_proto_depIdxs = []int32{
-	26, // 0: cairn.api.GetClusterInfoResponse.cluster_directory:type_name -> cairn.api.ClusterDirectory
-	27, // 1: cairn.api.GetClusterInfoResponse.cluster_configuration:type_name -> cairn.api.ClusterConfiguration
-	28, // 2: cairn.api.NodeFilter.states:type_name -> cairn.api.NodeState
-	29, // 3: cairn.api.NodeFilter.roles:type_name -> cairn.api.NodeRoles
-	6,  // 4: cairn.api.GetNodesRequest.filter:type_name -> cairn.api.NodeFilter
-	30, // 5: cairn.api.GetNodesResponse.nodes:type_name -> cairn.api.Node
-	29, // 6: cairn.api.UpdateNodeRolesResponse.roles:type_name -> cairn.api.NodeRoles
-	31, // 7: cairn.api.RevokeOwnerCertificateResponse.revoked:type_name -> cairn.api.RevokedOwnerCertificate
-	32, // 8: cairn.api.GetOwnerTrustResponse.trust:type_name -> cairn.api.OwnerTrust
-	33, // 9: cairn.api.GetOwnerTrustResponse.certificates:type_name -> cairn.api.OwnerCertificate
-	25, // 10: cairn.api.BackupResponse.trailer:type_name -> cairn.api.BackupTrailer
-	0,  // 11: cairn.api.Management.GetRegisterTicket:input_type -> cairn.api.GetRegisterTicketRequest
-	2,  // 12: cairn.api.Management.RotateRegisterTicket:input_type -> cairn.api.RotateRegisterTicketRequest
-	4,  // 13: cairn.api.Management.GetClusterInfo:input_type -> cairn.api.GetClusterInfoRequest
-	7,  // 14: cairn.api.Management.GetNodes:input_type -> cairn.api.GetNodesRequest
-	9,  // 15: cairn.api.Management.ApproveNode:input_type -> cairn.api.ApproveNodeRequest
-	11, // 16: cairn.api.Management.UpdateNodeRoles:input_type -> cairn.api.UpdateNodeRolesRequest
-	13, // 17: cairn.api.Management.DecommissionNode:input_type -> cairn.api.DecommissionNodeRequest
-	15, // 18: cairn.api.Management.DeleteNode:input_type -> cairn.api.DeleteNodeRequest
-	23, // 19: cairn.api.Management.Backup:input_type -> cairn.api.BackupRequest
-	17, // 20: cairn.api.Management.RotateOwnerKey:input_type -> cairn.api.RotateOwnerKeyRequest
-	19, // 21: cairn.api.Management.RevokeOwnerCertificate:input_type -> cairn.api.RevokeOwnerCertificateRequest
-	21, // 22: cairn.api.Management.GetOwnerTrust:input_type -> cairn.api.GetOwnerTrustRequest
-	1,  // 23: cairn.api.Management.GetRegisterTicket:output_type -> cairn.api.GetRegisterTicketResponse
-	3,  // 24: cairn.api.Management.RotateRegisterTicket:output_type -> cairn.api.RotateRegisterTicketResponse
-	5,  // 25: cairn.api.Management.GetClusterInfo:output_type -> cairn.api.GetClusterInfoResponse
-	8,  // 26: cairn.api.Management.GetNodes:output_type -> cairn.api.GetNodesResponse
-	10, // 27: cairn.api.Management.ApproveNode:output_type -> cairn.api.ApproveNodeResponse
-	12, // 28: cairn.api.Management.UpdateNodeRoles:output_type -> cairn.api.UpdateNodeRolesResponse
-	14, // 29: cairn.api.Management.DecommissionNode:output_type -> cairn.api.DecommissionNodeResponse
-	16, // 30: cairn.api.Management.DeleteNode:output_type -> cairn.api.DeleteNodeResponse
-	24, // 31: cairn.api.Management.Backup:output_type -> cairn.api.BackupResponse
-	18, // 32: cairn.api.Management.RotateOwnerKey:output_type -> cairn.api.RotateOwnerKeyResponse
-	20, // 33: cairn.api.Management.RevokeOwnerCertificate:output_type -> cairn.api.RevokeOwnerCertificateResponse
-	22, // 34: cairn.api.Management.GetOwnerTrust:output_type -> cairn.api.GetOwnerTrustResponse
-	23, // [23:35] is the sub-list for method output_type
-	11, // [11:23] is the sub-list for method input_type
+	28, // 0: cairn.api.GetClusterInfoResponse.cluster_directory:type_name -> cairn.api.ClusterDirectory
+	29, // 1: cairn.api.GetClusterInfoResponse.cluster_configuration:type_name -> cairn.api.ClusterConfiguration
+	30, // 2: cairn.api.NodeFilter.states:type_name -> cairn.api.NodeState
+	31, // 3: cairn.api.NodeFilter.roles:type_name -> cairn.api.NodeRoles
+	8,  // 4: cairn.api.GetNodesRequest.filter:type_name -> cairn.api.NodeFilter
+	32, // 5: cairn.api.GetNodesResponse.nodes:type_name -> cairn.api.Node
+	31, // 6: cairn.api.UpdateNodeRolesResponse.roles:type_name -> cairn.api.NodeRoles
+	33, // 7: cairn.api.RevokeOwnerCertificateResponse.revoked:type_name -> cairn.api.RevokedOwnerCertificate
+	34, // 8: cairn.api.GetOwnerTrustResponse.trust:type_name -> cairn.api.OwnerTrust
+	35, // 9: cairn.api.GetOwnerTrustResponse.certificates:type_name -> cairn.api.OwnerCertificate
+	27, // 10: cairn.api.BackupResponse.trailer:type_name -> cairn.api.BackupTrailer
+	2,  // 11: cairn.api.Management.GetRegisterTicket:input_type -> cairn.api.GetRegisterTicketRequest
+	4,  // 12: cairn.api.Management.RotateRegisterTicket:input_type -> cairn.api.RotateRegisterTicketRequest
+	6,  // 13: cairn.api.Management.GetClusterInfo:input_type -> cairn.api.GetClusterInfoRequest
+	9,  // 14: cairn.api.Management.GetNodes:input_type -> cairn.api.GetNodesRequest
+	11, // 15: cairn.api.Management.ApproveNode:input_type -> cairn.api.ApproveNodeRequest
+	13, // 16: cairn.api.Management.UpdateNodeRoles:input_type -> cairn.api.UpdateNodeRolesRequest
+	15, // 17: cairn.api.Management.DecommissionNode:input_type -> cairn.api.DecommissionNodeRequest
+	17, // 18: cairn.api.Management.DeleteNode:input_type -> cairn.api.DeleteNodeRequest
+	25, // 19: cairn.api.Management.Backup:input_type -> cairn.api.BackupRequest
+	19, // 20: cairn.api.Management.RotateOwnerKey:input_type -> cairn.api.RotateOwnerKeyRequest
+	21, // 21: cairn.api.Management.RevokeOwnerCertificate:input_type -> cairn.api.RevokeOwnerCertificateRequest
+	23, // 22: cairn.api.Management.GetOwnerTrust:input_type -> cairn.api.GetOwnerTrustRequest
+	0,  // 23: cairn.api.Management.IssueKubernetesCredential:input_type -> cairn.api.IssueKubernetesCredentialRequest
+	3,  // 24: cairn.api.Management.GetRegisterTicket:output_type -> cairn.api.GetRegisterTicketResponse
+	5,  // 25: cairn.api.Management.RotateRegisterTicket:output_type -> cairn.api.RotateRegisterTicketResponse
+	7,  // 26: cairn.api.Management.GetClusterInfo:output_type -> cairn.api.GetClusterInfoResponse
+	10, // 27: cairn.api.Management.GetNodes:output_type -> cairn.api.GetNodesResponse
+	12, // 28: cairn.api.Management.ApproveNode:output_type -> cairn.api.ApproveNodeResponse
+	14, // 29: cairn.api.Management.UpdateNodeRoles:output_type -> cairn.api.UpdateNodeRolesResponse
+	16, // 30: cairn.api.Management.DecommissionNode:output_type -> cairn.api.DecommissionNodeResponse
+	18, // 31: cairn.api.Management.DeleteNode:output_type -> cairn.api.DeleteNodeResponse
+	26, // 32: cairn.api.Management.Backup:output_type -> cairn.api.BackupResponse
+	20, // 33: cairn.api.Management.RotateOwnerKey:output_type -> cairn.api.RotateOwnerKeyResponse
+	22, // 34: cairn.api.Management.RevokeOwnerCertificate:output_type -> cairn.api.RevokeOwnerCertificateResponse
+	24, // 35: cairn.api.Management.GetOwnerTrust:output_type -> cairn.api.GetOwnerTrustResponse
+	1,  // 36: cairn.api.Management.IssueKubernetesCredential:output_type -> cairn.api.IssueKubernetesCredentialResponse
+	24, // [24:37] is the sub-list for method output_type
+	11, // [11:24] is the sub-list for method input_type
 	11, // [11:11] is the sub-list for extension type_name
 	11, // [11:11] is the sub-list for extension extendee
 	0,  // [0:11] is the sub-list for field type_name
@@ -1507,14 +1632,14 @@ func file_proto_api_management_proto_init() {
 	file_proto_api_cluster_proto_init()
 	file_proto_api_node_proto_init()
 	file_proto_api_owner_proto_init()
-	file_proto_api_management_proto_msgTypes[11].OneofWrappers = []any{}
+	file_proto_api_management_proto_msgTypes[13].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_api_management_proto_rawDesc), len(file_proto_api_management_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

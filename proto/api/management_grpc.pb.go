@@ -22,18 +22,19 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Management_GetRegisterTicket_FullMethodName      = "/cairn.api.Management/GetRegisterTicket"
-	Management_RotateRegisterTicket_FullMethodName   = "/cairn.api.Management/RotateRegisterTicket"
-	Management_GetClusterInfo_FullMethodName         = "/cairn.api.Management/GetClusterInfo"
-	Management_GetNodes_FullMethodName               = "/cairn.api.Management/GetNodes"
-	Management_ApproveNode_FullMethodName            = "/cairn.api.Management/ApproveNode"
-	Management_UpdateNodeRoles_FullMethodName        = "/cairn.api.Management/UpdateNodeRoles"
-	Management_DecommissionNode_FullMethodName       = "/cairn.api.Management/DecommissionNode"
-	Management_DeleteNode_FullMethodName             = "/cairn.api.Management/DeleteNode"
-	Management_Backup_FullMethodName                 = "/cairn.api.Management/Backup"
-	Management_RotateOwnerKey_FullMethodName         = "/cairn.api.Management/RotateOwnerKey"
-	Management_RevokeOwnerCertificate_FullMethodName = "/cairn.api.Management/RevokeOwnerCertificate"
-	Management_GetOwnerTrust_FullMethodName          = "/cairn.api.Management/GetOwnerTrust"
+	Management_GetRegisterTicket_FullMethodName         = "/cairn.api.Management/GetRegisterTicket"
+	Management_RotateRegisterTicket_FullMethodName      = "/cairn.api.Management/RotateRegisterTicket"
+	Management_GetClusterInfo_FullMethodName            = "/cairn.api.Management/GetClusterInfo"
+	Management_GetNodes_FullMethodName                  = "/cairn.api.Management/GetNodes"
+	Management_ApproveNode_FullMethodName               = "/cairn.api.Management/ApproveNode"
+	Management_UpdateNodeRoles_FullMethodName           = "/cairn.api.Management/UpdateNodeRoles"
+	Management_DecommissionNode_FullMethodName          = "/cairn.api.Management/DecommissionNode"
+	Management_DeleteNode_FullMethodName                = "/cairn.api.Management/DeleteNode"
+	Management_Backup_FullMethodName                    = "/cairn.api.Management/Backup"
+	Management_RotateOwnerKey_FullMethodName            = "/cairn.api.Management/RotateOwnerKey"
+	Management_RevokeOwnerCertificate_FullMethodName    = "/cairn.api.Management/RevokeOwnerCertificate"
+	Management_GetOwnerTrust_FullMethodName             = "/cairn.api.Management/GetOwnerTrust"
+	Management_IssueKubernetesCredential_FullMethodName = "/cairn.api.Management/IssueKubernetesCredential"
 )
 
 // ManagementClient is the client API for Management service.
@@ -110,6 +111,12 @@ type ManagementClient interface {
 	// certificates by, and the owner certificates the cluster issued that
 	// have not expired.
 	GetOwnerTrust(ctx context.Context, in *GetOwnerTrustRequest, opts ...grpc.CallOption) (*GetOwnerTrustResponse, error)
+	// IssueKubernetesCredential certifies a key of the owner's for
+	// Kubernetes: a client certificate of the cluster's Kubernetes CA for
+	// cairn:owner in group cairn:owners, which the controllers bind to
+	// cluster-admin, valid for an hour. `cairnctl kubernetes credential`
+	// calls it for kubectl.
+	IssueKubernetesCredential(ctx context.Context, in *IssueKubernetesCredentialRequest, opts ...grpc.CallOption) (*IssueKubernetesCredentialResponse, error)
 }
 
 type managementClient struct {
@@ -252,6 +259,16 @@ func (c *managementClient) GetOwnerTrust(ctx context.Context, in *GetOwnerTrustR
 	return out, nil
 }
 
+func (c *managementClient) IssueKubernetesCredential(ctx context.Context, in *IssueKubernetesCredentialRequest, opts ...grpc.CallOption) (*IssueKubernetesCredentialResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(IssueKubernetesCredentialResponse)
+	err := c.cc.Invoke(ctx, Management_IssueKubernetesCredential_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ManagementServer is the server API for Management service.
 // All implementations must embed UnimplementedManagementServer
 // for forward compatibility.
@@ -326,6 +343,12 @@ type ManagementServer interface {
 	// certificates by, and the owner certificates the cluster issued that
 	// have not expired.
 	GetOwnerTrust(context.Context, *GetOwnerTrustRequest) (*GetOwnerTrustResponse, error)
+	// IssueKubernetesCredential certifies a key of the owner's for
+	// Kubernetes: a client certificate of the cluster's Kubernetes CA for
+	// cairn:owner in group cairn:owners, which the controllers bind to
+	// cluster-admin, valid for an hour. `cairnctl kubernetes credential`
+	// calls it for kubectl.
+	IssueKubernetesCredential(context.Context, *IssueKubernetesCredentialRequest) (*IssueKubernetesCredentialResponse, error)
 	mustEmbedUnimplementedManagementServer()
 }
 
@@ -371,6 +394,9 @@ func (UnimplementedManagementServer) RevokeOwnerCertificate(context.Context, *Re
 }
 func (UnimplementedManagementServer) GetOwnerTrust(context.Context, *GetOwnerTrustRequest) (*GetOwnerTrustResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetOwnerTrust not implemented")
+}
+func (UnimplementedManagementServer) IssueKubernetesCredential(context.Context, *IssueKubernetesCredentialRequest) (*IssueKubernetesCredentialResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method IssueKubernetesCredential not implemented")
 }
 func (UnimplementedManagementServer) mustEmbedUnimplementedManagementServer() {}
 func (UnimplementedManagementServer) testEmbeddedByValue()                    {}
@@ -591,6 +617,24 @@ func _Management_GetOwnerTrust_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Management_IssueKubernetesCredential_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(IssueKubernetesCredentialRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagementServer).IssueKubernetesCredential(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Management_IssueKubernetesCredential_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagementServer).IssueKubernetesCredential(ctx, req.(*IssueKubernetesCredentialRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Management_ServiceDesc is the grpc.ServiceDesc for Management service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -637,6 +681,10 @@ var Management_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetOwnerTrust",
 			Handler:    _Management_GetOwnerTrust_Handler,
+		},
+		{
+			MethodName: "IssueKubernetesCredential",
+			Handler:    _Management_IssueKubernetesCredential_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -4,7 +4,9 @@ package e2e
 
 import (
 	"context"
+	"crypto/ecdsa"
 	"crypto/ed25519"
+	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
@@ -116,6 +118,8 @@ var handlerAnswers = map[string][]struct {
 	"/cairn.api.Curator/RegisterNode": {{codes.Unauthenticated, "needs a self-signed certificate"}},
 	// The node column is a worker, which may not join etcd.
 	"/cairn.api.Curator/JoinConsensus": {{codes.FailedPrecondition, "does not hold the ConsensusMember role"}},
+	// Nor may it sign service account tokens.
+	"/cairn.api.Curator/GetKubernetesServiceAccountKey": {{codes.PermissionDenied, "does not hold the KubernetesController role"}},
 }
 
 // classify reads a call's error as an outcome. The interceptor's refusals
@@ -196,6 +200,16 @@ func validRequest(t *testing.T, m rpc.Method, tg *matrixTargets) proto.Message {
 		return &api.DeleteNodeRequest{NodeId: tg.victim.id}
 	case "/cairn.api.NodeManagement/Logs":
 		return &api.LogsRequest{Backlog: 1}
+	case "/cairn.api.Management/IssueKubernetesCredential":
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pub, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &api.IssueKubernetesCredentialRequest{PublicKey: pub}
 	}
 	in, _ := messages(t, m.Name)
 	return in
