@@ -51,7 +51,7 @@ CHAOS ?=
 # E2E_FLAGS are handed to the suites (-long for their full matrices).
 E2E_TIMEOUT ?= 40m
 E2E_FLAGS ?=
-e2e: deps image test-image cairnctl
+e2e: deps image test-image cairnctl kube-payload-test
 	@start=$$(date +%s); \
 	  $(if $(CHAOS),CAIRN_NET_CHAOS='$(CHAOS)') $(GO) test -tags e2e -count=1 -v -timeout $(E2E_TIMEOUT) ./test/e2e/... -image-dir $(abspath $(OUT)) \
 	    -cairnctl $(abspath $(OUT))/cairnctl $(E2E_FLAGS); rc=$$?; \
@@ -169,20 +169,22 @@ $(EFI_STUB): | deps
 # mkimage names every host file it read in a make rule, so a changed binary
 # or library (a Debian update) rebuilds the image.
 #
-# WITH_KUBERNETES=1 adds the Kubernetes payload (kube-payload) at
-# /system/kubernetes/bin. The stamp records the choice, so that changing
+# The image carries the Kubernetes payload (kube-payload) at
+# /system/kubernetes/bin; WITH_KUBERNETES=0 leaves it out, for a quick
+# image of the node alone. The stamp records the choice, so that changing
 # it rebuilds the image; the payload's files are named in system.d like
 # the host binaries, and Go leaves an up-to-date binary untouched, so a
 # rebuild of the payload that changed nothing rebuilds nothing here.
-WITH_KUBERNETES ?=
+WITH_KUBERNETES ?= 1
+KUBE_ON := $(filter-out 0,$(WITH_KUBERNETES))
 KUBE_STAMP := $(IMAGE_CACHE)/with-kubernetes
 
 $(KUBE_STAMP): FORCE
-	@mkdir -p $(@D); echo "$(WITH_KUBERNETES)" | cmp -s - $@ || echo "$(WITH_KUBERNETES)" >$@
+	@mkdir -p $(@D); echo "$(KUBE_ON)" | cmp -s - $@ || echo "$(KUBE_ON)" >$@
 
-$(OUT)/system.img $(OUT)/cmdline &: $(MKIMAGE) build/cmdline $(KUBE_STAMP) | deps $(if $(WITH_KUBERNETES),kube-payload)
+$(OUT)/system.img $(OUT)/cmdline &: $(MKIMAGE) build/cmdline $(KUBE_STAMP) | deps $(if $(KUBE_ON),kube-payload)
 	@mkdir -p $(@D) && $(MKIMAGE) system -cmdline build/cmdline -cmdline-out $(OUT)/cmdline \
-	  $(if $(WITH_KUBERNETES),-kubernetes $(KUBE_BIN)) -deps $(IMAGE_CACHE)/system.d -o $(OUT)/system.img
+	  $(if $(KUBE_ON),-kubernetes $(KUBE_BIN)) -deps $(IMAGE_CACHE)/system.d -o $(OUT)/system.img
 
 -include $(IMAGE_CACHE)/system.d
 
@@ -212,10 +214,9 @@ $(OUT)/cairn.img: $(OUT)/system.img
 # source through the module proxy: hyperkube (apiserver, controller manager,
 # scheduler, kubelet, proxy) with a link per component, containerd and its
 # shim, runc with seccomp and the CNI plugins, into out/kubernetes/bin;
-# kubectl for the host's tests into out/kubectl. Go's build cache makes a
-# second run cheap, so it always runs. `make image WITH_KUBERNETES=1`
-# carries it in the system image at /system/kubernetes/bin; plain
-# `make image` does not build it yet, as nothing on the node runs it.
+# the pause image every pod's sandbox runs (build/pauseimage), and kubectl
+# for the host's tests into out/kubectl. Go's build cache makes a second
+# run cheap, so it always runs.
 .PHONY: kube-payload kube-payload-test deps-kubernetes
 
 deps-kubernetes:
@@ -223,6 +224,9 @@ deps-kubernetes:
 
 kube-payload: deps-kubernetes
 	@GO=$(GO) build/kubernetes/build.sh $(KUBE_BIN) $(OUT)/kubectl
+	@$(GO) run ./build/pauseimage -out $(OUT)/kubernetes/pause.oci.tar.new && \
+	  { cmp -s $(OUT)/kubernetes/pause.oci.tar.new $(KUBE_BIN)/pause.oci.tar && rm $(OUT)/kubernetes/pause.oci.tar.new || \
+	    mv -f $(OUT)/kubernetes/pause.oci.tar.new $(KUBE_BIN)/pause.oci.tar; }
 
 # kube-payload-test runs every built program and checks that it is the
 # release it claims (build/kubernetes/payload_test.go).

@@ -5,7 +5,8 @@
 #   hyperkube                 kube-apiserver, kube-controller-manager,
 #   kube-apiserver -> ...     kube-scheduler, kubelet and kube-proxy in one
 #   ...                       binary (hyperkube/), a link per component
-#   containerd                the container runtime, with its CRI plugin
+#   containerd, ctr           the container runtime, with its CRI plugin,
+#                             and its client, which imports images
 #   containerd-shim-runc-v2   its shim: a binary of its own, since it
 #                             re-executes itself
 #   runc                      with seccomp (cgo, Debian's libseccomp.a)
@@ -87,6 +88,9 @@ ctags="urfave_cli_no_docs osusergo netgo static_build no_btrfs"
 cldflags="-s -w -X $cpath/version.Version=$cversion -X $cpath/version.Package=$cpath"
 step "containerd $cversion" env GOBIN="$bin" CGO_ENABLED=0 \
   $GO install -trimpath -tags "$ctags" -ldflags "$cldflags" "$cpath/cmd/containerd@$cversion"
+# ctr imports the pause image, which Cairn builds itself, at start.
+step "ctr $cversion" env GOBIN="$bin" CGO_ENABLED=0 \
+  $GO install -trimpath -tags "$ctags" -ldflags "$cldflags" "$cpath/cmd/ctr@$cversion"
 step "containerd-shim-runc-v2 $cversion" env GOBIN="$bin" CGO_ENABLED=0 \
   $GO install -trimpath -tags "$ctags no_grpc" -ldflags "$cldflags" "$cpath/cmd/containerd-shim-runc-v2@$cversion"
 

@@ -28,7 +28,7 @@ var components = []string{"kube-apiserver", "kube-controller-manager", "kube-sch
 
 // programs are the regular files of the payload; every one must be
 // static.
-var programs = []string{"hyperkube", "containerd", "containerd-shim-runc-v2", "runc", "ptp", "host-local", "loopback"}
+var programs = []string{"hyperkube", "containerd", "ctr", "containerd-shim-runc-v2", "runc", "ptp", "host-local", "loopback"}
 
 func bin(t *testing.T, name string) string {
 	t.Helper()

@@ -24,6 +24,8 @@ type HostBinary struct {
 // short: what Go cannot reasonably do itself.
 var HostBinaries = []HostBinary{
 	{"/usr/sbin/mkfs.xfs", "data partition filesystem, node/localstorage"},
+	{"/usr/bin/mount", "the kubelet's volume mounts (k8s.io/mount-utils runs it)"},
+	{"/usr/bin/umount", "the kubelet's volume unmounts"},
 }
 
 // HostBinaryPaths returns the paths of bins, in order.

@@ -14,8 +14,12 @@ import (
 // plugins), below MountPoint.
 const KubernetesBin = "/kubernetes/bin"
 
-// stagePayload copies src, a flat directory of static programs and links
-// to them, to dst below stage. It returns the host paths it read and their
+// ImageArchiveSuffix ends the name of an OCI image archive of the payload,
+// like the pause image that containerd imports at start.
+const ImageArchiveSuffix = ".oci.tar"
+
+// stagePayload copies src, a flat directory of static programs, links
+// to them and image archives, to dst below stage. It returns the host paths it read and their
 // bytes.
 //
 // A dynamically linked program fails: the image carries libraries only
@@ -49,8 +53,12 @@ func stagePayload(stage, src, dst string) (files []string, size int64, err error
 				return nil, 0, fmt.Errorf("when staging %s: %w", path, err)
 			}
 		case e.Type().IsRegular():
-			if err := checkStatic(path); err != nil {
-				return nil, 0, err
+			// An OCI image archive (the pause image) is data, not a
+			// program.
+			if !strings.HasSuffix(e.Name(), ImageArchiveSuffix) {
+				if err := checkStatic(path); err != nil {
+					return nil, 0, err
+				}
 			}
 			n, err := copyFile(filepath.Join(dir, e.Name()), path)
 			if err != nil {

@@ -1,0 +1,62 @@
+// Command pauseimage builds the pause program (build/pause), static, and
+// writes the pause image of Cairn's pods as an OCI archive that containerd
+// imports at start (node/kubernetes):
+//
+//	go run ./build/pauseimage -out out/kubernetes/bin/pause.oci.tar
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	"cairn.dev/cairn/pkg/ociimage"
+)
+
+func main() {
+	out := flag.String("out", "", "where to write the image archive")
+	ref := flag.String("ref", "registry.k8s.io/pause:3.10", "the image's name (node/kubernetes.PauseImage)")
+	flag.Parse()
+	if *out == "" || flag.NArg() > 0 {
+		fmt.Fprintln(os.Stderr, "usage: pauseimage -out FILE")
+		os.Exit(2)
+	}
+	if err := run(*out, *ref); err != nil {
+		fmt.Fprintf(os.Stderr, "pauseimage: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(out, ref string) error {
+	dir, err := os.MkdirTemp("", "pauseimage")
+	if err != nil {
+		return fmt.Errorf("when making a build directory: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, "pause")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w -buildid=", "-o", bin, "./build/pause")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+	build.Stderr = os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("when building the pause program: %w", err)
+	}
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		return fmt.Errorf("when reading the pause program: %w", err)
+	}
+	img, err := ociimage.Build([]string{"/pause"}, []ociimage.File{{Path: "/pause", Mode: 0o755, Data: data}})
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	if err := img.WriteArchive(&buf, ref); err != nil {
+		return err
+	}
+	if err := os.WriteFile(out, buf.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("when writing the image: %w", err)
+	}
+	return nil
+}
