@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -21,14 +22,18 @@ type link struct {
 
 // isEthernet tells whether l is an Ethernet link the node should use:
 // a physical NIC or, in tests, a veth. Bridges, bonds, VLANs and tunnels
-// are built on top of links and are not the service's business.
+// are built on top of links and are not the service's business, and
+// neither are the host ends of pods' veth pairs, which the CNI plugin
+// names veth… and configures itself.
 func isEthernet(l netlink.Link) bool {
 	if l.Attrs().EncapType != "ether" {
 		return false
 	}
 	switch l.Type() {
-	case "device", "veth":
+	case "device":
 		return true
+	case "veth":
+		return !strings.HasPrefix(l.Attrs().Name, "veth")
 	}
 	return false
 }
