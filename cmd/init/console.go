@@ -76,7 +76,12 @@ func sinceBoot() time.Duration {
 func (c *consoles) attach(lt *logtree.LogTree, min logtree.Severity) (stop func()) {
 	var stops []func()
 	for _, w := range c.out {
-		stops = append(stops, lt.Console(w, logtree.ConsoleMinimumSeverity(min)))
+		stops = append(stops, lt.Console(w, logtree.ConsoleMinimumSeverity(min),
+			// Kubernetes' components log every routine step: on a
+			// serial console that would crowd out the node's own
+			// story and slow the node down. cairnctl logs has all of it.
+			logtree.ConsoleQuiet("root.roleserve.kubecontroller.controller", logtree.WARNING),
+			logtree.ConsoleQuiet("root.roleserve.kubeworker.worker", logtree.WARNING)))
 	}
 	return func() {
 		for _, s := range stops {

@@ -116,6 +116,12 @@ type Status struct {
 // working once the Status is no longer current (etcd stopped).
 func (s *Status) Client() *Client { return s.client }
 
+// RawClient returns the etcd client of the local member itself, for the
+// whole key space, for what needs etcd's own API (the Kubernetes
+// apiserver's confining proxy dials etcd like it). It stops working, like
+// Client, once the Status is no longer current.
+func (s *Status) RawClient() *clientv3.Client { return s.raw }
+
 // Service runs this node's etcd member. Build it with New and run Run under
 // a supervisor; follow Status for the result.
 type Service struct {

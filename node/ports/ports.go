@@ -29,6 +29,9 @@ const (
 	KubernetesAPI = 6443
 	// Kubelet is the kubelet's API.
 	Kubelet = 10250
+	// KubernetesAPIBalancer is where a worker's kubelet reaches the
+	// controllers' apiservers, on the node's loopback only.
+	KubernetesAPIBalancer = 6444
 )
 
 // Table names one port per service. A zero field means the fixed port of
@@ -39,6 +42,8 @@ type Table struct {
 	NodeManagement int
 	KubernetesAPI  int
 	Kubelet        int
+
+	KubernetesAPIBalancer int
 }
 
 // Default is the table of the node's fixed ports.
@@ -49,6 +54,8 @@ func Default() Table {
 		NodeManagement: NodeManagement,
 		KubernetesAPI:  KubernetesAPI,
 		Kubelet:        Kubelet,
+
+		KubernetesAPIBalancer: KubernetesAPIBalancer,
 	}
 }
 
@@ -65,6 +72,7 @@ func (t Table) WithDefaults() Table {
 	or(&t.NodeManagement, d.NodeManagement)
 	or(&t.KubernetesAPI, d.KubernetesAPI)
 	or(&t.Kubelet, d.Kubelet)
+	or(&t.KubernetesAPIBalancer, d.KubernetesAPIBalancer)
 	return t
 }
 

@@ -4,7 +4,7 @@ import "testing"
 
 func TestWithDefaults(t *testing.T) {
 	got := Table{Curator: 17833}.WithDefaults()
-	want := Table{Curator: 17833, EtcdPeer: 7834, NodeManagement: 7835, KubernetesAPI: 6443, Kubelet: 10250}
+	want := Table{Curator: 17833, EtcdPeer: 7834, NodeManagement: 7835, KubernetesAPI: 6443, Kubelet: 10250, KubernetesAPIBalancer: 6444}
 	if got != want {
 		t.Errorf("Table{Curator: 17833}.WithDefaults() = %+v, want %+v", got, want)
 	}

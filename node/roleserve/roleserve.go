@@ -13,6 +13,7 @@ import (
 	"cairn.dev/cairn/node/curator"
 	"cairn.dev/cairn/node/curator/resolver"
 	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/kubernetes"
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/node/ports"
 	"cairn.dev/cairn/node/timesync"
@@ -85,6 +86,14 @@ type Service struct {
 	// ownerTrust is the cluster's owner trust, for node management
 	// (ownertrust).
 	ownerTrust memory.Value[*api.OwnerTrust]
+	// localEtcd is the node's etcd member while it votes and the curator
+	// serves on it, nil otherwise (controlplane).
+	localEtcd memory.Value[*consensus.Status]
+	// apiservers are the host:port of the apiservers of the cluster's
+	// Kubernetes controllers (clusterdir).
+	apiservers memory.Value[[]string]
+	// kubeNodes are the UP nodes and their Kubernetes roles (clusterdir).
+	kubeNodes memory.Value[[]kubernetes.ClusterNode]
 
 	workers map[string]supervisor.Runnable
 }
@@ -107,6 +116,9 @@ func New(cfg Config) *Service {
 	cfg.clusterPorts = cfg.clusterPorts.WithDefaults()
 	s := &Service{cfg: cfg}
 	s.localCurator.Set(netip.AddrPort{})
+	s.localEtcd.Set(nil)
+	s.apiservers.Set(nil)
+	s.kubeNodes.Set(nil)
 	paths := nodePaths{
 		etcd:   cfg.Storage.Root.Data.Etcd.FullPath(),
 		socket: filepath.Join(cfg.Storage.Root.Ephemeral.FullPath(), "etcd", "client.sock"),
@@ -146,6 +158,7 @@ func New(cfg Config) *Service {
 			clock:          cfg.Clock,
 			bootstrapped:   &s.bootstrapped,
 			localCurator:   &s.localCurator,
+			localEtcd:      &s.localEtcd,
 		}).run,
 		"statuspush": (&workerStatuspush{
 			address:      cfg.ExternalAddress,
@@ -173,7 +186,28 @@ func New(cfg Config) *Service {
 			curator:    &s.curator,
 			file:       &cfg.Storage.Root.ESP.Cairn,
 			stored:     &s.storedDirectory,
+			apiservers: &s.apiservers,
+			apiPort:    cfg.clusterPorts.KubernetesAPI,
+			kubeNodes:  &s.kubeNodes,
 		}).run,
+	}
+	for _, controller := range []bool{true, false} {
+		name := "kubeworker"
+		if controller {
+			name = "kubecontroller"
+		}
+		s.workers[name] = (&workerKubernetes{
+			controller:  controller,
+			address:     cfg.ExternalAddress,
+			roles:       &s.roles,
+			credentials: &s.credentials,
+			curator:     &s.curator,
+			localEtcd:   &s.localEtcd,
+			apiservers:  &s.apiservers,
+			kubeNodes:   &s.kubeNodes,
+			layout:      kubernetesLayout(cfg),
+			ports:       cfg.Ports,
+		}).run
 	}
 	return s
 }
@@ -200,7 +234,7 @@ func (s *Service) OwnerTrust() event.Watchable[*api.OwnerTrust] { return &s.owne
 
 // Run runs every worker until ctx is done.
 func (s *Service) Run(ctx context.Context) error {
-	for _, n := range []string{"clusterdir", "connection", "controlplane", "credentials", "heartbeat", "ownertrust", "renew", "rolefetch", "statuspush"} {
+	for _, n := range []string{"clusterdir", "connection", "controlplane", "credentials", "heartbeat", "kubecontroller", "kubeworker", "ownertrust", "renew", "rolefetch", "statuspush"} {
 		if err := supervisor.Run(ctx, n, s.workers[n]); err != nil {
 			return fmt.Errorf("when starting %s: %w", n, err)
 		}

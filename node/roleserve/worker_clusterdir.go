@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"cairn.dev/cairn/node/kubernetes"
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/supervisor"
@@ -30,6 +31,13 @@ type workerClusterdir struct {
 
 	// stored is the directory last written (or found) on the ESP.
 	stored event.Value[*api.ClusterDirectory]
+	// apiservers are the apiservers of the cluster's Kubernetes
+	// controllers, host:port on apiPort.
+	apiservers event.Value[[]string]
+	apiPort    int
+	// kubeNodes are the UP nodes and their Kubernetes roles, for the
+	// Kubernetes reconciler.
+	kubeNodes event.Value[[]kubernetes.ClusterNode]
 }
 
 func (w *workerClusterdir) run(ctx context.Context) error {
@@ -74,6 +82,8 @@ func (w *workerClusterdir) run(ctx context.Context) error {
 			continue
 		}
 		cc.resolver.SetCurators(curatorEndpoints(nodes))
+		w.apiservers.Set(apiserverEndpoints(nodes, w.apiPort))
+		w.kubeNodes.Set(kubeNodes(nodes))
 		dir := clusterDirectory(nodes)
 		if len(dir.Nodes) == 0 {
 			// Never replace a directory by one that leads nowhere.
@@ -141,4 +151,39 @@ func curatorEndpoints(nodes map[string]*api.Node) []string {
 		eps = append(eps, net.JoinHostPort(st.GetExternalAddress(), strconv.Itoa(int(st.GetRunningCurator().GetPort()))))
 	}
 	return eps
+}
+
+// apiserverEndpoints are the host:port of the apiserver of every UP node
+// with the KubernetesController role, in the order of their IDs.
+func apiserverEndpoints(nodes map[string]*api.Node, port int) []string {
+	ids := make([]string, 0, len(nodes))
+	for id, n := range nodes {
+		if n.GetState() == api.NodeState_NODE_STATE_UP && n.GetRoles().GetKubernetesController() != nil && n.GetStatus().GetExternalAddress() != "" {
+			ids = append(ids, id)
+		}
+	}
+	sort.Strings(ids)
+	eps := make([]string, 0, len(ids))
+	for _, id := range ids {
+		eps = append(eps, net.JoinHostPort(nodes[id].GetStatus().GetExternalAddress(), strconv.Itoa(port)))
+	}
+	return eps
+}
+
+// kubeNodes lists the UP nodes with their Kubernetes roles, in the order of
+// their IDs.
+func kubeNodes(nodes map[string]*api.Node) []kubernetes.ClusterNode {
+	out := []kubernetes.ClusterNode{}
+	for id, n := range nodes {
+		if n.GetState() != api.NodeState_NODE_STATE_UP {
+			continue
+		}
+		out = append(out, kubernetes.ClusterNode{
+			ID:         id,
+			Controller: n.GetRoles().GetKubernetesController() != nil,
+			Worker:     n.GetRoles().GetKubernetesWorker() != nil,
+		})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
 }

@@ -62,6 +62,9 @@ type workerControlplane struct {
 	// localCurator is where this node's curator serves, invalid while it
 	// does not.
 	localCurator event.Value[netip.AddrPort]
+	// localEtcd is the local etcd member while the curator serves on it,
+	// nil otherwise: a Kubernetes controller's apiserver uses it.
+	localEtcd event.Value[*consensus.Status]
 }
 
 // run starts member or standby for the node's roles and address. It

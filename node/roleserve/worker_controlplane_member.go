@@ -190,6 +190,8 @@ func (w *workerControlplane) runCurator(m *Membership, svc *consensus.Service, i
 		if err := supervisor.Run(ctx, "server", w.runCuratorServer(creds, st, adv)); err != nil {
 			return fmt.Errorf("when starting the curator: %w", err)
 		}
+		w.localEtcd.Set(st)
+		defer w.localEtcd.Set(nil)
 		supervisor.Signal(ctx, supervisor.SignalHealthy)
 		return w.waitCuratorInputs(ctx, svc, st.ID)
 	}

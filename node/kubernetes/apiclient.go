@@ -1,0 +1,155 @@
+package kubernetes
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"time"
+)
+
+// apiClient makes the few REST calls Cairn's own code needs of an
+// apiserver, with a credential of the Kubernetes CA. It stays this small on
+// purpose: client-go's dependencies would weigh on every build of the
+// node for a handful of requests.
+type apiClient struct {
+	server string
+	http   *http.Client
+}
+
+// newAPIClient returns a client of the apiserver at server (https://...)
+// that presents cred and trusts only the Kubernetes CA.
+func newAPIClient(server string, cred *credential) (*apiClient, error) {
+	pair, err := tls.LoadX509KeyPair(cred.Cert, cred.Key)
+	if err != nil {
+		return nil, fmt.Errorf("when loading %s: %w", cred.Cert, err)
+	}
+	caPEM, err := os.ReadFile(cred.CA)
+	if err != nil {
+		return nil, fmt.Errorf("when reading the Kubernetes CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("no certificate in %s", cred.CA)
+	}
+	tr := &http.Transport{
+		TLSClientConfig:     &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, MinVersion: tls.VersionTLS12},
+		TLSHandshakeTimeout: 10 * time.Second,
+	}
+	return &apiClient{server: server, http: &http.Client{Transport: tr, Timeout: 30 * time.Second}}, nil
+}
+
+// statusError is an answer of the apiserver other than 2xx.
+type statusError struct {
+	Code    int
+	Message string
+}
+
+func (e *statusError) Error() string {
+	return fmt.Sprintf("apiserver answered %d: %s", e.Code, e.Message)
+}
+
+// do sends a request with body (JSON, or nil) of contentType and decodes a
+// JSON answer into out (nil to drop it).
+func (c *apiClient) do(ctx context.Context, method, path, contentType string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return fmt.Errorf("when encoding %s %s: %w", method, path, err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.server+path, rd)
+	if err != nil {
+		return fmt.Errorf("when building %s %s: %w", method, path, err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", contentType)
+	}
+	req.Header.Set("Accept", "application/json")
+	res, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("when calling %s %s: %w", method, path, err)
+	}
+	defer res.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(res.Body, 16<<20))
+	if err != nil {
+		return fmt.Errorf("when reading the answer to %s %s: %w", method, path, err)
+	}
+	if res.StatusCode/100 != 2 {
+		var st struct {
+			Message string `json:"message"`
+		}
+		if json.Unmarshal(b, &st) != nil || st.Message == "" {
+			st.Message = string(b)
+		}
+		return fmt.Errorf("%s %s: %w", method, path, &statusError{Code: res.StatusCode, Message: st.Message})
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("when decoding the answer to %s %s: %w", method, path, err)
+	}
+	return nil
+}
+
+// apply creates or updates the object at path (its REST path, with name)
+// by server-side apply, as field manager "cairn": fields Cairn sets are
+// set back when someone changes them, others are left alone.
+func (c *apiClient) apply(ctx context.Context, path string, obj any) error {
+	return c.do(ctx, http.MethodPatch, path+"?fieldManager=cairn&force=true", "application/apply-patch+yaml", obj, nil)
+}
+
+// get decodes the object at path into out.
+func (c *apiClient) get(ctx context.Context, path string, out any) error {
+	return c.do(ctx, http.MethodGet, path, "", nil, out)
+}
+
+// ready reports whether the apiserver says it is ready to serve.
+func (c *apiClient) ready(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.server+"/readyz", nil)
+	if err != nil {
+		return fmt.Errorf("when building the readiness request: %w", err)
+	}
+	res, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("when asking for readiness: %w", err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
+	if res.StatusCode != http.StatusOK {
+		return fmt.Errorf("not ready (%d): %s", res.StatusCode, bytes.TrimSpace(b))
+	}
+	return nil
+}
+
+// waitReady polls ready until it succeeds or ctx ends, saying every
+// interval why it still waits: on an emulated CPU the apiserver's
+// post-start hooks take minutes, so patience, not a fixed timer.
+func (c *apiClient) waitReady(ctx context.Context, logf func(string, ...any)) error {
+	start := time.Now()
+	lastLog := start
+	for {
+		err := c.ready(ctx)
+		if err == nil {
+			logf("Apiserver %s ready after %s", c.server, time.Since(start).Round(time.Second))
+			return nil
+		}
+		if time.Since(lastLog) >= 30*time.Second {
+			logf("Still waiting for apiserver %s after %s: %v", c.server, time.Since(start).Round(time.Second), err)
+			lastLog = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("when waiting for apiserver %s: %w (last: %w)", c.server, ctx.Err(), err)
+		case <-time.After(time.Second):
+		}
+	}
+}

@@ -1,0 +1,89 @@
+package kubernetes
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	api "cairn.dev/cairn/proto/api"
+)
+
+// A credential is a key of this node and its certificate of the Kubernetes
+// CA, as PEM files a component reads.
+type credential struct {
+	// Cert, Key and CA are the paths of the certificate, its private key
+	// and the Kubernetes CA's certificate.
+	Cert, Key, CA string
+	// renewAt is half-way through the certificate's life: the component
+	// that uses it is started again with a fresh one then.
+	renewAt time.Time
+}
+
+// issue draws a fresh ECDSA P-256 key, has the curator certify it as kind,
+// and writes dir/name.key, dir/name.crt and dir/ca.crt. The key never
+// leaves the node: the curator sees only its public half, and decides the
+// certificate's names from its own record of the node.
+func issue(ctx context.Context, cur api.CuratorClient, kind api.CertificateKind, dir, name string) (*credential, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("when generating the %s key: %w", name, err)
+	}
+	pub, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	if err != nil {
+		return nil, fmt.Errorf("when encoding the %s public key: %w", name, err)
+	}
+	res, err := cur.IssueCertificate(ctx, &api.IssueCertificateRequest{Kind: kind, PublicKey: pub})
+	if err != nil {
+		return nil, fmt.Errorf("when asking the curator for a %s certificate: %w", kind, err)
+	}
+	cert, err := x509.ParseCertificate(res.Certificate)
+	if err != nil {
+		return nil, fmt.Errorf("when parsing the %s certificate: %w", kind, err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("when encoding the %s key: %w", name, err)
+	}
+	c := &credential{
+		Cert:    filepath.Join(dir, name+".crt"),
+		Key:     filepath.Join(dir, name+".key"),
+		CA:      filepath.Join(dir, "ca.crt"),
+		renewAt: cert.NotBefore.Add(cert.NotAfter.Sub(cert.NotBefore) / 2),
+	}
+	if err := mkdirs(dir); err != nil {
+		return nil, err
+	}
+	for _, f := range []struct {
+		path, kind string
+		der        []byte
+		perm       os.FileMode
+	}{
+		{c.Key, "PRIVATE KEY", keyDER, 0o600},
+		{c.Cert, "CERTIFICATE", res.Certificate, 0o644},
+		{c.CA, "CERTIFICATE", res.CaCertificate, 0o644},
+	} {
+		b := pem.EncodeToMemory(&pem.Block{Type: f.kind, Bytes: f.der})
+		if err := writeFile(f.path, b, f.perm); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// soonest returns the earliest renewal time of creds.
+func soonest(creds ...*credential) time.Time {
+	var t time.Time
+	for _, c := range creds {
+		if t.IsZero() || c.renewAt.Before(t) {
+			t = c.renewAt
+		}
+	}
+	return t
+}

@@ -1,0 +1,48 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"time"
+
+	"cairn.dev/cairn/pkg/supervisor"
+)
+
+// errRenew ends a component whose certificates are half-way through their
+// life, so that its supervisor starts it again with fresh ones.
+var errRenew = errors.New("certificates due for renewal")
+
+// runComponent runs a Kubernetes component as a child process: its klog
+// output goes into the runnable's log with each line's severity, a crash is
+// the runnable's death (the supervisor restarts it with backoff), and at
+// renewAt it is stopped and errRenew returned. A zero renewAt never
+// renews.
+func runComponent(ctx context.Context, cmd *exec.Cmd, renewAt time.Time) error {
+	rctx := ctx
+	if !renewAt.IsZero() {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithDeadlineCause(ctx, renewAt, errRenew)
+		defer cancel()
+		supervisor.Logger(ctx).Infof("Certificates are renewed at %s", renewAt.UTC().Format(time.RFC3339))
+	}
+	err := supervisor.RunCommand(rctx, cmd, supervisor.ParseKlog())
+	if ctx.Err() == nil && errors.Is(context.Cause(rctx), errRenew) {
+		return fmt.Errorf("%w: stopped %s to renew them", errRenew, cmd.Path)
+	}
+	if err == nil {
+		return fmt.Errorf("%s exited without being asked to", cmd.Path)
+	}
+	return err
+}
+
+// command returns the command running bin with args, with PATH set to the
+// payload's directory and the system partition's programs (the kubelet
+// runs mount, containerd its shim), and nothing else of init's
+// environment.
+func (l Layout) command(bin string, args ...string) *exec.Cmd {
+	cmd := exec.Command(l.bin(bin), args...)
+	cmd.Env = []string{"PATH=" + l.Bin + ":/system/usr/bin:/system/usr/sbin", "HOME=/"}
+	return cmd
+}

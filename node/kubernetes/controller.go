@@ -1,0 +1,286 @@
+package kubernetes
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"net/netip"
+	"strconv"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"cairn.dev/cairn/node/ports"
+	"cairn.dev/cairn/pkg/event"
+	"cairn.dev/cairn/pkg/supervisor"
+	api "cairn.dev/cairn/proto/api"
+)
+
+// The cluster's fixed Kubernetes networks (DESIGN.md).
+const (
+	// PodRange is where pods take their addresses, a /24 per node.
+	PodRange = "10.192.0.0/11"
+	// podMaskSize is the size of each node's part of PodRange.
+	podMaskSize = 24
+	// ServiceRange is where Services take their cluster IPs.
+	ServiceRange = "10.96.0.0/12"
+	// ClusterDNS is the cluster DNS Service's IP.
+	ClusterDNS = "10.96.0.10"
+	// ClusterDomain is the cluster's DNS domain.
+	ClusterDomain = "cluster.local"
+	// etcdPrefix is the apiserver's part of etcd: the proxy confines it
+	// there.
+	etcdPrefix = "kubernetes/"
+	// serviceAccountIssuer names the cluster in service account tokens.
+	serviceAccountIssuer = "https://kubernetes.default.svc." + ClusterDomain
+)
+
+// ControllerConfig is what the control plane of a node with the
+// KubernetesController role needs.
+type ControllerConfig struct {
+	Layout Layout
+	// IP is the node's address, which the apiserver advertises.
+	IP netip.Addr
+	// Curator issues the components' certificates.
+	Curator api.CuratorClient
+	// Etcd is the node's local etcd member, for the whole key space; the
+	// apiserver reaches it only through a proxy confined to its prefix.
+	Etcd *clientv3.Client
+	// Ports are the node's ports; the apiserver listens on KubernetesAPI.
+	Ports ports.Table
+	// Nodes are the cluster's UP nodes, nil until known: the reconciler
+	// makes the Node objects follow their roles.
+	Nodes event.Watchable[[]ClusterNode]
+}
+
+// Controller runs the Kubernetes control plane of one node: the etcd
+// proxy, kube-apiserver, kube-controller-manager and kube-scheduler, each
+// a child process under its own runnable, and the reconciler that keeps
+// what Cairn needs in the cluster.
+//
+//	curator ──certificates──▶ files in Layout.Run/controller
+//	                               │
+//	etcd ◀── proxy (prefix kubernetes/) ◀── apiserver ◀── controller-manager
+//	                                            ▲  ▲──── scheduler
+//	                                            └─────── reconciler
+type Controller struct {
+	cfg ControllerConfig
+}
+
+// NewController returns a control plane for cfg. Nothing runs before Run.
+func NewController(cfg ControllerConfig) *Controller {
+	cfg.Ports = cfg.Ports.WithDefaults()
+	return &Controller{cfg: cfg}
+}
+
+func (c *Controller) dir(name ...string) string {
+	return c.cfg.Layout.run(append([]string{"controller"}, name...)...)
+}
+
+// apiserverURL is where the node's own components reach its apiserver.
+func (c *Controller) apiserverURL() string {
+	return "https://127.0.0.1:" + strconv.Itoa(c.cfg.Ports.KubernetesAPI)
+}
+
+// Run runs the control plane until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	if err := mkdirs(c.dir()); err != nil {
+		return err
+	}
+	proxy := NewEtcdProxy(c.cfg.Etcd, etcdPrefix, c.dir("etcd.sock"))
+	if err := supervisor.Run(ctx, "etcd-proxy", proxy.Run); err != nil {
+		return fmt.Errorf("when starting the etcd proxy: %w", err)
+	}
+	for _, r := range []struct {
+		name string
+		run  supervisor.Runnable
+	}{
+		{"apiserver", c.runAPIServer},
+		{"controller-manager", c.runControllerManager},
+		{"scheduler", c.runScheduler},
+		{"reconciler", c.runReconciler},
+	} {
+		if err := supervisor.Run(ctx, r.name, r.run); err != nil {
+			return fmt.Errorf("when starting the %s: %w", r.name, err)
+		}
+	}
+	supervisor.Signal(ctx, supervisor.SignalHealthy)
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// serviceAccountKey writes the cluster's service account signing key,
+// which every controller shares, and returns its path.
+func (c *Controller) serviceAccountKey(ctx context.Context, dir string) (string, error) {
+	res, err := c.cfg.Curator.GetKubernetesServiceAccountKey(ctx, &api.GetKubernetesServiceAccountKeyRequest{})
+	if err != nil {
+		return "", fmt.Errorf("when asking the curator for the service account key: %w", err)
+	}
+	k, err := x509.ParsePKCS8PrivateKey(res.PrivateKey)
+	if err != nil {
+		return "", fmt.Errorf("when parsing the service account key: %w", err)
+	}
+	ec, ok := k.(*ecdsa.PrivateKey)
+	if !ok {
+		return "", fmt.Errorf("the service account key is a %T, want ECDSA", k)
+	}
+	// SEC 1, which both of the apiserver's flags read (it takes public
+	// keys from --service-account-key-file only in that form).
+	der, err := x509.MarshalECPrivateKey(ec)
+	if err != nil {
+		return "", fmt.Errorf("when encoding the service account key: %w", err)
+	}
+	path := dir + "/service-account.key"
+	b := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
+	if err := writeFile(path, b, 0o600); err != nil {
+		return "", err
+	}
+	return path, nil
+}
+
+// runAPIServer runs kube-apiserver on the etcd proxy.
+func (c *Controller) runAPIServer(ctx context.Context) error {
+	dir := c.dir("apiserver")
+	serving, err := issue(ctx, c.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_APISERVER_SERVING, dir, "serving")
+	if err != nil {
+		return err
+	}
+	kubelet, err := issue(ctx, c.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_APISERVER_KUBELET_CLIENT, dir, "kubelet-client")
+	if err != nil {
+		return err
+	}
+	sa, err := c.serviceAccountKey(ctx, dir)
+	if err != nil {
+		return err
+	}
+	admission := dir + "/admission.json"
+	if err := writeJSON(admission, admissionConfiguration()); err != nil {
+		return err
+	}
+	cmd := c.cfg.Layout.command("kube-apiserver",
+		"--advertise-address="+c.cfg.IP.String(),
+		"--secure-port="+strconv.Itoa(c.cfg.Ports.KubernetesAPI),
+		"--etcd-servers=unix://"+c.dir("etcd.sock"),
+		// etcd compacts its history itself (node/consensus), for every
+		// key at once; the apiserver must not compact Cairn's.
+		"--etcd-compaction-interval=0",
+		"--tls-cert-file="+serving.Cert,
+		"--tls-private-key-file="+serving.Key,
+		"--client-ca-file="+serving.CA,
+		"--kubelet-client-certificate="+kubelet.Cert,
+		"--kubelet-client-key="+kubelet.Key,
+		"--kubelet-certificate-authority="+serving.CA,
+		"--kubelet-preferred-address-types=InternalIP",
+		"--service-account-issuer="+serviceAccountIssuer,
+		"--service-account-key-file="+sa,
+		"--service-account-signing-key-file="+sa,
+		"--service-cluster-ip-range="+ServiceRange,
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
+		"--admission-control-config-file="+admission,
+		"--allow-privileged=true",
+		"--profiling=false",
+		"--cert-dir="+dir,
+	)
+	return runComponent(ctx, cmd, soonest(serving, kubelet))
+}
+
+// admissionConfiguration enforces Pod Security's baseline level in every
+// namespace but kube-system, and warns about and audits what the
+// restricted level would refuse.
+func admissionConfiguration() any {
+	return map[string]any{
+		"apiVersion": "apiserver.config.k8s.io/v1",
+		"kind":       "AdmissionConfiguration",
+		"plugins": []any{map[string]any{
+			"name": "PodSecurity",
+			"configuration": map[string]any{
+				"apiVersion": "pod-security.admission.config.k8s.io/v1",
+				"kind":       "PodSecurityConfiguration",
+				"defaults": map[string]string{
+					"enforce": "baseline", "enforce-version": "latest",
+					"audit": "restricted", "audit-version": "latest",
+					"warn": "restricted", "warn-version": "latest",
+				},
+				"exemptions": map[string][]string{
+					"usernames": {}, "runtimeClasses": {}, "namespaces": {"kube-system"},
+				},
+			},
+		}},
+	}
+}
+
+// runControllerManager runs kube-controller-manager against the local
+// apiserver. It allocates each node's pod range.
+func (c *Controller) runControllerManager(ctx context.Context) error {
+	dir := c.dir("controller-manager")
+	cred, err := issue(ctx, c.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_CONTROLLER_MANAGER, dir, "client")
+	if err != nil {
+		return err
+	}
+	sa, err := c.serviceAccountKey(ctx, dir)
+	if err != nil {
+		return err
+	}
+	kubeconfig := dir + "/kubeconfig"
+	if err := writeKubeconfig(kubeconfig, c.apiserverURL(), cred); err != nil {
+		return err
+	}
+	if err := c.waitAPIServer(ctx, cred); err != nil {
+		return err
+	}
+	cmd := c.cfg.Layout.command("kube-controller-manager",
+		"--kubeconfig="+kubeconfig,
+		"--authentication-kubeconfig="+kubeconfig,
+		"--authorization-kubeconfig="+kubeconfig,
+		"--bind-address=127.0.0.1",
+		"--cert-dir="+dir,
+		"--service-account-private-key-file="+sa,
+		"--root-ca-file="+cred.CA,
+		"--use-service-account-credentials=true",
+		"--allocate-node-cidrs=true",
+		"--cluster-cidr="+PodRange,
+		"--node-cidr-mask-size="+strconv.Itoa(podMaskSize),
+		"--service-cluster-ip-range="+ServiceRange,
+		"--configure-cloud-routes=false",
+		"--profiling=false",
+	)
+	return runComponent(ctx, cmd, cred.renewAt)
+}
+
+// waitAPIServer waits until the local apiserver is ready. The
+// controller-manager and the scheduler start only then: started earlier
+// they exit at once, and on a slow CPU their restarts take the time the
+// apiserver needs to finish starting within its own deadlines.
+func (c *Controller) waitAPIServer(ctx context.Context, cred *credential) error {
+	cl, err := newAPIClient(c.apiserverURL(), cred)
+	if err != nil {
+		return err
+	}
+	return cl.waitReady(ctx, supervisor.Logger(ctx).Infof)
+}
+
+// runScheduler runs kube-scheduler against the local apiserver.
+func (c *Controller) runScheduler(ctx context.Context) error {
+	dir := c.dir("scheduler")
+	cred, err := issue(ctx, c.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_SCHEDULER, dir, "client")
+	if err != nil {
+		return err
+	}
+	kubeconfig := dir + "/kubeconfig"
+	if err := writeKubeconfig(kubeconfig, c.apiserverURL(), cred); err != nil {
+		return err
+	}
+	if err := c.waitAPIServer(ctx, cred); err != nil {
+		return err
+	}
+	cmd := c.cfg.Layout.command("kube-scheduler",
+		"--kubeconfig="+kubeconfig,
+		"--authentication-kubeconfig="+kubeconfig,
+		"--authorization-kubeconfig="+kubeconfig,
+		"--bind-address=127.0.0.1",
+		"--profiling=false",
+	)
+	return runComponent(ctx, cmd, cred.renewAt)
+}

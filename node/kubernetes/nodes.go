@@ -1,0 +1,145 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+)
+
+// A ClusterNode is a Cairn node as the reconciler sees it: an UP node and
+// its Kubernetes roles.
+type ClusterNode struct {
+	ID         string
+	Controller bool
+	Worker     bool
+}
+
+// Role labels of Node objects, which follow the nodes' Cairn roles. The
+// kubelet may not set them itself (NodeRestriction), so the reconciler
+// does.
+const (
+	labelControlPlane = "node-role.kubernetes.io/control-plane"
+	labelWorker       = "node-role.kubernetes.io/worker"
+	// cairnNodePrefix starts every Cairn node ID, which is the node's
+	// Kubernetes name.
+	cairnNodePrefix = "cairn-"
+)
+
+// reconcileNodes makes the Node objects agree with nodes, the UP nodes of
+// the cluster: role labels follow the roles, and the Node of a Cairn node
+// that does not hold KubernetesWorker any more (or left the cluster) is
+// cordoned, its pods evicted and the Node deleted, so that they run
+// elsewhere. Node objects whose name is not a Cairn node ID are left
+// alone.
+func reconcileNodes(ctx context.Context, cl *apiClient, nodes []ClusterNode, logf func(string, ...any)) error {
+	var list struct {
+		Items []struct {
+			Metadata struct {
+				Name   string            `json:"name"`
+				Labels map[string]string `json:"labels"`
+			} `json:"metadata"`
+		} `json:"items"`
+	}
+	if err := cl.get(ctx, "/api/v1/nodes", &list); err != nil {
+		return err
+	}
+	var errs []error
+	for _, item := range list.Items {
+		name := item.Metadata.Name
+		if !strings.HasPrefix(name, cairnNodePrefix) {
+			continue
+		}
+		i := slices.IndexFunc(nodes, func(n ClusterNode) bool { return n.ID == name })
+		if i < 0 || !nodes[i].Worker {
+			if err := removeNode(ctx, cl, name, logf); err != nil {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		want := map[string]bool{labelControlPlane: nodes[i].Controller, labelWorker: nodes[i].Worker}
+		patch := map[string]any{}
+		for label, on := range want {
+			_, has := item.Metadata.Labels[label]
+			switch {
+			case on && !has:
+				patch[label] = ""
+			case !on && has:
+				patch[label] = nil
+			}
+		}
+		if len(patch) == 0 {
+			continue
+		}
+		body := map[string]any{"metadata": map[string]any{"labels": patch}}
+		if err := cl.do(ctx, http.MethodPatch, "/api/v1/nodes/"+name, "application/merge-patch+json", body, nil); err != nil {
+			errs = append(errs, fmt.Errorf("when labelling node %s: %w", name, err))
+			continue
+		}
+		logf("Node %s labelled for its roles: %v", name, patch)
+	}
+	return errors.Join(errs...)
+}
+
+// removeNode cordons the Node name, evicts its pods (those a disruption
+// budget protects stay until the next round) and deletes it once none is
+// left.
+func removeNode(ctx context.Context, cl *apiClient, name string, logf func(string, ...any)) error {
+	cordon := map[string]any{"spec": map[string]any{"unschedulable": true}}
+	if err := cl.do(ctx, http.MethodPatch, "/api/v1/nodes/"+name, "application/merge-patch+json", cordon, nil); err != nil {
+		return fmt.Errorf("when cordoning node %s: %w", name, err)
+	}
+	var pods struct {
+		Items []struct {
+			Metadata struct {
+				Name            string `json:"name"`
+				Namespace       string `json:"namespace"`
+				OwnerReferences []struct {
+					Kind string `json:"kind"`
+				} `json:"ownerReferences"`
+			} `json:"metadata"`
+		} `json:"items"`
+	}
+	if err := cl.get(ctx, "/api/v1/pods?fieldSelector=spec.nodeName%3D"+name, &pods); err != nil {
+		return fmt.Errorf("when listing the pods of node %s: %w", name, err)
+	}
+	left := 0
+	for _, p := range pods.Items {
+		if slices.ContainsFunc(p.Metadata.OwnerReferences, func(o struct {
+			Kind string `json:"kind"`
+		}) bool {
+			return o.Kind == "DaemonSet"
+		}) {
+			continue
+		}
+		eviction := map[string]any{
+			"apiVersion": "policy/v1",
+			"kind":       "Eviction",
+			"metadata":   map[string]string{"name": p.Metadata.Name, "namespace": p.Metadata.Namespace},
+		}
+		path := "/api/v1/namespaces/" + p.Metadata.Namespace + "/pods/" + p.Metadata.Name + "/eviction"
+		err := cl.do(ctx, http.MethodPost, path, "application/json", eviction, nil)
+		var se *statusError
+		switch {
+		case err == nil, errors.As(err, &se) && se.Code == http.StatusNotFound:
+		case errors.As(err, &se) && se.Code == http.StatusTooManyRequests:
+			// A disruption budget holds it: try again next round.
+			left++
+		default:
+			return fmt.Errorf("when evicting pod %s/%s: %w", p.Metadata.Namespace, p.Metadata.Name, err)
+		}
+	}
+	if left > 0 {
+		logf("Node %s lost KubernetesWorker: %d pods wait for their disruption budget", name, left)
+		return nil
+	}
+	err := cl.do(ctx, http.MethodDelete, "/api/v1/nodes/"+name, "", nil, nil)
+	var se *statusError
+	if err != nil && !(errors.As(err, &se) && se.Code == http.StatusNotFound) {
+		return fmt.Errorf("when deleting node %s: %w", name, err)
+	}
+	logf("Node %s deleted: it does not hold KubernetesWorker", name)
+	return nil
+}

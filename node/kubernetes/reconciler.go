@@ -1,0 +1,100 @@
+package kubernetes
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"cairn.dev/cairn/pkg/event"
+	"cairn.dev/cairn/pkg/supervisor"
+	api "cairn.dev/cairn/proto/api"
+)
+
+// reconcileInterval is how often the reconciler applies its objects again,
+// undoing what others changed of them.
+const reconcileInterval = time.Minute
+
+// runReconciler keeps in the cluster the objects Cairn needs (who the owner
+// is and what Cairn's own components may do) and makes the Node objects
+// follow the Cairn nodes' roles (reconcileNodes).
+func (c *Controller) runReconciler(ctx context.Context) error {
+	dir := c.dir("reconciler")
+	cred, err := issue(ctx, c.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_RECONCILER, dir, "client")
+	if err != nil {
+		return err
+	}
+	cl, err := newAPIClient(c.apiserverURL(), cred)
+	if err != nil {
+		return err
+	}
+	lg := supervisor.Logger(ctx)
+	if err := cl.waitReady(ctx, lg.Infof); err != nil {
+		return err
+	}
+	rctx, cancel := context.WithDeadlineCause(ctx, cred.renewAt, errRenew)
+	defer cancel()
+	nodesC := make(chan []ClusterNode)
+	event.Pipe(rctx, c.cfg.Nodes, nodesC, event.Filter(func(n []ClusterNode) bool { return n != nil }))
+	var nodes []ClusterNode
+	healthy := false
+	for {
+		for _, o := range clusterObjects() {
+			if err := cl.apply(rctx, o.path, o.body); err != nil {
+				return fmt.Errorf("when applying %s: %w", o.path, err)
+			}
+		}
+		if nodes != nil {
+			if err := reconcileNodes(rctx, cl, nodes, lg.Infof); err != nil {
+				// The next round tries again; the objects above are
+				// in place already.
+				lg.Warningf("Reconciling the Node objects: %v", err)
+			}
+		}
+		if !healthy {
+			lg.Infof("Applied %d cluster objects", len(clusterObjects()))
+			supervisor.Signal(ctx, supervisor.SignalHealthy)
+			healthy = true
+		}
+		select {
+		case <-rctx.Done():
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return errRenew
+		case nodes = <-nodesC:
+		case <-time.After(reconcileInterval):
+		}
+	}
+}
+
+// An object is a Kubernetes object the reconciler applies at path.
+type object struct {
+	path string
+	body map[string]any
+}
+
+// clusterObjects are the objects Cairn keeps in every cluster.
+func clusterObjects() []object {
+	return []object{
+		// The owner's credentials (cairnctl kubeconfig) are in group
+		// cairn:owners, which may do anything.
+		clusterRoleBinding("cairn:owners", "cluster-admin", "Group", "cairn:owners"),
+		// The apiserver's certificate towards kubelets: logs, exec,
+		// port-forward and metrics.
+		clusterRoleBinding("cairn:apiserver-kubelet-client", "system:kubelet-api-admin", "User", "cairn:apiserver-kubelet-client"),
+	}
+}
+
+// clusterRoleBinding binds role to one subject of kind (User or Group).
+func clusterRoleBinding(name, role, kind, subject string) object {
+	return object{
+		path: "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/" + name,
+		body: map[string]any{
+			"apiVersion": "rbac.authorization.k8s.io/v1",
+			"kind":       "ClusterRoleBinding",
+			"metadata":   map[string]any{"name": name, "labels": map[string]string{"app.kubernetes.io/managed-by": "cairn"}},
+			"roleRef":    map[string]string{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+			"subjects":   []map[string]string{{"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": subject}},
+		},
+	}
+}

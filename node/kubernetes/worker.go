@@ -1,0 +1,393 @@
+package kubernetes
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"cairn.dev/cairn/node/ports"
+	"cairn.dev/cairn/pkg/event"
+	"cairn.dev/cairn/pkg/supervisor"
+	"cairn.dev/cairn/pkg/tcpproxy"
+	api "cairn.dev/cairn/proto/api"
+)
+
+// PauseImage is the sandbox image of every pod. Cairn builds it
+// (build/pause) and containerd imports it from the system partition at
+// start, so no registry is ever asked for it.
+const PauseImage = "registry.k8s.io/pause:3.10"
+
+// pauseArchive is the pause image's archive in the payload directory.
+const pauseArchive = "pause.oci.tar"
+
+// WorkerConfig is what the worker of a node with the KubernetesWorker role
+// needs.
+type WorkerConfig struct {
+	Layout Layout
+	// NodeID is the node's ID, its Kubernetes node name.
+	NodeID string
+	// IP is the node's address, which the kubelet reports.
+	IP netip.Addr
+	// Curator issues the kubelet's certificates.
+	Curator api.CuratorClient
+	// APIServers are the host:port of every controller's apiserver; the
+	// kubelet reaches them through a balancer on the node's loopback.
+	APIServers event.Watchable[[]string]
+	// Ports are the node's ports: the kubelet's, and the balancer's.
+	Ports ports.Table
+}
+
+// Worker runs what makes a node take pods: containerd, the kubelet, the
+// balancer in front of the apiservers, and the pod network's
+// configuration.
+//
+//	curator ──certificates──▶ kubelet ──▶ 127.0.0.1 balancer ──▶ apiservers
+//	                            │                                   │
+//	                 containerd ◀┘ ◀── CNI config ◀── pod range ◀────┘
+type Worker struct {
+	cfg WorkerConfig
+}
+
+// NewWorker returns a worker for cfg. Nothing runs before Run.
+func NewWorker(cfg WorkerConfig) *Worker {
+	cfg.Ports = cfg.Ports.WithDefaults()
+	return &Worker{cfg: cfg}
+}
+
+func (w *Worker) dir(name ...string) string {
+	return w.cfg.Layout.run(append([]string{"worker"}, name...)...)
+}
+
+func (w *Worker) containerdSocket() string { return w.dir("containerd", "containerd.sock") }
+
+// balancerURL is where the node's components reach the apiservers.
+func (w *Worker) balancerURL() string {
+	return "https://127.0.0.1:" + strconv.Itoa(w.cfg.Ports.KubernetesAPIBalancer)
+}
+
+// Run runs the worker until ctx ends.
+func (w *Worker) Run(ctx context.Context) error {
+	if err := mkdirs(w.dir(), w.dir("cni"), w.cfg.Layout.data("containerd"), w.cfg.Layout.data("kubelet"), w.cfg.Layout.data("pods")); err != nil {
+		return err
+	}
+	if err := w.writeEtc(); err != nil {
+		return err
+	}
+	for _, r := range []struct {
+		name string
+		run  supervisor.Runnable
+	}{
+		{"balancer", w.runBalancer},
+		{"containerd", w.runContainerd},
+		{"kubelet", w.runKubelet},
+		{"podnetwork", w.runPodNetwork},
+	} {
+		if err := supervisor.Run(ctx, r.name, r.run); err != nil {
+			return fmt.Errorf("when starting the %s: %w", r.name, err)
+		}
+	}
+	supervisor.Signal(ctx, supervisor.SignalHealthy)
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// writeEtc gives the node the files of /etc that the kubelet and
+// containerd insist on and a node without users or D-Bus lacks: a user
+// database with root alone (the kubelet reads it for user namespaces), a
+// machine ID derived from the node ID (cAdvisor reports it), and a hosts
+// file (every pod's starts from it). Files already there are
+// left alone.
+func (w *Worker) writeEtc() error {
+	sum := sha256.Sum256([]byte(w.cfg.NodeID))
+	files := map[string]string{
+		"passwd":     "root:x:0:0:root:/:/bin/false\n",
+		"group":      "root:x:0:\n",
+		"machine-id": hex.EncodeToString(sum[:16]) + "\n",
+		// containerd starts every pod's /etc/hosts from the node's.
+		"hosts": "127.0.0.1\tlocalhost\n::1\tlocalhost\n",
+	}
+	if err := os.MkdirAll(w.cfg.Layout.Etc, 0o755); err != nil {
+		return fmt.Errorf("when creating %s: %w", w.cfg.Layout.Etc, err)
+	}
+	for name, content := range files {
+		path := filepath.Join(w.cfg.Layout.Etc, name)
+		if _, err := os.Stat(path); err == nil {
+			continue
+		}
+		if err := writeFile(path, []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runBalancer forwards connections on the loopback to the controllers'
+// apiservers, the first that answers, so that the kubelet keeps working
+// when one controller goes away.
+func (w *Worker) runBalancer(ctx context.Context) error {
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(w.cfg.Ports.KubernetesAPIBalancer))
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("when listening on %s: %w", addr, err)
+	}
+	var backends tcpproxy.Backends
+	if err := supervisor.Run(ctx, "backends", func(ctx context.Context) error {
+		wt := w.cfg.APIServers.Watch()
+		defer wt.Close()
+		supervisor.Signal(ctx, supervisor.SignalHealthy)
+		for {
+			eps, err := wt.Get(ctx)
+			if err != nil {
+				return err
+			}
+			if backends.Set(eps) {
+				supervisor.Logger(ctx).Infof("Apiservers: %v", eps)
+			}
+		}
+	}); err != nil {
+		return fmt.Errorf("when following the apiservers: %w", err)
+	}
+	supervisor.Signal(ctx, supervisor.SignalHealthy)
+	return tcpproxy.Serve(ctx, lis, &backends)
+}
+
+// runContainerd runs containerd, and imports the pause image once it
+// serves.
+func (w *Worker) runContainerd(ctx context.Context) error {
+	dir := w.dir("containerd")
+	if err := mkdirs(dir, w.dir("containerd", "state"), w.dir("registry")); err != nil {
+		return err
+	}
+	config := dir + "/config.toml"
+	if err := writeFile(config, []byte(w.containerdConfig()), 0o600); err != nil {
+		return err
+	}
+	if err := supervisor.Run(ctx, "pause-image", w.importPause); err != nil {
+		return fmt.Errorf("when starting the pause image's import: %w", err)
+	}
+	return runComponent(ctx, w.cfg.Layout.command("containerd", "--config", config), time.Time{})
+}
+
+// containerdConfig is containerd's configuration (version 3, containerd
+// 2.x): its state on the data partition, its sockets on the tmpfs, runc
+// from the payload, the CNI plugins of the payload with the configuration
+// runPodNetwork writes, the pinned pause image, and registry hosts from
+// w.dir("registry").
+//
+// runc jails containers without pivot_root: the node runs from its
+// initramfs, whose root the kernel will not pivot away from. Until /init
+// moves its root to a tmpfs of its own, containers are confined by a
+// moved mount and chroot instead, which a container holding
+// CAP_SYS_ADMIN could undo (docs/kubernetes.md).
+func (w *Worker) containerdConfig() string {
+	q := strconv.Quote
+	return `version = 3
+root = ` + q(w.cfg.Layout.data("containerd")) + `
+state = ` + q(w.dir("containerd", "state")) + `
+
+[grpc]
+  address = ` + q(w.containerdSocket()) + `
+
+[ttrpc]
+  address = ` + q(w.dir("containerd", "ttrpc.sock")) + `
+
+[plugins."io.containerd.cri.v1.runtime"]
+  [plugins."io.containerd.cri.v1.runtime".containerd]
+    default_runtime_name = "runc"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+        BinaryName = ` + q(w.cfg.Layout.bin("runc")) + `
+        SystemdCgroup = false
+        NoPivotRoot = true
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = [` + q(w.cfg.Layout.Bin) + `]
+    conf_dir = ` + q(w.dir("cni")) + `
+
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = ` + q(PauseImage) + `
+  [plugins."io.containerd.cri.v1.images".registry]
+    config_path = ` + q(w.dir("registry")) + `
+`
+}
+
+// importPause imports the pause image into containerd's Kubernetes
+// namespace once containerd serves, then is done.
+func (w *Worker) importPause(ctx context.Context) error {
+	for {
+		if _, err := os.Stat(w.containerdSocket()); err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	cmd := w.cfg.Layout.command("ctr", "--address", w.containerdSocket(), "--namespace", "k8s.io",
+		"images", "import", "--local", w.cfg.Layout.bin(pauseArchive))
+	if err := supervisor.RunCommand(ctx, cmd); err != nil {
+		return fmt.Errorf("when importing the pause image: %w", err)
+	}
+	supervisor.Logger(ctx).Infof("Imported %s", PauseImage)
+	supervisor.Signal(ctx, supervisor.SignalDone)
+	return nil
+}
+
+// runKubelet runs the kubelet with certificates of the Kubernetes CA for
+// the node's name.
+func (w *Worker) runKubelet(ctx context.Context) error {
+	dir := w.dir("kubelet")
+	client, err := issue(ctx, w.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_KUBELET_CLIENT, dir, "client")
+	if err != nil {
+		return err
+	}
+	serving, err := issue(ctx, w.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_KUBELET_SERVING, dir, "serving")
+	if err != nil {
+		return err
+	}
+	kubeconfig := dir + "/kubeconfig"
+	if err := writeKubeconfig(kubeconfig, w.balancerURL(), client); err != nil {
+		return err
+	}
+	config := dir + "/config.json"
+	if err := writeJSON(config, w.kubeletConfig(serving)); err != nil {
+		return err
+	}
+	cmd := w.cfg.Layout.command("kubelet",
+		"--config="+config,
+		"--kubeconfig="+kubeconfig,
+		"--root-dir="+w.cfg.Layout.data("kubelet"),
+		"--hostname-override="+w.cfg.NodeID,
+		"--node-ip="+w.cfg.IP.String(),
+		"--cert-dir="+dir,
+	)
+	return runComponent(ctx, cmd, soonest(client, serving))
+}
+
+// kubeletConfig is the kubelet's KubeletConfiguration.
+func (w *Worker) kubeletConfig(serving *credential) map[string]any {
+	return map[string]any{
+		"apiVersion": "kubelet.config.k8s.io/v1beta1",
+		"kind":       "KubeletConfiguration",
+		"authentication": map[string]any{
+			"anonymous": map[string]bool{"enabled": false},
+			"webhook":   map[string]bool{"enabled": true},
+			"x509":      map[string]string{"clientCAFile": serving.CA},
+		},
+		"authorization":            map[string]string{"mode": "Webhook"},
+		"tlsCertFile":              serving.Cert,
+		"tlsPrivateKeyFile":        serving.Key,
+		"port":                     w.cfg.Ports.Kubelet,
+		"readOnlyPort":             0,
+		"healthzPort":              0,
+		"clusterDomain":            ClusterDomain,
+		"clusterDNS":               []string{ClusterDNS},
+		"resolvConf":               "",
+		"cgroupDriver":             "cgroupfs",
+		"containerRuntimeEndpoint": "unix://" + w.containerdSocket(),
+		"podLogsDir":               w.cfg.Layout.data("pods"),
+		"rotateCertificates":       false,
+		"serverTLSBootstrap":       false,
+		"failSwapOn":               false,
+		"protectKernelDefaults":    false,
+	}
+}
+
+// errNoPodRange is what runPodNetwork waits out: the controller manager
+// has not given the node its pod range yet.
+var errNoPodRange = errors.New("no pod range allocated yet")
+
+// runPodNetwork waits until the node's Node object has its pod range, then
+// writes the CNI configuration for it, which makes the kubelet report the
+// network ready.
+func (w *Worker) runPodNetwork(ctx context.Context) error {
+	dir := w.dir("podnetwork")
+	cred, err := issue(ctx, w.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_KUBELET_CLIENT, dir, "client")
+	if err != nil {
+		return err
+	}
+	cl, err := newAPIClient(w.balancerURL(), cred)
+	if err != nil {
+		return err
+	}
+	lg := supervisor.Logger(ctx)
+	rctx, cancel := context.WithDeadlineCause(ctx, cred.renewAt, errRenew)
+	defer cancel()
+	var written netip.Prefix
+	lastErr := ""
+	for {
+		r, err := w.podRange(rctx, cl)
+		switch {
+		case err != nil:
+			if msg := err.Error(); msg != lastErr {
+				lg.Infof("Waiting for the node's pod range: %v", err)
+				lastErr = msg
+			}
+		case r != written:
+			if err := writeJSON(w.dir("cni", "10-cairn.conflist"), cniConfig(r)); err != nil {
+				return err
+			}
+			lg.Infof("Pod network on %s", r)
+			written = r
+			supervisor.Signal(ctx, supervisor.SignalHealthy)
+		}
+		select {
+		case <-rctx.Done():
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return errRenew
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// podRange returns the node's pod range from its Node object.
+func (w *Worker) podRange(ctx context.Context, cl *apiClient) (netip.Prefix, error) {
+	var node struct {
+		Spec struct {
+			PodCIDR string `json:"podCIDR"`
+		} `json:"spec"`
+	}
+	if err := cl.get(ctx, "/api/v1/nodes/"+w.cfg.NodeID, &node); err != nil {
+		return netip.Prefix{}, err
+	}
+	if node.Spec.PodCIDR == "" {
+		return netip.Prefix{}, errNoPodRange
+	}
+	p, err := netip.ParsePrefix(node.Spec.PodCIDR)
+	if err != nil {
+		return netip.Prefix{}, fmt.Errorf("when parsing the node's pod range %q: %w", node.Spec.PodCIDR, err)
+	}
+	return p, nil
+}
+
+// cniConfig is the pod network's CNI configuration on the node's pod
+// range: a veth pair per pod routed by the node (ptp), addresses from the
+// range (host-local).
+func cniConfig(r netip.Prefix) map[string]any {
+	return map[string]any{
+		"cniVersion": "1.0.0",
+		"name":       "cairn",
+		"plugins": []any{map[string]any{
+			"type":   "ptp",
+			"ipMasq": false,
+			"ipam": map[string]any{
+				"type":   "host-local",
+				"ranges": [][]map[string]string{{{"subnet": r.String()}}},
+				"routes": []map[string]string{{"dst": "0.0.0.0/0"}},
+			},
+		}},
+	}
+}

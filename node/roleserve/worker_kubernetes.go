@@ -1,0 +1,161 @@
+package roleserve
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+
+	"cairn.dev/cairn/node/consensus"
+	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/kubernetes"
+	"cairn.dev/cairn/node/ports"
+	"cairn.dev/cairn/pkg/event"
+	"cairn.dev/cairn/pkg/supervisor"
+	api "cairn.dev/cairn/proto/api"
+)
+
+// kubernetesInputs are what a Kubernetes runnable is built from; it runs
+// again when they change.
+type kubernetesInputs struct {
+	// on is whether the node holds the role (and, for a controller, runs
+	// a voting etcd member).
+	on bool
+	ip netip.Addr
+	// etcd is the local etcd member a controller's apiserver uses.
+	etcd *consensus.Status
+}
+
+// workerKubernetes runs the Kubernetes controller or worker while the node
+// holds that role, and stops it when the role goes: one instance per role.
+type workerKubernetes struct {
+	// controller selects the role: KubernetesController or
+	// KubernetesWorker.
+	controller  bool
+	address     event.Watchable[netip.Prefix]
+	roles       event.Watchable[*api.NodeRoles]
+	credentials event.Watchable[*identity.Node]
+	curator     event.Watchable[*curatorConn]
+	// localEtcd is the node's voting etcd member, nil while there is none
+	// (controlplane).
+	localEtcd event.Watchable[*consensus.Status]
+	// apiservers are the controllers' apiservers (clusterdir).
+	apiservers event.Watchable[[]string]
+	// kubeNodes are the UP nodes' Kubernetes roles (clusterdir).
+	kubeNodes event.Watchable[[]kubernetes.ClusterNode]
+	layout    kubernetes.Layout
+	ports     ports.Table
+}
+
+func (w *workerKubernetes) role() string {
+	if w.controller {
+		return "KubernetesController"
+	}
+	return "KubernetesWorker"
+}
+
+// inputs reads the current inputs from the latest values.
+func (w *workerKubernetes) inputs(roles *api.NodeRoles, addr netip.Prefix, etcd *consensus.Status) kubernetesInputs {
+	in := kubernetesInputs{ip: addr.Addr()}
+	if w.controller {
+		in.on = roles.GetKubernetesController() != nil && etcd != nil
+		if in.on {
+			in.etcd = etcd
+		}
+	} else {
+		in.on = roles.GetKubernetesWorker() != nil
+	}
+	return in
+}
+
+func (w *workerKubernetes) run(ctx context.Context) error {
+	creds, err := waitFor(ctx, w.credentials, "credentials")
+	if err != nil {
+		return err
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	rolesC := make(chan *api.NodeRoles)
+	addrC := make(chan netip.Prefix)
+	etcdC := make(chan *consensus.Status)
+	event.Pipe(pctx, w.roles, rolesC, event.Filter(notNil[api.NodeRoles]))
+	event.Pipe(pctx, w.address, addrC)
+	if w.controller {
+		event.Pipe(pctx, w.localEtcd, etcdC)
+	}
+	var (
+		roles   *api.NodeRoles
+		addr    netip.Prefix
+		etcd    *consensus.Status
+		started *kubernetesInputs
+	)
+	healthy := false
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case roles = <-rolesC:
+		case addr = <-addrC:
+		case etcd = <-etcdC:
+		}
+		if roles == nil || !addr.IsValid() {
+			continue
+		}
+		in := w.inputs(roles, addr, etcd)
+		if started != nil {
+			if in != *started {
+				return fmt.Errorf("%w: %s now %t on %s", errInputChanged, w.role(), in.on, in.ip)
+			}
+			continue
+		}
+		started = &in
+		if in.on {
+			cc, err := waitFor(ctx, w.curator, "a curator connection")
+			if err != nil {
+				return err
+			}
+			if err := w.start(ctx, creds, cc, in); err != nil {
+				return err
+			}
+			supervisor.Logger(ctx).Infof("%s started on %s", w.role(), in.ip)
+		}
+		if !healthy {
+			supervisor.Signal(ctx, supervisor.SignalHealthy)
+			healthy = true
+		}
+	}
+}
+
+// start runs the controller or the worker as a child.
+func (w *workerKubernetes) start(ctx context.Context, creds *identity.Node, cc *curatorConn, in kubernetesInputs) error {
+	if w.controller {
+		c := kubernetes.NewController(kubernetes.ControllerConfig{
+			Layout:  w.layout,
+			IP:      in.ip,
+			Curator: cc.client(),
+			Etcd:    in.etcd.RawClient(),
+			Ports:   w.ports,
+			Nodes:   w.kubeNodes,
+		})
+		return supervisor.Run(ctx, "controller", c.Run)
+	}
+	wk := kubernetes.NewWorker(kubernetes.WorkerConfig{
+		Layout:     w.layout,
+		NodeID:     creds.ID(),
+		IP:         in.ip,
+		Curator:    cc.client(),
+		APIServers: w.apiservers,
+		Ports:      w.ports,
+	})
+	return supervisor.Run(ctx, "worker", wk.Run)
+}
+
+// kubernetesLayout is where Kubernetes lives on the node of cfg.
+func kubernetesLayout(cfg Config) kubernetes.Layout {
+	return kubernetes.Layout{
+		Bin:  kubernetes.DefaultBin,
+		Data: cfg.Storage.Root.Data.Kubernetes.FullPath(),
+		Run:  filepath.Join(cfg.Storage.Root.Ephemeral.FullPath(), "kubernetes"),
+		Etc:  "/etc",
+	}
+}
