@@ -77,6 +77,8 @@ func newRootCommand(a *app) *cobra.Command {
 		newNodeCommand(a),
 		newLogsCommand(a),
 		newConfigCommand(a),
+		newKubeconfigCommand(a),
+		newKubernetesCommand(a),
 	)
 	return root
 }

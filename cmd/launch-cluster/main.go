@@ -86,6 +86,7 @@ func parseFlags(args []string) (cluster.Config, time.Duration, error) {
 	console := fs.Bool("console", false, "copy every node's serial console to standard output, prefixed with its name")
 	grace := fs.Duration("shutdown-timeout", 2*time.Minute, "how long to wait for the nodes to power off before killing them")
 	contextName := fs.String("context", defaultContextName, "cairnctl context to add (or replace) in $XDG_CONFIG_HOME/cairnctl and select, so that a plain cairnctl reaches the cluster; empty leaves your cairnctl configuration alone")
+	kube := fs.Bool("kubernetes", true, "give node 0 KubernetesController and the other nodes KubernetesWorker, and write a kubeconfig into -dir")
 	chaos := fs.String("net-chaos", "", "network profile of the harness's switch that joins the nodes, such as delay=50ms,jitter=20ms,loss=2%,dup=0.5%,reorder=0.5%,seed=42 (delay=0 impairs nothing); empty: $"+cluster.NetChaosEnv+" if set, else the kernel's bridge")
 	if err := fs.Parse(args); err != nil {
 		return cluster.Config{}, 0, err
@@ -105,6 +106,7 @@ func parseFlags(args []string) (cluster.Config, time.Duration, error) {
 		HostPortBase:    *portBase,
 		Context:         *contextName,
 	}
+	kubernetesOn = *kube
 	if *console {
 		cfg.Console = os.Stdout
 	}
@@ -144,11 +146,53 @@ func run(cfg cluster.Config, grace time.Duration) error {
 		say("the nodes stay up for a look at their consoles; Ctrl-C powers them down")
 	} else {
 		printPhases(c)
+		kubeconfig := ""
+		if kubernetesOn {
+			var err error
+			if kubeconfig, err = startKubernetes(interrupted, c); err != nil {
+				say("Kubernetes: %v", err)
+				kubeconfig = ""
+			}
+		}
 		announce(interrupted, c, os.Stderr)
+		if kubeconfig != "" {
+			fmt.Fprintf(os.Stderr, "\nkubectl as the owner (Kubernetes starts within minutes under emulation):\n  %s\n  %s\n",
+				cluster.ShellLine(filepath.Join(filepath.Dir(cfg.Cairnctl), "kubectl"), "--kubeconfig", kubeconfig, "get", "nodes"),
+				cluster.ShellLine(filepath.Join(filepath.Dir(cfg.Cairnctl), "kubectl"), "--kubeconfig", kubeconfig, "get", "pods", "-A"))
+		}
 	}
 	<-interrupted.Done()
 	stop()
 	return errors.Join(formErr, powerdown(c, grace))
+}
+
+// kubernetesOn is -kubernetes.
+var kubernetesOn = true
+
+// startKubernetes gives node 0 the KubernetesController role and every
+// other node KubernetesWorker (a one-node cluster gets both on node 0),
+// and writes a kubeconfig whose context reaches node 0's apiserver through
+// its forward. It returns the kubeconfig's path.
+func startKubernetes(ctx context.Context, c *cluster.Cluster) (string, error) {
+	nodes := c.Nodes()
+	roles := [][2]string{{nodes[0].ID(), "KubernetesController"}}
+	for _, n := range nodes[1:] {
+		roles = append(roles, [2]string{n.ID(), "KubernetesWorker"})
+	}
+	if len(nodes) == 1 {
+		roles = append(roles, [2]string{nodes[0].ID(), "KubernetesWorker"})
+	}
+	for _, r := range roles {
+		if _, err := c.Cairnctl(ctx, "node", "add-role", r[0], r[1]); err != nil {
+			return "", err
+		}
+	}
+	kubeconfig := filepath.Join(c.Config().Dir, "kubeconfig")
+	if _, err := c.Cairnctl(ctx, "kubeconfig", "--out", kubeconfig, "--apiserver", "https://"+nodes[0].KubernetesAddr()); err != nil {
+		return "", err
+	}
+	say("node 0 runs the Kubernetes control plane, the other nodes are its workers; kubeconfig in %s", kubeconfig)
+	return kubeconfig, nil
 }
 
 // freshDir empties dir if an earlier run made it, and marks it as ours.

@@ -127,6 +127,10 @@ func (c *Cluster) ContextCommandLine(args ...string) string {
 	return shellLine(append([]string{c.cfg.Cairnctl}, args...))
 }
 
+// ShellLine quotes every word of a command line for a POSIX shell and
+// joins them, for people to copy.
+func ShellLine(words ...string) string { return shellLine(words) }
+
 // shellLine quotes every word of a command line for a POSIX shell and
 // joins them.
 func shellLine(words []string) string {

@@ -195,6 +195,9 @@ func (c *Cluster) newNode(i int, nn netns.Node) (*Node, error) {
 	if n.managementAddr, err = c.forward(i, nn, ports.NodeManagement); err != nil {
 		return nil, err
 	}
+	if n.kubernetesAddr, err = c.forward(i, nn, ports.KubernetesAPI); err != nil {
+		return nil, err
+	}
 	return n, nil
 }
 

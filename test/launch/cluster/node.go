@@ -29,6 +29,7 @@ type Node struct {
 	ip             netip.Addr
 	curatorAddr    string
 	managementAddr string
+	kubernetesAddr string
 	disk           string
 	tpmDir         string
 
@@ -58,6 +59,10 @@ func (n *Node) CuratorAddr() string { return n.curatorAddr }
 // ManagementAddr returns the host address forwarded to the node's
 // management port.
 func (n *Node) ManagementAddr() string { return n.managementAddr }
+
+// KubernetesAddr returns the host address forwarded to the node's
+// Kubernetes apiserver port.
+func (n *Node) KubernetesAddr() string { return n.kubernetesAddr }
 
 // Disk returns the path of the node's disk.
 func (n *Node) Disk() string { return n.disk }
