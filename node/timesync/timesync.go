@@ -257,7 +257,7 @@ func (p *poller) ask(ctx context.Context, server netip.Addr) (bool, error) {
 	if step {
 		if err := s.c.clock.step(r.Offset); err != nil {
 			if r.Offset.Abs() > MaxOffset {
-				reason := fmt.Sprintf("NTP server %s finds it %s off, more than %s, and stepping it failed: %v", server, r.Offset, MaxOffset, err)
+				reason := fmt.Sprintf("NTP server %s finds it %s off, more than %s, and stepping it failed: %v", server, r.Offset.Round(time.Millisecond), MaxOffset, err)
 				if s.state.Sync != KnownWrong {
 					p.log.Errorf("Clock known wrong: %s", reason)
 				}
