@@ -1,14 +1,19 @@
 package logtree
 
 import (
+	"encoding/json"
 	"io"
+	"maps"
+	"path"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
 
 // KlogFor returns a writer like RawFor's, for the output of a program that
-// logs with klog (Kubernetes' components) or logrus (containerd): each line
+// logs with klog (Kubernetes' components), logrus (containerd) or zap's
+// JSON (etcd's client inside the apiserver): each line
 // in one of their formats becomes a leveled entry with the line's own
 // severity, message and source location; any other line (a Go panic's
 // stack, plain text) stays a raw entry, in order.
@@ -41,7 +46,61 @@ func parseForeignLine(line string) LogEntry {
 	if e, ok := parseLogfmt(line); ok {
 		return e
 	}
+	if e, ok := parseZapJSON(line); ok {
+		return e
+	}
 	return LogEntry{Severity: INFO, Message: line, Raw: true}
+}
+
+// parseZapJSON reads a line of zap's JSON encoder, as etcd's client logs
+// inside Kubernetes' components: level, msg and caller (file:line) become
+// the entry's, the other fields but ts follow the message.
+func parseZapJSON(line string) (LogEntry, bool) {
+	if !strings.HasPrefix(line, `{"level":"`) {
+		return LogEntry{}, false
+	}
+	var fields map[string]any
+	if err := json.Unmarshal([]byte(line), &fields); err != nil {
+		return LogEntry{}, false
+	}
+	level, _ := fields["level"].(string)
+	msg, _ := fields["msg"].(string)
+	e := LogEntry{Severity: levelSeverity(level), Message: msg}
+	if caller, ok := fields["caller"].(string); ok {
+		file, ln, _ := strings.Cut(caller, ":")
+		if n, err := strconv.Atoi(ln); err == nil {
+			e.File, e.Line = path.Base(file), n
+		}
+	}
+	var rest []string
+	for _, k := range slices.Sorted(maps.Keys(fields)) {
+		switch k {
+		case "level", "msg", "caller", "ts":
+			continue
+		}
+		v, err := json.Marshal(fields[k])
+		if err != nil {
+			continue
+		}
+		rest = append(rest, k+"="+string(v))
+	}
+	if len(rest) > 0 {
+		e.Message += " " + strings.Join(rest, " ")
+	}
+	return e, true
+}
+
+// levelSeverity maps logrus' and zap's level names.
+func levelSeverity(level string) Severity {
+	switch level {
+	case "warning", "warn":
+		return WARNING
+	case "error":
+		return ERROR
+	case "fatal", "panic", "dpanic":
+		return FATAL
+	}
+	return INFO
 }
 
 func klogSeverity(c byte) Severity {
@@ -100,15 +159,7 @@ func parseLogfmt(line string) (LogEntry, bool) {
 	if level == "" {
 		return LogEntry{}, false
 	}
-	sev := INFO
-	switch level {
-	case "warning", "warn":
-		sev = WARNING
-	case "error":
-		sev = ERROR
-	case "fatal", "panic":
-		sev = FATAL
-	}
+	sev := levelSeverity(level)
 	if len(rest) > 0 {
 		msg += " " + strings.Join(rest, " ")
 	}

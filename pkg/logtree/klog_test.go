@@ -29,6 +29,9 @@ func TestParseForeignLine(t *testing.T) {
 		{`time="2026-11-24T01:02:03Z" level=error msg="unterminated`,
 			LogEntry{Severity: INFO, Message: `time="2026-11-24T01:02:03Z" level=error msg="unterminated`, Raw: true}},
 		{"goroutine 1 [running]:", LogEntry{Severity: INFO, Message: "goroutine 1 [running]:", Raw: true}},
+		{`{"level":"warn","ts":"2026-11-24T01:47:10Z","logger":"etcd-client","caller":"v3@v3.7.0/retry_interceptor.go:68","msg":"retrying","attempt":0}`,
+			LogEntry{Severity: WARNING, File: "retry_interceptor.go", Line: 68, Message: `retrying attempt=0 logger="etcd-client"`}},
+		{`{"level":"warn", broken`, LogEntry{Severity: INFO, Message: `{"level":"warn", broken`, Raw: true}},
 	} {
 		if got := parseForeignLine(tc.line); got != tc.want {
 			t.Errorf("parseForeignLine(%q) = %+v, want %+v", tc.line, got, tc.want)
