@@ -131,6 +131,9 @@ func (c *Controller) serviceAccountKey(ctx context.Context, dir string) (string,
 	if err != nil {
 		return "", fmt.Errorf("when encoding the service account key: %w", err)
 	}
+	if err := mkdirs(dir); err != nil {
+		return "", err
+	}
 	path := dir + "/service-account.key"
 	b := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
 	if err := writeFile(path, b, 0o600); err != nil {
@@ -215,56 +218,40 @@ func admissionConfiguration() any {
 // apiserver. It allocates each node's pod range.
 func (c *Controller) runControllerManager(ctx context.Context) error {
 	dir := c.dir("controller-manager")
-	cred, err := issue(ctx, c.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_CONTROLLER_MANAGER, dir, "client")
-	if err != nil {
-		return err
-	}
 	sa, err := c.serviceAccountKey(ctx, dir)
 	if err != nil {
 		return err
 	}
-	kubeconfig := dir + "/kubeconfig"
-	if err := writeKubeconfig(kubeconfig, c.apiserverURL(), cred); err != nil {
-		return err
-	}
-	if err := c.waitAPIServer(ctx, cred); err != nil {
-		return err
-	}
-	cmd := c.cfg.Layout.command("kube-controller-manager",
-		"--kubeconfig="+kubeconfig,
-		"--authentication-kubeconfig="+kubeconfig,
-		"--authorization-kubeconfig="+kubeconfig,
-		"--bind-address=127.0.0.1",
-		"--cert-dir="+dir,
-		"--service-account-private-key-file="+sa,
-		"--root-ca-file="+cred.CA,
-		"--use-service-account-credentials=true",
-		"--allocate-node-cidrs=true",
-		"--cluster-cidr="+PodRange,
-		"--node-cidr-mask-size="+strconv.Itoa(podMaskSize),
-		"--service-cluster-ip-range="+ServiceRange,
-		"--configure-cloud-routes=false",
-		"--profiling=false",
-	)
-	return runComponent(ctx, cmd, cred.renewAt)
-}
-
-// waitAPIServer waits until the local apiserver is ready. The
-// controller-manager and the scheduler start only then: started earlier
-// they exit at once, and on a slow CPU their restarts take the time the
-// apiserver needs to finish starting within its own deadlines.
-func (c *Controller) waitAPIServer(ctx context.Context, cred *credential) error {
-	cl, err := newAPIClient(c.apiserverURL(), cred)
-	if err != nil {
-		return err
-	}
-	return cl.waitReady(ctx, supervisor.Logger(ctx).Infof)
+	return c.runClient(ctx, "kube-controller-manager", api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_CONTROLLER_MANAGER, dir,
+		func(cred *credential) []string {
+			return []string{
+				"--cert-dir=" + dir,
+				"--service-account-private-key-file=" + sa,
+				"--root-ca-file=" + cred.CA,
+				"--use-service-account-credentials=true",
+				"--allocate-node-cidrs=true",
+				"--cluster-cidr=" + PodRange,
+				"--node-cidr-mask-size=" + strconv.Itoa(podMaskSize),
+				"--service-cluster-ip-range=" + ServiceRange,
+				"--configure-cloud-routes=false",
+			}
+		})
 }
 
 // runScheduler runs kube-scheduler against the local apiserver.
 func (c *Controller) runScheduler(ctx context.Context) error {
-	dir := c.dir("scheduler")
-	cred, err := issue(ctx, c.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_SCHEDULER, dir, "client")
+	return c.runClient(ctx, "kube-scheduler", api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_SCHEDULER, c.dir("scheduler"),
+		func(*credential) []string { return nil })
+}
+
+// runClient runs the component bin, a client of the local apiserver, with
+// a certificate of kind in a kubeconfig in dir, and the flags of its own
+// that flags returns. It starts it only once the apiserver is ready:
+// started earlier, the controller-manager and the scheduler exit at once,
+// and on a slow CPU their restarts take the time the apiserver needs to
+// finish starting within its own deadlines.
+func (c *Controller) runClient(ctx context.Context, bin string, kind api.CertificateKind, dir string, flags func(*credential) []string) error {
+	cred, err := issue(ctx, c.cfg.Curator, kind, dir, "client")
 	if err != nil {
 		return err
 	}
@@ -272,15 +259,19 @@ func (c *Controller) runScheduler(ctx context.Context) error {
 	if err := writeKubeconfig(kubeconfig, c.apiserverURL(), cred); err != nil {
 		return err
 	}
-	if err := c.waitAPIServer(ctx, cred); err != nil {
+	cl, err := newAPIClient(c.apiserverURL(), cred)
+	if err != nil {
 		return err
 	}
-	cmd := c.cfg.Layout.command("kube-scheduler",
-		"--kubeconfig="+kubeconfig,
-		"--authentication-kubeconfig="+kubeconfig,
-		"--authorization-kubeconfig="+kubeconfig,
+	if err := cl.waitReady(ctx, supervisor.Logger(ctx).Infof); err != nil {
+		return err
+	}
+	args := append([]string{
+		"--kubeconfig=" + kubeconfig,
+		"--authentication-kubeconfig=" + kubeconfig,
+		"--authorization-kubeconfig=" + kubeconfig,
 		"--bind-address=127.0.0.1",
 		"--profiling=false",
-	)
-	return runComponent(ctx, cmd, cred.renewAt)
+	}, flags(cred)...)
+	return runComponent(ctx, c.cfg.Layout.command(bin, args...), cred.renewAt)
 }

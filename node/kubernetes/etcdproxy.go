@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 
 	"cairn.dev/cairn/pkg/etcdprefix"
@@ -79,7 +80,13 @@ func (p *EtcdProxy) Run(ctx context.Context) error {
 		return err
 	}
 	lease, _ := grpcproxy.NewLeaseProxy(ctx, cl)
-	srv := grpc.NewServer()
+	// The apiserver's etcd client pings every 30 s; gRPC's default
+	// policy (at most every 5 minutes) would answer those pings by
+	// closing the connection. Allow what etcd itself allows.
+	srv := grpc.NewServer(grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+		MinTime:             5 * time.Second,
+		PermitWithoutStream: true,
+	}))
 	pb.RegisterKVServer(srv, noCompaction{kv})
 	pb.RegisterWatchServer(srv, watch)
 	pb.RegisterLeaseServer(srv, lease)
