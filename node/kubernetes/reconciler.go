@@ -82,7 +82,40 @@ func clusterObjects() []object {
 		// The apiserver's certificate towards kubelets: logs, exec,
 		// port-forward and metrics.
 		clusterRoleBinding("cairn:apiserver-kubelet-client", "system:kubelet-api-admin", "User", "cairn:apiserver-kubelet-client"),
+		// Each worker routes to the other nodes' pod ranges, which it
+		// reads from their Node objects with its kubelet credential;
+		// the Node authorizer lets a kubelet read only its own.
+		clusterRole("cairn:pod-network", rule{Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}),
+		clusterRoleBinding("cairn:pod-network", "cairn:pod-network", "Group", "system:nodes"),
 	}
+}
+
+// A rule is one rule of a ClusterRole, in the core API group.
+type rule struct {
+	Resources []string
+	Verbs     []string
+}
+
+// clusterRole is a ClusterRole of rules.
+func clusterRole(name string, rules ...rule) object {
+	rs := make([]map[string]any, len(rules))
+	for i, r := range rules {
+		rs[i] = map[string]any{"apiGroups": []string{""}, "resources": r.Resources, "verbs": r.Verbs}
+	}
+	return object{
+		path: "/apis/rbac.authorization.k8s.io/v1/clusterroles/" + name,
+		body: map[string]any{
+			"apiVersion": "rbac.authorization.k8s.io/v1",
+			"kind":       "ClusterRole",
+			"metadata":   managedMeta(name),
+			"rules":      rs,
+		},
+	}
+}
+
+// managedMeta is the metadata of an object the reconciler owns.
+func managedMeta(name string) map[string]any {
+	return map[string]any{"name": name, "labels": map[string]string{"app.kubernetes.io/managed-by": "cairn"}}
 }
 
 // clusterRoleBinding binds role to one subject of kind (User or Group).
@@ -92,7 +125,7 @@ func clusterRoleBinding(name, role, kind, subject string) object {
 		body: map[string]any{
 			"apiVersion": "rbac.authorization.k8s.io/v1",
 			"kind":       "ClusterRoleBinding",
-			"metadata":   map[string]any{"name": name, "labels": map[string]string{"app.kubernetes.io/managed-by": "cairn"}},
+			"metadata":   managedMeta(name),
 			"roleRef":    map[string]string{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
 			"subjects":   []map[string]string{{"apiGroup": "rbac.authorization.k8s.io", "kind": kind, "name": subject}},
 		},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -12,6 +11,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"cairn.dev/cairn/node/ports"
 	"cairn.dev/cairn/pkg/event"
@@ -81,6 +83,18 @@ func (w *Worker) Run(ctx context.Context) error {
 	if err := w.writeEtc(); err != nil {
 		return err
 	}
+	// What a crashed worker left, then, once this one stops, what it
+	// leaves: a removed role leaves no process or mount behind.
+	if err := w.cfg.Layout.cleanUp(); err != nil {
+		supervisor.Logger(ctx).Warningf("Cleaning up after an earlier worker: %v", err)
+	}
+	defer func() {
+		if err := w.cfg.Layout.cleanUp(); err != nil {
+			supervisor.Logger(ctx).Warningf("Cleaning up after the worker: %v", err)
+		} else {
+			supervisor.Logger(ctx).Info("Worker stopped: no pod, shim or mount left")
+		}
+	}()
 	for _, r := range []struct {
 		name string
 		run  supervisor.Runnable
@@ -304,13 +318,10 @@ func (w *Worker) kubeletConfig(serving *credential) map[string]any {
 	}
 }
 
-// errNoPodRange is what runPodNetwork waits out: the controller manager
-// has not given the node its pod range yet.
-var errNoPodRange = errors.New("no pod range allocated yet")
-
-// runPodNetwork waits until the node's Node object has its pod range, then
-// writes the CNI configuration for it, which makes the kubelet report the
-// network ready.
+// runPodNetwork waits until the node's Node object has its pod range,
+// then writes the CNI configuration for it, which makes the kubelet report
+// the network ready; and it keeps the routes to the other nodes' pod
+// ranges, from their Node objects.
 func (w *Worker) runPodNetwork(ctx context.Context) error {
 	dir := w.dir("podnetwork")
 	cred, err := issue(ctx, w.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_KUBELET_CLIENT, dir, "client")
@@ -321,26 +332,35 @@ func (w *Worker) runPodNetwork(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	nl, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("when opening netlink: %w", err)
+	}
+	defer nl.Close()
 	lg := supervisor.Logger(ctx)
 	rctx, cancel := context.WithDeadlineCause(ctx, cred.renewAt, errRenew)
 	defer cancel()
 	var written netip.Prefix
 	lastErr := ""
 	for {
-		r, err := w.podRange(rctx, cl)
-		switch {
-		case err != nil:
+		ranges, err := podRanges(rctx, cl)
+		if err == nil {
+			err = w.apply(ranges, &written, nl, lg.Infof)
+		}
+		if err != nil {
 			if msg := err.Error(); msg != lastErr {
-				lg.Infof("Waiting for the node's pod range: %v", err)
+				lg.Infof("Pod network: %v", err)
 				lastErr = msg
 			}
-		case r != written:
-			if err := writeJSON(w.dir("cni", "10-cairn.conflist"), cniConfig(r)); err != nil {
-				return err
-			}
-			lg.Infof("Pod network on %s", r)
-			written = r
+		} else {
+			lastErr = ""
+		}
+		if written.IsValid() {
 			supervisor.Signal(ctx, supervisor.SignalHealthy)
+		}
+		wait := 10 * time.Second
+		if !written.IsValid() {
+			wait = 2 * time.Second
 		}
 		select {
 		case <-rctx.Done():
@@ -348,29 +368,69 @@ func (w *Worker) runPodNetwork(ctx context.Context) error {
 				return ctx.Err()
 			}
 			return errRenew
-		case <-time.After(2 * time.Second):
+		case <-time.After(wait):
 		}
 	}
 }
 
-// podRange returns the node's pod range from its Node object.
-func (w *Worker) podRange(ctx context.Context, cl *apiClient) (netip.Prefix, error) {
-	var node struct {
-		Spec struct {
-			PodCIDR string `json:"podCIDR"`
-		} `json:"spec"`
+// apply writes the CNI configuration for the node's own range when it is
+// new (written is the range written last), and routes the others.
+func (w *Worker) apply(ranges []podRange, written *netip.Prefix, nl *netlink.Handle, logf func(string, ...any)) error {
+	var own netip.Prefix
+	for _, r := range ranges {
+		if r.Node == w.cfg.NodeID {
+			own = r.Range
+		}
 	}
-	if err := cl.get(ctx, "/api/v1/nodes/"+w.cfg.NodeID, &node); err != nil {
-		return netip.Prefix{}, err
+	if !own.IsValid() {
+		return fmt.Errorf("node %s has no pod range yet", w.cfg.NodeID)
 	}
-	if node.Spec.PodCIDR == "" {
-		return netip.Prefix{}, errNoPodRange
+	if own != *written {
+		if err := writeJSON(w.dir("cni", "10-cairn.conflist"), cniConfig(own)); err != nil {
+			return err
+		}
+		logf("Pod network on %s", own)
+		*written = own
 	}
-	p, err := netip.ParsePrefix(node.Spec.PodCIDR)
-	if err != nil {
-		return netip.Prefix{}, fmt.Errorf("when parsing the node's pod range %q: %w", node.Spec.PodCIDR, err)
+	return syncPodRoutes(nl, w.cfg.NodeID, ranges)
+}
+
+// podRanges lists every node's pod range and internal address from the
+// Node objects.
+func podRanges(ctx context.Context, cl *apiClient) ([]podRange, error) {
+	var list struct {
+		Items []struct {
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+			Spec struct {
+				PodCIDR string `json:"podCIDR"`
+			} `json:"spec"`
+			Status struct {
+				Addresses []struct {
+					Type    string `json:"type"`
+					Address string `json:"address"`
+				} `json:"addresses"`
+			} `json:"status"`
+		} `json:"items"`
 	}
-	return p, nil
+	if err := cl.get(ctx, "/api/v1/nodes", &list); err != nil {
+		return nil, err
+	}
+	var out []podRange
+	for _, n := range list.Items {
+		r := podRange{Node: n.Metadata.Name}
+		if p, err := netip.ParsePrefix(n.Spec.PodCIDR); err == nil {
+			r.Range = p
+		}
+		for _, a := range n.Status.Addresses {
+			if ip, err := netip.ParseAddr(a.Address); err == nil && a.Type == "InternalIP" && ip.Is4() {
+				r.Address = ip
+			}
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 // cniConfig is the pod network's CNI configuration on the node's pod
