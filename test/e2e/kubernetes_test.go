@@ -7,12 +7,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"cairn.dev/cairn/node/marker"
+	"cairn.dev/cairn/test/launch"
 	"cairn.dev/cairn/test/launch/cluster"
 )
 
@@ -22,10 +25,14 @@ import (
 // it with a kubeconfig that cairnctl wrote:
 //
 //	(a) the owner's kubeconfig reaches the apiserver, and the worker's
-//	    Node turns Ready;
+//	    Node turns Ready, labelled for its role;
 //	(b) a pod of the pause image, which the node imported itself, runs
 //	    on the worker;
-//	(c) a pod whose image does not exist says why it cannot start.
+//	(c) a pod whose image does not exist says why it cannot start;
+//	(d) the worker loses KubernetesWorker: its Node is deleted; it gets the
+//	    role back: its Node is Ready again;
+//	(e) the worker reboots: its Node is Ready again and a Deployment's pod
+//	    on it runs again.
 func TestKubernetes(t *testing.T) {
 	s := newSuite(t, 35*time.Minute)
 	c := s.newCluster(2, 0)
@@ -53,6 +60,9 @@ func TestKubernetes(t *testing.T) {
 			return k.nodeReady(t, n1.ID())
 		})
 		s.step("roles given → worker Node Ready", time.Since(rolesGiven))
+		k.waitFor(t, n1.Name()+"'s role label", 3*time.Minute, func() error {
+			return k.nodeLabel(t, n1.ID(), "node-role.kubernetes.io/worker")
+		})
 	})
 	if t.Failed() {
 		s.dumpKubernetes(t, c, k)
@@ -85,9 +95,142 @@ func TestKubernetes(t *testing.T) {
 			return nil
 		})
 	})
+
+	t.Run("d-worker-role-removed-and-back", func(t *testing.T) {
+		start := time.Now()
+		s.cairnctl(t, c, "node", "remove-role", n1.ID(), "KubernetesWorker")
+		k.waitFor(t, n1.Name()+"'s Node deleted", 5*time.Minute, func() error {
+			_, err := k.run(t, "get", "node", n1.ID())
+			if err == nil {
+				return fmt.Errorf("node %s still exists", n1.ID())
+			}
+			if !strings.Contains(err.Error(), "NotFound") {
+				return err
+			}
+			return nil
+		})
+		s.step("KubernetesWorker removed → Node deleted", time.Since(start))
+		k.waitFor(t, n1.Name()+" saying its worker left nothing behind", 2*time.Minute, func() error {
+			out := s.cairnctl(t, c, "logs", n1.ID(), "--dn", "root.roleserve.kubeworker", "--min-severity", "warning")
+			if strings.Contains(out, "Cleaning up after the worker") {
+				return fmt.Errorf("the worker left something behind:\n%s", out)
+			}
+			out = s.cairnctl(t, c, "logs", n1.ID(), "--dn", "root.roleserve.kubeworker")
+			if !strings.Contains(out, "no pod, shim or mount left") {
+				return fmt.Errorf("no word of the stopped worker yet")
+			}
+			return nil
+		})
+		start = time.Now()
+		s.cairnctl(t, c, "node", "add-role", n1.ID(), "KubernetesWorker")
+		k.waitFor(t, n1.Name()+"'s Node Ready again", 10*time.Minute, func() error {
+			return k.nodeReady(t, n1.ID())
+		})
+		s.step("KubernetesWorker given again → Node Ready", time.Since(start))
+	})
+
+	t.Run("e-worker-reboots", func(t *testing.T) {
+		// A Deployment's pod on the worker, which must run again after
+		// the reboot.
+		k.apply(t, `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"keep"},"spec":{
+			"selector":{"matchLabels":{"app":"keep"}},
+			"template":{"metadata":{"labels":{"app":"keep"}},"spec":{
+				"nodeSelector":{"kubernetes.io/hostname":"`+n1.ID()+`"},
+				"containers":[{"name":"pause","image":"registry.k8s.io/pause:3.10","imagePullPolicy":"Never"}]}}}}`)
+		k.waitFor(t, "the Deployment available", 5*time.Minute, func() error {
+			return k.deploymentAvailable(t, "keep")
+		})
+		before, err := k.keepContainer(t)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mark, start := n1.Mark(), time.Now()
+		s.cairnctl(t, c, "node", "reboot", n1.ID())
+		boot := s.waitNode(t, n1, mark, launch.CairnBoot.Init)
+		s.waitNode(t, n1, boot.Index, launch.Mark(marker.Joined, "node", n1.ID()))
+		s.step("worker reboot → rejoined", time.Since(start))
+		k.waitFor(t, n1.Name()+"'s Node Ready after its reboot", 10*time.Minute, func() error {
+			// Ready from before the reboot does not count: the kubelet
+			// of the new boot must say so.
+			if err := k.nodeReady(t, n1.ID()); err != nil {
+				return err
+			}
+			after, err := k.keepContainer(t)
+			switch {
+			case err != nil:
+				return err
+			case after == before:
+				return fmt.Errorf("the pod still shows its container from before the reboot")
+			}
+			return k.deploymentAvailable(t, "keep")
+		})
+		s.step("worker reboot → Node Ready, its pod running again", time.Since(start))
+	})
 	if t.Failed() {
 		s.dumpKubernetes(t, c, k)
 	}
+}
+
+// keepContainer returns the ID of the running container of the keep
+// Deployment's pod.
+func (k *kube) keepContainer(t *testing.T) (string, error) {
+	var pods struct {
+		Items []struct {
+			Status struct {
+				ContainerStatuses []struct {
+					ContainerID string `json:"containerID"`
+					Ready       bool
+				}
+			}
+		}
+	}
+	if err := k.getJSON(t, &pods, "pods", "-l", "app=keep"); err != nil {
+		return "", err
+	}
+	if len(pods.Items) != 1 || len(pods.Items[0].Status.ContainerStatuses) != 1 {
+		return "", fmt.Errorf("want one pod of keep with one container, got %+v", pods.Items)
+	}
+	cs := pods.Items[0].Status.ContainerStatuses[0]
+	if !cs.Ready || cs.ContainerID == "" {
+		return "", fmt.Errorf("keep's container is not running and ready: %+v", cs)
+	}
+	return cs.ContainerID, nil
+}
+
+// deploymentAvailable returns nil once every replica of the Deployment
+// name is available.
+func (k *kube) deploymentAvailable(t *testing.T, name string) error {
+	var d struct {
+		Spec   struct{ Replicas int }
+		Status struct {
+			AvailableReplicas int `json:"availableReplicas"`
+			UpdatedReplicas   int `json:"updatedReplicas"`
+			Replicas          int
+		}
+	}
+	if err := k.getJSON(t, &d, "deployment", name); err != nil {
+		return err
+	}
+	if d.Status.AvailableReplicas < d.Spec.Replicas || d.Status.UpdatedReplicas < d.Spec.Replicas || d.Status.Replicas != d.Spec.Replicas {
+		return fmt.Errorf("deployment %s: %d of %d replicas available and updated", name, d.Status.AvailableReplicas, d.Spec.Replicas)
+	}
+	return nil
+}
+
+// nodeLabel returns nil once the Node name carries label.
+func (k *kube) nodeLabel(t *testing.T, name, label string) error {
+	var node struct {
+		Metadata struct {
+			Labels map[string]string
+		}
+	}
+	if err := k.getJSON(t, &node, "node", name); err != nil {
+		return err
+	}
+	if _, ok := node.Metadata.Labels[label]; !ok {
+		return fmt.Errorf("node %s has labels %v, not %s", name, node.Metadata.Labels, label)
+	}
+	return nil
 }
 
 // kube runs stock kubectl with the owner's kubeconfig.
@@ -119,6 +262,16 @@ func (k *kube) mustRun(t *testing.T, args ...string) []byte {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// apply applies the object manifest (JSON or YAML).
+func (k *kube) apply(t *testing.T, manifest string) {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "manifest.json")
+	if err := os.WriteFile(f, []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	k.mustRun(t, "apply", "-f", f)
 }
 
 // waitFor calls check every two seconds until it succeeds, failing t with
