@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -28,7 +29,7 @@ func (a nodeAPI) Watch(req *api.WatchRequest, srv grpc.ServerStreamingServer[api
 		return err
 	}
 	defer release()
-	key, opts := "", []clientv3.OpOption{}
+	key, opts, add := "", []clientv3.OpOption{}, a.addNode
 	switch k := req.Kind.(type) {
 	case *api.WatchRequest_NodeInCluster_:
 		if err := checkNodeID(k.NodeInCluster.GetNodeId()); err != nil {
@@ -37,8 +38,10 @@ func (a nodeAPI) Watch(req *api.WatchRequest, srv grpc.ServerStreamingServer[api
 		key = nodeKey(k.NodeInCluster.NodeId)
 	case *api.WatchRequest_NodesInCluster_:
 		key, opts = nodePrefix, []clientv3.OpOption{clientv3.WithPrefix()}
+	case *api.WatchRequest_Configuration_:
+		key, add = configurationKey, addConfiguration
 	default:
-		return status.Error(codes.InvalidArgument, "the request must name one node or all nodes")
+		return status.Error(codes.InvalidArgument, "the request must name one node, all nodes or the configuration")
 	}
 
 	resp, err := a.etcd.Get(ctx, key, opts...)
@@ -47,11 +50,9 @@ func (a nodeAPI) Watch(req *api.WatchRequest, srv grpc.ServerStreamingServer[api
 	}
 	ev := &api.WatchEvent{}
 	for _, kv := range resp.Kvs {
-		n := &private.Node{}
-		if err := proto.Unmarshal(kv.Value, n); err != nil {
-			return fmt.Errorf("when decoding node %s: %w", nodeIDFromKey(kv.Key), err)
+		if err := add(ev, kv); err != nil {
+			return err
 		}
-		ev.Nodes = append(ev.Nodes, a.publicNode(n))
 		if len(ev.Nodes) == backlogBatch {
 			if err := srv.Send(ev); err != nil {
 				return fmt.Errorf("when sending the backlog: %w", err)
@@ -75,13 +76,11 @@ func (a nodeAPI) Watch(req *api.WatchRequest, srv grpc.ServerStreamingServer[api
 				ev.NodeTombstones = append(ev.NodeTombstones, nodeIDFromKey(e.Kv.Key))
 				continue
 			}
-			n := &private.Node{}
-			if err := proto.Unmarshal(e.Kv.Value, n); err != nil {
-				return fmt.Errorf("when decoding node %s: %w", nodeIDFromKey(e.Kv.Key), err)
+			if err := add(ev, e.Kv); err != nil {
+				return err
 			}
-			ev.Nodes = append(ev.Nodes, a.publicNode(n))
 		}
-		if len(ev.Nodes) == 0 && len(ev.NodeTombstones) == 0 {
+		if len(ev.Nodes) == 0 && len(ev.NodeTombstones) == 0 && ev.Configuration == nil {
 			continue
 		}
 		if err := srv.Send(ev); err != nil {
@@ -92,4 +91,24 @@ func (a nodeAPI) Watch(req *api.WatchRequest, srv grpc.ServerStreamingServer[api
 		return err
 	}
 	return errors.New("etcd watch ended")
+}
+
+// addNode adds the node stored in kv to ev.
+func (a nodeAPI) addNode(ev *api.WatchEvent, kv *mvccpb.KeyValue) error {
+	n := &private.Node{}
+	if err := proto.Unmarshal(kv.Value, n); err != nil {
+		return fmt.Errorf("when decoding node %s: %w", nodeIDFromKey(kv.Key), err)
+	}
+	ev.Nodes = append(ev.Nodes, a.publicNode(n))
+	return nil
+}
+
+// addConfiguration sets the cluster configuration stored in kv as ev's.
+func addConfiguration(ev *api.WatchEvent, kv *mvccpb.KeyValue) error {
+	c := &api.ClusterConfiguration{}
+	if err := proto.Unmarshal(kv.Value, c); err != nil {
+		return fmt.Errorf("when decoding the cluster configuration: %w", err)
+	}
+	ev.Configuration = c
+	return nil
 }

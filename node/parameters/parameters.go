@@ -139,6 +139,9 @@ func validateConfiguration(c *api.ClusterConfiguration) error {
 	if _, ok := api.TPMMode_name[int32(c.GetTpmMode())]; !ok {
 		return fmt.Errorf("unknown tpm_mode %d", c.GetTpmMode())
 	}
+	if err := ValidateRegistries(c.GetRegistries()); err != nil {
+		return fmt.Errorf("registries: %w", err)
+	}
 	return nil
 }
 

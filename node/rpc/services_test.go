@@ -111,6 +111,10 @@ func (testManagement) IssueKubernetesCredential(ctx context.Context, _ *api.Issu
 	return &api.IssueKubernetesCredentialResponse{}, unaryPeer(ctx)
 }
 
+func (testManagement) UpdateRegistries(ctx context.Context, _ *api.UpdateRegistriesRequest) (*api.UpdateRegistriesResponse, error) {
+	return &api.UpdateRegistriesResponse{}, unaryPeer(ctx)
+}
+
 type testCurator struct{ api.UnimplementedCuratorServer }
 
 func (testCurator) WatchOwnerTrust(_ *api.WatchOwnerTrustRequest, srv grpc.ServerStreamingServer[api.WatchOwnerTrustResponse]) error {

@@ -150,13 +150,17 @@ func (TPMMode) EnumDescriptor() ([]byte, []int) {
 // ClusterConfiguration is the cluster-wide policy the owner set at
 // bootstrap. The bootstrapping node writes it into etcd through the curator;
 // every enrolling node reads it from the curator before it prepares its
-// storage. Nodes never change it.
+// storage. Nodes never change it. The storage and TPM policies are fixed
+// for the cluster's life; the registry settings can be changed later
+// (Management.UpdateRegistries), and workers follow them (Curator.Watch).
 type ClusterConfiguration struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// How nodes protect their data partitions.
 	StorageSecurityPolicy StorageSecurityPolicy `protobuf:"varint,1,opt,name=storage_security_policy,json=storageSecurityPolicy,proto3,enum=cairn.api.StorageSecurityPolicy" json:"storage_security_policy,omitempty"`
 	// Whether nodes seal their configuration with a TPM.
-	TpmMode       TPMMode `protobuf:"varint,2,opt,name=tpm_mode,json=tpmMode,proto3,enum=cairn.api.TPMMode" json:"tpm_mode,omitempty"`
+	TpmMode TPMMode `protobuf:"varint,2,opt,name=tpm_mode,json=tpmMode,proto3,enum=cairn.api.TPMMode" json:"tpm_mode,omitempty"`
+	// Where workers pull container images from.
+	Registries    *Registries `protobuf:"bytes,3,opt,name=registries,proto3" json:"registries,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -205,6 +209,71 @@ func (x *ClusterConfiguration) GetTpmMode() TPMMode {
 	return TPMMode_TPM_MODE_UNSPECIFIED
 }
 
+func (x *ClusterConfiguration) GetRegistries() *Registries {
+	if x != nil {
+		return x.Registries
+	}
+	return nil
+}
+
+// Registries tells workers' container runtimes where to pull images: the
+// mirrors of each upstream registry, and which registries may be reached
+// over plain HTTP.
+type Registries struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most one mirror entry per registry.
+	Mirrors []*Registries_Mirror `protobuf:"bytes,1,rep,name=mirrors,proto3" json:"mirrors,omitempty"`
+	// Hosts (with port, when not the default) that may be reached over plain
+	// HTTP, as registries or as mirrors: "10.42.0.1:5000".
+	PlainHttp     []string `protobuf:"bytes,2,rep,name=plain_http,json=plainHttp,proto3" json:"plain_http,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Registries) Reset() {
+	*x = Registries{}
+	mi := &file_proto_api_cluster_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Registries) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Registries) ProtoMessage() {}
+
+func (x *Registries) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_cluster_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Registries.ProtoReflect.Descriptor instead.
+func (*Registries) Descriptor() ([]byte, []int) {
+	return file_proto_api_cluster_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Registries) GetMirrors() []*Registries_Mirror {
+	if x != nil {
+		return x.Mirrors
+	}
+	return nil
+}
+
+func (x *Registries) GetPlainHttp() []string {
+	if x != nil {
+		return x.PlainHttp
+	}
+	return nil
+}
+
 // ClusterDirectory lists the nodes a node (or cairnctl) can dial to reach
 // the cluster's curators. cairnctl writes it into register parameters; a
 // node keeps a current copy on its ESP (cairn/cluster_directory.pb) to find
@@ -222,7 +291,7 @@ type ClusterDirectory struct {
 
 func (x *ClusterDirectory) Reset() {
 	*x = ClusterDirectory{}
-	mi := &file_proto_api_cluster_proto_msgTypes[1]
+	mi := &file_proto_api_cluster_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -234,7 +303,7 @@ func (x *ClusterDirectory) String() string {
 func (*ClusterDirectory) ProtoMessage() {}
 
 func (x *ClusterDirectory) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_cluster_proto_msgTypes[1]
+	mi := &file_proto_api_cluster_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -247,12 +316,70 @@ func (x *ClusterDirectory) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterDirectory.ProtoReflect.Descriptor instead.
 func (*ClusterDirectory) Descriptor() ([]byte, []int) {
-	return file_proto_api_cluster_proto_rawDescGZIP(), []int{1}
+	return file_proto_api_cluster_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *ClusterDirectory) GetNodes() []*ClusterDirectory_Node {
 	if x != nil {
 		return x.Nodes
+	}
+	return nil
+}
+
+// A Mirror serves the images of one upstream registry.
+type Registries_Mirror struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The upstream registry's host (and port), as image references name
+	// it: "docker.io", "registry.k8s.io", "10.42.0.1:5000".
+	Registry string `protobuf:"bytes,1,opt,name=registry,proto3" json:"registry,omitempty"`
+	// The mirrors, scheme://host[:port] each, tried in order before the
+	// registry itself: "http://10.42.0.1:5000". A plain http:// URL needs
+	// its host in plain_http.
+	Endpoints     []string `protobuf:"bytes,2,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Registries_Mirror) Reset() {
+	*x = Registries_Mirror{}
+	mi := &file_proto_api_cluster_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Registries_Mirror) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Registries_Mirror) ProtoMessage() {}
+
+func (x *Registries_Mirror) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_cluster_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Registries_Mirror.ProtoReflect.Descriptor instead.
+func (*Registries_Mirror) Descriptor() ([]byte, []int) {
+	return file_proto_api_cluster_proto_rawDescGZIP(), []int{1, 0}
+}
+
+func (x *Registries_Mirror) GetRegistry() string {
+	if x != nil {
+		return x.Registry
+	}
+	return ""
+}
+
+func (x *Registries_Mirror) GetEndpoints() []string {
+	if x != nil {
+		return x.Endpoints
 	}
 	return nil
 }
@@ -273,7 +400,7 @@ type ClusterDirectory_Node struct {
 
 func (x *ClusterDirectory_Node) Reset() {
 	*x = ClusterDirectory_Node{}
-	mi := &file_proto_api_cluster_proto_msgTypes[2]
+	mi := &file_proto_api_cluster_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -285,7 +412,7 @@ func (x *ClusterDirectory_Node) String() string {
 func (*ClusterDirectory_Node) ProtoMessage() {}
 
 func (x *ClusterDirectory_Node) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_cluster_proto_msgTypes[2]
+	mi := &file_proto_api_cluster_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -298,7 +425,7 @@ func (x *ClusterDirectory_Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterDirectory_Node.ProtoReflect.Descriptor instead.
 func (*ClusterDirectory_Node) Descriptor() ([]byte, []int) {
-	return file_proto_api_cluster_proto_rawDescGZIP(), []int{1, 0}
+	return file_proto_api_cluster_proto_rawDescGZIP(), []int{2, 0}
 }
 
 func (x *ClusterDirectory_Node) GetId() string {
@@ -334,7 +461,7 @@ type ClusterDirectory_Node_Address struct {
 
 func (x *ClusterDirectory_Node_Address) Reset() {
 	*x = ClusterDirectory_Node_Address{}
-	mi := &file_proto_api_cluster_proto_msgTypes[3]
+	mi := &file_proto_api_cluster_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -346,7 +473,7 @@ func (x *ClusterDirectory_Node_Address) String() string {
 func (*ClusterDirectory_Node_Address) ProtoMessage() {}
 
 func (x *ClusterDirectory_Node_Address) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_cluster_proto_msgTypes[3]
+	mi := &file_proto_api_cluster_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -359,7 +486,7 @@ func (x *ClusterDirectory_Node_Address) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterDirectory_Node_Address.ProtoReflect.Descriptor instead.
 func (*ClusterDirectory_Node_Address) Descriptor() ([]byte, []int) {
-	return file_proto_api_cluster_proto_rawDescGZIP(), []int{1, 0, 0}
+	return file_proto_api_cluster_proto_rawDescGZIP(), []int{2, 0, 0}
 }
 
 func (x *ClusterDirectory_Node_Address) GetHost() string {
@@ -373,10 +500,21 @@ var File_proto_api_cluster_proto protoreflect.FileDescriptor
 
 const file_proto_api_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x17proto/api/cluster.proto\x12\tcairn.api\"\x9f\x01\n" +
+	"\x17proto/api/cluster.proto\x12\tcairn.api\"\xd6\x01\n" +
 	"\x14ClusterConfiguration\x12X\n" +
 	"\x17storage_security_policy\x18\x01 \x01(\x0e2 .cairn.api.StorageSecurityPolicyR\x15storageSecurityPolicy\x12-\n" +
-	"\btpm_mode\x18\x02 \x01(\x0e2\x12.cairn.api.TPMModeR\atpmMode\"\xe9\x01\n" +
+	"\btpm_mode\x18\x02 \x01(\x0e2\x12.cairn.api.TPMModeR\atpmMode\x125\n" +
+	"\n" +
+	"registries\x18\x03 \x01(\v2\x15.cairn.api.RegistriesR\n" +
+	"registries\"\xa7\x01\n" +
+	"\n" +
+	"Registries\x126\n" +
+	"\amirrors\x18\x01 \x03(\v2\x1c.cairn.api.Registries.MirrorR\amirrors\x12\x1d\n" +
+	"\n" +
+	"plain_http\x18\x02 \x03(\tR\tplainHttp\x1aB\n" +
+	"\x06Mirror\x12\x1a\n" +
+	"\bregistry\x18\x01 \x01(\tR\bregistry\x12\x1c\n" +
+	"\tendpoints\x18\x02 \x03(\tR\tendpoints\"\xe9\x01\n" +
 	"\x10ClusterDirectory\x126\n" +
 	"\x05nodes\x18\x01 \x03(\v2 .cairn.api.ClusterDirectory.NodeR\x05nodes\x1a\x9c\x01\n" +
 	"\x04Node\x12\x0e\n" +
@@ -409,25 +547,29 @@ func file_proto_api_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_api_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_proto_api_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_proto_api_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_proto_api_cluster_proto_goTypes = []any{
 	(StorageSecurityPolicy)(0),            // 0: cairn.api.StorageSecurityPolicy
 	(TPMMode)(0),                          // 1: cairn.api.TPMMode
 	(*ClusterConfiguration)(nil),          // 2: cairn.api.ClusterConfiguration
-	(*ClusterDirectory)(nil),              // 3: cairn.api.ClusterDirectory
-	(*ClusterDirectory_Node)(nil),         // 4: cairn.api.ClusterDirectory.Node
-	(*ClusterDirectory_Node_Address)(nil), // 5: cairn.api.ClusterDirectory.Node.Address
+	(*Registries)(nil),                    // 3: cairn.api.Registries
+	(*ClusterDirectory)(nil),              // 4: cairn.api.ClusterDirectory
+	(*Registries_Mirror)(nil),             // 5: cairn.api.Registries.Mirror
+	(*ClusterDirectory_Node)(nil),         // 6: cairn.api.ClusterDirectory.Node
+	(*ClusterDirectory_Node_Address)(nil), // 7: cairn.api.ClusterDirectory.Node.Address
 }
 var file_proto_api_cluster_proto_depIdxs = []int32{
 	0, // 0: cairn.api.ClusterConfiguration.storage_security_policy:type_name -> cairn.api.StorageSecurityPolicy
 	1, // 1: cairn.api.ClusterConfiguration.tpm_mode:type_name -> cairn.api.TPMMode
-	4, // 2: cairn.api.ClusterDirectory.nodes:type_name -> cairn.api.ClusterDirectory.Node
-	5, // 3: cairn.api.ClusterDirectory.Node.addresses:type_name -> cairn.api.ClusterDirectory.Node.Address
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	3, // 2: cairn.api.ClusterConfiguration.registries:type_name -> cairn.api.Registries
+	5, // 3: cairn.api.Registries.mirrors:type_name -> cairn.api.Registries.Mirror
+	6, // 4: cairn.api.ClusterDirectory.nodes:type_name -> cairn.api.ClusterDirectory.Node
+	7, // 5: cairn.api.ClusterDirectory.Node.addresses:type_name -> cairn.api.ClusterDirectory.Node.Address
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_proto_api_cluster_proto_init() }
@@ -441,7 +583,7 @@ func file_proto_api_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_api_cluster_proto_rawDesc), len(file_proto_api_cluster_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   4,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

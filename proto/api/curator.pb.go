@@ -575,6 +575,7 @@ type WatchRequest struct {
 	//
 	//	*WatchRequest_NodeInCluster_
 	//	*WatchRequest_NodesInCluster_
+	//	*WatchRequest_Configuration_
 	Kind          isWatchRequest_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -635,6 +636,15 @@ func (x *WatchRequest) GetNodesInCluster() *WatchRequest_NodesInCluster {
 	return nil
 }
 
+func (x *WatchRequest) GetConfiguration() *WatchRequest_Configuration {
+	if x != nil {
+		if x, ok := x.Kind.(*WatchRequest_Configuration_); ok {
+			return x.Configuration
+		}
+	}
+	return nil
+}
+
 type isWatchRequest_Kind interface {
 	isWatchRequest_Kind()
 }
@@ -649,9 +659,16 @@ type WatchRequest_NodesInCluster_ struct {
 	NodesInCluster *WatchRequest_NodesInCluster `protobuf:"bytes,2,opt,name=nodes_in_cluster,json=nodesInCluster,proto3,oneof"`
 }
 
+type WatchRequest_Configuration_ struct {
+	// The cluster configuration.
+	Configuration *WatchRequest_Configuration `protobuf:"bytes,3,opt,name=configuration,proto3,oneof"`
+}
+
 func (*WatchRequest_NodeInCluster_) isWatchRequest_Kind() {}
 
 func (*WatchRequest_NodesInCluster_) isWatchRequest_Kind() {}
+
+func (*WatchRequest_Configuration_) isWatchRequest_Kind() {}
 
 // WatchEvent is one batch of changes of a Watch stream.
 type WatchEvent struct {
@@ -661,7 +678,10 @@ type WatchEvent struct {
 	// IDs of nodes that were deleted.
 	NodeTombstones []string `protobuf:"bytes,2,rep,name=node_tombstones,json=nodeTombstones,proto3" json:"node_tombstones,omitempty"`
 	// Where in the stream this event stands.
-	Progress      WatchEvent_Progress `protobuf:"varint,3,opt,name=progress,proto3,enum=cairn.api.WatchEvent_Progress" json:"progress,omitempty"`
+	Progress WatchEvent_Progress `protobuf:"varint,3,opt,name=progress,proto3,enum=cairn.api.WatchEvent_Progress" json:"progress,omitempty"`
+	// The cluster configuration, in full, when the stream watches it: in
+	// the backlog, then after every change.
+	Configuration *ClusterConfiguration `protobuf:"bytes,4,opt,name=configuration,proto3" json:"configuration,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -715,6 +735,13 @@ func (x *WatchEvent) GetProgress() WatchEvent_Progress {
 		return x.Progress
 	}
 	return WatchEvent_PROGRESS_UNSPECIFIED
+}
+
+func (x *WatchEvent) GetConfiguration() *ClusterConfiguration {
+	if x != nil {
+		return x.Configuration
+	}
+	return nil
 }
 
 // UpdateNodeStatusRequest carries a node's new status.
@@ -1422,6 +1449,43 @@ func (*WatchRequest_NodesInCluster) Descriptor() ([]byte, []int) {
 	return file_proto_api_curator_proto_rawDescGZIP(), []int{8, 1}
 }
 
+// Configuration watches the cluster configuration.
+type WatchRequest_Configuration struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchRequest_Configuration) Reset() {
+	*x = WatchRequest_Configuration{}
+	mi := &file_proto_api_curator_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchRequest_Configuration) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchRequest_Configuration) ProtoMessage() {}
+
+func (x *WatchRequest_Configuration) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_curator_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchRequest_Configuration.ProtoReflect.Descriptor instead.
+func (*WatchRequest_Configuration) Descriptor() ([]byte, []int) {
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{8, 2}
+}
+
 var File_proto_api_curator_proto protoreflect.FileDescriptor
 
 const file_proto_api_curator_proto_rawDesc = "" +
@@ -1448,19 +1512,22 @@ const file_proto_api_curator_proto_rawDesc = "" +
 	"\x05peers\x18\x02 \x03(\tR\x05peers\x12%\n" +
 	"\x0eca_certificate\x18\x03 \x01(\fR\rcaCertificate\x12\x10\n" +
 	"\x03crl\x18\x04 \x01(\fR\x03crl\x12)\n" +
-	"\x10peer_certificate\x18\x05 \x01(\fR\x0fpeerCertificate\"\xf7\x01\n" +
+	"\x10peer_certificate\x18\x05 \x01(\fR\x0fpeerCertificate\"\xd7\x02\n" +
 	"\fWatchRequest\x12O\n" +
 	"\x0fnode_in_cluster\x18\x01 \x01(\v2%.cairn.api.WatchRequest.NodeInClusterH\x00R\rnodeInCluster\x12R\n" +
-	"\x10nodes_in_cluster\x18\x02 \x01(\v2&.cairn.api.WatchRequest.NodesInClusterH\x00R\x0enodesInCluster\x1a(\n" +
+	"\x10nodes_in_cluster\x18\x02 \x01(\v2&.cairn.api.WatchRequest.NodesInClusterH\x00R\x0enodesInCluster\x12M\n" +
+	"\rconfiguration\x18\x03 \x01(\v2%.cairn.api.WatchRequest.ConfigurationH\x00R\rconfiguration\x1a(\n" +
 	"\rNodeInCluster\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x1a\x10\n" +
-	"\x0eNodesInClusterB\x06\n" +
-	"\x04kind\"\xdc\x01\n" +
+	"\x0eNodesInCluster\x1a\x0f\n" +
+	"\rConfigurationB\x06\n" +
+	"\x04kind\"\xa3\x02\n" +
 	"\n" +
 	"WatchEvent\x12%\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x0f.cairn.api.NodeR\x05nodes\x12'\n" +
 	"\x0fnode_tombstones\x18\x02 \x03(\tR\x0enodeTombstones\x12:\n" +
-	"\bprogress\x18\x03 \x01(\x0e2\x1e.cairn.api.WatchEvent.ProgressR\bprogress\"B\n" +
+	"\bprogress\x18\x03 \x01(\x0e2\x1e.cairn.api.WatchEvent.ProgressR\bprogress\x12E\n" +
+	"\rconfiguration\x18\x04 \x01(\v2\x1f.cairn.api.ClusterConfigurationR\rconfiguration\"B\n" +
 	"\bProgress\x12\x18\n" +
 	"\x14PROGRESS_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18PROGRESS_LAST_BACKLOGGED\x10\x01\"a\n" +
@@ -1532,7 +1599,7 @@ func file_proto_api_curator_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_api_curator_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_proto_api_curator_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_proto_api_curator_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_proto_api_curator_proto_goTypes = []any{
 	(CertificateKind)(0),                           // 0: cairn.api.CertificateKind
 	(WatchEvent_Progress)(0),                       // 1: cairn.api.WatchEvent.Progress
@@ -1560,47 +1627,50 @@ var file_proto_api_curator_proto_goTypes = []any{
 	(*IssueCertificateResponse)(nil),               // 23: cairn.api.IssueCertificateResponse
 	(*WatchRequest_NodeInCluster)(nil),             // 24: cairn.api.WatchRequest.NodeInCluster
 	(*WatchRequest_NodesInCluster)(nil),            // 25: cairn.api.WatchRequest.NodesInCluster
-	(*OwnerTrust)(nil),                             // 26: cairn.api.OwnerTrust
-	(*Node)(nil),                                   // 27: cairn.api.Node
-	(*NodeStatus)(nil),                             // 28: cairn.api.NodeStatus
+	(*WatchRequest_Configuration)(nil),             // 26: cairn.api.WatchRequest.Configuration
+	(*OwnerTrust)(nil),                             // 27: cairn.api.OwnerTrust
+	(*Node)(nil),                                   // 28: cairn.api.Node
 	(*ClusterConfiguration)(nil),                   // 29: cairn.api.ClusterConfiguration
+	(*NodeStatus)(nil),                             // 30: cairn.api.NodeStatus
 }
 var file_proto_api_curator_proto_depIdxs = []int32{
-	26, // 0: cairn.api.WatchOwnerTrustResponse.trust:type_name -> cairn.api.OwnerTrust
+	27, // 0: cairn.api.WatchOwnerTrustResponse.trust:type_name -> cairn.api.OwnerTrust
 	24, // 1: cairn.api.WatchRequest.node_in_cluster:type_name -> cairn.api.WatchRequest.NodeInCluster
 	25, // 2: cairn.api.WatchRequest.nodes_in_cluster:type_name -> cairn.api.WatchRequest.NodesInCluster
-	27, // 3: cairn.api.WatchEvent.nodes:type_name -> cairn.api.Node
-	1,  // 4: cairn.api.WatchEvent.progress:type_name -> cairn.api.WatchEvent.Progress
-	28, // 5: cairn.api.UpdateNodeStatusRequest.status:type_name -> cairn.api.NodeStatus
-	29, // 6: cairn.api.RegisterNodeResponse.cluster_configuration:type_name -> cairn.api.ClusterConfiguration
-	0,  // 7: cairn.api.IssueCertificateRequest.kind:type_name -> cairn.api.CertificateKind
-	10, // 8: cairn.api.Curator.Watch:input_type -> cairn.api.WatchRequest
-	12, // 9: cairn.api.Curator.UpdateNodeStatus:input_type -> cairn.api.UpdateNodeStatusRequest
-	14, // 10: cairn.api.Curator.Heartbeat:input_type -> cairn.api.HeartbeatRequest
-	16, // 11: cairn.api.Curator.RegisterNode:input_type -> cairn.api.RegisterNodeRequest
-	18, // 12: cairn.api.Curator.CommitNode:input_type -> cairn.api.CommitNodeRequest
-	20, // 13: cairn.api.Curator.JoinNode:input_type -> cairn.api.JoinNodeRequest
-	22, // 14: cairn.api.Curator.IssueCertificate:input_type -> cairn.api.IssueCertificateRequest
-	6,  // 15: cairn.api.Curator.GetCurrentLeader:input_type -> cairn.api.GetCurrentLeaderRequest
-	8,  // 16: cairn.api.Curator.JoinConsensus:input_type -> cairn.api.JoinConsensusRequest
-	4,  // 17: cairn.api.Curator.WatchOwnerTrust:input_type -> cairn.api.WatchOwnerTrustRequest
-	2,  // 18: cairn.api.Curator.GetKubernetesServiceAccountKey:input_type -> cairn.api.GetKubernetesServiceAccountKeyRequest
-	11, // 19: cairn.api.Curator.Watch:output_type -> cairn.api.WatchEvent
-	13, // 20: cairn.api.Curator.UpdateNodeStatus:output_type -> cairn.api.UpdateNodeStatusResponse
-	15, // 21: cairn.api.Curator.Heartbeat:output_type -> cairn.api.HeartbeatResponse
-	17, // 22: cairn.api.Curator.RegisterNode:output_type -> cairn.api.RegisterNodeResponse
-	19, // 23: cairn.api.Curator.CommitNode:output_type -> cairn.api.CommitNodeResponse
-	21, // 24: cairn.api.Curator.JoinNode:output_type -> cairn.api.JoinNodeResponse
-	23, // 25: cairn.api.Curator.IssueCertificate:output_type -> cairn.api.IssueCertificateResponse
-	7,  // 26: cairn.api.Curator.GetCurrentLeader:output_type -> cairn.api.GetCurrentLeaderResponse
-	9,  // 27: cairn.api.Curator.JoinConsensus:output_type -> cairn.api.JoinConsensusResponse
-	5,  // 28: cairn.api.Curator.WatchOwnerTrust:output_type -> cairn.api.WatchOwnerTrustResponse
-	3,  // 29: cairn.api.Curator.GetKubernetesServiceAccountKey:output_type -> cairn.api.GetKubernetesServiceAccountKeyResponse
-	19, // [19:30] is the sub-list for method output_type
-	8,  // [8:19] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	26, // 3: cairn.api.WatchRequest.configuration:type_name -> cairn.api.WatchRequest.Configuration
+	28, // 4: cairn.api.WatchEvent.nodes:type_name -> cairn.api.Node
+	1,  // 5: cairn.api.WatchEvent.progress:type_name -> cairn.api.WatchEvent.Progress
+	29, // 6: cairn.api.WatchEvent.configuration:type_name -> cairn.api.ClusterConfiguration
+	30, // 7: cairn.api.UpdateNodeStatusRequest.status:type_name -> cairn.api.NodeStatus
+	29, // 8: cairn.api.RegisterNodeResponse.cluster_configuration:type_name -> cairn.api.ClusterConfiguration
+	0,  // 9: cairn.api.IssueCertificateRequest.kind:type_name -> cairn.api.CertificateKind
+	10, // 10: cairn.api.Curator.Watch:input_type -> cairn.api.WatchRequest
+	12, // 11: cairn.api.Curator.UpdateNodeStatus:input_type -> cairn.api.UpdateNodeStatusRequest
+	14, // 12: cairn.api.Curator.Heartbeat:input_type -> cairn.api.HeartbeatRequest
+	16, // 13: cairn.api.Curator.RegisterNode:input_type -> cairn.api.RegisterNodeRequest
+	18, // 14: cairn.api.Curator.CommitNode:input_type -> cairn.api.CommitNodeRequest
+	20, // 15: cairn.api.Curator.JoinNode:input_type -> cairn.api.JoinNodeRequest
+	22, // 16: cairn.api.Curator.IssueCertificate:input_type -> cairn.api.IssueCertificateRequest
+	6,  // 17: cairn.api.Curator.GetCurrentLeader:input_type -> cairn.api.GetCurrentLeaderRequest
+	8,  // 18: cairn.api.Curator.JoinConsensus:input_type -> cairn.api.JoinConsensusRequest
+	4,  // 19: cairn.api.Curator.WatchOwnerTrust:input_type -> cairn.api.WatchOwnerTrustRequest
+	2,  // 20: cairn.api.Curator.GetKubernetesServiceAccountKey:input_type -> cairn.api.GetKubernetesServiceAccountKeyRequest
+	11, // 21: cairn.api.Curator.Watch:output_type -> cairn.api.WatchEvent
+	13, // 22: cairn.api.Curator.UpdateNodeStatus:output_type -> cairn.api.UpdateNodeStatusResponse
+	15, // 23: cairn.api.Curator.Heartbeat:output_type -> cairn.api.HeartbeatResponse
+	17, // 24: cairn.api.Curator.RegisterNode:output_type -> cairn.api.RegisterNodeResponse
+	19, // 25: cairn.api.Curator.CommitNode:output_type -> cairn.api.CommitNodeResponse
+	21, // 26: cairn.api.Curator.JoinNode:output_type -> cairn.api.JoinNodeResponse
+	23, // 27: cairn.api.Curator.IssueCertificate:output_type -> cairn.api.IssueCertificateResponse
+	7,  // 28: cairn.api.Curator.GetCurrentLeader:output_type -> cairn.api.GetCurrentLeaderResponse
+	9,  // 29: cairn.api.Curator.JoinConsensus:output_type -> cairn.api.JoinConsensusResponse
+	5,  // 30: cairn.api.Curator.WatchOwnerTrust:output_type -> cairn.api.WatchOwnerTrustResponse
+	3,  // 31: cairn.api.Curator.GetKubernetesServiceAccountKey:output_type -> cairn.api.GetKubernetesServiceAccountKeyResponse
+	21, // [21:32] is the sub-list for method output_type
+	10, // [10:21] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_proto_api_curator_proto_init() }
@@ -1615,6 +1685,7 @@ func file_proto_api_curator_proto_init() {
 	file_proto_api_curator_proto_msgTypes[8].OneofWrappers = []any{
 		(*WatchRequest_NodeInCluster_)(nil),
 		(*WatchRequest_NodesInCluster_)(nil),
+		(*WatchRequest_Configuration_)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1622,7 +1693,7 @@ func file_proto_api_curator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_api_curator_proto_rawDesc), len(file_proto_api_curator_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -35,6 +35,7 @@ const (
 	Management_RevokeOwnerCertificate_FullMethodName    = "/cairn.api.Management/RevokeOwnerCertificate"
 	Management_GetOwnerTrust_FullMethodName             = "/cairn.api.Management/GetOwnerTrust"
 	Management_IssueKubernetesCredential_FullMethodName = "/cairn.api.Management/IssueKubernetesCredential"
+	Management_UpdateRegistries_FullMethodName          = "/cairn.api.Management/UpdateRegistries"
 )
 
 // ManagementClient is the client API for Management service.
@@ -117,6 +118,11 @@ type ManagementClient interface {
 	// cluster-admin, valid for an hour. `cairnctl kubernetes credential`
 	// calls it for kubectl.
 	IssueKubernetesCredential(ctx context.Context, in *IssueKubernetesCredentialRequest, opts ...grpc.CallOption) (*IssueKubernetesCredentialResponse, error)
+	// UpdateRegistries replaces the cluster configuration's registry
+	// settings (mirrors and plain-HTTP hosts); workers follow within
+	// seconds. InvalidArgument names what is wrong with a bad entry, and
+	// nothing is stored then.
+	UpdateRegistries(ctx context.Context, in *UpdateRegistriesRequest, opts ...grpc.CallOption) (*UpdateRegistriesResponse, error)
 }
 
 type managementClient struct {
@@ -269,6 +275,16 @@ func (c *managementClient) IssueKubernetesCredential(ctx context.Context, in *Is
 	return out, nil
 }
 
+func (c *managementClient) UpdateRegistries(ctx context.Context, in *UpdateRegistriesRequest, opts ...grpc.CallOption) (*UpdateRegistriesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateRegistriesResponse)
+	err := c.cc.Invoke(ctx, Management_UpdateRegistries_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ManagementServer is the server API for Management service.
 // All implementations must embed UnimplementedManagementServer
 // for forward compatibility.
@@ -349,6 +365,11 @@ type ManagementServer interface {
 	// cluster-admin, valid for an hour. `cairnctl kubernetes credential`
 	// calls it for kubectl.
 	IssueKubernetesCredential(context.Context, *IssueKubernetesCredentialRequest) (*IssueKubernetesCredentialResponse, error)
+	// UpdateRegistries replaces the cluster configuration's registry
+	// settings (mirrors and plain-HTTP hosts); workers follow within
+	// seconds. InvalidArgument names what is wrong with a bad entry, and
+	// nothing is stored then.
+	UpdateRegistries(context.Context, *UpdateRegistriesRequest) (*UpdateRegistriesResponse, error)
 	mustEmbedUnimplementedManagementServer()
 }
 
@@ -397,6 +418,9 @@ func (UnimplementedManagementServer) GetOwnerTrust(context.Context, *GetOwnerTru
 }
 func (UnimplementedManagementServer) IssueKubernetesCredential(context.Context, *IssueKubernetesCredentialRequest) (*IssueKubernetesCredentialResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method IssueKubernetesCredential not implemented")
+}
+func (UnimplementedManagementServer) UpdateRegistries(context.Context, *UpdateRegistriesRequest) (*UpdateRegistriesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateRegistries not implemented")
 }
 func (UnimplementedManagementServer) mustEmbedUnimplementedManagementServer() {}
 func (UnimplementedManagementServer) testEmbeddedByValue()                    {}
@@ -635,6 +659,24 @@ func _Management_IssueKubernetesCredential_Handler(srv interface{}, ctx context.
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Management_UpdateRegistries_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateRegistriesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagementServer).UpdateRegistries(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Management_UpdateRegistries_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagementServer).UpdateRegistries(ctx, req.(*UpdateRegistriesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Management_ServiceDesc is the grpc.ServiceDesc for Management service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -685,6 +727,10 @@ var Management_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "IssueKubernetesCredential",
 			Handler:    _Management_IssueKubernetesCredential_Handler,
+		},
+		{
+			MethodName: "UpdateRegistries",
+			Handler:    _Management_UpdateRegistries_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
