@@ -106,6 +106,23 @@ func TestParamsBootstrapOut(t *testing.T) {
 		cc.GetTpmMode() != api.TPMMode_TPM_MODE_DISABLED {
 		t.Errorf("configuration with --storage-security INSECURE --tpm disabled = %v", cc)
 	}
+
+	// Registry mirrors.
+	stdout = mustRun(t, dir, "params", "bootstrap", "--out", out, "--registry-mirror", "docker.io=http://10.42.0.1:5000", "--plain-http-registry", "10.42.0.1:5000")
+	if !strings.Contains(stdout, "docker.io mirrored by http://10.42.0.1:5000") {
+		t.Errorf("params bootstrap with a mirror printed %q, want it to name the mirror", stdout)
+	}
+	data, err = os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRegistries := &api.Registries{
+		Mirrors:   []*api.Registries_Mirror{{Registry: "docker.io", Endpoints: []string{"http://10.42.0.1:5000"}}},
+		PlainHttp: []string{"10.42.0.1:5000"},
+	}
+	if diff := cmp.Diff(wantRegistries, readParams(t, data).GetClusterBootstrap().GetInitialClusterConfiguration().GetRegistries(), protocmp.Transform()); diff != "" {
+		t.Errorf("registries with --registry-mirror (-want +got):\n%s", diff)
+	}
 }
 
 // TestFlagErrors runs command lines that must fail before reaching any
@@ -121,6 +138,9 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"params", "bootstrap", "--image", "a", "--out", "b"}, "none of the others"},
 		{[]string{"params", "bootstrap", "--out", "x", "--storage-security", "weak"}, `--storage-security "weak"`},
 		{[]string{"params", "bootstrap", "--out", "x", "--tpm", "maybe"}, `--tpm "maybe"`},
+		{[]string{"params", "bootstrap", "--out", "x", "--registry-mirror", "docker.io"}, "REGISTRY=URL"},
+		{[]string{"params", "bootstrap", "--out", "x", "--registry-mirror", "docker.io=http://10.42.0.1:5000"}, "not among the plain-HTTP hosts"},
+		{[]string{"cluster", "registries", "--clear", "--plain-http-registry", "a:1"}, "--clear takes no other"},
 		{[]string{"-o", "yaml", "node", "list"}, `-o "yaml"`},
 		{[]string{"--timeout", "0s", "node", "list"}, "--timeout"},
 		{[]string{"--endpoint", "nohost", "node", "list"}, "HOST:PORT"},

@@ -22,6 +22,8 @@ type clusterView struct {
 	TPM string `json:"tpm"`
 	// Directory lists the curators.
 	Directory []directoryEntry `json:"directory"`
+	// Registries is where workers pull images from.
+	Registries registriesView `json:"registries"`
 }
 
 // directoryEntry is one curator of the cluster directory.
@@ -50,7 +52,7 @@ func newClusterCommand(a *app) *cobra.Command {
 			"SHA-256 fingerprints of the old and the new ticket, never the tickets.",
 		Args: cobra.NoArgs,
 		RunE: a.ownerRun(func(ctx context.Context, o *owner, _ []string) error { return a.rotateTicket(ctx, o) }),
-	}, newBackupCommand(a), newRecoverCommand(a))
+	}, newRegistriesCommand(a), newBackupCommand(a), newRecoverCommand(a))
 	return cmd
 }
 
@@ -98,6 +100,7 @@ func (a *app) clusterInfo(ctx context.Context, o *owner) error {
 		StorageSecurity: storageName(info.GetClusterConfiguration().GetStorageSecurityPolicy()),
 		TPM:             tpmName(info.GetClusterConfiguration().GetTpmMode()),
 		Directory:       []directoryEntry{},
+		Registries:      viewRegistries(info.GetClusterConfiguration().GetRegistries()),
 	}
 	for _, n := range info.GetClusterDirectory().GetNodes() {
 		e := directoryEntry{ID: n.GetId(), Addresses: []string{}}
@@ -113,6 +116,11 @@ func (a *app) clusterInfo(ctx context.Context, o *owner) error {
 	fmt.Fprintf(tw, "CA fingerprint:\tSHA256:%s\n", v.CAFingerprint)
 	fmt.Fprintf(tw, "Storage security:\t%s\n", v.StorageSecurity)
 	fmt.Fprintf(tw, "TPM:\t%s\n", v.TPM)
+	label := "Registries:"
+	for _, l := range registriesLines(info.GetClusterConfiguration().GetRegistries()) {
+		fmt.Fprintf(tw, "%s\t%s\n", label, l)
+		label = ""
+	}
 	fmt.Fprintf(tw, "Curators:\t%d\n", len(v.Directory))
 	for _, e := range v.Directory {
 		fmt.Fprintf(tw, "  %s\t%s\n", e.ID, dash(strings.Join(e.Addresses, ", ")))

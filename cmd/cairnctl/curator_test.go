@@ -127,6 +127,21 @@ func TestAgainstCurator(t *testing.T) {
 		t.Errorf("cluster info = %+v, want the cluster's CA and TPM best-effort", info)
 	}
 
+	// Registry settings: replaced whole, shown by cluster info, cleared.
+	out = mustRun(t, dir, "cluster", "registries", "--registry-mirror", "docker.io=http://10.42.0.1:5000", "--plain-http-registry", "10.42.0.1:5000")
+	if !strings.Contains(out, "docker.io mirrored by http://10.42.0.1:5000") {
+		t.Errorf("cluster registries printed %q, want the new mirror", out)
+	}
+	if err := json.Unmarshal([]byte(mustRun(t, dir, "-o", "json", "cluster", "info")), &info); err != nil {
+		t.Fatalf("cluster info -o json: %v", err)
+	}
+	if m := info.Registries.Mirrors["docker.io"]; len(m) != 1 || m[0] != "http://10.42.0.1:5000" || len(info.Registries.PlainHTTP) != 1 {
+		t.Errorf("cluster info shows registries %+v, want the docker.io mirror", info.Registries)
+	}
+	if out = mustRun(t, dir, "cluster", "registries", "--clear"); !strings.Contains(out, "no mirrors") {
+		t.Errorf("cluster registries --clear printed %q, want no mirrors", out)
+	}
+
 	// Rotating the ticket: params register writes the new one, with
 	// which nodes register, and the old one registers nobody.
 	out = mustRun(t, dir, "cluster", "rotate-ticket")

@@ -63,6 +63,7 @@ func newParamsCommand(a *app) *cobra.Command {
 func newParamsBootstrapCommand(a *app) *cobra.Command {
 	var t paramsTarget
 	var storage, tpm string
+	var registries registryFlags
 	cmd := &cobra.Command{
 		Use:   "bootstrap (--image IMG | --out FILE)",
 		Short: "Write parameters that make a node create a new cluster",
@@ -75,12 +76,16 @@ func newParamsBootstrapCommand(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if cc.Registries, err = registries.registries(); err != nil {
+				return err
+			}
 			return a.paramsBootstrap(&t, cc)
 		},
 	}
 	t.addFlags(cmd)
 	cmd.Flags().StringVar(&storage, "storage-security", "encrypted", "data partition protection: encrypted or insecure")
 	cmd.Flags().StringVar(&tpm, "tpm", "required", "TPM use when sealing: required, best-effort or disabled")
+	registries.addFlags(cmd)
 	return cmd
 }
 
@@ -134,6 +139,9 @@ func (a *app) paramsBootstrap(t *paramsTarget, cc *api.ClusterConfiguration) err
 	}
 	a.printf("Wrote bootstrap parameters to %s\n  owner key %x (from %s)\n  storage %s, TPM %s\n",
 		where, []byte(pub), dir, storageName(cc.GetStorageSecurityPolicy()), tpmName(cc.GetTpmMode()))
+	for _, l := range registriesLines(cc.GetRegistries()) {
+		a.printf("  %s\n", l)
+	}
 	return nil
 }
 
