@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/google/nftables"
 	"golang.org/x/sys/unix"
 
 	"cairn.dev/cairn/pkg/mountinfo"
@@ -21,8 +22,8 @@ const podsCgroup = "/sys/fs/cgroup/kubepods"
 
 // cleanUp removes what a worker leaves when it stops or crashes: the
 // processes of its pods, which containerd's shims keep alive apart from
-// containerd, the shims themselves, and the mounts of pods and container
-// filesystems. It runs before a worker starts and after it stopped, so
+// containerd, the shims themselves, the mounts of pods and container
+// filesystems, and the masquerade of pod traffic. It runs before a worker starts and after it stopped, so
 // that a removed role leaves nothing behind, and a restarted one starts
 // clean. What cannot be removed is reported, nothing is left half-done
 // silently.
@@ -36,6 +37,11 @@ func (l Layout) cleanUp() error {
 		errs = append(errs, err)
 	}
 	if err := unmountBelow(l.Data, l.Run); err != nil {
+		errs = append(errs, err)
+	}
+	if nf, err := nftables.New(); err != nil {
+		errs = append(errs, fmt.Errorf("when opening nftables: %w", err))
+	} else if err := removeMasquerade(nf); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

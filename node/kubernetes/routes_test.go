@@ -4,11 +4,9 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"testing"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 )
 
 // TestSyncPodRoutes programs routes in a network namespace of its own: to
@@ -18,20 +16,7 @@ func TestSyncPodRoutes(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for a network namespace")
 	}
-	var ns netns.NsHandle
-	var err error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread()
-		ns, err = netns.New()
-	}()
-	<-done
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ns.Close()
-	nl, err := netlink.NewHandleAt(ns)
+	nl, err := netlink.NewHandleAt(newNS(t))
 	if err != nil {
 		t.Fatal(err)
 	}

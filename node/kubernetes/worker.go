@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -100,6 +101,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		run  supervisor.Runnable
 	}{
 		{"balancer", w.runBalancer},
+		{"registries", w.runRegistries},
 		{"containerd", w.runContainerd},
 		{"kubelet", w.runKubelet},
 		{"podnetwork", w.runPodNetwork},
@@ -318,10 +320,11 @@ func (w *Worker) kubeletConfig(serving *credential) map[string]any {
 	}
 }
 
-// runPodNetwork waits until the node's Node object has its pod range,
-// then writes the CNI configuration for it, which makes the kubelet report
-// the network ready; and it keeps the routes to the other nodes' pod
-// ranges, from their Node objects.
+// runPodNetwork masquerades pod traffic that leaves the pod range; waits
+// until the node's Node object has its pod range, then writes the CNI
+// configuration for it, which makes the kubelet report the network ready;
+// and it keeps the routes to the other nodes' pod ranges, from their Node
+// objects.
 func (w *Worker) runPodNetwork(ctx context.Context) error {
 	dir := w.dir("podnetwork")
 	cred, err := issue(ctx, w.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_KUBELET_CLIENT, dir, "client")
@@ -337,6 +340,13 @@ func (w *Worker) runPodNetwork(ctx context.Context) error {
 		return fmt.Errorf("when opening netlink: %w", err)
 	}
 	defer nl.Close()
+	nf, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("when opening nftables: %w", err)
+	}
+	if err := setMasquerade(nf, netip.MustParsePrefix(PodRange)); err != nil {
+		return err
+	}
 	lg := supervisor.Logger(ctx)
 	rctx, cancel := context.WithDeadlineCause(ctx, cred.renewAt, errRenew)
 	defer cancel()
