@@ -12,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"cairn.dev/cairn/node/marker"
 	"cairn.dev/cairn/proto/api"
 	"cairn.dev/cairn/test/launch"
@@ -115,8 +118,20 @@ func TestSingleNodeCluster(t *testing.T) {
 
 	t.Run("e-owner-powers-off", func(t *testing.T) {
 		mgmt := api.NewNodeManagementClient(dial(t, n0.ManagementAddr(), o.creds(t)))
-		if _, err := mgmt.Poweroff(s.ctx, &api.PoweroffRequest{}); err != nil {
-			t.Fatalf("Poweroff as the owner: %v", err)
+		// Fresh from its reboot, the node may not have heard the
+		// cluster's owner key yet, and says so with Unavailable: retry
+		// then, as cairnctl does.
+		deadline := time.Now().Add(time.Minute)
+		for {
+			_, err := mgmt.Poweroff(s.ctx, &api.PoweroffRequest{})
+			if err == nil {
+				break
+			}
+			if status.Code(err) != codes.Unavailable || time.Now().After(deadline) {
+				t.Fatalf("Poweroff as the owner: %v", err)
+			}
+			t.Logf("Poweroff as the owner, retried: %v", err)
+			time.Sleep(time.Second)
 		}
 		if err := n0.VM().Wait(s.ctxWithin(2 * time.Minute)); err != nil {
 			t.Fatalf("the node did not power off by itself after Poweroff: %v", err)
