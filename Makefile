@@ -51,7 +51,7 @@ CHAOS ?=
 # E2E_FLAGS are handed to the suites (-long for their full matrices).
 E2E_TIMEOUT ?= 40m
 E2E_FLAGS ?=
-e2e: deps image test-image cairnctl kube-payload-test
+e2e: deps image test-image cairnctl kube-payload-test registry testagent-image
 	@start=$$(date +%s); \
 	  $(if $(CHAOS),CAIRN_NET_CHAOS='$(CHAOS)') $(GO) test -tags e2e -count=1 -v -timeout $(E2E_TIMEOUT) ./test/e2e/... -image-dir $(abspath $(OUT)) \
 	    -cairnctl $(abspath $(OUT))/cairnctl $(E2E_FLAGS); rc=$$?; \
@@ -90,10 +90,24 @@ cairnctl:
 # approved; it prints the cairnctl command lines that reach the cluster and
 # stays up until Ctrl-C powers every node down. The launcher is built first
 # so that Ctrl-C reaches it directly (qemu runs in process groups of its own).
-cluster: deps image cairnctl
+cluster: deps image cairnctl registry testagent-image
 	$(GO) build -o $(OUT)/launch-cluster ./cmd/launch-cluster
 	$(OUT)/launch-cluster -n 3 -image $(OUT)/cairn.img -cairnctl $(OUT)/cairnctl -dir $(OUT)/cluster \
+	  -registry $(OUT)/registry -push $(OUT)/testagent.oci.tar \
 	  $(if $(CHAOS),-net-chaos '$(CHAOS)')
+
+# The harness's registry and the image it serves (make cluster, the
+# Kubernetes suite): the stock OCI distribution registry, built from source
+# through the module proxy at the version pinned here (go install leaves an
+# up-to-date binary alone), and the test agent (build/testagent), packed
+# like the pause image.
+REGISTRY_PKG := github.com/distribution/distribution/v3/cmd/registry@v3.1.2
+.PHONY: registry testagent-image
+registry:
+	@mkdir -p $(OUT) && GOBIN=$(abspath $(OUT)) CGO_ENABLED=0 $(GO) install -trimpath -ldflags='-s -w' $(REGISTRY_PKG)
+
+testagent-image:
+	@$(GO) run ./build/pauseimage -pkg ./build/testagent -path /agent -ref docker.io/cairn/agent:1 -out $(OUT)/testagent.oci.tar
 
 # The boot image (build/README.md). `make image` builds out/cairn.img, a GPT
 # disk whose ESP holds one unified kernel image and whose system-a slot holds

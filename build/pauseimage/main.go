@@ -3,6 +3,13 @@
 // imports at start (node/kubernetes):
 //
 //	go run ./build/pauseimage -out out/kubernetes/bin/pause.oci.tar
+//
+// With -pkg, -path and -ref it packs another program of the repository
+// the same way, such as the e2e suites' test agent, which the harness
+// pushes to its registry:
+//
+//	go run ./build/pauseimage -pkg ./build/testagent -path /agent \
+//	  -ref docker.io/cairn/agent:1 -out out/testagent.oci.tar
 package main
 
 import (
@@ -19,35 +26,37 @@ import (
 func main() {
 	out := flag.String("out", "", "where to write the image archive")
 	ref := flag.String("ref", "registry.k8s.io/pause:3.10", "the image's name (node/kubernetes.PauseImage)")
+	pkg := flag.String("pkg", "./build/pause", "the program's package")
+	file := flag.String("path", "/pause", "the program's path in the image, its entrypoint")
 	flag.Parse()
 	if *out == "" || flag.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "usage: pauseimage -out FILE")
+		fmt.Fprintln(os.Stderr, "usage: pauseimage [-pkg PKG -path PATH -ref REF] -out FILE")
 		os.Exit(2)
 	}
-	if err := run(*out, *ref); err != nil {
+	if err := run(*out, *ref, *pkg, *file); err != nil {
 		fmt.Fprintf(os.Stderr, "pauseimage: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(out, ref string) error {
+func run(out, ref, pkg, file string) error {
 	dir, err := os.MkdirTemp("", "pauseimage")
 	if err != nil {
 		return fmt.Errorf("when making a build directory: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	bin := filepath.Join(dir, "pause")
-	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w -buildid=", "-o", bin, "./build/pause")
+	bin := filepath.Join(dir, "program")
+	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w -buildid=", "-o", bin, pkg)
 	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
 	build.Stderr = os.Stderr
 	if err := build.Run(); err != nil {
-		return fmt.Errorf("when building the pause program: %w", err)
+		return fmt.Errorf("when building %s: %w", pkg, err)
 	}
 	data, err := os.ReadFile(bin)
 	if err != nil {
-		return fmt.Errorf("when reading the pause program: %w", err)
+		return fmt.Errorf("when reading the built program: %w", err)
 	}
-	img, err := ociimage.Build([]string{"/pause"}, []ociimage.File{{Path: "/pause", Mode: 0o755, Data: data}})
+	img, err := ociimage.Build([]string{file}, []ociimage.File{{Path: file, Mode: 0o755, Data: data}})
 	if err != nil {
 		return err
 	}

@@ -26,6 +26,13 @@
 // replay a run's network. Without the flag, $CAIRN_NET_CHAOS gives the
 // profile, if set.
 //
+// -registry runs the OCI distribution registry program it names (make
+// registry) on the host side of the network, at 10.42.0.1:5000 for the
+// nodes and -registry-addr (127.0.0.1:5000) for the host, as the cluster's
+// mirror of docker.io, and pushes the image archives of -push into it:
+// `make cluster` pushes the test agent as cairn/agent:1, and anything
+// pushed to 127.0.0.1:5000 as library/NAME runs as NAME with no internet.
+//
 // The owner's files stay in -dir/cairnctl, as the cluster harness keeps
 // them; -context NAME (default "local") also copies them into your own
 // cairnctl configuration as context NAME, replacing an earlier cluster's,
@@ -41,6 +48,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"text/tabwriter"
@@ -87,6 +95,9 @@ func parseFlags(args []string) (cluster.Config, time.Duration, error) {
 	grace := fs.Duration("shutdown-timeout", 2*time.Minute, "how long to wait for the nodes to power off before killing them")
 	contextName := fs.String("context", defaultContextName, "cairnctl context to add (or replace) in $XDG_CONFIG_HOME/cairnctl and select, so that a plain cairnctl reaches the cluster; empty leaves your cairnctl configuration alone")
 	kube := fs.Bool("kubernetes", true, "give node 0 KubernetesController and the other nodes KubernetesWorker, and write a kubeconfig into -dir")
+	registry := fs.String("registry", "", "OCI distribution registry program (make registry) to run at 10.42.0.1:5000 as the cluster's mirror of docker.io; empty runs none")
+	registryAddr := fs.String("registry-addr", "127.0.0.1:5000", "where the host reaches the registry, to push images into it")
+	push := fs.String("push", "", "comma-separated OCI image archives (docker.io/REPOSITORY:TAG) to push into the registry")
 	chaos := fs.String("net-chaos", "", "network profile of the harness's switch that joins the nodes, such as delay=50ms,jitter=20ms,loss=2%,dup=0.5%,reorder=0.5%,seed=42 (delay=0 impairs nothing); empty: $"+cluster.NetChaosEnv+" if set, else the kernel's bridge")
 	if err := fs.Parse(args); err != nil {
 		return cluster.Config{}, 0, err
@@ -105,6 +116,15 @@ func parseFlags(args []string) (cluster.Config, time.Duration, error) {
 		StorageSecurity: *storage,
 		HostPortBase:    *portBase,
 		Context:         *contextName,
+		Registry:        *registry,
+	}
+	if *registry != "" {
+		cfg.RegistryHostAddr = *registryAddr
+		if *push != "" {
+			cfg.Images = strings.Split(*push, ",")
+		}
+	} else if *push != "" {
+		return cluster.Config{}, 0, errors.New("-push needs -registry")
 	}
 	kubernetesOn = *kube
 	if *console {
@@ -159,6 +179,9 @@ func run(cfg cluster.Config, grace time.Duration) error {
 			fmt.Fprintf(os.Stderr, "\nkubectl as the owner (Kubernetes starts within minutes under emulation):\n  %s\n  %s\n",
 				cluster.ShellLine(filepath.Join(filepath.Dir(cfg.Cairnctl), "kubectl"), "--kubeconfig", kubeconfig, "get", "nodes"),
 				cluster.ShellLine(filepath.Join(filepath.Dir(cfg.Cairnctl), "kubectl"), "--kubeconfig", kubeconfig, "get", "pods", "-A"))
+		}
+		if r := c.RegistryHost(); r != "" {
+			fmt.Fprintf(os.Stderr, "\nregistry: %s from this machine, the nodes' mirror of docker.io (an image pushed\nthere as library/NAME runs as NAME; %d image(s) pushed, such as cairn/agent:1)\n", r, len(cfg.Images))
 		}
 	}
 	<-interrupted.Done()

@@ -35,8 +35,14 @@ import (
 // logged if the suite failed.
 func (s *suite) newCluster(nodes, spare int, opts ...launch.Option) *cluster.Cluster {
 	s.t.Helper()
+	return s.startCluster(s.clusterConfig(nodes, spare, opts...))
+}
+
+// clusterConfig is the configuration of newCluster's clusters.
+func (s *suite) clusterConfig(nodes, spare int, opts ...launch.Option) cluster.Config {
+	s.t.Helper()
 	logDir := filepath.Join(repoRoot(s.t), "out", "e2e")
-	c, err := cluster.New(cluster.Config{
+	return cluster.Config{
 		Nodes:         nodes,
 		Spare:         spare,
 		Image:         artifact(s.t, "cairn.img"),
@@ -48,13 +54,20 @@ func (s *suite) newCluster(nodes, spare int, opts ...launch.Option) *cluster.Clu
 		TPM:           true,
 		Logf:          s.t.Logf,
 		LaunchOptions: opts,
-	})
+	}
+}
+
+// startCluster makes the cluster of cfg, closed when the test ends.
+func (s *suite) startCluster(cfg cluster.Config) *cluster.Cluster {
+	s.t.Helper()
+	nodes := cfg.Nodes + cfg.Spare
+	c, err := cluster.New(cfg)
 	if err != nil {
 		s.t.Fatalf("making the cluster: %v", err)
 	}
 	s.t.Cleanup(func() {
 		if s.t.Failed() {
-			for i := 0; i < nodes+spare; i++ {
+			for i := 0; i < nodes; i++ {
 				if vm := c.Node(i).VM(); vm != nil {
 					s.t.Logf("last console lines of %s (all in %s):\n%s", c.Node(i).Name(), vm.ConsolePath(), vm.Console().Tail(40))
 				}

@@ -3,10 +3,13 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,35 +22,45 @@ import (
 	"cairn.dev/cairn/test/launch/cluster"
 )
 
-// TestKubernetes runs Kubernetes on a two-node cluster: node 0 is the
-// controller (ConsensusMember and KubernetesController), node 1 the
-// worker. Stock kubectl, built from the same Kubernetes release, drives
-// it with a kubeconfig that cairnctl wrote:
+// TestKubernetes runs Kubernetes on a cluster formed as make cluster
+// forms it: node 0 is the controller (ConsensusMember and
+// KubernetesController), nodes 1 and 2 are workers. The harness's
+// registry is the cluster's mirror of docker.io and serves the test
+// agent's image. Stock kubectl, built from the same Kubernetes release,
+// drives it with a kubeconfig that cairnctl wrote:
 //
-//	(a) the owner's kubeconfig reaches the apiserver, and the worker's
-//	    Node turns Ready, labelled for its role;
+//	(a) the owner's kubeconfig reaches the apiserver, and both workers'
+//	    Nodes turn Ready, labelled for their roles;
 //	(b) a pod of the pause image, which the node imported itself, runs
-//	    on the worker;
-//	(c) a pod whose image does not exist says why it cannot start;
-//	(d) the worker loses KubernetesWorker: its Node is deleted; it gets the
+//	    on node 1;
+//	(c) two test agents, pulled through the mirror, one on each worker,
+//	    answer each other over the pod network and reach the registry
+//	    outside the cluster through their node's masquerade (kubectl
+//	    exec), and kubectl logs and port-forward reach them;
+//	(d) a pod whose image does not exist says why it cannot start;
+//	(e) node 1 loses KubernetesWorker: its Node is deleted; it gets the
 //	    role back: its Node is Ready again;
-//	(e) the worker reboots: its Node is Ready again and a Deployment's pod
-//	    on it runs again.
+//	(f) node 1 reboots: its Node is Ready again and a Deployment's pod on
+//	    it runs again.
 func TestKubernetes(t *testing.T) {
 	s := newSuite(t, 35*time.Minute)
-	c := s.newCluster(2, 0)
+	cfg := s.clusterConfig(3, 0)
+	cfg.Registry = artifact(t, "registry")
+	cfg.Images = []string{artifact(t, "testagent.oci.tar")}
+	c := s.startCluster(cfg)
 	if err := c.Form(s.ctx); err != nil {
 		t.Fatalf("forming the cluster: %v", err)
 	}
 	for _, p := range c.Phases() {
 		s.step(p.Name, p.Duration)
 	}
-	n0, n1 := c.Node(0), c.Node(1)
+	n0, n1, n2 := c.Node(0), c.Node(1), c.Node(2)
 	k := &kube{s: s, kubectl: artifact(t, "kubectl"), config: filepath.Join(t.TempDir(), "kubeconfig")}
 
 	rolesGiven := time.Now()
 	s.cairnctl(t, c, "node", "add-role", n0.ID(), "KubernetesController")
 	s.cairnctl(t, c, "node", "add-role", n1.ID(), "KubernetesWorker")
+	s.cairnctl(t, c, "node", "add-role", n2.ID(), "KubernetesWorker")
 
 	t.Run("a-worker-ready", func(t *testing.T) {
 		s.cairnctl(t, c, "kubeconfig", "--out", k.config, "--apiserver", "https://"+n0.KubernetesAddr())
@@ -60,8 +73,15 @@ func TestKubernetes(t *testing.T) {
 			return k.nodeReady(t, n1.ID())
 		})
 		s.step("roles given → worker Node Ready", time.Since(rolesGiven))
-		k.waitFor(t, n1.Name()+"'s role label", 3*time.Minute, func() error {
-			return k.nodeLabel(t, n1.ID(), "node-role.kubernetes.io/worker")
+		k.waitFor(t, n2.Name()+"'s Node Ready", 5*time.Minute, func() error {
+			return k.nodeReady(t, n2.ID())
+		})
+		s.step("roles given → both workers' Nodes Ready", time.Since(rolesGiven))
+		k.waitFor(t, "the role labels", 3*time.Minute, func() error {
+			if err := k.nodeLabel(t, n1.ID(), "node-role.kubernetes.io/worker"); err != nil {
+				return err
+			}
+			return k.nodeLabel(t, n2.ID(), "node-role.kubernetes.io/worker")
 		})
 	})
 	if t.Failed() {
@@ -79,7 +99,56 @@ func TestKubernetes(t *testing.T) {
 		s.step("pod created → Running", time.Since(start))
 	})
 
-	t.Run("c-missing-image", func(t *testing.T) {
+	t.Run("c-pod-network", func(t *testing.T) {
+		start := time.Now()
+		k.apply(t, agentDeployment)
+		k.waitFor(t, "the agent Deployment available", 10*time.Minute, func() error {
+			return k.deploymentAvailable(t, "agent")
+		})
+		s.step("test image pulled from the mirror → 2 agents ready", time.Since(start))
+		pods, err := k.agentPods(t)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pods) != 2 || pods[0].Node == pods[1].Node {
+			t.Fatalf("agent pods %+v: want one on each node", pods)
+		}
+		start = time.Now()
+		for i, p := range pods {
+			to := pods[1-i]
+			out, err := k.run(t, "exec", p.Name, "--", "/agent", "get", "http://"+to.IP+":8080/")
+			if err != nil {
+				t.Errorf("from %s on %s to %s on %s: %v", p.Name, p.Node, to.Name, to.Node, err)
+				continue
+			}
+			if got := strings.TrimSpace(string(out)); got != to.Name {
+				t.Errorf("from %s to %s (%s): answered by %q", p.Name, to.Name, to.IP, got)
+			}
+		}
+		s.step("pod → pod on the other node and back", time.Since(start))
+
+		// The harness's side of the network has no route to pods: only
+		// the node's masquerade brings the answer back.
+		for _, p := range pods {
+			if _, err := k.run(t, "exec", p.Name, "--", "/agent", "get", "http://10.42.0.1:5000/v2/"); err != nil {
+				t.Errorf("from %s on %s to the registry outside the cluster: %v", p.Name, p.Node, err)
+			}
+		}
+
+		// The apiserver's ways into a pod through its kubelet: logs and
+		// port-forward (exec ran above).
+		p := pods[1]
+		out, err := k.run(t, "logs", p.Name)
+		if err != nil || !strings.Contains(string(out), "agent: serving on :8080 as "+p.Name) {
+			t.Errorf("kubectl logs %s = %q, %v; want the agent's first line", p.Name, out, err)
+		}
+		got, err := k.portForward(t, p.Name, 8080, "/")
+		if err != nil || strings.TrimSpace(got) != p.Name {
+			t.Errorf("GET / through kubectl port-forward to %s = %q, %v; want its name", p.Name, got, err)
+		}
+	})
+
+	t.Run("d-missing-image", func(t *testing.T) {
 		k.mustRun(t, "run", "missing", "--image=10.42.0.1:5999/cairn/does-not-exist:1", "--restart=Never")
 		k.waitFor(t, "the missing image's pull error", 5*time.Minute, func() error {
 			reason, msg, err := k.waitingReason(t, "missing")
@@ -96,7 +165,7 @@ func TestKubernetes(t *testing.T) {
 		})
 	})
 
-	t.Run("d-worker-role-removed-and-back", func(t *testing.T) {
+	t.Run("e-worker-role-removed-and-back", func(t *testing.T) {
 		start := time.Now()
 		s.cairnctl(t, c, "node", "remove-role", n1.ID(), "KubernetesWorker")
 		k.waitFor(t, n1.Name()+"'s Node deleted", 5*time.Minute, func() error {
@@ -129,7 +198,7 @@ func TestKubernetes(t *testing.T) {
 		s.step("KubernetesWorker given again → Node Ready", time.Since(start))
 	})
 
-	t.Run("e-worker-reboots", func(t *testing.T) {
+	t.Run("f-worker-reboots", func(t *testing.T) {
 		// A Deployment's pod on the worker, which must run again after
 		// the reboot.
 		k.apply(t, `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"keep"},"spec":{
@@ -169,6 +238,90 @@ func TestKubernetes(t *testing.T) {
 	if t.Failed() {
 		s.dumpKubernetes(t, c, k)
 	}
+}
+
+// agentDeployment runs the test agent on two nodes (required
+// anti-affinity), ready once it answers HTTP; its image comes from the
+// harness's registry, the cluster's mirror of docker.io.
+const agentDeployment = `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"agent"},"spec":{
+	"replicas":2,
+	"selector":{"matchLabels":{"app":"agent"}},
+	"template":{"metadata":{"labels":{"app":"agent"}},"spec":{
+		"affinity":{"podAntiAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":[
+			{"labelSelector":{"matchLabels":{"app":"agent"}},"topologyKey":"kubernetes.io/hostname"}]}},
+		"containers":[{"name":"agent","image":"cairn/agent:1","args":["serve"],
+			"ports":[{"containerPort":8080}],
+			"readinessProbe":{"httpGet":{"path":"/","port":8080},"periodSeconds":2}}]}}}}`
+
+// portForward runs kubectl port-forward to port of pod and GETs path
+// through it.
+func (k *kube) portForward(t *testing.T, pod string, port int, path string) (string, error) {
+	ctx, cancel := context.WithTimeout(k.s.ctx, time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, k.kubectl, "--kubeconfig", k.config, "port-forward", "pod/"+pod, fmt.Sprintf(":%d", port))
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", err
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	defer func() {
+		cancel()
+		_ = cmd.Wait()
+	}()
+	// "Forwarding from 127.0.0.1:LOCAL -> PORT"
+	sc := bufio.NewScanner(stdout)
+	local := ""
+	for local == "" && sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "Forwarding from 127.0.0.1:"); ok {
+			local, _, _ = strings.Cut(rest, " ")
+		}
+	}
+	if local == "" {
+		return "", fmt.Errorf("kubectl port-forward said no local port: %s", bytes.TrimSpace(stderr.Bytes()))
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:"+local+path, nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return string(body), err
+}
+
+// An agentPod is a running pod of the agent Deployment.
+type agentPod struct {
+	Name, Node, IP string
+}
+
+// agentPods lists the agent Deployment's pods.
+func (k *kube) agentPods(t *testing.T) ([]agentPod, error) {
+	var pods struct {
+		Items []struct {
+			Metadata struct{ Name string }
+			Spec     struct {
+				NodeName string `json:"nodeName"`
+			}
+			Status struct {
+				PodIP string `json:"podIP"`
+			}
+		}
+	}
+	if err := k.getJSON(t, &pods, "pods", "-l", "app=agent"); err != nil {
+		return nil, err
+	}
+	var out []agentPod
+	for _, p := range pods.Items {
+		out = append(out, agentPod{Name: p.Metadata.Name, Node: p.Spec.NodeName, IP: p.Status.PodIP})
+	}
+	return out, nil
 }
 
 // keepContainer returns the ID of the running container of the keep

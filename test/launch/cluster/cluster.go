@@ -1,10 +1,12 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"time"
@@ -89,6 +91,18 @@ type Config struct {
 	// (launch-cluster) set it: tests leave the user's configuration alone.
 	// The cluster's own configuration directory is used either way.
 	Context string
+	// Registry, when not empty, is the OCI distribution registry program
+	// (make registry) that New runs on the host side of the network, at
+	// 10.42.0.1:5000, as the cluster's mirror of docker.io: bootstrap
+	// parameters name it (cairnctl params bootstrap --registry-mirror),
+	// so that pods' images come from it and never from the internet.
+	Registry string
+	// RegistryHostAddr is where the host reaches the registry; empty
+	// takes a free port of 127.0.0.1 (RegistryHost tells which).
+	RegistryHostAddr string
+	// Images are OCI image archives (pkg/ociimage, named
+	// docker.io/REPOSITORY:TAG) that New pushes into the registry.
+	Images []string
 }
 
 // Cluster is a network with its nodes, and the owner's cairnctl
@@ -100,6 +114,11 @@ type Cluster struct {
 	configDir string
 	// followers counts the goroutines that report console lines to Logf.
 	followers sync.WaitGroup
+
+	// registry is the registry's process, registryHost where the host
+	// reaches it; nil and empty without Config.Registry.
+	registry     *exec.Cmd
+	registryHost string
 
 	mu      sync.Mutex
 	created time.Time
@@ -173,6 +192,12 @@ func New(cfg Config) (*Cluster, error) {
 	}
 	if cfg.Switch != nil {
 		c.logf("cluster: the nodes are joined by the harness's switch; its decisions replay with %s=%s", NetChaosEnv, cfg.Switch)
+	}
+	if cfg.Registry != "" {
+		if err := c.startRegistry(context.Background()); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("when starting the cluster's registry: %w", err)
+		}
 	}
 	return c, nil
 }
@@ -268,6 +293,9 @@ func (c *Cluster) Close() error {
 		for _, p := range sw.Ports() {
 			c.logf("cluster: switch port %s: %v", p.Name(), p.Stats())
 		}
+	}
+	if err := c.stopRegistry(); err != nil {
+		errs = append(errs, fmt.Errorf("when stopping the registry: %w", err))
 	}
 	c.mu.Lock()
 	c.closed = true

@@ -50,8 +50,12 @@ func (c *Cluster) Form(ctx context.Context) error {
 // them.
 func (c *Cluster) BootstrapParams(ctx context.Context) ([]byte, error) {
 	file := filepath.Join(c.cfg.Dir, "params", "bootstrap.pb")
-	_, err := c.run(ctx, []string{"--config", c.configDir, "params", "bootstrap", "--out", file,
-		"--storage-security", c.cfg.StorageSecurity, "--tpm", c.cfg.TPMMode})
+	args := []string{"--config", c.configDir, "params", "bootstrap", "--out", file,
+		"--storage-security", c.cfg.StorageSecurity, "--tpm", c.cfg.TPMMode}
+	if c.cfg.Registry != "" {
+		args = append(args, registryFlags()...)
+	}
+	_, err := c.run(ctx, args)
 	if err != nil {
 		return nil, err
 	}
