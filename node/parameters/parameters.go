@@ -265,6 +265,7 @@ func ResolveConfiguration(c *api.ClusterConfiguration) *api.ClusterConfiguration
 	r := &api.ClusterConfiguration{
 		StorageSecurityPolicy: c.GetStorageSecurityPolicy(),
 		TpmMode:               c.GetTpmMode(),
+		Registries:            c.GetRegistries(),
 	}
 	if r.StorageSecurityPolicy == api.StorageSecurityPolicy_STORAGE_SECURITY_POLICY_UNSPECIFIED {
 		r.StorageSecurityPolicy = api.StorageSecurityPolicy_STORAGE_SECURITY_POLICY_ENCRYPTED
