@@ -20,6 +20,7 @@ packages=(
   xfsprogs
   erofs-utils cryptsetup-bin
   iproute2
+  nftables
 )
 if [ "${1:-}" = kubernetes ]; then
   packages=(gcc libc6-dev pkg-config libseccomp-dev)

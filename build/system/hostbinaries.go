@@ -26,6 +26,7 @@ var HostBinaries = []HostBinary{
 	{"/usr/sbin/mkfs.xfs", "data partition filesystem, node/localstorage"},
 	{"/usr/bin/mount", "the kubelet's volume mounts (k8s.io/mount-utils runs it)"},
 	{"/usr/bin/umount", "the kubelet's volume unmounts"},
+	{"/usr/sbin/nft", "kube-proxy's nftables mode (knftables runs it)"},
 }
 
 // HostBinaryPaths returns the paths of bins, in order.

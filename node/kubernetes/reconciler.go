@@ -87,6 +87,8 @@ func clusterObjects() []object {
 		// the Node authorizer lets a kubelet read only its own.
 		clusterRole("cairn:pod-network", rule{Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}),
 		clusterRoleBinding("cairn:pod-network", "cairn:pod-network", "Group", "system:nodes"),
+		// kube-proxy runs with its node's kubelet identity.
+		clusterRoleBinding("cairn:node-proxier", "system:node-proxier", "Group", "system:nodes"),
 	}
 }
 

@@ -105,6 +105,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		{"containerd", w.runContainerd},
 		{"kubelet", w.runKubelet},
 		{"podnetwork", w.runPodNetwork},
+		{"proxy", w.runProxy},
 	} {
 		if err := supervisor.Run(ctx, r.name, r.run); err != nil {
 			return fmt.Errorf("when starting the %s: %w", r.name, err)
