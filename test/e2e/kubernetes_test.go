@@ -37,10 +37,12 @@ import (
 //	    answer each other over the pod network and reach the registry
 //	    outside the cluster through their node's masquerade (kubectl
 //	    exec), and kubectl logs and port-forward reach them;
-//	(d) a pod whose image does not exist says why it cannot start;
-//	(e) node 1 loses KubernetesWorker: its Node is deleted; it gets the
+//	(d) a NodePort Service of the agents answers on its ClusterIP and on
+//	    each worker's NodePort, from pods on both workers (kube-proxy);
+//	(e) a pod whose image does not exist says why it cannot start;
+//	(f) node 1 loses KubernetesWorker: its Node is deleted; it gets the
 //	    role back: its Node is Ready again;
-//	(f) node 1 reboots: its Node is Ready again and a Deployment's pod on
+//	(g) node 1 reboots: its Node is Ready again and a Deployment's pod on
 //	    it runs again.
 func TestKubernetes(t *testing.T) {
 	s := newSuite(t, 35*time.Minute)
@@ -77,6 +79,12 @@ func TestKubernetes(t *testing.T) {
 			return k.nodeReady(t, n2.ID())
 		})
 		s.step("roles given → both workers' Nodes Ready", time.Since(rolesGiven))
+		// Pods need their namespace's default service account, which
+		// the controller-manager makes on its own time.
+		k.waitFor(t, "the default service account", 5*time.Minute, func() error {
+			_, err := k.run(t, "get", "serviceaccount", "default")
+			return err
+		})
 		k.waitFor(t, "the role labels", 3*time.Minute, func() error {
 			if err := k.nodeLabel(t, n1.ID(), "node-role.kubernetes.io/worker"); err != nil {
 				return err
@@ -148,7 +156,48 @@ func TestKubernetes(t *testing.T) {
 		}
 	})
 
-	t.Run("d-missing-image", func(t *testing.T) {
+	t.Run("d-services", func(t *testing.T) {
+		k.apply(t, `{"apiVersion":"v1","kind":"Service","metadata":{"name":"agent"},"spec":{
+			"type":"NodePort","selector":{"app":"agent"},"ports":[{"port":80,"targetPort":8080}]}}`)
+		var svc struct {
+			Spec struct {
+				ClusterIP string `json:"clusterIP"`
+				Ports     []struct {
+					NodePort int `json:"nodePort"`
+				}
+			}
+		}
+		if err := k.getJSON(t, &svc, "service", "agent"); err != nil {
+			t.Fatal(err)
+		}
+		pods, err := k.agentPods(t)
+		if err != nil || len(pods) != 2 {
+			t.Fatalf("agent pods %+v, %v: want two", pods, err)
+		}
+		names := map[string]bool{pods[0].Name: true, pods[1].Name: true}
+		urls := []string{"http://" + svc.Spec.ClusterIP + "/"}
+		for _, n := range []*cluster.Node{n1, n2} {
+			urls = append(urls, fmt.Sprintf("http://%s:%d/", n.IP(), svc.Spec.Ports[0].NodePort))
+		}
+		start := time.Now()
+		for _, p := range pods {
+			for _, u := range urls {
+				k.waitFor(t, p.Name+" reaching the Service at "+u, 2*time.Minute, func() error {
+					out, err := k.run(t, "exec", p.Name, "--", "/agent", "get", u)
+					if err != nil {
+						return err
+					}
+					if got := strings.TrimSpace(string(out)); !names[got] {
+						return fmt.Errorf("%s answered by %q, not an agent", u, got)
+					}
+					return nil
+				})
+			}
+		}
+		s.step("Service created → ClusterIP and NodePorts answer from both workers' pods", time.Since(start))
+	})
+
+	t.Run("e-missing-image", func(t *testing.T) {
 		k.mustRun(t, "run", "missing", "--image=10.42.0.1:5999/cairn/does-not-exist:1", "--restart=Never")
 		k.waitFor(t, "the missing image's pull error", 5*time.Minute, func() error {
 			reason, msg, err := k.waitingReason(t, "missing")
@@ -165,7 +214,7 @@ func TestKubernetes(t *testing.T) {
 		})
 	})
 
-	t.Run("e-worker-role-removed-and-back", func(t *testing.T) {
+	t.Run("f-worker-role-removed-and-back", func(t *testing.T) {
 		start := time.Now()
 		s.cairnctl(t, c, "node", "remove-role", n1.ID(), "KubernetesWorker")
 		k.waitFor(t, n1.Name()+"'s Node deleted", 5*time.Minute, func() error {
@@ -198,7 +247,7 @@ func TestKubernetes(t *testing.T) {
 		s.step("KubernetesWorker given again → Node Ready", time.Since(start))
 	})
 
-	t.Run("f-worker-reboots", func(t *testing.T) {
+	t.Run("g-worker-reboots", func(t *testing.T) {
 		// A Deployment's pod on the worker, which must run again after
 		// the reboot.
 		k.apply(t, `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"keep"},"spec":{
@@ -206,7 +255,7 @@ func TestKubernetes(t *testing.T) {
 			"template":{"metadata":{"labels":{"app":"keep"}},"spec":{
 				"nodeSelector":{"kubernetes.io/hostname":"`+n1.ID()+`"},
 				"containers":[{"name":"pause","image":"registry.k8s.io/pause:3.10","imagePullPolicy":"Never"}]}}}}`)
-		k.waitFor(t, "the Deployment available", 5*time.Minute, func() error {
+		k.waitFor(t, "the Deployment available", 10*time.Minute, func() error {
 			return k.deploymentAvailable(t, "keep")
 		})
 		before, err := k.keepContainer(t)
