@@ -89,18 +89,25 @@ func (m management) RotateRegisterTicket(ctx context.Context, req *api.RotateReg
 
 // configuration reads the cluster configuration.
 func (c *curator) configuration(ctx context.Context) (*api.ClusterConfiguration, error) {
+	conf, _, err := c.configurationAt(ctx)
+	return conf, err
+}
+
+// configurationAt reads the cluster configuration and the revision at
+// which it was last changed, for a compare-and-swap.
+func (c *curator) configurationAt(ctx context.Context) (*api.ClusterConfiguration, int64, error) {
 	resp, err := c.etcd.Get(ctx, configurationKey)
 	if err != nil {
-		return nil, fmt.Errorf("when reading the cluster configuration: %w", err)
+		return nil, 0, fmt.Errorf("when reading the cluster configuration: %w", err)
 	}
 	if len(resp.Kvs) == 0 {
-		return nil, status.Error(codes.FailedPrecondition, "the cluster has no configuration: it was not bootstrapped")
+		return nil, 0, status.Error(codes.FailedPrecondition, "the cluster has no configuration: it was not bootstrapped")
 	}
 	conf := &api.ClusterConfiguration{}
 	if err := proto.Unmarshal(resp.Kvs[0].Value, conf); err != nil {
-		return nil, fmt.Errorf("when decoding the cluster configuration: %w", err)
+		return nil, 0, fmt.Errorf("when decoding the cluster configuration: %w", err)
 	}
-	return conf, nil
+	return conf, resp.Kvs[0].ModRevision, nil
 }
 
 func (m management) GetClusterInfo(ctx context.Context, _ *api.GetClusterInfoRequest) (*api.GetClusterInfoResponse, error) {

@@ -22,16 +22,9 @@ func (m management) UpdateRegistries(ctx context.Context, req *api.UpdateRegistr
 		return nil, status.Errorf(codes.InvalidArgument, "registries: %v", err)
 	}
 	for {
-		resp, err := m.etcd.Get(ctx, configurationKey)
+		conf, rev, err := m.configurationAt(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("when reading the cluster configuration: %w", err)
-		}
-		if len(resp.Kvs) == 0 {
-			return nil, status.Error(codes.FailedPrecondition, "the cluster has no configuration: it was not bootstrapped")
-		}
-		conf := &api.ClusterConfiguration{}
-		if err := proto.Unmarshal(resp.Kvs[0].Value, conf); err != nil {
-			return nil, fmt.Errorf("when decoding the cluster configuration: %w", err)
+			return nil, err
 		}
 		conf.Registries = req.GetRegistries()
 		if len(conf.Registries.GetMirrors()) == 0 && len(conf.Registries.GetPlainHttp()) == 0 {
@@ -42,7 +35,7 @@ func (m management) UpdateRegistries(ctx context.Context, req *api.UpdateRegistr
 			return nil, fmt.Errorf("when encoding the cluster configuration: %w", err)
 		}
 		txn, err := m.etcd.Txn(ctx).
-			If(clientv3.Compare(clientv3.ModRevision(configurationKey), "=", resp.Kvs[0].ModRevision)).
+			If(clientv3.Compare(clientv3.ModRevision(configurationKey), "=", rev)).
 			Then(clientv3.OpPut(configurationKey, string(b))).
 			Commit()
 		if err != nil {

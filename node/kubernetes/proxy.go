@@ -2,8 +2,6 @@ package kubernetes
 
 import (
 	"context"
-
-	api "cairn.dev/cairn/proto/api"
 )
 
 // runProxy runs kube-proxy in its nftables mode: ClusterIP and NodePort
@@ -13,12 +11,8 @@ import (
 // the reconciler binds to system:node-proxier.
 func (w *Worker) runProxy(ctx context.Context) error {
 	dir := w.dir("proxy")
-	client, err := issue(ctx, w.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_KUBELET_CLIENT, dir, "client")
+	client, kubeconfig, err := w.nodeKubeconfig(ctx, dir)
 	if err != nil {
-		return err
-	}
-	kubeconfig := dir + "/kubeconfig"
-	if err := writeKubeconfig(kubeconfig, w.balancerURL(), client); err != nil {
 		return err
 	}
 	config := dir + "/config.json"

@@ -265,16 +265,12 @@ func (w *Worker) importPause(ctx context.Context) error {
 // the node's name.
 func (w *Worker) runKubelet(ctx context.Context) error {
 	dir := w.dir("kubelet")
-	client, err := issue(ctx, w.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_KUBELET_CLIENT, dir, "client")
+	client, kubeconfig, err := w.nodeKubeconfig(ctx, dir)
 	if err != nil {
 		return err
 	}
 	serving, err := issue(ctx, w.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_KUBELET_SERVING, dir, "serving")
 	if err != nil {
-		return err
-	}
-	kubeconfig := dir + "/kubeconfig"
-	if err := writeKubeconfig(kubeconfig, w.balancerURL(), client); err != nil {
 		return err
 	}
 	config := dir + "/config.json"
@@ -290,6 +286,21 @@ func (w *Worker) runKubelet(ctx context.Context) error {
 		"--cert-dir="+dir,
 	)
 	return runComponent(ctx, cmd, soonest(client, serving))
+}
+
+// nodeKubeconfig gives a component of the worker the node's Kubernetes
+// identity (system:node:<ID>): a client certificate in dir and a
+// kubeconfig there that reaches the apiservers through the balancer.
+func (w *Worker) nodeKubeconfig(ctx context.Context, dir string) (*credential, string, error) {
+	client, err := issue(ctx, w.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_KUBELET_CLIENT, dir, "client")
+	if err != nil {
+		return nil, "", err
+	}
+	kubeconfig := dir + "/kubeconfig"
+	if err := writeKubeconfig(kubeconfig, w.balancerURL(), client); err != nil {
+		return nil, "", err
+	}
+	return client, kubeconfig, nil
 }
 
 // kubeletConfig is the kubelet's KubeletConfiguration.
