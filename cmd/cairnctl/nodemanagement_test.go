@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -80,6 +82,23 @@ func TestAgainstNodeManagement(t *testing.T) {
 	}
 	if hasMarker(follow.String(), marker.Committed) {
 		t.Errorf("logs -f --backlog 0 printed the backlog: %q", follow.String())
+	}
+
+	// The resources are this test machine's: the test's own process is
+	// among them, in procfs of the real node too.
+	var res resourcesView
+	if err := json.Unmarshal([]byte(mustRun(t, dir, nodeEP, "-o", "json", "node", "resources", id)), &res); err != nil {
+		t.Fatalf("node resources -o json: %v", err)
+	}
+	self := false
+	for _, p := range res.Processes {
+		self = self || int(p.PID) == os.Getpid()
+	}
+	if res.MemoryTotalBytes == 0 || !self {
+		t.Errorf("node resources = %d bytes of memory, %d processes without pid %d; want memory and the test's process", res.MemoryTotalBytes, len(res.Processes), os.Getpid())
+	}
+	if out := mustRun(t, dir, nodeEP, "node", "resources", id); !strings.Contains(out, "Memory: ") || !strings.Contains(out, "RESIDENT") {
+		t.Errorf("node resources printed %q, want the memory line and the process table", out)
 	}
 
 	mustRun(t, dir, nodeEP, "node", "reboot", id)

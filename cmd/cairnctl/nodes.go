@@ -45,6 +45,7 @@ func newNodeCommand(a *app) *cobra.Command {
 				_, err := m.DeleteNode(ctx, &api.DeleteNodeRequest{NodeId: id})
 				return err
 			}),
+		newNodeResourcesCommand(a),
 		a.roleCommand(true),
 		a.roleCommand(false),
 		a.powerCommand("reboot", "Reboot a node", "Rebooting",

@@ -189,6 +189,10 @@ func (testNodeManagement) Poweroff(ctx context.Context, _ *api.PoweroffRequest) 
 	return &api.PoweroffResponse{}, unaryPeer(ctx)
 }
 
+func (testNodeManagement) GetResources(ctx context.Context, _ *api.GetResourcesRequest) (*api.GetResourcesResponse, error) {
+	return &api.GetResourcesResponse{}, unaryPeer(ctx)
+}
+
 func (testNodeManagement) Recover(srv grpc.ClientStreamingServer[api.RecoverRequest, api.RecoverResponse]) error {
 	if err := streamPeer(srv); err != nil {
 		return err

@@ -85,6 +85,107 @@ func (LogSeverity) EnumDescriptor() ([]byte, []int) {
 	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{0}
 }
 
+// GetResourcesRequest has no fields.
+type GetResourcesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetResourcesRequest) Reset() {
+	*x = GetResourcesRequest{}
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetResourcesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetResourcesRequest) ProtoMessage() {}
+
+func (x *GetResourcesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetResourcesRequest.ProtoReflect.Descriptor instead.
+func (*GetResourcesRequest) Descriptor() ([]byte, []int) {
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{0}
+}
+
+// GetResourcesResponse is the node's memory and its processes.
+type GetResourcesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// MemTotal and MemAvailable of /proc/meminfo.
+	MemoryTotalBytes     uint64 `protobuf:"varint,1,opt,name=memory_total_bytes,json=memoryTotalBytes,proto3" json:"memory_total_bytes,omitempty"`
+	MemoryAvailableBytes uint64 `protobuf:"varint,2,opt,name=memory_available_bytes,json=memoryAvailableBytes,proto3" json:"memory_available_bytes,omitempty"`
+	// Every process with resident memory (kernel threads have none),
+	// largest first.
+	Processes     []*GetResourcesResponse_Process `protobuf:"bytes,3,rep,name=processes,proto3" json:"processes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetResourcesResponse) Reset() {
+	*x = GetResourcesResponse{}
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetResourcesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetResourcesResponse) ProtoMessage() {}
+
+func (x *GetResourcesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetResourcesResponse.ProtoReflect.Descriptor instead.
+func (*GetResourcesResponse) Descriptor() ([]byte, []int) {
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *GetResourcesResponse) GetMemoryTotalBytes() uint64 {
+	if x != nil {
+		return x.MemoryTotalBytes
+	}
+	return 0
+}
+
+func (x *GetResourcesResponse) GetMemoryAvailableBytes() uint64 {
+	if x != nil {
+		return x.MemoryAvailableBytes
+	}
+	return 0
+}
+
+func (x *GetResourcesResponse) GetProcesses() []*GetResourcesResponse_Process {
+	if x != nil {
+		return x.Processes
+	}
+	return nil
+}
+
 // LogEntry is one entry of the node's log tree, field for field what
 // pkg/logtree's LogEntry holds.
 type LogEntry struct {
@@ -112,7 +213,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[0]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -124,7 +225,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[0]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -137,7 +238,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{0}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *LogEntry) GetTimeUnixNanos() int64 {
@@ -211,7 +312,7 @@ type LogsRequest struct {
 
 func (x *LogsRequest) Reset() {
 	*x = LogsRequest{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[1]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -223,7 +324,7 @@ func (x *LogsRequest) String() string {
 func (*LogsRequest) ProtoMessage() {}
 
 func (x *LogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[1]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -236,7 +337,7 @@ func (x *LogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsRequest.ProtoReflect.Descriptor instead.
 func (*LogsRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{1}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *LogsRequest) GetDn() string {
@@ -285,7 +386,7 @@ type LogsResponse struct {
 
 func (x *LogsResponse) Reset() {
 	*x = LogsResponse{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[2]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -297,7 +398,7 @@ func (x *LogsResponse) String() string {
 func (*LogsResponse) ProtoMessage() {}
 
 func (x *LogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[2]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -310,7 +411,7 @@ func (x *LogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsResponse.ProtoReflect.Descriptor instead.
 func (*LogsResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{2}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *LogsResponse) GetEntries() []*LogEntry {
@@ -329,7 +430,7 @@ type RebootRequest struct {
 
 func (x *RebootRequest) Reset() {
 	*x = RebootRequest{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[3]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -341,7 +442,7 @@ func (x *RebootRequest) String() string {
 func (*RebootRequest) ProtoMessage() {}
 
 func (x *RebootRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[3]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -354,7 +455,7 @@ func (x *RebootRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebootRequest.ProtoReflect.Descriptor instead.
 func (*RebootRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{3}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{5}
 }
 
 // RebootResponse has no fields.
@@ -366,7 +467,7 @@ type RebootResponse struct {
 
 func (x *RebootResponse) Reset() {
 	*x = RebootResponse{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[4]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -378,7 +479,7 @@ func (x *RebootResponse) String() string {
 func (*RebootResponse) ProtoMessage() {}
 
 func (x *RebootResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[4]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -391,7 +492,7 @@ func (x *RebootResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebootResponse.ProtoReflect.Descriptor instead.
 func (*RebootResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{4}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{6}
 }
 
 // PoweroffRequest has no fields.
@@ -403,7 +504,7 @@ type PoweroffRequest struct {
 
 func (x *PoweroffRequest) Reset() {
 	*x = PoweroffRequest{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[5]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -415,7 +516,7 @@ func (x *PoweroffRequest) String() string {
 func (*PoweroffRequest) ProtoMessage() {}
 
 func (x *PoweroffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[5]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -428,7 +529,7 @@ func (x *PoweroffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoweroffRequest.ProtoReflect.Descriptor instead.
 func (*PoweroffRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{5}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{7}
 }
 
 // PoweroffResponse has no fields.
@@ -440,7 +541,7 @@ type PoweroffResponse struct {
 
 func (x *PoweroffResponse) Reset() {
 	*x = PoweroffResponse{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[6]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -452,7 +553,7 @@ func (x *PoweroffResponse) String() string {
 func (*PoweroffResponse) ProtoMessage() {}
 
 func (x *PoweroffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[6]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -465,7 +566,7 @@ func (x *PoweroffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoweroffResponse.ProtoReflect.Descriptor instead.
 func (*PoweroffResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{6}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{8}
 }
 
 // RecoverRequest is one message of a Recover stream.
@@ -481,7 +582,7 @@ type RecoverRequest struct {
 
 func (x *RecoverRequest) Reset() {
 	*x = RecoverRequest{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[7]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -493,7 +594,7 @@ func (x *RecoverRequest) String() string {
 func (*RecoverRequest) ProtoMessage() {}
 
 func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[7]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -506,7 +607,7 @@ func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverRequest.ProtoReflect.Descriptor instead.
 func (*RecoverRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{7}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RecoverRequest) GetHeader() *RecoverHeader {
@@ -537,7 +638,7 @@ type RecoverHeader struct {
 
 func (x *RecoverHeader) Reset() {
 	*x = RecoverHeader{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[8]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -549,7 +650,7 @@ func (x *RecoverHeader) String() string {
 func (*RecoverHeader) ProtoMessage() {}
 
 func (x *RecoverHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[8]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -562,7 +663,7 @@ func (x *RecoverHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverHeader.ProtoReflect.Descriptor instead.
 func (*RecoverHeader) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{8}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RecoverHeader) GetSize() int64 {
@@ -590,7 +691,7 @@ type RecoverResponse struct {
 
 func (x *RecoverResponse) Reset() {
 	*x = RecoverResponse{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[9]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -602,7 +703,7 @@ func (x *RecoverResponse) String() string {
 func (*RecoverResponse) ProtoMessage() {}
 
 func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[9]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -615,7 +716,7 @@ func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverResponse.ProtoReflect.Descriptor instead.
 func (*RecoverResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{9}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RecoverResponse) GetRevision() int64 {
@@ -625,11 +726,93 @@ func (x *RecoverResponse) GetRevision() int64 {
 	return 0
 }
 
+// A Process is one process of the node.
+type GetResourcesResponse_Process struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Pid   int32                  `protobuf:"varint,1,opt,name=pid,proto3" json:"pid,omitempty"`
+	// The program's name, as the kernel keeps it (at most 15 bytes).
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// Resident memory.
+	ResidentBytes uint64 `protobuf:"varint,3,opt,name=resident_bytes,json=residentBytes,proto3" json:"resident_bytes,omitempty"`
+	// CPU time used, user and system, since the process started.
+	CpuTimeMillis uint64 `protobuf:"varint,4,opt,name=cpu_time_millis,json=cpuTimeMillis,proto3" json:"cpu_time_millis,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetResourcesResponse_Process) Reset() {
+	*x = GetResourcesResponse_Process{}
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetResourcesResponse_Process) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetResourcesResponse_Process) ProtoMessage() {}
+
+func (x *GetResourcesResponse_Process) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetResourcesResponse_Process.ProtoReflect.Descriptor instead.
+func (*GetResourcesResponse_Process) Descriptor() ([]byte, []int) {
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{1, 0}
+}
+
+func (x *GetResourcesResponse_Process) GetPid() int32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *GetResourcesResponse_Process) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *GetResourcesResponse_Process) GetResidentBytes() uint64 {
+	if x != nil {
+		return x.ResidentBytes
+	}
+	return 0
+}
+
+func (x *GetResourcesResponse_Process) GetCpuTimeMillis() uint64 {
+	if x != nil {
+		return x.CpuTimeMillis
+	}
+	return 0
+}
+
 var File_proto_api_nodemanagement_proto protoreflect.FileDescriptor
 
 const file_proto_api_nodemanagement_proto_rawDesc = "" +
 	"\n" +
-	"\x1eproto/api/nodemanagement.proto\x12\tcairn.api\x1a\x1dproto/api/authorization.proto\"\xca\x01\n" +
+	"\x1eproto/api/nodemanagement.proto\x12\tcairn.api\x1a\x1dproto/api/authorization.proto\"\x15\n" +
+	"\x13GetResourcesRequest\"\xc1\x02\n" +
+	"\x14GetResourcesResponse\x12,\n" +
+	"\x12memory_total_bytes\x18\x01 \x01(\x04R\x10memoryTotalBytes\x124\n" +
+	"\x16memory_available_bytes\x18\x02 \x01(\x04R\x14memoryAvailableBytes\x12E\n" +
+	"\tprocesses\x18\x03 \x03(\v2'.cairn.api.GetResourcesResponse.ProcessR\tprocesses\x1a~\n" +
+	"\aProcess\x12\x10\n" +
+	"\x03pid\x18\x01 \x01(\x05R\x03pid\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12%\n" +
+	"\x0eresident_bytes\x18\x03 \x01(\x04R\rresidentBytes\x12&\n" +
+	"\x0fcpu_time_millis\x18\x04 \x01(\x04R\rcpuTimeMillis\"\xca\x01\n" +
 	"\bLogEntry\x12&\n" +
 	"\x0ftime_unix_nanos\x18\x01 \x01(\x03R\rtimeUnixNanos\x12\x0e\n" +
 	"\x02dn\x18\x02 \x01(\tR\x02dn\x122\n" +
@@ -663,12 +846,13 @@ const file_proto_api_nodemanagement_proto_rawDesc = "" +
 	"\x11LOG_SEVERITY_INFO\x10\x01\x12\x18\n" +
 	"\x14LOG_SEVERITY_WARNING\x10\x02\x12\x16\n" +
 	"\x12LOG_SEVERITY_ERROR\x10\x03\x12\x16\n" +
-	"\x12LOG_SEVERITY_FATAL\x10\x042\xab\x02\n" +
+	"\x12LOG_SEVERITY_FATAL\x10\x042\x82\x03\n" +
 	"\x0eNodeManagement\x12?\n" +
 	"\x04Logs\x12\x16.cairn.api.LogsRequest\x1a\x17.cairn.api.LogsResponse\"\x04\xd8\xe2\x18\x010\x01\x12C\n" +
 	"\x06Reboot\x12\x18.cairn.api.RebootRequest\x1a\x19.cairn.api.RebootResponse\"\x04\xd8\xe2\x18\x01\x12I\n" +
 	"\bPoweroff\x12\x1a.cairn.api.PoweroffRequest\x1a\x1b.cairn.api.PoweroffResponse\"\x04\xd8\xe2\x18\x01\x12H\n" +
-	"\aRecover\x12\x19.cairn.api.RecoverRequest\x1a\x1a.cairn.api.RecoverResponse\"\x04\xd8\xe2\x18\x01(\x01B\x1bZ\x19cairn.dev/cairn/proto/apib\x06proto3"
+	"\aRecover\x12\x19.cairn.api.RecoverRequest\x1a\x1a.cairn.api.RecoverResponse\"\x04\xd8\xe2\x18\x01(\x01\x12U\n" +
+	"\fGetResources\x12\x1e.cairn.api.GetResourcesRequest\x1a\x1f.cairn.api.GetResourcesResponse\"\x04\xd8\xe2\x18\x01B\x1bZ\x19cairn.dev/cairn/proto/apib\x06proto3"
 
 var (
 	file_proto_api_nodemanagement_proto_rawDescOnce sync.Once
@@ -683,38 +867,44 @@ func file_proto_api_nodemanagement_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_api_nodemanagement_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_proto_api_nodemanagement_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_proto_api_nodemanagement_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_proto_api_nodemanagement_proto_goTypes = []any{
-	(LogSeverity)(0),         // 0: cairn.api.LogSeverity
-	(*LogEntry)(nil),         // 1: cairn.api.LogEntry
-	(*LogsRequest)(nil),      // 2: cairn.api.LogsRequest
-	(*LogsResponse)(nil),     // 3: cairn.api.LogsResponse
-	(*RebootRequest)(nil),    // 4: cairn.api.RebootRequest
-	(*RebootResponse)(nil),   // 5: cairn.api.RebootResponse
-	(*PoweroffRequest)(nil),  // 6: cairn.api.PoweroffRequest
-	(*PoweroffResponse)(nil), // 7: cairn.api.PoweroffResponse
-	(*RecoverRequest)(nil),   // 8: cairn.api.RecoverRequest
-	(*RecoverHeader)(nil),    // 9: cairn.api.RecoverHeader
-	(*RecoverResponse)(nil),  // 10: cairn.api.RecoverResponse
+	(LogSeverity)(0),                     // 0: cairn.api.LogSeverity
+	(*GetResourcesRequest)(nil),          // 1: cairn.api.GetResourcesRequest
+	(*GetResourcesResponse)(nil),         // 2: cairn.api.GetResourcesResponse
+	(*LogEntry)(nil),                     // 3: cairn.api.LogEntry
+	(*LogsRequest)(nil),                  // 4: cairn.api.LogsRequest
+	(*LogsResponse)(nil),                 // 5: cairn.api.LogsResponse
+	(*RebootRequest)(nil),                // 6: cairn.api.RebootRequest
+	(*RebootResponse)(nil),               // 7: cairn.api.RebootResponse
+	(*PoweroffRequest)(nil),              // 8: cairn.api.PoweroffRequest
+	(*PoweroffResponse)(nil),             // 9: cairn.api.PoweroffResponse
+	(*RecoverRequest)(nil),               // 10: cairn.api.RecoverRequest
+	(*RecoverHeader)(nil),                // 11: cairn.api.RecoverHeader
+	(*RecoverResponse)(nil),              // 12: cairn.api.RecoverResponse
+	(*GetResourcesResponse_Process)(nil), // 13: cairn.api.GetResourcesResponse.Process
 }
 var file_proto_api_nodemanagement_proto_depIdxs = []int32{
-	0,  // 0: cairn.api.LogEntry.severity:type_name -> cairn.api.LogSeverity
-	0,  // 1: cairn.api.LogsRequest.minimum_severity:type_name -> cairn.api.LogSeverity
-	1,  // 2: cairn.api.LogsResponse.entries:type_name -> cairn.api.LogEntry
-	9,  // 3: cairn.api.RecoverRequest.header:type_name -> cairn.api.RecoverHeader
-	2,  // 4: cairn.api.NodeManagement.Logs:input_type -> cairn.api.LogsRequest
-	4,  // 5: cairn.api.NodeManagement.Reboot:input_type -> cairn.api.RebootRequest
-	6,  // 6: cairn.api.NodeManagement.Poweroff:input_type -> cairn.api.PoweroffRequest
-	8,  // 7: cairn.api.NodeManagement.Recover:input_type -> cairn.api.RecoverRequest
-	3,  // 8: cairn.api.NodeManagement.Logs:output_type -> cairn.api.LogsResponse
-	5,  // 9: cairn.api.NodeManagement.Reboot:output_type -> cairn.api.RebootResponse
-	7,  // 10: cairn.api.NodeManagement.Poweroff:output_type -> cairn.api.PoweroffResponse
-	10, // 11: cairn.api.NodeManagement.Recover:output_type -> cairn.api.RecoverResponse
-	8,  // [8:12] is the sub-list for method output_type
-	4,  // [4:8] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	13, // 0: cairn.api.GetResourcesResponse.processes:type_name -> cairn.api.GetResourcesResponse.Process
+	0,  // 1: cairn.api.LogEntry.severity:type_name -> cairn.api.LogSeverity
+	0,  // 2: cairn.api.LogsRequest.minimum_severity:type_name -> cairn.api.LogSeverity
+	3,  // 3: cairn.api.LogsResponse.entries:type_name -> cairn.api.LogEntry
+	11, // 4: cairn.api.RecoverRequest.header:type_name -> cairn.api.RecoverHeader
+	4,  // 5: cairn.api.NodeManagement.Logs:input_type -> cairn.api.LogsRequest
+	6,  // 6: cairn.api.NodeManagement.Reboot:input_type -> cairn.api.RebootRequest
+	8,  // 7: cairn.api.NodeManagement.Poweroff:input_type -> cairn.api.PoweroffRequest
+	10, // 8: cairn.api.NodeManagement.Recover:input_type -> cairn.api.RecoverRequest
+	1,  // 9: cairn.api.NodeManagement.GetResources:input_type -> cairn.api.GetResourcesRequest
+	5,  // 10: cairn.api.NodeManagement.Logs:output_type -> cairn.api.LogsResponse
+	7,  // 11: cairn.api.NodeManagement.Reboot:output_type -> cairn.api.RebootResponse
+	9,  // 12: cairn.api.NodeManagement.Poweroff:output_type -> cairn.api.PoweroffResponse
+	12, // 13: cairn.api.NodeManagement.Recover:output_type -> cairn.api.RecoverResponse
+	2,  // 14: cairn.api.NodeManagement.GetResources:output_type -> cairn.api.GetResourcesResponse
+	10, // [10:15] is the sub-list for method output_type
+	5,  // [5:10] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_proto_api_nodemanagement_proto_init() }
@@ -729,7 +919,7 @@ func file_proto_api_nodemanagement_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_api_nodemanagement_proto_rawDesc), len(file_proto_api_nodemanagement_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

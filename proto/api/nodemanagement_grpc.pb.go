@@ -22,10 +22,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	NodeManagement_Logs_FullMethodName     = "/cairn.api.NodeManagement/Logs"
-	NodeManagement_Reboot_FullMethodName   = "/cairn.api.NodeManagement/Reboot"
-	NodeManagement_Poweroff_FullMethodName = "/cairn.api.NodeManagement/Poweroff"
-	NodeManagement_Recover_FullMethodName  = "/cairn.api.NodeManagement/Recover"
+	NodeManagement_Logs_FullMethodName         = "/cairn.api.NodeManagement/Logs"
+	NodeManagement_Reboot_FullMethodName       = "/cairn.api.NodeManagement/Reboot"
+	NodeManagement_Poweroff_FullMethodName     = "/cairn.api.NodeManagement/Poweroff"
+	NodeManagement_Recover_FullMethodName      = "/cairn.api.NodeManagement/Recover"
+	NodeManagement_GetResources_FullMethodName = "/cairn.api.NodeManagement/GetResources"
 )
 
 // NodeManagementClient is the client API for NodeManagement service.
@@ -54,6 +55,11 @@ type NodeManagementClient interface {
 	// etcd data) can recover; a backup of another cluster, or one whose size
 	// or SHA-256 differ from the header's, is refused and nothing changes.
 	Recover(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RecoverRequest, RecoverResponse], error)
+	// GetResources reports the node's memory and, for every process on it,
+	// its resident memory and the CPU time it used: /init, which runs every
+	// supervised service (etcd and the curator among them), and the child
+	// processes (Kubernetes' components, containerd, pods' processes).
+	GetResources(ctx context.Context, in *GetResourcesRequest, opts ...grpc.CallOption) (*GetResourcesResponse, error)
 }
 
 type nodeManagementClient struct {
@@ -116,6 +122,16 @@ func (c *nodeManagementClient) Recover(ctx context.Context, opts ...grpc.CallOpt
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type NodeManagement_RecoverClient = grpc.ClientStreamingClient[RecoverRequest, RecoverResponse]
 
+func (c *nodeManagementClient) GetResources(ctx context.Context, in *GetResourcesRequest, opts ...grpc.CallOption) (*GetResourcesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetResourcesResponse)
+	err := c.cc.Invoke(ctx, NodeManagement_GetResources_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeManagementServer is the server API for NodeManagement service.
 // All implementations must embed UnimplementedNodeManagementServer
 // for forward compatibility.
@@ -142,6 +158,11 @@ type NodeManagementServer interface {
 	// etcd data) can recover; a backup of another cluster, or one whose size
 	// or SHA-256 differ from the header's, is refused and nothing changes.
 	Recover(grpc.ClientStreamingServer[RecoverRequest, RecoverResponse]) error
+	// GetResources reports the node's memory and, for every process on it,
+	// its resident memory and the CPU time it used: /init, which runs every
+	// supervised service (etcd and the curator among them), and the child
+	// processes (Kubernetes' components, containerd, pods' processes).
+	GetResources(context.Context, *GetResourcesRequest) (*GetResourcesResponse, error)
 	mustEmbedUnimplementedNodeManagementServer()
 }
 
@@ -163,6 +184,9 @@ func (UnimplementedNodeManagementServer) Poweroff(context.Context, *PoweroffRequ
 }
 func (UnimplementedNodeManagementServer) Recover(grpc.ClientStreamingServer[RecoverRequest, RecoverResponse]) error {
 	return status.Error(codes.Unimplemented, "method Recover not implemented")
+}
+func (UnimplementedNodeManagementServer) GetResources(context.Context, *GetResourcesRequest) (*GetResourcesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetResources not implemented")
 }
 func (UnimplementedNodeManagementServer) mustEmbedUnimplementedNodeManagementServer() {}
 func (UnimplementedNodeManagementServer) testEmbeddedByValue()                        {}
@@ -239,6 +263,24 @@ func _NodeManagement_Recover_Handler(srv interface{}, stream grpc.ServerStream) 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type NodeManagement_RecoverServer = grpc.ClientStreamingServer[RecoverRequest, RecoverResponse]
 
+func _NodeManagement_GetResources_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetResourcesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeManagementServer).GetResources(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: NodeManagement_GetResources_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeManagementServer).GetResources(ctx, req.(*GetResourcesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // NodeManagement_ServiceDesc is the grpc.ServiceDesc for NodeManagement service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -253,6 +295,10 @@ var NodeManagement_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Poweroff",
 			Handler:    _NodeManagement_Poweroff_Handler,
+		},
+		{
+			MethodName: "GetResources",
+			Handler:    _NodeManagement_GetResources_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
