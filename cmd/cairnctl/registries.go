@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
@@ -66,21 +65,6 @@ func viewRegistries(r *api.Registries) registriesView {
 		v.Mirrors[m.GetRegistry()] = m.GetEndpoints()
 	}
 	return v
-}
-
-// registriesLines describes the registry settings, one line each.
-func registriesLines(r *api.Registries) []string {
-	var lines []string
-	for _, m := range r.GetMirrors() {
-		lines = append(lines, fmt.Sprintf("%s mirrored by %s", m.GetRegistry(), strings.Join(m.GetEndpoints(), ", ")))
-	}
-	if len(r.GetPlainHttp()) > 0 {
-		lines = append(lines, "plain HTTP allowed to "+strings.Join(r.GetPlainHttp(), ", "))
-	}
-	if len(lines) == 0 {
-		lines = append(lines, "no mirrors; registries over HTTPS only")
-	}
-	return lines
 }
 
 func newRegistriesCommand(a *app) *cobra.Command {
@@ -145,7 +129,7 @@ func (a *app) printRegistries(r *api.Registries) error {
 	if a.output == outputJSON {
 		return writeJSON(a.out, viewRegistries(r))
 	}
-	for _, l := range registriesLines(r) {
+	for _, l := range parameters.DescribeRegistries(r) {
 		a.printf("%s\n", l)
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"cairn.dev/cairn/node/parameters"
 	"cairn.dev/cairn/pkg/supervisor"
 	"cairn.dev/cairn/proto/api"
 )
@@ -37,24 +38,9 @@ func (w *Worker) runRegistries(ctx context.Context) error {
 		if err := writeHosts(w.dir("registry"), r); err != nil {
 			return err
 		}
-		lg.Infof("Registries: %s", strings.Join(describeRegistries(r), "; "))
+		lg.Infof("Registries: %s", strings.Join(parameters.DescribeRegistries(r), "; "))
 		supervisor.Signal(ctx, supervisor.SignalHealthy)
 	}
-}
-
-// describeRegistries says what r sets, for the log.
-func describeRegistries(r *api.Registries) []string {
-	var out []string
-	for _, m := range r.GetMirrors() {
-		out = append(out, m.GetRegistry()+" mirrored by "+strings.Join(m.GetEndpoints(), ", "))
-	}
-	if len(r.GetPlainHttp()) > 0 {
-		out = append(out, "plain HTTP to "+strings.Join(r.GetPlainHttp(), ", "))
-	}
-	if len(out) == 0 {
-		out = append(out, "no mirrors")
-	}
-	return out
 }
 
 // writeHosts makes dir hold the host configuration of r, and nothing

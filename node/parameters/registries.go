@@ -85,6 +85,22 @@ func validateMirrorURL(e string, plainHTTP []string) error {
 	return nil
 }
 
+// DescribeRegistries says what r sets, a line each, for people: cairnctl
+// prints it, and workers log it when they apply it.
+func DescribeRegistries(r *api.Registries) []string {
+	var lines []string
+	for _, m := range r.GetMirrors() {
+		lines = append(lines, m.GetRegistry()+" mirrored by "+strings.Join(m.GetEndpoints(), ", "))
+	}
+	if len(r.GetPlainHttp()) > 0 {
+		lines = append(lines, "plain HTTP allowed to "+strings.Join(r.GetPlainHttp(), ", "))
+	}
+	if len(lines) == 0 {
+		lines = append(lines, "no mirrors; registries over HTTPS only")
+	}
+	return lines
+}
+
 // ParseMirror parses a mirror as flags give it:
 // "REGISTRY=URL[,URL...]", like "docker.io=http://10.42.0.1:5000".
 func ParseMirror(s string) (*api.Registries_Mirror, error) {
