@@ -4,52 +4,15 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"testing"
 	"time"
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	"cairn.dev/cairn/pkg/netnstest"
 )
-
-// inNS runs f on a thread inside ns; sockets f makes stay in ns.
-func inNS(t *testing.T, ns netns.NsHandle, f func() error) error {
-	t.Helper()
-	errc := make(chan error, 1)
-	go func() {
-		// The thread is left locked, so it dies with the goroutine
-		// instead of going back to the pool in ns.
-		runtime.LockOSThread()
-		if err := netns.Set(ns); err != nil {
-			errc <- err
-			return
-		}
-		errc <- f()
-	}()
-	return <-errc
-}
-
-// newNS makes a network namespace, closed when the test ends.
-func newNS(t *testing.T) netns.NsHandle {
-	t.Helper()
-	var ns netns.NsHandle
-	var err error
-	done := make(chan struct{})
-	go func() {
-		// netns.New moves the thread into the new namespace; the
-		// thread stays locked and dies with the goroutine.
-		defer close(done)
-		runtime.LockOSThread()
-		ns, err = netns.New()
-	}()
-	<-done
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ns.Close() })
-	return ns
-}
 
 // TestMasquerade sends a pod's connection through a node whose
 // masquerade is set to a host outside the pod range that has no route
@@ -59,7 +22,7 @@ func TestMasquerade(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for network namespaces")
 	}
-	pod, node, outside := newNS(t), newNS(t), newNS(t)
+	pod, node, outside := netnstest.New(t), netnstest.New(t), netnstest.New(t)
 	link := func(a netns.NsHandle, aName, aAddr string, b netns.NsHandle, bName, bAddr string) {
 		t.Helper()
 		nl, err := netlink.NewHandleAt(a)
@@ -102,14 +65,14 @@ func TestMasquerade(t *testing.T) {
 	if err := nl.RouteAdd(&netlink.Route{Dst: nil, Gw: net.ParseIP("10.192.0.1")}); err != nil {
 		t.Fatal(err)
 	}
-	if err := inNS(t, node, func() error {
+	if err := netnstest.Do(node, func() error {
 		return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0)
 	}); err != nil {
 		t.Fatal(err)
 	}
 
 	var ln net.Listener
-	if err := inNS(t, outside, func() error {
+	if err := netnstest.Do(outside, func() error {
 		ln, err = net.Listen("tcp", "10.42.0.1:0")
 		return err
 	}); err != nil {
@@ -117,7 +80,7 @@ func TestMasquerade(t *testing.T) {
 	}
 	defer ln.Close()
 	dial := func(timeout time.Duration) error {
-		return inNS(t, pod, func() error {
+		return netnstest.Do(pod, func() error {
 			c, err := net.DialTimeout("tcp", ln.Addr().String(), timeout)
 			if err == nil {
 				c.Close()

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/vishvananda/netlink"
+
+	"cairn.dev/cairn/pkg/netnstest"
 )
 
 // TestSyncPodRoutes programs routes in a network namespace of its own: to
@@ -16,7 +18,7 @@ func TestSyncPodRoutes(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for a network namespace")
 	}
-	nl, err := netlink.NewHandleAt(newNS(t))
+	nl, err := netlink.NewHandleAt(netnstest.New(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/event/memory"
+	"cairn.dev/cairn/pkg/netnstest"
 	"cairn.dev/cairn/pkg/supervisor"
 )
 
@@ -42,7 +42,7 @@ func newTestNet(t *testing.T) *testNet {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create network namespaces")
 	}
-	n := &testNet{client: newNamespace(t), server: newNamespace(t)}
+	n := &testNet{client: netnstest.New(t), server: netnstest.New(t)}
 	n.clientNL = newHandle(t, n.client)
 	n.serverNL = newHandle(t, n.server)
 	veth := &netlink.Veth{
@@ -69,26 +69,6 @@ func newTestNet(t *testing.T) *testNet {
 		t.Fatalf("AddrAdd(peer0): %v", err)
 	}
 	return n
-}
-
-// newNamespace makes a network namespace on a thread of its own, which
-// dies with its goroutine: no other goroutine ever runs in it.
-func newNamespace(t *testing.T) netns.NsHandle {
-	t.Helper()
-	var ns netns.NsHandle
-	var err error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread()
-		ns, err = netns.New()
-	}()
-	<-done
-	if err != nil {
-		t.Fatalf("netns.New: %v", err)
-	}
-	t.Cleanup(func() { ns.Close() })
-	return ns
 }
 
 func newHandle(t *testing.T, ns netns.NsHandle) *netlink.Handle {
