@@ -5,14 +5,18 @@
 //
 //	agent serve [ADDR]   answer GET / with the pod's host name (default :8080)
 //	agent get URL        GET URL, print the answer; exit 1 on failure
+//	agent resolve NAME   look NAME up as the pod's resolv.conf says, print
+//	                     its addresses, one a line; exit 1 on failure
 package main
 
 import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
+	"slices"
 	"time"
 )
 
@@ -31,8 +35,10 @@ func main() {
 		err = serve(addr)
 	case args[0] == "get" && len(args) == 2:
 		err = get(args[1])
+	case args[0] == "resolve" && len(args) == 2:
+		err = resolve(args[1])
 	default:
-		fmt.Fprintln(os.Stderr, "usage: agent serve [ADDR] | agent get URL")
+		fmt.Fprintln(os.Stderr, "usage: agent serve [ADDR] | agent get URL | agent resolve NAME")
 		os.Exit(2)
 	}
 	if err != nil {
@@ -74,4 +80,18 @@ func get(url string) error {
 	}
 	_, err = os.Stdout.Write(body)
 	return err
+}
+
+func resolve(name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	addrs, err := net.DefaultResolver.LookupHost(ctx, name)
+	if err != nil {
+		return err
+	}
+	slices.Sort(addrs)
+	for _, a := range addrs {
+		fmt.Println(a)
+	}
+	return nil
 }

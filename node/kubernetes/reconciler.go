@@ -33,6 +33,9 @@ func (c *Controller) runReconciler(ctx context.Context) error {
 	}
 	rctx, cancel := context.WithDeadlineCause(ctx, cred.renewAt, errRenew)
 	defer cancel()
+	if err := supervisor.Run(rctx, "dns-endpoints", func(ctx context.Context) error { return runDNSEndpoints(ctx, cl) }); err != nil {
+		return fmt.Errorf("when starting the DNS endpoints: %w", err)
+	}
 	nodesC := make(chan []ClusterNode)
 	event.Pipe(rctx, c.cfg.Nodes, nodesC, event.Filter(func(n []ClusterNode) bool { return n != nil }))
 	var nodes []ClusterNode
@@ -87,8 +90,11 @@ func clusterObjects() []object {
 		// the Node authorizer lets a kubelet read only its own.
 		clusterRole("cairn:pod-network", rule{Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}),
 		clusterRoleBinding("cairn:pod-network", "cairn:pod-network", "Group", "system:nodes"),
-		// kube-proxy runs with its node's kubelet identity.
+		// kube-proxy and each worker's DNS run with their node's
+		// kubelet identity.
 		clusterRoleBinding("cairn:node-proxier", "system:node-proxier", "Group", "system:nodes"),
+		// The cluster DNS (runDNS, runDNSEndpoints).
+		dnsServiceObject(),
 	}
 }
 

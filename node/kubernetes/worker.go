@@ -106,6 +106,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		{"kubelet", w.runKubelet},
 		{"podnetwork", w.runPodNetwork},
 		{"proxy", w.runProxy},
+		{"dns", w.runDNS},
 	} {
 		if err := supervisor.Run(ctx, r.name, r.run); err != nil {
 			return fmt.Errorf("when starting the %s: %w", r.name, err)

@@ -32,6 +32,10 @@ const (
 	// KubernetesAPIBalancer is where a worker's kubelet reaches the
 	// controllers' apiservers, on the node's loopback only.
 	KubernetesAPIBalancer = 6444
+	// ClusterDNS is where a worker serves the cluster's DNS, UDP and
+	// TCP, on the node's IP: the port of the kube-dns Service's
+	// endpoints, the same on every node, so not in the Table.
+	ClusterDNS = 53
 )
 
 // Table names one port per service. A zero field means the fixed port of
