@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"net/netip"
 	"os/exec"
 	"path/filepath"
 	"sync"
@@ -96,6 +97,7 @@ type Config struct {
 	// 10.42.0.1:5000, as the cluster's mirror of docker.io: bootstrap
 	// parameters name it (cairnctl params bootstrap --registry-mirror),
 	// so that pods' images come from it and never from the internet.
+	// The network's DNS server then also names it RegistryName.
 	Registry string
 	// RegistryHostAddr is where the host reaches the registry; empty
 	// takes a free port of 127.0.0.1 (RegistryHost tells which).
@@ -168,7 +170,11 @@ func New(cfg Config) (*Cluster, error) {
 			cfg.Switch = &p
 		}
 	}
-	nw, err := netns.New(netns.Config{Nodes: cfg.Nodes + cfg.Spare, Switch: cfg.Switch})
+	var names map[string]netip.Addr
+	if cfg.Registry != "" {
+		names = map[string]netip.Addr{RegistryName: netns.BridgeAddr}
+	}
+	nw, err := netns.New(netns.Config{Nodes: cfg.Nodes + cfg.Spare, Switch: cfg.Switch, Names: names})
 	if err != nil {
 		return nil, fmt.Errorf("when creating the cluster's network: %w", err)
 	}

@@ -22,6 +22,11 @@ import (
 // address: nodes pull from 10.42.0.1:5000.
 const RegistryPort = 5000
 
+// RegistryName is the harness registry's host name, which the harness's
+// DNS server on the network answers: nodes resolve it, and pods through
+// their node's cluster DNS.
+const RegistryName = "registry.cairn.test"
+
 // registryAddr is where nodes reach the harness's registry.
 func registryAddr() string {
 	return fmt.Sprintf("%s:%d", netns.BridgeAddr, RegistryPort)

@@ -65,6 +65,11 @@ type Config struct {
 	// DNS are the resolvers the DHCP server hands out. Empty hands out none:
 	// nothing in the network answers DNS unless a test runs a server.
 	DNS []netip.Addr
+	// Names, when not empty, are the host names (with their IPv4
+	// addresses) of a DNS server the harness runs on BridgeAddr, which
+	// the DHCP server then hands out first. It answers every other name
+	// "no such name".
+	Names map[string]netip.Addr
 	// Switch, when not nil, joins the nodes with the harness's own switch
 	// (test/launch/l2switch), which impairs every link as the profile
 	// says, instead of one tap per node on the kernel's bridge: each
@@ -128,6 +133,7 @@ type Network struct {
 	handle *netlink.Handle
 	dhcp   *dhcpServer
 	sntp   *sntpServer
+	dns    *dnsServer
 	acks   *ackLog
 
 	logMu   sync.RWMutex
@@ -142,7 +148,7 @@ type Network struct {
 }
 
 // New creates the namespace, its bridge and taps, and starts the DHCP and
-// SNTP servers. On error nothing is left behind. Always Close the network.
+// SNTP servers, and the DNS server when Config.Names asks for one. On error nothing is left behind. Always Close the network.
 func New(cfg Config) (*Network, error) {
 	if cfg.Nodes < 0 || cfg.Nodes > MaxNodes {
 		return nil, fmt.Errorf("network with %d nodes: want 0 to %d", cfg.Nodes, MaxNodes)
@@ -173,6 +179,14 @@ func New(cfg Config) (*Network, error) {
 	if err := n.create(); err != nil {
 		n.Close()
 		return nil, err
+	}
+	if len(cfg.Names) > 0 {
+		cfg.DNS = append([]netip.Addr{BridgeAddr}, cfg.DNS...)
+		var err error
+		if n.dns, err = n.startDNS(cfg.Names); err != nil {
+			n.Close()
+			return nil, err
+		}
 	}
 	dhcp, err := n.startDHCP(cfg)
 	if err != nil {
@@ -420,6 +434,11 @@ func (n *Network) close() error {
 	}
 	if n.sntp != nil {
 		if err := n.sntp.close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if n.dns != nil {
+		if err := n.dns.close(); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/insomniacslk/dhcp/dhcpv4/nclient4"
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
+	"golang.org/x/net/dns/dnsmessage"
 	"golang.org/x/sys/unix"
 
 	"cairn.dev/cairn/pkg/sntp"
@@ -510,4 +511,52 @@ func TestDoStrandsNoThread(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// TestNames asks the harness's DNS server, from inside the namespace as
+// a node does, for a name it was given and for one it was not.
+func TestNames(t *testing.T) {
+	needRoot(t)
+	n := NewForTest(t, Config{Nodes: 1, Names: map[string]netip.Addr{"registry.cairn.test": BridgeAddr}, Logf: t.Logf})
+	for _, c := range []struct {
+		name  string
+		rcode dnsmessage.RCode
+		want  int
+	}{
+		{"Registry.Cairn.Test.", dnsmessage.RCodeSuccess, 1},
+		{"other.cairn.test.", dnsmessage.RCodeNameError, 0},
+	} {
+		var conn net.Conn
+		if err := n.Do(func() (err error) {
+			conn, err = net.Dial("udp", netip.AddrPortFrom(BridgeAddr, 53).String())
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		q, _ := (&dnsmessage.Message{
+			Header:    dnsmessage.Header{ID: 7, RecursionDesired: true},
+			Questions: []dnsmessage.Question{{Name: dnsmessage.MustNewName(c.name), Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET}},
+		}).Pack()
+		conn.SetDeadline(time.Now().Add(5 * time.Second))
+		buf := make([]byte, 512)
+		_, err := conn.Write(q)
+		var nr int
+		if err == nil {
+			nr, err = conn.Read(buf)
+		}
+		conn.Close()
+		var m dnsmessage.Message
+		if err == nil {
+			err = m.Unpack(buf[:nr])
+		}
+		if err != nil || m.RCode != c.rcode || len(m.Answers) != c.want {
+			t.Errorf("%s: %v with %d answers (%v), want %v with %d", c.name, m.RCode, len(m.Answers), err, c.rcode, c.want)
+			continue
+		}
+		if c.want == 1 {
+			if a, ok := m.Answers[0].Body.(*dnsmessage.AResource); !ok || netip.AddrFrom4(a.A) != BridgeAddr {
+				t.Errorf("%s = %v, want %s", c.name, m.Answers[0].Body, BridgeAddr)
+			}
+		}
+	}
 }
