@@ -197,6 +197,64 @@ func TestKubernetes(t *testing.T) {
 		s.step("Service created → ClusterIP and NodePorts answer from both workers' pods", time.Since(start))
 	})
 
+	t.Run("d-dns", func(t *testing.T) {
+		var dns struct {
+			Spec struct {
+				ClusterIP string `json:"clusterIP"`
+			}
+		}
+		if err := k.getJSON(t, &dns, "-n", "kube-system", "service", "kube-dns"); err != nil || dns.Spec.ClusterIP != "10.96.0.10" {
+			t.Fatalf("Service kube-system/kube-dns has cluster IP %q (%v), want 10.96.0.10", dns.Spec.ClusterIP, err)
+		}
+		var svc struct {
+			Spec struct {
+				ClusterIP string `json:"clusterIP"`
+			}
+		}
+		if err := k.getJSON(t, &svc, "service", "agent"); err != nil {
+			t.Fatal(err)
+		}
+		pods, err := k.agentPods(t)
+		if err != nil || len(pods) != 2 {
+			t.Fatalf("agent pods %+v, %v: want two", pods, err)
+		}
+		podName := strings.ReplaceAll(pods[1].IP, ".", "-") + ".default.pod.cluster.local"
+		lookups := []struct{ name, want string }{
+			{"agent.default.svc.cluster.local", svc.Spec.ClusterIP},
+			{"agent", svc.Spec.ClusterIP}, // through the search path
+			{"kubernetes.default", "10.96.0.1"},
+			{podName, pods[1].IP},
+			{cluster.RegistryName, "10.42.0.1"}, // forwarded to the node's resolver
+		}
+		start := time.Now()
+		for _, p := range pods {
+			for _, l := range lookups {
+				k.waitFor(t, p.Name+" resolving "+l.name, 2*time.Minute, func() error {
+					out, err := k.run(t, "exec", p.Name, "--", "/agent", "resolve", l.name)
+					if err != nil {
+						return err
+					}
+					if got := strings.TrimSpace(string(out)); got != l.want {
+						return fmt.Errorf("%s resolves to %q, want %s", l.name, got, l.want)
+					}
+					return nil
+				})
+			}
+		}
+		s.step("cluster DNS: Service, pod and outside names resolve in both workers' pods", time.Since(start))
+		for _, p := range pods {
+			out, err := k.run(t, "exec", p.Name, "--", "/agent", "resolve", "nothing.default.svc.cluster.local")
+			if err == nil || !strings.Contains(err.Error(), "no such host") {
+				t.Errorf("%s resolving a missing Service: %q, %v; want no such host", p.Name, out, err)
+			}
+			for _, u := range []string{"http://agent/", "http://" + cluster.RegistryName + ":5000/v2/"} {
+				if out, err := k.run(t, "exec", p.Name, "--", "/agent", "get", u); err != nil {
+					t.Errorf("%s: GET %s by name: %q, %v", p.Name, u, out, err)
+				}
+			}
+		}
+	})
+
 	t.Run("e-missing-image", func(t *testing.T) {
 		k.mustRun(t, "run", "missing", "--image=10.42.0.1:5999/cairn/does-not-exist:1", "--restart=Never")
 		k.waitFor(t, "the missing image's pull error", 5*time.Minute, func() error {
