@@ -7,10 +7,16 @@
 //	agent get URL        GET URL, print the answer; exit 1 on failure
 //	agent resolve NAME   look NAME up as the pod's resolv.conf says, print
 //	                     its addresses, one a line; exit 1 on failure
+//	agent api PATH       GET PATH of the apiserver at
+//	                     https://kubernetes.default.svc.cluster.local with
+//	                     the pod's service-account token, verifying the
+//	                     apiserver with the CA the pod was given
 package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
@@ -37,8 +43,10 @@ func main() {
 		err = get(args[1])
 	case args[0] == "resolve" && len(args) == 2:
 		err = resolve(args[1])
+	case args[0] == "api" && len(args) == 2:
+		err = api(args[1])
 	default:
-		fmt.Fprintln(os.Stderr, "usage: agent serve [ADDR] | agent get URL | agent resolve NAME")
+		fmt.Fprintln(os.Stderr, "usage: agent serve [ADDR] | agent get URL | agent resolve NAME | agent api PATH")
 		os.Exit(2)
 	}
 	if err != nil {
@@ -60,13 +68,43 @@ func serve(addr string) error {
 }
 
 func get(url string) error {
+	return fetch(http.DefaultClient, url, "")
+}
+
+// serviceAccount is where the kubelet mounts a pod's service-account
+// credentials.
+const serviceAccount = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+func api(path string) error {
+	token, err := os.ReadFile(serviceAccount + "/token")
+	if err != nil {
+		return fmt.Errorf("when reading the service-account token: %w", err)
+	}
+	ca, err := os.ReadFile(serviceAccount + "/ca.crt")
+	if err != nil {
+		return fmt.Errorf("when reading the apiserver's CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		return fmt.Errorf("no certificate in %s/ca.crt", serviceAccount)
+	}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	return fetch(client, "https://kubernetes.default.svc.cluster.local"+path, "Bearer "+string(token))
+}
+
+// fetch GETs url with client, with an Authorization header when auth is
+// not empty, and prints the answer.
+func fetch(client *http.Client, url, auth string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}

@@ -39,11 +39,18 @@ import (
 //	    exec), and kubectl logs and port-forward reach them;
 //	(d) a NodePort Service of the agents answers on its ClusterIP and on
 //	    each worker's NodePort, from pods on both workers (kube-proxy);
+//	    pods resolve Service, pod and outside names through their node's
+//	    cluster DNS, and reach the apiserver by its Service name with
+//	    their service-account token;
 //	(e) a pod whose image does not exist says why it cannot start;
-//	(f) node 1 loses KubernetesWorker: its Node is deleted; it gets the
-//	    role back: its Node is Ready again;
+//	(f) node 1 loses KubernetesWorker: its Node is deleted and its agent
+//	    moves to node 2; it gets the role back: its Node is Ready again;
 //	(g) node 1 reboots: its Node is Ready again and a Deployment's pod on
-//	    it runs again.
+//	    it runs again;
+//	(h) the controller moves: node 1 becomes ConsensusMember and
+//	    KubernetesController, then node 0 loses KubernetesController; the
+//	    workers keep reaching an apiserver (their balancer), and kubectl,
+//	    with a kubeconfig written after the change, schedules new pods.
 func TestKubernetes(t *testing.T) {
 	s := newSuite(t, 35*time.Minute)
 	cfg := s.clusterConfig(3, 0)
@@ -242,6 +249,20 @@ func TestKubernetes(t *testing.T) {
 			}
 		}
 		s.step("cluster DNS: Service, pod and outside names resolve in both workers' pods", time.Since(start))
+		// The apiserver by its Service's name, with the pod's own token:
+		// the token is taken (discovery is open to every identity), and
+		// it names the pod's service account (which may not read
+		// Secrets).
+		for _, p := range pods {
+			out, err := k.run(t, "exec", p.Name, "--", "/agent", "api", "/version")
+			if err != nil || !strings.Contains(string(out), `"gitVersion"`) {
+				t.Errorf("%s: GET /version of kubernetes.default.svc.cluster.local with its token: %q, %v", p.Name, out, err)
+			}
+			_, err = k.run(t, "exec", p.Name, "--", "/agent", "api", "/api/v1/namespaces/kube-system/secrets")
+			if err == nil || !strings.Contains(err.Error(), "system:serviceaccount:default:default") {
+				t.Errorf("%s: reading Secrets with its token: %v; want refused to system:serviceaccount:default:default", p.Name, err)
+			}
+		}
 		for _, p := range pods {
 			out, err := k.run(t, "exec", p.Name, "--", "/agent", "resolve", "nothing.default.svc.cluster.local")
 			if err == nil || !strings.Contains(err.Error(), "no such host") {
@@ -286,6 +307,22 @@ func TestKubernetes(t *testing.T) {
 			return nil
 		})
 		s.step("KubernetesWorker removed → Node deleted", time.Since(start))
+		k.waitFor(t, "both agents running on "+n2.Name(), 5*time.Minute, func() error {
+			if err := k.deploymentAvailable(t, "agent"); err != nil {
+				return err
+			}
+			pods, err := k.agentPods(t)
+			if err != nil {
+				return err
+			}
+			for _, p := range pods {
+				if p.Node != n2.ID() {
+					return fmt.Errorf("agent %s is on %s", p.Name, p.Node)
+				}
+			}
+			return nil
+		})
+		s.step("KubernetesWorker removed → its agent runs on the other worker", time.Since(start))
 		k.waitFor(t, n1.Name()+" saying its worker left nothing behind", 2*time.Minute, func() error {
 			out := s.cairnctl(t, c, "logs", n1.ID(), "--dn", "root.roleserve.kubeworker", "--min-severity", "warning")
 			if strings.Contains(out, "Cleaning up after the worker") {
@@ -342,6 +379,53 @@ func TestKubernetes(t *testing.T) {
 		})
 		s.step("worker reboot → Node Ready, its pod running again", time.Since(start))
 	})
+	t.Run("h-controller-moves", func(t *testing.T) {
+		start := time.Now()
+		s.cairnctl(t, c, "node", "add-role", n1.ID(), "ConsensusMember")
+		s.cairnctl(t, c, "node", "add-role", n1.ID(), "KubernetesController")
+		k1 := &kube{s: s, kubectl: k.kubectl, config: filepath.Join(t.TempDir(), "kubeconfig")}
+		s.cairnctl(t, c, "kubeconfig", "--out", k1.config, "--apiserver", "https://"+n1.KubernetesAddr())
+		k1.waitFor(t, n1.Name()+"'s apiserver to answer the owner", 15*time.Minute, func() error {
+			_, err := k1.run(t, "get", "--raw", "/readyz")
+			return err
+		})
+		s.step("ConsensusMember and KubernetesController given to a worker → its apiserver ready", time.Since(start))
+
+		removed := time.Now()
+		s.cairnctl(t, c, "node", "remove-role", n0.ID(), "KubernetesController")
+		k.waitFor(t, n0.Name()+"'s apiserver gone", 2*time.Minute, func() error {
+			if _, err := k.run(t, "get", "--raw", "/readyz"); err == nil {
+				return fmt.Errorf("%s's apiserver still answers", n0.Name())
+			}
+			return nil
+		})
+		// The kubelets renew their Node leases through the apiserver
+		// that is left: their balancer dropped the one that went.
+		for _, n := range []*cluster.Node{n1, n2} {
+			k1.waitFor(t, n.Name()+" renewing its lease after the change", 3*time.Minute, func() error {
+				var lease struct {
+					Spec struct {
+						RenewTime time.Time `json:"renewTime"`
+					}
+				}
+				if err := k1.getJSON(t, &lease, "-n", "kube-node-lease", "lease", n.ID()); err != nil {
+					return err
+				}
+				if !lease.Spec.RenewTime.After(removed.Add(15 * time.Second)) {
+					return fmt.Errorf("lease of %s renewed at %s, not since the controller left", n.ID(), lease.Spec.RenewTime)
+				}
+				return k1.nodeReady(t, n.ID())
+			})
+		}
+		s.step("KubernetesController removed from node 0 → both workers' leases renewed", time.Since(removed))
+		// The controller-manager and scheduler of node 1 took over: a
+		// new replica is made and scheduled.
+		k1.mustRun(t, "scale", "deployment", "agent", "--replicas=3")
+		k1.waitFor(t, "three agents available", 5*time.Minute, func() error {
+			return k1.deploymentAvailable(t, "agent")
+		})
+		s.step("KubernetesController removed from node 0 → a new replica ready", time.Since(removed))
+	})
 	if t.Failed() {
 		s.dumpKubernetes(t, c, k)
 	}
@@ -354,8 +438,11 @@ const agentDeployment = `{"apiVersion":"apps/v1","kind":"Deployment","metadata":
 	"replicas":2,
 	"selector":{"matchLabels":{"app":"agent"}},
 	"template":{"metadata":{"labels":{"app":"agent"}},"spec":{
-		"affinity":{"podAntiAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":[
-			{"labelSelector":{"matchLabels":{"app":"agent"}},"topologyKey":"kubernetes.io/hostname"}]}},
+		"affinity":{"podAntiAffinity":{"preferredDuringSchedulingIgnoredDuringExecution":[{"weight":100,
+			"podAffinityTerm":{"labelSelector":{"matchLabels":{"app":"agent"}},"topologyKey":"kubernetes.io/hostname"}}]}},
+		"tolerations":[
+			{"key":"node.kubernetes.io/unreachable","operator":"Exists","effect":"NoExecute","tolerationSeconds":10},
+			{"key":"node.kubernetes.io/not-ready","operator":"Exists","effect":"NoExecute","tolerationSeconds":10}],
 		"containers":[{"name":"agent","image":"cairn/agent:1","args":["serve"],
 			"ports":[{"containerPort":8080}],
 			"readinessProbe":{"httpGet":{"path":"/","port":8080},"periodSeconds":2}}]}}}}`
