@@ -177,6 +177,18 @@ func TestCommandsAgainstServer(t *testing.T) {
 	if diff := cmp.Diff(wantReq, gotReq, protocmp.Transform()); diff != "" {
 		t.Errorf("LogsRequest of cairnctl logs (-want +got):\n%s", diff)
 	}
+	mustRun(t, dir, "logs", up.Id, "--node-endpoint", up.Id+"="+s.addr, "--boot", "-1")
+	s.mu.Lock()
+	gotBoot := s.lastLogs.GetBoot()
+	s.mu.Unlock()
+	if gotBoot != -1 {
+		t.Errorf("cairnctl logs --boot -1 asked for boot %d", gotBoot)
+	}
+	for _, args := range [][]string{{"--boot", "1"}, {"--boot", "-1", "-f"}} {
+		if _, err := run(t, dir, append([]string{"logs", up.Id, "--node-endpoint", up.Id + "=" + s.addr}, args...)...); err == nil || !strings.Contains(err.Error(), "--boot") {
+			t.Errorf("cairnctl logs %q = %v, want refused", args, err)
+		}
+	}
 
 	// -f keeps the stream open until interrupted, which ends it without
 	// an error.

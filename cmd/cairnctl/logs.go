@@ -21,6 +21,7 @@ type logsFlags struct {
 	dn          string
 	backlog     int
 	minSeverity string
+	boot        int
 }
 
 func newLogsCommand(a *app) *cobra.Command {
@@ -31,7 +32,9 @@ func newLogsCommand(a *app) *cobra.Command {
 		Long: "logs prints the log entries of node ID (from its management port, 7835),\n" +
 			"one line each as the node's console shows them. --dn selects a subtree of\n" +
 			"the log tree (default: everything). With -f it keeps printing new entries\n" +
-			"until interrupted; --timeout then bounds only the connection.",
+			"until interrupted; --timeout then bounds only the connection. --boot -1\n" +
+			"prints the boot before the running one, -2 the one before that, and so on:\n" +
+			"nodes keep the logs of their last 5 boots on their data partition.",
 		Args: exactArgs("ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkNodeID(args[0]); err != nil {
@@ -48,6 +51,7 @@ func newLogsCommand(a *app) *cobra.Command {
 	cmd.Flags().StringVar(&f.dn, "dn", "", "dotted name of the logger subtree to read, like root.cluster (default: all)")
 	cmd.Flags().IntVar(&f.backlog, "backlog", -1, "how many past entries to print first; -1 for all")
 	cmd.Flags().StringVar(&f.minSeverity, "min-severity", "info", "leave out entries below this severity: info, warning, error or fatal")
+	cmd.Flags().IntVar(&f.boot, "boot", 0, "which boot to read: 0 the running one, -1 the one before, and so on")
 	return cmd
 }
 
@@ -55,6 +59,12 @@ func newLogsCommand(a *app) *cobra.Command {
 func (f *logsFlags) request() (*api.LogsRequest, error) {
 	if f.backlog < -1 {
 		return nil, fmt.Errorf("--backlog %d: want -1 (all) or more", f.backlog)
+	}
+	if f.boot > 0 || f.boot < -1<<20 {
+		return nil, fmt.Errorf("--boot %d: want 0 (the running boot) or a past one (-1, -2, ...)", f.boot)
+	}
+	if f.boot < 0 && f.follow {
+		return nil, fmt.Errorf("--boot %d with -f: a past boot cannot be followed", f.boot)
 	}
 	sev, err := logtree.ParseSeverity(f.minSeverity)
 	if err != nil {
@@ -66,6 +76,7 @@ func (f *logsFlags) request() (*api.LogsRequest, error) {
 		Backlog:         int32(min(f.backlog, 1<<30)),
 		Follow:          f.follow,
 		MinimumSeverity: api.LogSeverityOf(sev),
+		Boot:            int32(f.boot),
 	}, nil
 }
 

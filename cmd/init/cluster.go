@@ -10,6 +10,7 @@ import (
 	"cairn.dev/cairn/node/cluster"
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/localstorage"
+	"cairn.dev/cairn/node/logstore"
 	"cairn.dev/cairn/node/nodemanagement"
 	"cairn.dev/cairn/node/parameters"
 	"cairn.dev/cairn/node/ports"
@@ -77,8 +78,9 @@ func enrolmentRunnable(st *localstorage.Storage, mounted event.Watchable[bool], 
 // nodeManagementRunnable serves NodeManagement on its port once the node
 // has its credentials, to the owner as owners, the owner trust, admits.
 // Reboot and Poweroff stop the node through request; Recover stages
-// backups in the etcd data directory of st.
-func nodeManagementRunnable(st *localstorage.Storage, creds event.Watchable[*identity.Node], owners event.Watchable[*api.OwnerTrust], lt *logtree.LogTree, request func(action)) supervisor.Runnable {
+// backups in the etcd data directory of st; past boots' logs come from
+// ls.
+func nodeManagementRunnable(st *localstorage.Storage, creds event.Watchable[*identity.Node], owners event.Watchable[*api.OwnerTrust], lt *logtree.LogTree, ls *logstore.Store, request func(action)) supervisor.Runnable {
 	return func(ctx context.Context) error {
 		w := creds.Watch()
 		defer w.Close()
@@ -92,6 +94,7 @@ func nodeManagementRunnable(st *localstorage.Storage, creds event.Watchable[*ide
 			LogTree:     lt,
 			Reboot:      func() { request(reboot) },
 			Poweroff:    func() { request(poweroff) },
+			LogStore:    ls,
 			EtcdDataDir: st.Root.Data.Etcd.FullPath(),
 			ClusterCA:   node.CACertificate().Raw,
 		}))
@@ -103,5 +106,20 @@ func nodeManagementRunnable(st *localstorage.Storage, creds event.Watchable[*ide
 		supervisor.Logger(ctx).Infof("Node management serving on %s", lis.Addr())
 		supervisor.Signal(ctx, supervisor.SignalHealthy)
 		return srv.Serve(ctx, lis)
+	}
+}
+
+// logStoreRunnable runs ls, which keeps the log tree on the data partition
+// (node/logstore), once enrolment has mounted it, which it has when the membership is
+// handed on. What was logged before that is still in the tree's memory
+// and is written first.
+func logStoreRunnable(ls *logstore.Store, membership event.Watchable[*roleserve.Membership]) supervisor.Runnable {
+	return func(ctx context.Context) error {
+		w := membership.Watch()
+		defer w.Close()
+		if _, err := w.Get(ctx, event.Filter(func(m *roleserve.Membership) bool { return m != nil })); err != nil {
+			return err
+		}
+		return ls.Run(ctx)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 
 	"cairn.dev/cairn/node/localstorage"
+	"cairn.dev/cairn/node/logstore"
 	"cairn.dev/cairn/node/parameters"
 	"cairn.dev/cairn/node/roleserve"
 	"cairn.dev/cairn/node/timesync"
@@ -35,6 +36,7 @@ type child struct {
 //	              node management ◀─credentials, owner trust─ roleserve
 //
 //	network ─NTP servers─▶ timesync ─clock state─▶ roleserve (node status)
+//	enrolment ─membership (data partition mounted)─▶ logstore
 func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogger, lt *logtree.LogTree, request func(action)) []child {
 	var (
 		address    memory.Value[netip.Prefix]
@@ -56,6 +58,8 @@ func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogg
 		Version:         version(),
 		Clock:           &clock,
 	})
+	// Once per boot: it knows which boot is the running one.
+	ls := logstore.New(logstore.Config{Tree: lt, Dir: st.Root.Data.Logs.FullPath()})
 	cs := []child{
 		{"storage", newStorage(st, fl, &mounted, printf).run},
 		{"parameters", parametersRunnable(st, &mounted, &params)},
@@ -63,7 +67,8 @@ func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogg
 		{"timesync", timesyncRunnable(&ntp, &clock, printf)},
 		{"cluster", enrolmentRunnable(st, &mounted, &address, &params, &membership, rs)},
 		{"roleserve", rs.Run},
-		{"nodemanagement", nodeManagementRunnable(st, rs.Credentials(), rs.OwnerTrust(), lt, request)},
+		{"nodemanagement", nodeManagementRunnable(st, rs.Credentials(), rs.OwnerTrust(), lt, ls, request)},
+		{"logstore", logStoreRunnable(ls, &membership)},
 	}
 	return append(cs, fl.test.children(&address, printf)...)
 }

@@ -63,6 +63,8 @@ type DataDirectory struct {
 	Kubernetes declarative.Directory `dir:"kubernetes"`
 	// Volumes holds persistent volumes, each an XFS project.
 	Volumes declarative.Directory `dir:"volumes"`
+	// Logs keeps the log tree of the last few boots (node/logstore).
+	Logs declarative.Directory `dir:"logs"`
 }
 
 // NodeDirectory is node/ on the data partition: the node's own state.

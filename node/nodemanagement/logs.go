@@ -1,7 +1,10 @@
 package nodemanagement
 
 import (
+	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -9,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"cairn.dev/cairn/node/logstore"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/proto/api"
 )
@@ -25,6 +29,9 @@ const (
 // headers are sent as soon as the reader is in place, so a caller that waits
 // for them knows that everything logged afterwards will reach it.
 func (s *Service) Logs(req *api.LogsRequest, stream grpc.ServerStreamingServer[api.LogsResponse]) error {
+	if req.GetBoot() != 0 {
+		return s.pastLogs(req, stream)
+	}
 	if s.cfg.LogTree == nil {
 		return status.Error(codes.Unavailable, "this node keeps no logs")
 	}
@@ -43,7 +50,7 @@ func (s *Service) Logs(req *api.LogsRequest, stream grpc.ServerStreamingServer[a
 
 	b := batcher{stream: stream}
 	for _, e := range reader.Backlog {
-		if err := b.add(e); err != nil {
+		if err := b.add(api.LogEntryOf(e)); err != nil {
 			return err
 		}
 	}
@@ -69,7 +76,7 @@ func follow(stream grpc.ServerStreamingServer[api.LogsResponse], ch <-chan *logt
 			if !ok {
 				return nil
 			}
-			if err := b.add(e); err != nil {
+			if err := b.add(api.LogEntryOf(e)); err != nil {
 				return err
 			}
 		}
@@ -80,7 +87,7 @@ func follow(stream grpc.ServerStreamingServer[api.LogsResponse], ch <-chan *logt
 				if !ok {
 					break drain
 				}
-				if err := b.add(e); err != nil {
+				if err := b.add(api.LogEntryOf(e)); err != nil {
 					return err
 				}
 			default:
@@ -91,6 +98,67 @@ func follow(stream grpc.ServerStreamingServer[api.LogsResponse], ch <-chan *logt
 			return err
 		}
 	}
+}
+
+// pastLogs answers Logs for a past boot from the store of kept logs,
+// with the request's logger, severity and backlog applied as the log tree
+// applies them to the running boot.
+func (s *Service) pastLogs(req *api.LogsRequest, stream grpc.ServerStreamingServer[api.LogsResponse]) error {
+	switch {
+	case req.GetBoot() > 0:
+		return status.Errorf(codes.InvalidArgument, "boot %d: want 0 (this boot) or a past one (-1, -2, ...)", req.GetBoot())
+	case req.GetFollow():
+		return status.Error(codes.InvalidArgument, "a past boot cannot be followed")
+	case s.cfg.LogStore == nil:
+		return status.Error(codes.Unavailable, "this node keeps no logs of past boots")
+	}
+	if _, err := readOptions(req); err != nil {
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	dn := logtree.DN(req.GetDn())
+	if dn != "" && slices.Contains(strings.Split(string(dn), "."), "") {
+		return status.Errorf(codes.InvalidArgument, "reading logs of %q: a part of the name is empty", dn)
+	}
+	entries, err := s.cfg.LogStore.Read(int(req.GetBoot()))
+	if errors.Is(err, logstore.ErrNoSuchBoot) {
+		return status.Error(codes.NotFound, err.Error())
+	}
+	if err != nil {
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	var picked []*api.LogEntry
+	for _, e := range entries {
+		if e.GetSeverity() >= req.GetMinimumSeverity() && inSubtree(logtree.DN(e.GetDn()), dn, req.GetWithChildren()) {
+			picked = append(picked, e)
+		}
+	}
+	if n := int(req.GetBacklog()); n >= 0 && n < len(picked) {
+		picked = picked[len(picked)-n:]
+	}
+	if err := stream.SendHeader(metadata.MD{}); err != nil {
+		return fmt.Errorf("sending headers: %w", err)
+	}
+	b := batcher{stream: stream}
+	for _, e := range picked {
+		if err := b.add(e); err != nil {
+			return err
+		}
+	}
+	return b.flush()
+}
+
+// inSubtree reports whether an entry of logger dn is one a request for
+// root (and, with children, the loggers below it) reads.
+func inSubtree(dn, root logtree.DN, children bool) bool {
+	switch {
+	case dn == root:
+		return true
+	case !children:
+		return false
+	case root == "":
+		return true
+	}
+	return strings.HasPrefix(string(dn), string(root)+".")
 }
 
 // readOptions turns a request into logtree read options, or says what is
@@ -126,9 +194,9 @@ type batcher struct {
 	bytes   int
 }
 
-// add appends e to the batch, sending the batch first if e would not fit.
-func (b *batcher) add(e *logtree.LogEntry) error {
-	pe := entryToAPI(e)
+// add appends pe to the batch, sending the batch first if pe would not
+// fit.
+func (b *batcher) add(pe *api.LogEntry) error {
 	size := proto.Size(pe)
 	if len(b.entries) > 0 && (len(b.entries) >= maxBatchEntries || b.bytes+size > maxBatchBytes) {
 		if err := b.flush(); err != nil {
@@ -151,17 +219,4 @@ func (b *batcher) flush() error {
 		return fmt.Errorf("sending log entries: %w", err)
 	}
 	return nil
-}
-
-// entryToAPI converts a log tree entry to its protobuf form.
-func entryToAPI(e *logtree.LogEntry) *api.LogEntry {
-	return &api.LogEntry{
-		TimeUnixNanos: e.Time.UnixNano(),
-		Dn:            string(e.DN),
-		Severity:      api.LogSeverityOf(e.Severity),
-		File:          e.File,
-		Line:          int32(e.Line),
-		Message:       e.Message,
-		Raw:           e.Raw,
-	}
 }

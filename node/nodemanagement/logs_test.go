@@ -13,8 +13,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
+	"cairn.dev/cairn/node/logstore"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/proto/api"
 )
@@ -63,8 +65,18 @@ func short(entries []*api.LogEntry) []string {
 	return out
 }
 
+// TestLogsBacklog reads the same entries from the running boot's log tree
+// and, kept by node/logstore, as a past boot's: the request's logger,
+// severity and backlog select the same ones.
 func TestLogsBacklog(t *testing.T) {
-	client := serve(t, New(Config{LogTree: testTree(t)})).owner(t)
+	dir := t.TempDir()
+	logstore.BootForTest(t, logstore.Config{Tree: testTree(t), Dir: dir}, func() {})
+	// The running boot's own file, which Logs never reads: the live
+	// tree has its entries.
+	running := logtree.New()
+	running.LeveledFor("root.a").Info("the running boot")
+	store := logstore.BootForTest(t, logstore.Config{Tree: running, Dir: dir}, func() {})
+	client := serve(t, New(Config{LogTree: testTree(t), LogStore: store})).owner(t)
 	for _, tc := range []struct {
 		name string
 		req  *api.LogsRequest
@@ -83,19 +95,52 @@ func TestLogsBacklog(t *testing.T) {
 			[]string{"root.c c1"}},
 		{"a node nothing logged to", &api.LogsRequest{Dn: "root.nothing", Backlog: -1}, nil},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			stream, err := client.Logs(t.Context(), tc.req)
-			if err != nil {
-				t.Fatalf("Logs: %v", err)
-			}
-			got, _, err := recvAll(t, stream)
-			if err != nil {
-				t.Fatalf("Logs(%v): %v", tc.req, err)
-			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("Logs(%v) (-want +got):\n%s", tc.req, diff)
-			}
-		})
+		for _, boot := range []int32{0, -1} {
+			t.Run(fmt.Sprintf("%s, boot %d", tc.name, boot), func(t *testing.T) {
+				req := proto.Clone(tc.req).(*api.LogsRequest)
+				req.Boot = boot
+				stream, err := client.Logs(t.Context(), req)
+				if err != nil {
+					t.Fatalf("Logs: %v", err)
+				}
+				got, _, err := recvAll(t, stream)
+				if err != nil {
+					t.Fatalf("Logs(%v): %v", req, err)
+				}
+				if diff := cmp.Diff(tc.want, got); diff != "" {
+					t.Errorf("Logs(%v) (-want +got):\n%s", req, diff)
+				}
+			})
+		}
+	}
+}
+
+// TestLogsPastBootErrors checks the answers for past boots that cannot
+// be read as asked.
+func TestLogsPastBootErrors(t *testing.T) {
+	store := logstore.BootForTest(t, logstore.Config{Tree: testTree(t), Dir: t.TempDir()}, func() {})
+	client := serve(t, New(Config{LogTree: testTree(t), LogStore: store})).owner(t)
+	// The store holds only the running boot: none before it.
+	without := serve(t, New(Config{LogTree: testTree(t)})).owner(t)
+	for _, tc := range []struct {
+		client api.NodeManagementClient
+		req    *api.LogsRequest
+		want   codes.Code
+	}{
+		{client, &api.LogsRequest{Backlog: -1, Boot: -1}, codes.NotFound},
+		{client, &api.LogsRequest{Backlog: -1, Boot: 1}, codes.InvalidArgument},
+		{client, &api.LogsRequest{Backlog: -1, Boot: -1, Follow: true}, codes.InvalidArgument},
+		{client, &api.LogsRequest{Dn: "root..a", Backlog: -1, Boot: -1}, codes.InvalidArgument},
+		{client, &api.LogsRequest{Backlog: -3, Boot: -1}, codes.InvalidArgument},
+		{without, &api.LogsRequest{Backlog: -1, Boot: -1}, codes.Unavailable},
+	} {
+		stream, err := tc.client.Logs(t.Context(), tc.req)
+		if err == nil {
+			_, _, err = recvAll(t, stream)
+		}
+		if status.Code(err) != tc.want {
+			t.Errorf("Logs(%v) = %v, want %v", tc.req, err, tc.want)
+		}
 	}
 }
 

@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"cairn.dev/cairn/node/logstore"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/proto/api"
 )
@@ -45,6 +46,9 @@ type Config struct {
 	// LogTree is the node's log tree, which Logs reads. Without it Logs
 	// answers Unavailable.
 	LogTree *logtree.LogTree
+	// LogStore keeps the past boots' logs, which Logs reads for a past
+	// boot. Nil: past boots are not kept.
+	LogStore *logstore.Store
 	// Reboot reboots the machine (after shutting its services down). It is
 	// called once, from a timer, shortly after the reply to Reboot is sent.
 	// Without it Reboot answers Unimplemented.

@@ -306,8 +306,13 @@ type LogsRequest struct {
 	Follow bool `protobuf:"varint,4,opt,name=follow,proto3" json:"follow,omitempty"`
 	// Leave out entries less severe than this. UNSPECIFIED leaves out none.
 	MinimumSeverity LogSeverity `protobuf:"varint,5,opt,name=minimum_severity,json=minimumSeverity,proto3,enum=cairn.api.LogSeverity" json:"minimum_severity,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Which boot to read: 0 is the running one, -1 the one before it, and
+	// so on, as far back as the node keeps them on its data partition
+	// (node/logstore). A past boot's entries come from that store and
+	// cannot be followed; NotFound names how many boots are kept.
+	Boot          int32 `protobuf:"varint,6,opt,name=boot,proto3" json:"boot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LogsRequest) Reset() {
@@ -373,6 +378,13 @@ func (x *LogsRequest) GetMinimumSeverity() LogSeverity {
 		return x.MinimumSeverity
 	}
 	return LogSeverity_LOG_SEVERITY_UNSPECIFIED
+}
+
+func (x *LogsRequest) GetBoot() int32 {
+	if x != nil {
+		return x.Boot
+	}
+	return 0
 }
 
 // LogsResponse is one batch of entries of a Logs stream.
@@ -820,13 +832,14 @@ const file_proto_api_nodemanagement_proto_rawDesc = "" +
 	"\x04file\x18\x04 \x01(\tR\x04file\x12\x12\n" +
 	"\x04line\x18\x05 \x01(\x05R\x04line\x12\x18\n" +
 	"\amessage\x18\x06 \x01(\tR\amessage\x12\x10\n" +
-	"\x03raw\x18\a \x01(\bR\x03raw\"\xb7\x01\n" +
+	"\x03raw\x18\a \x01(\bR\x03raw\"\xcb\x01\n" +
 	"\vLogsRequest\x12\x0e\n" +
 	"\x02dn\x18\x01 \x01(\tR\x02dn\x12#\n" +
 	"\rwith_children\x18\x02 \x01(\bR\fwithChildren\x12\x18\n" +
 	"\abacklog\x18\x03 \x01(\x05R\abacklog\x12\x16\n" +
 	"\x06follow\x18\x04 \x01(\bR\x06follow\x12A\n" +
-	"\x10minimum_severity\x18\x05 \x01(\x0e2\x16.cairn.api.LogSeverityR\x0fminimumSeverity\"=\n" +
+	"\x10minimum_severity\x18\x05 \x01(\x0e2\x16.cairn.api.LogSeverityR\x0fminimumSeverity\x12\x12\n" +
+	"\x04boot\x18\x06 \x01(\x05R\x04boot\"=\n" +
 	"\fLogsResponse\x12-\n" +
 	"\aentries\x18\x01 \x03(\v2\x13.cairn.api.LogEntryR\aentries\"\x0f\n" +
 	"\rRebootRequest\"\x10\n" +

@@ -41,3 +41,16 @@ func LogtreeSeverity(s LogSeverity) (logtree.Severity, error) {
 		return logtree.INFO, fmt.Errorf("unknown log severity %d", int32(s))
 	}
 }
+
+// LogEntryOf converts a log tree entry to its protobuf form.
+func LogEntryOf(e *logtree.LogEntry) *LogEntry {
+	return &LogEntry{
+		TimeUnixNanos: e.Time.UnixNano(),
+		Dn:            string(e.DN),
+		Severity:      LogSeverityOf(e.Severity),
+		File:          e.File,
+		Line:          int32(e.Line),
+		Message:       e.Message,
+		Raw:           e.Raw,
+	}
+}
