@@ -268,6 +268,27 @@ func (s *suite) rebootSingle(t *testing.T, c *cluster.Cluster, n *cluster.Node, 
 	}
 	s.step("reboot command → owner's first successful call", time.Since(start))
 	t.Logf("GetNodes after the reboot succeeded after %d attempts", attempts)
+	// The boot before keeps its story on the data partition, to the
+	// owner's reboot request at its end; the running boot does not have it.
+	// Node management admits the owner once the node has its owner
+	// trust again, which may follow the curator's first answer.
+	var previous string
+	if _, err := cluster.Retry(s.ctx, 2*time.Minute, func(ctx context.Context) error {
+		out, err := c.Cairnctl(ctx, "logs", n.ID(), "--boot", "-1", "--dn", "root.nodemanagement")
+		previous = string(out)
+		return err
+	}); err != nil {
+		t.Fatalf("cairnctl logs --boot -1 after the reboot: %v", err)
+	}
+	if !strings.Contains(previous, "reboot requested by the owner") {
+		t.Errorf("cairnctl logs --boot -1 lacks the reboot request of the boot before:\n%s", previous)
+	}
+	if running := s.cairnctl(t, c, "logs", n.ID(), "--dn", "root.nodemanagement"); strings.Contains(running, "reboot requested by the owner") {
+		t.Errorf("cairnctl logs of the running boot shows the reboot request of the boot before:\n%s", running)
+	}
+	if all := s.cairnctl(t, c, "logs", n.ID(), "--boot", "-1", "--backlog", "3"); strings.Count(all, "\n") != 3 {
+		t.Errorf("cairnctl logs --boot -1 --backlog 3 printed:\n%s", all)
+	}
 	states := map[string]api.NodeState{}
 	for _, node := range res.GetNodes() {
 		states[node.GetId()] = node.GetState()
