@@ -15,6 +15,7 @@
 //	         Subject CN   Subject OU   DNS SANs    ExtKeyUsage
 //	node     <node ID>    "node"       <node ID>   ServerAuth, ClientAuth
 //	owner    "owner"      "owner"      (none)      ClientAuth
+//	metrics  <scraper>    "metrics"    (none)      ClientAuth
 //
 // The OU is the marker of the kind, and it must be the only OU: the CA
 // puts it there, so once the signature checks out the kind is the CA's
@@ -28,10 +29,11 @@
 //	client configuration                presents         server sees (PeerKind)
 //	Node.ClientTLSConfig                node cert        PeerNode, with its ID
 //	OwnerClientTLSConfig                owner cert       PeerOwner
+//	(a scraper, node/metrics)           metrics cert     PeerMetrics
 //	EphemeralClientTLSConfig(ca, key)   self-signed      PeerSelfSigned
 //	EphemeralClientTLSConfig(ca, nil)   nothing          PeerAnonymous
 //
-// The server (Node.ServerTLSConfig) accepts all four and refuses everything
+// The server (Node.ServerTLSConfig) accepts all five and refuses everything
 // else: a certificate from another CA, an expired one, one whose key the
 // client does not hold, one that fits neither profile. Which RPC may be
 // called by which kind of peer is for the RPC layer to decide; it learns

@@ -69,7 +69,7 @@ func TestNewNode(t *testing.T) {
 		{"CN of another key", key, ca.Issue(t, misnamed, pub(key)), ca.DER(), "not the ID of its key"},
 		{"no DNS name", key, ca.Issue(t, nameless, pub(key)), ca.DER(), "lack its ID"},
 		{"no server usage", key, ca.Issue(t, clientOnly, pub(key)), ca.DER(), "extended key usage"},
-		{"two OUs", key, ca.Issue(t, twoUnits, pub(key)), ca.DER(), "neither"},
+		{"two OUs", key, ca.Issue(t, twoUnits, pub(key)), ca.DER(), "is none of"},
 		{"garbage CA", key, valid, []byte("not a certificate"), "parsing CA certificate"},
 		{"CA is not a CA", key, valid, valid, "not marked as a CA"},
 		{"garbage certificate", key, []byte{0x30, 0x03, 0x02, 0x01}, ca.DER(), "parsing certificate"},

@@ -17,6 +17,8 @@ const (
 	NodeUnit = "node"
 	// OwnerUnit is the Subject OU of every owner certificate.
 	OwnerUnit = "owner"
+	// MetricsUnit is the Subject OU of every metrics certificate.
+	MetricsUnit = "metrics"
 	// OwnerCommonName is the Subject CN of every owner certificate.
 	OwnerCommonName = "owner"
 )
@@ -35,6 +37,9 @@ const (
 	PeerNode
 	// PeerOwner presented the owner certificate of the cluster CA.
 	PeerOwner
+	// PeerMetrics presented a metrics certificate of the cluster CA: it
+	// may read the nodes' metrics, and nothing else.
+	PeerMetrics
 )
 
 // String names the kind for logs and errors.
@@ -48,6 +53,8 @@ func (k PeerKind) String() string {
 		return "node"
 	case PeerOwner:
 		return "owner"
+	case PeerMetrics:
+		return "metrics"
 	}
 	return fmt.Sprintf("PeerKind(%d)", int(k))
 }
@@ -101,6 +108,21 @@ func OwnerCertificateTemplate() x509.Certificate {
 	}
 }
 
+// MetricsCertificateTemplate returns the profile fields of a metrics
+// certificate for a scraper called name. The issuer adds the serial
+// number and the validity period, and signs it with the cluster CA.
+func MetricsCertificateTemplate(name string) x509.Certificate {
+	return x509.Certificate{
+		Subject: pkix.Name{
+			CommonName:         name,
+			OrganizationalUnit: []string{MetricsUnit},
+		},
+		KeyUsage:              x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		BasicConstraintsValid: true,
+	}
+}
+
 // classify reads which profile a certificate follows. It judges only the
 // fields; whether the cluster CA signed it is for the caller to check.
 func classify(cert *x509.Certificate) (Peer, error) {
@@ -117,8 +139,13 @@ func classify(cert *x509.Certificate) (Peer, error) {
 		return classifyNode(cert, pub)
 	case slices.Equal(units, []string{OwnerUnit}):
 		return classifyOwner(cert, pub)
+	case slices.Equal(units, []string{MetricsUnit}):
+		if cert.Subject.CommonName == "" || !slices.Contains(cert.ExtKeyUsage, x509.ExtKeyUsageClientAuth) {
+			return Peer{}, errors.New("metrics certificate lacks a name or the client authentication usage")
+		}
+		return Peer{Kind: PeerMetrics, PublicKey: pub, Serial: cert.SerialNumber, NotAfter: cert.NotAfter}, nil
 	}
-	return Peer{}, fmt.Errorf("certificate OU %q is neither [%q] nor [%q]", units, NodeUnit, OwnerUnit)
+	return Peer{}, fmt.Errorf("certificate OU %q is none of [%q], [%q] and [%q]", units, NodeUnit, OwnerUnit, MetricsUnit)
 }
 
 func classifyNode(cert *x509.Certificate, pub ed25519.PublicKey) (Peer, error) {

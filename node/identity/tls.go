@@ -56,16 +56,29 @@ func (n *Node) ClientTLSConfig() *tls.Config {
 // issued for it and caDER the cluster CA certificate. It accepts only
 // servers holding a node certificate of that CA.
 func OwnerClientTLSConfig(key ed25519.PrivateKey, certDER, caDER []byte) (*tls.Config, error) {
+	return certifiedClientConfig(PeerOwner, key, certDER, caDER)
+}
+
+// MetricsClientTLSConfig is OwnerClientTLSConfig for a scraper of the
+// nodes' metrics, with its key and the metrics certificate the cluster
+// issued for it.
+func MetricsClientTLSConfig(key ed25519.PrivateKey, certDER, caDER []byte) (*tls.Config, error) {
+	return certifiedClientConfig(PeerMetrics, key, certDER, caDER)
+}
+
+// certifiedClientConfig presents certDER, a certificate of kind for key,
+// and accepts only servers holding a node certificate of caDER's CA.
+func certifiedClientConfig(kind PeerKind, key ed25519.PrivateKey, certDER, caDER []byte) (*tls.Config, error) {
 	ca, err := parseCA(caDER)
 	if err != nil {
 		return nil, err
 	}
 	cert, peer, err := parseLeaf(key, certDER, ca)
 	if err != nil {
-		return nil, fmt.Errorf("when checking owner certificate: %w", err)
+		return nil, fmt.Errorf("when checking %s certificate: %w", kind, err)
 	}
-	if peer.Kind != PeerOwner {
-		return nil, fmt.Errorf("certificate %q identifies a peer of kind %s, want owner", cert.Subject.CommonName, peer.Kind)
+	if peer.Kind != kind {
+		return nil, fmt.Errorf("certificate %q identifies a peer of kind %s, want %s", cert.Subject.CommonName, peer.Kind, kind)
 	}
 	return clientConfig(newVerifier(ca), tls.Certificate{
 		Certificate: [][]byte{cert.Raw},

@@ -126,6 +126,16 @@ func TestHandshakes(t *testing.T) {
 	impostorKey := mustKey(t)
 	impostorCert := ca.Issue(t, identity.NodeCertificateTemplate(client.PublicKey()), pub(impostorKey))
 
+	// A scraper's metrics certificate.
+	metricsKey := mustKey(t)
+	metricsConfig, err := identity.MetricsClientTLSConfig(metricsKey, ca.Issue(t, identity.MetricsCertificateTemplate("prometheus"), pub(metricsKey)), ca.DER())
+	if err != nil {
+		t.Fatalf("MetricsClientTLSConfig: %v", err)
+	}
+	if _, err := identity.MetricsClientTLSConfig(ownerKey, ownerCert, ca.DER()); err == nil {
+		t.Errorf("MetricsClientTLSConfig took the owner certificate")
+	}
+
 	// A self-signed certificate that copies a node's profile.
 	lookalikeKey := mustKey(t)
 	lookalike := selfSignedLike(t, identity.NodeCertificateTemplate(pub(lookalikeKey)), lookalikeKey)
@@ -154,6 +164,12 @@ func TestHandshakes(t *testing.T) {
 			server:   server.ServerTLSConfig(),
 			client:   ownerConfig,
 			wantPeer: identity.Peer{Kind: identity.PeerOwner, PublicKey: pub(ownerKey)},
+		},
+		{
+			name:     "metrics to node",
+			server:   server.ServerTLSConfig(),
+			client:   metricsConfig,
+			wantPeer: identity.Peer{Kind: identity.PeerMetrics, PublicKey: pub(metricsKey)},
 		},
 		{
 			name:     "ephemeral key to node",

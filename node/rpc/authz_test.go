@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/tls"
 	"io"
 	"net"
@@ -138,6 +139,11 @@ func TestAuthorizationMatrix(t *testing.T) {
 	}
 	foreignNode := foreign.Node(t)
 	foreignCreds := foreignClientCredentials(t, ca, foreignNode.TLSCertificate())
+	metricsKey := identitytest.NewKey(t)
+	metricsTLS, err := identity.MetricsClientTLSConfig(metricsKey, ca.Issue(t, identity.MetricsCertificateTemplate("prometheus"), metricsKey.Public().(ed25519.PublicKey)), ca.DER())
+	if err != nil {
+		t.Fatalf("MetricsClientTLSConfig: %v", err)
+	}
 
 	unauth := []api.Authorization{
 		api.Authorization_AUTHORIZATION_UNAUTHENTICATED_WITH_TICKET,
@@ -151,6 +157,9 @@ func TestAuthorizationMatrix(t *testing.T) {
 		{name: "self-signed", creds: selfSigned, want: outcomes(codes.Unauthenticated, unauth...), peer: "self-signed "},
 		{name: "node", creds: NodeCredentials(client), want: outcomes(codes.PermissionDenied, append(unauth, api.Authorization_AUTHORIZATION_NODE)...), peer: "node " + client.ID()},
 		{name: "owner", creds: owner, want: outcomes(codes.PermissionDenied, append(unauth, api.Authorization_AUTHORIZATION_OWNER)...), peer: "owner "},
+		// A scraper's certificate of the cluster CA reads metrics on
+		// their own port, and calls nothing.
+		{name: "metrics", creds: credentials.NewTLS(metricsTLS), want: outcomes(codes.PermissionDenied, unauth...), peer: "metrics "},
 	}
 	methods := ListMethods()
 	if len(methods) == 0 {
