@@ -85,6 +85,9 @@ type Supervisor struct {
 	done chan struct{}
 	err  error
 
+	// restartHook, when not nil, hears of every restart (WithRestartHook).
+	restartHook func(dn string)
+
 	// state is owned by the processor goroutine: nothing else may touch it.
 	state processorState
 }
@@ -122,6 +125,13 @@ func WithBackoff(initial, max time.Duration) Option {
 // machine rather than run on with a broken core.
 func WithRootFatal() Option {
 	return func(s *Supervisor) { s.rootFatal = true }
+}
+
+// WithRestartHook makes the supervisor call hook with the DN of every
+// runnable it restarts, as it restarts it (for a metric of restarts). The
+// hook runs on the supervisor's own goroutine: it must return at once.
+func WithRestartHook(hook func(dn string)) Option {
+	return func(s *Supervisor) { s.restartHook = hook }
 }
 
 // withCommandKillGrace sets how long RunCommand waits between SIGTERM and

@@ -282,6 +282,9 @@ func (s *Supervisor) restart(g *group) {
 		}
 	}
 	for _, n := range g.members {
+		if s.restartHook != nil {
+			s.restartHook(string(n.dn))
+		}
 		s.start(n)
 	}
 }

@@ -45,3 +45,42 @@ func TestRestartOnPurpose(t *testing.T) {
 		t.Errorf("intended restart logged as a death: %q", es[0].Message)
 	}
 }
+
+// TestRestartHook checks that the restart hook hears of each restart of a
+// dying runnable, by its DN, and of nothing else.
+func TestRestartHook(t *testing.T) {
+	var starts atomic.Int32
+	heard := make(chan string, 10)
+	worker := func(ctx context.Context) error {
+		if starts.Add(1) <= 2 {
+			return fmt.Errorf("failing on start %d", starts.Load())
+		}
+		Signal(ctx, SignalHealthy)
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	startTree(t, func(ctx context.Context) error {
+		if err := Run(ctx, "worker", worker); err != nil {
+			return err
+		}
+		Signal(ctx, SignalHealthy)
+		<-ctx.Done()
+		return ctx.Err()
+	}, WithRestartHook(func(dn string) { heard <- dn }))
+	fixture.Eventually(t, waitTimeout, "worker running", func() error {
+		if n := starts.Load(); n < 3 {
+			return fmt.Errorf("worker started %d times, want 3", n)
+		}
+		return nil
+	})
+	for range 2 {
+		if dn := <-heard; dn != "root.worker" {
+			t.Errorf("hook heard of %q, want root.worker", dn)
+		}
+	}
+	select {
+	case dn := <-heard:
+		t.Errorf("hook heard of a third restart, of %q", dn)
+	default:
+	}
+}

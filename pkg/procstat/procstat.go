@@ -1,0 +1,121 @@
+// Package procstat reads a node's memory and its processes' resident
+// memory and CPU time from procfs, for NodeManagement.GetResources and the
+// node's metrics.
+package procstat
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// clockTicks is the kernel's USER_HZ, the unit of /proc/<pid>/stat's CPU
+// times: 100 on every Linux architecture Cairn runs on.
+const clockTicks = 100
+
+// Memory is the node's memory, from meminfo.
+type Memory struct {
+	TotalBytes, AvailableBytes uint64
+}
+
+// A Process is one process with resident memory.
+type Process struct {
+	PID           int
+	Name          string
+	ResidentBytes uint64
+	// CPUTime is its user and system CPU time.
+	CPUTime time.Duration
+}
+
+// Read reads the memory and the processes of the procfs at proc (/proc on
+// a node): every process with resident memory, largest first. A process
+// that ends while it is read is left out.
+func Read(proc string) (Memory, []Process, error) {
+	var mem Memory
+	meminfo, err := os.ReadFile(filepath.Join(proc, "meminfo"))
+	if err != nil {
+		return Memory{}, nil, fmt.Errorf("when reading the memory: %w", err)
+	}
+	for _, line := range strings.Split(string(meminfo), "\n") {
+		key, value, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(value), " kB"), 10, 64)
+		if err != nil {
+			continue
+		}
+		switch key {
+		case "MemTotal":
+			mem.TotalBytes = kb * 1024
+		case "MemAvailable":
+			mem.AvailableBytes = kb * 1024
+		}
+	}
+	entries, err := os.ReadDir(proc)
+	if err != nil {
+		return Memory{}, nil, fmt.Errorf("when listing the processes: %w", err)
+	}
+	var procs []Process
+	page := uint64(os.Getpagesize())
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		p, err := readProcess(filepath.Join(proc, e.Name()), page)
+		if err != nil || p.ResidentBytes == 0 {
+			continue
+		}
+		p.PID = pid
+		procs = append(procs, p)
+	}
+	sort.Slice(procs, func(i, j int) bool { return procs[i].ResidentBytes > procs[j].ResidentBytes })
+	return mem, procs, nil
+}
+
+// readProcess reads one process's name, CPU time and resident memory.
+func readProcess(dir string, page uint64) (Process, error) {
+	stat, err := os.ReadFile(filepath.Join(dir, "stat"))
+	if err != nil {
+		return Process{}, err
+	}
+	// "pid (name) state ppid ...": the name may hold spaces and
+	// parentheses, so it ends at the last ')'.
+	open, end := bytes.IndexByte(stat, '('), bytes.LastIndexByte(stat, ')')
+	if open < 0 || end < open {
+		return Process{}, fmt.Errorf("%s/stat is malformed", dir)
+	}
+	// Fields from the state on: utime and stime are the 12th and 13th.
+	fields := strings.Fields(string(stat[end+1:]))
+	if len(fields) < 13 {
+		return Process{}, fmt.Errorf("%s/stat is short", dir)
+	}
+	utime, err1 := strconv.ParseUint(fields[11], 10, 64)
+	stime, err2 := strconv.ParseUint(fields[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return Process{}, fmt.Errorf("%s/stat has no CPU times", dir)
+	}
+	statm, err := os.ReadFile(filepath.Join(dir, "statm"))
+	if err != nil {
+		return Process{}, err
+	}
+	sf := strings.Fields(string(statm))
+	if len(sf) < 2 {
+		return Process{}, fmt.Errorf("%s/statm is short", dir)
+	}
+	resident, err := strconv.ParseUint(sf[1], 10, 64)
+	if err != nil {
+		return Process{}, fmt.Errorf("%s/statm: %w", dir, err)
+	}
+	return Process{
+		Name:          string(stat[open+1 : end]),
+		ResidentBytes: resident * page,
+		CPUTime:       time.Duration(utime+stime) * time.Second / clockTicks,
+	}, nil
+}
