@@ -115,6 +115,10 @@ func (testManagement) UpdateRegistries(ctx context.Context, _ *api.UpdateRegistr
 	return &api.UpdateRegistriesResponse{}, unaryPeer(ctx)
 }
 
+func (testManagement) IssueMetricsCertificate(ctx context.Context, _ *api.IssueMetricsCertificateRequest) (*api.IssueMetricsCertificateResponse, error) {
+	return &api.IssueMetricsCertificateResponse{}, unaryPeer(ctx)
+}
+
 type testCurator struct{ api.UnimplementedCuratorServer }
 
 func (testCurator) WatchOwnerTrust(_ *api.WatchOwnerTrustRequest, srv grpc.ServerStreamingServer[api.WatchOwnerTrustResponse]) error {
@@ -191,6 +195,10 @@ func (testNodeManagement) Poweroff(ctx context.Context, _ *api.PoweroffRequest) 
 
 func (testNodeManagement) GetResources(ctx context.Context, _ *api.GetResourcesRequest) (*api.GetResourcesResponse, error) {
 	return &api.GetResourcesResponse{}, unaryPeer(ctx)
+}
+
+func (testNodeManagement) GetMetrics(ctx context.Context, _ *api.GetMetricsRequest) (*api.GetMetricsResponse, error) {
+	return &api.GetMetricsResponse{}, unaryPeer(ctx)
 }
 
 func (testNodeManagement) Recover(srv grpc.ClientStreamingServer[api.RecoverRequest, api.RecoverResponse]) error {

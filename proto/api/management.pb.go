@@ -24,6 +24,128 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// IssueMetricsCertificateRequest carries the scraper's key and name.
+type IssueMetricsCertificateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The scraper's ed25519 public key, 32 bytes.
+	PublicKey []byte `protobuf:"bytes,1,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"`
+	// The scraper's name, the certificate's CN: 1 to 64 of a-z, 0-9, '-'
+	// and '.'.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// How long the certificate lives, in seconds: from 60 to 90 days;
+	// zero means 30 days.
+	LifetimeSeconds int64 `protobuf:"varint,3,opt,name=lifetime_seconds,json=lifetimeSeconds,proto3" json:"lifetime_seconds,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *IssueMetricsCertificateRequest) Reset() {
+	*x = IssueMetricsCertificateRequest{}
+	mi := &file_proto_api_management_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IssueMetricsCertificateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IssueMetricsCertificateRequest) ProtoMessage() {}
+
+func (x *IssueMetricsCertificateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_management_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IssueMetricsCertificateRequest.ProtoReflect.Descriptor instead.
+func (*IssueMetricsCertificateRequest) Descriptor() ([]byte, []int) {
+	return file_proto_api_management_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *IssueMetricsCertificateRequest) GetPublicKey() []byte {
+	if x != nil {
+		return x.PublicKey
+	}
+	return nil
+}
+
+func (x *IssueMetricsCertificateRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *IssueMetricsCertificateRequest) GetLifetimeSeconds() int64 {
+	if x != nil {
+		return x.LifetimeSeconds
+	}
+	return 0
+}
+
+// IssueMetricsCertificateResponse carries the certificate.
+type IssueMetricsCertificateResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The metrics certificate, DER.
+	Certificate []byte `protobuf:"bytes,1,opt,name=certificate,proto3" json:"certificate,omitempty"`
+	// The cluster CA's certificate, DER, which the nodes' certificates
+	// chain to.
+	CaCertificate []byte `protobuf:"bytes,2,opt,name=ca_certificate,json=caCertificate,proto3" json:"ca_certificate,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IssueMetricsCertificateResponse) Reset() {
+	*x = IssueMetricsCertificateResponse{}
+	mi := &file_proto_api_management_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IssueMetricsCertificateResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IssueMetricsCertificateResponse) ProtoMessage() {}
+
+func (x *IssueMetricsCertificateResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_management_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IssueMetricsCertificateResponse.ProtoReflect.Descriptor instead.
+func (*IssueMetricsCertificateResponse) Descriptor() ([]byte, []int) {
+	return file_proto_api_management_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *IssueMetricsCertificateResponse) GetCertificate() []byte {
+	if x != nil {
+		return x.Certificate
+	}
+	return nil
+}
+
+func (x *IssueMetricsCertificateResponse) GetCaCertificate() []byte {
+	if x != nil {
+		return x.CaCertificate
+	}
+	return nil
+}
+
 // UpdateRegistriesRequest carries the new registry settings.
 type UpdateRegistriesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -36,7 +158,7 @@ type UpdateRegistriesRequest struct {
 
 func (x *UpdateRegistriesRequest) Reset() {
 	*x = UpdateRegistriesRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[0]
+	mi := &file_proto_api_management_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -48,7 +170,7 @@ func (x *UpdateRegistriesRequest) String() string {
 func (*UpdateRegistriesRequest) ProtoMessage() {}
 
 func (x *UpdateRegistriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[0]
+	mi := &file_proto_api_management_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -61,7 +183,7 @@ func (x *UpdateRegistriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateRegistriesRequest.ProtoReflect.Descriptor instead.
 func (*UpdateRegistriesRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{0}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *UpdateRegistriesRequest) GetRegistries() *Registries {
@@ -81,7 +203,7 @@ type UpdateRegistriesResponse struct {
 
 func (x *UpdateRegistriesResponse) Reset() {
 	*x = UpdateRegistriesResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[1]
+	mi := &file_proto_api_management_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -93,7 +215,7 @@ func (x *UpdateRegistriesResponse) String() string {
 func (*UpdateRegistriesResponse) ProtoMessage() {}
 
 func (x *UpdateRegistriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[1]
+	mi := &file_proto_api_management_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -106,7 +228,7 @@ func (x *UpdateRegistriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateRegistriesResponse.ProtoReflect.Descriptor instead.
 func (*UpdateRegistriesResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{1}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *UpdateRegistriesResponse) GetRegistries() *Registries {
@@ -127,7 +249,7 @@ type IssueKubernetesCredentialRequest struct {
 
 func (x *IssueKubernetesCredentialRequest) Reset() {
 	*x = IssueKubernetesCredentialRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[2]
+	mi := &file_proto_api_management_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -139,7 +261,7 @@ func (x *IssueKubernetesCredentialRequest) String() string {
 func (*IssueKubernetesCredentialRequest) ProtoMessage() {}
 
 func (x *IssueKubernetesCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[2]
+	mi := &file_proto_api_management_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -152,7 +274,7 @@ func (x *IssueKubernetesCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueKubernetesCredentialRequest.ProtoReflect.Descriptor instead.
 func (*IssueKubernetesCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{2}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *IssueKubernetesCredentialRequest) GetPublicKey() []byte {
@@ -180,7 +302,7 @@ type IssueKubernetesCredentialResponse struct {
 
 func (x *IssueKubernetesCredentialResponse) Reset() {
 	*x = IssueKubernetesCredentialResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[3]
+	mi := &file_proto_api_management_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -192,7 +314,7 @@ func (x *IssueKubernetesCredentialResponse) String() string {
 func (*IssueKubernetesCredentialResponse) ProtoMessage() {}
 
 func (x *IssueKubernetesCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[3]
+	mi := &file_proto_api_management_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -205,7 +327,7 @@ func (x *IssueKubernetesCredentialResponse) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use IssueKubernetesCredentialResponse.ProtoReflect.Descriptor instead.
 func (*IssueKubernetesCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{3}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *IssueKubernetesCredentialResponse) GetCertificate() []byte {
@@ -238,7 +360,7 @@ type GetRegisterTicketRequest struct {
 
 func (x *GetRegisterTicketRequest) Reset() {
 	*x = GetRegisterTicketRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[4]
+	mi := &file_proto_api_management_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -250,7 +372,7 @@ func (x *GetRegisterTicketRequest) String() string {
 func (*GetRegisterTicketRequest) ProtoMessage() {}
 
 func (x *GetRegisterTicketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[4]
+	mi := &file_proto_api_management_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -263,7 +385,7 @@ func (x *GetRegisterTicketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRegisterTicketRequest.ProtoReflect.Descriptor instead.
 func (*GetRegisterTicketRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{4}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{6}
 }
 
 // GetRegisterTicketResponse carries the register ticket.
@@ -279,7 +401,7 @@ type GetRegisterTicketResponse struct {
 
 func (x *GetRegisterTicketResponse) Reset() {
 	*x = GetRegisterTicketResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[5]
+	mi := &file_proto_api_management_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -291,7 +413,7 @@ func (x *GetRegisterTicketResponse) String() string {
 func (*GetRegisterTicketResponse) ProtoMessage() {}
 
 func (x *GetRegisterTicketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[5]
+	mi := &file_proto_api_management_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -304,7 +426,7 @@ func (x *GetRegisterTicketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRegisterTicketResponse.ProtoReflect.Descriptor instead.
 func (*GetRegisterTicketResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{5}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetRegisterTicketResponse) GetTicket() []byte {
@@ -326,7 +448,7 @@ type RotateRegisterTicketRequest struct {
 
 func (x *RotateRegisterTicketRequest) Reset() {
 	*x = RotateRegisterTicketRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[6]
+	mi := &file_proto_api_management_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -338,7 +460,7 @@ func (x *RotateRegisterTicketRequest) String() string {
 func (*RotateRegisterTicketRequest) ProtoMessage() {}
 
 func (x *RotateRegisterTicketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[6]
+	mi := &file_proto_api_management_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -351,7 +473,7 @@ func (x *RotateRegisterTicketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateRegisterTicketRequest.ProtoReflect.Descriptor instead.
 func (*RotateRegisterTicketRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{6}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RotateRegisterTicketRequest) GetPreviousTicket() []byte {
@@ -373,7 +495,7 @@ type RotateRegisterTicketResponse struct {
 
 func (x *RotateRegisterTicketResponse) Reset() {
 	*x = RotateRegisterTicketResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[7]
+	mi := &file_proto_api_management_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -385,7 +507,7 @@ func (x *RotateRegisterTicketResponse) String() string {
 func (*RotateRegisterTicketResponse) ProtoMessage() {}
 
 func (x *RotateRegisterTicketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[7]
+	mi := &file_proto_api_management_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -398,7 +520,7 @@ func (x *RotateRegisterTicketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateRegisterTicketResponse.ProtoReflect.Descriptor instead.
 func (*RotateRegisterTicketResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{7}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RotateRegisterTicketResponse) GetTicket() []byte {
@@ -417,7 +539,7 @@ type GetClusterInfoRequest struct {
 
 func (x *GetClusterInfoRequest) Reset() {
 	*x = GetClusterInfoRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[8]
+	mi := &file_proto_api_management_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -429,7 +551,7 @@ func (x *GetClusterInfoRequest) String() string {
 func (*GetClusterInfoRequest) ProtoMessage() {}
 
 func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[8]
+	mi := &file_proto_api_management_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -442,7 +564,7 @@ func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{8}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{10}
 }
 
 // GetClusterInfoResponse describes the cluster.
@@ -460,7 +582,7 @@ type GetClusterInfoResponse struct {
 
 func (x *GetClusterInfoResponse) Reset() {
 	*x = GetClusterInfoResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[9]
+	mi := &file_proto_api_management_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -472,7 +594,7 @@ func (x *GetClusterInfoResponse) String() string {
 func (*GetClusterInfoResponse) ProtoMessage() {}
 
 func (x *GetClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[9]
+	mi := &file_proto_api_management_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -485,7 +607,7 @@ func (x *GetClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{9}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetClusterInfoResponse) GetClusterDirectory() *ClusterDirectory {
@@ -525,7 +647,7 @@ type NodeFilter struct {
 
 func (x *NodeFilter) Reset() {
 	*x = NodeFilter{}
-	mi := &file_proto_api_management_proto_msgTypes[10]
+	mi := &file_proto_api_management_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -537,7 +659,7 @@ func (x *NodeFilter) String() string {
 func (*NodeFilter) ProtoMessage() {}
 
 func (x *NodeFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[10]
+	mi := &file_proto_api_management_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -550,7 +672,7 @@ func (x *NodeFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeFilter.ProtoReflect.Descriptor instead.
 func (*NodeFilter) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{10}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *NodeFilter) GetIds() []string {
@@ -585,7 +707,7 @@ type GetNodesRequest struct {
 
 func (x *GetNodesRequest) Reset() {
 	*x = GetNodesRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[11]
+	mi := &file_proto_api_management_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -597,7 +719,7 @@ func (x *GetNodesRequest) String() string {
 func (*GetNodesRequest) ProtoMessage() {}
 
 func (x *GetNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[11]
+	mi := &file_proto_api_management_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -610,7 +732,7 @@ func (x *GetNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodesRequest.ProtoReflect.Descriptor instead.
 func (*GetNodesRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{11}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetNodesRequest) GetFilter() *NodeFilter {
@@ -631,7 +753,7 @@ type GetNodesResponse struct {
 
 func (x *GetNodesResponse) Reset() {
 	*x = GetNodesResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[12]
+	mi := &file_proto_api_management_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -643,7 +765,7 @@ func (x *GetNodesResponse) String() string {
 func (*GetNodesResponse) ProtoMessage() {}
 
 func (x *GetNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[12]
+	mi := &file_proto_api_management_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -656,7 +778,7 @@ func (x *GetNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodesResponse.ProtoReflect.Descriptor instead.
 func (*GetNodesResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{12}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetNodesResponse) GetNodes() []*Node {
@@ -677,7 +799,7 @@ type ApproveNodeRequest struct {
 
 func (x *ApproveNodeRequest) Reset() {
 	*x = ApproveNodeRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[13]
+	mi := &file_proto_api_management_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -689,7 +811,7 @@ func (x *ApproveNodeRequest) String() string {
 func (*ApproveNodeRequest) ProtoMessage() {}
 
 func (x *ApproveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[13]
+	mi := &file_proto_api_management_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -702,7 +824,7 @@ func (x *ApproveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveNodeRequest.ProtoReflect.Descriptor instead.
 func (*ApproveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{13}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ApproveNodeRequest) GetNodeId() string {
@@ -721,7 +843,7 @@ type ApproveNodeResponse struct {
 
 func (x *ApproveNodeResponse) Reset() {
 	*x = ApproveNodeResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[14]
+	mi := &file_proto_api_management_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -733,7 +855,7 @@ func (x *ApproveNodeResponse) String() string {
 func (*ApproveNodeResponse) ProtoMessage() {}
 
 func (x *ApproveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[14]
+	mi := &file_proto_api_management_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -746,7 +868,7 @@ func (x *ApproveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveNodeResponse.ProtoReflect.Descriptor instead.
 func (*ApproveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{14}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{16}
 }
 
 // UpdateNodeRolesRequest names a node and the roles to change. Each role
@@ -769,7 +891,7 @@ type UpdateNodeRolesRequest struct {
 
 func (x *UpdateNodeRolesRequest) Reset() {
 	*x = UpdateNodeRolesRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[15]
+	mi := &file_proto_api_management_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -781,7 +903,7 @@ func (x *UpdateNodeRolesRequest) String() string {
 func (*UpdateNodeRolesRequest) ProtoMessage() {}
 
 func (x *UpdateNodeRolesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[15]
+	mi := &file_proto_api_management_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -794,7 +916,7 @@ func (x *UpdateNodeRolesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeRolesRequest.ProtoReflect.Descriptor instead.
 func (*UpdateNodeRolesRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{15}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *UpdateNodeRolesRequest) GetNodeId() string {
@@ -836,7 +958,7 @@ type UpdateNodeRolesResponse struct {
 
 func (x *UpdateNodeRolesResponse) Reset() {
 	*x = UpdateNodeRolesResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[16]
+	mi := &file_proto_api_management_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -848,7 +970,7 @@ func (x *UpdateNodeRolesResponse) String() string {
 func (*UpdateNodeRolesResponse) ProtoMessage() {}
 
 func (x *UpdateNodeRolesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[16]
+	mi := &file_proto_api_management_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -861,7 +983,7 @@ func (x *UpdateNodeRolesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeRolesResponse.ProtoReflect.Descriptor instead.
 func (*UpdateNodeRolesResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{16}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *UpdateNodeRolesResponse) GetRoles() *NodeRoles {
@@ -882,7 +1004,7 @@ type DecommissionNodeRequest struct {
 
 func (x *DecommissionNodeRequest) Reset() {
 	*x = DecommissionNodeRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[17]
+	mi := &file_proto_api_management_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -894,7 +1016,7 @@ func (x *DecommissionNodeRequest) String() string {
 func (*DecommissionNodeRequest) ProtoMessage() {}
 
 func (x *DecommissionNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[17]
+	mi := &file_proto_api_management_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -907,7 +1029,7 @@ func (x *DecommissionNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionNodeRequest.ProtoReflect.Descriptor instead.
 func (*DecommissionNodeRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{17}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DecommissionNodeRequest) GetNodeId() string {
@@ -926,7 +1048,7 @@ type DecommissionNodeResponse struct {
 
 func (x *DecommissionNodeResponse) Reset() {
 	*x = DecommissionNodeResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[18]
+	mi := &file_proto_api_management_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -938,7 +1060,7 @@ func (x *DecommissionNodeResponse) String() string {
 func (*DecommissionNodeResponse) ProtoMessage() {}
 
 func (x *DecommissionNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[18]
+	mi := &file_proto_api_management_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -951,7 +1073,7 @@ func (x *DecommissionNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionNodeResponse.ProtoReflect.Descriptor instead.
 func (*DecommissionNodeResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{18}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{20}
 }
 
 // DeleteNodeRequest names the node to delete.
@@ -965,7 +1087,7 @@ type DeleteNodeRequest struct {
 
 func (x *DeleteNodeRequest) Reset() {
 	*x = DeleteNodeRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[19]
+	mi := &file_proto_api_management_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -977,7 +1099,7 @@ func (x *DeleteNodeRequest) String() string {
 func (*DeleteNodeRequest) ProtoMessage() {}
 
 func (x *DeleteNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[19]
+	mi := &file_proto_api_management_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -990,7 +1112,7 @@ func (x *DeleteNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteNodeRequest.ProtoReflect.Descriptor instead.
 func (*DeleteNodeRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{19}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DeleteNodeRequest) GetNodeId() string {
@@ -1009,7 +1131,7 @@ type DeleteNodeResponse struct {
 
 func (x *DeleteNodeResponse) Reset() {
 	*x = DeleteNodeResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[20]
+	mi := &file_proto_api_management_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1021,7 +1143,7 @@ func (x *DeleteNodeResponse) String() string {
 func (*DeleteNodeResponse) ProtoMessage() {}
 
 func (x *DeleteNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[20]
+	mi := &file_proto_api_management_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1034,7 +1156,7 @@ func (x *DeleteNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteNodeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteNodeResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{20}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{22}
 }
 
 // RotateOwnerKeyRequest names the new owner key and proves its possession.
@@ -1063,7 +1185,7 @@ type RotateOwnerKeyRequest struct {
 
 func (x *RotateOwnerKeyRequest) Reset() {
 	*x = RotateOwnerKeyRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[21]
+	mi := &file_proto_api_management_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1075,7 +1197,7 @@ func (x *RotateOwnerKeyRequest) String() string {
 func (*RotateOwnerKeyRequest) ProtoMessage() {}
 
 func (x *RotateOwnerKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[21]
+	mi := &file_proto_api_management_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1088,7 +1210,7 @@ func (x *RotateOwnerKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateOwnerKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateOwnerKeyRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{21}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RotateOwnerKeyRequest) GetNewOwnerPublicKey() []byte {
@@ -1119,7 +1241,7 @@ type RotateOwnerKeyResponse struct {
 
 func (x *RotateOwnerKeyResponse) Reset() {
 	*x = RotateOwnerKeyResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[22]
+	mi := &file_proto_api_management_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1131,7 +1253,7 @@ func (x *RotateOwnerKeyResponse) String() string {
 func (*RotateOwnerKeyResponse) ProtoMessage() {}
 
 func (x *RotateOwnerKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[22]
+	mi := &file_proto_api_management_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1144,7 +1266,7 @@ func (x *RotateOwnerKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateOwnerKeyResponse.ProtoReflect.Descriptor instead.
 func (*RotateOwnerKeyResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{22}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RotateOwnerKeyResponse) GetOwnerCertificate() []byte {
@@ -1175,7 +1297,7 @@ type RevokeOwnerCertificateRequest struct {
 
 func (x *RevokeOwnerCertificateRequest) Reset() {
 	*x = RevokeOwnerCertificateRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[23]
+	mi := &file_proto_api_management_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1187,7 +1309,7 @@ func (x *RevokeOwnerCertificateRequest) String() string {
 func (*RevokeOwnerCertificateRequest) ProtoMessage() {}
 
 func (x *RevokeOwnerCertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[23]
+	mi := &file_proto_api_management_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1200,7 +1322,7 @@ func (x *RevokeOwnerCertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeOwnerCertificateRequest.ProtoReflect.Descriptor instead.
 func (*RevokeOwnerCertificateRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{23}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RevokeOwnerCertificateRequest) GetSerial() []byte {
@@ -1228,7 +1350,7 @@ type RevokeOwnerCertificateResponse struct {
 
 func (x *RevokeOwnerCertificateResponse) Reset() {
 	*x = RevokeOwnerCertificateResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[24]
+	mi := &file_proto_api_management_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1240,7 +1362,7 @@ func (x *RevokeOwnerCertificateResponse) String() string {
 func (*RevokeOwnerCertificateResponse) ProtoMessage() {}
 
 func (x *RevokeOwnerCertificateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[24]
+	mi := &file_proto_api_management_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1253,7 +1375,7 @@ func (x *RevokeOwnerCertificateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeOwnerCertificateResponse.ProtoReflect.Descriptor instead.
 func (*RevokeOwnerCertificateResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{24}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RevokeOwnerCertificateResponse) GetRevoked() *RevokedOwnerCertificate {
@@ -1272,7 +1394,7 @@ type GetOwnerTrustRequest struct {
 
 func (x *GetOwnerTrustRequest) Reset() {
 	*x = GetOwnerTrustRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[25]
+	mi := &file_proto_api_management_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1284,7 +1406,7 @@ func (x *GetOwnerTrustRequest) String() string {
 func (*GetOwnerTrustRequest) ProtoMessage() {}
 
 func (x *GetOwnerTrustRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[25]
+	mi := &file_proto_api_management_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1297,7 +1419,7 @@ func (x *GetOwnerTrustRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOwnerTrustRequest.ProtoReflect.Descriptor instead.
 func (*GetOwnerTrustRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{25}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{27}
 }
 
 // GetOwnerTrustResponse shows the owner's credentials as the cluster
@@ -1316,7 +1438,7 @@ type GetOwnerTrustResponse struct {
 
 func (x *GetOwnerTrustResponse) Reset() {
 	*x = GetOwnerTrustResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[26]
+	mi := &file_proto_api_management_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1328,7 +1450,7 @@ func (x *GetOwnerTrustResponse) String() string {
 func (*GetOwnerTrustResponse) ProtoMessage() {}
 
 func (x *GetOwnerTrustResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[26]
+	mi := &file_proto_api_management_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1341,7 +1463,7 @@ func (x *GetOwnerTrustResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOwnerTrustResponse.ProtoReflect.Descriptor instead.
 func (*GetOwnerTrustResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{26}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetOwnerTrustResponse) GetTrust() *OwnerTrust {
@@ -1367,7 +1489,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[27]
+	mi := &file_proto_api_management_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1379,7 +1501,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[27]
+	mi := &file_proto_api_management_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1392,7 +1514,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{27}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{29}
 }
 
 // BackupResponse is one message of a Backup stream: a piece of the
@@ -1410,7 +1532,7 @@ type BackupResponse struct {
 
 func (x *BackupResponse) Reset() {
 	*x = BackupResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[28]
+	mi := &file_proto_api_management_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1422,7 +1544,7 @@ func (x *BackupResponse) String() string {
 func (*BackupResponse) ProtoMessage() {}
 
 func (x *BackupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[28]
+	mi := &file_proto_api_management_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1435,7 +1557,7 @@ func (x *BackupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupResponse.ProtoReflect.Descriptor instead.
 func (*BackupResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{28}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *BackupResponse) GetData() []byte {
@@ -1470,7 +1592,7 @@ type BackupTrailer struct {
 
 func (x *BackupTrailer) Reset() {
 	*x = BackupTrailer{}
-	mi := &file_proto_api_management_proto_msgTypes[29]
+	mi := &file_proto_api_management_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1482,7 +1604,7 @@ func (x *BackupTrailer) String() string {
 func (*BackupTrailer) ProtoMessage() {}
 
 func (x *BackupTrailer) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[29]
+	mi := &file_proto_api_management_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1495,7 +1617,7 @@ func (x *BackupTrailer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupTrailer.ProtoReflect.Descriptor instead.
 func (*BackupTrailer) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{29}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *BackupTrailer) GetSize() int64 {
@@ -1530,7 +1652,15 @@ var File_proto_api_management_proto protoreflect.FileDescriptor
 
 const file_proto_api_management_proto_rawDesc = "" +
 	"\n" +
-	"\x1aproto/api/management.proto\x12\tcairn.api\x1a\x1dproto/api/authorization.proto\x1a\x17proto/api/cluster.proto\x1a\x14proto/api/node.proto\x1a\x15proto/api/owner.proto\"P\n" +
+	"\x1aproto/api/management.proto\x12\tcairn.api\x1a\x1dproto/api/authorization.proto\x1a\x17proto/api/cluster.proto\x1a\x14proto/api/node.proto\x1a\x15proto/api/owner.proto\"~\n" +
+	"\x1eIssueMetricsCertificateRequest\x12\x1d\n" +
+	"\n" +
+	"public_key\x18\x01 \x01(\fR\tpublicKey\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12)\n" +
+	"\x10lifetime_seconds\x18\x03 \x01(\x03R\x0flifetimeSeconds\"j\n" +
+	"\x1fIssueMetricsCertificateResponse\x12 \n" +
+	"\vcertificate\x18\x01 \x01(\fR\vcertificate\x12%\n" +
+	"\x0eca_certificate\x18\x02 \x01(\fR\rcaCertificate\"P\n" +
 	"\x17UpdateRegistriesRequest\x125\n" +
 	"\n" +
 	"registries\x18\x01 \x01(\v2\x15.cairn.api.RegistriesR\n" +
@@ -1609,8 +1739,7 @@ const file_proto_api_management_proto_rawDesc = "" +
 	"\x04size\x18\x01 \x01(\x03R\x04size\x12\x16\n" +
 	"\x06sha256\x18\x02 \x01(\fR\x06sha256\x12\x1a\n" +
 	"\brevision\x18\x03 \x01(\x03R\brevision\x12!\n" +
-	"\fetcd_version\x18\x04 \x01(\tR\vetcdVersion2\xc7\n" +
-	"\n" +
+	"\fetcd_version\x18\x04 \x01(\tR\vetcdVersion2\xbf\v\n" +
 	"\n" +
 	"Management\x12d\n" +
 	"\x11GetRegisterTicket\x12#.cairn.api.GetRegisterTicketRequest\x1a$.cairn.api.GetRegisterTicketResponse\"\x04\xd8\xe2\x18\x01\x12m\n" +
@@ -1627,7 +1756,8 @@ const file_proto_api_management_proto_rawDesc = "" +
 	"\x16RevokeOwnerCertificate\x12(.cairn.api.RevokeOwnerCertificateRequest\x1a).cairn.api.RevokeOwnerCertificateResponse\"\x04\xd8\xe2\x18\x01\x12X\n" +
 	"\rGetOwnerTrust\x12\x1f.cairn.api.GetOwnerTrustRequest\x1a .cairn.api.GetOwnerTrustResponse\"\x04\xd8\xe2\x18\x01\x12|\n" +
 	"\x19IssueKubernetesCredential\x12+.cairn.api.IssueKubernetesCredentialRequest\x1a,.cairn.api.IssueKubernetesCredentialResponse\"\x04\xd8\xe2\x18\x01\x12a\n" +
-	"\x10UpdateRegistries\x12\".cairn.api.UpdateRegistriesRequest\x1a#.cairn.api.UpdateRegistriesResponse\"\x04\xd8\xe2\x18\x01B\x1bZ\x19cairn.dev/cairn/proto/apib\x06proto3"
+	"\x10UpdateRegistries\x12\".cairn.api.UpdateRegistriesRequest\x1a#.cairn.api.UpdateRegistriesResponse\"\x04\xd8\xe2\x18\x01\x12v\n" +
+	"\x17IssueMetricsCertificate\x12).cairn.api.IssueMetricsCertificateRequest\x1a*.cairn.api.IssueMetricsCertificateResponse\"\x04\xd8\xe2\x18\x01B\x1bZ\x19cairn.dev/cairn/proto/apib\x06proto3"
 
 var (
 	file_proto_api_management_proto_rawDescOnce sync.Once
@@ -1641,92 +1771,96 @@ func file_proto_api_management_proto_rawDescGZIP() []byte {
 	return file_proto_api_management_proto_rawDescData
 }
 
-var file_proto_api_management_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_proto_api_management_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_proto_api_management_proto_goTypes = []any{
-	(*UpdateRegistriesRequest)(nil),           // 0: cairn.api.UpdateRegistriesRequest
-	(*UpdateRegistriesResponse)(nil),          // 1: cairn.api.UpdateRegistriesResponse
-	(*IssueKubernetesCredentialRequest)(nil),  // 2: cairn.api.IssueKubernetesCredentialRequest
-	(*IssueKubernetesCredentialResponse)(nil), // 3: cairn.api.IssueKubernetesCredentialResponse
-	(*GetRegisterTicketRequest)(nil),          // 4: cairn.api.GetRegisterTicketRequest
-	(*GetRegisterTicketResponse)(nil),         // 5: cairn.api.GetRegisterTicketResponse
-	(*RotateRegisterTicketRequest)(nil),       // 6: cairn.api.RotateRegisterTicketRequest
-	(*RotateRegisterTicketResponse)(nil),      // 7: cairn.api.RotateRegisterTicketResponse
-	(*GetClusterInfoRequest)(nil),             // 8: cairn.api.GetClusterInfoRequest
-	(*GetClusterInfoResponse)(nil),            // 9: cairn.api.GetClusterInfoResponse
-	(*NodeFilter)(nil),                        // 10: cairn.api.NodeFilter
-	(*GetNodesRequest)(nil),                   // 11: cairn.api.GetNodesRequest
-	(*GetNodesResponse)(nil),                  // 12: cairn.api.GetNodesResponse
-	(*ApproveNodeRequest)(nil),                // 13: cairn.api.ApproveNodeRequest
-	(*ApproveNodeResponse)(nil),               // 14: cairn.api.ApproveNodeResponse
-	(*UpdateNodeRolesRequest)(nil),            // 15: cairn.api.UpdateNodeRolesRequest
-	(*UpdateNodeRolesResponse)(nil),           // 16: cairn.api.UpdateNodeRolesResponse
-	(*DecommissionNodeRequest)(nil),           // 17: cairn.api.DecommissionNodeRequest
-	(*DecommissionNodeResponse)(nil),          // 18: cairn.api.DecommissionNodeResponse
-	(*DeleteNodeRequest)(nil),                 // 19: cairn.api.DeleteNodeRequest
-	(*DeleteNodeResponse)(nil),                // 20: cairn.api.DeleteNodeResponse
-	(*RotateOwnerKeyRequest)(nil),             // 21: cairn.api.RotateOwnerKeyRequest
-	(*RotateOwnerKeyResponse)(nil),            // 22: cairn.api.RotateOwnerKeyResponse
-	(*RevokeOwnerCertificateRequest)(nil),     // 23: cairn.api.RevokeOwnerCertificateRequest
-	(*RevokeOwnerCertificateResponse)(nil),    // 24: cairn.api.RevokeOwnerCertificateResponse
-	(*GetOwnerTrustRequest)(nil),              // 25: cairn.api.GetOwnerTrustRequest
-	(*GetOwnerTrustResponse)(nil),             // 26: cairn.api.GetOwnerTrustResponse
-	(*BackupRequest)(nil),                     // 27: cairn.api.BackupRequest
-	(*BackupResponse)(nil),                    // 28: cairn.api.BackupResponse
-	(*BackupTrailer)(nil),                     // 29: cairn.api.BackupTrailer
-	(*Registries)(nil),                        // 30: cairn.api.Registries
-	(*ClusterDirectory)(nil),                  // 31: cairn.api.ClusterDirectory
-	(*ClusterConfiguration)(nil),              // 32: cairn.api.ClusterConfiguration
-	(NodeState)(0),                            // 33: cairn.api.NodeState
-	(*NodeRoles)(nil),                         // 34: cairn.api.NodeRoles
-	(*Node)(nil),                              // 35: cairn.api.Node
-	(*RevokedOwnerCertificate)(nil),           // 36: cairn.api.RevokedOwnerCertificate
-	(*OwnerTrust)(nil),                        // 37: cairn.api.OwnerTrust
-	(*OwnerCertificate)(nil),                  // 38: cairn.api.OwnerCertificate
+	(*IssueMetricsCertificateRequest)(nil),    // 0: cairn.api.IssueMetricsCertificateRequest
+	(*IssueMetricsCertificateResponse)(nil),   // 1: cairn.api.IssueMetricsCertificateResponse
+	(*UpdateRegistriesRequest)(nil),           // 2: cairn.api.UpdateRegistriesRequest
+	(*UpdateRegistriesResponse)(nil),          // 3: cairn.api.UpdateRegistriesResponse
+	(*IssueKubernetesCredentialRequest)(nil),  // 4: cairn.api.IssueKubernetesCredentialRequest
+	(*IssueKubernetesCredentialResponse)(nil), // 5: cairn.api.IssueKubernetesCredentialResponse
+	(*GetRegisterTicketRequest)(nil),          // 6: cairn.api.GetRegisterTicketRequest
+	(*GetRegisterTicketResponse)(nil),         // 7: cairn.api.GetRegisterTicketResponse
+	(*RotateRegisterTicketRequest)(nil),       // 8: cairn.api.RotateRegisterTicketRequest
+	(*RotateRegisterTicketResponse)(nil),      // 9: cairn.api.RotateRegisterTicketResponse
+	(*GetClusterInfoRequest)(nil),             // 10: cairn.api.GetClusterInfoRequest
+	(*GetClusterInfoResponse)(nil),            // 11: cairn.api.GetClusterInfoResponse
+	(*NodeFilter)(nil),                        // 12: cairn.api.NodeFilter
+	(*GetNodesRequest)(nil),                   // 13: cairn.api.GetNodesRequest
+	(*GetNodesResponse)(nil),                  // 14: cairn.api.GetNodesResponse
+	(*ApproveNodeRequest)(nil),                // 15: cairn.api.ApproveNodeRequest
+	(*ApproveNodeResponse)(nil),               // 16: cairn.api.ApproveNodeResponse
+	(*UpdateNodeRolesRequest)(nil),            // 17: cairn.api.UpdateNodeRolesRequest
+	(*UpdateNodeRolesResponse)(nil),           // 18: cairn.api.UpdateNodeRolesResponse
+	(*DecommissionNodeRequest)(nil),           // 19: cairn.api.DecommissionNodeRequest
+	(*DecommissionNodeResponse)(nil),          // 20: cairn.api.DecommissionNodeResponse
+	(*DeleteNodeRequest)(nil),                 // 21: cairn.api.DeleteNodeRequest
+	(*DeleteNodeResponse)(nil),                // 22: cairn.api.DeleteNodeResponse
+	(*RotateOwnerKeyRequest)(nil),             // 23: cairn.api.RotateOwnerKeyRequest
+	(*RotateOwnerKeyResponse)(nil),            // 24: cairn.api.RotateOwnerKeyResponse
+	(*RevokeOwnerCertificateRequest)(nil),     // 25: cairn.api.RevokeOwnerCertificateRequest
+	(*RevokeOwnerCertificateResponse)(nil),    // 26: cairn.api.RevokeOwnerCertificateResponse
+	(*GetOwnerTrustRequest)(nil),              // 27: cairn.api.GetOwnerTrustRequest
+	(*GetOwnerTrustResponse)(nil),             // 28: cairn.api.GetOwnerTrustResponse
+	(*BackupRequest)(nil),                     // 29: cairn.api.BackupRequest
+	(*BackupResponse)(nil),                    // 30: cairn.api.BackupResponse
+	(*BackupTrailer)(nil),                     // 31: cairn.api.BackupTrailer
+	(*Registries)(nil),                        // 32: cairn.api.Registries
+	(*ClusterDirectory)(nil),                  // 33: cairn.api.ClusterDirectory
+	(*ClusterConfiguration)(nil),              // 34: cairn.api.ClusterConfiguration
+	(NodeState)(0),                            // 35: cairn.api.NodeState
+	(*NodeRoles)(nil),                         // 36: cairn.api.NodeRoles
+	(*Node)(nil),                              // 37: cairn.api.Node
+	(*RevokedOwnerCertificate)(nil),           // 38: cairn.api.RevokedOwnerCertificate
+	(*OwnerTrust)(nil),                        // 39: cairn.api.OwnerTrust
+	(*OwnerCertificate)(nil),                  // 40: cairn.api.OwnerCertificate
 }
 var file_proto_api_management_proto_depIdxs = []int32{
-	30, // 0: cairn.api.UpdateRegistriesRequest.registries:type_name -> cairn.api.Registries
-	30, // 1: cairn.api.UpdateRegistriesResponse.registries:type_name -> cairn.api.Registries
-	31, // 2: cairn.api.GetClusterInfoResponse.cluster_directory:type_name -> cairn.api.ClusterDirectory
-	32, // 3: cairn.api.GetClusterInfoResponse.cluster_configuration:type_name -> cairn.api.ClusterConfiguration
-	33, // 4: cairn.api.NodeFilter.states:type_name -> cairn.api.NodeState
-	34, // 5: cairn.api.NodeFilter.roles:type_name -> cairn.api.NodeRoles
-	10, // 6: cairn.api.GetNodesRequest.filter:type_name -> cairn.api.NodeFilter
-	35, // 7: cairn.api.GetNodesResponse.nodes:type_name -> cairn.api.Node
-	34, // 8: cairn.api.UpdateNodeRolesResponse.roles:type_name -> cairn.api.NodeRoles
-	36, // 9: cairn.api.RevokeOwnerCertificateResponse.revoked:type_name -> cairn.api.RevokedOwnerCertificate
-	37, // 10: cairn.api.GetOwnerTrustResponse.trust:type_name -> cairn.api.OwnerTrust
-	38, // 11: cairn.api.GetOwnerTrustResponse.certificates:type_name -> cairn.api.OwnerCertificate
-	29, // 12: cairn.api.BackupResponse.trailer:type_name -> cairn.api.BackupTrailer
-	4,  // 13: cairn.api.Management.GetRegisterTicket:input_type -> cairn.api.GetRegisterTicketRequest
-	6,  // 14: cairn.api.Management.RotateRegisterTicket:input_type -> cairn.api.RotateRegisterTicketRequest
-	8,  // 15: cairn.api.Management.GetClusterInfo:input_type -> cairn.api.GetClusterInfoRequest
-	11, // 16: cairn.api.Management.GetNodes:input_type -> cairn.api.GetNodesRequest
-	13, // 17: cairn.api.Management.ApproveNode:input_type -> cairn.api.ApproveNodeRequest
-	15, // 18: cairn.api.Management.UpdateNodeRoles:input_type -> cairn.api.UpdateNodeRolesRequest
-	17, // 19: cairn.api.Management.DecommissionNode:input_type -> cairn.api.DecommissionNodeRequest
-	19, // 20: cairn.api.Management.DeleteNode:input_type -> cairn.api.DeleteNodeRequest
-	27, // 21: cairn.api.Management.Backup:input_type -> cairn.api.BackupRequest
-	21, // 22: cairn.api.Management.RotateOwnerKey:input_type -> cairn.api.RotateOwnerKeyRequest
-	23, // 23: cairn.api.Management.RevokeOwnerCertificate:input_type -> cairn.api.RevokeOwnerCertificateRequest
-	25, // 24: cairn.api.Management.GetOwnerTrust:input_type -> cairn.api.GetOwnerTrustRequest
-	2,  // 25: cairn.api.Management.IssueKubernetesCredential:input_type -> cairn.api.IssueKubernetesCredentialRequest
-	0,  // 26: cairn.api.Management.UpdateRegistries:input_type -> cairn.api.UpdateRegistriesRequest
-	5,  // 27: cairn.api.Management.GetRegisterTicket:output_type -> cairn.api.GetRegisterTicketResponse
-	7,  // 28: cairn.api.Management.RotateRegisterTicket:output_type -> cairn.api.RotateRegisterTicketResponse
-	9,  // 29: cairn.api.Management.GetClusterInfo:output_type -> cairn.api.GetClusterInfoResponse
-	12, // 30: cairn.api.Management.GetNodes:output_type -> cairn.api.GetNodesResponse
-	14, // 31: cairn.api.Management.ApproveNode:output_type -> cairn.api.ApproveNodeResponse
-	16, // 32: cairn.api.Management.UpdateNodeRoles:output_type -> cairn.api.UpdateNodeRolesResponse
-	18, // 33: cairn.api.Management.DecommissionNode:output_type -> cairn.api.DecommissionNodeResponse
-	20, // 34: cairn.api.Management.DeleteNode:output_type -> cairn.api.DeleteNodeResponse
-	28, // 35: cairn.api.Management.Backup:output_type -> cairn.api.BackupResponse
-	22, // 36: cairn.api.Management.RotateOwnerKey:output_type -> cairn.api.RotateOwnerKeyResponse
-	24, // 37: cairn.api.Management.RevokeOwnerCertificate:output_type -> cairn.api.RevokeOwnerCertificateResponse
-	26, // 38: cairn.api.Management.GetOwnerTrust:output_type -> cairn.api.GetOwnerTrustResponse
-	3,  // 39: cairn.api.Management.IssueKubernetesCredential:output_type -> cairn.api.IssueKubernetesCredentialResponse
-	1,  // 40: cairn.api.Management.UpdateRegistries:output_type -> cairn.api.UpdateRegistriesResponse
-	27, // [27:41] is the sub-list for method output_type
-	13, // [13:27] is the sub-list for method input_type
+	32, // 0: cairn.api.UpdateRegistriesRequest.registries:type_name -> cairn.api.Registries
+	32, // 1: cairn.api.UpdateRegistriesResponse.registries:type_name -> cairn.api.Registries
+	33, // 2: cairn.api.GetClusterInfoResponse.cluster_directory:type_name -> cairn.api.ClusterDirectory
+	34, // 3: cairn.api.GetClusterInfoResponse.cluster_configuration:type_name -> cairn.api.ClusterConfiguration
+	35, // 4: cairn.api.NodeFilter.states:type_name -> cairn.api.NodeState
+	36, // 5: cairn.api.NodeFilter.roles:type_name -> cairn.api.NodeRoles
+	12, // 6: cairn.api.GetNodesRequest.filter:type_name -> cairn.api.NodeFilter
+	37, // 7: cairn.api.GetNodesResponse.nodes:type_name -> cairn.api.Node
+	36, // 8: cairn.api.UpdateNodeRolesResponse.roles:type_name -> cairn.api.NodeRoles
+	38, // 9: cairn.api.RevokeOwnerCertificateResponse.revoked:type_name -> cairn.api.RevokedOwnerCertificate
+	39, // 10: cairn.api.GetOwnerTrustResponse.trust:type_name -> cairn.api.OwnerTrust
+	40, // 11: cairn.api.GetOwnerTrustResponse.certificates:type_name -> cairn.api.OwnerCertificate
+	31, // 12: cairn.api.BackupResponse.trailer:type_name -> cairn.api.BackupTrailer
+	6,  // 13: cairn.api.Management.GetRegisterTicket:input_type -> cairn.api.GetRegisterTicketRequest
+	8,  // 14: cairn.api.Management.RotateRegisterTicket:input_type -> cairn.api.RotateRegisterTicketRequest
+	10, // 15: cairn.api.Management.GetClusterInfo:input_type -> cairn.api.GetClusterInfoRequest
+	13, // 16: cairn.api.Management.GetNodes:input_type -> cairn.api.GetNodesRequest
+	15, // 17: cairn.api.Management.ApproveNode:input_type -> cairn.api.ApproveNodeRequest
+	17, // 18: cairn.api.Management.UpdateNodeRoles:input_type -> cairn.api.UpdateNodeRolesRequest
+	19, // 19: cairn.api.Management.DecommissionNode:input_type -> cairn.api.DecommissionNodeRequest
+	21, // 20: cairn.api.Management.DeleteNode:input_type -> cairn.api.DeleteNodeRequest
+	29, // 21: cairn.api.Management.Backup:input_type -> cairn.api.BackupRequest
+	23, // 22: cairn.api.Management.RotateOwnerKey:input_type -> cairn.api.RotateOwnerKeyRequest
+	25, // 23: cairn.api.Management.RevokeOwnerCertificate:input_type -> cairn.api.RevokeOwnerCertificateRequest
+	27, // 24: cairn.api.Management.GetOwnerTrust:input_type -> cairn.api.GetOwnerTrustRequest
+	4,  // 25: cairn.api.Management.IssueKubernetesCredential:input_type -> cairn.api.IssueKubernetesCredentialRequest
+	2,  // 26: cairn.api.Management.UpdateRegistries:input_type -> cairn.api.UpdateRegistriesRequest
+	0,  // 27: cairn.api.Management.IssueMetricsCertificate:input_type -> cairn.api.IssueMetricsCertificateRequest
+	7,  // 28: cairn.api.Management.GetRegisterTicket:output_type -> cairn.api.GetRegisterTicketResponse
+	9,  // 29: cairn.api.Management.RotateRegisterTicket:output_type -> cairn.api.RotateRegisterTicketResponse
+	11, // 30: cairn.api.Management.GetClusterInfo:output_type -> cairn.api.GetClusterInfoResponse
+	14, // 31: cairn.api.Management.GetNodes:output_type -> cairn.api.GetNodesResponse
+	16, // 32: cairn.api.Management.ApproveNode:output_type -> cairn.api.ApproveNodeResponse
+	18, // 33: cairn.api.Management.UpdateNodeRoles:output_type -> cairn.api.UpdateNodeRolesResponse
+	20, // 34: cairn.api.Management.DecommissionNode:output_type -> cairn.api.DecommissionNodeResponse
+	22, // 35: cairn.api.Management.DeleteNode:output_type -> cairn.api.DeleteNodeResponse
+	30, // 36: cairn.api.Management.Backup:output_type -> cairn.api.BackupResponse
+	24, // 37: cairn.api.Management.RotateOwnerKey:output_type -> cairn.api.RotateOwnerKeyResponse
+	26, // 38: cairn.api.Management.RevokeOwnerCertificate:output_type -> cairn.api.RevokeOwnerCertificateResponse
+	28, // 39: cairn.api.Management.GetOwnerTrust:output_type -> cairn.api.GetOwnerTrustResponse
+	5,  // 40: cairn.api.Management.IssueKubernetesCredential:output_type -> cairn.api.IssueKubernetesCredentialResponse
+	3,  // 41: cairn.api.Management.UpdateRegistries:output_type -> cairn.api.UpdateRegistriesResponse
+	1,  // 42: cairn.api.Management.IssueMetricsCertificate:output_type -> cairn.api.IssueMetricsCertificateResponse
+	28, // [28:43] is the sub-list for method output_type
+	13, // [13:28] is the sub-list for method input_type
 	13, // [13:13] is the sub-list for extension type_name
 	13, // [13:13] is the sub-list for extension extendee
 	0,  // [0:13] is the sub-list for field type_name
@@ -1741,14 +1875,14 @@ func file_proto_api_management_proto_init() {
 	file_proto_api_cluster_proto_init()
 	file_proto_api_node_proto_init()
 	file_proto_api_owner_proto_init()
-	file_proto_api_management_proto_msgTypes[15].OneofWrappers = []any{}
+	file_proto_api_management_proto_msgTypes[17].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_api_management_proto_rawDesc), len(file_proto_api_management_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   30,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -36,6 +36,7 @@ const (
 	Management_GetOwnerTrust_FullMethodName             = "/cairn.api.Management/GetOwnerTrust"
 	Management_IssueKubernetesCredential_FullMethodName = "/cairn.api.Management/IssueKubernetesCredential"
 	Management_UpdateRegistries_FullMethodName          = "/cairn.api.Management/UpdateRegistries"
+	Management_IssueMetricsCertificate_FullMethodName   = "/cairn.api.Management/IssueMetricsCertificate"
 )
 
 // ManagementClient is the client API for Management service.
@@ -123,6 +124,13 @@ type ManagementClient interface {
 	// seconds. InvalidArgument names what is wrong with a bad entry, and
 	// nothing is stored then.
 	UpdateRegistries(ctx context.Context, in *UpdateRegistriesRequest, opts ...grpc.CallOption) (*UpdateRegistriesResponse, error)
+	// IssueMetricsCertificate certifies an ed25519 key of a scraper for the
+	// nodes' metrics (port 7836, node/metrics) and nothing else: every other
+	// service of the cluster refuses a metrics certificate, so a scraper
+	// never holds the owner's rights. The certificate is not kept and
+	// cannot be revoked: it ends with its lifetime. `cairnctl metrics
+	// credential` calls it.
+	IssueMetricsCertificate(ctx context.Context, in *IssueMetricsCertificateRequest, opts ...grpc.CallOption) (*IssueMetricsCertificateResponse, error)
 }
 
 type managementClient struct {
@@ -285,6 +293,16 @@ func (c *managementClient) UpdateRegistries(ctx context.Context, in *UpdateRegis
 	return out, nil
 }
 
+func (c *managementClient) IssueMetricsCertificate(ctx context.Context, in *IssueMetricsCertificateRequest, opts ...grpc.CallOption) (*IssueMetricsCertificateResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(IssueMetricsCertificateResponse)
+	err := c.cc.Invoke(ctx, Management_IssueMetricsCertificate_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ManagementServer is the server API for Management service.
 // All implementations must embed UnimplementedManagementServer
 // for forward compatibility.
@@ -370,6 +388,13 @@ type ManagementServer interface {
 	// seconds. InvalidArgument names what is wrong with a bad entry, and
 	// nothing is stored then.
 	UpdateRegistries(context.Context, *UpdateRegistriesRequest) (*UpdateRegistriesResponse, error)
+	// IssueMetricsCertificate certifies an ed25519 key of a scraper for the
+	// nodes' metrics (port 7836, node/metrics) and nothing else: every other
+	// service of the cluster refuses a metrics certificate, so a scraper
+	// never holds the owner's rights. The certificate is not kept and
+	// cannot be revoked: it ends with its lifetime. `cairnctl metrics
+	// credential` calls it.
+	IssueMetricsCertificate(context.Context, *IssueMetricsCertificateRequest) (*IssueMetricsCertificateResponse, error)
 	mustEmbedUnimplementedManagementServer()
 }
 
@@ -421,6 +446,9 @@ func (UnimplementedManagementServer) IssueKubernetesCredential(context.Context, 
 }
 func (UnimplementedManagementServer) UpdateRegistries(context.Context, *UpdateRegistriesRequest) (*UpdateRegistriesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method UpdateRegistries not implemented")
+}
+func (UnimplementedManagementServer) IssueMetricsCertificate(context.Context, *IssueMetricsCertificateRequest) (*IssueMetricsCertificateResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method IssueMetricsCertificate not implemented")
 }
 func (UnimplementedManagementServer) mustEmbedUnimplementedManagementServer() {}
 func (UnimplementedManagementServer) testEmbeddedByValue()                    {}
@@ -677,6 +705,24 @@ func _Management_UpdateRegistries_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Management_IssueMetricsCertificate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(IssueMetricsCertificateRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagementServer).IssueMetricsCertificate(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Management_IssueMetricsCertificate_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagementServer).IssueMetricsCertificate(ctx, req.(*IssueMetricsCertificateRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Management_ServiceDesc is the grpc.ServiceDesc for Management service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -731,6 +777,10 @@ var Management_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "UpdateRegistries",
 			Handler:    _Management_UpdateRegistries_Handler,
+		},
+		{
+			MethodName: "IssueMetricsCertificate",
+			Handler:    _Management_IssueMetricsCertificate_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -85,6 +85,89 @@ func (LogSeverity) EnumDescriptor() ([]byte, []int) {
 	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{0}
 }
 
+// GetMetricsRequest has no fields.
+type GetMetricsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetMetricsRequest) Reset() {
+	*x = GetMetricsRequest{}
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetMetricsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetMetricsRequest) ProtoMessage() {}
+
+func (x *GetMetricsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetMetricsRequest.ProtoReflect.Descriptor instead.
+func (*GetMetricsRequest) Descriptor() ([]byte, []int) {
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{0}
+}
+
+// GetMetricsResponse carries the metrics.
+type GetMetricsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Prometheus text exposition format, version 0.0.4.
+	Text          []byte `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetMetricsResponse) Reset() {
+	*x = GetMetricsResponse{}
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetMetricsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetMetricsResponse) ProtoMessage() {}
+
+func (x *GetMetricsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetMetricsResponse.ProtoReflect.Descriptor instead.
+func (*GetMetricsResponse) Descriptor() ([]byte, []int) {
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *GetMetricsResponse) GetText() []byte {
+	if x != nil {
+		return x.Text
+	}
+	return nil
+}
+
 // GetResourcesRequest has no fields.
 type GetResourcesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -94,7 +177,7 @@ type GetResourcesRequest struct {
 
 func (x *GetResourcesRequest) Reset() {
 	*x = GetResourcesRequest{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[0]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -106,7 +189,7 @@ func (x *GetResourcesRequest) String() string {
 func (*GetResourcesRequest) ProtoMessage() {}
 
 func (x *GetResourcesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[0]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -119,7 +202,7 @@ func (x *GetResourcesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResourcesRequest.ProtoReflect.Descriptor instead.
 func (*GetResourcesRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{0}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{2}
 }
 
 // GetResourcesResponse is the node's memory and its processes.
@@ -137,7 +220,7 @@ type GetResourcesResponse struct {
 
 func (x *GetResourcesResponse) Reset() {
 	*x = GetResourcesResponse{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[1]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -149,7 +232,7 @@ func (x *GetResourcesResponse) String() string {
 func (*GetResourcesResponse) ProtoMessage() {}
 
 func (x *GetResourcesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[1]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -162,7 +245,7 @@ func (x *GetResourcesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResourcesResponse.ProtoReflect.Descriptor instead.
 func (*GetResourcesResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{1}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *GetResourcesResponse) GetMemoryTotalBytes() uint64 {
@@ -213,7 +296,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[2]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -225,7 +308,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[2]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -238,7 +321,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{2}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *LogEntry) GetTimeUnixNanos() int64 {
@@ -317,7 +400,7 @@ type LogsRequest struct {
 
 func (x *LogsRequest) Reset() {
 	*x = LogsRequest{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[3]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -329,7 +412,7 @@ func (x *LogsRequest) String() string {
 func (*LogsRequest) ProtoMessage() {}
 
 func (x *LogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[3]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -342,7 +425,7 @@ func (x *LogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsRequest.ProtoReflect.Descriptor instead.
 func (*LogsRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{3}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *LogsRequest) GetDn() string {
@@ -398,7 +481,7 @@ type LogsResponse struct {
 
 func (x *LogsResponse) Reset() {
 	*x = LogsResponse{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[4]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -410,7 +493,7 @@ func (x *LogsResponse) String() string {
 func (*LogsResponse) ProtoMessage() {}
 
 func (x *LogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[4]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -423,7 +506,7 @@ func (x *LogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsResponse.ProtoReflect.Descriptor instead.
 func (*LogsResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{4}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *LogsResponse) GetEntries() []*LogEntry {
@@ -442,7 +525,7 @@ type RebootRequest struct {
 
 func (x *RebootRequest) Reset() {
 	*x = RebootRequest{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[5]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -454,7 +537,7 @@ func (x *RebootRequest) String() string {
 func (*RebootRequest) ProtoMessage() {}
 
 func (x *RebootRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[5]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -467,7 +550,7 @@ func (x *RebootRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebootRequest.ProtoReflect.Descriptor instead.
 func (*RebootRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{5}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{7}
 }
 
 // RebootResponse has no fields.
@@ -479,7 +562,7 @@ type RebootResponse struct {
 
 func (x *RebootResponse) Reset() {
 	*x = RebootResponse{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[6]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -491,7 +574,7 @@ func (x *RebootResponse) String() string {
 func (*RebootResponse) ProtoMessage() {}
 
 func (x *RebootResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[6]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -504,7 +587,7 @@ func (x *RebootResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebootResponse.ProtoReflect.Descriptor instead.
 func (*RebootResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{6}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{8}
 }
 
 // PoweroffRequest has no fields.
@@ -516,7 +599,7 @@ type PoweroffRequest struct {
 
 func (x *PoweroffRequest) Reset() {
 	*x = PoweroffRequest{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[7]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -528,7 +611,7 @@ func (x *PoweroffRequest) String() string {
 func (*PoweroffRequest) ProtoMessage() {}
 
 func (x *PoweroffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[7]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -541,7 +624,7 @@ func (x *PoweroffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoweroffRequest.ProtoReflect.Descriptor instead.
 func (*PoweroffRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{7}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{9}
 }
 
 // PoweroffResponse has no fields.
@@ -553,7 +636,7 @@ type PoweroffResponse struct {
 
 func (x *PoweroffResponse) Reset() {
 	*x = PoweroffResponse{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[8]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -565,7 +648,7 @@ func (x *PoweroffResponse) String() string {
 func (*PoweroffResponse) ProtoMessage() {}
 
 func (x *PoweroffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[8]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -578,7 +661,7 @@ func (x *PoweroffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoweroffResponse.ProtoReflect.Descriptor instead.
 func (*PoweroffResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{8}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{10}
 }
 
 // RecoverRequest is one message of a Recover stream.
@@ -594,7 +677,7 @@ type RecoverRequest struct {
 
 func (x *RecoverRequest) Reset() {
 	*x = RecoverRequest{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[9]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -606,7 +689,7 @@ func (x *RecoverRequest) String() string {
 func (*RecoverRequest) ProtoMessage() {}
 
 func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[9]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -619,7 +702,7 @@ func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverRequest.ProtoReflect.Descriptor instead.
 func (*RecoverRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{9}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RecoverRequest) GetHeader() *RecoverHeader {
@@ -650,7 +733,7 @@ type RecoverHeader struct {
 
 func (x *RecoverHeader) Reset() {
 	*x = RecoverHeader{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[10]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -662,7 +745,7 @@ func (x *RecoverHeader) String() string {
 func (*RecoverHeader) ProtoMessage() {}
 
 func (x *RecoverHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[10]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -675,7 +758,7 @@ func (x *RecoverHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverHeader.ProtoReflect.Descriptor instead.
 func (*RecoverHeader) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{10}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RecoverHeader) GetSize() int64 {
@@ -703,7 +786,7 @@ type RecoverResponse struct {
 
 func (x *RecoverResponse) Reset() {
 	*x = RecoverResponse{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[11]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -715,7 +798,7 @@ func (x *RecoverResponse) String() string {
 func (*RecoverResponse) ProtoMessage() {}
 
 func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[11]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -728,7 +811,7 @@ func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverResponse.ProtoReflect.Descriptor instead.
 func (*RecoverResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{11}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RecoverResponse) GetRevision() int64 {
@@ -754,7 +837,7 @@ type GetResourcesResponse_Process struct {
 
 func (x *GetResourcesResponse_Process) Reset() {
 	*x = GetResourcesResponse_Process{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[12]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -766,7 +849,7 @@ func (x *GetResourcesResponse_Process) String() string {
 func (*GetResourcesResponse_Process) ProtoMessage() {}
 
 func (x *GetResourcesResponse_Process) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[12]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -779,7 +862,7 @@ func (x *GetResourcesResponse_Process) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResourcesResponse_Process.ProtoReflect.Descriptor instead.
 func (*GetResourcesResponse_Process) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{1, 0}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{3, 0}
 }
 
 func (x *GetResourcesResponse_Process) GetPid() int32 {
@@ -814,7 +897,10 @@ var File_proto_api_nodemanagement_proto protoreflect.FileDescriptor
 
 const file_proto_api_nodemanagement_proto_rawDesc = "" +
 	"\n" +
-	"\x1eproto/api/nodemanagement.proto\x12\tcairn.api\x1a\x1dproto/api/authorization.proto\"\x15\n" +
+	"\x1eproto/api/nodemanagement.proto\x12\tcairn.api\x1a\x1dproto/api/authorization.proto\"\x13\n" +
+	"\x11GetMetricsRequest\"(\n" +
+	"\x12GetMetricsResponse\x12\x12\n" +
+	"\x04text\x18\x01 \x01(\fR\x04text\"\x15\n" +
 	"\x13GetResourcesRequest\"\xc1\x02\n" +
 	"\x14GetResourcesResponse\x12,\n" +
 	"\x12memory_total_bytes\x18\x01 \x01(\x04R\x10memoryTotalBytes\x124\n" +
@@ -859,13 +945,15 @@ const file_proto_api_nodemanagement_proto_rawDesc = "" +
 	"\x11LOG_SEVERITY_INFO\x10\x01\x12\x18\n" +
 	"\x14LOG_SEVERITY_WARNING\x10\x02\x12\x16\n" +
 	"\x12LOG_SEVERITY_ERROR\x10\x03\x12\x16\n" +
-	"\x12LOG_SEVERITY_FATAL\x10\x042\x82\x03\n" +
+	"\x12LOG_SEVERITY_FATAL\x10\x042\xd3\x03\n" +
 	"\x0eNodeManagement\x12?\n" +
 	"\x04Logs\x12\x16.cairn.api.LogsRequest\x1a\x17.cairn.api.LogsResponse\"\x04\xd8\xe2\x18\x010\x01\x12C\n" +
 	"\x06Reboot\x12\x18.cairn.api.RebootRequest\x1a\x19.cairn.api.RebootResponse\"\x04\xd8\xe2\x18\x01\x12I\n" +
 	"\bPoweroff\x12\x1a.cairn.api.PoweroffRequest\x1a\x1b.cairn.api.PoweroffResponse\"\x04\xd8\xe2\x18\x01\x12H\n" +
 	"\aRecover\x12\x19.cairn.api.RecoverRequest\x1a\x1a.cairn.api.RecoverResponse\"\x04\xd8\xe2\x18\x01(\x01\x12U\n" +
-	"\fGetResources\x12\x1e.cairn.api.GetResourcesRequest\x1a\x1f.cairn.api.GetResourcesResponse\"\x04\xd8\xe2\x18\x01B\x1bZ\x19cairn.dev/cairn/proto/apib\x06proto3"
+	"\fGetResources\x12\x1e.cairn.api.GetResourcesRequest\x1a\x1f.cairn.api.GetResourcesResponse\"\x04\xd8\xe2\x18\x01\x12O\n" +
+	"\n" +
+	"GetMetrics\x12\x1c.cairn.api.GetMetricsRequest\x1a\x1d.cairn.api.GetMetricsResponse\"\x04\xd8\xe2\x18\x01B\x1bZ\x19cairn.dev/cairn/proto/apib\x06proto3"
 
 var (
 	file_proto_api_nodemanagement_proto_rawDescOnce sync.Once
@@ -880,41 +968,45 @@ func file_proto_api_nodemanagement_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_api_nodemanagement_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_proto_api_nodemanagement_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_proto_api_nodemanagement_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_proto_api_nodemanagement_proto_goTypes = []any{
 	(LogSeverity)(0),                     // 0: cairn.api.LogSeverity
-	(*GetResourcesRequest)(nil),          // 1: cairn.api.GetResourcesRequest
-	(*GetResourcesResponse)(nil),         // 2: cairn.api.GetResourcesResponse
-	(*LogEntry)(nil),                     // 3: cairn.api.LogEntry
-	(*LogsRequest)(nil),                  // 4: cairn.api.LogsRequest
-	(*LogsResponse)(nil),                 // 5: cairn.api.LogsResponse
-	(*RebootRequest)(nil),                // 6: cairn.api.RebootRequest
-	(*RebootResponse)(nil),               // 7: cairn.api.RebootResponse
-	(*PoweroffRequest)(nil),              // 8: cairn.api.PoweroffRequest
-	(*PoweroffResponse)(nil),             // 9: cairn.api.PoweroffResponse
-	(*RecoverRequest)(nil),               // 10: cairn.api.RecoverRequest
-	(*RecoverHeader)(nil),                // 11: cairn.api.RecoverHeader
-	(*RecoverResponse)(nil),              // 12: cairn.api.RecoverResponse
-	(*GetResourcesResponse_Process)(nil), // 13: cairn.api.GetResourcesResponse.Process
+	(*GetMetricsRequest)(nil),            // 1: cairn.api.GetMetricsRequest
+	(*GetMetricsResponse)(nil),           // 2: cairn.api.GetMetricsResponse
+	(*GetResourcesRequest)(nil),          // 3: cairn.api.GetResourcesRequest
+	(*GetResourcesResponse)(nil),         // 4: cairn.api.GetResourcesResponse
+	(*LogEntry)(nil),                     // 5: cairn.api.LogEntry
+	(*LogsRequest)(nil),                  // 6: cairn.api.LogsRequest
+	(*LogsResponse)(nil),                 // 7: cairn.api.LogsResponse
+	(*RebootRequest)(nil),                // 8: cairn.api.RebootRequest
+	(*RebootResponse)(nil),               // 9: cairn.api.RebootResponse
+	(*PoweroffRequest)(nil),              // 10: cairn.api.PoweroffRequest
+	(*PoweroffResponse)(nil),             // 11: cairn.api.PoweroffResponse
+	(*RecoverRequest)(nil),               // 12: cairn.api.RecoverRequest
+	(*RecoverHeader)(nil),                // 13: cairn.api.RecoverHeader
+	(*RecoverResponse)(nil),              // 14: cairn.api.RecoverResponse
+	(*GetResourcesResponse_Process)(nil), // 15: cairn.api.GetResourcesResponse.Process
 }
 var file_proto_api_nodemanagement_proto_depIdxs = []int32{
-	13, // 0: cairn.api.GetResourcesResponse.processes:type_name -> cairn.api.GetResourcesResponse.Process
+	15, // 0: cairn.api.GetResourcesResponse.processes:type_name -> cairn.api.GetResourcesResponse.Process
 	0,  // 1: cairn.api.LogEntry.severity:type_name -> cairn.api.LogSeverity
 	0,  // 2: cairn.api.LogsRequest.minimum_severity:type_name -> cairn.api.LogSeverity
-	3,  // 3: cairn.api.LogsResponse.entries:type_name -> cairn.api.LogEntry
-	11, // 4: cairn.api.RecoverRequest.header:type_name -> cairn.api.RecoverHeader
-	4,  // 5: cairn.api.NodeManagement.Logs:input_type -> cairn.api.LogsRequest
-	6,  // 6: cairn.api.NodeManagement.Reboot:input_type -> cairn.api.RebootRequest
-	8,  // 7: cairn.api.NodeManagement.Poweroff:input_type -> cairn.api.PoweroffRequest
-	10, // 8: cairn.api.NodeManagement.Recover:input_type -> cairn.api.RecoverRequest
-	1,  // 9: cairn.api.NodeManagement.GetResources:input_type -> cairn.api.GetResourcesRequest
-	5,  // 10: cairn.api.NodeManagement.Logs:output_type -> cairn.api.LogsResponse
-	7,  // 11: cairn.api.NodeManagement.Reboot:output_type -> cairn.api.RebootResponse
-	9,  // 12: cairn.api.NodeManagement.Poweroff:output_type -> cairn.api.PoweroffResponse
-	12, // 13: cairn.api.NodeManagement.Recover:output_type -> cairn.api.RecoverResponse
-	2,  // 14: cairn.api.NodeManagement.GetResources:output_type -> cairn.api.GetResourcesResponse
-	10, // [10:15] is the sub-list for method output_type
-	5,  // [5:10] is the sub-list for method input_type
+	5,  // 3: cairn.api.LogsResponse.entries:type_name -> cairn.api.LogEntry
+	13, // 4: cairn.api.RecoverRequest.header:type_name -> cairn.api.RecoverHeader
+	6,  // 5: cairn.api.NodeManagement.Logs:input_type -> cairn.api.LogsRequest
+	8,  // 6: cairn.api.NodeManagement.Reboot:input_type -> cairn.api.RebootRequest
+	10, // 7: cairn.api.NodeManagement.Poweroff:input_type -> cairn.api.PoweroffRequest
+	12, // 8: cairn.api.NodeManagement.Recover:input_type -> cairn.api.RecoverRequest
+	3,  // 9: cairn.api.NodeManagement.GetResources:input_type -> cairn.api.GetResourcesRequest
+	1,  // 10: cairn.api.NodeManagement.GetMetrics:input_type -> cairn.api.GetMetricsRequest
+	7,  // 11: cairn.api.NodeManagement.Logs:output_type -> cairn.api.LogsResponse
+	9,  // 12: cairn.api.NodeManagement.Reboot:output_type -> cairn.api.RebootResponse
+	11, // 13: cairn.api.NodeManagement.Poweroff:output_type -> cairn.api.PoweroffResponse
+	14, // 14: cairn.api.NodeManagement.Recover:output_type -> cairn.api.RecoverResponse
+	4,  // 15: cairn.api.NodeManagement.GetResources:output_type -> cairn.api.GetResourcesResponse
+	2,  // 16: cairn.api.NodeManagement.GetMetrics:output_type -> cairn.api.GetMetricsResponse
+	11, // [11:17] is the sub-list for method output_type
+	5,  // [5:11] is the sub-list for method input_type
 	5,  // [5:5] is the sub-list for extension type_name
 	5,  // [5:5] is the sub-list for extension extendee
 	0,  // [0:5] is the sub-list for field type_name
@@ -932,7 +1024,7 @@ func file_proto_api_nodemanagement_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_api_nodemanagement_proto_rawDesc), len(file_proto_api_nodemanagement_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,7 @@ const (
 	NodeManagement_Poweroff_FullMethodName     = "/cairn.api.NodeManagement/Poweroff"
 	NodeManagement_Recover_FullMethodName      = "/cairn.api.NodeManagement/Recover"
 	NodeManagement_GetResources_FullMethodName = "/cairn.api.NodeManagement/GetResources"
+	NodeManagement_GetMetrics_FullMethodName   = "/cairn.api.NodeManagement/GetMetrics"
 )
 
 // NodeManagementClient is the client API for NodeManagement service.
@@ -60,6 +61,10 @@ type NodeManagementClient interface {
 	// supervised service (etcd and the curator among them), and the child
 	// processes (Kubernetes' components, containerd, pods' processes).
 	GetResources(ctx context.Context, in *GetResourcesRequest, opts ...grpc.CallOption) (*GetResourcesResponse, error)
+	// GetMetrics returns the node's metrics in the Prometheus text format,
+	// the same that scrapers read on the metrics port (7836) with a
+	// metrics certificate. `cairnctl node metrics` calls it.
+	GetMetrics(ctx context.Context, in *GetMetricsRequest, opts ...grpc.CallOption) (*GetMetricsResponse, error)
 }
 
 type nodeManagementClient struct {
@@ -132,6 +137,16 @@ func (c *nodeManagementClient) GetResources(ctx context.Context, in *GetResource
 	return out, nil
 }
 
+func (c *nodeManagementClient) GetMetrics(ctx context.Context, in *GetMetricsRequest, opts ...grpc.CallOption) (*GetMetricsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetMetricsResponse)
+	err := c.cc.Invoke(ctx, NodeManagement_GetMetrics_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeManagementServer is the server API for NodeManagement service.
 // All implementations must embed UnimplementedNodeManagementServer
 // for forward compatibility.
@@ -163,6 +178,10 @@ type NodeManagementServer interface {
 	// supervised service (etcd and the curator among them), and the child
 	// processes (Kubernetes' components, containerd, pods' processes).
 	GetResources(context.Context, *GetResourcesRequest) (*GetResourcesResponse, error)
+	// GetMetrics returns the node's metrics in the Prometheus text format,
+	// the same that scrapers read on the metrics port (7836) with a
+	// metrics certificate. `cairnctl node metrics` calls it.
+	GetMetrics(context.Context, *GetMetricsRequest) (*GetMetricsResponse, error)
 	mustEmbedUnimplementedNodeManagementServer()
 }
 
@@ -187,6 +206,9 @@ func (UnimplementedNodeManagementServer) Recover(grpc.ClientStreamingServer[Reco
 }
 func (UnimplementedNodeManagementServer) GetResources(context.Context, *GetResourcesRequest) (*GetResourcesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetResources not implemented")
+}
+func (UnimplementedNodeManagementServer) GetMetrics(context.Context, *GetMetricsRequest) (*GetMetricsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetMetrics not implemented")
 }
 func (UnimplementedNodeManagementServer) mustEmbedUnimplementedNodeManagementServer() {}
 func (UnimplementedNodeManagementServer) testEmbeddedByValue()                        {}
@@ -281,6 +303,24 @@ func _NodeManagement_GetResources_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _NodeManagement_GetMetrics_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetMetricsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeManagementServer).GetMetrics(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: NodeManagement_GetMetrics_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeManagementServer).GetMetrics(ctx, req.(*GetMetricsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // NodeManagement_ServiceDesc is the grpc.ServiceDesc for NodeManagement service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -299,6 +339,10 @@ var NodeManagement_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetResources",
 			Handler:    _NodeManagement_GetResources_Handler,
+		},
+		{
+			MethodName: "GetMetrics",
+			Handler:    _NodeManagement_GetMetrics_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -210,6 +210,12 @@ func validRequest(t *testing.T, m rpc.Method, tg *matrixTargets) proto.Message {
 			t.Fatal(err)
 		}
 		return &api.IssueKubernetesCredentialRequest{PublicKey: pub}
+	case "/cairn.api.Management/IssueMetricsCertificate":
+		pub, _, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &api.IssueMetricsCertificateRequest{PublicKey: pub, Name: "authz-matrix", LifetimeSeconds: 60}
 	}
 	in, _ := messages(t, m.Name)
 	return in
