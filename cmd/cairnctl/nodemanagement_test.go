@@ -12,6 +12,7 @@ import (
 
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/marker"
+	"cairn.dev/cairn/node/metrics"
 	"cairn.dev/cairn/node/nodemanagement"
 	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/pkg/fixture"
@@ -33,6 +34,7 @@ func TestAgainstNodeManagement(t *testing.T) {
 		LogTree:  lt,
 		Reboot:   func() { close(rebooted) },
 		Poweroff: func() { close(poweredOff) },
+		Metrics:  metrics.Gatherer("/proc", nil),
 	})
 	id := node.ID()
 	nodeEP := "--node-endpoint=" + id + "=" + addr
@@ -99,6 +101,10 @@ func TestAgainstNodeManagement(t *testing.T) {
 	}
 	if out := mustRun(t, dir, nodeEP, "node", "resources", id); !strings.Contains(out, "Memory: ") || !strings.Contains(out, "RESIDENT") {
 		t.Errorf("node resources printed %q, want the memory line and the process table", out)
+	}
+
+	if out := mustRun(t, dir, nodeEP, "node", "metrics", id); !strings.Contains(out, "# TYPE cairn_node_memory_total_bytes gauge") || !strings.Contains(out, "go_goroutines ") {
+		t.Errorf("node metrics printed %.500q, want the node's and the process's metrics", out)
 	}
 
 	mustRun(t, dir, nodeEP, "node", "reboot", id)

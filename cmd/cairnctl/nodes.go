@@ -46,6 +46,7 @@ func newNodeCommand(a *app) *cobra.Command {
 				return err
 			}),
 		newNodeResourcesCommand(a),
+		newNodeMetricsCommand(a),
 		a.roleCommand(true),
 		a.roleCommand(false),
 		a.powerCommand("reboot", "Reboot a node", "Rebooting",

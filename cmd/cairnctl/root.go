@@ -79,6 +79,7 @@ func newRootCommand(a *app) *cobra.Command {
 		newConfigCommand(a),
 		newKubeconfigCommand(a),
 		newKubernetesCommand(a),
+		newMetricsCommand(a),
 	)
 	return root
 }

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"strconv"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"cairn.dev/cairn/node/cluster"
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/localstorage"
@@ -79,8 +81,8 @@ func enrolmentRunnable(st *localstorage.Storage, mounted event.Watchable[bool], 
 // has its credentials, to the owner as owners, the owner trust, admits.
 // Reboot and Poweroff stop the node through request; Recover stages
 // backups in the etcd data directory of st; past boots' logs come from
-// ls.
-func nodeManagementRunnable(st *localstorage.Storage, creds event.Watchable[*identity.Node], owners event.Watchable[*api.OwnerTrust], lt *logtree.LogTree, ls *logstore.Store, request func(action)) supervisor.Runnable {
+// ls, metrics from g.
+func nodeManagementRunnable(st *localstorage.Storage, creds event.Watchable[*identity.Node], owners event.Watchable[*api.OwnerTrust], lt *logtree.LogTree, ls *logstore.Store, g prometheus.Gatherer, request func(action)) supervisor.Runnable {
 	return func(ctx context.Context) error {
 		w := creds.Watch()
 		defer w.Close()
@@ -95,6 +97,7 @@ func nodeManagementRunnable(st *localstorage.Storage, creds event.Watchable[*ide
 			Reboot:      func() { request(reboot) },
 			Poweroff:    func() { request(poweroff) },
 			LogStore:    ls,
+			Metrics:     g,
 			EtcdDataDir: st.Root.Data.Etcd.FullPath(),
 			ClusterCA:   node.CACertificate().Raw,
 		}))

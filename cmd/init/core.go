@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"cairn.dev/cairn/node/metrics"
 	"cairn.dev/cairn/pkg/cmdline"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/supervisor"
@@ -65,9 +66,10 @@ func runCore() int {
 	children := []child{
 		{"power", (&power{signals: sigs, request: stop.request, buttons: buttons}).run},
 	}
-	children = append(children, nodeChildren(fl, con.Printf, initLog, lt, stop.request)...)
+	restarts := metrics.NewRestarts()
+	children = append(children, nodeChildren(fl, con.Printf, initLog, lt, restarts, stop.request)...)
 	s := supervisor.New(fl.test.armTestPoint(ctx), rootRunnable(children, fl.test.rootFailure()),
-		supervisor.WithRootFatal(), supervisor.WithLogTree(lt))
+		supervisor.WithRootFatal(), supervisor.WithLogTree(lt), supervisor.WithRestartHook(restarts.Inc))
 	con.Printf("supervisor started")
 
 	err = s.Wait()

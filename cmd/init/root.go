@@ -7,7 +7,9 @@ import (
 
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/node/logstore"
+	"cairn.dev/cairn/node/metrics"
 	"cairn.dev/cairn/node/parameters"
+	"cairn.dev/cairn/node/ports"
 	"cairn.dev/cairn/node/roleserve"
 	"cairn.dev/cairn/node/timesync"
 	"cairn.dev/cairn/pkg/event/memory"
@@ -37,7 +39,8 @@ type child struct {
 //
 //	network ─NTP servers─▶ timesync ─clock state─▶ roleserve (node status)
 //	enrolment ─membership (data partition mounted)─▶ logstore
-func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogger, lt *logtree.LogTree, request func(action)) []child {
+//	roleserve ─credentials─▶ metrics (port 7836, to metrics certificates)
+func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogger, lt *logtree.LogTree, restarts *metrics.Restarts, request func(action)) []child {
 	var (
 		address    memory.Value[netip.Prefix]
 		ntp        memory.Value[[]netip.Addr]
@@ -60,6 +63,7 @@ func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogg
 	})
 	// Once per boot: it knows which boot is the running one.
 	ls := logstore.New(logstore.Config{Tree: lt, Dir: st.Root.Data.Logs.FullPath()})
+	gatherer := metrics.Gatherer("/proc", restarts)
 	cs := []child{
 		{"storage", newStorage(st, fl, &mounted, printf).run},
 		{"parameters", parametersRunnable(st, &mounted, &params)},
@@ -67,8 +71,11 @@ func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogg
 		{"timesync", timesyncRunnable(&ntp, &clock, printf)},
 		{"cluster", enrolmentRunnable(st, &mounted, &address, &params, &membership, rs)},
 		{"roleserve", rs.Run},
-		{"nodemanagement", nodeManagementRunnable(st, rs.Credentials(), rs.OwnerTrust(), lt, ls, request)},
+		{"nodemanagement", nodeManagementRunnable(st, rs.Credentials(), rs.OwnerTrust(), lt, ls, gatherer, request)},
 		{"logstore", logStoreRunnable(ls, &membership)},
+		{"metrics", func(ctx context.Context) error {
+			return metrics.Run(ctx, metrics.Config{Credentials: rs.Credentials(), Gatherer: gatherer, Port: ports.Metrics})
+		}},
 	}
 	return append(cs, fl.test.children(&address, printf)...)
 }

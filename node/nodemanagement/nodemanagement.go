@@ -26,6 +26,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -46,6 +47,9 @@ type Config struct {
 	// LogTree is the node's log tree, which Logs reads. Without it Logs
 	// answers Unavailable.
 	LogTree *logtree.LogTree
+	// Metrics gathers the node's metrics, which GetMetrics returns. Nil:
+	// GetMetrics answers Unavailable.
+	Metrics prometheus.Gatherer
 	// LogStore keeps the past boots' logs, which Logs reads for a past
 	// boot. Nil: past boots are not kept.
 	LogStore *logstore.Store

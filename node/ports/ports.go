@@ -25,6 +25,9 @@ const (
 	// NodeManagement is the per-node management service (logs, reboot,
 	// power-off), on every address of the node.
 	NodeManagement = 7835
+	// Metrics serves the node's metrics over HTTPS to metrics
+	// certificates (node/metrics), on every address of the node.
+	Metrics = 7836
 	// KubernetesAPI is the Kubernetes apiserver.
 	KubernetesAPI = 6443
 	// Kubelet is the kubelet's API.
