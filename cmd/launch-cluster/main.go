@@ -275,7 +275,7 @@ func announce(ctx context.Context, c *cluster.Cluster, w io.Writer) {
 	id0, id1 := c.Node(0).ID(), c.Node(min(1, len(c.Nodes())-1)).ID()
 	fmt.Fprintf(w, "\nThe cluster is up. Nodes:\n")
 	for _, n := range c.Nodes() {
-		fmt.Fprintf(w, "  %s  %s  %s  curator %s  management %s\n", n.Name(), n.ID(), n.IP(), n.CuratorAddr(), n.ManagementAddr())
+		fmt.Fprintf(w, "  %s  %s  %s  curator %s  management %s  metrics %s\n", n.Name(), n.ID(), n.IP(), n.CuratorAddr(), n.ManagementAddr(), n.MetricsAddr())
 	}
 	fmt.Fprintf(w, "\ncairnctl as the owner:\n")
 	for _, args := range [][]string{

@@ -5,9 +5,17 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
+	"io"
+	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +23,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/marker"
 	"cairn.dev/cairn/proto/api"
 	"cairn.dev/cairn/test/launch"
@@ -104,6 +113,7 @@ func TestSingleNodeCluster(t *testing.T) {
 		if !strings.Contains(res, "Memory: ") || !strings.Contains(res, " init\n") {
 			t.Errorf("node resources printed %q, want the memory line and /init", res)
 		}
+		s.checkMetrics(t, c, n0, o)
 	})
 	if o == nil {
 		t.Fatal("no owner: the cluster did not form")
@@ -412,4 +422,65 @@ func countLines(s string, m launch.Matcher) int {
 func tail(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(lines[max(len(lines)-n, 0):], "\n")
+}
+
+// checkMetrics reads node n's metrics through cairnctl as the owner, and
+// on its metrics port with a scraper's credential from cairnctl metrics
+// credential; the owner's certificate is refused there.
+func (s *suite) checkMetrics(t *testing.T, c *cluster.Cluster, n *cluster.Node, o *owner) {
+	t.Helper()
+	want := []string{"etcd_server_has_leader 1", "cairn_node_memory_available_bytes ", `cairn_process_resident_bytes{name="init",pid="1"}`, "cairn_grpc_server_handled_total{"}
+	text := s.cairnctl(t, c, "node", "metrics", n.ID())
+	for _, w := range want {
+		if !strings.Contains(text, w) {
+			t.Errorf("cairnctl node metrics lacks %q", w)
+		}
+	}
+	dir := t.TempDir()
+	s.cairnctl(t, c, "metrics", "credential", "--name", "e2e", "--out", dir, "--lifetime", "1h")
+	pemOf := func(name string) []byte {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		block, _ := pem.Decode(b)
+		if block == nil {
+			t.Fatalf("%s holds no PEM", name)
+		}
+		return block.Bytes
+	}
+	key, err := x509.ParsePKCS8PrivateKey(pemOf("key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	scraper, err := identity.MetricsClientTLSConfig(key.(ed25519.PrivateKey), pemOf("cert.pem"), pemOf("ca.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(cfg *tls.Config) (int, string, error) {
+		client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
+		res, err := client.Get("https://" + n.MetricsAddr() + "/metrics")
+		if err != nil {
+			return 0, "", err
+		}
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		return res.StatusCode, string(b), err
+	}
+	code, body, err := get(scraper)
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("scraping %s with the metrics credential: %d, %v: %.300s", n.MetricsAddr(), code, err, body)
+	}
+	for _, w := range want {
+		if !strings.Contains(body, w) {
+			t.Errorf("the metrics port's answer lacks %q", w)
+		}
+	}
+	ownerTLS, err := identity.OwnerClientTLSConfig(o.key, o.certDER, o.caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, body, err := get(ownerTLS); err != nil || code != http.StatusForbidden {
+		t.Errorf("scraping with the owner certificate: %d, %v: %.300s; want 403", code, err, body)
+	}
 }

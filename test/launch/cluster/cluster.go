@@ -229,6 +229,9 @@ func (c *Cluster) newNode(i int, nn netns.Node) (*Node, error) {
 	if n.kubernetesAddr, err = c.forward(i, nn, ports.KubernetesAPI); err != nil {
 		return nil, err
 	}
+	if n.metricsAddr, err = c.forward(i, nn, ports.Metrics); err != nil {
+		return nil, err
+	}
 	return n, nil
 }
 

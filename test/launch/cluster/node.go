@@ -30,6 +30,7 @@ type Node struct {
 	curatorAddr    string
 	managementAddr string
 	kubernetesAddr string
+	metricsAddr    string
 	disk           string
 	tpmDir         string
 
@@ -63,6 +64,10 @@ func (n *Node) ManagementAddr() string { return n.managementAddr }
 // KubernetesAddr returns the host address forwarded to the node's
 // Kubernetes apiserver port.
 func (n *Node) KubernetesAddr() string { return n.kubernetesAddr }
+
+// MetricsAddr returns the host address forwarded to the node's metrics
+// port.
+func (n *Node) MetricsAddr() string { return n.metricsAddr }
 
 // Disk returns the path of the node's disk.
 func (n *Node) Disk() string { return n.disk }
