@@ -1,9 +1,7 @@
 package main
 
 import (
-	"crypto/ed25519"
 	"crypto/x509"
-	"encoding/pem"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +9,7 @@ import (
 	"time"
 
 	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/identity/identitytest"
 )
 
 // TestMetricsCredential has a real curator certify a scraper's key: the
@@ -25,27 +24,7 @@ func TestMetricsCredential(t *testing.T) {
 	if !strings.Contains(printed, "server_name") {
 		t.Errorf("metrics credential printed %q, want how to scrape", printed)
 	}
-	read := func(name string) []byte {
-		t.Helper()
-		b, err := os.ReadFile(filepath.Join(out, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		block, _ := pem.Decode(b)
-		if block == nil {
-			t.Fatalf("%s holds no PEM", name)
-		}
-		return block.Bytes
-	}
-	keyAny, err := x509.ParsePKCS8PrivateKey(read("key.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, ok := keyAny.(ed25519.PrivateKey)
-	if !ok {
-		t.Fatalf("key.pem holds a %T, want ed25519", keyAny)
-	}
-	cert := read("cert.pem")
+	key, cert, ca := identitytest.ReadMetricsCredential(t, out)
 	parsed, err := x509.ParseCertificate(cert)
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +32,7 @@ func TestMetricsCredential(t *testing.T) {
 	if life := time.Until(parsed.NotAfter); parsed.Subject.CommonName != "prom-1" || life > 2*time.Hour+time.Minute || life < 2*time.Hour-time.Minute {
 		t.Errorf("certificate for %q ends in %v, want prom-1 in 2h", parsed.Subject.CommonName, life)
 	}
-	if _, err := identity.MetricsClientTLSConfig(key, cert, read("ca.pem")); err != nil {
+	if _, err := identity.MetricsClientTLSConfig(key, cert, ca); err != nil {
 		t.Errorf("the written credential is no metrics client of the cluster CA: %v", err)
 	}
 	if fi, err := os.Stat(filepath.Join(out, "key.pem")); err != nil || fi.Mode().Perm() != 0o600 {

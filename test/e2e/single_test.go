@@ -5,17 +5,12 @@ package e2e
 import (
 	"bufio"
 	"context"
-	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/identity/identitytest"
 	"cairn.dev/cairn/node/marker"
 	"cairn.dev/cairn/proto/api"
 	"cairn.dev/cairn/test/launch"
@@ -438,22 +434,7 @@ func (s *suite) checkMetrics(t *testing.T, c *cluster.Cluster, n *cluster.Node, 
 	}
 	dir := t.TempDir()
 	s.cairnctl(t, c, "metrics", "credential", "--name", "e2e", "--out", dir, "--lifetime", "1h")
-	pemOf := func(name string) []byte {
-		b, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		block, _ := pem.Decode(b)
-		if block == nil {
-			t.Fatalf("%s holds no PEM", name)
-		}
-		return block.Bytes
-	}
-	key, err := x509.ParsePKCS8PrivateKey(pemOf("key.pem"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	scraper, err := identity.MetricsClientTLSConfig(key.(ed25519.PrivateKey), pemOf("cert.pem"), pemOf("ca.pem"))
+	scraper, err := identity.MetricsClientTLSConfig(identitytest.ReadMetricsCredential(t, dir))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,11 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
 	"math/big"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -110,4 +113,32 @@ func NewKey(t testing.TB) ed25519.PrivateKey {
 		t.Fatalf("generating key: %v", err)
 	}
 	return key
+}
+
+// ReadMetricsCredential reads the scraper's credential that cairnctl
+// metrics credential writes into dir: the key (key.pem, PKCS #8), the
+// metrics certificate (cert.pem) and the cluster CA (ca.pem), DER.
+func ReadMetricsCredential(t testing.TB, dir string) (key ed25519.PrivateKey, certDER, caDER []byte) {
+	t.Helper()
+	der := func(name string) []byte {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		block, _ := pem.Decode(b)
+		if block == nil {
+			t.Fatalf("%s holds no PEM block", name)
+		}
+		return block.Bytes
+	}
+	k, err := x509.ParsePKCS8PrivateKey(der("key.pem"))
+	if err != nil {
+		t.Fatalf("key.pem: %v", err)
+	}
+	key, ok := k.(ed25519.PrivateKey)
+	if !ok {
+		t.Fatalf("key.pem holds a %T, want an ed25519 key", k)
+	}
+	return key, der("cert.pem"), der("ca.pem")
 }
