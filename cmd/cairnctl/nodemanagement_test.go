@@ -34,7 +34,7 @@ func TestAgainstNodeManagement(t *testing.T) {
 		LogTree:  lt,
 		Reboot:   func() { close(rebooted) },
 		Poweroff: func() { close(poweredOff) },
-		Metrics:  metrics.Gatherer("/proc", nil),
+		Metrics:  metrics.Gatherer("/proc"),
 	})
 	id := node.ID()
 	nodeEP := "--node-endpoint=" + id + "=" + addr

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	"cairn.dev/cairn/node/curator"
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/node/logstore"
 	"cairn.dev/cairn/node/metrics"
@@ -63,7 +64,7 @@ func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogg
 	})
 	// Once per boot: it knows which boot is the running one.
 	ls := logstore.New(logstore.Config{Tree: lt, Dir: st.Root.Data.Logs.FullPath()})
-	gatherer := metrics.Gatherer("/proc", restarts)
+	gatherer := metrics.Gatherer("/proc", append(curator.Metrics(), restarts)...)
 	cs := []child{
 		{"storage", newStorage(st, fl, &mounted, printf).run},
 		{"parameters", parametersRunnable(st, &mounted, &params)},

@@ -208,6 +208,7 @@ func (c *curator) setLeader(ctx context.Context, l leader) {
 		oldConn.Close()
 	}
 	c.leaders.Set(l)
+	countLeader(old, l)
 
 	log := supervisor.Logger(ctx)
 	switch {

@@ -4,9 +4,11 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/x509"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -57,5 +59,24 @@ func TestIssueMetricsCertificate(t *testing.T) {
 		if _, err := mgmt.IssueMetricsCertificate(ctx, req); status.Code(err) != codes.InvalidArgument {
 			t.Errorf("IssueMetricsCertificate(%v) = %v, want InvalidArgument", req, err)
 		}
+	}
+}
+
+// TestLeaderMetrics checks the election metrics of a one-curator cluster:
+// it leads, and saw one leader take over.
+func TestLeaderMetrics(t *testing.T) {
+	c := newTestCluster(t)
+	n := c.nodes[0]
+	if got := waitLeader(t, n, n.addr.String(), ""); got != n.id() {
+		t.Fatalf("leader %s, want %s", got, n.id())
+	}
+	fixture.Eventually(t, 10*time.Second, "cairn_curator_leading 1", func() error {
+		if v := testutil.ToFloat64(leadingGauge); v != 1 {
+			return fmt.Errorf("cairn_curator_leading = %v", v)
+		}
+		return nil
+	})
+	if v := testutil.ToFloat64(leaderChanges); v < 1 {
+		t.Errorf("cairn_curator_leader_changes_total = %v, want at least the one take-over", v)
 	}
 }

@@ -5,6 +5,7 @@
 //
 //	etcd, Go runtime, process ──register──▶ default registry ─┐
 //	node/rpc's servers (curator, node management) ─calls─────┤
+//	curator (leading, leader changes) ────────────────────────┤
 //	procfs (memory, processes) ──at each scrape──▶ node ──────┼─▶ Gatherer
 //	supervisor (restarts) ──────────────▶ Restarts ───────────┘     │
 //	                                                             ▼
@@ -45,13 +46,17 @@ type Restarts struct {
 }
 
 // NewRestarts returns a counter of restarts, for supervisor.WithRestartHook
-// and Gatherer.
+// and, as a collector, Gatherer.
 func NewRestarts() *Restarts {
 	return &Restarts{vec: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "cairn_supervisor_restarts_total",
 		Help: "Restarts of supervised runnables after they failed, by runnable.",
 	}, []string{"dn"})}
 }
+
+// Describe and Collect make Restarts a prometheus.Collector.
+func (r *Restarts) Describe(ch chan<- *prometheus.Desc) { r.vec.Describe(ch) }
+func (r *Restarts) Collect(ch chan<- prometheus.Metric) { r.vec.Collect(ch) }
 
 // Inc counts a restart of the runnable dn.
 func (r *Restarts) Inc(dn string) {
@@ -61,14 +66,12 @@ func (r *Restarts) Inc(dn string) {
 // Gatherer returns the node's metrics: what the core process's packages
 // registered on the default registry (etcd, Go, the process itself), the
 // calls of its gRPC servers (cairn_grpc_server_*), the node's memory and
-// processes read from proc (/proc on a node) at each scrape, and
-// restarts, when not nil.
-func Gatherer(proc string, restarts *Restarts) prometheus.Gatherer {
+// processes read from proc (/proc on a node) at each scrape, and more:
+// the supervisor's Restarts, the curator's metrics.
+func Gatherer(proc string, more ...prometheus.Collector) prometheus.Gatherer {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(nodeCollector{proc: proc}, rpc.Metrics())
-	if restarts != nil {
-		reg.MustRegister(restarts.vec)
-	}
+	reg.MustRegister(more...)
 	return prometheus.Gatherers{prometheus.DefaultGatherer, reg}
 }
 

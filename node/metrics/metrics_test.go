@@ -87,7 +87,7 @@ func TestHandlerServesOnlyMetricsCertificates(t *testing.T) {
 }
 
 func TestText(t *testing.T) {
-	text, err := Text(Gatherer("/proc", nil))
+	text, err := Text(Gatherer("/proc"))
 	if err != nil {
 		t.Fatal(err)
 	}

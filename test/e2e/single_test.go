@@ -425,7 +425,7 @@ func tail(s string, n int) string {
 // credential; the owner's certificate is refused there.
 func (s *suite) checkMetrics(t *testing.T, c *cluster.Cluster, n *cluster.Node, o *owner) {
 	t.Helper()
-	want := []string{"etcd_server_has_leader 1", "cairn_node_memory_available_bytes ", `cairn_process_resident_bytes{name="init",pid="1"}`, "cairn_grpc_server_handled_total{"}
+	want := []string{"etcd_server_has_leader 1", "cairn_node_memory_available_bytes ", `cairn_process_resident_bytes{name="init",pid="1"}`, "cairn_grpc_server_handled_total{", "cairn_curator_leading 1"}
 	text := s.cairnctl(t, c, "node", "metrics", n.ID())
 	for _, w := range want {
 		if !strings.Contains(text, w) {
