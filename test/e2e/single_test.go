@@ -247,6 +247,7 @@ func (s *suite) rebootSingle(t *testing.T, c *cluster.Cluster, n *cluster.Node, 
 	s.step("reboot command → rejoined ("+joined.Get("via")+")", back.Time.Sub(start))
 	serving := s.waitNode(t, n, back.Index, launch.Mark(marker.CuratorServing))
 	s.step("reboot command → curator serving", serving.Time.Sub(start))
+	s.rejoinBreakdown(t, n, mark, start)
 	// A TPM-sealed configuration opens only with the TPM that sealed it:
 	// sealed with the TPM before the reboot and never sealed again, the
 	// configuration the node joined with was unsealed by its TPM.
@@ -463,5 +464,38 @@ func (s *suite) checkMetrics(t *testing.T, c *cluster.Cluster, n *cluster.Node, 
 	}
 	if code, body, err := get(ownerTLS); err != nil || code != http.StatusForbidden {
 		t.Errorf("scraping with the owner certificate: %d, %v: %.300s; want 403", code, err, body)
+	}
+}
+
+// rebootPhases are the console lines that end each phase of a reboot, in
+// order, for rejoinBreakdown: PID 1's shutdown lines, the firmware handing
+// over to the kernel, /init, and the node's markers.
+var rebootPhases = []struct {
+	name string
+	line launch.Matcher
+}{
+	{"reboot command → shutdown begins (the answer's delay)", launch.Substring("cairn: stopping for reboot")},
+	{"shutdown: services stopped, synced, unmounted", launch.Substring("cairn: rebooting")},
+	{"firmware (reset → kernel)", launch.CairnBoot.Kernel},
+	{"kernel → /init", launch.CairnBoot.Init},
+	{"/init → joined (data partition unlocked, configuration unsealed)", launch.Mark(marker.Joined)},
+	{"joined → etcd running", launch.Mark(marker.EtcdRunning)},
+	{"etcd running → curator serving", launch.Mark(marker.CuratorServing)},
+}
+
+// rejoinBreakdown prints how long each phase of n's reboot took, from the
+// reboot command at start (console line mark) to its curator serving
+// again: issue 17's rejoin table.
+func (s *suite) rejoinBreakdown(t *testing.T, n *cluster.Node, mark int, start time.Time) {
+	t.Helper()
+	prev, from := start, mark
+	for _, p := range rebootPhases {
+		l, ok := n.VM().Console().Find(from, p.line)
+		if !ok {
+			t.Logf("rejoin breakdown: no line for %q", p.name)
+			return
+		}
+		s.step("  "+p.name, l.Time.Sub(prev))
+		prev, from = l.Time, l.Index
 	}
 }
