@@ -19,7 +19,13 @@ import (
 	"cairn.dev/cairn/node/ports"
 	"cairn.dev/cairn/pkg/dnsserver"
 	"cairn.dev/cairn/pkg/supervisor"
-	api "cairn.dev/cairn/proto/api"
+)
+
+// podPrefix and clusterDNSAddr are PodRange and ClusterDNS, parsed once:
+// the DNS server checks every query against them.
+var (
+	podPrefix      = netip.MustParsePrefix(PodRange)
+	clusterDNSAddr = netip.MustParseAddr(ClusterDNS)
 )
 
 // runDNS serves the cluster's DNS on the node's address, port 53: the
@@ -75,11 +81,7 @@ func (w *Worker) runDNS(ctx context.Context) error {
 // The sockets of runDNS stay open meanwhile, and the zone answers as it
 // last was.
 func (w *Worker) runDNSZone(ctx context.Context, st *dnsState) error {
-	cred, err := issue(ctx, w.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_KUBELET_CLIENT, w.dir("dns"), "client")
-	if err != nil {
-		return err
-	}
-	cl, err := newAPIClient(w.balancerURL(), cred)
+	cl, cred, err := w.nodeAPIClient(ctx, w.dir("dns"))
 	if err != nil {
 		return err
 	}
@@ -111,7 +113,7 @@ func (w *Worker) runDNSZone(ctx context.Context, st *dnsState) error {
 // node itself (kube-proxy gives the node's own queries to 10.96.0.10 the
 // node's address or loopback as their source).
 func (w *Worker) dnsClient(a netip.Addr) bool {
-	return netip.MustParsePrefix(PodRange).Contains(a) || a == w.cfg.IP || a.IsLoopback()
+	return podPrefix.Contains(a) || a == w.cfg.IP || a.IsLoopback()
 }
 
 // dnsState is the cluster zone, rebuilt from the Services and
@@ -168,7 +170,6 @@ func upstreams(resolvConf string, self netip.Addr) []netip.AddrPort {
 	if err != nil {
 		return nil
 	}
-	clusterDNS := netip.MustParseAddr(ClusterDNS)
 	var out []netip.AddrPort
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
@@ -177,7 +178,7 @@ func upstreams(resolvConf string, self netip.Addr) []netip.AddrPort {
 			continue
 		}
 		a, err := netip.ParseAddr(f[1])
-		if err != nil || a == clusterDNS || a == self || a.IsLoopback() {
+		if err != nil || a == clusterDNSAddr || a == self || a.IsLoopback() {
 			continue
 		}
 		out = append(out, netip.AddrPortFrom(a, 53))

@@ -47,16 +47,32 @@ func dnsServiceObject() object {
 	}
 }
 
-// A kubeNode is what the DNS endpoints need of a Node object.
+// A kubeNode is what Cairn reads of a Node object: its pod range (the
+// pod network), its addresses and conditions (the DNS endpoints).
 type kubeNode struct {
 	Metadata objectMeta `json:"metadata"`
-	Status   struct {
+	Spec     struct {
+		PodCIDR string `json:"podCIDR"`
+	} `json:"spec"`
+	Status struct {
 		Addresses []struct {
 			Type    string `json:"type"`
 			Address string `json:"address"`
 		} `json:"addresses"`
 		Conditions []nodeCondition `json:"conditions"`
 	} `json:"status"`
+}
+
+// internalIPv4 is the Node's IPv4 InternalIP address, the node's own;
+// invalid when it has none.
+func (n kubeNode) internalIPv4() netip.Addr {
+	var addr netip.Addr
+	for _, a := range n.Status.Addresses {
+		if ip, err := netip.ParseAddr(a.Address); err == nil && a.Type == "InternalIP" && ip.Is4() {
+			addr = ip
+		}
+	}
+	return addr
 }
 
 // A nodeCondition is one of a Node's status conditions.
@@ -99,12 +115,7 @@ func dnsEndpointSlice(nodes map[string]kubeNode) (map[string]any, int) {
 	ready := 0
 	for _, k := range names {
 		n := nodes[k]
-		var addr netip.Addr
-		for _, a := range n.Status.Addresses {
-			if ip, err := netip.ParseAddr(a.Address); err == nil && a.Type == "InternalIP" && ip.Is4() {
-				addr = ip
-			}
-		}
+		addr := n.internalIPv4()
 		if !addr.IsValid() {
 			continue
 		}

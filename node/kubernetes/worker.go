@@ -304,6 +304,21 @@ func (w *Worker) nodeKubeconfig(ctx context.Context, dir string) (*credential, s
 	return client, kubeconfig, nil
 }
 
+// nodeAPIClient issues a client credential of the node's kubelet
+// identity into dir and returns a client of the apiservers (through the
+// balancer) that presents it, and the credential, whose renewAt ends it.
+func (w *Worker) nodeAPIClient(ctx context.Context, dir string) (*apiClient, *credential, error) {
+	cred, err := issue(ctx, w.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_KUBELET_CLIENT, dir, "client")
+	if err != nil {
+		return nil, nil, err
+	}
+	cl, err := newAPIClient(w.balancerURL(), cred)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cl, cred, nil
+}
+
 // kubeletConfig is the kubelet's KubeletConfiguration.
 func (w *Worker) kubeletConfig(serving *credential) map[string]any {
 	return map[string]any{
@@ -340,11 +355,7 @@ func (w *Worker) kubeletConfig(serving *credential) map[string]any {
 // objects.
 func (w *Worker) runPodNetwork(ctx context.Context) error {
 	dir := w.dir("podnetwork")
-	cred, err := issue(ctx, w.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_KUBELET_CLIENT, dir, "client")
-	if err != nil {
-		return err
-	}
-	cl, err := newAPIClient(w.balancerURL(), cred)
+	cl, cred, err := w.nodeAPIClient(ctx, dir)
 	if err != nil {
 		return err
 	}
@@ -357,7 +368,7 @@ func (w *Worker) runPodNetwork(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("when opening nftables: %w", err)
 	}
-	if err := setMasquerade(nf, netip.MustParsePrefix(PodRange)); err != nil {
+	if err := setMasquerade(nf, podPrefix); err != nil {
 		return err
 	}
 	lg := supervisor.Logger(ctx)
@@ -422,34 +433,16 @@ func (w *Worker) apply(ranges []podRange, written *netip.Prefix, nl *netlink.Han
 // Node objects.
 func podRanges(ctx context.Context, cl *apiClient) ([]podRange, error) {
 	var list struct {
-		Items []struct {
-			Metadata struct {
-				Name string `json:"name"`
-			} `json:"metadata"`
-			Spec struct {
-				PodCIDR string `json:"podCIDR"`
-			} `json:"spec"`
-			Status struct {
-				Addresses []struct {
-					Type    string `json:"type"`
-					Address string `json:"address"`
-				} `json:"addresses"`
-			} `json:"status"`
-		} `json:"items"`
+		Items []kubeNode `json:"items"`
 	}
 	if err := cl.get(ctx, "/api/v1/nodes", &list); err != nil {
 		return nil, err
 	}
 	var out []podRange
 	for _, n := range list.Items {
-		r := podRange{Node: n.Metadata.Name}
+		r := podRange{Node: n.Metadata.Name, Address: n.internalIPv4()}
 		if p, err := netip.ParsePrefix(n.Spec.PodCIDR); err == nil {
 			r.Range = p
-		}
-		for _, a := range n.Status.Addresses {
-			if ip, err := netip.ParseAddr(a.Address); err == nil && a.Type == "InternalIP" && ip.Is4() {
-				r.Address = ip
-			}
 		}
 		out = append(out, r)
 	}
