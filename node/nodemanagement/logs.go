@@ -3,7 +3,6 @@ package nodemanagement
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"google.golang.org/grpc"
@@ -116,8 +115,8 @@ func (s *Service) pastLogs(req *api.LogsRequest, stream grpc.ServerStreamingServ
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	dn := logtree.DN(req.GetDn())
-	if dn != "" && slices.Contains(strings.Split(string(dn), "."), "") {
-		return status.Errorf(codes.InvalidArgument, "reading logs of %q: a part of the name is empty", dn)
+	if err := dn.Validate(); err != nil {
+		return status.Errorf(codes.InvalidArgument, "reading logs of %q: %v", dn, err)
 	}
 	entries, err := s.cfg.LogStore.Read(int(req.GetBoot()))
 	if errors.Is(err, logstore.ErrNoSuchBoot) {

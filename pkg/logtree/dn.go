@@ -29,6 +29,13 @@ func (d DN) split() ([]string, error) {
 	return parts, nil
 }
 
+// Validate says what is wrong with d as a DN to read (Read refuses it
+// for the same reason), or nil: no part may be empty.
+func (d DN) Validate() error {
+	_, err := d.split()
+	return err
+}
+
 // normalized returns the parts of dn with empty parts dropped, so that
 // "a..b." becomes [a b]. Loggers use it because logging cannot fail: a
 // slightly malformed name still lands in a predictable node.
