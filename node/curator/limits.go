@@ -17,7 +17,6 @@ import (
 
 	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/proto/api"
-	"cairn.dev/cairn/proto/private"
 )
 
 // The limits the curator sets on its callers, beyond those every gRPC
@@ -275,30 +274,24 @@ func sourceOf(addr netip.Addr) netip.Prefix {
 	return p
 }
 
-// roomForNew reads every node and refuses, with ResourceExhausted, to
-// register node id when the cap of nodes in state NEW is reached; a node
-// already registered is not counted against it (its RegisterNode is a
-// retry). It returns the revision of the read: the count holds as long as
-// no node key was written after it.
+// roomForNew refuses, with ResourceExhausted, to register node id when
+// the cap of nodes in state NEW is reached; a node already registered is
+// not counted against it (its RegisterNode is a retry). It reads the node's
+// record and the count of the waiting index, and returns the revision of
+// the read: the count holds as long as no waiting key was written after
+// it (one deleted only makes room).
 func (c *curator) roomForNew(ctx context.Context, id string) (int64, error) {
-	resp, err := c.etcd.Get(ctx, nodePrefix, clientv3.WithPrefix())
+	resp, err := c.etcd.Txn(ctx).Then(
+		clientv3.OpGet(nodeKey(id), clientv3.WithCountOnly()),
+		clientv3.OpGet(waitingPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly()),
+	).Commit()
 	if err != nil {
 		return 0, fmt.Errorf("when counting the nodes that wait for approval: %w", err)
 	}
-	waiting := 0
-	for _, kv := range resp.Kvs {
-		if nodeIDFromKey(kv.Key) == id {
-			return resp.Header.Revision, nil
-		}
-		n := &private.Node{}
-		if err := proto.Unmarshal(kv.Value, n); err != nil {
-			return 0, fmt.Errorf("when decoding node %s: %w", nodeIDFromKey(kv.Key), err)
-		}
-		if n.FsmState == api.NodeState_NODE_STATE_NEW {
-			waiting++
-		}
+	if resp.Responses[0].GetResponseRange().Count > 0 {
+		return resp.Header.Revision, nil
 	}
-	if waiting >= c.opts.limits.maxNewNodes {
+	if waiting := resp.Responses[1].GetResponseRange().Count; waiting >= int64(c.opts.limits.maxNewNodes) {
 		return 0, status.Errorf(codes.ResourceExhausted, "too many nodes wait for approval (%d); approve or delete some", waiting)
 	}
 	return resp.Header.Revision, nil

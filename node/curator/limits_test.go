@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -349,5 +351,64 @@ func TestSourceOf(t *testing.T) {
 		if got := sourceOf(netip.MustParseAddr(tc.addr)); got.String() != tc.want {
 			t.Errorf("sourceOf(%s) = %s, want %s", tc.addr, got, tc.want)
 		}
+	}
+}
+
+// TestWaitingIndex follows the index of nodes in state NEW through every
+// way out of NEW: it must name exactly the nodes that wait for approval,
+// or the cap of RegisterNode counts nodes that no longer wait.
+func TestWaitingIndex(t *testing.T) {
+	c := newTestCluster(t, withLimits(func(l *limits) { l.registerInterval = 0 }))
+	ctx := fixture.Context(t)
+	addr := c.nodes[0].addr.String()
+	m := c.mgmt(t, addr)
+	res, err := m.GetRegisterTicket(ctx, &api.GetRegisterTicketRequest{})
+	if err != nil {
+		t.Fatalf("GetRegisterTicket: %v", err)
+	}
+	approved, decommissioned, deleted, waits := newTestNode(t), newTestNode(t), newTestNode(t), newTestNode(t)
+	for _, n := range []*testNode{approved, decommissioned, deleted, waits} {
+		// Twice: a retried registration adds nothing.
+		for range 2 {
+			if _, err := c.ephemeral(t, addr, n.key).RegisterNode(ctx, &api.RegisterNodeRequest{RegisterTicket: res.GetTicket(), JoinKey: n.joinKey.Public().(ed25519.PublicKey)}); err != nil {
+				t.Fatalf("RegisterNode %s: %v", n.id(), err)
+			}
+		}
+	}
+	etcd, err := curatorClient(c.nodes[0].member.WaitVoter(t).Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcd.Close()
+	waiting := func() []string {
+		t.Helper()
+		resp, err := etcd.Get(ctx, waitingPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, kv := range resp.Kvs {
+			ids = append(ids, strings.TrimPrefix(string(kv.Key), waitingPrefix))
+		}
+		slices.Sort(ids)
+		return ids
+	}
+	all := []string{approved.id(), decommissioned.id(), deleted.id(), waits.id()}
+	slices.Sort(all)
+	if got := waiting(); !slices.Equal(got, all) {
+		t.Errorf("waiting after four registrations = %v, want %v", got, all)
+	}
+
+	if _, err := m.ApproveNode(ctx, &api.ApproveNodeRequest{NodeId: approved.id()}); err != nil {
+		t.Fatalf("ApproveNode: %v", err)
+	}
+	if _, err := m.DecommissionNode(ctx, &api.DecommissionNodeRequest{NodeId: decommissioned.id()}); err != nil {
+		t.Fatalf("DecommissionNode: %v", err)
+	}
+	if _, err := m.DeleteNode(ctx, &api.DeleteNodeRequest{NodeId: deleted.id()}); err != nil {
+		t.Fatalf("DeleteNode: %v", err)
+	}
+	if got := waiting(); !slices.Equal(got, []string{waits.id()}) {
+		t.Errorf("waiting after an approval, a decommission and a deletion = %v, want [%s]", got, waits.id())
 	}
 }

@@ -358,7 +358,7 @@ func (m management) DeleteNode(ctx context.Context, req *api.DeleteNodeRequest) 
 		key := nodeKey(req.NodeId)
 		resp, err := m.etcd.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
-			Then(clientv3.OpDelete(key)).
+			Then(clientv3.OpDelete(key), clientv3.OpDelete(waitingKey(req.NodeId))).
 			Commit()
 		if err != nil {
 			return nil, fmt.Errorf("when deleting node %s: %w", req.NodeId, err)

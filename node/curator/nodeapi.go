@@ -88,9 +88,9 @@ func (a nodeAPI) RegisterNode(ctx context.Context, req *api.RegisterNodeRequest)
 	if err != nil {
 		return nil, fmt.Errorf("when encoding node %s: %w", id, err)
 	}
-	// The count of nodes waiting for approval holds only while no node
-	// changes: the write also compares every node's revision with the
-	// count's, and counts again when one changed.
+	// The count of nodes waiting for approval holds only while no other
+	// node registers: the write also compares the waiting index's revision
+	// with the count's, and counts again when a node joined it.
 	for attempt := 1; ; attempt++ {
 		rev, err := a.roomForNew(ctx, id)
 		if err != nil {
@@ -98,8 +98,8 @@ func (a nodeAPI) RegisterNode(ctx context.Context, req *api.RegisterNodeRequest)
 		}
 		resp, err := a.etcd.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(nodeKey(id)), "=", 0),
-				clientv3.Compare(clientv3.ModRevision(nodePrefix).WithPrefix(), "<", rev+1)).
-			Then(clientv3.OpPut(nodeKey(id), string(data))).
+				clientv3.Compare(clientv3.ModRevision(waitingPrefix).WithPrefix(), "<", rev+1)).
+			Then(clientv3.OpPut(nodeKey(id), string(data)), clientv3.OpPut(waitingKey(id), "")).
 			Else(clientv3.OpGet(nodeKey(id))).
 			Commit()
 		if err != nil {

@@ -86,6 +86,7 @@ func (c *curator) updateNodeGuarded(ctx context.Context, id string, change func(
 		if err != nil {
 			return nil, err
 		}
+		wasNew := n.FsmState == api.NodeState_NODE_STATE_NEW
 		if err := change(n); errors.Is(err, errUnchanged) {
 			return n, nil
 		} else if err != nil {
@@ -96,7 +97,11 @@ func (c *curator) updateNodeGuarded(ctx context.Context, id string, change func(
 			return nil, fmt.Errorf("when encoding node %s: %w", id, err)
 		}
 		cmps := append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(nodeKey(id)), "=", rev)}, extra...)
-		resp, err := c.etcd.Txn(ctx).If(cmps...).Then(clientv3.OpPut(nodeKey(id), string(data))).Commit()
+		ops := []clientv3.Op{clientv3.OpPut(nodeKey(id), string(data))}
+		if wasNew && n.FsmState != api.NodeState_NODE_STATE_NEW {
+			ops = append(ops, clientv3.OpDelete(waitingKey(id)))
+		}
+		resp, err := c.etcd.Txn(ctx).If(cmps...).Then(ops...).Commit()
 		if err != nil {
 			return nil, fmt.Errorf("when writing node %s: %w", id, err)
 		}

@@ -29,6 +29,11 @@ const (
 	namespace = "curator"
 	// nodePrefix holds one private.Node per node, keyed by node ID.
 	nodePrefix = "nodes/"
+	// waitingPrefix holds an empty key per node in state NEW, keyed by
+	// node ID, written and deleted with the node's record: RegisterNode
+	// counts the nodes waiting for approval from it without reading every
+	// node, and its transaction conflicts only with other registrations.
+	waitingPrefix = "waiting/"
 	// ownerKey holds the bootstrap owner's ed25519 public key, raw; the
 	// current owner key is in the owner trust (owner.go).
 	ownerKey = "owner/public_key"
@@ -51,6 +56,8 @@ func newTicket() ([]byte, error) {
 }
 
 func nodeKey(id string) string { return nodePrefix + id }
+
+func waitingKey(id string) string { return waitingPrefix + id }
 
 // curatorClient returns a client confined to the curator's namespace. The
 // caller closes it.
