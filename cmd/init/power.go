@@ -51,7 +51,9 @@ const (
 // filesystems are synced and unmounted, and the kernel powers off or
 // reboots. It never returns.
 func finish(con *consoles, a action) {
-	killEverything()
+	if !killEverything() {
+		con.Printf("processes stuck in the kernel outlived SIGKILL for %v; going on with the %s", killGrace, a)
+	}
 	unix.Sync()
 	con.Printf("filesystems synced")
 	for _, err := range unmountAll() {
@@ -75,20 +77,31 @@ func finish(con *consoles, a action) {
 }
 
 // killEverything sends SIGTERM to every process but PID 1, reaps them for
-// up to killGrace, then kills the rest with SIGKILL and reaps them too.
-func killEverything() {
+// up to killGrace, then kills the rest with SIGKILL and reaps them for as
+// long again. It reports whether every process ended: one blocked in the
+// kernel (on a device that no longer answers) ignores even SIGKILL, and
+// must not keep the machine from going down.
+func killEverything() bool {
 	if err := unix.Kill(-1, unix.SIGTERM); errors.Is(err, unix.ESRCH) {
-		return // nothing else runs
+		return true // nothing else runs
 	}
-	deadline := time.Now().Add(killGrace)
-	for time.Now().Before(deadline) {
-		if !reapAny() {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+	if reapFor(killGrace) {
+		return true
 	}
 	unix.Kill(-1, unix.SIGKILL)
-	for reapAny() {
+	return reapFor(killGrace)
+}
+
+// reapFor reaps children for up to d, and reports whether none is left.
+func reapFor(d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if !reapAny() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
