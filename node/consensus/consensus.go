@@ -109,6 +109,21 @@ type Status struct {
 	raw    *clientv3.Client
 	// dataDir is Config.DataDir, where Snapshot keeps its file.
 	dataDir string
+	// holds counts the Holds of the Service that published this Status.
+	holds *holds
+}
+
+// Hold keeps the local etcd member serving, once the Service's context
+// has ended, until release is called or stopGrace has passed: for a user
+// of etcd with a last call to make on its way down, such as the curator's
+// resignation from its election. The parts of the node stop at the same
+// moment, and without a Hold etcd may close first. Hold is only
+// meaningful on a Running Status; release may be called more than once.
+func (s *Status) Hold() (release func()) {
+	if s.holds == nil {
+		return func() {}
+	}
+	return s.holds.take()
 }
 
 // Client returns a client of the local etcd member for the whole key space.
@@ -131,6 +146,51 @@ type Service struct {
 	// mu guards last, the Status most recently published.
 	mu   sync.Mutex
 	last *Status
+
+	holds holds
+}
+
+// holds counts the Holds taken and not yet released.
+type holds struct {
+	mu sync.Mutex
+	n  int
+	// released is closed, and replaced, each time n drops to zero.
+	released chan struct{}
+}
+
+// take takes a hold and returns its release.
+func (h *holds) take() func() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.n++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			h.n--
+			if h.n == 0 && h.released != nil {
+				close(h.released)
+				h.released = nil
+			}
+		})
+	}
+}
+
+// none returns a channel that is closed once no hold is left: at once if
+// none is taken.
+func (h *holds) none() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.n == 0 {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	if h.released == nil {
+		h.released = make(chan struct{})
+	}
+	return h.released
 }
 
 // New returns a Service for cfg. Nothing happens until Run.
@@ -239,6 +299,7 @@ func (s *Service) Run(ctx context.Context) error {
 			client:  newClient(inst.client, ""),
 			raw:     inst.client,
 			dataDir: s.cfg.DataDir,
+			holds:   &s.holds,
 		}
 	})
 	if err := supervisor.Run(ctx, "membership", s.runMembership(inst)); err != nil {
@@ -254,19 +315,24 @@ func (s *Service) Run(ctx context.Context) error {
 	return s.wait(ctx, inst)
 }
 
-// stopGrace is how long etcd keeps serving after the Service's context
-// ended. The parts of the node that use etcd stop at the same moment, and
-// some have a last call to make: the curator resigns its leadership, so
-// that another curator takes over at once instead of after its lease's
-// lifetime.
-const stopGrace = time.Second
+// stopGrace is how long etcd keeps serving, at most, after the Service's
+// context ended, while a Hold is taken. The parts of the node that use
+// etcd stop at the same moment, and some have a last call to make: the
+// curator resigns its leadership, so that another curator takes over at
+// once instead of after its lease's lifetime. On a loaded machine that
+// call takes seconds.
+const stopGrace = 5 * time.Second
 
 // wait blocks until ctx is done or the etcd instance stops, and says why.
+// Once ctx is done, it waits for the Holds to be released, for at most
+// stopGrace.
 func (s *Service) wait(ctx context.Context, inst *instance) error {
 	select {
 	case <-ctx.Done():
 		select {
+		case <-s.holds.none():
 		case <-time.After(stopGrace):
+			supervisor.Logger(ctx).Warningf("Stopping etcd %v after the node asked, with a user still holding it", stopGrace)
 		case <-inst.e.Server.StopNotify():
 		}
 		return ctx.Err()

@@ -22,13 +22,51 @@ func TestStopGrace(t *testing.T) {
 		t.Fatalf("Put while running: %v", err)
 	}
 
+	release := st.Hold()
 	n.cancel()
+	// Past the moment etcd would close without the hold.
+	time.Sleep(500 * time.Millisecond)
 	ctx, cancel := context.WithTimeout(context.Background(), stopGrace)
 	defer cancel()
 	start := time.Now()
 	if _, err := cl.Put(ctx, "last-words", "resigned"); err != nil {
-		t.Fatalf("Put right after the Service's context ended: %v, want it served within the stop grace", err)
+		t.Fatalf("Put while held after the Service's context ended: %v, want it served", err)
 	}
 	t.Logf("last Put served %v after the context ended", time.Since(start))
+	release()
+	release() // a second release changes nothing
 	n.stop()
+}
+
+// TestHolds checks the count of holds: none is closed at once with no
+// hold, and once the last of two holds is released.
+func TestHolds(t *testing.T) {
+	var h holds
+	select {
+	case <-h.none():
+	default:
+		t.Fatal("none() with no hold is open, want closed")
+	}
+	r1, r2 := h.take(), h.take()
+	done := h.none()
+	r1()
+	r1()
+	select {
+	case <-done:
+		t.Fatal("none() closed with one hold left")
+	default:
+	}
+	r2()
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+		t.Fatal("none() still open after the last release")
+	}
+	r3 := h.take()
+	select {
+	case <-h.none():
+		t.Fatal("none() closed while a new hold is taken")
+	default:
+	}
+	r3()
 }

@@ -55,6 +55,10 @@ func parseElectionValue(v string) (string, netip.AddrPort, error) {
 	return id, ap, nil
 }
 
+// resignTimeout bounds the resignation from the election as the curator
+// stops; on a loaded machine the revocation of the lease takes seconds.
+const resignTimeout = 4 * time.Second
+
 // runElection campaigns for leadership until ctx ends or the session's
 // lease is lost, and runs the observer that follows who leads.
 func (c *curator) runElection(ctx context.Context) error {
@@ -74,10 +78,14 @@ func (c *curator) runElection(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("when opening an election session: %w", err)
 	}
+	// The local etcd stops when this does, as the node goes down: it
+	// serves the resignation below first (deferred calls run last first).
+	release := c.cfg.Consensus.Hold()
+	defer release()
 	defer func() {
 		// Resign at once, so that another curator takes over without
 		// waiting for the lease to expire.
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), resignTimeout)
 		defer cancel()
 		if _, err := cl.Revoke(rctx, session.Lease()); err != nil {
 			supervisor.Logger(ctx).Warningf("Could not resign from the election (the others wait for the lease to expire): %v", err)
