@@ -50,19 +50,23 @@ CHAOS ?=
 # each with its own deadline and a table of boot phase timings; then the
 # Kubernetes suite alone, as an emulated apiserver that shares the machine's
 # two cores with another suite's nodes misses its own start-up deadlines.
-# E2E_FLAGS are handed to the suites (-long for their full matrices).
+# E2E_FLAGS are handed to the suites (-long for their full matrices). A
+# failed suite leaves out/e2e/<suite>.failed.txt, its nodes' last milestones
+# and its timings, printed at the very end.
 E2E_TIMEOUT ?= 40m
 E2E_FLAGS ?=
 E2E_SERIAL := ^TestKubernetes$$
 E2E_RUN = $(if $(CHAOS),CAIRN_NET_CHAOS='$(CHAOS)') $(GO) test -tags e2e -count=1 -v -timeout $(E2E_TIMEOUT) ./test/e2e/... \
 	  -image-dir $(abspath $(OUT)) -cairnctl $(abspath $(OUT))/cairnctl $(E2E_FLAGS)
 e2e: deps image test-image cairnctl kube-payload-test registry testagent-image
-	@start=$$(date +%s); \
+	@start=$$(date +%s); rm -f $(OUT)/e2e/*.failed.txt; \
 	  $(E2E_RUN) -skip '$(E2E_SERIAL)'; rc=$$?; \
 	  echo "e2e: the parallel suites took $$(( $$(date +%s) - start )) s"; mid=$$(date +%s); \
 	  $(E2E_RUN) -run '$(E2E_SERIAL)' || rc=1; \
 	  echo "e2e: the Kubernetes suite took $$(( $$(date +%s) - mid )) s"; \
-	  echo "e2e: took $$(( $$(date +%s) - start )) s"; exit $$rc
+	  echo "e2e: took $$(( $$(date +%s) - start )) s"; \
+	  for f in $(OUT)/e2e/*.failed.txt; do [ -f "$$f" ] && echo "e2e: where the failed suite's nodes got to ($$f):" && cat "$$f"; done; \
+	  exit $$rc
 
 lint: proto-check
 	@out=$$(gofmt -l $$(git ls-files '*.go')); \

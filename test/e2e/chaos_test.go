@@ -237,7 +237,7 @@ func (s *suite) newSwitchedCluster(nodes int, profile l2switch.Profile) *cluster
 		if s.t.Failed() {
 			for _, n := range c.Nodes() {
 				if vm := n.VM(); vm != nil {
-					s.t.Logf("last console lines of %s (all in %s):\n%s", n.Name(), vm.ConsolePath(), vm.Console().Tail(40))
+					s.consoleOnFailure(n.Name(), vm)
 				}
 			}
 		}

@@ -69,7 +69,7 @@ func (s *suite) startCluster(cfg cluster.Config) *cluster.Cluster {
 		if s.t.Failed() {
 			for i := 0; i < nodes; i++ {
 				if vm := c.Node(i).VM(); vm != nil {
-					s.t.Logf("last console lines of %s (all in %s):\n%s", c.Node(i).Name(), vm.ConsolePath(), vm.Console().Tail(40))
+					s.consoleOnFailure(c.Node(i).Name(), vm)
 				}
 			}
 		}
@@ -96,9 +96,22 @@ func (s *suite) cairnctl(t *testing.T, c *cluster.Cluster, args ...string) strin
 // t at the suite's deadline or when qemu exits first.
 func (s *suite) waitNode(t *testing.T, n *cluster.Node, from int, m launch.Matcher) launch.Line {
 	t.Helper()
-	l, err := n.WaitFor(s.ctx, from, m)
+	return s.waitNodeCtx(s.ctx, t, n, from, m)
+}
+
+// waitNodeCtx is waitNode until ctx ends, quoting the node's last console
+// line when it fails.
+func (s *suite) waitNodeCtx(ctx context.Context, t *testing.T, n *cluster.Node, from int, m launch.Matcher) launch.Line {
+	t.Helper()
+	l, err := n.WaitFor(ctx, from, m)
 	if err != nil {
-		t.Fatalf("%v", err)
+		last := "none"
+		if vm := n.VM(); vm != nil {
+			if lines := vm.Console().Lines(); len(lines) > 0 {
+				last = clip(lines[len(lines)-1].Text, 200)
+			}
+		}
+		t.Fatalf("%v (its last console line: %s)", err, last)
 	}
 	return l
 }

@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"text/tabwriter"
@@ -140,12 +142,66 @@ func (s *suite) launch(cfg launch.Config, opts ...launch.Option) *launch.Node {
 func (s *suite) closeAtEnd(n *launch.Node, logFile string) {
 	s.t.Cleanup(func() {
 		if s.t.Failed() {
-			s.t.Logf("last console lines of %s (all in %s):\n%s", n.Name(), logFile, n.Console().Tail(40))
+			s.consoleOnFailure(n.Name(), n)
 		}
 		if err := n.Close(); err != nil {
 			s.t.Errorf("closing %s: %v", n.Name(), err)
 		}
 	})
+}
+
+// milestone matches the console lines that tell where a node got to: the
+// markers, the lines of /init, errors, panics, and the firmware and kernel
+// starting or restarting the machine.
+var milestone = regexp.MustCompile(`@cairn-mark|\] cairn: |^E\d{4} |panic|reboot: |BdsDxe: starting|Linux version`)
+
+// consoleOnFailure logs the tail of the console of node name (vm) for a
+// suite that failed, and appends a digest of it, the node's last
+// milestones, to out/e2e/<suite>.failed.txt. make e2e prints these files
+// after every suite has ended, so that why a suite failed is at the end of
+// the output and not lost among the lines of the suites that ran beside it.
+func (s *suite) consoleOnFailure(name string, vm *launch.Node) {
+	s.t.Logf("last console lines of %s (all in %s):\n%s", name, vm.ConsolePath(), vm.Console().Tail(40))
+	lines := vm.Console().Lines()
+	var keep []string
+	for i := len(lines) - 1; i >= 0 && len(keep) < 30; i-- {
+		if milestone.MatchString(lines[i].Text) {
+			keep = append(keep, lines[i].Time.Format("15:04:05.0")+" "+clip(lines[i].Text, 200))
+		}
+	}
+	slices.Reverse(keep)
+	var b strings.Builder
+	fmt.Fprintf(&b, "== %s: %s, %d console lines (all in %s); its last milestones:\n", s.t.Name(), name, len(lines), vm.ConsolePath())
+	for _, l := range keep {
+		fmt.Fprintf(&b, "  %s\n", l)
+	}
+	if n := len(lines); n > 0 {
+		fmt.Fprintf(&b, "  last line: %s %s\n", lines[n-1].Time.Format("15:04:05.0"), clip(lines[n-1].Text, 200))
+	}
+	s.digest(b.String())
+}
+
+// digest appends text to out/e2e/<suite>.failed.txt.
+func (s *suite) digest(text string) {
+	path := filepath.Join(repoRoot(s.t), "out", "e2e", strings.ReplaceAll(s.t.Name(), "/", "_")+".failed.txt")
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err == nil {
+		_, err = f.WriteString(text)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		s.t.Logf("keeping the digest of the failure: %v", err)
+	}
+}
+
+// clip cuts s to at most n bytes, saying so.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 // waitFor waits for a console line of n, failing the suite at its deadline
@@ -200,4 +256,7 @@ func (s *suite) report() {
 	}
 	w.Flush()
 	s.t.Log("\n" + b.String())
+	if s.t.Failed() {
+		s.digest("== " + b.String())
+	}
 }
