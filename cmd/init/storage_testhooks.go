@@ -17,14 +17,14 @@ import (
 // storageHooks are the storage child's test hooks: the flags that ask
 // for them and what they did so far.
 type storageHooks struct {
-	test                    testFlags
-	dataMounted, markerDone bool
+	test                             testFlags
+	dataMounted, markerDone, testRan bool
 }
 
 func newStorageHooks(f testFlags) storageHooks { return storageHooks{test: f} }
 
-// run sets the data partition up with cairn.test.storage-keys and writes
-// or reports cairn.test.marker.
+// run sets the data partition up with cairn.test.storage-keys, writes or
+// reports cairn.test.marker and runs the tests of cairn.test.run.
 func (h *storageHooks) run(ctx context.Context, s *storage, log logtree.LeveledLogger) error {
 	if h.test.storageKeys && !h.dataMounted {
 		how, err := s.mountData(ctx, log)
@@ -40,6 +40,11 @@ func (h *storageHooks) run(ctx context.Context, s *storage, log logtree.LeveledL
 			return err
 		}
 		h.markerDone = true
+	}
+	if h.dataMounted && h.test.run != "" && !h.testRan {
+		// Once per boot, even if it fails: the host reads the outcome.
+		h.testRan = true
+		s.runNodeTests(ctx, h.test.run)
 	}
 	return nil
 }

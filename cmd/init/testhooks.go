@@ -52,6 +52,11 @@ const (
 	// node/testpoint's Steps. The node states the marker
 	// test-point-reached and goes no further.
 	flagTestStopAt = testFlagPrefix + "stop-at"
+	// flagTestRun runs the Go test binaries (*.test) of a directory of
+	// the initramfs once the data partition is mounted (with
+	// cairn.test.storage-keys), their output on the consoles:
+	// "cairn.test.run=<directory>".
+	flagTestRun = testFlagPrefix + "run"
 )
 
 // testFlags are the test-only flags of the kernel command line.
@@ -70,6 +75,8 @@ type testFlags struct {
 	dial netip.AddrPort
 	// stopAt is the step to stop at; "" for none.
 	stopAt testpoint.Step
+	// run is the directory of test binaries to run; "" for none.
+	run string
 }
 
 // parseTestFlags reads the test-only flags from c; a flag it cannot use
@@ -100,6 +107,13 @@ func parseTestFlags(c cmdline.Cmdline) (f testFlags, notes []string) {
 			notes = append(notes, fmt.Sprintf("ignoring %s=%s: %v", flagTestDial, p.Value, err))
 		} else {
 			f.dial = ap
+		}
+	}
+	if p, ok := c.Lookup(flagTestRun); ok {
+		if !strings.HasPrefix(p.Value, "/") {
+			notes = append(notes, fmt.Sprintf("ignoring %s=%s: not an absolute path", flagTestRun, p.Value))
+		} else {
+			f.run = p.Value
 		}
 	}
 	if p, ok := c.Lookup(flagTestStopAt); ok {

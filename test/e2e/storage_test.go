@@ -88,6 +88,13 @@ func TestDataPartition(t *testing.T) {
 // node. The console goes to out/e2e/<test>_<name>.console.log.
 func (s *suite) bootDisk(name, disk, flags string, opts ...launch.Option) *launch.Node {
 	s.t.Helper()
+	return s.bootDiskInitrd(name, disk, artifact(s.t, "initramfs-test.img"), flags, opts...)
+}
+
+// bootDiskInitrd is bootDisk with the initramfs initrd, which must hold
+// the test hooks.
+func (s *suite) bootDiskInitrd(name, disk, initrd, flags string, opts ...launch.Option) *launch.Node {
+	s.t.Helper()
 	cmdline, err := os.ReadFile(artifact(s.t, "cmdline"))
 	if err != nil {
 		s.t.Fatal(err)
@@ -101,7 +108,7 @@ func (s *suite) bootDisk(name, disk, flags string, opts ...launch.Option) *launc
 		launch.WithNetwork(launch.NoNetwork{}),
 		launch.WithDirectBoot(launch.DirectBoot{
 			Kernel:  artifact(s.t, "vmlinuz"),
-			Initrd:  artifact(s.t, "initramfs-test.img"), // the test hooks: cairn.test.*
+			Initrd:  initrd, // the test hooks: cairn.test.*
 			Cmdline: strings.TrimSpace(string(cmdline)) + " " + flags,
 		}),
 		launch.WithWritableImage(),
