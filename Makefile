@@ -72,7 +72,7 @@ e2e: deps image test-image cairnctl kube-payload-test registry testagent-image n
 # on the data partition's XFS): their test binaries, static, which the e2e
 # suite TestPackagesInNode runs inside a node. On the build machine these
 # tests skip where its kernel lacks what they need, and say so.
-NODE_TEST_PKGS := ./pkg/fsquota
+NODE_TEST_PKGS := ./pkg/fsquota ./node/kubernetes/localvolume ./node/kubernetes/csiplugin
 .PHONY: node-tests
 node-tests:
 	@rm -rf $(OUT)/nodetests && mkdir -p $(OUT)/nodetests && \
