@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"cairn.dev/cairn/node/kubernetes/csiplugin"
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/supervisor"
 	api "cairn.dev/cairn/proto/api"
@@ -95,6 +96,28 @@ func clusterObjects() []object {
 		clusterRoleBinding("cairn:node-proxier", "system:node-proxier", "Group", "system:nodes"),
 		// The cluster DNS (runDNS, runDNSEndpoints).
 		dnsServiceObject(),
+		// The local volumes' CSI driver (runVolumes).
+		csiDriverObject(),
+	}
+}
+
+// csiDriverObject is the CSIDriver of local.cairn.dev: nothing to attach
+// (a volume is on its node already), no pod information wanted, and the
+// kubelet gives a volume to a pod's fsGroup.
+func csiDriverObject() object {
+	return object{
+		path: "/apis/storage.k8s.io/v1/csidrivers/" + csiplugin.DriverName,
+		body: map[string]any{
+			"apiVersion": "storage.k8s.io/v1",
+			"kind":       "CSIDriver",
+			"metadata":   managedMeta(csiplugin.DriverName),
+			"spec": map[string]any{
+				"attachRequired":       false,
+				"podInfoOnMount":       false,
+				"volumeLifecycleModes": []string{"Persistent"},
+				"fsGroupPolicy":        "File",
+			},
+		},
 	}
 }
 

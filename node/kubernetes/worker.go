@@ -107,6 +107,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		{"podnetwork", w.runPodNetwork},
 		{"proxy", w.runProxy},
 		{"dns", w.runDNS},
+		{"volumes", w.runVolumes},
 	} {
 		if err := supervisor.Run(ctx, r.name, r.run); err != nil {
 			return fmt.Errorf("when starting the %s: %w", r.name, err)

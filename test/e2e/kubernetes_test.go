@@ -104,6 +104,23 @@ func TestKubernetes(t *testing.T) {
 		return
 	}
 
+	t.Run("a-csi-driver", func(t *testing.T) {
+		// Each worker serves the local volumes' CSI driver, and its
+		// kubelet found it through its plugin registration directory.
+		k.waitFor(t, "the CSI driver "+csiDriver+" registered on both workers", 3*time.Minute, func() error {
+			if _, err := k.run(t, "get", "csidriver", csiDriver); err != nil {
+				return err
+			}
+			for _, n := range []*cluster.Node{n1, n2} {
+				if err := k.csiDriverOn(t, n.ID()); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		s.step("roles given → CSI driver registered on both workers", time.Since(rolesGiven))
+	})
+
 	t.Run("b-pod-runs", func(t *testing.T) {
 		start := time.Now()
 		k.mustRun(t, "run", "pause", "--image=registry.k8s.io/pause:3.10", "--image-pull-policy=Never",
@@ -649,6 +666,31 @@ func (k *kube) getJSON(t *testing.T, out any, args ...string) error {
 		return fmt.Errorf("decoding kubectl get %s: %w", strings.Join(args, " "), err)
 	}
 	return nil
+}
+
+// csiDriver is the local volumes' CSI driver.
+const csiDriver = "local.cairn.dev"
+
+// csiDriverOn returns nil once the CSINode of node lists csiDriver with
+// the node's ID.
+func (k *kube) csiDriverOn(t *testing.T, node string) error {
+	var cn struct {
+		Spec struct {
+			Drivers []struct{ Name, NodeID string }
+		}
+	}
+	if err := k.getJSON(t, &cn, "csinode", node); err != nil {
+		return err
+	}
+	for _, d := range cn.Spec.Drivers {
+		if d.Name == csiDriver {
+			if d.NodeID != node {
+				return fmt.Errorf("the CSINode of %s lists %s with node ID %q", node, csiDriver, d.NodeID)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("the CSINode of %s lists %+v, not %s", node, cn.Spec.Drivers, csiDriver)
 }
 
 // nodeReady returns nil once the Node name has condition Ready True.
