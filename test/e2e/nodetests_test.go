@@ -55,13 +55,19 @@ func TestPackagesInNode(t *testing.T) {
 	s.powerOff(n)
 }
 
-// withFiles returns a copy of the initramfs base with the files appended
-// under dir, as a second cpio archive: the kernel unpacks both.
+// withFiles returns a copy of the initramfs base (compressed or not) with
+// the files appended under dir, as a second, uncompressed cpio archive:
+// the kernel unpacks both.
 func withFiles(t *testing.T, base, dir string, files []string) string {
 	t.Helper()
 	b, err := os.ReadFile(base)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The kernel takes a cpio archive that follows a compressed one only
+	// at an offset that is a multiple of 4, skipping the zeros before it.
+	if pad := len(b) % 4; pad != 0 {
+		b = append(b, make([]byte, 4-pad)...)
 	}
 	buf := bytes.NewBuffer(b)
 	w := initramfs.NewWriter(buf)
