@@ -108,6 +108,11 @@ var kubernetesKinds = map[api.CertificateKind]kubernetesKind{
 			return t
 		},
 	},
+	api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_VOLUMES: {
+		template: func(id string, _ netip.Addr) x509.Certificate {
+			return kubeClient("cairn:volumes:"+id, "cairn:volumes")
+		},
+	},
 	api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_APISERVER_SERVING: {
 		controller: true,
 		template: func(id string, addr netip.Addr) x509.Certificate {

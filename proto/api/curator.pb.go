@@ -60,6 +60,10 @@ const (
 	// the objects Cairn needs in the cluster (group system:masters: it
 	// writes RBAC). KubernetesController.
 	CertificateKind_CERTIFICATE_KIND_KUBERNETES_RECONCILER CertificateKind = 8
+	// The client certificate of the worker's local volume provisioner:
+	// cairn:volumes:<node ID> in group cairn:volumes, which the reconciler
+	// lets manage PersistentVolumes and their claims. KubernetesWorker.
+	CertificateKind_CERTIFICATE_KIND_KUBERNETES_VOLUMES CertificateKind = 9
 )
 
 // Enum value maps for CertificateKind.
@@ -74,6 +78,7 @@ var (
 		6: "CERTIFICATE_KIND_KUBERNETES_CONTROLLER_MANAGER",
 		7: "CERTIFICATE_KIND_KUBERNETES_SCHEDULER",
 		8: "CERTIFICATE_KIND_KUBERNETES_RECONCILER",
+		9: "CERTIFICATE_KIND_KUBERNETES_VOLUMES",
 	}
 	CertificateKind_value = map[string]int32{
 		"CERTIFICATE_KIND_UNSPECIFIED":                         0,
@@ -85,6 +90,7 @@ var (
 		"CERTIFICATE_KIND_KUBERNETES_CONTROLLER_MANAGER":       6,
 		"CERTIFICATE_KIND_KUBERNETES_SCHEDULER":                7,
 		"CERTIFICATE_KIND_KUBERNETES_RECONCILER":               8,
+		"CERTIFICATE_KIND_KUBERNETES_VOLUMES":                  9,
 	}
 )
 
@@ -1561,7 +1567,7 @@ const file_proto_api_curator_proto_rawDesc = "" +
 	"public_key\x18\x02 \x01(\fR\tpublicKey\"c\n" +
 	"\x18IssueCertificateResponse\x12 \n" +
 	"\vcertificate\x18\x01 \x01(\fR\vcertificate\x12%\n" +
-	"\x0eca_certificate\x18\x02 \x01(\fR\rcaCertificate*\xa7\x03\n" +
+	"\x0eca_certificate\x18\x02 \x01(\fR\rcaCertificate*\xd0\x03\n" +
 	"\x0fCertificateKind\x12 \n" +
 	"\x1cCERTIFICATE_KIND_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15CERTIFICATE_KIND_NODE\x10\x01\x12.\n" +
@@ -1571,7 +1577,8 @@ const file_proto_api_curator_proto_rawDesc = "" +
 	"4CERTIFICATE_KIND_KUBERNETES_APISERVER_KUBELET_CLIENT\x10\x05\x122\n" +
 	".CERTIFICATE_KIND_KUBERNETES_CONTROLLER_MANAGER\x10\x06\x12)\n" +
 	"%CERTIFICATE_KIND_KUBERNETES_SCHEDULER\x10\a\x12*\n" +
-	"&CERTIFICATE_KIND_KUBERNETES_RECONCILER\x10\b2\x80\b\n" +
+	"&CERTIFICATE_KIND_KUBERNETES_RECONCILER\x10\b\x12'\n" +
+	"#CERTIFICATE_KIND_KUBERNETES_VOLUMES\x10\t2\x80\b\n" +
 	"\aCurator\x12?\n" +
 	"\x05Watch\x12\x17.cairn.api.WatchRequest\x1a\x15.cairn.api.WatchEvent\"\x04\xd8\xe2\x18\x020\x01\x12a\n" +
 	"\x10UpdateNodeStatus\x12\".cairn.api.UpdateNodeStatusRequest\x1a#.cairn.api.UpdateNodeStatusResponse\"\x04\xd8\xe2\x18\x02\x12L\n" +
