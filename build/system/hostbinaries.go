@@ -26,6 +26,7 @@ var HostBinaries = []HostBinary{
 	{"/usr/sbin/mkfs.xfs", "data partition filesystem, node/localstorage"},
 	{"/usr/bin/mount", "the kubelet's volume mounts (k8s.io/mount-utils runs it)"},
 	{"/usr/bin/umount", "the kubelet's volume unmounts"},
+	{"/usr/sbin/losetup", "the kubelet's hold on block volumes (its volumepathhandler runs it)"},
 	{"/usr/sbin/nft", "kube-proxy's nftables mode (knftables runs it)"},
 }
 

@@ -11,6 +11,14 @@
 //	                     https://kubernetes.default.svc.cluster.local with
 //	                     the pod's service-account token, verifying the
 //	                     apiserver with the CA the pod was given
+//	agent statfs PATH    print the size statfs(2) reports for PATH, in bytes
+//	agent fill PATH N    write N bytes to a new file PATH and sync it; exit
+//	                     1 saying why when the filesystem refuses them, and
+//	                     remove the file then
+//	agent blocksize DEV  print the size of the block device DEV, in bytes
+//	agent blockwrite DEV write a sector at the end of DEV and read it back
+//	agent write PATH TEXT  write TEXT to PATH and sync it
+//	agent cat PATH       print the file PATH
 package main
 
 import (
@@ -23,7 +31,10 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func main() {
@@ -45,8 +56,23 @@ func main() {
 		err = resolve(args[1])
 	case args[0] == "api" && len(args) == 2:
 		err = api(args[1])
+	case args[0] == "statfs" && len(args) == 2:
+		err = statfs(args[1])
+	case args[0] == "fill" && len(args) == 3:
+		err = fill(args[1], args[2])
+	case args[0] == "blocksize" && len(args) == 2:
+		err = blocksize(args[1])
+	case args[0] == "blockwrite" && len(args) == 2:
+		err = blockwrite(args[1])
+	case args[0] == "write" && len(args) == 3:
+		err = writeSynced(args[1], args[2])
+	case args[0] == "cat" && len(args) == 2:
+		var b []byte
+		if b, err = os.ReadFile(args[1]); err == nil {
+			_, err = os.Stdout.Write(b)
+		}
 	default:
-		fmt.Fprintln(os.Stderr, "usage: agent serve [ADDR] | agent get URL | agent resolve NAME | agent api PATH")
+		fmt.Fprintln(os.Stderr, "usage: agent serve [ADDR] | agent get URL | agent resolve NAME | agent api PATH | agent statfs PATH | agent fill PATH N | agent blocksize DEV | agent blockwrite DEV | agent write PATH TEXT | agent cat PATH")
 		os.Exit(2)
 	}
 	if err != nil {
@@ -132,4 +158,101 @@ func resolve(name string) error {
 		fmt.Println(a)
 	}
 	return nil
+}
+
+func statfs(path string) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return fmt.Errorf("statfs %s: %w", path, err)
+	}
+	fmt.Println(st.Blocks * uint64(st.Bsize))
+	return nil
+}
+
+func fill(path, size string) error {
+	n, err := strconv.ParseInt(size, 10, 64)
+	if err != nil || n < 0 {
+		return fmt.Errorf("%q is not a number of bytes", size)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	// What the filesystem refused is not kept: the space is free again.
+	fail := func(err error) error {
+		f.Close()
+		os.Remove(path)
+		return err
+	}
+	buf := make([]byte, 1<<20)
+	for written := int64(0); written < n; {
+		chunk := min(int64(len(buf)), n-written)
+		if _, err := f.Write(buf[:chunk]); err != nil {
+			return fail(fmt.Errorf("after %d bytes: %w", written, err))
+		}
+		written += chunk
+	}
+	if err := f.Sync(); err != nil {
+		return fail(fmt.Errorf("sync: %w", err))
+	}
+	return f.Close()
+}
+
+func blocksize(dev string) error {
+	f, err := os.Open(dev)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	n, err := unix.IoctlGetInt(int(f.Fd()), unix.BLKGETSIZE64)
+	if err != nil {
+		return fmt.Errorf("BLKGETSIZE64 of %s: %w", dev, err)
+	}
+	fmt.Println(n)
+	return nil
+}
+
+func blockwrite(dev string) error {
+	f, err := os.OpenFile(dev, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	size, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		return err
+	}
+	sector := make([]byte, 512)
+	copy(sector, "cairn block marker")
+	if _, err := f.WriteAt(sector, size-512); err != nil {
+		return fmt.Errorf("writing the last sector: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	back := make([]byte, 512)
+	if _, err := f.ReadAt(back, size-512); err != nil {
+		return fmt.Errorf("reading the last sector: %w", err)
+	}
+	if string(back[:18]) != "cairn block marker" {
+		return fmt.Errorf("read back %q", back[:18])
+	}
+	fmt.Println("ok")
+	return nil
+}
+
+func writeSynced(path, text string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(text); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -96,8 +96,40 @@ func clusterObjects() []object {
 		clusterRoleBinding("cairn:node-proxier", "system:node-proxier", "Group", "system:nodes"),
 		// The cluster DNS (runDNS, runDNSEndpoints).
 		dnsServiceObject(),
-		// The local volumes' CSI driver (runVolumes).
+		// The local volumes' CSI driver (runVolumes), their
+		// StorageClass, and what each worker's provisioner may do: it
+		// makes and deletes the PersistentVolumes of its node's claims,
+		// grows them, and tells the claims' owners with events.
 		csiDriverObject(),
+		storageClassObject(),
+		clusterRole("cairn:volumes",
+			rule{Resources: []string{"persistentvolumes"}, Verbs: []string{"get", "list", "watch", "create", "delete", "update", "patch"}},
+			rule{Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "list", "watch"}},
+			rule{Resources: []string{"persistentvolumeclaims/status"}, Verbs: []string{"update", "patch"}},
+			rule{Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+			rule{Group: "storage.k8s.io", Resources: []string{"storageclasses"}, Verbs: []string{"get", "list", "watch"}},
+		),
+		clusterRoleBinding("cairn:volumes", "cairn:volumes", "Group", "cairn:volumes"),
+	}
+}
+
+// storageClassObject is the StorageClass local, the cluster's default: a
+// volume of the node a claim's first pod is scheduled to, growable,
+// deleted with its claim.
+func storageClassObject() object {
+	meta := managedMeta(storageClass)
+	meta["annotations"] = map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}
+	return object{
+		path: "/apis/storage.k8s.io/v1/storageclasses/" + storageClass,
+		body: map[string]any{
+			"apiVersion":           "storage.k8s.io/v1",
+			"kind":                 "StorageClass",
+			"metadata":             meta,
+			"provisioner":          csiplugin.DriverName,
+			"volumeBindingMode":    "WaitForFirstConsumer",
+			"allowVolumeExpansion": true,
+			"reclaimPolicy":        "Delete",
+		},
 	}
 }
 
@@ -121,8 +153,10 @@ func csiDriverObject() object {
 	}
 }
 
-// A rule is one rule of a ClusterRole, in the core API group.
+// A rule is one rule of a ClusterRole, in API group Group ("" is the core
+// group).
 type rule struct {
+	Group     string
 	Resources []string
 	Verbs     []string
 }
@@ -131,7 +165,7 @@ type rule struct {
 func clusterRole(name string, rules ...rule) object {
 	rs := make([]map[string]any, len(rules))
 	for i, r := range rules {
-		rs[i] = map[string]any{"apiGroups": []string{""}, "resources": r.Resources, "verbs": r.Verbs}
+		rs[i] = map[string]any{"apiGroups": []string{r.Group}, "resources": r.Resources, "verbs": r.Verbs}
 	}
 	return object{
 		path: "/apis/rbac.authorization.k8s.io/v1/clusterroles/" + name,

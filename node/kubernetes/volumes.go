@@ -24,9 +24,10 @@ func volumeReserve(size uint64) uint64 {
 	return max(size/volumeReserveFraction, volumeReserveMin)
 }
 
-// runVolumes keeps the node's local volumes (<data>/volumes) and serves
-// the node half of the CSI driver local.cairn.dev to the kubelet, which it
-// finds through its plugin registration directory.
+// runVolumes keeps the node's local volumes (<data>/volumes): it serves
+// the node half of the CSI driver local.cairn.dev to the kubelet, which
+// finds it through its plugin registration directory, and runs the
+// provisioner of the claims scheduled to this node.
 func (w *Worker) runVolumes(ctx context.Context) error {
 	root := w.cfg.Layout.data("volumes")
 	if err := mkdirs(root); err != nil {
@@ -47,5 +48,15 @@ func (w *Worker) runVolumes(ctx context.Context) error {
 	}
 	supervisor.Logger(ctx).Infof("Local volumes in %s: %d MiB for volumes (the data partition's %d MiB less %d MiB kept for the rest), %d MiB given", root, c.Total>>20, size>>20, volumeReserve(size)>>20, c.Committed>>20)
 	p := &csiplugin.Plugin{NodeID: w.cfg.NodeID, Volumes: m}
-	return p.Serve(ctx, csiplugin.KubeletSockets(w.cfg.Layout.data("kubelet")))
+	if err := supervisor.Run(ctx, "plugin", func(ctx context.Context) error {
+		return p.Serve(ctx, csiplugin.KubeletSockets(w.cfg.Layout.data("kubelet")))
+	}); err != nil {
+		return fmt.Errorf("when starting the CSI plugin: %w", err)
+	}
+	if err := supervisor.Run(ctx, "provisioner", w.runProvisioner(m)); err != nil {
+		return fmt.Errorf("when starting the provisioner: %w", err)
+	}
+	supervisor.Signal(ctx, supervisor.SignalHealthy)
+	<-ctx.Done()
+	return ctx.Err()
 }

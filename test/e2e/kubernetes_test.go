@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -310,6 +311,84 @@ func TestKubernetes(t *testing.T) {
 		})
 	})
 
+	// The StatefulSet of local volumes: its pod on n1 and the marker it
+	// wrote there, which outlives n1's reboot.
+	var volPod, volMarker string
+	t.Run("e-volumes", func(t *testing.T) {
+		start := time.Now()
+		k.apply(t, volumeStatefulSet)
+		k.waitFor(t, "both replicas Running with their volumes", 10*time.Minute, func() error {
+			for _, p := range []string{"vol-0", "vol-1"} {
+				if err := k.podPhase(t, p, "Running"); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		s.step("StatefulSet of 2 with local volumes → both pods Running", time.Since(start))
+		for _, p := range []string{"vol-0", "vol-1"} {
+			var pod struct{ Spec struct{ NodeName string } }
+			if err := k.getJSON(t, &pod, "pod", p); err != nil {
+				t.Fatal(err)
+			}
+			if pod.Spec.NodeName == n1.ID() {
+				volPod = p
+			}
+			if got := strings.TrimSpace(string(k.mustRun(t, "exec", p, "--", "/agent", "statfs", "/data"))); got != "67108864" {
+				t.Errorf("%s: statfs /data = %s bytes, want the claim's 64 MiB", p, got)
+			}
+			out, err := k.run(t, "exec", p, "--", "/agent", "fill", "/data/past-the-quota", "83886080")
+			if err == nil || !(strings.Contains(err.Error(), "quota") || strings.Contains(err.Error(), "no space")) {
+				t.Errorf("%s: writing 80 MiB into 64: %v (%s), want a quota or no-space error", p, err, out)
+			}
+			if got := strings.TrimSpace(string(k.mustRun(t, "exec", p, "--", "/agent", "blocksize", "/dev/raw"))); got != "16777216" {
+				t.Errorf("%s: the block volume has %s bytes, want the claim's 16 MiB", p, got)
+			}
+			if got := strings.TrimSpace(string(k.mustRun(t, "exec", p, "--", "/agent", "blockwrite", "/dev/raw"))); got != "ok" {
+				t.Errorf("%s: writing the block volume's last sector: %s", p, got)
+			}
+		}
+		if volPod == "" {
+			t.Fatalf("no replica on %s, want one on each worker", n1.Name())
+		}
+
+		// Grow the claim of the pod on n1 while the pod runs.
+		start = time.Now()
+		k.mustRun(t, "patch", "pvc", "data-"+volPod, "-p", `{"spec":{"resources":{"requests":{"storage":"128Mi"}}}}`)
+		k.waitFor(t, volPod+" seeing its grown volume", 5*time.Minute, func() error {
+			out, err := k.run(t, "exec", volPod, "--", "/agent", "statfs", "/data")
+			if err != nil {
+				return err
+			}
+			if got := strings.TrimSpace(string(out)); got != "134217728" {
+				return fmt.Errorf("statfs /data = %s bytes, want 128 MiB", got)
+			}
+			return nil
+		})
+		s.step("claim grown to 128 MiB → the running pod sees it", time.Since(start))
+		volMarker = "cairn-volume-marker-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+		k.mustRun(t, "exec", volPod, "--", "/agent", "write", "/data/marker", volMarker)
+
+		// A claim larger than the node has: an event says so.
+		k.apply(t, `{"apiVersion":"v1","kind":"PersistentVolumeClaim","metadata":{"name":"huge"},"spec":{
+			"accessModes":["ReadWriteOnce"],"resources":{"requests":{"storage":"1Ti"}}}}`)
+		k.apply(t, `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"huge"},"spec":{
+			"containers":[{"name":"agent","image":"docker.io/cairn/agent:1","volumeMounts":[{"name":"v","mountPath":"/data"}]}],
+			"volumes":[{"name":"v","persistentVolumeClaim":{"claimName":"huge"}}]}}`)
+		k.waitFor(t, "an event saying the 1 TiB claim does not fit", 3*time.Minute, func() error {
+			out, err := k.run(t, "get", "events", "--field-selector", "involvedObject.name=huge,involvedObject.kind=PersistentVolumeClaim", "-o", "jsonpath={.items[*].message}")
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(string(out), "not enough space left for volumes") {
+				return fmt.Errorf("the claim's events say %q", out)
+			}
+			return nil
+		})
+		k.mustRun(t, "delete", "pod", "huge", "--wait=false")
+		k.mustRun(t, "delete", "pvc", "huge", "--wait=false")
+	})
+
 	t.Run("f-worker-role-removed-and-back", func(t *testing.T) {
 		start := time.Now()
 		s.cairnctl(t, c, "node", "remove-role", n1.ID(), "KubernetesWorker")
@@ -395,6 +474,62 @@ func TestKubernetes(t *testing.T) {
 			return k.deploymentAvailable(t, "keep")
 		})
 		s.step("worker reboot → Node Ready, its pod running again", time.Since(start))
+		if volPod == "" {
+			return
+		}
+		k.waitFor(t, volPod+" Running again with its marker", 10*time.Minute, func() error {
+			out, err := k.run(t, "exec", volPod, "--", "/agent", "cat", "/data/marker")
+			if err != nil {
+				return err
+			}
+			if string(out) != volMarker {
+				return fmt.Errorf("the marker reads %q, want %q", out, volMarker)
+			}
+			return nil
+		})
+		s.step("worker reboot → its volume's marker read back", time.Since(start))
+	})
+
+	t.Run("g-volumes-deleted", func(t *testing.T) {
+		var pvs struct {
+			Items []struct {
+				Metadata struct{ Name string }
+				Spec     struct {
+					ClaimRef struct{ Name string }
+				}
+			}
+		}
+		if err := k.getJSON(t, &pvs, "pv"); err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, pv := range pvs.Items {
+			if strings.HasSuffix(pv.Spec.ClaimRef.Name, "-vol-0") || strings.HasSuffix(pv.Spec.ClaimRef.Name, "-vol-1") {
+				names = append(names, pv.Metadata.Name)
+			}
+		}
+		if len(names) != 4 {
+			t.Errorf("the StatefulSet's PersistentVolumes: %v, want 4", names)
+		}
+		start := time.Now()
+		k.mustRun(t, "delete", "statefulset", "vol", "--wait=true")
+		k.mustRun(t, "delete", "pvc", "data-vol-0", "data-vol-1", "raw-vol-0", "raw-vol-1", "--wait=false")
+		k.waitFor(t, "the PersistentVolumes gone", 5*time.Minute, func() error {
+			for _, n := range names {
+				if _, err := k.run(t, "get", "pv", n); err == nil {
+					return fmt.Errorf("%s still exists", n)
+				}
+			}
+			return nil
+		})
+		s.step("StatefulSet and claims deleted → their PersistentVolumes gone", time.Since(start))
+		out := s.cairnctl(t, c, "logs", n1.ID(), "--dn", "root.roleserve.kubeworker")
+		for _, n := range names {
+			if strings.Contains(out, "Deleted volume "+n) {
+				return // one of n1's volumes, as its log tells
+			}
+		}
+		t.Errorf("%s's log tells of no deleted volume of %v:\n%s", n1.Name(), names, out)
 	})
 	t.Run("h-controller-moves", func(t *testing.T) {
 		start := time.Now()
@@ -667,6 +802,22 @@ func (k *kube) getJSON(t *testing.T, out any, args ...string) error {
 	}
 	return nil
 }
+
+// volumeStatefulSet is a StatefulSet of two agents, one on each worker,
+// each with a 64 MiB filesystem volume at /data and a 16 MiB block volume
+// at /dev/raw, of the default StorageClass (local).
+const volumeStatefulSet = `{"apiVersion":"apps/v1","kind":"StatefulSet","metadata":{"name":"vol"},"spec":{
+	"serviceName":"vol","replicas":2,"selector":{"matchLabels":{"app":"vol"}},
+	"template":{"metadata":{"labels":{"app":"vol"}},"spec":{
+		"affinity":{"podAntiAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":[
+			{"labelSelector":{"matchLabels":{"app":"vol"}},"topologyKey":"kubernetes.io/hostname"}]}},
+		"terminationGracePeriodSeconds":1,
+		"containers":[{"name":"agent","image":"docker.io/cairn/agent:1",
+			"volumeMounts":[{"name":"data","mountPath":"/data"}],
+			"volumeDevices":[{"name":"raw","devicePath":"/dev/raw"}]}]}},
+	"volumeClaimTemplates":[
+		{"metadata":{"name":"data"},"spec":{"accessModes":["ReadWriteOnce"],"resources":{"requests":{"storage":"64Mi"}}}},
+		{"metadata":{"name":"raw"},"spec":{"accessModes":["ReadWriteOnce"],"volumeMode":"Block","resources":{"requests":{"storage":"16Mi"}}}}]}}`
 
 // csiDriver is the local volumes' CSI driver.
 const csiDriver = "local.cairn.dev"

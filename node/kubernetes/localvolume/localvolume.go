@@ -164,6 +164,14 @@ func checkName(name string) error {
 	return nil
 }
 
+// sizeUnit is what volume sizes are rounded up to: the unit of quotas.
+const sizeUnit = 1024
+
+// roundUp rounds size up to a whole sizeUnit.
+func roundUp(size uint64) uint64 {
+	return (size + sizeUnit - 1) / sizeUnit * sizeUnit
+}
+
 // quotaOf is the quota of a volume of mode and size.
 func quotaOf(mode Mode, size uint64) fsquota.Limits {
 	if mode == Block {
@@ -172,7 +180,8 @@ func quotaOf(mode Mode, size uint64) fsquota.Limits {
 	return fsquota.Limits{Bytes: size, Inodes: max(size/bytesPerInode, minInodes)}
 }
 
-// Create makes volume name of size bytes and mode, or returns the volume
+// Create makes volume name of size bytes (rounded up to a KiB) and mode,
+// or returns the volume
 // of that name if it exists with the same size and mode (a retried
 // request). It fails with ErrNoSpace, touching nothing, when the node has
 // less than size left for volumes.
@@ -183,6 +192,7 @@ func (m *Manager) Create(name string, size uint64, mode Mode) (Volume, error) {
 	if size == 0 {
 		return Volume{}, fmt.Errorf("%w: volume %s of 0 bytes", ErrInvalid, name)
 	}
+	size = roundUp(size)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	vols, err := m.list()
@@ -264,6 +274,7 @@ func (m *Manager) Expand(name string, size uint64) (Volume, error) {
 	if err := checkName(name); err != nil {
 		return Volume{}, err
 	}
+	size = roundUp(size)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	v, err := m.read(name)

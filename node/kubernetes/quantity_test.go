@@ -1,0 +1,36 @@
+package kubernetes
+
+import "testing"
+
+// TestParseBytes reads the quantities a claim's request may hold, and
+// refuses what is not one.
+func TestParseBytes(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want uint64
+	}{
+		{"0", 0},
+		{"1024", 1024},
+		{"64Mi", 64 << 20},
+		{"16Mi", 16 << 20},
+		{"1Ti", 1 << 40},
+		{"1.5Gi", 3 << 29},
+		{"1G", 1e9},
+		{"500M", 500e6},
+		{"129e6", 129e6},
+		{"1.5", 2},
+		{".5k", 500},
+		{"1e-3", 1},
+		{"3Ei", 3 << 60},
+	} {
+		got, err := parseBytes(c.in)
+		if err != nil || got != c.want {
+			t.Errorf("parseBytes(%q) = %d, %v; want %d", c.in, got, err, c.want)
+		}
+	}
+	for _, in := range []string{"", "Mi", "-1", "1 Mi", "1mi", "1Yi", "1e99", "8Ei", "0x10", "1..2"} {
+		if got, err := parseBytes(in); err == nil {
+			t.Errorf("parseBytes(%q) = %d, want an error", in, got)
+		}
+	}
+}
