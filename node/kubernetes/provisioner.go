@@ -85,6 +85,10 @@ type provisioner struct {
 	// that a claim that cannot be provisioned gets one event per reason,
 	// not one per change of any claim.
 	refused map[string]string
+	// made holds the UIDs of the claims whose PersistentVolume exists,
+	// until they are bound: every change of any claim reaches claims,
+	// and a claim provisioned already must not cost calls again.
+	made map[string]bool
 }
 
 // runProvisioner runs the provisioner of m with a credential of its own
@@ -106,7 +110,7 @@ func (w *Worker) runProvisioner(m *localvolume.Manager) supervisor.Runnable {
 		}
 		rctx, cancel := context.WithDeadlineCause(ctx, cred.renewAt, errRenew)
 		defer cancel()
-		p := &provisioner{node: w.cfg.NodeID, volumes: m, cl: cl, log: supervisor.Logger(ctx), refused: map[string]string{}}
+		p := &provisioner{node: w.cfg.NodeID, volumes: m, cl: cl, log: supervisor.Logger(ctx), refused: map[string]string{}, made: map[string]bool{}}
 		if err := supervisor.Run(rctx, "claims", func(ctx context.Context) error {
 			supervisor.Signal(ctx, supervisor.SignalHealthy)
 			return follow(ctx, cl, "/api/v1/persistentvolumeclaims", func(cs map[string]claim) error { return p.claims(ctx, cs) })
@@ -138,14 +142,21 @@ func (p *provisioner) claims(ctx context.Context, cs map[string]claim) error {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	// Forget what was said of claims that are gone.
-	seen := map[string]bool{}
+	// Forget what was said of claims that are gone, and what was made
+	// for claims no longer waiting for it.
+	seen, pending := map[string]bool{}, map[string]bool{}
 	for _, c := range cs {
 		seen[c.Metadata.UID] = true
+		pending[c.Metadata.UID] = c.Status.Phase == "Pending"
 	}
 	for uid := range p.refused {
 		if !seen[uid] {
 			delete(p.refused, uid)
+		}
+	}
+	for uid := range p.made {
+		if !pending[uid] {
+			delete(p.made, uid)
 		}
 	}
 	for _, k := range keys {
@@ -154,7 +165,7 @@ func (p *provisioner) claims(ctx context.Context, cs map[string]claim) error {
 			continue
 		}
 		switch {
-		case c.Status.Phase == "Pending" && c.Spec.VolumeName == "" && c.Metadata.Annotations[annSelectedNode] == p.node:
+		case c.Status.Phase == "Pending" && c.Spec.VolumeName == "" && c.Metadata.Annotations[annSelectedNode] == p.node && !p.made[c.Metadata.UID]:
 			if err := p.provision(ctx, c); err != nil {
 				return err
 			}
@@ -227,6 +238,7 @@ func (p *provisioner) provision(ctx context.Context, c claim) error {
 	if err != nil && !(errors.As(err, &se) && se.Code == http.StatusConflict) {
 		return fmt.Errorf("when creating the PersistentVolume %s: %w", name, err)
 	}
+	p.made[c.Metadata.UID] = true
 	if errors.As(err, &se) {
 		return nil // made before, by a run that stopped before this
 	}
