@@ -62,6 +62,8 @@ func (s *storage) runNodeTest(ctx context.Context, bin string) error {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "-test.v", "-test.count=1", "-test.timeout="+nodeTestTimeout.String())
 	cmd.Dir = work
+	// CAIRN_TEST_IN_NODE is fixture.InNodeEnv, spelled out: /init links
+	// no test helper.
 	cmd.Env = []string{"PATH=/bin:/sbin:/usr/bin:/usr/sbin", "TMPDIR=" + work, "HOME=" + work, "CAIRN_TEST_IN_NODE=1"}
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -9,13 +9,9 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
-)
 
-// inNodeEnv is set when the test binary runs inside a node of the e2e
-// suite TestPackagesInNode, on the node's XFS data partition mounted with
-// prjquota: there a filesystem without project quotas is a failure, not a
-// reason to skip.
-const inNodeEnv = "CAIRN_TEST_IN_NODE"
+	"cairn.dev/cairn/pkg/fixture"
+)
 
 // quotaDir returns a fresh directory of project on a filesystem with
 // project quotas (the temporary directory's), and removes the project's
@@ -29,10 +25,7 @@ func quotaDir(t *testing.T, project uint32) string {
 		_, _, err = Get(dir, project)
 	}
 	if errors.Is(err, ErrUnsupported) {
-		if os.Getenv(inNodeEnv) != "" {
-			t.Fatalf("inside a node, on %s: %v", dir, err)
-		}
-		t.Skipf("%s has no project quotas (%v); the e2e suite TestPackagesInNode runs this test inside a node, on its data partition", dir, err)
+		fixture.SkipOutsideNode(t, fmt.Sprintf("%s has no project quotas (%v)", dir, err))
 	}
 	if err != nil {
 		t.Fatal(err)

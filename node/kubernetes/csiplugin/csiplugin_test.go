@@ -25,17 +25,16 @@ const mib = 1 << 20
 // unix socket, as the kubelet reaches it, and returns a client of its
 // Identity and Node services. Publishing needs a node: project quotas
 // and a root that may mount. Elsewhere it skips, unless the test runs
-// inside a node (TestPackagesInNode sets CAIRN_TEST_IN_NODE).
+// inside a node (fixture.SkipOutsideNode).
 func client(t *testing.T) (*localvolume.Manager, csi.IdentityClient, csi.NodeClient) {
 	t.Helper()
 	m, err := localvolume.New(localvolume.Config{Root: filepath.Join(t.TempDir(), "volumes")})
-	if errors.Is(err, fsquota.ErrUnsupported) || (err == nil && os.Geteuid() != 0) {
-		if os.Getenv("CAIRN_TEST_IN_NODE") != "" {
-			t.Fatalf("inside a node: %v", err)
-		}
-		t.Skipf("no project quotas or not root (%v); the e2e suite TestPackagesInNode runs this test inside a node", err)
-	}
-	if err != nil {
+	switch {
+	case errors.Is(err, fsquota.ErrUnsupported):
+		fixture.SkipOutsideNode(t, err.Error())
+	case err == nil && os.Geteuid() != 0:
+		fixture.SkipOutsideNode(t, "not root, and publishing mounts needs root")
+	case err != nil:
 		t.Fatal(err)
 	}
 	sock := filepath.Join(t.TempDir(), "csi.sock")

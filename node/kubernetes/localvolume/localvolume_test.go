@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"cairn.dev/cairn/pkg/fixture"
 	"cairn.dev/cairn/pkg/fsquota"
 )
 
@@ -18,8 +19,8 @@ const mib = 1 << 20
 // newManager returns a Manager on a fresh root in the temporary directory,
 // whose reserve leaves room for volumes of room bytes. Where the temporary
 // directory has no project quotas (a build machine's kernel without
-// them), it skips, unless the test runs inside a node (TestPackagesInNode
-// sets CAIRN_TEST_IN_NODE), where that is a failure.
+// them), it skips, unless the test runs inside a node, where that is a
+// failure (fixture.SkipOutsideNode).
 func newManager(t *testing.T, room uint64) *Manager {
 	t.Helper()
 	root := filepath.Join(t.TempDir(), "volumes")
@@ -32,10 +33,7 @@ func newManager(t *testing.T, room uint64) *Manager {
 	}
 	m, err := New(Config{Root: root, Reserve: st.Blocks*uint64(st.Bsize) - room})
 	if errors.Is(err, fsquota.ErrUnsupported) {
-		if os.Getenv("CAIRN_TEST_IN_NODE") != "" {
-			t.Fatalf("inside a node: %v", err)
-		}
-		t.Skipf("%v; the e2e suite TestPackagesInNode runs this test inside a node, on its data partition", err)
+		fixture.SkipOutsideNode(t, err.Error())
 	}
 	if err != nil {
 		t.Fatal(err)
