@@ -243,7 +243,7 @@ func (p *provisioner) provision(ctx context.Context, c claim) error {
 		return nil // made before, by a run that stopped before this
 	}
 	delete(p.refused, c.Metadata.UID)
-	msg := fmt.Sprintf("made volume %s of %s on node %s", name, bytesText(v.Bytes), p.node)
+	msg := fmt.Sprintf("made volume %s of %s on node %s", name, localvolume.SizeText(v.Bytes), p.node)
 	p.log.Infof("Claim %s/%s: %s (%s)", c.Metadata.Namespace, c.Metadata.Name, msg, v.Path)
 	return p.event(ctx, c, "Normal", "ProvisioningSucceeded", msg)
 }
@@ -288,7 +288,7 @@ func (p *provisioner) grow(ctx context.Context, c claim) error {
 		return err
 	} else if want-v.Bytes > room.Free() {
 		return p.refuse(ctx, c, "VolumeResizeFailed", fmt.Sprintf("volume %s cannot grow from %s to %s: node %s has %s left for volumes",
-			v.Name, bytesText(v.Bytes), bytesText(want), p.node, bytesText(room.Free())))
+			v.Name, localvolume.SizeText(v.Bytes), localvolume.SizeText(want), p.node, localvolume.SizeText(room.Free())))
 	}
 	size := strconv.FormatUint(want, 10)
 	if err := p.cl.do(ctx, http.MethodPatch, "/api/v1/persistentvolumes/"+c.Spec.VolumeName, "application/merge-patch+json",
@@ -307,8 +307,8 @@ func (p *provisioner) grow(ctx context.Context, c claim) error {
 	if err := p.cl.do(ctx, http.MethodPatch, path, "application/merge-patch+json", status, nil); err != nil {
 		return fmt.Errorf("when marking claim %s/%s for growth: %w", c.Metadata.Namespace, c.Metadata.Name, err)
 	}
-	p.log.Infof("Claim %s/%s: volume %s grows from %s to %s on the node", c.Metadata.Namespace, c.Metadata.Name, v.Name, bytesText(v.Bytes), bytesText(want))
-	return p.event(ctx, c, "Normal", "Resizing", fmt.Sprintf("volume %s grows from %s to %s on node %s", v.Name, bytesText(v.Bytes), bytesText(want), p.node))
+	p.log.Infof("Claim %s/%s: volume %s grows from %s to %s on the node", c.Metadata.Namespace, c.Metadata.Name, v.Name, localvolume.SizeText(v.Bytes), localvolume.SizeText(want))
+	return p.event(ctx, c, "Normal", "Resizing", fmt.Sprintf("volume %s grows from %s to %s on node %s", v.Name, localvolume.SizeText(v.Bytes), localvolume.SizeText(want), p.node))
 }
 
 // reclaim deletes the volumes of this node whose claims are gone
@@ -368,12 +368,4 @@ func (p *provisioner) event(ctx context.Context, c claim, typ, reason, message s
 		return fmt.Errorf("when telling claim %s/%s %q: %w", c.Metadata.Namespace, c.Metadata.Name, message, err)
 	}
 	return nil
-}
-
-// bytesText writes n in MiB or GiB.
-func bytesText(n uint64) string {
-	if n >= 1<<30 {
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	}
-	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 }

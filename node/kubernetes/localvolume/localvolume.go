@@ -212,7 +212,7 @@ func (m *Manager) Create(name string, size uint64, mode Mode) (Volume, error) {
 	}
 	if size > capacity.Free() {
 		return Volume{}, fmt.Errorf("%w: volume %s needs %s, and %s of the %s for volumes are left (the data partition less a reserve of %s)",
-			ErrNoSpace, name, bytesText(size), bytesText(capacity.Free()), bytesText(capacity.Total), bytesText(m.cfg.Reserve))
+			ErrNoSpace, name, SizeText(size), SizeText(capacity.Free()), SizeText(capacity.Total), SizeText(m.cfg.Reserve))
 	}
 	project := uint32(1)
 	for _, v := range vols {
@@ -296,7 +296,7 @@ func (m *Manager) Expand(name string, size uint64) (Volume, error) {
 		return Volume{}, err
 	}
 	if grow := size - v.Bytes; grow > capacity.Free() {
-		return Volume{}, fmt.Errorf("%w: volume %s needs %s more to reach %s, and %s are left", ErrNoSpace, name, bytesText(grow), bytesText(size), bytesText(capacity.Free()))
+		return Volume{}, fmt.Errorf("%w: volume %s needs %s more to reach %s, and %s are left", ErrNoSpace, name, SizeText(grow), SizeText(size), SizeText(capacity.Free()))
 	}
 	dir := filepath.Join(m.cfg.Root, name)
 	// The quota first: a block file never outgrows it.
@@ -456,8 +456,9 @@ func syncDir(dir string) error {
 	return err
 }
 
-// bytesText writes n in the largest binary unit that keeps it readable.
-func bytesText(n uint64) string {
+// SizeText writes n bytes in the largest binary unit that keeps it
+// readable, as the errors of this package and what tells of volumes do.
+func SizeText(n uint64) string {
 	switch {
 	case n >= 1<<30:
 		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
