@@ -177,32 +177,25 @@ func openDir(dir string) (*os.File, error) {
 
 // ioctlPtr runs the ioctl req with the argument arg on f.
 func ioctlPtr(f *os.File, req uint, arg unsafe.Pointer) error {
-	c, err := f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var errno unix.Errno
-	if err := c.Control(func(fd uintptr) {
-		_, _, errno = unix.Syscall(unix.SYS_IOCTL, fd, uintptr(req), uintptr(arg))
-	}); err != nil {
-		return err
-	}
-	if errno != 0 {
-		return errno
-	}
-	return nil
+	return syscallOn(f, unix.SYS_IOCTL, uintptr(req), uintptr(arg), 0)
 }
 
 // quotactlFd runs the project quota command cmd for id on the filesystem
 // of f.
 func quotactlFd(f *os.File, cmd uint32, id uint32, q *ifDqblk) error {
-	c, err := f.SyscallConn()
+	return syscallOn(f, unix.SYS_QUOTACTL_FD, uintptr(cmd), uintptr(id), uintptr(unsafe.Pointer(q)))
+}
+
+// syscallOn runs the system call trap with f's descriptor and the
+// arguments a, b and c, keeping f open meanwhile.
+func syscallOn(f *os.File, trap, a, b, c uintptr) error {
+	conn, err := f.SyscallConn()
 	if err != nil {
 		return err
 	}
 	var errno unix.Errno
-	if err := c.Control(func(fd uintptr) {
-		_, _, errno = unix.Syscall6(unix.SYS_QUOTACTL_FD, fd, uintptr(cmd), uintptr(id), uintptr(unsafe.Pointer(q)), 0, 0)
+	if err := conn.Control(func(fd uintptr) {
+		_, _, errno = unix.Syscall6(trap, fd, a, b, c, 0, 0)
 	}); err != nil {
 		return err
 	}
