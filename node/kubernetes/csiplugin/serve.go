@@ -11,6 +11,7 @@ import (
 	"github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc"
 
+	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/supervisor"
 	"cairn.dev/cairn/proto/pluginregistration"
 )
@@ -102,10 +103,7 @@ func listenUnix(path string) (net.Listener, error) {
 type registration struct {
 	pluginregistration.UnimplementedRegistrationServer
 	endpoint string
-	log      interface {
-		Infof(string, ...any)
-		Errorf(string, ...any)
-	}
+	log      logtree.LeveledLogger
 }
 
 // supportedVersions are the versions of the CSI spec the plugin speaks,
