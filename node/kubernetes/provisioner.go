@@ -47,7 +47,6 @@ type claim struct {
 	} `json:"spec"`
 	Status struct {
 		Phase              string            `json:"phase"`
-		Capacity           map[string]string `json:"capacity"`
 		AllocatedResources map[string]string `json:"allocatedResources"`
 	} `json:"status"`
 }
@@ -59,8 +58,7 @@ type persistentVolume struct {
 		DeletionTimestamp string `json:"deletionTimestamp"`
 	} `json:"metadata"`
 	Spec struct {
-		Capacity                      map[string]string `json:"capacity"`
-		PersistentVolumeReclaimPolicy string            `json:"persistentVolumeReclaimPolicy"`
+		PersistentVolumeReclaimPolicy string `json:"persistentVolumeReclaimPolicy"`
 		ClaimRef                      *struct {
 			Namespace string `json:"namespace"`
 			Name      string `json:"name"`
