@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -52,6 +53,12 @@ type statusError struct {
 
 func (e *statusError) Error() string {
 	return fmt.Sprintf("apiserver answered %d: %s", e.Code, e.Message)
+}
+
+// answered reports whether err is the apiserver's answer code.
+func answered(err error, code int) bool {
+	var se *statusError
+	return errors.As(err, &se) && se.Code == code
 }
 
 // do sends a request with body (JSON, or nil) of contentType and decodes a

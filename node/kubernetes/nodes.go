@@ -121,10 +121,9 @@ func removeNode(ctx context.Context, cl *apiClient, name string, logf func(strin
 		}
 		path := "/api/v1/namespaces/" + p.Metadata.Namespace + "/pods/" + p.Metadata.Name + "/eviction"
 		err := cl.do(ctx, http.MethodPost, path, "application/json", eviction, nil)
-		var se *statusError
 		switch {
-		case err == nil, errors.As(err, &se) && se.Code == http.StatusNotFound:
-		case errors.As(err, &se) && se.Code == http.StatusTooManyRequests:
+		case err == nil, answered(err, http.StatusNotFound):
+		case answered(err, http.StatusTooManyRequests):
 			// A disruption budget holds it: try again next round.
 			left++
 		default:
@@ -136,8 +135,7 @@ func removeNode(ctx context.Context, cl *apiClient, name string, logf func(strin
 		return nil
 	}
 	err := cl.do(ctx, http.MethodDelete, "/api/v1/nodes/"+name, "", nil, nil)
-	var se *statusError
-	if err != nil && !(errors.As(err, &se) && se.Code == http.StatusNotFound) {
+	if err != nil && !answered(err, http.StatusNotFound) {
 		return fmt.Errorf("when deleting node %s: %w", name, err)
 	}
 	logf("Node %s deleted: it does not hold KubernetesWorker", name)

@@ -87,12 +87,15 @@ type provisioner struct {
 	// until they are bound: every change of any claim reaches claims,
 	// and a claim provisioned already must not cost calls again.
 	made map[string]bool
+	// swept is whether the volumes were checked for orphans since the
+	// provisioner started (sweep).
+	swept bool
 }
 
 // runProvisioner runs the provisioner of m with a credential of its own
 // (cairn:volumes:<node>), until ctx ends or the credential is due for
-// renewal.
-func (w *Worker) runProvisioner(m *localvolume.Manager) supervisor.Runnable {
+// renewal. changed tells it that what the volumes take changed.
+func (w *Worker) runProvisioner(m *localvolume.Manager, changed <-chan struct{}) supervisor.Runnable {
 	return func(ctx context.Context) error {
 		dir := w.dir("volumes")
 		if err := mkdirs(dir); err != nil {
@@ -109,6 +112,9 @@ func (w *Worker) runProvisioner(m *localvolume.Manager) supervisor.Runnable {
 		rctx, cancel := context.WithDeadlineCause(ctx, cred.renewAt, errRenew)
 		defer cancel()
 		p := &provisioner{node: w.cfg.NodeID, volumes: m, cl: cl, log: supervisor.Logger(ctx), refused: map[string]string{}, made: map[string]bool{}}
+		if err := supervisor.Run(rctx, "capacity", func(ctx context.Context) error { return p.runCapacity(ctx, changed) }); err != nil {
+			return fmt.Errorf("when starting the capacity: %w", err)
+		}
 		if err := supervisor.Run(rctx, "claims", func(ctx context.Context) error {
 			supervisor.Signal(ctx, supervisor.SignalHealthy)
 			return follow(ctx, cl, "/api/v1/persistentvolumeclaims", func(cs map[string]claim) error { return p.claims(ctx, cs) })
@@ -135,6 +141,12 @@ func (w *Worker) runProvisioner(m *localvolume.Manager) supervisor.Runnable {
 // of the apiserver ends the follow, whose runnable starts again (with
 // backoff) and lists every claim anew: that retries what failed.
 func (p *provisioner) claims(ctx context.Context, cs map[string]claim) error {
+	if !p.swept {
+		if err := p.sweep(ctx, cs); err != nil {
+			return err
+		}
+		p.swept = true
+	}
 	keys := make([]string, 0, len(cs))
 	for k := range cs {
 		keys = append(keys, k)
@@ -200,7 +212,14 @@ func (p *provisioner) provision(ctx context.Context, c claim) error {
 	name := volumeName(c)
 	v, err := p.volumes.Create(name, size, mode)
 	switch {
-	case errors.Is(err, localvolume.ErrNoSpace), errors.Is(err, localvolume.ErrInvalid), errors.Is(err, localvolume.ErrExists):
+	case errors.Is(err, localvolume.ErrNoSpace):
+		// The scheduler chose this node from a capacity that was
+		// out of date: it chooses again once the claim names no node.
+		if err := p.refuse(ctx, c, "ProvisioningFailed", err.Error()); err != nil {
+			return err
+		}
+		return p.unselect(ctx, c)
+	case errors.Is(err, localvolume.ErrInvalid), errors.Is(err, localvolume.ErrExists):
 		return p.refuse(ctx, c, "ProvisioningFailed", err.Error())
 	case err != nil:
 		return p.refuse(ctx, c, "ProvisioningFailed", fmt.Sprintf("node %s could not create the volume: %v", p.node, err))
@@ -232,18 +251,28 @@ func (p *provisioner) provision(ctx context.Context, c claim) error {
 		},
 	}
 	err = p.cl.do(ctx, http.MethodPost, "/api/v1/persistentvolumes", "application/json", pv, nil)
-	var se *statusError
-	if err != nil && !(errors.As(err, &se) && se.Code == http.StatusConflict) {
+	if err != nil && !answered(err, http.StatusConflict) {
 		return fmt.Errorf("when creating the PersistentVolume %s: %w", name, err)
 	}
 	p.made[c.Metadata.UID] = true
-	if errors.As(err, &se) {
+	if err != nil {
 		return nil // made before, by a run that stopped before this
 	}
 	delete(p.refused, c.Metadata.UID)
 	msg := fmt.Sprintf("made volume %s of %s on node %s", name, localvolume.SizeText(v.Bytes), p.node)
 	p.log.Infof("Claim %s/%s: %s (%s)", c.Metadata.Namespace, c.Metadata.Name, msg, v.Path)
 	return p.event(ctx, c, "Normal", "ProvisioningSucceeded", msg)
+}
+
+// unselect takes the scheduler's choice of node off claim c, so that the
+// scheduler puts its pod elsewhere.
+func (p *provisioner) unselect(ctx context.Context, c claim) error {
+	path := "/api/v1/namespaces/" + c.Metadata.Namespace + "/persistentvolumeclaims/" + c.Metadata.Name
+	patch := map[string]any{"metadata": map[string]any{"annotations": map[string]any{annSelectedNode: nil}}}
+	if err := p.cl.do(ctx, http.MethodPatch, path, "application/merge-patch+json", patch, nil); err != nil && !answered(err, http.StatusNotFound) {
+		return fmt.Errorf("when giving claim %s/%s back to the scheduler: %w", c.Metadata.Namespace, c.Metadata.Name, err)
+	}
+	return nil
 }
 
 // refuse tells, once per reason, why c does not get what it asks of this
@@ -333,12 +362,64 @@ func (p *provisioner) reclaim(ctx context.Context, pvs map[string]persistentVolu
 			p.log.Infof("Deleted volume %s of %s: removed %s and its quota", name, claim, v.Path)
 		}
 		err = p.cl.do(ctx, http.MethodDelete, "/api/v1/persistentvolumes/"+name, "", nil, nil)
-		var se *statusError
-		if err != nil && !(errors.As(err, &se) && se.Code == http.StatusNotFound) {
+		if err != nil && !answered(err, http.StatusNotFound) {
 			return fmt.Errorf("when deleting the PersistentVolume %s: %w", name, err)
 		}
 	}
 	return nil
+}
+
+// sweep deletes the volumes that no claim and no PersistentVolume has: a
+// provisioner stopped between making a volume and making its
+// PersistentVolume, and the claim went meanwhile. cs are all the claims.
+func (p *provisioner) sweep(ctx context.Context, cs map[string]claim) error {
+	vols, err := p.volumes.List()
+	if err != nil {
+		return err
+	}
+	names := make([]string, len(vols))
+	for i, v := range vols {
+		names[i] = v.Name
+	}
+	orphans, err := p.orphans(ctx, names, cs)
+	if err != nil {
+		return err
+	}
+	for _, v := range vols {
+		if !slices.Contains(orphans, v.Name) {
+			continue
+		}
+		if err := p.volumes.Delete(v.Name); err != nil {
+			return err
+		}
+		p.log.Infof("Deleted volume %s: its claim is gone and it never got a PersistentVolume; removed %s and its quota", v.Name, v.Path)
+	}
+	return nil
+}
+
+// orphans are the volumes among names that no claim of cs has and no
+// PersistentVolume names, asked of the apiserver one by one: a volume
+// whose PersistentVolume exists is the PersistentVolume's, whatever
+// happened to its claim.
+func (p *provisioner) orphans(ctx context.Context, names []string, cs map[string]claim) ([]string, error) {
+	claimed := map[string]bool{}
+	for _, c := range cs {
+		claimed[volumeName(c)] = true
+	}
+	var orphans []string
+	for _, name := range names {
+		if claimed[name] {
+			continue
+		}
+		err := p.cl.get(ctx, "/api/v1/persistentvolumes/"+name, &persistentVolume{})
+		switch {
+		case answered(err, http.StatusNotFound):
+			orphans = append(orphans, name)
+		case err != nil:
+			return nil, fmt.Errorf("when looking for the PersistentVolume of volume %s: %w", name, err)
+		}
+	}
+	return orphans, nil
 }
 
 // event records an event of type (Normal, Warning) on claim c.

@@ -99,15 +99,19 @@ func clusterObjects() []object {
 		// The local volumes' CSI driver (runVolumes), their
 		// StorageClass, and what each worker's provisioner may do: it
 		// makes and deletes the PersistentVolumes of its node's claims,
-		// grows them, and tells the claims' owners with events.
+		// grows them, gives a claim back to the scheduler when its node
+		// has no room, tells the claims' owners with events, and
+		// publishes its node's capacity, owned by its Node.
 		csiDriverObject(),
 		storageClassObject(),
 		clusterRole("cairn:volumes",
 			rule{Resources: []string{"persistentvolumes"}, Verbs: []string{"get", "list", "watch", "create", "delete", "update", "patch"}},
-			rule{Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "list", "watch"}},
+			rule{Resources: []string{"persistentvolumeclaims"}, Verbs: []string{"get", "list", "watch", "patch"}},
 			rule{Resources: []string{"persistentvolumeclaims/status"}, Verbs: []string{"update", "patch"}},
 			rule{Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 			rule{Group: "storage.k8s.io", Resources: []string{"storageclasses"}, Verbs: []string{"get", "list", "watch"}},
+			rule{Group: "storage.k8s.io", Resources: []string{"csistoragecapacities"}, Verbs: []string{"get", "create", "update", "patch"}},
+			rule{Resources: []string{"nodes"}, Verbs: []string{"get"}},
 		),
 		clusterRoleBinding("cairn:volumes", "cairn:volumes", "Group", "cairn:volumes"),
 	}
@@ -134,8 +138,9 @@ func storageClassObject() object {
 }
 
 // csiDriverObject is the CSIDriver of local.cairn.dev: nothing to attach
-// (a volume is on its node already), no pod information wanted, and the
-// kubelet gives a volume to a pod's fsGroup.
+// (a volume is on its node already), no pod information wanted, the
+// kubelet gives a volume to a pod's fsGroup, and the scheduler reads the
+// workers' CSIStorageCapacity objects (runCapacity).
 func csiDriverObject() object {
 	return object{
 		path: "/apis/storage.k8s.io/v1/csidrivers/" + csiplugin.DriverName,
@@ -148,6 +153,7 @@ func csiDriverObject() object {
 				"podInfoOnMount":       false,
 				"volumeLifecycleModes": []string{"Persistent"},
 				"fsGroupPolicy":        "File",
+				"storageCapacity":      true,
 			},
 		},
 	}

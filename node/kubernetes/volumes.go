@@ -38,7 +38,13 @@ func (w *Worker) runVolumes(ctx context.Context) error {
 		return fmt.Errorf("when reading the size of the data partition: %w", err)
 	}
 	size := st.Blocks * uint64(st.Bsize)
-	m, err := localvolume.New(localvolume.Config{Root: root, Reserve: volumeReserve(size)})
+	changed := make(chan struct{}, 1)
+	m, err := localvolume.New(localvolume.Config{Root: root, Reserve: volumeReserve(size), Changed: func() {
+		select {
+		case changed <- struct{}{}:
+		default: // told already
+		}
+	}})
 	if err != nil {
 		return err
 	}
@@ -53,7 +59,7 @@ func (w *Worker) runVolumes(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("when starting the CSI plugin: %w", err)
 	}
-	if err := supervisor.Run(ctx, "provisioner", w.runProvisioner(m)); err != nil {
+	if err := supervisor.Run(ctx, "provisioner", w.runProvisioner(m, changed)); err != nil {
 		return fmt.Errorf("when starting the provisioner: %w", err)
 	}
 	supervisor.Signal(ctx, supervisor.SignalHealthy)

@@ -352,7 +352,21 @@ func TestKubernetes(t *testing.T) {
 			t.Fatalf("no replica on %s, want one on each worker", n1.Name())
 		}
 
-		// Grow the claim of the pod on n1 while the pod runs.
+		// Each worker tells the scheduler what it has left for volumes.
+		var room int64
+		for _, n := range []*cluster.Node{n1, n2} {
+			r, err := k.volumeRoom(t, n.ID())
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s publishes %d MiB left for volumes", n.Name(), r>>20)
+			if n == n1 {
+				room = r
+			}
+		}
+
+		// Grow the claim of the pod on n1 while the pod runs: n1 has
+		// 64 MiB less left.
 		start = time.Now()
 		k.mustRun(t, "patch", "pvc", "data-"+volPod, "-p", `{"spec":{"resources":{"requests":{"storage":"128Mi"}}}}`)
 		k.waitFor(t, volPod+" seeing its grown volume", 5*time.Minute, func() error {
@@ -366,22 +380,33 @@ func TestKubernetes(t *testing.T) {
 			return nil
 		})
 		s.step("claim grown to 128 MiB → the running pod sees it", time.Since(start))
+		k.waitFor(t, n1.Name()+" publishing 64 MiB less left for volumes", time.Minute, func() error {
+			r, err := k.volumeRoom(t, n1.ID())
+			if err != nil {
+				return err
+			}
+			if room-r != 64<<20 {
+				return fmt.Errorf("%s publishes %d bytes left, %d before the claim grew by 64 MiB", n1.Name(), r, room)
+			}
+			return nil
+		})
 		volMarker = "cairn-volume-marker-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 		k.mustRun(t, "exec", volPod, "--", "/agent", "write", "/data/marker", volMarker)
 
-		// A claim larger than the node has: an event says so.
+		// A claim larger than any node has: the scheduler, which reads
+		// the workers' capacities, puts its pod nowhere and says why.
 		k.apply(t, `{"apiVersion":"v1","kind":"PersistentVolumeClaim","metadata":{"name":"huge"},"spec":{
 			"accessModes":["ReadWriteOnce"],"resources":{"requests":{"storage":"1Ti"}}}}`)
 		k.apply(t, `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"huge"},"spec":{
 			"containers":[{"name":"agent","image":"docker.io/cairn/agent:1","volumeMounts":[{"name":"v","mountPath":"/data"}]}],
 			"volumes":[{"name":"v","persistentVolumeClaim":{"claimName":"huge"}}]}}`)
-		k.waitFor(t, "an event saying the 1 TiB claim does not fit", 3*time.Minute, func() error {
-			out, err := k.run(t, "get", "events", "--field-selector", "involvedObject.name=huge,involvedObject.kind=PersistentVolumeClaim", "-o", "jsonpath={.items[*].message}")
+		k.waitFor(t, "an event saying the 1 TiB claim fits on no node", 3*time.Minute, func() error {
+			out, err := k.run(t, "get", "events", "--field-selector", "involvedObject.name=huge,involvedObject.kind=Pod", "-o", "jsonpath={.items[*].message}")
 			if err != nil {
 				return err
 			}
-			if !strings.Contains(string(out), "not enough space left for volumes") {
-				return fmt.Errorf("the claim's events say %q", out)
+			if !strings.Contains(string(out), "did not have enough free storage") {
+				return fmt.Errorf("the pod's events say %q", out)
 			}
 			return nil
 		})
@@ -791,6 +816,50 @@ func (k *kube) waitFor(t *testing.T, what string, d time.Duration, check func() 
 }
 
 // getJSON decodes kubectl get ... -o json into out.
+// volumeRoom is what node publishes it has left for local volumes: the
+// largest volume its CSIStorageCapacity lets the scheduler give it, in an
+// object its Node owns.
+func (k *kube) volumeRoom(t *testing.T, node string) (int64, error) {
+	t.Helper()
+	var c struct {
+		Metadata struct {
+			OwnerReferences []struct{ Kind, Name string }
+		}
+		StorageClassName  string
+		MaximumVolumeSize string
+	}
+	if err := k.getJSON(t, &c, "-n", "kube-system", "csistoragecapacity", "local-"+node); err != nil {
+		return 0, err
+	}
+	if o := c.Metadata.OwnerReferences; len(o) != 1 || o[0].Kind != "Node" || o[0].Name != node {
+		return 0, fmt.Errorf("the capacity of %s is owned by %+v, want its Node", node, o)
+	}
+	if c.StorageClassName != "local" {
+		return 0, fmt.Errorf("the capacity of %s is of StorageClass %q, want local", node, c.StorageClassName)
+	}
+	return parseQuantity(c.MaximumVolumeSize)
+}
+
+// parseQuantity reads a Kubernetes quantity of bytes: an integer with an
+// optional binary or decimal suffix, as the apiserver writes them.
+func parseQuantity(q string) (int64, error) {
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"Ti", 1 << 40}, {"k", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12}} {
+		if n, ok := strings.CutSuffix(q, u.suffix); ok {
+			q, mult = n, u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(q, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("quantity %q is not a whole number of bytes: %w", q, err)
+	}
+	return n * mult, nil
+}
+
 func (k *kube) getJSON(t *testing.T, out any, args ...string) error {
 	t.Helper()
 	b, err := k.run(t, append(append([]string{"get"}, args...), "-o", "json")...)

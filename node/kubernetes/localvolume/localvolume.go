@@ -91,6 +91,10 @@ type Config struct {
 	Root string
 	// Reserve is the space of the partition that volumes never get.
 	Reserve uint64
+	// Changed, when set, is called after each change of what the volumes
+	// take (a volume made, grown or deleted), with the Manager's lock
+	// held: it must not block or call the Manager.
+	Changed func()
 }
 
 // Volume is one volume as it is on disk.
@@ -231,7 +235,15 @@ func (m *Manager) Create(name string, size uint64, mode Mode) (Volume, error) {
 	if err := syncDir(m.cfg.Root); err != nil {
 		return Volume{}, fmt.Errorf("when creating volume %s: %w", name, err)
 	}
+	m.changed()
 	return m.read(name)
+}
+
+// changed tells Config.Changed, if any, of a change.
+func (m *Manager) changed() {
+	if m.cfg.Changed != nil {
+		m.cfg.Changed()
+	}
 }
 
 // build sets a volume up in dir: its project, quota and contents.
@@ -303,6 +315,7 @@ func (m *Manager) Expand(name string, size uint64) (Volume, error) {
 	if err := fsquota.SetLimits(dir, v.Project, quotaOf(v.Mode, size)); err != nil {
 		return Volume{}, fmt.Errorf("when growing volume %s: %w", name, err)
 	}
+	m.changed()
 	if v.Mode == Block {
 		if err := os.Truncate(v.Path, int64(size)); err != nil {
 			return Volume{}, fmt.Errorf("when growing volume %s: %w", name, err)
@@ -333,6 +346,7 @@ func (m *Manager) Delete(name string) error {
 	if err := syncDir(m.cfg.Root); err != nil {
 		return fmt.Errorf("when deleting volume %s: %w", name, err)
 	}
+	m.changed()
 	if err := os.RemoveAll(gone); err != nil {
 		return fmt.Errorf("when removing the data of volume %s: %w", name, err)
 	}

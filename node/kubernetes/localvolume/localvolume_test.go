@@ -170,6 +170,8 @@ func TestBlockVolume(t *testing.T) {
 // ErrNoSpace and leaves nothing behind; deleting makes room again.
 func TestCapacity(t *testing.T) {
 	m := newManager(t, 20*mib)
+	changes := 0
+	m.cfg.Changed = func() { changes++ }
 	c, err := m.Capacity()
 	if err != nil || c.Total != 20*mib || c.Committed != 0 {
 		t.Fatalf("Capacity = %+v, %v; want 20 MiB, none committed", c, err)
@@ -199,6 +201,14 @@ func TestCapacity(t *testing.T) {
 	}
 	if _, err := m.Create("c", 12*mib, Filesystem); err != nil {
 		t.Errorf("Create after a Delete made room: %v", err)
+	}
+	if _, err := m.Expand("c", 12*mib); err != nil {
+		t.Errorf("Expand to the size it has: %v", err)
+	}
+	// a, b, the deletion of a, c; not the refusals nor the Expand that
+	// changed nothing.
+	if changes != 4 {
+		t.Errorf("Changed was called %d times, want 4", changes)
 	}
 }
 
