@@ -135,6 +135,12 @@ var kubernetesKinds = map[api.CertificateKind]kubernetesKind{
 		controller: true,
 		template:   func(string, netip.Addr) x509.Certificate { return kubeClient("system:kube-scheduler") },
 	},
+	api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_PROXY: {
+		controller: true,
+		template: func(id string, _ netip.Addr) x509.Certificate {
+			return kubeClient("cairn:proxy:"+id, "cairn:proxies")
+		},
+	},
 	api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_RECONCILER: {
 		controller: true,
 		template:   func(string, netip.Addr) x509.Certificate { return kubeClient("cairn:reconciler", "system:masters") },

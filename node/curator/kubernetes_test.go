@@ -116,6 +116,7 @@ func TestKubernetesCertificates(t *testing.T) {
 		{api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_SCHEDULER, "system:kube-scheduler", nil, x509.ExtKeyUsageClientAuth, nil, nil},
 		{api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_RECONCILER, "cairn:reconciler", []string{"system:masters"}, x509.ExtKeyUsageClientAuth, nil, nil},
 		{api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_VOLUMES, "cairn:volumes:" + id, []string{"cairn:volumes"}, x509.ExtKeyUsageClientAuth, nil, nil},
+		{api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_PROXY, "cairn:proxy:" + id, []string{"cairn:proxies"}, x509.ExtKeyUsageClientAuth, nil, nil},
 	} {
 		cert, ca, err := issue(tc.kind, newKubeKey(t))
 		if err != nil {

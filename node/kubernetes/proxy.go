@@ -2,6 +2,8 @@ package kubernetes
 
 import (
 	"context"
+	"net/netip"
+	"time"
 )
 
 // runProxy runs kube-proxy in its nftables mode: ClusterIP and NodePort
@@ -15,22 +17,32 @@ func (w *Worker) runProxy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	config := dir + "/config.json"
-	if err := writeJSON(config, w.proxyConfig(kubeconfig)); err != nil {
-		return err
-	}
-	return runComponent(ctx, w.cfg.Layout.command("kube-proxy", "--config="+config), client.renewAt)
+	return runKubeProxy(ctx, w.cfg.Layout, dir, w.cfg.NodeID, w.cfg.IP, kubeconfig, client.renewAt)
 }
 
-// proxyConfig is kube-proxy's KubeProxyConfiguration.
-func (w *Worker) proxyConfig(kubeconfig string) map[string]any {
+// runKubeProxy runs kube-proxy for node at ip with kubeconfig, its
+// configuration in dir, until ctx ends or renewAt.
+func runKubeProxy(ctx context.Context, l Layout, dir, node string, ip netip.Addr, kubeconfig string, renewAt time.Time) error {
+	config := dir + "/config.json"
+	if err := writeJSON(config, proxyConfig(node, ip, kubeconfig)); err != nil {
+		return err
+	}
+	return runComponent(ctx, l.command("kube-proxy", "--config="+config), renewAt)
+}
+
+// proxyConfig is kube-proxy's KubeProxyConfiguration for node at ip.
+func proxyConfig(node string, ip netip.Addr, kubeconfig string) map[string]any {
 	return map[string]any{
 		"apiVersion":       "kubeproxy.config.k8s.io/v1alpha1",
 		"kind":             "KubeProxyConfiguration",
 		"mode":             "nftables",
 		"clientConnection": map[string]any{"kubeconfig": kubeconfig},
-		"hostnameOverride": w.cfg.NodeID,
-		"clusterCIDR":      PodRange,
+		"hostnameOverride": node,
+		// The node's address, which kube-proxy would otherwise read
+		// from a Node object that a controller without KubernetesWorker
+		// does not have.
+		"bindAddress": ip.String(),
+		"clusterCIDR": PodRange,
 		// Its own endpoints stay on the node's loopback.
 		"healthzBindAddress": "127.0.0.1:10256",
 		"metricsBindAddress": "127.0.0.1:10249",

@@ -94,6 +94,10 @@ func clusterObjects() []object {
 		// kube-proxy and each worker's DNS run with their node's
 		// kubelet identity.
 		clusterRoleBinding("cairn:node-proxier", "system:node-proxier", "Group", "system:nodes"),
+		// A controller that is not a worker runs kube-proxy and the pod
+		// routes as cairn:proxy:<node> (Services).
+		clusterRoleBinding("cairn:proxies", "system:node-proxier", "Group", "cairn:proxies"),
+		clusterRoleBinding("cairn:proxies-pod-network", "cairn:pod-network", "Group", "cairn:proxies"),
 		// The cluster DNS (runDNS, runDNSEndpoints).
 		dnsServiceObject(),
 		// The local volumes' CSI driver (runVolumes), their

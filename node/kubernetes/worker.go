@@ -373,14 +373,27 @@ func (w *Worker) runPodNetwork(ctx context.Context) error {
 		return err
 	}
 	lg := supervisor.Logger(ctx)
-	rctx, cancel := context.WithDeadlineCause(ctx, cred.renewAt, errRenew)
-	defer cancel()
 	var written netip.Prefix
+	return followPodRanges(ctx, cl, cred.renewAt, func(ranges []podRange) (bool, error) {
+		err := w.apply(ranges, &written, nl, lg.Infof)
+		return written.IsValid(), err
+	})
+}
+
+// followPodRanges calls apply with every node's pod range, every 10 s
+// (2 s until apply reports it is ready), until ctx ends or renewAt. It
+// logs what fails once, until it changes, and reports the runnable
+// healthy once apply is ready.
+func followPodRanges(ctx context.Context, cl *apiClient, renewAt time.Time, apply func([]podRange) (ready bool, err error)) error {
+	lg := supervisor.Logger(ctx)
+	rctx, cancel := context.WithDeadlineCause(ctx, renewAt, errRenew)
+	defer cancel()
 	lastErr := ""
 	for {
+		ready := false
 		ranges, err := podRanges(rctx, cl)
 		if err == nil {
-			err = w.apply(ranges, &written, nl, lg.Infof)
+			ready, err = apply(ranges)
 		}
 		if err != nil {
 			if msg := err.Error(); msg != lastErr {
@@ -390,12 +403,10 @@ func (w *Worker) runPodNetwork(ctx context.Context) error {
 		} else {
 			lastErr = ""
 		}
-		if written.IsValid() {
+		wait := 2 * time.Second
+		if ready {
 			supervisor.Signal(ctx, supervisor.SignalHealthy)
-		}
-		wait := 10 * time.Second
-		if !written.IsValid() {
-			wait = 2 * time.Second
+			wait = 10 * time.Second
 		}
 		select {
 		case <-rctx.Done():

@@ -191,13 +191,9 @@ func New(cfg Config) *Service {
 			kubeNodes:  &s.kubeNodes,
 		}).run,
 	}
-	for _, controller := range []bool{true, false} {
-		name := "kubeworker"
-		if controller {
-			name = "kubecontroller"
-		}
+	for name, unit := range map[string]kubeUnit{"kubecontroller": kubeController, "kubeworker": kubeWorker, "kubeservices": kubeServices} {
 		s.workers[name] = (&workerKubernetes{
-			controller:  controller,
+			unit:        unit,
 			address:     cfg.ExternalAddress,
 			roles:       &s.roles,
 			credentials: &s.credentials,
@@ -234,7 +230,7 @@ func (s *Service) OwnerTrust() event.Watchable[*api.OwnerTrust] { return &s.owne
 
 // Run runs every worker until ctx is done.
 func (s *Service) Run(ctx context.Context) error {
-	for _, n := range []string{"clusterdir", "connection", "controlplane", "credentials", "heartbeat", "kubecontroller", "kubeworker", "ownertrust", "renew", "rolefetch", "statuspush"} {
+	for _, n := range []string{"clusterdir", "connection", "controlplane", "credentials", "heartbeat", "kubecontroller", "kubeservices", "kubeworker", "ownertrust", "renew", "rolefetch", "statuspush"} {
 		if err := supervisor.Run(ctx, n, s.workers[n]); err != nil {
 			return fmt.Errorf("when starting %s: %w", n, err)
 		}

@@ -26,12 +26,24 @@ type kubernetesInputs struct {
 	etcd *consensus.Status
 }
 
-// workerKubernetes runs the Kubernetes controller or worker while the node
-// holds that role, and stops it when the role goes: one instance per role.
+// kubeUnit is what an instance of workerKubernetes runs.
+type kubeUnit int
+
+const (
+	// kubeController: the control plane, on a node holding
+	// KubernetesController with a voting etcd member.
+	kubeController kubeUnit = iota
+	// kubeWorker: the worker, on a node holding KubernetesWorker.
+	kubeWorker
+	// kubeServices: kube-proxy and the pod routes, on a node running the
+	// control plane without KubernetesWorker (whose worker runs them).
+	kubeServices
+)
+
+// workerKubernetes runs a Kubernetes unit while the node holds its role,
+// and stops it when the role goes: one instance per unit.
 type workerKubernetes struct {
-	// controller selects the role: KubernetesController or
-	// KubernetesWorker.
-	controller  bool
+	unit        kubeUnit
 	address     event.Watchable[netip.Prefix]
 	roles       event.Watchable[*api.NodeRoles]
 	credentials event.Watchable[*identity.Node]
@@ -48,22 +60,29 @@ type workerKubernetes struct {
 }
 
 func (w *workerKubernetes) role() string {
-	if w.controller {
+	switch w.unit {
+	case kubeController:
 		return "KubernetesController"
+	case kubeWorker:
+		return "KubernetesWorker"
 	}
-	return "KubernetesWorker"
+	return "KubernetesController's Services"
 }
 
 // inputs reads the current inputs from the latest values.
 func (w *workerKubernetes) inputs(roles *api.NodeRoles, addr netip.Prefix, etcd *consensus.Status) kubernetesInputs {
 	in := kubernetesInputs{ip: addr.Addr()}
-	if w.controller {
-		in.on = roles.GetKubernetesController() != nil && etcd != nil
+	controller := roles.GetKubernetesController() != nil && etcd != nil
+	switch w.unit {
+	case kubeController:
+		in.on = controller
 		if in.on {
 			in.etcd = etcd
 		}
-	} else {
+	case kubeWorker:
 		in.on = roles.GetKubernetesWorker() != nil
+	case kubeServices:
+		in.on = controller && roles.GetKubernetesWorker() == nil
 	}
 	return in
 }
@@ -80,7 +99,7 @@ func (w *workerKubernetes) run(ctx context.Context) error {
 	etcdC := make(chan *consensus.Status)
 	event.Pipe(pctx, w.roles, rolesC, event.Filter(notNil[api.NodeRoles]))
 	event.Pipe(pctx, w.address, addrC)
-	if w.controller {
+	if w.unit != kubeWorker {
 		event.Pipe(pctx, w.localEtcd, etcdC)
 	}
 	var (
@@ -126,9 +145,19 @@ func (w *workerKubernetes) run(ctx context.Context) error {
 	}
 }
 
-// start runs the controller or the worker as a child.
+// start runs the unit as a child.
 func (w *workerKubernetes) start(ctx context.Context, creds *identity.Node, cc *curatorConn, in kubernetesInputs) error {
-	if w.controller {
+	switch w.unit {
+	case kubeServices:
+		s := kubernetes.NewServices(kubernetes.ServicesConfig{
+			Layout:  w.layout,
+			NodeID:  creds.ID(),
+			IP:      in.ip,
+			Curator: cc.client(),
+			Ports:   w.ports,
+		})
+		return supervisor.Run(ctx, "services", s.Run)
+	case kubeController:
 		c := kubernetes.NewController(kubernetes.ControllerConfig{
 			Layout:  w.layout,
 			IP:      in.ip,

@@ -64,21 +64,28 @@ const (
 	// cairn:volumes:<node ID> in group cairn:volumes, which the reconciler
 	// lets manage PersistentVolumes and their claims. KubernetesWorker.
 	CertificateKind_CERTIFICATE_KIND_KUBERNETES_VOLUMES CertificateKind = 9
+	// The client certificate of kube-proxy and the pod routes on a
+	// controller that is not a worker, so that its NodePorts and ClusterIPs
+	// answer too: cairn:proxy:<node ID> in group cairn:proxies, which the
+	// reconciler binds to system:node-proxier and lets read Nodes.
+	// KubernetesController.
+	CertificateKind_CERTIFICATE_KIND_KUBERNETES_PROXY CertificateKind = 10
 )
 
 // Enum value maps for CertificateKind.
 var (
 	CertificateKind_name = map[int32]string{
-		0: "CERTIFICATE_KIND_UNSPECIFIED",
-		1: "CERTIFICATE_KIND_NODE",
-		2: "CERTIFICATE_KIND_KUBERNETES_KUBELET_CLIENT",
-		3: "CERTIFICATE_KIND_KUBERNETES_KUBELET_SERVING",
-		4: "CERTIFICATE_KIND_KUBERNETES_APISERVER_SERVING",
-		5: "CERTIFICATE_KIND_KUBERNETES_APISERVER_KUBELET_CLIENT",
-		6: "CERTIFICATE_KIND_KUBERNETES_CONTROLLER_MANAGER",
-		7: "CERTIFICATE_KIND_KUBERNETES_SCHEDULER",
-		8: "CERTIFICATE_KIND_KUBERNETES_RECONCILER",
-		9: "CERTIFICATE_KIND_KUBERNETES_VOLUMES",
+		0:  "CERTIFICATE_KIND_UNSPECIFIED",
+		1:  "CERTIFICATE_KIND_NODE",
+		2:  "CERTIFICATE_KIND_KUBERNETES_KUBELET_CLIENT",
+		3:  "CERTIFICATE_KIND_KUBERNETES_KUBELET_SERVING",
+		4:  "CERTIFICATE_KIND_KUBERNETES_APISERVER_SERVING",
+		5:  "CERTIFICATE_KIND_KUBERNETES_APISERVER_KUBELET_CLIENT",
+		6:  "CERTIFICATE_KIND_KUBERNETES_CONTROLLER_MANAGER",
+		7:  "CERTIFICATE_KIND_KUBERNETES_SCHEDULER",
+		8:  "CERTIFICATE_KIND_KUBERNETES_RECONCILER",
+		9:  "CERTIFICATE_KIND_KUBERNETES_VOLUMES",
+		10: "CERTIFICATE_KIND_KUBERNETES_PROXY",
 	}
 	CertificateKind_value = map[string]int32{
 		"CERTIFICATE_KIND_UNSPECIFIED":                         0,
@@ -91,6 +98,7 @@ var (
 		"CERTIFICATE_KIND_KUBERNETES_SCHEDULER":                7,
 		"CERTIFICATE_KIND_KUBERNETES_RECONCILER":               8,
 		"CERTIFICATE_KIND_KUBERNETES_VOLUMES":                  9,
+		"CERTIFICATE_KIND_KUBERNETES_PROXY":                    10,
 	}
 )
 
@@ -1567,7 +1575,7 @@ const file_proto_api_curator_proto_rawDesc = "" +
 	"public_key\x18\x02 \x01(\fR\tpublicKey\"c\n" +
 	"\x18IssueCertificateResponse\x12 \n" +
 	"\vcertificate\x18\x01 \x01(\fR\vcertificate\x12%\n" +
-	"\x0eca_certificate\x18\x02 \x01(\fR\rcaCertificate*\xd0\x03\n" +
+	"\x0eca_certificate\x18\x02 \x01(\fR\rcaCertificate*\xf7\x03\n" +
 	"\x0fCertificateKind\x12 \n" +
 	"\x1cCERTIFICATE_KIND_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15CERTIFICATE_KIND_NODE\x10\x01\x12.\n" +
@@ -1578,7 +1586,9 @@ const file_proto_api_curator_proto_rawDesc = "" +
 	".CERTIFICATE_KIND_KUBERNETES_CONTROLLER_MANAGER\x10\x06\x12)\n" +
 	"%CERTIFICATE_KIND_KUBERNETES_SCHEDULER\x10\a\x12*\n" +
 	"&CERTIFICATE_KIND_KUBERNETES_RECONCILER\x10\b\x12'\n" +
-	"#CERTIFICATE_KIND_KUBERNETES_VOLUMES\x10\t2\x80\b\n" +
+	"#CERTIFICATE_KIND_KUBERNETES_VOLUMES\x10\t\x12%\n" +
+	"!CERTIFICATE_KIND_KUBERNETES_PROXY\x10\n" +
+	"2\x80\b\n" +
 	"\aCurator\x12?\n" +
 	"\x05Watch\x12\x17.cairn.api.WatchRequest\x1a\x15.cairn.api.WatchEvent\"\x04\xd8\xe2\x18\x020\x01\x12a\n" +
 	"\x10UpdateNodeStatus\x12\".cairn.api.UpdateNodeStatusRequest\x1a#.cairn.api.UpdateNodeStatusResponse\"\x04\xd8\xe2\x18\x02\x12L\n" +

@@ -201,7 +201,9 @@ func TestKubernetes(t *testing.T) {
 		}
 		names := map[string]bool{pods[0].Name: true, pods[1].Name: true}
 		urls := []string{"http://" + svc.Spec.ClusterIP + "/"}
-		for _, n := range []*cluster.Node{n1, n2} {
+		// Every node's NodePort: the workers', and the controller's,
+		// which is not a worker (kubernetes.Services).
+		for _, n := range []*cluster.Node{n0, n1, n2} {
 			urls = append(urls, fmt.Sprintf("http://%s:%d/", n.IP(), svc.Spec.Ports[0].NodePort))
 		}
 		start := time.Now()
@@ -219,7 +221,7 @@ func TestKubernetes(t *testing.T) {
 				})
 			}
 		}
-		s.step("Service created → ClusterIP and NodePorts answer from both workers' pods", time.Since(start))
+		s.step("Service created → ClusterIP and every node's NodePort answer from both workers' pods", time.Since(start))
 	})
 
 	t.Run("d-dns", func(t *testing.T) {

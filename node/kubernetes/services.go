@@ -1,0 +1,120 @@
+package kubernetes
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"strconv"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"cairn.dev/cairn/node/ports"
+	"cairn.dev/cairn/pkg/supervisor"
+	api "cairn.dev/cairn/proto/api"
+)
+
+// ipForward is the kernel's switch for forwarding IPv4 between
+// interfaces; on a worker, the pod network's CNI plugin turns it on.
+const ipForward = "/proc/sys/net/ipv4/ip_forward"
+
+// ServicesConfig is what the Services of a controller that is not a
+// worker need.
+type ServicesConfig struct {
+	Layout Layout
+	// NodeID is the node's ID, the name kube-proxy goes by.
+	NodeID string
+	// IP is the node's address, where its NodePorts answer.
+	IP netip.Addr
+	// Curator issues the credential (cairn:proxy:<node>).
+	Curator api.CuratorClient
+	// Ports are the node's ports: its apiserver's, which Services reach.
+	Ports ports.Table
+}
+
+// Services makes a controller that is not a worker answer on the
+// cluster's Services as a worker does: kube-proxy serves its NodePorts
+// and gives the node its ClusterIPs, and routes to every worker's pod
+// range carry what it sends on to pods. Both reach the node's own
+// apiserver, as cairn:proxy:<node>.
+//
+// kube-proxy waits 30 s for a Node object of its name, which a node
+// without KubernetesWorker never has, logs that it gave up, and serves.
+type Services struct {
+	cfg ServicesConfig
+}
+
+// NewServices returns the Services of cfg. Nothing runs before Run.
+func NewServices(cfg ServicesConfig) *Services {
+	cfg.Ports = cfg.Ports.WithDefaults()
+	return &Services{cfg: cfg}
+}
+
+func (s *Services) dir(name ...string) string {
+	return s.cfg.Layout.run(append([]string{"services"}, name...)...)
+}
+
+// apiserverURL is the node's own apiserver.
+func (s *Services) apiserverURL() string {
+	return "https://127.0.0.1:" + strconv.Itoa(s.cfg.Ports.KubernetesAPI)
+}
+
+// Run runs kube-proxy and the pod routes until ctx ends.
+func (s *Services) Run(ctx context.Context) error {
+	if err := mkdirs(s.dir(), s.dir("proxy"), s.dir("routes")); err != nil {
+		return err
+	}
+	// A NodePort's packets come in and go on to a pod of another node.
+	if err := os.WriteFile(ipForward, []byte("1"), 0); err != nil {
+		return fmt.Errorf("when turning IPv4 forwarding on: %w", err)
+	}
+	if err := supervisor.Run(ctx, "proxy", s.runProxy); err != nil {
+		return fmt.Errorf("when starting kube-proxy: %w", err)
+	}
+	if err := supervisor.Run(ctx, "routes", s.runRoutes); err != nil {
+		return fmt.Errorf("when starting the pod routes: %w", err)
+	}
+	supervisor.Signal(ctx, supervisor.SignalHealthy)
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// credential issues the Services' credential into dir.
+func (s *Services) credential(ctx context.Context, dir string) (*credential, error) {
+	return issue(ctx, s.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_PROXY, dir, "client")
+}
+
+func (s *Services) runProxy(ctx context.Context) error {
+	dir := s.dir("proxy")
+	cred, err := s.credential(ctx, dir)
+	if err != nil {
+		return err
+	}
+	kubeconfig := dir + "/kubeconfig"
+	if err := writeKubeconfig(kubeconfig, s.apiserverURL(), cred); err != nil {
+		return err
+	}
+	return runKubeProxy(ctx, s.cfg.Layout, dir, s.cfg.NodeID, s.cfg.IP, kubeconfig, cred.renewAt)
+}
+
+// runRoutes keeps the routes to the workers' pod ranges.
+func (s *Services) runRoutes(ctx context.Context) error {
+	cred, err := s.credential(ctx, s.dir("routes"))
+	if err != nil {
+		return err
+	}
+	cl, err := newAPIClient(s.apiserverURL(), cred)
+	if err != nil {
+		return err
+	}
+	nl, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("when opening netlink: %w", err)
+	}
+	defer nl.Close()
+	return followPodRanges(ctx, cl, cred.renewAt, func(ranges []podRange) (bool, error) {
+		err := syncPodRoutes(nl, s.cfg.NodeID, ranges)
+		return err == nil, err
+	})
+}
