@@ -13,6 +13,7 @@ import (
 	"github.com/google/nftables"
 	"golang.org/x/sys/unix"
 
+	"cairn.dev/cairn/node/kubernetes/csiplugin"
 	"cairn.dev/cairn/pkg/mountinfo"
 )
 
@@ -23,7 +24,8 @@ const podsCgroup = "/sys/fs/cgroup/kubepods"
 // cleanUp removes what a worker leaves when it stops or crashes: the
 // processes of its pods, which containerd's shims keep alive apart from
 // containerd, the shims themselves, the mounts of pods and container
-// filesystems, and the masquerade of pod traffic. It runs before a worker starts and after it stopped, so
+// filesystems, the loop devices of block volumes, and the masquerade of
+// pod traffic. It runs before a worker starts and after it stopped, so
 // that a removed role leaves nothing behind, and a restarted one starts
 // clean. What cannot be removed is reported, nothing is left half-done
 // silently.
@@ -37,6 +39,9 @@ func (l Layout) cleanUp() error {
 		errs = append(errs, err)
 	}
 	if err := unmountBelow(l.Data, l.Run); err != nil {
+		errs = append(errs, err)
+	}
+	if _, err := csiplugin.DetachLoops(l.data("volumes")); err != nil {
 		errs = append(errs, err)
 	}
 	if nf, err := nftables.New(); err != nil {

@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/container-storage-interface/spec/lib/go/csi"
@@ -223,6 +224,41 @@ func TestPublishBlock(t *testing.T) {
 	}
 	if dev, err := loopOf(v.Path); err != nil || dev != "" {
 		t.Errorf("after NodeUnpublishVolume the volume's loop device is %q (%v), want none", dev, err)
+	}
+}
+
+// TestDetachLoops checks that what a stopped worker leaves of a published
+// block volume, its loop device, goes, and that loop devices of other
+// directories stay.
+func TestDetachLoops(t *testing.T) {
+	m, _, node := client(t)
+	ctx := fixture.Context(t)
+	v, err := m.Create("pvc-left", mib, localvolume.Block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(t.TempDir(), "dev", "pvc-left")
+	if _, err := node.NodePublishVolume(ctx, &csi.NodePublishVolumeRequest{VolumeId: "pvc-left", TargetPath: target, VolumeCapability: blockCap()}); err != nil {
+		t.Fatalf("NodePublishVolume: %v", err)
+	}
+	// The worker stops: its mounts go, the loop device stays.
+	if err := unmountAll(target); err != nil {
+		t.Fatal(err)
+	}
+	dev, err := loopOf(v.Path)
+	if err != nil || dev == "" {
+		t.Fatalf("the published volume has loop device %q (%v), want one", dev, err)
+	}
+	root := filepath.Dir(filepath.Dir(v.Path))
+	if got, err := DetachLoops(filepath.Join(root, "elsewhere")); err != nil || len(got) != 0 {
+		t.Errorf("DetachLoops of another directory = %q, %v; want nothing detached", got, err)
+	}
+	got, err := DetachLoops(root)
+	if err != nil || !slices.Equal(got, []string{dev}) {
+		t.Errorf("DetachLoops = %q, %v; want %s", got, err, dev)
+	}
+	if dev, err := loopOf(v.Path); err != nil || dev != "" {
+		t.Errorf("after DetachLoops the volume's loop device is %q (%v), want none", dev, err)
 	}
 }
 

@@ -47,6 +47,44 @@ func loopOf(file string) (string, error) {
 	return "", nil
 }
 
+// DetachLoops detaches every loop device backed by a file below dir, and
+// returns those it detached: a worker that stopped with block volumes
+// published leaves them attached, holding the files, and the space of a
+// deleted volume, until they go.
+func DetachLoops(dir string) ([]string, error) {
+	entries, err := os.ReadDir(sysBlock)
+	if err != nil {
+		return nil, fmt.Errorf("when listing block devices: %w", err)
+	}
+	var detached []string
+	var errs []error
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), "loop") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(sysBlock, e.Name(), "loop", "backing_file"))
+		if errors.Is(err, os.ErrNotExist) {
+			continue // not attached
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("when reading the backing file of %s: %w", e.Name(), err))
+			continue
+		}
+		// The kernel marks a file deleted since it was attached.
+		file := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), " (deleted)")
+		if !strings.HasPrefix(file, filepath.Clean(dir)+"/") {
+			continue
+		}
+		dev := "/dev/" + e.Name()
+		if err := detachLoop(dev); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		detached = append(detached, dev)
+	}
+	return detached, errors.Join(errs...)
+}
+
 // attachLoop returns the loop device backed by file, attaching a free one
 // to it if none is.
 func attachLoop(file string) (string, error) {
