@@ -23,12 +23,17 @@ const (
 	loopControl = "/dev/loop-control"
 )
 
-// loopOf returns the loop device (/dev/loopN) backed by file, or "".
-func loopOf(file string) (string, error) {
+// A loop is an attached loop device (/dev/loopN) and the file behind it.
+type loop struct{ dev, file string }
+
+// loops lists the attached loop devices. A file deleted since it was
+// attached keeps the kernel's mark, " (deleted)", after its path.
+func loops() ([]loop, error) {
 	entries, err := os.ReadDir(sysBlock)
 	if err != nil {
-		return "", fmt.Errorf("when listing block devices: %w", err)
+		return nil, fmt.Errorf("when listing block devices: %w", err)
 	}
+	var out []loop
 	for _, e := range entries {
 		if !strings.HasPrefix(e.Name(), "loop") {
 			continue
@@ -38,10 +43,22 @@ func loopOf(file string) (string, error) {
 			continue // not attached
 		}
 		if err != nil {
-			return "", fmt.Errorf("when reading the backing file of %s: %w", e.Name(), err)
+			return nil, fmt.Errorf("when reading the backing file of %s: %w", e.Name(), err)
 		}
-		if strings.TrimSuffix(string(b), "\n") == file {
-			return "/dev/" + e.Name(), nil
+		out = append(out, loop{dev: "/dev/" + e.Name(), file: strings.TrimSuffix(string(b), "\n")})
+	}
+	return out, nil
+}
+
+// loopOf returns the loop device backed by file, or "".
+func loopOf(file string) (string, error) {
+	ls, err := loops()
+	if err != nil {
+		return "", err
+	}
+	for _, l := range ls {
+		if l.file == file {
+			return l.dev, nil
 		}
 	}
 	return "", nil
@@ -52,35 +69,21 @@ func loopOf(file string) (string, error) {
 // published leaves them attached, holding the files, and the space of a
 // deleted volume, until they go.
 func DetachLoops(dir string) ([]string, error) {
-	entries, err := os.ReadDir(sysBlock)
+	ls, err := loops()
 	if err != nil {
-		return nil, fmt.Errorf("when listing block devices: %w", err)
+		return nil, err
 	}
 	var detached []string
 	var errs []error
-	for _, e := range entries {
-		if !strings.HasPrefix(e.Name(), "loop") {
+	for _, l := range ls {
+		if !strings.HasPrefix(strings.TrimSuffix(l.file, " (deleted)"), filepath.Clean(dir)+"/") {
 			continue
 		}
-		b, err := os.ReadFile(filepath.Join(sysBlock, e.Name(), "loop", "backing_file"))
-		if errors.Is(err, os.ErrNotExist) {
-			continue // not attached
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("when reading the backing file of %s: %w", e.Name(), err))
-			continue
-		}
-		// The kernel marks a file deleted since it was attached.
-		file := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), " (deleted)")
-		if !strings.HasPrefix(file, filepath.Clean(dir)+"/") {
-			continue
-		}
-		dev := "/dev/" + e.Name()
-		if err := detachLoop(dev); err != nil {
+		if err := detachLoop(l.dev); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		detached = append(detached, dev)
+		detached = append(detached, l.dev)
 	}
 	return detached, errors.Join(errs...)
 }
