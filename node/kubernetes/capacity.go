@@ -33,12 +33,16 @@ func capacityName(node string) string { return "local-" + node }
 // yet only on a node with room for them, and on no node without such an
 // object. The object belongs to the node's Node, so it goes with it.
 func (p *provisioner) runCapacity(ctx context.Context, changed <-chan struct{}) error {
-	supervisor.Signal(ctx, supervisor.SignalHealthy)
 	published := uint64(1<<64 - 1)
-	for {
+	for i := 0; ; i++ {
 		free, owned, err := p.publishCapacity(ctx)
 		if err != nil {
 			return err
+		}
+		if i == 0 {
+			// Not before: an apiserver away must not reset the
+			// restart backoff.
+			supervisor.Signal(ctx, supervisor.SignalHealthy)
 		}
 		if free != published {
 			p.log.Infof("Published %s left for volumes on node %s (CSIStorageCapacity %s/%s)", localvolume.SizeText(free), p.node, capacityNamespace, capacityName(p.node))

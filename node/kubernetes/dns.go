@@ -92,10 +92,10 @@ func (w *Worker) runDNSZone(ctx context.Context, st *dnsState) error {
 	defer cancel()
 	err = supervisor.RunGroup(ctx, map[string]supervisor.Runnable{
 		"services": func(ctx context.Context) error {
-			return follow(ctx, cl, "/api/v1/services", st.setServices)
+			return follow(ctx, cl, "/api/v1/services", healthyAfter(ctx, st.setServices))
 		},
 		"endpointslices": func(ctx context.Context) error {
-			return follow(ctx, cl, "/apis/discovery.k8s.io/v1/endpointslices", st.setEndpointSlices)
+			return follow(ctx, cl, "/apis/discovery.k8s.io/v1/endpointslices", healthyAfter(ctx, st.setEndpointSlices))
 		},
 	})
 	if err != nil {

@@ -89,7 +89,7 @@ func runDNSEndpoints(ctx context.Context, cl *apiClient) error {
 	lg := supervisor.Logger(ctx)
 	path := "/apis/discovery.k8s.io/v1/namespaces/" + dnsNamespace + "/endpointslices/" + dnsSlice
 	var last []byte
-	return follow(ctx, cl, "/api/v1/nodes", func(nodes map[string]kubeNode) error {
+	return follow(ctx, cl, "/api/v1/nodes", healthyAfter(ctx, func(nodes map[string]kubeNode) error {
 		slice, ready := dnsEndpointSlice(nodes)
 		b, err := json.Marshal(slice)
 		if err != nil {
@@ -104,7 +104,7 @@ func runDNSEndpoints(ctx context.Context, cl *apiClient) error {
 		last = b
 		lg.Infof("Cluster DNS endpoints: %d nodes, %d ready", len(slice["endpoints"].([]map[string]any)), ready)
 		return nil
-	})
+	}))
 }
 
 // dnsEndpointSlice is the kube-dns EndpointSlice for nodes, and how many

@@ -116,15 +116,13 @@ func (w *Worker) runProvisioner(m *localvolume.Manager, changed <-chan struct{})
 			return fmt.Errorf("when starting the capacity: %w", err)
 		}
 		if err := supervisor.Run(rctx, "claims", func(ctx context.Context) error {
-			supervisor.Signal(ctx, supervisor.SignalHealthy)
-			return follow(ctx, cl, "/api/v1/persistentvolumeclaims", func(cs map[string]claim) error { return p.claims(ctx, cs) })
+			return follow(ctx, cl, "/api/v1/persistentvolumeclaims", healthyAfter(ctx, func(cs map[string]claim) error { return p.claims(ctx, cs) }))
 		}); err != nil {
 			return fmt.Errorf("when following the claims: %w", err)
 		}
 		path := "/api/v1/persistentvolumes?labelSelector=" + url.QueryEscape(labelVolumeNode+"="+w.cfg.NodeID)
 		if err := supervisor.Run(rctx, "reclaim", func(ctx context.Context) error {
-			supervisor.Signal(ctx, supervisor.SignalHealthy)
-			return follow(ctx, cl, path, func(pvs map[string]persistentVolume) error { return p.reclaim(ctx, pvs) })
+			return follow(ctx, cl, path, healthyAfter(ctx, func(pvs map[string]persistentVolume) error { return p.reclaim(ctx, pvs) }))
 		}); err != nil {
 			return fmt.Errorf("when following the volumes: %w", err)
 		}

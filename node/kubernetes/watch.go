@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"cairn.dev/cairn/pkg/supervisor"
 )
 
 // watchTimeout is how long one watch request lasts before the apiserver
@@ -25,6 +27,24 @@ type objectMeta struct {
 // errExpired is a watch whose resource version the apiserver no longer
 // has (410 Gone): follow lists again.
 var errExpired = errors.New("watch expired")
+
+// healthyAfter wraps changed so that the runnable of ctx signals Healthy
+// once changed first succeeds, not before: a follower whose apiserver is
+// away fails at once, and must keep its restart backoff growing instead
+// of resetting it with every restart.
+func healthyAfter[T any](ctx context.Context, changed func(map[string]T) error) func(map[string]T) error {
+	healthy := false
+	return func(objects map[string]T) error {
+		if err := changed(objects); err != nil {
+			return err
+		}
+		if !healthy {
+			supervisor.Signal(ctx, supervisor.SignalHealthy)
+			healthy = true
+		}
+		return nil
+	}
+}
 
 // follow keeps the objects of a collection (path: its REST path, such as
 // /api/v1/services) and calls changed with all of them, keyed by

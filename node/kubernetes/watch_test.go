@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"cairn.dev/cairn/pkg/fixture"
+	"cairn.dev/cairn/pkg/supervisor"
 )
 
 // watchServer plays an apiserver's list and watch of Services: the first
@@ -121,5 +122,47 @@ func TestFollowStopsOnError(t *testing.T) {
 	err := follow(fixture.Context(t), cl, "/api/v1/services", func(map[string]service) error { return boom })
 	if !errors.Is(err, boom) {
 		t.Errorf("follow = %v, want the callback's error", err)
+	}
+}
+
+// TestHealthyAfterKeepsBackoff checks that a follower whose apiserver
+// fails is restarted with a growing delay: it must not signal Healthy,
+// which resets the delay, before its first list succeeds. Restarted every
+// 100 ms, it would start about 16 times in 1.6 s; with the delay doubling
+// from 100 ms, it starts about 5 times.
+func TestHealthyAfterKeepsBackoff(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprint(w, `{"message":"the apiserver is away"}`)
+	}))
+	defer ts.Close()
+	cl := &apiClient{server: ts.URL, http: ts.Client()}
+	var mu sync.Mutex
+	restarts := 0
+	ctx, cancel := context.WithCancel(fixture.Context(t))
+	defer cancel()
+	sup := supervisor.New(ctx, func(ctx context.Context) error {
+		if err := supervisor.Run(ctx, "follower", func(ctx context.Context) error {
+			return follow(ctx, cl, "/api/v1/services", healthyAfter(ctx, func(map[string]service) error { return nil }))
+		}); err != nil {
+			return err
+		}
+		supervisor.Signal(ctx, supervisor.SignalHealthy)
+		<-ctx.Done()
+		return ctx.Err()
+	}, supervisor.WithRestartHook(func(dn string) {
+		if strings.HasSuffix(dn, ".follower") {
+			mu.Lock()
+			restarts++
+			mu.Unlock()
+		}
+	}))
+	time.Sleep(1600 * time.Millisecond)
+	cancel()
+	sup.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if restarts < 1 || restarts > 6 {
+		t.Errorf("the failing follower was restarted %d times in 1.6 s, want 1 to 6 (a doubling delay from 100 ms)", restarts)
 	}
 }
