@@ -12,6 +12,7 @@ import (
 
 	"cairn.dev/cairn/node/kubernetes/csiplugin"
 	"cairn.dev/cairn/node/kubernetes/localvolume"
+	"cairn.dev/cairn/node/kubernetes/quantity"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/supervisor"
 	api "cairn.dev/cairn/proto/api"
@@ -199,7 +200,7 @@ func (p *provisioner) provision(ctx context.Context, c claim) error {
 			return p.refuse(ctx, c, "ProvisioningFailed", fmt.Sprintf("access mode %s is not possible: a local volume is on one node (ReadWriteOnce, ReadWriteOncePod)", m))
 		}
 	}
-	size, err := parseBytes(c.Spec.Resources.Requests["storage"])
+	size, err := quantity.ParseBytes(c.Spec.Resources.Requests["storage"])
 	if err != nil || size == 0 {
 		return p.refuse(ctx, c, "ProvisioningFailed", fmt.Sprintf("the claim requests no usable storage size: %v", err))
 	}
@@ -299,11 +300,11 @@ func (p *provisioner) grow(ctx context.Context, c claim) error {
 	if err != nil {
 		return err
 	}
-	want, err := parseBytes(c.Spec.Resources.Requests["storage"])
+	want, err := quantity.ParseBytes(c.Spec.Resources.Requests["storage"])
 	if err != nil {
 		return nil // the apiserver validates requests; nothing to grow to
 	}
-	if allocated, err := parseBytes(c.Status.AllocatedResources["storage"]); err == nil && allocated >= want {
+	if allocated, err := quantity.ParseBytes(c.Status.AllocatedResources["storage"]); err == nil && allocated >= want {
 		return nil // asked for already
 	}
 	if want <= v.Bytes {

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"cairn.dev/cairn/node/kubernetes/quantity"
 	"cairn.dev/cairn/node/marker"
 	"cairn.dev/cairn/test/launch"
 	"cairn.dev/cairn/test/launch/cluster"
@@ -839,27 +840,8 @@ func (k *kube) volumeRoom(t *testing.T, node string) (int64, error) {
 	if c.StorageClassName != "local" {
 		return 0, fmt.Errorf("the capacity of %s is of StorageClass %q, want local", node, c.StorageClassName)
 	}
-	return parseQuantity(c.MaximumVolumeSize)
-}
-
-// parseQuantity reads a Kubernetes quantity of bytes: an integer with an
-// optional binary or decimal suffix, as the apiserver writes them.
-func parseQuantity(q string) (int64, error) {
-	mult := int64(1)
-	for _, u := range []struct {
-		suffix string
-		mult   int64
-	}{{"Ki", 1 << 10}, {"Mi", 1 << 20}, {"Gi", 1 << 30}, {"Ti", 1 << 40}, {"k", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12}} {
-		if n, ok := strings.CutSuffix(q, u.suffix); ok {
-			q, mult = n, u.mult
-			break
-		}
-	}
-	n, err := strconv.ParseInt(q, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("quantity %q is not a whole number of bytes: %w", q, err)
-	}
-	return n * mult, nil
+	n, err := quantity.ParseBytes(c.MaximumVolumeSize)
+	return int64(n), err
 }
 
 func (k *kube) getJSON(t *testing.T, out any, args ...string) error {

@@ -1,4 +1,7 @@
-package kubernetes
+// Package quantity reads Kubernetes resource quantities of bytes ("64Mi",
+// "1.5G", "129e6"), as claims ask for storage and as the apiserver writes
+// capacities back, without linking the apimachinery module.
+package quantity
 
 import (
 	"fmt"
@@ -27,12 +30,12 @@ var quantitySuffixes = map[string]*big.Int{
 	"E":  big.NewInt(1e18),
 }
 
-// maxBytes is the largest quantity of bytes parseBytes accepts.
+// maxBytes is the largest quantity of bytes ParseBytes accepts.
 var maxBytes = new(big.Int).Lsh(big.NewInt(1), 62)
 
-// parseBytes reads a quantity of bytes ("64Mi", "1.5G", "129e6"), rounded
+// ParseBytes reads a quantity of bytes ("64Mi", "1.5G", "129e6"), rounded
 // up to a whole byte.
-func parseBytes(q string) (uint64, error) {
+func ParseBytes(q string) (uint64, error) {
 	m := quantityRE.FindStringSubmatch(q)
 	if m == nil {
 		return 0, fmt.Errorf("%q is not a quantity of bytes", q)

@@ -1,4 +1,4 @@
-package kubernetes
+package quantity
 
 import "testing"
 
@@ -23,14 +23,14 @@ func TestParseBytes(t *testing.T) {
 		{"1e-3", 1},
 		{"3Ei", 3 << 60},
 	} {
-		got, err := parseBytes(c.in)
+		got, err := ParseBytes(c.in)
 		if err != nil || got != c.want {
-			t.Errorf("parseBytes(%q) = %d, %v; want %d", c.in, got, err, c.want)
+			t.Errorf("ParseBytes(%q) = %d, %v; want %d", c.in, got, err, c.want)
 		}
 	}
 	for _, in := range []string{"", "Mi", "-1", "1 Mi", "1mi", "1Yi", "1e99", "8Ei", "0x10", "1..2"} {
-		if got, err := parseBytes(in); err == nil {
-			t.Errorf("parseBytes(%q) = %d, want an error", in, got)
+		if got, err := ParseBytes(in); err == nil {
+			t.Errorf("ParseBytes(%q) = %d, want an error", in, got)
 		}
 	}
 }
