@@ -77,6 +77,37 @@ func issue(ctx context.Context, cur api.CuratorClient, kind api.CertificateKind,
 	return c, nil
 }
 
+// issueKubeconfig issues a client credential of kind into dir and writes
+// dir/kubeconfig, with which a component reaches the apiserver at server;
+// it returns the credential, whose renewAt ends the component's run, and
+// the kubeconfig's path.
+func issueKubeconfig(ctx context.Context, cur api.CuratorClient, kind api.CertificateKind, dir, server string) (*credential, string, error) {
+	cred, err := issue(ctx, cur, kind, dir, "client")
+	if err != nil {
+		return nil, "", err
+	}
+	kubeconfig := dir + "/kubeconfig"
+	if err := writeKubeconfig(kubeconfig, server, cred); err != nil {
+		return nil, "", err
+	}
+	return cred, kubeconfig, nil
+}
+
+// issueClient issues a client credential of kind into dir and returns a
+// client of the apiserver at server that presents it, and the credential,
+// whose renewAt ends the client's use.
+func issueClient(ctx context.Context, cur api.CuratorClient, kind api.CertificateKind, dir, server string) (*apiClient, *credential, error) {
+	cred, err := issue(ctx, cur, kind, dir, "client")
+	if err != nil {
+		return nil, nil, err
+	}
+	cl, err := newAPIClient(server, cred)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cl, cred, nil
+}
+
 // soonest returns the earliest renewal time of creds.
 func soonest(creds ...*credential) time.Time {
 	var t time.Time

@@ -251,12 +251,8 @@ func (c *Controller) runScheduler(ctx context.Context) error {
 // and on a slow CPU their restarts take the time the apiserver needs to
 // finish starting within its own deadlines.
 func (c *Controller) runClient(ctx context.Context, bin string, kind api.CertificateKind, dir string, flags func(*credential) []string) error {
-	cred, err := issue(ctx, c.cfg.Curator, kind, dir, "client")
+	cred, kubeconfig, err := issueKubeconfig(ctx, c.cfg.Curator, kind, dir, c.apiserverURL())
 	if err != nil {
-		return err
-	}
-	kubeconfig := dir + "/kubeconfig"
-	if err := writeKubeconfig(kubeconfig, c.apiserverURL(), cred); err != nil {
 		return err
 	}
 	cl, err := newAPIClient(c.apiserverURL(), cred)

@@ -98,15 +98,7 @@ type provisioner struct {
 // renewal. changed tells it that what the volumes take changed.
 func (w *Worker) runProvisioner(m *localvolume.Manager, changed <-chan struct{}) supervisor.Runnable {
 	return func(ctx context.Context) error {
-		dir := w.dir("volumes")
-		if err := mkdirs(dir); err != nil {
-			return err
-		}
-		cred, err := issue(ctx, w.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_VOLUMES, dir, "client")
-		if err != nil {
-			return err
-		}
-		cl, err := newAPIClient(w.balancerURL(), cred)
+		cl, cred, err := issueClient(ctx, w.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_VOLUMES, w.dir("volumes"), w.balancerURL())
 		if err != nil {
 			return err
 		}

@@ -20,11 +20,7 @@ const reconcileInterval = time.Minute
 // follow the Cairn nodes' roles (reconcileNodes).
 func (c *Controller) runReconciler(ctx context.Context) error {
 	dir := c.dir("reconciler")
-	cred, err := issue(ctx, c.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_RECONCILER, dir, "client")
-	if err != nil {
-		return err
-	}
-	cl, err := newAPIClient(c.apiserverURL(), cred)
+	cl, cred, err := issueClient(ctx, c.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_RECONCILER, dir, c.apiserverURL())
 	if err != nil {
 		return err
 	}

@@ -62,7 +62,7 @@ func (s *Services) apiserverURL() string {
 
 // Run runs kube-proxy and the pod routes until ctx ends.
 func (s *Services) Run(ctx context.Context) error {
-	if err := mkdirs(s.dir(), s.dir("proxy"), s.dir("routes")); err != nil {
+	if err := mkdirs(s.dir()); err != nil {
 		return err
 	}
 	// A NodePort's packets come in and go on to a pod of another node.
@@ -80,19 +80,10 @@ func (s *Services) Run(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// credential issues the Services' credential into dir.
-func (s *Services) credential(ctx context.Context, dir string) (*credential, error) {
-	return issue(ctx, s.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_PROXY, dir, "client")
-}
-
 func (s *Services) runProxy(ctx context.Context) error {
 	dir := s.dir("proxy")
-	cred, err := s.credential(ctx, dir)
+	cred, kubeconfig, err := issueKubeconfig(ctx, s.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_PROXY, dir, s.apiserverURL())
 	if err != nil {
-		return err
-	}
-	kubeconfig := dir + "/kubeconfig"
-	if err := writeKubeconfig(kubeconfig, s.apiserverURL(), cred); err != nil {
 		return err
 	}
 	return runKubeProxy(ctx, s.cfg.Layout, dir, s.cfg.NodeID, s.cfg.IP, kubeconfig, cred.renewAt)
@@ -100,11 +91,7 @@ func (s *Services) runProxy(ctx context.Context) error {
 
 // runRoutes keeps the routes to the workers' pod ranges.
 func (s *Services) runRoutes(ctx context.Context) error {
-	cred, err := s.credential(ctx, s.dir("routes"))
-	if err != nil {
-		return err
-	}
-	cl, err := newAPIClient(s.apiserverURL(), cred)
+	cl, cred, err := issueClient(ctx, s.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_PROXY, s.dir("routes"), s.apiserverURL())
 	if err != nil {
 		return err
 	}

@@ -294,30 +294,14 @@ func (w *Worker) runKubelet(ctx context.Context) error {
 // identity (system:node:<ID>): a client certificate in dir and a
 // kubeconfig there that reaches the apiservers through the balancer.
 func (w *Worker) nodeKubeconfig(ctx context.Context, dir string) (*credential, string, error) {
-	client, err := issue(ctx, w.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_KUBELET_CLIENT, dir, "client")
-	if err != nil {
-		return nil, "", err
-	}
-	kubeconfig := dir + "/kubeconfig"
-	if err := writeKubeconfig(kubeconfig, w.balancerURL(), client); err != nil {
-		return nil, "", err
-	}
-	return client, kubeconfig, nil
+	return issueKubeconfig(ctx, w.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_KUBELET_CLIENT, dir, w.balancerURL())
 }
 
 // nodeAPIClient issues a client credential of the node's kubelet
 // identity into dir and returns a client of the apiservers (through the
 // balancer) that presents it, and the credential, whose renewAt ends it.
 func (w *Worker) nodeAPIClient(ctx context.Context, dir string) (*apiClient, *credential, error) {
-	cred, err := issue(ctx, w.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_KUBELET_CLIENT, dir, "client")
-	if err != nil {
-		return nil, nil, err
-	}
-	cl, err := newAPIClient(w.balancerURL(), cred)
-	if err != nil {
-		return nil, nil, err
-	}
-	return cl, cred, nil
+	return issueClient(ctx, w.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_KUBELET_CLIENT, dir, w.balancerURL())
 }
 
 // kubeletConfig is the kubelet's KubeletConfiguration.
