@@ -368,18 +368,11 @@ func (p *provisioner) sweep(ctx context.Context, cs map[string]claim) error {
 	if err != nil {
 		return err
 	}
-	names := make([]string, len(vols))
-	for i, v := range vols {
-		names[i] = v.Name
-	}
-	orphans, err := p.orphans(ctx, names, cs)
+	orphans, err := p.orphans(ctx, vols, cs)
 	if err != nil {
 		return err
 	}
-	for _, v := range vols {
-		if !slices.Contains(orphans, v.Name) {
-			continue
-		}
+	for _, v := range orphans {
 		if err := p.volumes.Delete(v.Name); err != nil {
 			return err
 		}
@@ -388,26 +381,26 @@ func (p *provisioner) sweep(ctx context.Context, cs map[string]claim) error {
 	return nil
 }
 
-// orphans are the volumes among names that no claim of cs has and no
+// orphans are the volumes of vols that no claim of cs has and no
 // PersistentVolume names, asked of the apiserver one by one: a volume
 // whose PersistentVolume exists is the PersistentVolume's, whatever
 // happened to its claim.
-func (p *provisioner) orphans(ctx context.Context, names []string, cs map[string]claim) ([]string, error) {
+func (p *provisioner) orphans(ctx context.Context, vols []localvolume.Volume, cs map[string]claim) ([]localvolume.Volume, error) {
 	claimed := map[string]bool{}
 	for _, c := range cs {
 		claimed[volumeName(c)] = true
 	}
-	var orphans []string
-	for _, name := range names {
-		if claimed[name] {
+	var orphans []localvolume.Volume
+	for _, v := range vols {
+		if claimed[v.Name] {
 			continue
 		}
-		err := p.cl.get(ctx, "/api/v1/persistentvolumes/"+name, &persistentVolume{})
+		err := p.cl.get(ctx, "/api/v1/persistentvolumes/"+v.Name, &persistentVolume{})
 		switch {
 		case answered(err, http.StatusNotFound):
-			orphans = append(orphans, name)
+			orphans = append(orphans, v)
 		case err != nil:
-			return nil, fmt.Errorf("when looking for the PersistentVolume of volume %s: %w", name, err)
+			return nil, fmt.Errorf("when looking for the PersistentVolume of volume %s: %w", v.Name, err)
 		}
 	}
 	return orphans, nil

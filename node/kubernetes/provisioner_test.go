@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"cairn.dev/cairn/node/kubernetes/localvolume"
 	"cairn.dev/cairn/pkg/fixture"
 )
 
@@ -58,14 +59,24 @@ func TestOrphans(t *testing.T) {
 	defer ts.Close()
 	p := &provisioner{node: "cairn-a", cl: &apiClient{server: ts.URL, http: ts.Client()}}
 	cs := map[string]claim{"default/data-pending": claimOf("pending"), "default/data-bound": claimOf("bound")}
-	names := []string{"pvc-bound", "pvc-pending", "pvc-retained", "pvc-gone"}
+	var vols []localvolume.Volume
+	for _, name := range []string{"pvc-bound", "pvc-pending", "pvc-retained", "pvc-gone"} {
+		vols = append(vols, localvolume.Volume{Name: name})
+	}
+	names := func(vs []localvolume.Volume) []string {
+		var out []string
+		for _, v := range vs {
+			out = append(out, v.Name)
+		}
+		return out
+	}
 
-	got, err := p.orphans(fixture.Context(t), names, cs)
+	got, err := p.orphans(fixture.Context(t), vols, cs)
 	if err != nil {
 		t.Fatalf("orphans: %v", err)
 	}
-	if !slices.Equal(got, []string{"pvc-gone"}) {
-		t.Errorf("orphans = %q, want only pvc-gone: the others have a claim or a PersistentVolume", got)
+	if !slices.Equal(names(got), []string{"pvc-gone"}) {
+		t.Errorf("orphans = %q, want only pvc-gone: the others have a claim or a PersistentVolume", names(got))
 	}
 	if want := []string{"pvc-retained", "pvc-gone"}; !slices.Equal(srv.asked, want) {
 		t.Errorf("asked the apiserver for %q, want %q: a volume with a claim costs no call", srv.asked, want)
@@ -74,11 +85,11 @@ func TestOrphans(t *testing.T) {
 	// An apiserver that fails for one volume: no orphan at all, so the
 	// sweep deletes nothing and runs again with the claims' next list.
 	srv.failing = []string{"pvc-gone"}
-	got, err = p.orphans(fixture.Context(t), names, cs)
+	got, err = p.orphans(fixture.Context(t), vols, cs)
 	if err == nil || !strings.Contains(err.Error(), "pvc-gone") || !strings.Contains(err.Error(), "request timed out") {
-		t.Errorf("orphans with a failing apiserver = %q, %v; want an error naming the volume and the cause", got, err)
+		t.Errorf("orphans with a failing apiserver = %q, %v; want an error naming the volume and the cause", names(got), err)
 	}
 	if got != nil {
-		t.Errorf("orphans with a failing apiserver = %q, want none", got)
+		t.Errorf("orphans with a failing apiserver = %q, want none", names(got))
 	}
 }

@@ -315,12 +315,12 @@ func (m *Manager) Expand(name string, size uint64) (Volume, error) {
 	if err := fsquota.SetLimits(dir, v.Project, quotaOf(v.Mode, size)); err != nil {
 		return Volume{}, fmt.Errorf("when growing volume %s: %w", name, err)
 	}
-	m.changed()
 	if v.Mode == Block {
 		if err := os.Truncate(v.Path, int64(size)); err != nil {
 			return Volume{}, fmt.Errorf("when growing volume %s: %w", name, err)
 		}
 	}
+	m.changed()
 	return m.read(name)
 }
 
