@@ -217,8 +217,9 @@ KUBE_STAMP := $(IMAGE_CACHE)/with-kubernetes
 $(KUBE_STAMP): FORCE
 	@mkdir -p $(@D); echo "$(KUBE_ON)" | cmp -s - $@ || echo "$(KUBE_ON)" >$@
 
-$(OUT)/system.img $(OUT)/cmdline &: $(MKIMAGE) build/cmdline $(KUBE_STAMP) | deps $(if $(KUBE_ON),kube-payload)
+$(OUT)/system.img $(OUT)/cmdline &: $(MKIMAGE) build/cmdline $(KUBE_STAMP) $(KERNEL_VERSION) | deps $(if $(KUBE_ON),kube-payload)
 	@mkdir -p $(@D) && $(MKIMAGE) system -cmdline build/cmdline -cmdline-out $(OUT)/cmdline \
+	  -kernel "$(KDIR)" -release "$(KREL)" \
 	  $(if $(KUBE_ON),-kubernetes $(KUBE_BIN)) -deps $(IMAGE_CACHE)/system.d -o $(OUT)/system.img
 
 -include $(IMAGE_CACHE)/system.d

@@ -17,7 +17,7 @@ func initramfsCmd(args []string) error {
 	kernel := fs.String("kernel", "", "unpacked kernel package (holds lib/modules/<release>)")
 	release := fs.String("release", "", "kernel release, e.g. 6.1.0-56-amd64")
 	initBin := fs.String("init", "", "static binary to run as /init")
-	withModules := fs.Bool("modules", true, "carry the kernel modules")
+	withModules := fs.Bool("modules", true, "carry the kernel modules the boot needs before the system partition (modules.Early)")
 	withLinks := fs.Bool("system-links", true, "carry system.LoaderLinks, through which the system image's binaries run")
 	out := fs.String("o", "", "output file")
 	name := fs.String("name", "initramfs", "what to call the result in the report")
@@ -37,7 +37,7 @@ func initramfsCmd(args []string) error {
 		if err := need(map[string]string{"kernel": *kernel, "release": *release}); err != nil {
 			return err
 		}
-		set, err := modules.Load(filepath.Join(*kernel, "lib/modules", *release), modules.Carried)
+		set, err := modules.Load(filepath.Join(*kernel, "lib/modules", *release), modules.Early)
 		if err != nil {
 			return err
 		}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"cairn.dev/cairn/build/modules"
 	"cairn.dev/cairn/build/system"
 )
 
@@ -16,6 +17,8 @@ func systemCmd(args []string) error {
 	cmdlineOut := fs.String("cmdline-out", "", "write the base command line with the system slot and its verity parameters here")
 	slot := fs.String("slot", "a", "the slot the image goes into, which the command line names")
 	depfile := fs.String("deps", "", "write a make rule naming the host files read here")
+	kernel := fs.String("kernel", "", "unpacked kernel package (holds lib/modules/<release>); carry its modules.Carried at "+system.ModulesDir)
+	release := fs.String("release", "", "kernel release, e.g. 6.1.0-56-amd64")
 	kube := fs.String("kubernetes", "", "carry this directory of the Kubernetes payload (build/kubernetes) at /system"+system.KubernetesBin)
 	out := fs.String("o", "", "output file")
 	fs.Parse(args)
@@ -27,7 +30,13 @@ func systemCmd(args []string) error {
 		return fmt.Errorf("when reading the command line: %w", err)
 	}
 	paths := system.HostBinaryPaths(system.HostBinaries)
-	img, err := system.Build(*out, system.Config{Binaries: paths, Kubernetes: *kube})
+	c := system.Config{Binaries: paths, Kubernetes: *kube}
+	if *kernel != "" {
+		if c.Modules, err = modules.Load(filepath.Join(*kernel, "lib/modules", *release), modules.Carried); err != nil {
+			return err
+		}
+	}
+	img, err := system.Build(*out, c)
 	if err != nil {
 		return err
 	}
@@ -39,6 +48,9 @@ func systemCmd(args []string) error {
 		if err := writeDepfile(*depfile, *out+" "+*cmdlineOut, append(img.HostFiles, img.KubernetesFiles...)); err != nil {
 			return fmt.Errorf("when writing %s: %w", *depfile, err)
 		}
+	}
+	if c.Modules != nil {
+		fmt.Printf("image: system image carries %d kernel modules (%s uncompressed)\n", len(c.Modules.Modules), mb(c.Modules.ModuleBytes))
 	}
 	fmt.Printf("image: system image %s: EROFS %s + verity hash tree %d KiB; %d host binaries with their libraries (%d files)\n",
 		mb(img.FilesystemSize+img.TreeSize), mb(img.FilesystemSize), img.TreeSize>>10, len(paths), len(img.HostFiles))

@@ -10,10 +10,11 @@ type Prefix struct {
 	Why string
 }
 
-// Carried is the set of modules Cairn's initramfs carries, before their
-// dependencies are added. Every entry must match at least one module of the
-// kernel, so a module Debian renames or drops fails the build instead of
-// vanishing silently.
+// Carried is the set of modules Cairn carries, before their dependencies
+// are added: the system partition holds all of them, and a node loads
+// them once that partition is verified and mounted. Every entry must match
+// at least one module of the kernel, so a module Debian renames or drops
+// fails the build instead of vanishing silently.
 var Carried = []Prefix{
 	// Virtual machines: qemu's virtio devices and its firmware config.
 	{"drivers/virtio/", "virtio bus: pci, mmio, balloon, input"},
@@ -78,4 +79,45 @@ var Carried = []Prefix{
 	{"net/ipv4/netfilter/", "iptables and IPv4 NAT"},
 	{"net/ipv6/netfilter/", "ip6tables and IPv6 NAT"},
 	{"net/sched/", "traffic control for CNI plugins"},
+}
+
+// Early is the part of Carried that the initramfs carries: what every
+// boot needs before it has joined its cluster. That is the disk the node
+// is on (virtio, NVMe, SATA), device-mapper's verity target and EROFS for
+// the system partition, dm-crypt, XFS and the ciphers for the data
+// partition, vfat for the ESP, the TPM, EFI variables, the power button,
+// and qemu's virtio devices with their network card. The rest (network
+// cards of real machines, Kubernetes' networking and filesystems) waits on
+// the system partition: under software emulation every megabyte of
+// initramfs costs boot time, while a module read from the system
+// partition costs its verification by dm-verity. Every entry lies inside a
+// Carried entry (TestEarlyIsCarried).
+var Early = []Prefix{
+	{"drivers/virtio/", "virtio bus, under the virtio devices"},
+	{"drivers/block/virtio_blk.ko", "virtio disks"},
+	{"drivers/scsi/virtio_scsi.ko", "virtio-scsi disks"},
+	{"drivers/net/virtio_net.ko", "virtio network"},
+	{"drivers/char/hw_random/virtio-rng.ko", "virtio entropy source"},
+	{"drivers/char/virtio_console.ko", "virtio serial console"},
+	{"drivers/firmware/qemu_fw_cfg.ko", "node parameters from qemu fw_cfg"},
+	{"drivers/nvme/host/nvme.ko", "NVMe disks"},
+	{"drivers/ata/ahci.ko", "SATA disks (AHCI)"},
+	{"drivers/ata/ata_piix.ko", "older Intel SATA/PATA controllers"},
+	{"drivers/ata/ata_generic.ko", "generic ATA controllers"},
+	{"drivers/scsi/sd_mod.ko", "SCSI disk class, used by SATA and virtio-scsi"},
+	{"drivers/md/dm-mod.ko", "device mapper"},
+	{"drivers/md/dm-verity.ko", "verified system partition"},
+	{"drivers/md/dm-crypt.ko", "encrypted data partition"},
+	{"crypto/", "ciphers, modes and checksums the kernel requests by name"},
+	{"arch/x86/crypto/", "accelerated AES, SHA and CRC"},
+	{"fs/erofs/", "system partition filesystem"},
+	{"fs/xfs/", "data partition filesystem"},
+	{"fs/fat/", "EFI system partition (vfat)"},
+	{"fs/nls/nls_cp437.ko", "vfat default codepage"},
+	{"fs/nls/nls_iso8859-1.ko", "vfat default iocharset"},
+	{"fs/nls/nls_utf8.ko", "vfat utf8 names"},
+	{"fs/nls/nls_ascii.ko", "vfat default iocharset of Debian's kernel (ascii)"},
+	{"fs/efivarfs/", "EFI variables"},
+	{"drivers/char/tpm/", "TPM 2.0 (tpm_tis, tpm_crb) for sealing"},
+	{"drivers/acpi/button.ko", "ACPI power button: clean shutdown from the host at any time"},
 }

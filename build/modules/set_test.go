@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -163,16 +164,36 @@ func TestLoadErrors(t *testing.T) {
 	}
 }
 
-// TestCarriedIsDocumented keeps the table readable: every entry says why.
-func TestCarriedIsDocumented(t *testing.T) {
-	seen := map[string]bool{}
-	for _, p := range Carried {
-		if p.Path == "" || p.Why == "" {
-			t.Errorf("Carried entry %q has no path or no reason", p.Path)
+// TestTablesAreDocumented keeps the tables readable: every entry says why.
+func TestTablesAreDocumented(t *testing.T) {
+	for name, table := range map[string][]Prefix{"Carried": Carried, "Early": Early} {
+		seen := map[string]bool{}
+		for _, p := range table {
+			if p.Path == "" || p.Why == "" {
+				t.Errorf("%s entry %q has no path or no reason", name, p.Path)
+			}
+			if seen[p.Path] {
+				t.Errorf("%s lists %q twice", name, p.Path)
+			}
+			seen[p.Path] = true
 		}
-		if seen[p.Path] {
-			t.Errorf("Carried lists %q twice", p.Path)
+	}
+}
+
+// TestEarlyIsCarried checks that the initramfs carries nothing the system
+// partition lacks: the system partition's module directory replaces the
+// initramfs's once mounted, so a module only Early named would vanish.
+func TestEarlyIsCarried(t *testing.T) {
+	for _, e := range Early {
+		inside := false
+		for _, c := range Carried {
+			if strings.HasPrefix(e.Path, c.Path) {
+				inside = true
+				break
+			}
 		}
-		seen[p.Path] = true
+		if !inside {
+			t.Errorf("Early entry %q lies inside no Carried entry", e.Path)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"cairn.dev/cairn/build/elfdeps"
+	"cairn.dev/cairn/build/modules"
 	"cairn.dev/cairn/pkg/verity"
 )
 
@@ -22,6 +23,11 @@ const (
 	// FilesystemUUID is the EROFS filesystem's UUID, fixed so that the
 	// image is reproducible. Chosen at random once.
 	FilesystemUUID = "3b00efc1-f965-470b-b40e-7d32290bf67a"
+	// ModulesDir is where the system image holds the kernel's module
+	// directories, below MountPoint on a node. A node puts its kernel's
+	// over the initramfs's /lib/modules/<release> once the partition is
+	// mounted.
+	ModulesDir = "/lib/modules"
 	// saltLabel starts what the verity salt is hashed from.
 	saltLabel = "cairn system image verity salt v1\x00"
 )
@@ -40,6 +46,9 @@ type Config struct {
 	// build/kubernetes builds, carried at KubernetesBin; empty leaves
 	// Kubernetes out.
 	Kubernetes string
+	// Modules is the kernel's module directory as Cairn carries it,
+	// placed at ModulesDir/<release>; nil leaves modules out.
+	Modules *modules.Set
 	// MkfsEROFS is erofs-utils' mkfs.erofs; "mkfs.erofs" (looked up in
 	// PATH) when empty.
 	MkfsEROFS string
@@ -92,6 +101,11 @@ func Build(path string, c Config) (*Image, error) {
 	}
 	if err := stageFiles(stage, closure.Files); err != nil {
 		return nil, err
+	}
+	if c.Modules != nil {
+		if err := stageModules(stage, c.Modules); err != nil {
+			return nil, err
+		}
 	}
 	if c.Kubernetes != "" {
 		img.KubernetesFiles, img.KubernetesSize, err = stagePayload(stage, c.Kubernetes, KubernetesBin)
@@ -167,6 +181,24 @@ func stageFiles(stage string, files []elfdeps.File) error {
 		// Set after writing: the umask does not apply to chmod.
 		if err := os.Chmod(dst, f.Mode.Perm()); err != nil {
 			return fmt.Errorf("when staging %s: %w", f.Path, err)
+		}
+	}
+	return nil
+}
+
+// stageModules writes the module set below ModulesDir/<release>.
+func stageModules(stage string, s *modules.Set) error {
+	base := filepath.Join(stage, ModulesDir, s.Release)
+	for _, f := range s.Files {
+		dst := filepath.Join(base, filepath.FromSlash(f.Name))
+		if err := mkdirs(stage, filepath.Dir(dst)); err != nil {
+			return err
+		}
+		if err := os.WriteFile(dst, f.Data, 0o644); err != nil {
+			return fmt.Errorf("when staging module file %s: %w", f.Name, err)
+		}
+		if err := os.Chmod(dst, 0o644); err != nil {
+			return fmt.Errorf("when staging module file %s: %w", f.Name, err)
 		}
 	}
 	return nil

@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"cairn.dev/cairn/build/elfdeps"
+	"cairn.dev/cairn/build/modules"
 	"cairn.dev/cairn/pkg/verity"
 )
 
@@ -38,11 +39,21 @@ func build(t *testing.T) (string, *Image, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "system.img")
 	tmp := t.TempDir()
-	img, err := Build(path, Config{Binaries: HostBinaryPaths(HostBinaries), TempDir: tmp})
+	img, err := Build(path, Config{Binaries: HostBinaryPaths(HostBinaries), Modules: testModules, TempDir: tmp})
 	if err != nil {
 		t.Fatalf("Build: %v", err)
 	}
 	return path, img, tmp
+}
+
+// testModules stands for the carried module set of a kernel.
+var testModules = &modules.Set{
+	Release: "6.1.0-test",
+	Modules: []string{"kernel/fs/xfs/xfs.ko"},
+	Files: []modules.File{
+		{Name: "kernel/fs/xfs/xfs.ko", Data: []byte("\x7fELF xfs")},
+		{Name: "modules.dep", Data: []byte("kernel/fs/xfs/xfs.ko:\n")},
+	},
 }
 
 // TestBuildReproducible builds the image twice, a second apart (so every
@@ -125,6 +136,17 @@ func TestBuildContent(t *testing.T) {
 		}
 		if st, err := os.Lstat(got); err == nil && st.Mode().Perm() != f.Mode.Perm() {
 			t.Errorf("%s has mode %v in the image, want %v", f.Path, st.Mode().Perm(), f.Mode.Perm())
+		}
+	}
+
+	for _, f := range testModules.Files {
+		got := filepath.Join(dir, ModulesDir, testModules.Release, f.Name)
+		data, err := os.ReadFile(got)
+		if err != nil || !bytes.Equal(data, f.Data) {
+			t.Errorf("module file %s in the image: %q, %v; want %q", f.Name, data, err, f.Data)
+		}
+		if st, err := os.Lstat(got); err == nil && st.Mode().Perm() != 0o644 {
+			t.Errorf("module file %s has mode %v in the image, want 0644", f.Name, st.Mode().Perm())
 		}
 	}
 

@@ -2,28 +2,73 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"cairn.dev/cairn/pkg/kmod"
 	"cairn.dev/cairn/pkg/logtree"
 )
 
-// explicitModules are loaded whether or not a device asks for them: the
-// node needs them, and neither a modalias nor a request of the kernel
-// leads to them. What the kernel asks for by name when it needs it
-// (ciphers, checksums, filesystems such as efivarfs and xfs, device-mapper
-// targets, codepages) is not listed here: modprobe mode (modprobe.go)
-// serves those requests.
-var explicitModules = []string{
-	"button",      // ACPI power button, for a clean shutdown from the host
-	"evdev",       // /dev/input/event*, through which the button is read
-	"qemu_fw_cfg", // node parameters under qemu
+// Modules are loaded in four steps, each from the module directory of its
+// time, by name and for what the devices ask for (coldplug):
+//
+//	PID 1's core, before the supervisor   bootModules
+//	storage child, first                  the devices' modules from the initramfs, diskModules
+//	storage child, once /system is up     the devices' modules from the system partition
+//	storage child, once the ESP is up     the CPU's modules (accelerated ciphers), dataModules
+//
+// The initramfs carries what every boot needs before it joins
+// (build/modules.Early); the system partition carries every module, the
+// network cards of real machines and Kubernetes' networking among them.
+// The CPU's modules come last: their load is the kernel's self-tests of
+// their algorithms, seconds under software emulation, and only the data
+// partition needs them, which enrolment opens after it waits for them.
+// The network and the parameters need only the ESP.
+//
+// Loading a module by name here costs milliseconds; the kernel's own
+// request for it runs /init in modprobe mode (modprobe.go), some 0.13 s
+// under software emulation. So what every boot asks for is named.
+
+// bootModules are what the core needs before the supervisor starts: the
+// power button, read through evdev, and efivarfs.
+var bootModules = []string{
+	"button",   // ACPI power button, for a clean shutdown from the host
+	"evdev",    // /dev/input/event*, through which the button is read
+	"efivarfs", // EFI variables, mounted before the supervisor starts
+}
+
+// diskModules are what the storage child needs besides the disk's driver,
+// which coldplug finds, up to the ESP.
+var diskModules = []string{
 	// /dev/mapper/control, which storage opens, appears only once dm_mod
 	// is loaded; the kernel asks for it only when the node exists.
 	"dm_mod",
+	"dm_verity", "erofs", "crc32c_generic", // the verified system partition
+	"vfat", "nls_cp437", "nls_ascii", // the ESP
+	"qemu_fw_cfg", // node parameters under qemu
 }
+
+// earlyCPUModules are the CPU's modules that the disk step loads when the
+// CPU asks for them, rather than the data step: erofs's libcrc32c binds
+// the best crc32c there is when it loads, for good, and XFS's metadata
+// checksums go through it.
+var earlyCPUModules = []string{"crc32c_intel"}
+
+// cpuModaliasFile is the CPU's modalias, which lists its features.
+const cpuModaliasFile = "/sys/devices/system/cpu/modalias"
+
+// dataModules are what the data partition needs besides the ciphers.
+var dataModules = []string{"dm_crypt", "xfs"}
+
+// devices tells the devices' modaliases from the CPU's.
+func devices(modalias string) bool { return !kmod.CPUModalias(modalias) }
 
 // moduleDir returns the running kernel's module directory.
 func moduleDir() string {
@@ -49,25 +94,132 @@ func openLoader(dir, procModules string, opts ...kmod.LoaderOption) (*kmod.Loade
 	return kmod.NewLoader(idx, opts...), nil
 }
 
-// loadModules points the kernel's module requests at modprobe mode, then
-// loads the modules of the running kernel that the machine's devices ask
-// for, and explicitModules. Loads are logged to log, one entry per module;
-// a module that fails to load is a warning, never fatal. It returns how
-// many modules it loaded, and an error only if it could not look at the
-// modules or devices at all.
-func loadModules(ctx context.Context, log logtree.LeveledLogger) (int, error) {
+// loadBootModules points the kernel's module requests at modprobe mode,
+// then loads bootModules from the initramfs. It returns how many it
+// loaded.
+func loadBootModules(ctx context.Context, log logtree.LeveledLogger) (int, error) {
 	if err := serveModuleRequests(modprobeSysctl); err != nil {
 		log.Warningf("%v", err)
 	}
-	l, err := openLoader(moduleDir(), procModules, kmod.WithLogger(log))
+	return load(ctx, moduleDir(), nil, bootModules, log)
+}
+
+// load loads from the module directory dir what the modaliases which
+// accepts ask for (none when which is nil), and named, all at once; loads
+// are logged to log, one entry per module, and a module that fails to
+// load is a warning, never fatal. It returns how many modules it loaded,
+// and an error only if it could not look at the modules or devices at
+// all.
+func load(ctx context.Context, dir string, which func(modalias string) bool, named []string, log logtree.LeveledLogger) (int, error) {
+	l, err := openLoader(dir, procModules, kmod.WithLogger(log))
 	if err != nil {
 		return 0, err
 	}
-	err = l.Coldplug(ctx, "/sys/devices")
-	for _, m := range explicitModules {
+	return loadWith(ctx, l, which, named)
+}
+
+// loadWith is load with the Loader l.
+func loadWith(ctx context.Context, l *kmod.Loader, which func(modalias string) bool, named []string) (int, error) {
+	var known []string
+	for _, m := range named {
 		if l.Has(m) {
-			_ = l.Load(m) // a failure is logged by the loader
+			known = append(known, m)
 		}
 	}
-	return len(l.Loaded()), err
+	byName := make(chan error, 1)
+	go func() { byName <- l.LoadAll(ctx, known) }()
+	var err error
+	if which != nil {
+		err = l.Coldplug(ctx, "/sys/devices", which)
+	}
+	return len(l.Loaded()), errors.Join(err, <-byName)
+}
+
+// nodeModules are the storage child's steps of loading modules.
+type nodeModules struct {
+	// initramfs is the kernel's module directory at boot; system is the
+	// one on the mounted system partition, which replaces it.
+	initramfs, system string
+	printf            func(format string, args ...any)
+	// placed is set once system is bound over initramfs.
+	placed bool
+}
+
+func newNodeModules(systemRoot string, printf func(string, ...any)) *nodeModules {
+	return &nodeModules{
+		initramfs: moduleDir(),
+		system:    filepath.Join(systemRoot, "lib/modules", kernelRelease()),
+		printf:    printf,
+	}
+}
+
+// loadDisks loads from the initramfs what the devices ask for, the disk's
+// driver among them, and diskModules, after the earlyCPUModules the CPU
+// asks for.
+func (m *nodeModules) loadDisks(ctx context.Context, log logtree.LeveledLogger) error {
+	start := time.Now()
+	l, err := openLoader(m.initramfs, procModules, kmod.WithLogger(log))
+	if err != nil {
+		return fmt.Errorf("when loading modules: %w", err)
+	}
+	if b, err := os.ReadFile(cpuModaliasFile); err == nil {
+		var first []string
+		for _, name := range l.Match(strings.TrimSpace(string(b))) {
+			if slices.Contains(earlyCPUModules, name) {
+				first = append(first, name)
+			}
+		}
+		if err := l.LoadAll(ctx, first); err != nil {
+			return fmt.Errorf("when loading modules: %w", err)
+		}
+	}
+	n, err := loadWith(ctx, l, devices, diskModules)
+	if err != nil {
+		return fmt.Errorf("when loading modules: %w", err)
+	}
+	m.printf("coldplug loaded %d modules in %v", n, time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// loadSystem binds the system partition's module directory over the
+// initramfs's, read-only, so that the kernel's module requests find every
+// module Cairn carries from then on, and loads what the devices ask for of
+// it (network cards of real machines). A system partition without this
+// kernel's modules is said on the consoles and leaves the node with the
+// initramfs's: no error, since retrying cannot mend an image built that
+// way.
+func (m *nodeModules) loadSystem(ctx context.Context, log logtree.LeveledLogger) error {
+	if !m.placed {
+		if _, err := os.Stat(filepath.Join(m.system, "modules.dep")); err != nil {
+			m.printf("the system partition has no modules for kernel %s (%v): only the initramfs's are loaded", kernelRelease(), err)
+			m.placed = true
+			return nil
+		}
+		if err := unix.Mount(m.system, m.initramfs, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("when binding %s over %s: %w", m.system, m.initramfs, err)
+		}
+		if err := unix.Mount("", m.initramfs, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY, ""); err != nil {
+			return fmt.Errorf("when making %s read-only: %w", m.initramfs, err)
+		}
+		m.placed = true
+	}
+	return m.step(ctx, "coldplug loaded %d more modules from the system partition in %v", devices, nil, log)
+}
+
+// loadData loads what the CPU asks for (its accelerated ciphers, which
+// dm-crypt picks when it opens the data partition) and dataModules.
+func (m *nodeModules) loadData(ctx context.Context, log logtree.LeveledLogger) error {
+	return m.step(ctx, "loaded %d modules for the CPU and the data partition in %v", kmod.CPUModalias, dataModules, log)
+}
+
+// step is one step of load from the node's module directory, said on the
+// consoles with format, which takes the count and the time it took.
+func (m *nodeModules) step(ctx context.Context, format string, which func(string) bool, named []string, log logtree.LeveledLogger) error {
+	start := time.Now()
+	n, err := load(ctx, m.initramfs, which, named, log)
+	if err != nil {
+		return fmt.Errorf("when loading modules: %w", err)
+	}
+	m.printf(format, n, time.Since(start).Round(time.Millisecond))
+	return nil
 }

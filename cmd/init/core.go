@@ -15,7 +15,7 @@ import (
 	"cairn.dev/cairn/pkg/supervisor"
 )
 
-// runCore is the core process: it loads modules, runs the supervision tree
+// runCore is the core process: it loads the modules it needs, runs the supervision tree
 // until it is asked to stop or its root dies, and returns the exit code
 // that tells PID 1 what to do.
 func runCore() int {
@@ -39,12 +39,11 @@ func runCore() int {
 	defer stopConsoles()
 	initLog := lt.LeveledFor("init")
 
-	n, err := loadModules(context.Background(), lt.LeveledFor("init.coldplug"))
-	if err != nil {
-		initLog.Errorf("coldplug: %v", err)
-		con.Printf("coldplug failed: %v", err)
+	// The rest of the modules are the storage child's (coldplug.go).
+	if _, err := loadBootModules(context.Background(), lt.LeveledFor("init.modules")); err != nil {
+		initLog.Errorf("when loading the boot modules: %v", err)
+		con.Printf("boot modules not loaded: %v", err)
 	}
-	con.Printf("coldplug loaded %d modules", n)
 	if err := mountEFIVars(); err != nil {
 		initLog.Errorf("%v", err)
 		con.Printf("%v", err)

@@ -33,6 +33,7 @@ type child struct {
 // request stops the node.
 //
 //	storage ─mounted─▶ parameters ─▶ network ─address─▶ enrolment ◀─┐
+//	   └──────data ready (the data partition's modules)───▶ │      │
 //	                        └──────────parameters───────────▶ │      │
 //	                                                 membership│      │credentials,
 //	                                                          ▼      │stored directory
@@ -47,6 +48,7 @@ func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogg
 		ntp        memory.Value[[]netip.Addr]
 		clock      memory.Value[timesync.State]
 		mounted    memory.Value[bool]
+		dataReady  memory.Value[bool]
 		membership memory.Value[*roleserve.Membership]
 		params     memory.Value[*parameters.Loaded]
 	)
@@ -66,11 +68,11 @@ func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogg
 	ls := logstore.New(logstore.Config{Tree: lt, Dir: st.Root.Data.Logs.FullPath()})
 	gatherer := metrics.Gatherer("/proc", append(curator.Metrics(), restarts)...)
 	cs := []child{
-		{"storage", newStorage(st, fl, &mounted, printf).run},
+		{"storage", newStorage(st, fl, &mounted, &dataReady, printf).run},
 		{"parameters", parametersRunnable(st, &mounted, &params)},
 		{"network", networkRunnable(&params, &address, &ntp, printf)},
 		{"timesync", timesyncRunnable(&ntp, &clock, printf)},
-		{"cluster", enrolmentRunnable(st, &mounted, &address, &params, &membership, rs)},
+		{"cluster", enrolmentRunnable(st, &dataReady, &address, &params, &membership, rs)},
 		{"roleserve", rs.Run},
 		{"nodemanagement", nodeManagementRunnable(st, rs.Credentials(), rs.OwnerTrust(), lt, ls, gatherer, request)},
 		{"logstore", logStoreRunnable(ls, &membership)},

@@ -6,6 +6,7 @@ import (
 
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/pkg/event"
+	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/supervisor"
 	"cairn.dev/cairn/pkg/verity"
 )
@@ -20,9 +21,9 @@ type nodeStorage interface {
 	MountExisting(nodeKey, clusterKey []byte) error
 }
 
-// storage is the storage child: it mounts the verified system partition,
-// the ESP and /ephemeral (and, in test images, what the test hooks ask
-// for). It remembers what it mounted, so that a restart by the supervisor
+// storage is the storage child: it loads the disks' modules, mounts the
+// verified system partition, loads the modules it carries, mounts the ESP and /ephemeral (and, in test
+// images, what the test hooks ask for). It remembers what it mounted, so that a restart by the supervisor
 // after an error goes on from where the last run stopped instead of
 // mounting twice.
 type storage struct {
@@ -44,7 +45,18 @@ type storage struct {
 	// tests that do not care.
 	mounted event.Value[bool]
 
-	systemMounted, espMounted, ephemeralMounted bool
+	// dataReady is set once the modules of the data partition are
+	// loaded too, after mounted: enrolment waits for it. Nil in tests
+	// that do not care.
+	dataReady event.Value[bool]
+	// diskModules loads the modules the disks need, before anything is
+	// mounted; systemModules loads the system partition's once it is
+	// mounted, before the ESP; dataModules loads the data partition's
+	// once the ESP is mounted (coldplug.go). Nil in tests that do not
+	// care.
+	diskModules, systemModules, dataModules func(ctx context.Context, log logtree.LeveledLogger) error
+
+	diskModulesLoaded, systemMounted, systemModulesLoaded, espMounted, ephemeralMounted, dataModulesLoaded bool
 	// systemFailure is why the system partition cannot be mounted, when
 	// trying again cannot change it.
 	systemFailure error
@@ -52,10 +64,11 @@ type storage struct {
 
 // newStorage returns the storage child for the node's disks s, which sets
 // mounted once the system partition, the ESP and /ephemeral are mounted.
-func newStorage(s *localstorage.Storage, fl flags, mounted event.Value[bool], printf func(string, ...any)) *storage {
-	return &storage{
+func newStorage(s *localstorage.Storage, fl flags, mounted, dataReady event.Value[bool], printf func(string, ...any)) *storage {
+	st := &storage{
 		disks:      s,
 		mounted:    mounted,
+		dataReady:  dataReady,
 		printf:     printf,
 		espCairn:   s.Root.ESP.Cairn.FullPath(),
 		dataRoot:   s.Root.Data.FullPath(),
@@ -63,6 +76,9 @@ func newStorage(s *localstorage.Storage, fl flags, mounted event.Value[bool], pr
 		system:     fl.system,
 		hooks:      newStorageHooks(fl.test),
 	}
+	m := newNodeModules(s.Root.System.FullPath(), printf)
+	st.diskModules, st.systemModules, st.dataModules = m.loadDisks, m.loadSystem, m.loadData
+	return st
 }
 
 // run is the storage child's runnable. Errors go back to the supervisor,
@@ -70,11 +86,23 @@ func newStorage(s *localstorage.Storage, fl flags, mounted event.Value[bool], pr
 // destroy data.
 func (s *storage) run(ctx context.Context) error {
 	log := supervisor.Logger(ctx)
+	if !s.diskModulesLoaded && s.diskModules != nil {
+		if err := s.diskModules(ctx, log); err != nil {
+			return err
+		}
+		s.diskModulesLoaded = true
+	}
 	if !s.systemMounted {
 		if err := s.mountSystem(log); err != nil {
 			return err
 		}
 		s.systemMounted = true
+	}
+	if !s.systemModulesLoaded && s.systemModules != nil {
+		if err := s.systemModules(ctx, log); err != nil {
+			return err
+		}
+		s.systemModulesLoaded = true
 	}
 	if !s.espMounted {
 		if err := s.disks.MountESP(); err != nil {
@@ -91,6 +119,15 @@ func (s *storage) run(ctx context.Context) error {
 	}
 	if s.mounted != nil {
 		s.mounted.Set(true)
+	}
+	if !s.dataModulesLoaded && s.dataModules != nil {
+		if err := s.dataModules(ctx, log); err != nil {
+			return err
+		}
+		s.dataModulesLoaded = true
+	}
+	if s.dataReady != nil {
+		s.dataReady.Set(true)
 	}
 	if err := s.hooks.run(ctx, s, log); err != nil {
 		return err

@@ -18,6 +18,7 @@ import (
 	"cairn.dev/cairn/pkg/cmdline"
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/event/memory"
+	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/supervisor"
 	"cairn.dev/cairn/pkg/verity"
 )
@@ -124,5 +125,54 @@ func TestStorageNoSystemFlags(t *testing.T) {
 	}
 	if errors.Is(st.system.err, localstorage.ErrSystemCorrupt) {
 		t.Errorf("missing flags reported as corruption")
+	}
+}
+
+// TestStorageLoadsModules: the disks' modules are loaded before anything
+// is mounted, the system partition's after it is mounted and before the
+// ESP, whose vfat may be one of them, and the data partition's after
+// mounted is set and before dataReady; a failed step is tried again
+// without mounting twice.
+func TestStorageLoadsModules(t *testing.T) {
+	disks := &fakeDisks{}
+	st, lines, mounted := systemStorage(disks, system.Cmdline("", "a", testParams))
+	var dataReady memory.Value[bool]
+	st.dataReady = &dataReady
+	var order []string
+	step := func(name string) func(context.Context, logtree.LeveledLogger) error {
+		failed := false
+		return func(context.Context, logtree.LeveledLogger) error {
+			disks.mu.Lock()
+			defer disks.mu.Unlock()
+			m, _ := mounted.Watch().Get(context.Background(), event.BacklogOnly[bool]())
+			r, _ := dataReady.Watch().Get(context.Background(), event.BacklogOnly[bool]())
+			order = append(order, fmt.Sprintf("%s: %d system, %d ESP, mounted %v, data ready %v", name, disks.systemCalls, disks.espCalls, m, r))
+			if !failed {
+				failed = true
+				return errors.New("sysfs away")
+			}
+			return nil
+		}
+	}
+	st.diskModules, st.systemModules, st.dataModules = step("disks"), step("system"), step("data")
+	supervisor.TestHarness(t, st.run)
+	lines.wait(t, "system partition a mounted at /system")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := dataReady.Watch().Get(ctx, event.Filter(func(v bool) bool { return v })); err != nil {
+		t.Fatalf("dataReady was never set: %v", err)
+	}
+	disks.mu.Lock()
+	defer disks.mu.Unlock()
+	want := []string{
+		"disks: 0 system, 0 ESP, mounted false, data ready false",
+		"disks: 0 system, 0 ESP, mounted false, data ready false",
+		"system: 1 system, 0 ESP, mounted false, data ready false",
+		"system: 1 system, 0 ESP, mounted false, data ready false",
+		"data: 1 system, 1 ESP, mounted true, data ready false",
+		"data: 1 system, 1 ESP, mounted true, data ready false",
+	}
+	if diff := cmp.Diff(want, order); diff != "" {
+		t.Errorf("module steps (-want +got):\n%s", diff)
 	}
 }

@@ -8,47 +8,128 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 )
 
-// maxColdplugRounds bounds how often Coldplug scans sysfs. Each round goes
-// one bus deeper (PCI ─▶ virtio ─▶ input ...); real machines settle in three
-// or four.
-const maxColdplugRounds = 8
+// maxColdplugScans bounds how often Coldplug scans sysfs. It scans again
+// whenever loads finish, since a freshly loaded bus driver adds devices of
+// its own (PCI ─▶ virtio ─▶ input ...); machines settle in a few scans.
+const maxColdplugScans = 16
+
+// coldplugParallel bounds how many modules Coldplug loads at once. Most of
+// a load is the kernel's own work on one CPU; what overlaps is waiting, as
+// a SATA controller probing its ports while a virtio disk appears.
+const coldplugParallel = 8
+
+// CPUModalias reports whether modalias is the CPU's, which lists its
+// features and which the modules of accelerated algorithms match.
+func CPUModalias(modalias string) bool { return strings.HasPrefix(modalias, "cpu:") }
 
 // Coldplug loads the modules for the devices the kernel has found, given
 // the sysfs device tree (normally /sys/devices). It reads every modalias
-// below it, loads the modules whose aliases match, and scans again while
-// the previous round loaded something and brought new modaliases, as a
-// freshly loaded bus driver adds devices of its own.
+// below it and loads the modules whose aliases match, several at once.
+// Whenever loads finish it scans again and starts loading for the devices
+// they brought, without waiting for the loads still running: a driver that
+// takes long to probe holds back only what needs it. It returns once no
+// load runs and a scan finds nothing new.
+//
+// With match set, only the modaliases it accepts are served (CPUModalias
+// tells those of the CPU's features from the devices').
 //
 // A module that fails to load is logged and skipped. Coldplug returns an
-// error only when sysfs cannot be read at all or ctx is done.
-func (l *Loader) Coldplug(ctx context.Context, sysDevices string) error {
+// error only when sysfs cannot be read at all or ctx is done; it waits for
+// the loads it started before it returns either way.
+func (l *Loader) Coldplug(ctx context.Context, sysDevices string, match func(modalias string) bool) error {
 	seen := make(map[string]bool)
-	for range maxColdplugRounds {
+	started := make(map[string]bool)
+	// Room for every module, so that no load waits to say it ended.
+	finished := make(chan struct{}, len(l.index.Modules))
+	slots := make(chan struct{}, coldplugParallel)
+	cpuSlot := make(chan struct{}, 1)
+	running := 0
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for scan := 1; ; scan++ {
 		aliases, err := ScanModaliases(sysDevices)
 		if err != nil {
 			return err
 		}
-		before := len(l.loaded)
-		fresh := 0
 		for _, a := range aliases {
-			if seen[a] {
+			if seen[a] || (match != nil && !match(a)) {
 				continue
 			}
 			seen[a] = true
-			fresh++
 			for _, m := range l.index.Aliases.Match(a) {
+				if started[m] {
+					continue
+				}
 				if err := ctx.Err(); err != nil {
 					return fmt.Errorf("coldplug stopped: %w", err)
 				}
-				// Failures are logged by Load and never fatal here.
-				_ = l.Load(m)
+				started[m] = true
+				running++
+				// The modules for CPU features (accelerated ciphers and
+				// checksums) only compute: their load is the kernel's
+				// self-tests of their algorithms. Loaded together they
+				// would share the CPU and end later than one by one.
+				slot := slots
+				if CPUModalias(a) {
+					slot = cpuSlot
+				}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					slot <- struct{}{}
+					_ = l.Load(m) // failures are logged by Load, never fatal here
+					<-slot
+					finished <- struct{}{}
+				}()
 			}
 		}
-		if fresh == 0 || len(l.loaded) == before {
+		if running == 0 || scan == maxColdplugScans {
 			return nil
 		}
+		// Wait for a load to end, then take every other that ended
+		// meanwhile, so that one scan serves them all.
+		select {
+		case <-finished:
+			running--
+		case <-ctx.Done():
+			return fmt.Errorf("coldplug stopped: %w", ctx.Err())
+		}
+		for more := true; more; {
+			select {
+			case <-finished:
+				running--
+			default:
+				more = false
+			}
+		}
+	}
+}
+
+// LoadAll loads the modules names, at most coldplugParallel at once, and
+// returns when all are done. Failures are logged by Load and not returned;
+// a ctx done stops it from starting more loads.
+func (l *Loader) LoadAll(ctx context.Context, names []string) error {
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, coldplugParallel)
+	defer wg.Wait()
+	for _, m := range names {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("coldplug stopped: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("coldplug stopped: %w", ctx.Err())
+		case slots <- struct{}{}:
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-slots }()
+			_ = l.Load(m)
+		}()
 	}
 	return nil
 }

@@ -2,9 +2,14 @@ package kmod
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -45,23 +50,123 @@ func TestColdplug(t *testing.T) {
 		}
 	}
 	l := newTestLoader(t, k, &fakeLog{})
-	if err := l.Coldplug(context.Background(), sys); err != nil {
+	if err := l.Coldplug(context.Background(), sys, nil); err != nil {
 		t.Fatalf("Coldplug: %v", err)
 	}
-	want := []string{
-		"button", // round 1, in sorted modalias order
-		"virtio_pci_modern_dev", "virtio_ring", "virtio", "virtio_pci",
-		"evdev", // round 2
-		"failover", "net_failover", "virtio_net",
-	}
-	if diff := cmp.Diff(want, l.Loaded()); diff != "" {
+	// Modules load at once, so only the dependencies and the devices that
+	// loads bring fix an order.
+	want := []string{"button", "evdev", "failover", "net_failover", "virtio", "virtio_net", "virtio_pci", "virtio_pci_modern_dev", "virtio_ring"}
+	got := l.Loaded()
+	sorted := slices.Clone(got)
+	slices.Sort(sorted)
+	if diff := cmp.Diff(want, sorted); diff != "" {
 		t.Errorf("Coldplug loaded (-want +got):\n%s", diff)
+	}
+	for _, before := range [][2]string{
+		{"virtio_ring", "virtio_pci"}, {"virtio", "virtio_pci"}, {"virtio_pci_modern_dev", "virtio_pci"},
+		{"failover", "net_failover"}, {"net_failover", "virtio_net"},
+		{"virtio_pci", "virtio_net"}, {"button", "evdev"}, // the devices they bring
+	} {
+		if slices.Index(got, before[0]) > slices.Index(got, before[1]) {
+			t.Errorf("Coldplug loaded %s after %s: %q", before[0], before[1], got)
+		}
+	}
+}
+
+// TestColdplugMatch: the devices' modaliases and the CPU's are served
+// apart, each by its own pass.
+func TestColdplugMatch(t *testing.T) {
+	sys := t.TempDir()
+	addDevice(t, sys, "LNXSYSTM:00/LNXPWRBN:00", "acpi:LNXPWRBN:")
+	addDevice(t, sys, "system/cpu", "cpu:type:x86,ven0000fam0006mod003F:feature:,0000,0001,0099")
+	k := &fakeKernel{}
+	l := newTestLoader(t, k, &fakeLog{})
+	if err := l.Coldplug(context.Background(), sys, func(a string) bool { return !CPUModalias(a) }); err != nil {
+		t.Fatalf("Coldplug(devices): %v", err)
+	}
+	if diff := cmp.Diff([]string{"button"}, l.Loaded()); diff != "" {
+		t.Errorf("Coldplug(devices) loaded (-want +got):\n%s", diff)
+	}
+	if err := l.Coldplug(context.Background(), sys, CPUModalias); err != nil {
+		t.Fatalf("Coldplug(CPU): %v", err)
+	}
+	if diff := cmp.Diff([]string{"button", "aesni_intel"}, l.Loaded()); diff != "" {
+		t.Errorf("Coldplug(CPU) loaded (-want +got):\n%s", diff)
+	}
+}
+
+// TestColdplugDoesNotWaitForSlowLoads: a driver that takes long to load
+// does not hold back the devices another load brought.
+func TestColdplugDoesNotWaitForSlowLoads(t *testing.T) {
+	sys := t.TempDir()
+	addDevice(t, sys, "pci0000:00/0000:00:02.0", "pci:v00001AF4d00001000sv00001AF4sd00000001bc02sc00i00")
+	addDevice(t, sys, "LNXSYSTM:00/LNXPWRBN:00", "acpi:LNXPWRBN:")
+	release := make(chan struct{})
+	k := &fakeKernel{}
+	k.onLoad = func(name string) {
+		switch name {
+		case "virtio_pci":
+			addDevice(t, sys, "pci0000:00/0000:00:02.0/virtio0", "virtio:d00000001v00001AF4")
+		case "virtio_net":
+			close(release) // button's load is still running
+		}
+	}
+	l := newTestLoader(t, k, &fakeLog{})
+	slow := l.load
+	l.load = func(f *os.File, params string, flags int) error {
+		if strings.HasSuffix(f.Name(), "button.ko") {
+			select {
+			case <-release:
+			case <-time.After(10 * time.Second):
+				return errors.New("virtio_net was not loaded while button was")
+			}
+		}
+		return slow(f, params, flags)
+	}
+	if err := l.Coldplug(context.Background(), sys, nil); err != nil {
+		t.Fatalf("Coldplug: %v", err)
+	}
+	if got := l.Loaded(); !slices.Contains(got, "button") || !slices.Contains(got, "virtio_net") {
+		t.Errorf("Coldplug loaded %q, want button and virtio_net", got)
+	}
+}
+
+// TestLoadConcurrent: callers that load modules sharing dependencies at
+// the same time load each module once, and every module after what it
+// needs.
+func TestLoadConcurrent(t *testing.T) {
+	for range 20 {
+		k := &fakeKernel{}
+		l := newTestLoader(t, k, &fakeLog{})
+		var wg sync.WaitGroup
+		for _, m := range []string{"virtio_net", "virtio_pci", "net_failover", "virtio_net", "button"} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := l.Load(m); err != nil {
+					t.Errorf("Load(%s): %v", m, err)
+				}
+			}()
+		}
+		wg.Wait()
+		k.mu.Lock()
+		loaded := slices.Clone(k.loaded)
+		k.mu.Unlock()
+		for i, m := range loaded {
+			if slices.Contains(loaded[i+1:], m) {
+				t.Fatalf("%s was handed to the kernel twice: %q", m, loaded)
+			}
+		}
+		if slices.Index(loaded, "failover") > slices.Index(loaded, "net_failover") ||
+			slices.Index(loaded, "net_failover") > slices.Index(loaded, "virtio_net") {
+			t.Fatalf("a module was loaded before what it needs: %q", loaded)
+		}
 	}
 }
 
 func TestColdplugMissingSysfs(t *testing.T) {
 	l := newTestLoader(t, &fakeKernel{}, &fakeLog{})
-	if err := l.Coldplug(context.Background(), filepath.Join(t.TempDir(), "nope")); err == nil {
+	if err := l.Coldplug(context.Background(), filepath.Join(t.TempDir(), "nope"), nil); err == nil {
 		t.Errorf("Coldplug(missing dir) = nil, want an error")
 	}
 }
@@ -73,7 +178,7 @@ func TestColdplugCancelled(t *testing.T) {
 	cancel()
 	k := &fakeKernel{}
 	l := newTestLoader(t, k, &fakeLog{})
-	if err := l.Coldplug(ctx, sys); err == nil {
+	if err := l.Coldplug(ctx, sys, nil); err == nil {
 		t.Errorf("Coldplug(cancelled) = nil, want an error")
 	}
 	if len(k.loaded) != 0 {

@@ -7,7 +7,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -36,20 +38,27 @@ type loadState uint8
 
 const (
 	stateUnknown loadState = iota
-	stateLoading           // on the current dependency path
+	stateLoading           // being loaded by some caller
 	statePresent           // built in, or loaded before this Loader saw it
 	stateLoaded            // loaded by this Loader
 	stateFailed
 )
 
 // A Loader loads modules of one Index with their dependencies, each at
-// most once. It is not safe for concurrent use.
+// most once. It is safe for concurrent use: a module that one caller is
+// loading is waited for by the others, so that the kernel's waits (a
+// controller probing its ports) overlap with other loads.
 type Loader struct {
-	index  *Index
-	load   LoadFunc
-	log    Logger
+	index *Index
+	load  LoadFunc
+	log   Logger
+
+	mu     sync.Mutex
 	state  map[string]loadState
 	failed map[string]error
+	// done holds a channel for each module being loaded, closed when
+	// that load ends either way.
+	done   map[string]chan struct{}
 	loaded []string
 }
 
@@ -84,6 +93,7 @@ func NewLoader(index *Index, opts ...LoaderOption) *Loader {
 		log:    discard{},
 		state:  make(map[string]loadState),
 		failed: make(map[string]error),
+		done:   make(map[string]chan struct{}),
 	}
 	for _, o := range opts {
 		o(l)
@@ -93,6 +103,8 @@ func NewLoader(index *Index, opts ...LoaderOption) *Loader {
 
 // Loaded returns the modules this Loader has loaded, in order.
 func (l *Loader) Loaded() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	return append([]string(nil), l.loaded...)
 }
 
@@ -102,27 +114,63 @@ func (l *Loader) Has(name string) bool {
 	return l.index.Builtin[name] || l.index.Modules[name] != nil
 }
 
+// Match returns the modules whose aliases match modalias.
+func (l *Loader) Match(modalias string) []string {
+	return l.index.Aliases.Match(modalias)
+}
+
 // Load loads the module name after its dependencies. A module that is
 // built in or already loaded is no error. A failure is logged once, where
-// it happens, and returned to every caller that needed that module.
+// it happens, and returned to every caller that needed that module. A
+// module another caller is loading is waited for.
 func (l *Loader) Load(name string) error {
 	name = moduleName(name)
 	if l.index.Builtin[name] {
 		return nil
 	}
+	m := l.index.Modules[name]
+	l.mu.Lock()
 	switch l.state[name] {
 	case statePresent, stateLoaded:
+		l.mu.Unlock()
 		return nil
 	case stateFailed:
-		return l.failed[name]
+		err := l.failed[name]
+		l.mu.Unlock()
+		return err
 	case stateLoading:
-		return fmt.Errorf("module %s: dependency cycle", name)
+		done := l.done[name]
+		l.mu.Unlock()
+		<-done
+		return l.Load(name)
 	}
-	m := l.index.Modules[name]
 	if m == nil {
+		l.mu.Unlock()
 		return fmt.Errorf("module %s: %w", name, ErrNotFound)
 	}
+	// modules.dep lists every module's whole closure, so a cycle shows
+	// as a dependency that needs the module back. Caught here, before
+	// anyone waits for anyone, it cannot deadlock two callers.
+	for _, d := range m.Deps {
+		if dm := l.index.Modules[d]; dm != nil && (d == name || slices.Contains(dm.Deps, name)) {
+			err := fmt.Errorf("module %s: dependency cycle through %s", name, d)
+			l.failLocked(name, err)
+			l.mu.Unlock()
+			return err
+		}
+	}
 	l.state[name] = stateLoading
+	done := make(chan struct{})
+	l.done[name] = done
+	l.mu.Unlock()
+	// By now the state is loaded, present or failed.
+	defer func() {
+		l.mu.Lock()
+		delete(l.done, name)
+		l.mu.Unlock()
+		close(done)
+	}()
+
 	for _, d := range m.Deps {
 		if err := l.Load(d); err != nil {
 			return l.fail(name, fmt.Errorf("module %s needs %s: %w", name, d, err))
@@ -135,10 +183,16 @@ func (l *Loader) Load(name string) error {
 }
 
 func (l *Loader) fail(name string, err error) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.failLocked(name, err)
+	return err
+}
+
+func (l *Loader) failLocked(name string, err error) {
 	l.state[name] = stateFailed
 	l.failed[name] = err
 	l.log.Warningf("loading module %s failed: %v", name, err)
-	return err
 }
 
 // loadFile hands m's file to the kernel. EEXIST means that the module was
@@ -160,6 +214,8 @@ func (l *Loader) loadFile(m *Module) error {
 		flags |= unix.MODULE_INIT_COMPRESSED_FILE
 	}
 	err = l.load(f, "", flags)
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	switch {
 	case errors.Is(err, unix.EEXIST):
 		l.state[m.Name] = statePresent

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -17,6 +18,7 @@ import (
 // fakeKernel stands in for finit_module(2). Each fake module file holds
 // the module's name; the kernel "loads" it by recording that name.
 type fakeKernel struct {
+	mu     sync.Mutex
 	loaded []string
 	flags  map[string]int
 	// fail makes loading a module return an error.
@@ -31,6 +33,8 @@ func (k *fakeKernel) load(f *os.File, params string, flags int) error {
 		return err
 	}
 	name := string(b)
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	if err := k.fail[name]; err != nil {
 		return err
 	}
@@ -95,6 +99,7 @@ kernel/failover.ko:
 kernel/virtio_net.ko.xz: kernel/net_failover.ko kernel/virtio_ring.ko kernel/virtio.ko kernel/failover.ko
 kernel/button.ko:
 kernel/evdev.ko:
+kernel/aesni_intel.ko:
 kernel/broken.ko:
 kernel/needs_broken.ko: kernel/broken.ko
 kernel/cycle_a.ko: kernel/cycle_b.ko
@@ -104,6 +109,7 @@ kernel/cycle_b.ko: kernel/cycle_a.ko
 const testAlias = `alias pci:v00001AF4d00001000sv*sd*bc*sc*i* virtio_pci
 alias virtio:d00000001v* virtio_net
 alias acpi*:LNXPWRBN:* button
+alias cpu:type:x86,ven*fam*mod*:feature:*0099* aesni_intel
 alias input:b*v*p*e*-e*k*r*a*m*l*s*f*w* evdev
 alias pci:v00001234d*sv*sd*bc*sc*i* needs_broken
 `

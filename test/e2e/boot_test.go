@@ -33,9 +33,9 @@ func TestBootAndPowerOff(t *testing.T) {
 	s.stepSinceInit(n, system, "/init → /system verified and mounted")
 	t.Logf("%s", system.Text)
 
-	// Coldplug ran before the supervisor: every module line is there, one
-	// for each virtio device the node has (the PCI transport, disk,
-	// network card and random number generator).
+	// Coldplug ran before the system partition was mounted: every module
+	// line is there, one for each virtio device the node has (the PCI
+	// transport, disk, network card and random number generator).
 	coldplug := s.waitFor(n, regexp.MustCompile(`cairn: coldplug loaded [1-9][0-9]* modules`))
 	t.Logf("%s", coldplug.Text)
 	for _, module := range []string{"virtio_pci", "virtio_blk", "virtio_net", "virtio_rng"} {
