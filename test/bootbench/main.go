@@ -3,6 +3,9 @@
 // kernel and firmware, an init that only powers off) several times each
 // through OVMF, one boot at a time, and prints min / median / max of every
 // boot phase for both, then Cairn's cost against the null image's floor.
+// For Cairn it also times the steps after the supervisor starts, up to
+// where a node without parameters waits: the system partition mounted,
+// the network address, the data partition's modules loaded.
 //
 //	go run ./test/bootbench [-image-dir out] [-boots 5]
 //
@@ -30,7 +33,7 @@ func main() {
 	flag.Parse()
 
 	b := bench{memoryMiB: *memory, tpm: *tpm, timeout: *timeout}
-	cairn := subject{name: "cairn.img", image: filepath.Join(*dir, "cairn.img"), marks: launch.CairnBoot}
+	cairn := subject{name: "cairn.img", image: filepath.Join(*dir, "cairn.img"), marks: launch.CairnBoot, milestones: cairnMilestones}
 	null := subject{name: "null.img", image: filepath.Join(*dir, "null.img"), marks: launch.NullBoot}
 	load := loadAverage()
 	results := map[string][][]launch.Phase{}
@@ -43,7 +46,7 @@ func main() {
 				fmt.Fprintf(os.Stderr, "bootbench: %s boot %d: %v\n", s.name, i+1, err)
 				os.Exit(1)
 			}
-			fmt.Fprintf(os.Stderr, "bootbench: %s boot %d/%d: %.3f s\n", s.name, i+1, *boots, phases[len(phases)-1].Duration.Seconds())
+			fmt.Fprintf(os.Stderr, "bootbench: %s boot %d/%d: %.3f s\n", s.name, i+1, *boots, phases[len(launch.PhaseNames)-1].Duration.Seconds())
 			results[s.name] = append(results[s.name], phases)
 		}
 	}
@@ -80,6 +83,24 @@ type subject struct {
 	name  string
 	image string
 	marks launch.BootMarks
+	// milestones are lines after Ready that the boot also waits for,
+	// each timed from the init line: what the node does once its
+	// supervisor runs.
+	milestones []milestone
+}
+
+// A milestone is a line of the boot that names a phase.
+type milestone struct {
+	name string
+	line launch.Matcher
+}
+
+// cairnMilestones are the steps of a Cairn node's boot after the
+// supervisor started, up to where a node without parameters waits.
+var cairnMilestones = []milestone{
+	{"/init → system mounted", launch.Substring("cairn: system partition a mounted")},
+	{"/init → network address", launch.Substring("cairn: network address")},
+	{"/init → data modules", launch.Substring("modules for the CPU and the data partition")},
 }
 
 type bench struct {
@@ -110,5 +131,25 @@ func (b bench) boot(s subject, i int) ([]launch.Phase, error) {
 	if err != nil {
 		return nil, err
 	}
-	return t.Phases(), nil
+	phases := t.Phases()
+	if len(s.milestones) == 0 {
+		return phases, nil
+	}
+	init, err := n.WaitFor(ctx, s.marks.Init)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range s.milestones {
+		l, err := n.WaitFor(ctx, m.line)
+		if err != nil {
+			return nil, fmt.Errorf("waiting for %s: %w\nlast console lines:\n%s", m.name, err, n.Console().Tail(20))
+		}
+		from, ok1 := init.Uptime()
+		to, ok2 := l.Uptime()
+		if !ok1 || !ok2 {
+			return nil, fmt.Errorf("the lines of %s carry no uptime: %q, %q", m.name, init.Text, l.Text)
+		}
+		phases = append(phases, launch.Phase{Name: m.name, Duration: to - from})
+	}
+	return phases, nil
 }

@@ -46,9 +46,9 @@ func median(sorted []time.Duration) time.Duration {
 func summaryTable(title string, stats []stat) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\n", title)
-	fmt.Fprintf(&b, "  %-22s %8s %9s %8s\n", "phase", "min s", "median s", "max s")
+	fmt.Fprintf(&b, "  %-26s %8s %9s %8s\n", "phase", "min s", "median s", "max s")
 	for _, s := range stats {
-		fmt.Fprintf(&b, "  %-22s %8.3f %9.3f %8.3f\n", s.name, s.min.Seconds(), s.median.Seconds(), s.max.Seconds())
+		fmt.Fprintf(&b, "  %-26s %8.3f %9.3f %8.3f\n", s.name, s.min.Seconds(), s.median.Seconds(), s.max.Seconds())
 	}
 	return b.String()
 }
@@ -62,7 +62,7 @@ func costTable(cairn, null []stat) string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "Cairn's cost against the null image's floor (medians)\n")
-	fmt.Fprintf(&b, "  %-22s %8s %8s %7s %8s\n", "phase", "cairn s", "null s", "ratio", "added s")
+	fmt.Fprintf(&b, "  %-26s %8s %8s %7s %8s\n", "phase", "cairn s", "null s", "ratio", "added s")
 	for _, s := range cairn {
 		f, ok := floor[s.name]
 		if !ok {
@@ -72,7 +72,7 @@ func costTable(cairn, null []stat) string {
 		if f > 0 {
 			ratio = fmt.Sprintf("%.2fx", s.median.Seconds()/f.Seconds())
 		}
-		fmt.Fprintf(&b, "  %-22s %8.3f %8.3f %7s %+8.3f\n", s.name, s.median.Seconds(), f.Seconds(), ratio, (s.median - f).Seconds())
+		fmt.Fprintf(&b, "  %-26s %8.3f %8.3f %7s %+8.3f\n", s.name, s.median.Seconds(), f.Seconds(), ratio, (s.median - f).Seconds())
 	}
 	return b.String()
 }
