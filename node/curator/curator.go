@@ -163,6 +163,9 @@ type curator struct {
 	heartbeats heartbeats
 	// quotas are what callers used of opts.limits in this run.
 	quotas *quotas
+	// registering holds a token for each RegisterNode between its count
+	// of the nodes in NEW and its write (limits.go).
+	registering chan struct{}
 	// leaders publishes who leads, for GetCurrentLeader.
 	leaders memory.Value[leader]
 	// ownerTrust follows the owner trust in etcd (owner.go), by which
@@ -198,6 +201,7 @@ func (s *Service) Run(ctx context.Context) error {
 		kubeCA:          kubernetesCA(),
 		nodeCredentials: rpc.NodeCredentials(s.cfg.Node),
 		log:             supervisor.Logger(ctx),
+		registering:     make(chan struct{}, registerInFlight),
 		quotas:          newQuotas(s.opts.limits),
 		ownerTrust:      newOwnerTrustValue(etcd),
 	}

@@ -274,27 +274,38 @@ func sourceOf(addr netip.Addr) netip.Prefix {
 	return p
 }
 
+// registerInFlight bounds the RegisterNode calls of one curator between
+// their count of the nodes in NEW and their write.
+const registerInFlight = 64
+
 // roomForNew refuses, with ResourceExhausted, to register node id when
 // the cap of nodes in state NEW is reached; a node already registered is
 // not counted against it (its RegisterNode is a retry). It reads the node's
 // record and the count of the waiting index, and returns the revision of
 // the read: the count holds as long as no waiting key was written after
 // it (one deleted only makes room).
-func (c *curator) roomForNew(ctx context.Context, id string) (int64, error) {
+//
+// far says that the count is so far below the cap that the write needs
+// no such compare, which concurrent registrations would keep failing one
+// another on: only the leading curator registers, at most
+// registerInFlight at once (the caller holds a token of c.registering),
+// and twice that covers a moment in which two curators believe they lead.
+func (c *curator) roomForNew(ctx context.Context, id string) (rev int64, far bool, err error) {
 	resp, err := c.etcd.Txn(ctx).Then(
 		clientv3.OpGet(nodeKey(id), clientv3.WithCountOnly()),
 		clientv3.OpGet(waitingPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly()),
 	).Commit()
 	if err != nil {
-		return 0, fmt.Errorf("when counting the nodes that wait for approval: %w", err)
+		return 0, false, fmt.Errorf("when counting the nodes that wait for approval: %w", err)
 	}
 	if resp.Responses[0].GetResponseRange().Count > 0 {
-		return resp.Header.Revision, nil
+		return resp.Header.Revision, true, nil
 	}
-	if waiting := resp.Responses[1].GetResponseRange().Count; waiting >= int64(c.opts.limits.maxNewNodes) {
-		return 0, status.Errorf(codes.ResourceExhausted, "too many nodes wait for approval (%d); approve or delete some", waiting)
+	waiting := resp.Responses[1].GetResponseRange().Count
+	if waiting >= int64(c.opts.limits.maxNewNodes) {
+		return 0, false, status.Errorf(codes.ResourceExhausted, "too many nodes wait for approval (%d); approve or delete some", waiting)
 	}
-	return resp.Header.Revision, nil
+	return resp.Header.Revision, waiting+2*registerInFlight <= int64(c.opts.limits.maxNewNodes), nil
 }
 
 // checkNodeStatus refuses, with InvalidArgument naming the field, a status

@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -410,5 +412,65 @@ func TestWaitingIndex(t *testing.T) {
 	}
 	if got := waiting(); !slices.Equal(got, []string{waits.id()}) {
 		t.Errorf("waiting after an approval, a decommission and a deletion = %v, want [%s]", got, waits.id())
+	}
+}
+
+// TestRegisterNodeCapConcurrent: nodes that register all at once, more
+// than the cap on nodes in state NEW allows, fill it exactly. Far below
+// the cap the writes do not compare the waiting index, and near it they
+// do (roomForNew), so the cap holds whichever way the calls interleave.
+func TestRegisterNodeCapConcurrent(t *testing.T) {
+	const maxNew, nodes = 2*registerInFlight + 20, 2*registerInFlight + 60
+	c := newTestCluster(t, WithMaxNewNodes(maxNew), withLimits(func(l *limits) {
+		l.registerBurst = 10 * nodes
+		l.registerInterval = time.Millisecond
+	}))
+	ctx := fixture.Context(t)
+	addr := c.nodes[0].addr.String()
+	m := c.mgmt(t, addr)
+	res, err := m.GetRegisterTicket(ctx, &api.GetRegisterTicketRequest{})
+	if err != nil {
+		t.Fatalf("GetRegisterTicket: %v", err)
+	}
+	var registered, full atomic.Int32
+	var wg sync.WaitGroup
+	for range nodes {
+		n := newTestNode(t)
+		cur := c.ephemeralFrom(t, "127.0.0.1", addr, n)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				_, err := cur.RegisterNode(ctx, &api.RegisterNodeRequest{RegisterTicket: res.GetTicket(), JoinKey: n.joinKey.Public().(ed25519.PublicKey)})
+				switch status.Code(err) {
+				case codes.OK:
+					registered.Add(1)
+				case codes.ResourceExhausted:
+					full.Add(1)
+				case codes.Aborted:
+					continue // the caller's retry
+				default:
+					t.Errorf("RegisterNode: %v", err)
+				}
+				return
+			}
+		}()
+	}
+	wg.Wait()
+	if registered.Load() != maxNew || full.Load() != nodes-maxNew {
+		t.Errorf("%d nodes registered and %d were refused, want %d and %d", registered.Load(), full.Load(), maxNew, nodes-maxNew)
+	}
+	list, err := m.GetNodes(ctx, &api.GetNodesRequest{})
+	if err != nil {
+		t.Fatalf("GetNodes: %v", err)
+	}
+	waiting := 0
+	for _, n := range list.GetNodes() {
+		if n.State == api.NodeState_NODE_STATE_NEW {
+			waiting++
+		}
+	}
+	if waiting != maxNew {
+		t.Errorf("%d nodes are NEW, want the cap, %d", waiting, maxNew)
 	}
 }

@@ -88,17 +88,27 @@ func (a nodeAPI) RegisterNode(ctx context.Context, req *api.RegisterNodeRequest)
 	if err != nil {
 		return nil, fmt.Errorf("when encoding node %s: %w", id, err)
 	}
-	// The count of nodes waiting for approval holds only while no other
-	// node registers: the write also compares the waiting index's revision
-	// with the count's, and counts again when a node joined it.
+	select {
+	case a.registering <- struct{}{}:
+		defer func() { <-a.registering }()
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	// Near the cap, the count of nodes waiting for approval holds only
+	// while no other node registers: the write then also compares the
+	// waiting index's revision with the count's, and counts again when a
+	// node joined it.
 	for attempt := 1; ; attempt++ {
-		rev, err := a.roomForNew(ctx, id)
+		rev, far, err := a.roomForNew(ctx, id)
 		if err != nil {
 			return nil, err
 		}
+		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(nodeKey(id)), "=", 0)}
+		if !far {
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(waitingPrefix).WithPrefix(), "<", rev+1))
+		}
 		resp, err := a.etcd.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(nodeKey(id)), "=", 0),
-				clientv3.Compare(clientv3.ModRevision(waitingPrefix).WithPrefix(), "<", rev+1)).
+			If(cmps...).
 			Then(clientv3.OpPut(nodeKey(id), string(data)), clientv3.OpPut(waitingKey(id), "")).
 			Else(clientv3.OpGet(nodeKey(id))).
 			Commit()
