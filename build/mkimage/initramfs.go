@@ -37,7 +37,7 @@ func initramfsCmd(args []string) error {
 		if err := need(map[string]string{"kernel": *kernel, "release": *release}); err != nil {
 			return err
 		}
-		set, err := modules.Load(filepath.Join(*kernel, "lib/modules", *release), modules.Early)
+		set, err := modules.Load(filepath.Join(*kernel, "lib/modules", *release), modules.Early())
 		if err != nil {
 			return err
 		}
