@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -22,15 +21,21 @@ import (
 //	PID 1's core, before the supervisor   bootModules
 //	storage child, first                  the devices' modules from the initramfs, diskModules
 //	storage child, once /system is up     the devices' modules from the system partition
-//	storage child, once the ESP is up     the CPU's modules (accelerated ciphers), dataModules
+//	storage child, once the ESP is up     the CPU's AES module, dataModules
 //
 // The initramfs carries what every boot needs before it joins
 // (build/modules.Early); the system partition carries every module, the
 // network cards of real machines and Kubernetes' networking among them.
-// The CPU's modules come last: their load is the kernel's self-tests of
-// their algorithms, seconds under software emulation, and only the data
-// partition needs them, which enrolment opens after it waits for them.
-// The network and the parameters need only the ESP.
+//
+// Of the modules the CPU's features ask for (accelerated ciphers, hashes
+// and checksums), only those of the algorithms the node uses at every boot
+// are loaded here: their load is the kernel's self-tests of their
+// algorithms, seconds under software emulation. The one for crc32c loads
+// with the disks, since erofs's libcrc32c binds the best crc32c there is
+// once, and XFS's metadata checksums go through it; the one for AES, which
+// dm-crypt picks when it opens the data partition, loads last, while the
+// network comes up, and enrolment waits for it. The others (GHASH, SHA,
+// CRC-T10DIF) load when the kernel asks for their algorithm.
 //
 // Loading a module by name here costs milliseconds; the kernel's own
 // request for it runs /init in modprobe mode (modprobe.go), some 0.13 s
@@ -55,16 +60,10 @@ var diskModules = []string{
 	"qemu_fw_cfg", // node parameters under qemu
 }
 
-// earlyCPUModules are the CPU's modules that the disk step loads when the
-// CPU asks for them, rather than the data step: erofs's libcrc32c binds
-// the best crc32c there is when it loads, for good, and XFS's metadata
-// checksums go through it.
-var earlyCPUModules = []string{"crc32c_intel"}
-
 // cpuModaliasFile is the CPU's modalias, which lists its features.
 const cpuModaliasFile = "/sys/devices/system/cpu/modalias"
 
-// dataModules are what the data partition needs besides the ciphers.
+// dataModules are what the data partition needs besides its cipher.
 var dataModules = []string{"dm_crypt", "xfs"}
 
 // devices tells the devices' modaliases from the CPU's.
@@ -126,13 +125,13 @@ func loadWith(ctx context.Context, l *kmod.Loader, which func(modalias string) b
 			known = append(known, m)
 		}
 	}
-	byName := make(chan error, 1)
-	go func() { byName <- l.LoadAll(ctx, known) }()
 	var err error
 	if which != nil {
-		err = l.Coldplug(ctx, "/sys/devices", which)
+		err = l.Coldplug(ctx, "/sys/devices", which, known...)
+	} else {
+		err = l.LoadAll(ctx, known)
 	}
-	return len(l.Loaded()), errors.Join(err, <-byName)
+	return len(l.Loaded()), err
 }
 
 // nodeModules are the storage child's steps of loading modules.
@@ -153,25 +152,17 @@ func newNodeModules(systemRoot string, printf func(string, ...any)) *nodeModules
 	}
 }
 
-// loadDisks loads from the initramfs what the devices ask for, the disk's
-// driver among them, and diskModules, after the earlyCPUModules the CPU
-// asks for.
+// loadDisks loads from the initramfs the CPU's crc32c module, if it has
+// one, then what the devices ask for, the disk's driver among them, and
+// diskModules.
 func (m *nodeModules) loadDisks(ctx context.Context, log logtree.LeveledLogger) error {
 	start := time.Now()
 	l, err := openLoader(m.initramfs, procModules, kmod.WithLogger(log))
 	if err != nil {
 		return fmt.Errorf("when loading modules: %w", err)
 	}
-	if b, err := os.ReadFile(cpuModaliasFile); err == nil {
-		var first []string
-		for _, name := range l.Match(strings.TrimSpace(string(b))) {
-			if slices.Contains(earlyCPUModules, name) {
-				first = append(first, name)
-			}
-		}
-		if err := l.LoadAll(ctx, first); err != nil {
-			return fmt.Errorf("when loading modules: %w", err)
-		}
+	if err := l.LoadAll(ctx, cpuModulesFor(l, cpuModaliasFile, "crc32c")); err != nil {
+		return fmt.Errorf("when loading modules: %w", err)
 	}
 	n, err := loadWith(ctx, l, devices, diskModules)
 	if err != nil {
@@ -179,6 +170,26 @@ func (m *nodeModules) loadDisks(ctx context.Context, log logtree.LeveledLogger) 
 	}
 	m.printf("coldplug loaded %d modules in %v", n, time.Since(start).Round(time.Millisecond))
 	return nil
+}
+
+// cpuModulesFor returns the modules that both the CPU's modalias, read
+// from the file modalias, and the kernel's request for the crypto
+// algorithm alg ("crypto-aes") lead to: the CPU's accelerated
+// implementations of alg. A CPU without one, or a modalias that cannot be
+// read, has none.
+func cpuModulesFor(l *kmod.Loader, modalias, alg string) []string {
+	b, err := os.ReadFile(modalias)
+	if err != nil {
+		return nil
+	}
+	cpu := l.Match(strings.TrimSpace(string(b)))
+	var mods []string
+	for _, m := range l.Resolve("crypto-" + alg) {
+		if slices.Contains(cpu, m) {
+			mods = append(mods, m)
+		}
+	}
+	return mods
 }
 
 // loadSystem binds the system partition's module directory over the
@@ -206,10 +217,20 @@ func (m *nodeModules) loadSystem(ctx context.Context, log logtree.LeveledLogger)
 	return m.step(ctx, "coldplug loaded %d more modules from the system partition in %v", devices, nil, log)
 }
 
-// loadData loads what the CPU asks for (its accelerated ciphers, which
-// dm-crypt picks when it opens the data partition) and dataModules.
+// loadData loads the CPU's AES module, if it has one, which dm-crypt picks
+// when it opens the data partition, and dataModules.
 func (m *nodeModules) loadData(ctx context.Context, log logtree.LeveledLogger) error {
-	return m.step(ctx, "loaded %d modules for the CPU and the data partition in %v", kmod.CPUModalias, dataModules, log)
+	start := time.Now()
+	l, err := openLoader(m.initramfs, procModules, kmod.WithLogger(log))
+	if err != nil {
+		return fmt.Errorf("when loading modules: %w", err)
+	}
+	n, err := loadWith(ctx, l, nil, append(cpuModulesFor(l, cpuModaliasFile, "aes"), dataModules...))
+	if err != nil {
+		return fmt.Errorf("when loading modules: %w", err)
+	}
+	m.printf("loaded %d modules for the data partition in %v", n, time.Since(start).Round(time.Millisecond))
+	return nil
 }
 
 // step is one step of load from the node's module directory, said on the

@@ -103,6 +103,7 @@ alias crypto-ecb ecb
 alias crypto-xts xts
 alias crypto-aes aesni_intel
 alias crypto-aes padlock_aes
+alias cpu:type:x86,ven*fam*mod*:feature:*0099* aesni_intel
 alias fs-xfs xfs
 alias char-major-10-236 dm_mod
 alias block-major-7-* loop
@@ -363,5 +364,37 @@ func TestRunningFor(t *testing.T) {
 	d := runningFor(time.Now())
 	if d < 0 || d > time.Hour {
 		t.Errorf("runningFor() = %v, want between 0 and an hour", d)
+	}
+}
+
+// TestCPUModulesFor: of the modules a request for an algorithm leads to,
+// the CPU's are those its modalias asks for; a CPU without the feature,
+// or without a readable modalias, has none.
+func TestCPUModulesFor(t *testing.T) {
+	dir, proc := writeModules(t)
+	l, err := openLoader(dir, proc)
+	if err != nil {
+		t.Fatalf("openLoader: %v", err)
+	}
+	modalias := func(features string) string {
+		p := filepath.Join(t.TempDir(), "modalias")
+		if err := os.WriteFile(p, []byte("cpu:type:x86,ven0000fam0006mod003F:feature:"+features+"\n"), 0o444); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	withAES := modalias(",0000,0001,0081,0099,00A0")
+	for _, c := range []struct {
+		modalias, alg string
+		want          []string
+	}{
+		{withAES, "aes", []string{"aesni_intel"}},
+		{withAES, "xts", nil}, // a module of its own, not the CPU's
+		{modalias(",0000,0001,0081"), "aes", nil},
+		{filepath.Join(t.TempDir(), "missing"), "aes", nil},
+	} {
+		if got := cpuModulesFor(l, c.modalias, c.alg); !slices.Equal(got, c.want) {
+			t.Errorf("cpuModulesFor(%s, %s) = %q, want %q", filepath.Base(c.modalias), c.alg, got, c.want)
+		}
 	}
 }

@@ -34,21 +34,40 @@ func CPUModalias(modalias string) bool { return strings.HasPrefix(modalias, "cpu
 // load runs and a scan finds nothing new.
 //
 // With match set, only the modaliases it accepts are served (CPUModalias
-// tells those of the CPU's features from the devices').
+// tells those of the CPU's features from the devices'); with match
+// returning false for all, no device is. The modules named are loaded
+// along, whether or not a device asks for them.
 //
 // A module that fails to load is logged and skipped. Coldplug returns an
 // error only when sysfs cannot be read at all or ctx is done; it waits for
 // the loads it started before it returns either way.
-func (l *Loader) Coldplug(ctx context.Context, sysDevices string, match func(modalias string) bool) error {
+func (l *Loader) Coldplug(ctx context.Context, sysDevices string, match func(modalias string) bool, named ...string) error {
 	seen := make(map[string]bool)
 	started := make(map[string]bool)
 	// Room for every module, so that no load waits to say it ended.
-	finished := make(chan struct{}, len(l.index.Modules))
+	finished := make(chan struct{}, len(l.index.Modules)+len(named))
 	slots := make(chan struct{}, coldplugParallel)
 	cpuSlot := make(chan struct{}, 1)
 	running := 0
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	start := func(m string, slot chan struct{}) {
+		started[m] = true
+		running++
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			slot <- struct{}{}
+			_ = l.Load(m) // failures are logged by Load, never fatal here
+			<-slot
+			finished <- struct{}{}
+		}()
+	}
+	for _, m := range named {
+		if !started[m] {
+			start(m, slots)
+		}
+	}
 	for scan := 1; ; scan++ {
 		aliases, err := ScanModaliases(sysDevices)
 		if err != nil {
@@ -66,24 +85,15 @@ func (l *Loader) Coldplug(ctx context.Context, sysDevices string, match func(mod
 				if err := ctx.Err(); err != nil {
 					return fmt.Errorf("coldplug stopped: %w", err)
 				}
-				started[m] = true
-				running++
 				// The modules for CPU features (accelerated ciphers and
 				// checksums) only compute: their load is the kernel's
 				// self-tests of their algorithms. Loaded together they
 				// would share the CPU and end later than one by one.
-				slot := slots
 				if CPUModalias(a) {
-					slot = cpuSlot
+					start(m, cpuSlot)
+				} else {
+					start(m, slots)
 				}
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					slot <- struct{}{}
-					_ = l.Load(m) // failures are logged by Load, never fatal here
-					<-slot
-					finished <- struct{}{}
-				}()
 			}
 		}
 		if running == 0 || scan == maxColdplugScans {

@@ -95,6 +95,23 @@ func TestColdplugMatch(t *testing.T) {
 	}
 }
 
+// TestColdplugNamed: named modules load along with what the devices ask
+// for, each once.
+func TestColdplugNamed(t *testing.T) {
+	sys := t.TempDir()
+	addDevice(t, sys, "LNXSYSTM:00/LNXPWRBN:00", "acpi:LNXPWRBN:")
+	k := &fakeKernel{}
+	l := newTestLoader(t, k, &fakeLog{})
+	if err := l.Coldplug(context.Background(), sys, nil, "evdev", "button", "evdev"); err != nil {
+		t.Fatalf("Coldplug: %v", err)
+	}
+	got := l.Loaded()
+	slices.Sort(got)
+	if diff := cmp.Diff([]string{"button", "evdev"}, got); diff != "" {
+		t.Errorf("Coldplug loaded (-want +got):\n%s", diff)
+	}
+}
+
 // TestColdplugDoesNotWaitForSlowLoads: a driver that takes long to load
 // does not hold back the devices another load brought.
 func TestColdplugDoesNotWaitForSlowLoads(t *testing.T) {

@@ -119,6 +119,12 @@ func (l *Loader) Match(modalias string) []string {
 	return l.index.Aliases.Match(modalias)
 }
 
+// Resolve returns the modules a request for name stands for
+// (Index.Resolve).
+func (l *Loader) Resolve(name string) []string {
+	return l.index.Resolve(name)
+}
+
 // Load loads the module name after its dependencies. A module that is
 // built in or already loaded is no error. A failure is logged once, where
 // it happens, and returned to every caller that needed that module. A

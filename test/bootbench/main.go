@@ -100,7 +100,7 @@ type milestone struct {
 var cairnMilestones = []milestone{
 	{"/init → system mounted", launch.Substring("cairn: system partition a mounted")},
 	{"/init → network address", launch.Substring("cairn: network address")},
-	{"/init → data modules", launch.Substring("modules for the CPU and the data partition")},
+	{"/init → data modules", launch.Substring("modules for the data partition")},
 }
 
 type bench struct {
