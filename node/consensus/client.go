@@ -1,9 +1,11 @@
 package consensus
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/namespace"
@@ -30,7 +32,7 @@ type Client struct {
 func newClient(raw *clientv3.Client, prefix string) *Client {
 	return &Client{
 		KV:      namespace.NewKV(raw.KV, prefix),
-		Watcher: namespace.NewWatcher(clientv3.NewWatcher(raw), prefix),
+		Watcher: &closableWatcher{w: namespace.NewWatcher(clientv3.NewWatcher(raw), prefix)},
 		Lease:   namespace.NewLease(clientv3.NewLease(raw), prefix),
 		raw:     raw,
 		prefix:  prefix,
@@ -55,4 +57,45 @@ func (c *Client) Prefix() string { return c.prefix }
 // belongs to the Service.
 func (c *Client) Close() error {
 	return errors.Join(c.Watcher.Close(), c.Lease.Close())
+}
+
+// closableWatcher is a Watcher that may be closed while others still start
+// watches on it: a gRPC stream that watches through a Client can outlive
+// the Client's Close by a moment when its server stops. A watch started
+// after Close gets a closed channel, which its caller takes for a watch
+// that ended.
+type closableWatcher struct {
+	w      clientv3.Watcher
+	mu     sync.RWMutex
+	closed bool
+}
+
+func (c *closableWatcher) Watch(ctx context.Context, key string, opts ...clientv3.OpOption) clientv3.WatchChan {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
+		ch := make(chan clientv3.WatchResponse)
+		close(ch)
+		return ch
+	}
+	return c.w.Watch(ctx, key, opts...)
+}
+
+func (c *closableWatcher) RequestProgress(ctx context.Context) error {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
+		return errors.New("the watcher is closed")
+	}
+	return c.w.RequestProgress(ctx)
+}
+
+func (c *closableWatcher) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	return c.w.Close()
 }

@@ -2,6 +2,7 @@ package consensus
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -108,4 +109,42 @@ func TestNamespaces(t *testing.T) {
 
 func clientv3WatchContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithCancel(clientv3.WithRequireLeader(ctx))
+}
+
+// TestCloseWhileWatching closes a Client while others start watches on
+// it, as a server's streams do while it stops: no race, and a watch
+// started after Close gets a closed channel at once.
+func TestCloseWhileWatching(t *testing.T) {
+	ctx := fixture.ContextTimeout(t, testTimeout)
+	n := newTestNode(t)
+	n.start(t)
+	c, err := n.waitRunning(t).Client().Sub("watching")
+	if err != nil {
+		t.Fatalf("Sub: %v", err)
+	}
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			wctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			c.Watch(wctx, "k")
+		}()
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	wg.Wait()
+	select {
+	case _, ok := <-c.Watch(ctx, "k"):
+		if ok {
+			t.Errorf("a watch started after Close delivered a response")
+		}
+	case <-ctx.Done():
+		t.Fatalf("a watch started after Close did not end: %v", ctx.Err())
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("Close again: %v", err)
+	}
 }
