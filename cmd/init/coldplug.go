@@ -30,12 +30,11 @@ import (
 // Of the modules the CPU's features ask for (accelerated ciphers, hashes
 // and checksums), only those of the algorithms the node uses at every boot
 // are loaded here: their load is the kernel's self-tests of their
-// algorithms, seconds under software emulation. The one for crc32c loads
-// with the disks, since erofs's libcrc32c binds the best crc32c there is
-// once, and XFS's metadata checksums go through it; the one for AES, which
+// algorithms, seconds under software emulation. Those for sha256 and
+// crc32c load with the disks (diskAlgorithms); the one for AES, which
 // dm-crypt picks when it opens the data partition, loads last, while the
-// network comes up, and enrolment waits for it. The others (GHASH, SHA,
-// CRC-T10DIF) load when the kernel asks for their algorithm.
+// network comes up, and enrolment waits for it. The others (GHASH, SHA-1,
+// SHA-512, CRC-T10DIF) load when the kernel asks for their algorithm.
 //
 // Loading a module by name here costs milliseconds; the kernel's own
 // request for it runs /init in modprobe mode (modprobe.go), some 0.13 s
@@ -59,6 +58,13 @@ var diskModules = []string{
 	"vfat", "nls_cp437", "nls_ascii", // the ESP
 	"qemu_fw_cfg", // node parameters under qemu
 }
+
+// diskAlgorithms are the algorithms whose CPU modules the disk step loads
+// first: an implementation is picked when its user starts, for good, and
+// both start with the system partition. dm-verity hashes every block it
+// reads with sha256; erofs's libcrc32c binds a crc32c, through which XFS
+// checksums its metadata.
+var diskAlgorithms = []string{"sha256", "crc32c"}
 
 // cpuModaliasFile is the CPU's modalias, which lists its features.
 const cpuModaliasFile = "/sys/devices/system/cpu/modalias"
@@ -152,8 +158,8 @@ func newNodeModules(systemRoot string, printf func(string, ...any)) *nodeModules
 	}
 }
 
-// loadDisks loads from the initramfs the CPU's crc32c module, if it has
-// one, then what the devices ask for, the disk's driver among them, and
+// loadDisks loads from the initramfs the CPU's modules for diskAlgorithms,
+// if it has them, then what the devices ask for, the disk's driver among them, and
 // diskModules.
 func (m *nodeModules) loadDisks(ctx context.Context, log logtree.LeveledLogger) error {
 	start := time.Now()
@@ -161,7 +167,11 @@ func (m *nodeModules) loadDisks(ctx context.Context, log logtree.LeveledLogger) 
 	if err != nil {
 		return fmt.Errorf("when loading modules: %w", err)
 	}
-	if err := l.LoadAll(ctx, cpuModulesFor(l, cpuModaliasFile, "crc32c")); err != nil {
+	var first []string
+	for _, alg := range diskAlgorithms {
+		first = append(first, cpuModulesFor(l, cpuModaliasFile, alg)...)
+	}
+	if err := l.LoadAll(ctx, first); err != nil {
 		return fmt.Errorf("when loading modules: %w", err)
 	}
 	n, err := loadWith(ctx, l, devices, diskModules)
