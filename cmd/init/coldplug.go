@@ -159,44 +159,29 @@ func newNodeModules(systemRoot string, printf func(string, ...any)) *nodeModules
 }
 
 // loadDisks loads from the initramfs the CPU's modules for diskAlgorithms,
-// if it has them, then what the devices ask for, the disk's driver among them, and
-// diskModules.
+// if it has them, then what the devices ask for, the disk's driver among
+// them, and diskModules.
 func (m *nodeModules) loadDisks(ctx context.Context, log logtree.LeveledLogger) error {
-	start := time.Now()
-	l, err := openLoader(m.initramfs, procModules, kmod.WithLogger(log))
-	if err != nil {
-		return fmt.Errorf("when loading modules: %w", err)
-	}
-	var first []string
-	for _, alg := range diskAlgorithms {
-		first = append(first, cpuModulesFor(l, cpuModaliasFile, alg)...)
-	}
-	if err := l.LoadAll(ctx, first); err != nil {
-		return fmt.Errorf("when loading modules: %w", err)
-	}
-	n, err := loadWith(ctx, l, devices, diskModules)
-	if err != nil {
-		return fmt.Errorf("when loading modules: %w", err)
-	}
-	m.printf("coldplug loaded %d modules in %v", n, time.Since(start).Round(time.Millisecond))
-	return nil
+	return m.step(ctx, "coldplug loaded %d modules in %v", diskAlgorithms, devices, diskModules, log)
 }
 
 // cpuModulesFor returns the modules that both the CPU's modalias, read
-// from the file modalias, and the kernel's request for the crypto
-// algorithm alg ("crypto-aes") lead to: the CPU's accelerated
-// implementations of alg. A CPU without one, or a modalias that cannot be
-// read, has none.
-func cpuModulesFor(l *kmod.Loader, modalias, alg string) []string {
+// from the file modalias, and the kernel's request for one of the crypto
+// algorithms algs ("crypto-aes") lead to: the CPU's accelerated
+// implementations of them. A CPU without one, or a modalias that cannot
+// be read, has none.
+func cpuModulesFor(l *kmod.Loader, modalias string, algs ...string) []string {
 	b, err := os.ReadFile(modalias)
 	if err != nil {
 		return nil
 	}
 	cpu := l.Match(strings.TrimSpace(string(b)))
 	var mods []string
-	for _, m := range l.Resolve("crypto-" + alg) {
-		if slices.Contains(cpu, m) {
-			mods = append(mods, m)
+	for _, alg := range algs {
+		for _, m := range l.Resolve("crypto-" + alg) {
+			if slices.Contains(cpu, m) {
+				mods = append(mods, m)
+			}
 		}
 	}
 	return mods
@@ -224,30 +209,31 @@ func (m *nodeModules) loadSystem(ctx context.Context, log logtree.LeveledLogger)
 		}
 		m.placed = true
 	}
-	return m.step(ctx, "coldplug loaded %d more modules from the system partition in %v", devices, nil, log)
+	return m.step(ctx, "coldplug loaded %d more modules from the system partition in %v", nil, devices, nil, log)
 }
 
 // loadData loads the CPU's AES module, if it has one, which dm-crypt picks
 // when it opens the data partition, and dataModules.
 func (m *nodeModules) loadData(ctx context.Context, log logtree.LeveledLogger) error {
+	return m.step(ctx, "loaded %d modules for the data partition in %v", []string{"aes"}, nil, dataModules, log)
+}
+
+// step is one step of loading from the node's module directory: first the
+// CPU's modules for the algorithms algs, then what the modaliases which
+// accepts ask for (none when which is nil) with named. It is said on the
+// consoles with format, which takes the count and the time it took.
+func (m *nodeModules) step(ctx context.Context, format string, algs []string, which func(string) bool, named []string, log logtree.LeveledLogger) error {
 	start := time.Now()
 	l, err := openLoader(m.initramfs, procModules, kmod.WithLogger(log))
 	if err != nil {
 		return fmt.Errorf("when loading modules: %w", err)
 	}
-	n, err := loadWith(ctx, l, nil, append(cpuModulesFor(l, cpuModaliasFile, "aes"), dataModules...))
-	if err != nil {
-		return fmt.Errorf("when loading modules: %w", err)
+	if len(algs) > 0 {
+		if err := l.LoadAll(ctx, cpuModulesFor(l, cpuModaliasFile, algs...)); err != nil {
+			return fmt.Errorf("when loading modules: %w", err)
+		}
 	}
-	m.printf("loaded %d modules for the data partition in %v", n, time.Since(start).Round(time.Millisecond))
-	return nil
-}
-
-// step is one step of load from the node's module directory, said on the
-// consoles with format, which takes the count and the time it took.
-func (m *nodeModules) step(ctx context.Context, format string, which func(string) bool, named []string, log logtree.LeveledLogger) error {
-	start := time.Now()
-	n, err := load(ctx, m.initramfs, which, named, log)
+	n, err := loadWith(ctx, l, which, named)
 	if err != nil {
 		return fmt.Errorf("when loading modules: %w", err)
 	}

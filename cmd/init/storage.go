@@ -22,10 +22,11 @@ type nodeStorage interface {
 }
 
 // storage is the storage child: it loads the disks' modules, mounts the
-// verified system partition, loads the modules it carries, mounts the ESP and /ephemeral (and, in test
-// images, what the test hooks ask for). It remembers what it mounted, so that a restart by the supervisor
-// after an error goes on from where the last run stopped instead of
-// mounting twice.
+// verified system partition, loads the modules it carries, mounts the ESP
+// and /ephemeral (and, in test images, what the test hooks ask for). It
+// remembers what it mounted and loaded, so that a restart by the
+// supervisor after an error goes on from where the last run stopped
+// instead of mounting twice.
 type storage struct {
 	disks nodeStorage
 	// printf writes a phase line to the consoles.
@@ -81,16 +82,26 @@ func newStorage(s *localstorage.Storage, fl flags, mounted, dataReady event.Valu
 	return st
 }
 
+// loadOnce runs the module step load, unless it is nil or done says that
+// it ran already, and records that it ran.
+func loadOnce(ctx context.Context, log logtree.LeveledLogger, done *bool, load func(context.Context, logtree.LeveledLogger) error) error {
+	if *done || load == nil {
+		return nil
+	}
+	if err := load(ctx, log); err != nil {
+		return err
+	}
+	*done = true
+	return nil
+}
+
 // run is the storage child's runnable. Errors go back to the supervisor,
 // which runs it again after a backoff; nothing it does on a retry can
 // destroy data.
 func (s *storage) run(ctx context.Context) error {
 	log := supervisor.Logger(ctx)
-	if !s.diskModulesLoaded && s.diskModules != nil {
-		if err := s.diskModules(ctx, log); err != nil {
-			return err
-		}
-		s.diskModulesLoaded = true
+	if err := loadOnce(ctx, log, &s.diskModulesLoaded, s.diskModules); err != nil {
+		return err
 	}
 	if !s.systemMounted {
 		if err := s.mountSystem(log); err != nil {
@@ -98,11 +109,8 @@ func (s *storage) run(ctx context.Context) error {
 		}
 		s.systemMounted = true
 	}
-	if !s.systemModulesLoaded && s.systemModules != nil {
-		if err := s.systemModules(ctx, log); err != nil {
-			return err
-		}
-		s.systemModulesLoaded = true
+	if err := loadOnce(ctx, log, &s.systemModulesLoaded, s.systemModules); err != nil {
+		return err
 	}
 	if !s.espMounted {
 		if err := s.disks.MountESP(); err != nil {
@@ -120,11 +128,8 @@ func (s *storage) run(ctx context.Context) error {
 	if s.mounted != nil {
 		s.mounted.Set(true)
 	}
-	if !s.dataModulesLoaded && s.dataModules != nil {
-		if err := s.dataModules(ctx, log); err != nil {
-			return err
-		}
-		s.dataModulesLoaded = true
+	if err := loadOnce(ctx, log, &s.dataModulesLoaded, s.dataModules); err != nil {
+		return err
 	}
 	if s.dataReady != nil {
 		s.dataReady.Set(true)
