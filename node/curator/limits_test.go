@@ -234,18 +234,8 @@ func TestCheckNodeStatus(t *testing.T) {
 // NEW and beyond the rate of one source, and from a second source.
 func TestRegisterNodeLimits(t *testing.T) {
 	const maxNew, burst = 2, 4
-	c := newTestCluster(t, WithMaxNewNodes(maxNew), withLimits(func(l *limits) {
-		l.registerBurst = burst
-		l.registerInterval = time.Hour
-	}))
+	c, addr, m, ticket := registerCluster(t, maxNew, burst, time.Hour)
 	ctx := fixture.Context(t)
-	addr := c.nodes[0].addr.String()
-	m := c.mgmt(t, addr)
-	res, err := m.GetRegisterTicket(ctx, &api.GetRegisterTicketRequest{})
-	if err != nil {
-		t.Fatalf("GetRegisterTicket: %v", err)
-	}
-	ticket := res.GetTicket()
 	a, b, cc, d := newTestNode(t), newTestNode(t), newTestNode(t), newTestNode(t)
 	register := func(from string, n *testNode) error {
 		_, err := c.ephemeralFrom(t, from, addr, n).RegisterNode(ctx, &api.RegisterNodeRequest{RegisterTicket: ticket, JoinKey: n.joinKey.Public().(ed25519.PublicKey)})
@@ -265,7 +255,7 @@ func TestRegisterNodeLimits(t *testing.T) {
 	if err := register("127.0.0.1", a); err != nil {
 		t.Errorf("RegisterNode again of a node waiting for approval, with %d NEW: %v", maxNew, err)
 	}
-	err = register("127.0.0.1", d)
+	err := register("127.0.0.1", d)
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "too many registrations from 127.0.0.1") {
 		t.Errorf("RegisterNode %d from one source = %v, want ResourceExhausted for too many registrations", burst+1, err)
 	}
@@ -282,6 +272,25 @@ func TestRegisterNodeLimits(t *testing.T) {
 	if err := register("127.0.0.2", d); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), full) {
 		t.Errorf("RegisterNode from another source with %d NEW = %v, want ResourceExhausted: %s", maxNew, err, full)
 	}
+}
+
+// registerCluster starts a test cluster whose cap on nodes in state NEW is
+// maxNew and whose register rate per source is burst calls, refilled one
+// per interval. It returns the cluster, node 0's address, the owner's
+// Management client there and the register ticket.
+func registerCluster(t *testing.T, maxNew, burst int, interval time.Duration) (*testCluster, string, api.ManagementClient, []byte) {
+	t.Helper()
+	c := newTestCluster(t, WithMaxNewNodes(maxNew), withLimits(func(l *limits) {
+		l.registerBurst = burst
+		l.registerInterval = interval
+	}))
+	addr := c.nodes[0].addr.String()
+	m := c.mgmt(t, addr)
+	res, err := m.GetRegisterTicket(fixture.Context(t), &api.GetRegisterTicketRequest{})
+	if err != nil {
+		t.Fatalf("GetRegisterTicket: %v", err)
+	}
+	return c, addr, m, res.GetTicket()
 }
 
 // ephemeralFrom is ephemeral, on a connection from the loopback address
@@ -421,17 +430,8 @@ func TestWaitingIndex(t *testing.T) {
 // do (roomForNew), so the cap holds whichever way the calls interleave.
 func TestRegisterNodeCapConcurrent(t *testing.T) {
 	const maxNew, nodes = 2*registerInFlight + 20, 2*registerInFlight + 60
-	c := newTestCluster(t, WithMaxNewNodes(maxNew), withLimits(func(l *limits) {
-		l.registerBurst = 10 * nodes
-		l.registerInterval = time.Millisecond
-	}))
+	c, addr, m, ticket := registerCluster(t, maxNew, 10*nodes, time.Millisecond)
 	ctx := fixture.Context(t)
-	addr := c.nodes[0].addr.String()
-	m := c.mgmt(t, addr)
-	res, err := m.GetRegisterTicket(ctx, &api.GetRegisterTicketRequest{})
-	if err != nil {
-		t.Fatalf("GetRegisterTicket: %v", err)
-	}
 	var registered, full atomic.Int32
 	var wg sync.WaitGroup
 	for range nodes {
@@ -441,7 +441,7 @@ func TestRegisterNodeCapConcurrent(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for {
-				_, err := cur.RegisterNode(ctx, &api.RegisterNodeRequest{RegisterTicket: res.GetTicket(), JoinKey: n.joinKey.Public().(ed25519.PublicKey)})
+				_, err := cur.RegisterNode(ctx, &api.RegisterNodeRequest{RegisterTicket: ticket, JoinKey: n.joinKey.Public().(ed25519.PublicKey)})
 				switch status.Code(err) {
 				case codes.OK:
 					registered.Add(1)
