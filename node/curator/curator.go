@@ -29,6 +29,13 @@ import (
 // DefaultHeartbeatInterval is how often nodes are asked to beat.
 const DefaultHeartbeatInterval = 5 * time.Second
 
+// DefaultElectionTTL is the lifetime of a curator's election lease: how
+// long a curator whose machine died keeps leading. Its session renews the
+// lease every third of it, so a curator whose renewals stall for two
+// thirds of it (a loaded machine, a lossy network) loses the lead to
+// another. make bench-failover measures both sides of that trade.
+const DefaultElectionTTL = 3 * time.Second
+
 // Config is what a curator needs.
 type Config struct {
 	// Node is this node's identity: the curator serves with it and dials
@@ -50,6 +57,9 @@ type Option func(*options)
 
 type options struct {
 	heartbeatInterval time.Duration
+	// electionTTL is the election lease's TTL, in whole seconds as etcd
+	// takes it.
+	electionTTL int
 	// ports are the node's ports, defaults filled in by New.
 	ports ports.Table
 	// peerPort gives the etcd peer port of a node joining through
@@ -98,6 +108,19 @@ func WithHeartbeatInterval(d time.Duration) Option {
 	return func(o *options) { o.heartbeatInterval = d }
 }
 
+// WithElectionTTL sets the lifetime of the curator's election lease,
+// rounded up to whole seconds, at least two. The default is
+// DefaultElectionTTL.
+func WithElectionTTL(d time.Duration) Option {
+	return func(o *options) { o.electionTTL = ttlSeconds(d) }
+}
+
+// ttlSeconds is d in whole seconds, rounded up, at least two: etcd
+// refuses leases shorter than one and a half election timeouts.
+func ttlSeconds(d time.Duration) int {
+	return max(2, int((d+time.Second-1)/time.Second))
+}
+
 // WithPorts sets the node's ports, zero fields meaning the fixed ones
 // (ports.Table.WithDefaults): the curator listens on Curator when
 // Config.Listener is nil, and nodes that join the consensus through it run
@@ -121,6 +144,7 @@ type Service struct {
 func New(cfg Config, opts ...Option) *Service {
 	o := options{
 		heartbeatInterval: DefaultHeartbeatInterval,
+		electionTTL:       ttlSeconds(DefaultElectionTTL),
 		limits:            defaultLimits(),
 		nodeLifetime:      DefaultNodeCertificateLifetime,
 		ownerLifetime:     DefaultOwnerCertificateLifetime,

@@ -18,10 +18,6 @@ import (
 	"cairn.dev/cairn/proto/api"
 )
 
-// electionTTL is the lifetime, in seconds, of a curator's election lease:
-// how long a curator that vanishes without resigning keeps leading.
-const electionTTL = 10
-
 // electionName is the election's prefix (concurrency adds the "/").
 const electionName = "election"
 
@@ -74,7 +70,7 @@ func (c *curator) runElection(ctx context.Context) error {
 	if err := c.deleteStaleCandidacies(ctx, cl, me); err != nil {
 		return err
 	}
-	session, err := concurrency.NewSession(cli, concurrency.WithTTL(electionTTL), concurrency.WithContext(ctx))
+	session, err := concurrency.NewSession(cli, concurrency.WithTTL(c.opts.electionTTL), concurrency.WithContext(ctx))
 	if err != nil {
 		return fmt.Errorf("when opening an election session: %w", err)
 	}
@@ -125,7 +121,7 @@ func (c *curator) runElection(ctx context.Context) error {
 
 // deleteStaleCandidacies deletes the election keys of this node left by a
 // lease of an earlier run (a crash, a restart), whose lease may still be
-// alive for up to electionTTL: without this, this curator would wait for
+// alive for up to the election's TTL: without this, this curator would wait for
 // its own ghost, or others would follow it.
 func (c *curator) deleteStaleCandidacies(ctx context.Context, cl *consensus.Client, me string) error {
 	resp, err := cl.Get(ctx, electionName+"/", clientv3.WithPrefix())

@@ -287,3 +287,39 @@ func TestStaleCandidacy(t *testing.T) {
 		t.Errorf("stale candidacy %s = %v, %v, want it deleted", key, resp, err)
 	}
 }
+
+// TestElectionTTL checks that the curator's candidacy holds a lease of the
+// TTL it was given, rounded up to whole seconds, and that a TTL below
+// etcd's floor is raised to two seconds.
+func TestElectionTTL(t *testing.T) {
+	for _, tc := range []struct {
+		ttl  time.Duration
+		want int64
+	}{
+		{2500 * time.Millisecond, 3},
+		{time.Second, 2},
+	} {
+		t.Run(tc.ttl.String(), func(t *testing.T) {
+			c := newTestCluster(t, WithElectionTTL(tc.ttl))
+			ctx := fixture.Context(t)
+			n := c.nodes[0]
+			waitLeader(t, n, n.addr.String(), "")
+			cl, err := n.member.WaitVoter(t).Client().Sub(namespace)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			resp, err := cl.Get(ctx, electionName+"/", clientv3.WithPrefix())
+			if err != nil || len(resp.Kvs) != 1 {
+				t.Fatalf("candidacies = %v, %v, want one", resp, err)
+			}
+			ttl, err := cl.TimeToLive(ctx, clientv3.LeaseID(resp.Kvs[0].Lease))
+			if err != nil {
+				t.Fatalf("TimeToLive: %v", err)
+			}
+			if ttl.GrantedTTL != tc.want {
+				t.Errorf("the candidacy's lease was granted %d s, want %d s", ttl.GrantedTTL, tc.want)
+			}
+		})
+	}
+}

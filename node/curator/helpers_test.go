@@ -48,6 +48,10 @@ func newTestNode(t testing.TB) *testNode {
 func (n *testNode) pub() ed25519.PublicKey { return n.key.Public().(ed25519.PublicKey) }
 func (n *testNode) id() string             { return identity.NodeID(n.pub()) }
 
+// testElectionTTL is the election lease of the tests' curators, as
+// curatortest.ElectionTTL (which this package cannot import) is.
+const testElectionTTL = 10 * time.Second
+
 // startCurator runs a curator with the node's identity, on its address.
 func (n *testNode) startCurator(t testing.TB, opts ...Option) {
 	t.Helper()
@@ -64,6 +68,7 @@ func (n *testNode) startCurator(t testing.TB, opts ...Option) {
 	if err != nil {
 		t.Fatalf("listening on %s: %v", n.addr, err)
 	}
+	opts = append([]Option{WithElectionTTL(testElectionTTL)}, opts...)
 	svc := New(Config{Node: n.ident, Consensus: st, Advertise: n.addr, Listener: lis}, opts...)
 	lt := logtree.New()
 	n.curatorLog = lt

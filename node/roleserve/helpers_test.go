@@ -75,6 +75,7 @@ func newTestNode(t testing.TB, curatorPort, peerPort, joinPeerPort, directoryPor
 		Version:         "test",
 		Ports:           ports.Table{Curator: curatorPort, EtcdPeer: peerPort},
 		clusterPorts:    ports.Table{Curator: directoryPort, EtcdPeer: joinPeerPort},
+		curatorOptions:  []curator.Option{curator.WithElectionTTL(curatortest.ElectionTTL)},
 	}
 	return n
 }

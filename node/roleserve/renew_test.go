@@ -32,7 +32,7 @@ func TestRenewal(t *testing.T) {
 	const lifetime = 8 * time.Second
 
 	a := newTestNode(t, fixture.FreePort(t), fixture.FreePort(t), fixture.FreePort(t), 0)
-	a.cfg.curatorOptions = []curator.Option{curator.WithCertificateLifetimes(lifetime, 0)}
+	a.cfg.curatorOptions = append(a.cfg.curatorOptions, curator.WithCertificateLifetimes(lifetime, 0))
 	a.membership.Set(&Membership{
 		NodeKey:      a.key,
 		Bootstrap:    o.bootstrap(a),

@@ -70,6 +70,13 @@ func WithOwnerKey(key ed25519.PrivateKey) Option {
 	return func(o *options) { o.ownerKey = key }
 }
 
+// ElectionTTL is the election lease of the curators of tests: longer than
+// a node's (curator.DefaultElectionTTL), since a test built with the race
+// detector on a busy machine stalls for seconds, and a lost lease there
+// would fail a test of something else. make bench-failover measures the
+// node's own TTL on a loaded machine.
+const ElectionTTL = 10 * time.Second
+
 // WithCuratorOptions starts the curator with opts, as when a test shortens
 // the lifetime of owner certificates to see them renewed.
 func WithCuratorOptions(opts ...curator.Option) Option {
@@ -141,7 +148,8 @@ func StartControlPlane(t testing.TB, opts ...Option) *ControlPlane {
 		t.Fatal(err)
 	}
 
-	svc := curator.New(curator.Config{Node: cp.Node, Consensus: st, Advertise: advertise, Listener: lis}, o.curator...)
+	curatorOpts := append([]curator.Option{curator.WithElectionTTL(ElectionTTL)}, o.curator...)
+	svc := curator.New(curator.Config{Node: cp.Node, Consensus: st, Advertise: advertise, Listener: lis}, curatorOpts...)
 	stop := consensustest.RunTree(t, cp.Node.ID()[:12]+" curator ", svc.Run, logtree.New(), logtree.INFO)
 	t.Cleanup(stop)
 	return cp
