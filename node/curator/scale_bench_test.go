@@ -48,7 +48,9 @@ const (
 // mean latency under 32 enrolments at once), the etcd writes of the
 // enrolments counted by etcd itself in the same window (write
 // transactions from the store's revision, keys from etcd_mvcc_put_total),
-// heartbeat latency, the process's CPU time and heap (curators, etcd and
+// heartbeat latency in three windows of three rounds each (on their own,
+// while more nodes enrol all along, and with one busy process per core
+// beside the benchmark), the process's CPU time and heap (curators, etcd and
 // the simulated nodes together: they share the process), and the raw etcd
 // put rate of the same run for comparison. The registration limits it
 // sets are printed. One iteration takes about a minute; run it with
@@ -103,7 +105,7 @@ var enrolPhase = [...]string{"keygen", "tls", "register", "approve", "commit"}
 // run enrols the nodes, makes them beat, and reports.
 func (sc *scaleCluster) run(b *testing.B) {
 	ctx := fixture.Context(b)
-	c, addrs, owners := sc.c, sc.addrs, sc.owners
+	c, addrs := sc.c, sc.addrs
 	etcd := c.nodes[0].member.WaitVoter(b).Client()
 	rev0, puts0 := etcdWrites(b, etcd)
 	cpu0 := cpuTime()
@@ -112,53 +114,9 @@ func (sc *scaleCluster) run(b *testing.B) {
 	phases := make([][len(enrolPhase)]time.Duration, scaleNodes)
 	var retries atomic.Int64
 	parallel(b, scaleNodes, func(i int) error {
-		t := time.Now()
-		lap := func(p int) {
-			now := time.Now()
-			phases[i][p] = now.Sub(t)
-			t = now
-		}
-		n := &testNode{key: identitytest.NewKey(b), joinKey: identitytest.NewKey(b)}
-		lap(0)
-		addr := addrs[i%len(addrs)]
-		creds, err := rpc.EphemeralCredentials(c.ca, n.key)
-		if err != nil {
-			return err
-		}
-		conn := dial(b, addr, creds)
-		if err := connect(ctx, conn); err != nil {
-			return fmt.Errorf("connecting to %s: %w", addr, err)
-		}
-		cur := api.NewCuratorClient(conn)
-		lap(1)
-		// Registrations that race for the cap on nodes in NEW are
-		// Aborted and retried at once, as a node's enrolment does.
-		for {
-			_, err := cur.RegisterNode(ctx, &api.RegisterNodeRequest{RegisterTicket: sc.ticket, JoinKey: n.joinKey.Public().(ed25519.PublicKey)})
-			if status.Code(err) == codes.Aborted {
-				retries.Add(1)
-				continue
-			}
-			if err != nil {
-				return fmt.Errorf("RegisterNode: %w", err)
-			}
-			break
-		}
-		lap(2)
-		if _, err := owners[i%len(owners)].ApproveNode(ctx, &api.ApproveNodeRequest{NodeId: n.id()}); err != nil {
-			return fmt.Errorf("ApproveNode: %w", err)
-		}
-		lap(3)
-		res, err := cur.CommitNode(ctx, &api.CommitNodeRequest{})
-		if err != nil {
-			return fmt.Errorf("CommitNode: %w", err)
-		}
-		lap(4)
-		if err := setIdentity(n, res); err != nil {
-			return err
-		}
+		n, err := sc.enrol(ctx, b, i, &phases[i], &retries)
 		sims[i] = n
-		return nil
+		return err
 	})
 	enrol := time.Since(start)
 	cpuEnrol := cpuTime() - cpu0
@@ -175,34 +133,37 @@ func (sc *scaleCluster) run(b *testing.B) {
 		_, err := clients[i].Heartbeat(ctx, &api.HeartbeatRequest{})
 		return err
 	})
-	var mu sync.Mutex
-	var latencies []time.Duration
 	cpu1 := cpuTime()
 	beatStart := time.Now()
-	parallel(b, scaleNodes, func(i int) error {
-		offset := scaleBeatPeriod * time.Duration(i) / scaleNodes
-		for round := range scaleBeatRounds {
-			at := beatStart.Add(offset + time.Duration(round)*scaleBeatPeriod)
-			time.Sleep(time.Until(at))
-			t0 := time.Now()
-			if _, err := clients[i].Heartbeat(ctx, &api.HeartbeatRequest{}); err != nil {
-				return fmt.Errorf("Heartbeat: %w", err)
-			}
-			d := time.Since(t0)
-			mu.Lock()
-			latencies = append(latencies, d)
-			mu.Unlock()
-		}
-		return nil
-	}, scaleNodes)
+	latencies := beat(b, clients)
 	beatCPU := cpuTime() - cpu1
 	beatWall := time.Since(beatStart)
+
+	// The same beats while more nodes enrol all along, then on a loaded
+	// machine.
+	enrolling, stopEnrolling := context.WithCancel(ctx)
+	var late atomic.Int64
+	var lateRetries atomic.Int64
+	lateErr := make(chan error, 1)
+	lateStart := time.Now()
+	go func() { lateErr <- sc.enrolUntil(enrolling, b, scaleNodes, &late, &lateRetries) }()
+	lateLatencies := beat(b, clients)
+	stopEnrolling()
+	if err := <-lateErr; err != nil {
+		b.Fatalf("enrolling while the nodes beat: %v", err)
+	}
+	lateWall := time.Since(lateStart)
+	stop := fixture.Busy(b, runtime.NumCPU())
+	loadedLatencies := beat(b, clients)
+	stop()
 
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	puts := putRate(b, c)
 
-	slices.Sort(latencies)
+	for _, l := range [][]time.Duration{latencies, lateLatencies, loadedLatencies} {
+		slices.Sort(l)
+	}
 	rate := float64(scaleNodes) / enrol.Seconds()
 	b.ReportMetric(rate, "enrolments/s")
 	var phaseLine []string
@@ -222,6 +183,8 @@ func (sc *scaleCluster) run(b *testing.B) {
 	b.ReportMetric(keys, "etcd-puts/enrolment")
 	b.ReportMetric(float64(percentile(latencies, 50).Microseconds())/1000, "hb-p50-ms")
 	b.ReportMetric(float64(percentile(latencies, 99).Microseconds())/1000, "hb-p99-ms")
+	b.ReportMetric(float64(percentile(lateLatencies, 99).Microseconds())/1000, "hb-p99-enrolling-ms")
+	b.ReportMetric(float64(percentile(loadedLatencies, 99).Microseconds())/1000, "hb-p99-loaded-ms")
 	b.ReportMetric(cpuEnrol.Seconds()/enrol.Seconds(), "enrol-cpu-cores")
 	b.ReportMetric(beatCPU.Seconds()/beatWall.Seconds(), "heartbeat-cpu-cores")
 	b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "heap-MiB")
@@ -233,6 +196,123 @@ func (sc *scaleCluster) run(b *testing.B) {
 	fmt.Printf("scale: %d heartbeats over %v (%v CPU), p50 %v, p99 %v; heap in use %d MiB; raw etcd puts %.0f/s\n",
 		len(latencies), beatWall.Round(time.Millisecond), beatCPU.Round(time.Millisecond),
 		percentile(latencies, 50), percentile(latencies, 99), ms.HeapInuse>>20, puts)
+	fmt.Printf("scale: the same heartbeats while more nodes enrolled all along (%d in %v, %.0f/s, %d Aborted and retried): p50 %v, p99 %v\n",
+		late.Load(), lateWall.Round(time.Millisecond), float64(late.Load())/lateWall.Seconds(), lateRetries.Load(),
+		percentile(lateLatencies, 50), percentile(lateLatencies, 99))
+	fmt.Printf("scale: the same heartbeats with %d busy processes beside the benchmark: p50 %v, p99 %v\n",
+		runtime.NumCPU(), percentile(loadedLatencies, 50), percentile(loadedLatencies, 99))
+}
+
+// enrol enrols simulated node i through the curators in turn: key
+// generation, TLS, RegisterNode (retried when Aborted, counted in
+// retries), ApproveNode by the owner, CommitNode; each phase's time goes
+// to phases.
+func (sc *scaleCluster) enrol(ctx context.Context, b *testing.B, i int, phases *[len(enrolPhase)]time.Duration, retries *atomic.Int64) (*testNode, error) {
+	c, addrs, owners := sc.c, sc.addrs, sc.owners
+	t := time.Now()
+	lap := func(p int) {
+		now := time.Now()
+		phases[p] = now.Sub(t)
+		t = now
+	}
+	n := &testNode{key: identitytest.NewKey(b), joinKey: identitytest.NewKey(b)}
+	lap(0)
+	addr := addrs[i%len(addrs)]
+	creds, err := rpc.EphemeralCredentials(c.ca, n.key)
+	if err != nil {
+		return nil, err
+	}
+	conn := dial(b, addr, creds)
+	defer conn.Close()
+	if err := connect(ctx, conn); err != nil {
+		return nil, fmt.Errorf("connecting to %s: %w", addr, err)
+	}
+	cur := api.NewCuratorClient(conn)
+	lap(1)
+	// Registrations that race for the cap on nodes in NEW are Aborted
+	// and retried at once, as a node's enrolment does.
+	for {
+		_, err := cur.RegisterNode(ctx, &api.RegisterNodeRequest{RegisterTicket: sc.ticket, JoinKey: n.joinKey.Public().(ed25519.PublicKey)})
+		if status.Code(err) == codes.Aborted {
+			retries.Add(1)
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("RegisterNode: %w", err)
+		}
+		break
+	}
+	lap(2)
+	if _, err := owners[i%len(owners)].ApproveNode(ctx, &api.ApproveNodeRequest{NodeId: n.id()}); err != nil {
+		return nil, fmt.Errorf("ApproveNode: %w", err)
+	}
+	lap(3)
+	res, err := cur.CommitNode(ctx, &api.CommitNodeRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("CommitNode: %w", err)
+	}
+	lap(4)
+	if err := setIdentity(n, res); err != nil {
+		return nil, err
+	}
+	return n, nil
+}
+
+// enrolUntil enrols new simulated nodes, numbered from first on, with
+// scaleConcurrency at once until ctx ends, and counts them in done.
+func (sc *scaleCluster) enrolUntil(ctx context.Context, b *testing.B, first int, done, retries *atomic.Int64) error {
+	next := atomic.Int64{}
+	next.Store(int64(first))
+	errs := make(chan error, scaleConcurrency)
+	for range scaleConcurrency {
+		go func() {
+			for ctx.Err() == nil {
+				var phases [len(enrolPhase)]time.Duration
+				if _, err := sc.enrol(ctx, b, int(next.Add(1)-1), &phases, retries); err != nil {
+					if ctx.Err() != nil {
+						break
+					}
+					errs <- err
+					return
+				}
+				done.Add(1)
+			}
+			errs <- nil
+		}()
+	}
+	var firstErr error
+	for range scaleConcurrency {
+		if err := <-errs; err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	return firstErr
+}
+
+// beat makes every client beat once per period, spread evenly over it,
+// for scaleBeatRounds rounds, and returns the latencies.
+func beat(b *testing.B, clients []api.CuratorClient) []time.Duration {
+	ctx := fixture.Context(b)
+	var mu sync.Mutex
+	var latencies []time.Duration
+	start := time.Now()
+	parallel(b, len(clients), func(i int) error {
+		offset := scaleBeatPeriod * time.Duration(i) / time.Duration(len(clients))
+		for round := range scaleBeatRounds {
+			at := start.Add(offset + time.Duration(round)*scaleBeatPeriod)
+			time.Sleep(time.Until(at))
+			t0 := time.Now()
+			if _, err := clients[i].Heartbeat(ctx, &api.HeartbeatRequest{}); err != nil {
+				return fmt.Errorf("Heartbeat: %w", err)
+			}
+			d := time.Since(t0)
+			mu.Lock()
+			latencies = append(latencies, d)
+			mu.Unlock()
+		}
+		return nil
+	}, len(clients))
+	return latencies
 }
 
 // connect makes conn open its connection (the TLS handshake included) and
