@@ -206,3 +206,31 @@ func TestBuildDropsSymbolTable(t *testing.T) {
 		t.Errorf("PointerToSymbolTable = %#x, want 0", got)
 	}
 }
+
+// TestRead reads back what Build wrote, and refuses an image without a
+// kernel.
+func TestRead(t *testing.T) {
+	s := sampleSections()
+	img, err := Build(tinyStub(0x1000), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Read(bytes.NewReader(img))
+	if err != nil {
+		t.Fatalf("Read: %v", err)
+	}
+	if !bytes.Equal(b.Kernel, s[4].Data) || !bytes.Equal(b.Initramfs, s[3].Data) || b.Cmdline != string(s[1].Data) {
+		t.Errorf("Read = kernel of %d bytes, initramfs of %d bytes, cmdline %q; want %d, %d, %q",
+			len(b.Kernel), len(b.Initramfs), b.Cmdline, len(s[4].Data), len(s[3].Data), s[1].Data)
+	}
+	noKernel, err := Build(tinyStub(0x1000), s[:4])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Read(bytes.NewReader(noKernel)); err == nil || !strings.Contains(err.Error(), ".linux") {
+		t.Errorf("Read of an image without .linux = %v, want an error naming it", err)
+	}
+	if _, err := Read(bytes.NewReader([]byte("not a PE file"))); err == nil {
+		t.Error("Read of garbage succeeded")
+	}
+}

@@ -27,14 +27,15 @@ func TestAgainstNodeManagement(t *testing.T) {
 	mustRun(t, dir, "--endpoint", s.addr, "takeownership")
 
 	lt := logtree.New()
-	rebooted := make(chan struct{})
+	rebooted := make(chan string, 2)
 	poweredOff := make(chan struct{})
 	node := s.ca.Node(t)
 	addr := serveNodeManagement(t, node, nodemanagement.Config{
-		LogTree:  lt,
-		Reboot:   func() { close(rebooted) },
-		Poweroff: func() { close(poweredOff) },
-		Metrics:  metrics.Gatherer("/proc"),
+		LogTree:        lt,
+		Reboot:         func() { rebooted <- "kexec" },
+		RebootFirmware: func() { rebooted <- "firmware" },
+		Poweroff:       func() { close(poweredOff) },
+		Metrics:        metrics.Gatherer("/proc"),
 	})
 	id := node.ID()
 	nodeEP := "--node-endpoint=" + id + "=" + addr
@@ -107,11 +108,14 @@ func TestAgainstNodeManagement(t *testing.T) {
 		t.Errorf("node metrics printed %.500q, want the node's and the process's metrics", out)
 	}
 
-	mustRun(t, dir, nodeEP, "node", "reboot", id)
+	mustRun(t, dir, nodeEP, "node", "reboot", "--firmware", id)
 	select {
-	case <-rebooted:
+	case how := <-rebooted:
+		if how != "firmware" {
+			t.Errorf("node reboot --firmware rebooted by %s, want through the firmware", how)
+		}
 	case <-time.After(30 * time.Second):
-		t.Error("node reboot: the node was not rebooted")
+		t.Error("node reboot --firmware: the node was not rebooted")
 	}
 	if _, err := run(t, dir, nodeEP, "node", "poweroff", id); err == nil {
 		t.Error("node poweroff after a reboot succeeded, want the node to refuse")

@@ -49,17 +49,29 @@ func newNodeCommand(a *app) *cobra.Command {
 		newNodeMetricsCommand(a),
 		a.roleCommand(true),
 		a.roleCommand(false),
-		a.powerCommand("reboot", "Reboot a node", "Rebooting",
-			func(ctx context.Context, c api.NodeManagementClient) error {
-				_, err := c.Reboot(ctx, &api.RebootRequest{})
-				return err
-			}),
+		newRebootCommand(a),
 		a.powerCommand("poweroff", "Power a node off", "Powering off",
 			func(ctx context.Context, c api.NodeManagementClient) error {
 				_, err := c.Poweroff(ctx, &api.PoweroffRequest{})
 				return err
 			}),
 	)
+	return cmd
+}
+
+// newRebootCommand is node reboot: straight into the node's image (kexec)
+// unless --firmware asks for a reboot through the firmware.
+func newRebootCommand(a *app) *cobra.Command {
+	var firmware bool
+	cmd := a.powerCommand("reboot", "Reboot a node", "Rebooting",
+		func(ctx context.Context, c api.NodeManagementClient) error {
+			_, err := c.Reboot(ctx, &api.RebootRequest{Firmware: firmware})
+			return err
+		})
+	cmd.Long = "Reboot a node. The node stops its services in order, then boots the image on its ESP again " +
+		"directly (kexec), without the firmware, when that is what it booted from; --firmware reboots " +
+		"through the machine's firmware instead, which resets the hardware and is slower."
+	cmd.Flags().BoolVar(&firmware, "firmware", false, "reboot through the machine's firmware instead of kexec")
 	return cmd
 }
 

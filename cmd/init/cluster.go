@@ -93,13 +93,14 @@ func nodeManagementRunnable(st *localstorage.Storage, creds event.Watchable[*ide
 		srv := rpc.NewServer(node)
 		srv.JudgeOwners(owners)
 		api.RegisterNodeManagementServer(srv, nodemanagement.New(nodemanagement.Config{
-			LogTree:     lt,
-			Reboot:      func() { request(reboot) },
-			Poweroff:    func() { request(poweroff) },
-			LogStore:    ls,
-			Metrics:     g,
-			EtcdDataDir: st.Root.Data.Etcd.FullPath(),
-			ClusterCA:   node.CACertificate().Raw,
+			LogTree:        lt,
+			Reboot:         func() { request(reboot) },
+			RebootFirmware: func() { request(firmwareReboot) },
+			Poweroff:       func() { request(poweroff) },
+			LogStore:       ls,
+			Metrics:        g,
+			EtcdDataDir:    st.Root.Data.Etcd.FullPath(),
+			ClusterCA:      node.CACertificate().Raw,
 		}))
 		var lc net.ListenConfig
 		lis, err := lc.Listen(ctx, "tcp", ":"+strconv.Itoa(ports.NodeManagement))

@@ -31,8 +31,10 @@
 // PID 1 does nothing that can fail in interesting ways: mount, start the
 // core, reap, forward signals, and finish the machine. Everything else
 // (module loading, the log tree, the runnables) lives in the core, whose
-// exit code tells PID 1 what to do: exitPoweroff, exitReboot, or
-// exitFailed (the root runnable died; reboot after a pause). Any other end
+// exit code tells PID 1 what to do: exitPoweroff, exitReboot (kexec into
+// the ESP's image when this boot came from it, kexec.go),
+// exitFirmwareReboot, or exitFailed (the root runnable died; reboot through
+// the firmware after a pause). Any other end
 // of the core, a crash or a kill, is unexpected and also reboots after a
 // pause. PID 1 never returns: if it did, the kernel would panic.
 //
@@ -91,6 +93,7 @@
 //	main.go      picks the mode: PID 1, core or modprobe
 //	reaper.go    PID 1: start the core, reap, forward signals, judge the exit
 //	power.go     PID 1: the end of the machine (kill, sync, unmount, reboot)
+//	kexec.go     PID 1: loading the ESP's image for a reboot without firmware
 //	mounts.go    the filesystems mounted at boot, unmounting at the end
 //	core.go      the core: log tree, coldplug, supervisor, shutdown request
 //	coldplug.go  module loading through pkg/kmod

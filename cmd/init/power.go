@@ -12,12 +12,18 @@ type action int
 
 const (
 	poweroff action = iota
+	// reboot kexecs into the ESP's image when it can (kexec.go).
 	reboot
+	// firmwareReboot always reboots through the firmware.
+	firmwareReboot
 )
 
 func (a action) String() string {
-	if a == reboot {
+	switch a {
+	case reboot:
 		return "reboot"
+	case firmwareReboot:
+		return "reboot through the firmware"
 	}
 	return "poweroff"
 }
@@ -28,11 +34,16 @@ const (
 	exitPoweroff = 80 // a shutdown was asked for: power off
 	exitReboot   = 81 // a reboot was asked for
 	exitFailed   = 82 // the root runnable died; the core said why
+	// exitFirmwareReboot: a reboot through the firmware was asked for.
+	exitFirmwareReboot = 83
 )
 
 func (a action) exitCode() int {
-	if a == reboot {
+	switch a {
+	case reboot:
 		return exitReboot
+	case firmwareReboot:
+		return exitFirmwareReboot
 	}
 	return exitPoweroff
 }
@@ -49,22 +60,39 @@ const (
 
 // finish ends the machine: every process left gets SIGTERM, then SIGKILL,
 // filesystems are synced and unmounted, and the kernel powers off or
-// reboots. It never returns.
-func finish(con *consoles, a action) {
+// reboots. A reboot that was asked for (not one after a failure, nor one
+// through the firmware) kexecs into the ESP's image when it can
+// (kexec.go). It never returns.
+func finish(con *consoles, a action, failed bool) {
 	if !killEverything() {
 		con.Printf("processes stuck in the kernel outlived SIGKILL for %v; going on with the %s", killGrace, a)
 	}
 	unix.Sync()
 	con.Printf("filesystems synced")
+	kexec := false
+	if a == reboot && !failed {
+		if err := loadKexec(); err != nil {
+			con.Printf("rebooting through the firmware: %v", err)
+		} else {
+			kexec = true
+		}
+	}
 	for _, err := range unmountAll() {
 		con.Printf("%v", err)
 	}
 	con.Printf("unmounted filesystems")
 	cmd := unix.LINUX_REBOOT_CMD_POWER_OFF
-	if a == reboot {
+	switch {
+	case kexec:
+		con.Printf("rebooting (kexec into the ESP's image, without the firmware)")
+		if err := unix.Reboot(unix.LINUX_REBOOT_CMD_KEXEC); err != nil {
+			con.Printf("kexec failed: %v; rebooting through the firmware", err)
+		}
+		cmd = unix.LINUX_REBOOT_CMD_RESTART
+	case a == reboot || a == firmwareReboot:
 		con.Printf("rebooting")
 		cmd = unix.LINUX_REBOOT_CMD_RESTART
-	} else {
+	default:
 		con.Printf("powering off")
 	}
 	err := unix.Reboot(cmd)

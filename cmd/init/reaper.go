@@ -31,7 +31,7 @@ func runPID1() {
 		con.Printf("rebooting in %v", failurePause)
 		time.Sleep(failurePause)
 	}
-	finish(con, a)
+	finish(con, a, pause)
 }
 
 // superviseCore starts the core and reaps every child of PID 1 until the
@@ -141,6 +141,8 @@ func judgeCoreExit(ws unix.WaitStatus, requested *action) (a action, pause bool,
 		return poweroff, false, ""
 	case ws.Exited() && ws.ExitStatus() == exitReboot:
 		return reboot, false, ""
+	case ws.Exited() && ws.ExitStatus() == exitFirmwareReboot:
+		return firmwareReboot, false, ""
 	case ws.Exited() && ws.ExitStatus() == exitFailed:
 		return reboot, true, ""
 	case ws.Exited():

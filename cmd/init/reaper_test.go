@@ -25,6 +25,7 @@ func TestJudgeCoreExit(t *testing.T) {
 	}{
 		{"poweroff", exited(exitPoweroff), nil, poweroff, false, ""},
 		{"reboot", exited(exitReboot), nil, reboot, false, ""},
+		{"reboot through the firmware", exited(exitFirmwareReboot), nil, firmwareReboot, false, ""},
 		{"root failed", exited(exitFailed), nil, reboot, true, ""},
 		{"go panic", exited(2), nil, reboot, true, "core exited unexpectedly with status 2"},
 		{"clean exit", exited(0), nil, reboot, true, "core exited unexpectedly with status 0"},

@@ -57,6 +57,10 @@ type Config struct {
 	// called once, from a timer, shortly after the reply to Reboot is sent.
 	// Without it Reboot answers Unimplemented.
 	Reboot func()
+	// RebootFirmware reboots the machine through its firmware, as Reboot
+	// does otherwise. Without it a Reboot that asks for the firmware
+	// answers Unimplemented.
+	RebootFirmware func()
 	// Poweroff powers the machine off (after shutting its services down).
 	// It is called once, from a timer, shortly after the reply to Poweroff
 	// is sent. Without it Poweroff answers Unimplemented.
@@ -93,9 +97,14 @@ func New(cfg Config) *Service {
 	return &Service{cfg: cfg, delay: actionDelay}
 }
 
-// Reboot answers, then calls Config.Reboot after a short delay.
-func (s *Service) Reboot(ctx context.Context, _ *api.RebootRequest) (*api.RebootResponse, error) {
-	if err := s.schedule("reboot", s.cfg.Reboot); err != nil {
+// Reboot answers, then calls Config.Reboot (Config.RebootFirmware when the
+// request asks for the firmware) after a short delay.
+func (s *Service) Reboot(ctx context.Context, req *api.RebootRequest) (*api.RebootResponse, error) {
+	what, reboot := "reboot", s.cfg.Reboot
+	if req.GetFirmware() {
+		what, reboot = "reboot through the firmware", s.cfg.RebootFirmware
+	}
+	if err := s.schedule(what, reboot); err != nil {
 		return nil, err
 	}
 	return &api.RebootResponse{}, nil

@@ -26,9 +26,10 @@ func newRecordingActions() *recordingActions {
 
 func (a *recordingActions) config(lt *logtree.LogTree) Config {
 	return Config{
-		LogTree:  lt,
-		Reboot:   func() { a.reboots.Add(1); a.called <- "reboot" },
-		Poweroff: func() { a.poweroffs.Add(1); a.called <- "poweroff" },
+		LogTree:        lt,
+		Reboot:         func() { a.reboots.Add(1); a.called <- "reboot" },
+		RebootFirmware: func() { a.reboots.Add(1); a.called <- "reboot through the firmware" },
+		Poweroff:       func() { a.poweroffs.Add(1); a.called <- "poweroff" },
 	}
 }
 
@@ -98,6 +99,25 @@ func TestPoweroffAnswersFirst(t *testing.T) {
 	}
 	if _, err := svc.Poweroff(t.Context(), &api.PoweroffRequest{}); status.Code(err) != codes.FailedPrecondition {
 		t.Errorf("second Poweroff = %v, want FailedPrecondition", err)
+	}
+}
+
+// TestRebootThroughTheFirmware checks that a Reboot asking for the
+// firmware calls RebootFirmware, and that a node without it refuses.
+func TestRebootThroughTheFirmware(t *testing.T) {
+	actions := newRecordingActions()
+	svc := New(actions.config(logtree.New()))
+	svc.delay = time.Millisecond
+	client := serve(t, svc).owner(t)
+	if _, err := client.Reboot(t.Context(), &api.RebootRequest{Firmware: true}); err != nil {
+		t.Fatalf("Reboot(firmware): %v", err)
+	}
+	if what := actions.wait(t); what != "reboot through the firmware" {
+		t.Errorf("Reboot(firmware) called %q", what)
+	}
+	without := New(Config{Reboot: func() {}})
+	if _, err := without.Reboot(t.Context(), &api.RebootRequest{Firmware: true}); status.Code(err) != codes.Unimplemented {
+		t.Errorf("Reboot(firmware) without RebootFirmware = %v, want Unimplemented", err)
 	}
 }
 

@@ -516,9 +516,13 @@ func (x *LogsResponse) GetEntries() []*LogEntry {
 	return nil
 }
 
-// RebootRequest has no fields.
+// RebootRequest says how to reboot.
 type RebootRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// firmware reboots through the machine's firmware, which resets the
+	// hardware and runs the firmware's own start, instead of loading the
+	// node's image directly (kexec). It is slower.
+	Firmware      bool `protobuf:"varint,1,opt,name=firmware,proto3" json:"firmware,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -551,6 +555,13 @@ func (x *RebootRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use RebootRequest.ProtoReflect.Descriptor instead.
 func (*RebootRequest) Descriptor() ([]byte, []int) {
 	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *RebootRequest) GetFirmware() bool {
+	if x != nil {
+		return x.Firmware
+	}
+	return false
 }
 
 // RebootResponse has no fields.
@@ -927,8 +938,9 @@ const file_proto_api_nodemanagement_proto_rawDesc = "" +
 	"\x10minimum_severity\x18\x05 \x01(\x0e2\x16.cairn.api.LogSeverityR\x0fminimumSeverity\x12\x12\n" +
 	"\x04boot\x18\x06 \x01(\x05R\x04boot\"=\n" +
 	"\fLogsResponse\x12-\n" +
-	"\aentries\x18\x01 \x03(\v2\x13.cairn.api.LogEntryR\aentries\"\x0f\n" +
-	"\rRebootRequest\"\x10\n" +
+	"\aentries\x18\x01 \x03(\v2\x13.cairn.api.LogEntryR\aentries\"+\n" +
+	"\rRebootRequest\x12\x1a\n" +
+	"\bfirmware\x18\x01 \x01(\bR\bfirmware\"\x10\n" +
 	"\x0eRebootResponse\"\x11\n" +
 	"\x0fPoweroffRequest\"\x12\n" +
 	"\x10PoweroffResponse\"V\n" +

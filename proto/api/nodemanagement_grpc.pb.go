@@ -42,7 +42,9 @@ type NodeManagementClient interface {
 	// the caller cancels. Without follow the stream ends after the backlog.
 	Logs(ctx context.Context, in *LogsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[LogsResponse], error)
 	// Reboot restarts the node. It answers first, then shuts the node's
-	// services down in order and reboots the machine.
+	// services down in order and reboots the machine: by default straight
+	// into the image on its ESP (kexec), without the firmware, when this boot
+	// came from that image; else, or when asked, through the firmware.
 	Reboot(ctx context.Context, in *RebootRequest, opts ...grpc.CallOption) (*RebootResponse, error)
 	// Poweroff turns the node off. It answers first, then shuts the node's
 	// services down in order and powers the machine off.
@@ -159,7 +161,9 @@ type NodeManagementServer interface {
 	// the caller cancels. Without follow the stream ends after the backlog.
 	Logs(*LogsRequest, grpc.ServerStreamingServer[LogsResponse]) error
 	// Reboot restarts the node. It answers first, then shuts the node's
-	// services down in order and reboots the machine.
+	// services down in order and reboots the machine: by default straight
+	// into the image on its ESP (kexec), without the firmware, when this boot
+	// came from that image; else, or when asked, through the firmware.
 	Reboot(context.Context, *RebootRequest) (*RebootResponse, error)
 	// Poweroff turns the node off. It answers first, then shuts the node's
 	// services down in order and powers the machine off.
