@@ -94,7 +94,7 @@ func TestNetworkChaos(t *testing.T) {
 	if *longFlag {
 		t.Run("c-rolling-reboot", func(t *testing.T) {
 			for i, n := range nodes {
-				s.rebootMember(t, c, p, n, (i+1)%len(nodes))
+				s.rebootMember(t, c, p, n, (i+1)%len(nodes), false)
 			}
 		})
 	}

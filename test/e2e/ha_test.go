@@ -117,14 +117,7 @@ func TestHACluster(t *testing.T) {
 	})
 
 	t.Run("b-consensus-members", func(t *testing.T) {
-		for _, n := range nodes[1:] {
-			mark, start := n.Mark(), time.Now()
-			s.cairnctl(t, c, "node", "add-role", n.ID(), "ConsensusMember")
-			voting := s.waitNode(t, n, mark, launch.Mark(marker.ConsensusRunning, "voting", "true"))
-			serving := s.waitNode(t, n, mark, launch.Mark(marker.CuratorServing))
-			s.step(n.Name()+": add-role → etcd voting member", voting.Time.Sub(start))
-			s.step(n.Name()+": add-role → curator serving", serving.Time.Sub(start))
-		}
+		s.addConsensusMembers(t, c, nodes[1:])
 		list, err := c.ListNodes(s.ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -149,7 +142,9 @@ func TestHACluster(t *testing.T) {
 	t.Run("c-rolling-reboot", func(t *testing.T) {
 		for i, n := range nodes {
 			via := (i + 1) % len(nodes)
-			s.rebootMember(t, c, p, n, via)
+			// One reboot goes through the firmware, as asked; the
+			// others kexec.
+			s.rebootMember(t, c, p, n, via, i == 1)
 		}
 		s.checkWitness(t, c, o, w, "the rolling reboot")
 	})
@@ -202,6 +197,20 @@ func TestHACluster(t *testing.T) {
 		if vm := n.VM(); vm != nil {
 			assertNoPanic(t, vm)
 		}
+	}
+}
+
+// addConsensusMembers gives each of nodes the ConsensusMember role in
+// turn, and times until its etcd member votes and its curator serves.
+func (s *suite) addConsensusMembers(t *testing.T, c *cluster.Cluster, nodes []*cluster.Node) {
+	t.Helper()
+	for _, n := range nodes {
+		mark, start := n.Mark(), time.Now()
+		s.cairnctl(t, c, "node", "add-role", n.ID(), "ConsensusMember")
+		voting := s.waitNode(t, n, mark, launch.Mark(marker.ConsensusRunning, "voting", "true"))
+		serving := s.waitNode(t, n, mark, launch.Mark(marker.CuratorServing))
+		s.step(n.Name()+": add-role → etcd voting member", voting.Time.Sub(start))
+		s.step(n.Name()+": add-role → curator serving", serving.Time.Sub(start))
 	}
 }
 
@@ -356,14 +365,20 @@ func (s *suite) checkWrongTicket(t *testing.T, c *cluster.Cluster, n *cluster.No
 // serving again: about 90 s on this project's loaded test machine.
 const rebootWithin = 8 * time.Minute
 
-// rebootMember reboots n with cairnctl through node via, waits for it to
-// join again and serve, and checks that the cluster answered while n was
-// away.
-func (s *suite) rebootMember(t *testing.T, c *cluster.Cluster, p *prober, n *cluster.Node, via int) {
+// rebootMember reboots n with cairnctl through node via (through the
+// firmware if firmware is set, else with kexec), waits for it to join
+// again and serve, and checks that the cluster answered while n was away.
+func (s *suite) rebootMember(t *testing.T, c *cluster.Cluster, p *prober, n *cluster.Node, via int, firmware bool) {
 	t.Helper()
 	mark, start := n.Mark(), time.Now()
 	ctx, cancel := context.WithTimeout(s.ctx, 2*time.Minute)
-	_, err := c.CairnctlVia(ctx, via, "node", "reboot", n.ID())
+	args := []string{"node", "reboot", n.ID()}
+	name := n.Name()
+	if firmware {
+		args = append(args, "--firmware")
+		name += " (through the firmware)"
+	}
+	_, err := c.CairnctlVia(ctx, via, args...)
 	cancel()
 	if err != nil {
 		t.Fatalf("rebooting %s: %v", n.Name(), err)
@@ -382,11 +397,15 @@ func (s *suite) rebootMember(t *testing.T, c *cluster.Cluster, p *prober, n *clu
 	}
 	voting := s.waitNodeCtx(within, t, n, joined.Index, launch.Mark(marker.ConsensusRunning, "voting", "true"))
 	serving := s.waitNodeCtx(within, t, n, joined.Index, launch.Mark(marker.CuratorServing))
-	s.step(n.Name()+": reboot → joined", joined.Time.Sub(start))
-	s.step(n.Name()+": reboot → etcd voting again", voting.Time.Sub(start))
-	s.step(n.Name()+": reboot → curator serving", serving.Time.Sub(start))
+	if _, kexec := n.VM().Console().Find(mark, kexecLine); kexec == firmware {
+		t.Errorf("%s: asked to reboot through the firmware: %v, but its last line before the reboot was: %s",
+			n.Name(), firmware, s.lineAfter(n, mark, "cairn: rebooting"))
+	}
+	s.step(name+": reboot → joined", joined.Time.Sub(start))
+	s.step(name+": reboot → etcd voting again", voting.Time.Sub(start))
+	s.step(name+": reboot → curator serving", serving.Time.Sub(start))
 	st := p.between(start, serving.Time)
-	s.step(n.Name()+" reboot: longest Management outage", st.longest)
+	s.step(name+" reboot: longest Management outage", st.longest)
 	t.Logf("%s reboot: Management calls: %v (last error: %v)", n.Name(), st, st.lastErr)
 	if away := p.between(down.Time, joined.Time); away.ok == 0 {
 		t.Errorf("no Management call succeeded while %s was away (%s → %s): %v, last error %v",
@@ -479,10 +498,20 @@ func (s *suite) killLeader(t *testing.T, c *cluster.Cluster, p *prober) {
 	// The dead node is reported so until it comes back.
 	timedOut := s.waitHealth(t, c, old, "HEARTBEAT_TIMEOUT", 3*time.Minute)
 	s.step("leader killed → "+old.Name()+" HEARTBEAT_TIMEOUT", timedOut.Sub(kill))
+	// The live nodes found the new leader in time: their beats to the
+	// dead one gave up early enough (roleserve's beatTimeout).
+	live := map[string]string{}
+	for _, n := range c.Nodes() {
+		if n != old {
+			live[n.ID()] = n.Name()
+		}
+	}
 	if list, err := c.ListNodes(s.ctxWithin(time.Minute)); err == nil {
-		// The live nodes found the new leader (a figure, not a check).
 		for _, n := range list {
 			t.Logf("when %s timed out: %s is %s, last heartbeat %v", old.Name(), n.ID, n.Health, n.Raw["last_heartbeat"])
+			if name, ok := live[n.ID]; ok && n.Health == "HEARTBEAT_TIMEOUT" {
+				t.Errorf("%s, alive, was reported HEARTBEAT_TIMEOUT as well when %s was", name, old.Name())
+			}
 		}
 	}
 

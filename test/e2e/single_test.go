@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -248,6 +249,11 @@ func (s *suite) rebootSingle(t *testing.T, c *cluster.Cluster, n *cluster.Node, 
 	serving := s.waitNode(t, n, back.Index, launch.Mark(marker.CuratorServing))
 	s.step("reboot command → curator serving", serving.Time.Sub(start))
 	s.rejoinBreakdown(t, n, mark, start)
+	// Booted by the firmware from the ESP's image, it reboots straight
+	// into that image.
+	if _, ok := n.VM().Console().Find(mark, kexecLine); !ok {
+		t.Errorf("the reboot did not kexec into the ESP's image: %s", s.lineAfter(n, mark, "cairn: rebooting"))
+	}
 	// A TPM-sealed configuration opens only with the TPM that sealed it:
 	// sealed with the TPM before the reboot and never sealed again, the
 	// configuration the node joined with was unsealed by its TPM.
@@ -467,6 +473,18 @@ func (s *suite) checkMetrics(t *testing.T, c *cluster.Cluster, n *cluster.Node, 
 	}
 }
 
+// kexecLine is PID 1's last line before it kexecs into the ESP's image.
+var kexecLine = launch.Substring("cairn: rebooting (kexec")
+
+// lineAfter returns n's first console line from mark on that contains
+// sub, or says there is none.
+func (s *suite) lineAfter(n *cluster.Node, mark int, sub string) string {
+	if l, ok := n.VM().Console().Find(mark, launch.Substring(sub)); ok {
+		return cluster.Message(l.Text)
+	}
+	return "no line with " + strconv.Quote(sub)
+}
+
 // rebootPhases are the console lines that end each phase of a reboot, in
 // order, for rejoinBreakdown: PID 1's shutdown lines, the firmware handing
 // over to the kernel, /init, and the node's markers.
@@ -476,7 +494,7 @@ var rebootPhases = []struct {
 }{
 	{"reboot command → shutdown begins (the answer's delay)", launch.Substring("cairn: stopping for reboot")},
 	{"shutdown: services stopped, synced, unmounted", launch.Substring("cairn: rebooting")},
-	{"firmware (reset → kernel)", launch.CairnBoot.Kernel},
+	{"kexec, or the firmware, → kernel", launch.CairnBoot.Kernel},
 	{"kernel → /init", launch.CairnBoot.Init},
 	{"/init → joined (data partition unlocked, configuration unsealed)", launch.Mark(marker.Joined)},
 	{"joined → etcd running", launch.Mark(marker.EtcdRunning)},
