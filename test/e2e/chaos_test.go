@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"cairn.dev/cairn/node/marker"
 	"cairn.dev/cairn/proto/api"
 	"cairn.dev/cairn/test/launch"
 	"cairn.dev/cairn/test/launch/cluster"
@@ -76,14 +75,7 @@ func TestNetworkChaos(t *testing.T) {
 	}
 
 	t.Run("b-consensus-members", func(t *testing.T) {
-		for _, n := range nodes[1:] {
-			mark, start := n.Mark(), time.Now()
-			s.cairnctl(t, c, "node", "add-role", n.ID(), "ConsensusMember")
-			voting := s.waitNode(t, n, mark, launch.Mark(marker.ConsensusRunning, "voting", "true"))
-			serving := s.waitNode(t, n, mark, launch.Mark(marker.CuratorServing))
-			s.step(n.Name()+": add-role → etcd voting member", voting.Time.Sub(start))
-			s.step(n.Name()+": add-role → curator serving", serving.Time.Sub(start))
-		}
+		s.addConsensusMembers(t, c, nodes[1:])
 	})
 
 	p := startProber(t, c, o)
