@@ -71,10 +71,12 @@ func finish(con *consoles, a action, failed bool) {
 	con.Printf("filesystems synced")
 	kexec := false
 	if a == reboot && !failed {
+		start := time.Now()
 		if err := loadKexec(); err != nil {
 			con.Printf("rebooting through the firmware: %v", err)
 		} else {
 			kexec = true
+			con.Printf("loaded the ESP's image for kexec in %v", time.Since(start).Round(time.Millisecond))
 		}
 	}
 	for _, err := range unmountAll() {
