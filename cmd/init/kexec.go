@@ -13,9 +13,9 @@ import (
 // A node asked to reboot boots its own image again with kexec: the kernel
 // and initramfs of the unified kernel image on the ESP, loaded by the
 // running kernel, which then jumps into them without a reset. That skips
-// the firmware, the longest part of a reboot (10 to 20 s under emulation,
-// as long on many servers). A reboot that follows a failure, or one that
-// cannot kexec, goes through the firmware.
+// the firmware, the longest part of a reboot (12 to 18 s of it in the
+// end-to-end suites' VMs). A reboot that follows a failure, one asked to
+// go through the firmware, and one that cannot kexec go through it.
 const (
 	// kexecImage is the image the firmware boots (build/disk.BootPath),
 	// on the ESP as mounted at /esp.
