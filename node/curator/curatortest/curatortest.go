@@ -70,8 +70,8 @@ func WithOwnerKey(key ed25519.PrivateKey) Option {
 	return func(o *options) { o.ownerKey = key }
 }
 
-// ElectionTTL is the election lease of the curators of tests: longer than
-// a node's (curator.DefaultElectionTTL), since a test built with the race
+// ElectionTTL is the election lease of the curators of tests, set apart
+// from a node's (curator.DefaultElectionTTL): a test built with the race
 // detector on a busy machine stalls for seconds, and a lost lease there
 // would fail a test of something else. make bench-failover measures the
 // node's own TTL on a loaded machine.
