@@ -3,13 +3,13 @@
 package e2e
 
 import (
-	"bufio"
 	"flag"
 	"runtime"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
 
 	"cairn.dev/cairn/pkg/fixture"
 	"cairn.dev/cairn/test/launch"
@@ -101,37 +101,22 @@ func TestFailoverSoak(t *testing.T) {
 	s.killLeader(t, c, p)
 }
 
-// metric reads node n's metric name (summed over its labels) through
-// cairnctl node metrics.
+// metric reads node n's metric name (summed over its labels, a counter's
+// or a gauge's) through cairnctl node metrics.
 func (s *suite) metric(t *testing.T, c *cluster.Cluster, n *cluster.Node, name string) float64 {
 	t.Helper()
-	v, ok := metricValue(s.cairnctl(t, c, "node", "metrics", n.ID()), name)
+	var p expfmt.TextParser
+	families, err := p.TextToMetricFamilies(strings.NewReader(s.cairnctl(t, c, "node", "metrics", n.ID())))
+	if err != nil {
+		t.Fatalf("%s's metrics: %v", n.Name(), err)
+	}
+	mf, ok := families[name]
 	if !ok {
 		t.Fatalf("%s's metrics lack %s", n.Name(), name)
 	}
-	return v
-}
-
-// metricValue sums the samples of metric name in Prometheus' text format.
-func metricValue(text, name string) (float64, bool) {
 	var sum float64
-	found := false
-	sc := bufio.NewScanner(strings.NewReader(text))
-	for sc.Scan() {
-		line := sc.Text()
-		rest, ok := strings.CutPrefix(line, name)
-		if !ok || (rest != "" && rest[0] != ' ' && rest[0] != '{') {
-			continue
-		}
-		fields := strings.Fields(rest[strings.LastIndexByte(rest, '}')+1:])
-		if len(fields) == 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(fields[0], 64)
-		if err != nil {
-			continue
-		}
-		sum, found = sum+v, true
+	for _, m := range mf.GetMetric() {
+		sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 	}
-	return sum, found
+	return sum
 }
