@@ -148,6 +148,8 @@ type Service struct {
 	last *Status
 
 	holds holds
+	// grace is stopGrace, another bound in tests.
+	grace time.Duration
 }
 
 // holds counts the Holds taken and not yet released.
@@ -195,7 +197,7 @@ func (h *holds) none() <-chan struct{} {
 
 // New returns a Service for cfg. Nothing happens until Run.
 func New(cfg Config) *Service {
-	return &Service{cfg: cfg}
+	return &Service{cfg: cfg, grace: stopGrace}
 }
 
 // Status is the Service's current Status. It starts out not Running.
@@ -302,14 +304,19 @@ func (s *Service) Run(ctx context.Context) error {
 			holds:   &s.holds,
 		}
 	})
-	if err := supervisor.Run(ctx, "membership", s.runMembership(inst)); err != nil {
-		return err
-	}
-	if err := supervisor.Run(ctx, "crl", s.runCRL(inst)); err != nil {
-		return err
-	}
-	if err := supervisor.Run(ctx, "peer-renewal", s.runPeerRenewal(inst)); err != nil {
-		return err
+	// From here on a user may hold etcd: every way out keeps it for them.
+	for _, w := range []struct {
+		name string
+		run  supervisor.Runnable
+	}{
+		{"membership", s.runMembership(inst)},
+		{"crl", s.runCRL(inst)},
+		{"peer-renewal", s.runPeerRenewal(inst)},
+	} {
+		if err := supervisor.Run(ctx, w.name, w.run); err != nil {
+			s.keepForHolds(ctx, inst)
+			return err
+		}
 	}
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
 	return s.wait(ctx, inst)
@@ -325,16 +332,11 @@ const stopGrace = 5 * time.Second
 
 // wait blocks until ctx is done or the etcd instance stops, and says why.
 // Once ctx is done, it waits for the Holds to be released, for at most
-// stopGrace.
+// stopGrace (s.grace).
 func (s *Service) wait(ctx context.Context, inst *instance) error {
 	select {
 	case <-ctx.Done():
-		select {
-		case <-s.holds.none():
-		case <-time.After(stopGrace):
-			supervisor.Logger(ctx).Warningf("Stopping etcd %v after the node asked, with a user still holding it", stopGrace)
-		case <-inst.e.Server.StopNotify():
-		}
+		s.keepForHolds(ctx, inst)
 		return ctx.Err()
 	case err := <-inst.e.Err():
 		return fmt.Errorf("etcd serving failed: %w", err)
@@ -345,6 +347,20 @@ func (s *Service) wait(ctx context.Context, inst *instance) error {
 			return s.markRemoved(ErrMemberRemoved)
 		}
 		return errors.New("etcd server stopped")
+	}
+}
+
+// keepForHolds, once ctx is done, keeps inst serving until the Holds are
+// released, for at most s.grace, or until it stops on its own.
+func (s *Service) keepForHolds(ctx context.Context, inst *instance) {
+	if ctx.Err() == nil {
+		return
+	}
+	select {
+	case <-s.holds.none():
+	case <-time.After(s.grace):
+		supervisor.Logger(ctx).Warningf("Stopping etcd %v after the node asked, with a user still holding it", s.grace)
+	case <-inst.e.Server.StopNotify():
 	}
 }
 

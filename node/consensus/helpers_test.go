@@ -46,6 +46,8 @@ func etcdLeaks() []goleak.Option {
 type testNode struct {
 	cfg Config
 	svc *Service
+	// grace, when set, replaces stopGrace.
+	grace time.Duration
 
 	cancel  context.CancelFunc
 	sup     *supervisor.Supervisor
@@ -74,6 +76,9 @@ func newTestNode(t testing.TB) *testNode {
 func (n *testNode) start(t testing.TB) {
 	t.Helper()
 	n.svc = New(n.cfg)
+	if n.grace != 0 {
+		n.svc.grace = n.grace
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	lt := logtree.New()
 	w := &testLog{t: t, prefix: n.cfg.Name[:12] + " "}
