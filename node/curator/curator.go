@@ -65,9 +65,6 @@ type options struct {
 	// electionTTL is the election lease's TTL, in whole seconds as etcd
 	// takes it.
 	electionTTL int
-	// etcdLeadershipInterval is how often the leader checks that it does
-	// not lead etcd too (etcdleader.go).
-	etcdLeadershipInterval time.Duration
 	// ports are the node's ports, defaults filled in by New.
 	ports ports.Table
 	// peerPort gives the etcd peer port of a node joining through
@@ -156,8 +153,6 @@ func New(cfg Config, opts ...Option) *Service {
 		limits:            defaultLimits(),
 		nodeLifetime:      DefaultNodeCertificateLifetime,
 		ownerLifetime:     DefaultOwnerCertificateLifetime,
-
-		etcdLeadershipInterval: etcdLeadershipInterval,
 
 		kubernetesLifetime:      DefaultKubernetesCertificateLifetime,
 		kubernetesOwnerLifetime: DefaultKubernetesOwnerLifetime,

@@ -34,8 +34,7 @@
 // A curator that stops revokes its lease, so another takes over at once.
 // One that crashed leaves a candidacy whose lease lives on for up to 10 s
 // (more when etcd lost its leader with it: a new etcd leader renews every
-// lease once as it takes over, which is why the leading curator moves
-// etcd's leadership to another member of three or more, etcdleader.go);
+// lease once as it takes over);
 // when it starts again it deletes its own stale candidacies first, instead
 // of waiting for (or following) its own ghost.
 //

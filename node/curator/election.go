@@ -110,9 +110,6 @@ func (c *curator) runElection(ctx context.Context) error {
 	if err := e.Campaign(session.Ctx(), electionValue(me, c.cfg.Advertise)); err != nil {
 		return fmt.Errorf("when campaigning: %w", err)
 	}
-	if err := supervisor.Run(ctx, "etcd-leadership", c.keepEtcdLeadershipAway); err != nil {
-		return fmt.Errorf("when starting to keep etcd's leadership away: %w", err)
-	}
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
 	select {
 	case <-ctx.Done():
