@@ -56,11 +56,6 @@ var Carried = []Prefix{
 	{"crypto/xts.ko", "XTS mode of the data partition's aes-xts-plain64"},
 	{"crypto/ecb.ko", "ecb(aes) under xts(aes) on CPUs without AES-NI"},
 	{"arch/x86/crypto/", "accelerated AES, SHA and CRC"},
-	// What the system partition needs before its modules are there:
-	// dm-verity's sha256 and erofs's crc32c (cmd/init, diskAlgorithms).
-	{"arch/x86/crypto/sha256-ssse3.ko", "SHA-256 with SSSE3, AVX, AVX2 or SHA-NI, for dm-verity"},
-	{"arch/x86/crypto/crc32c-intel.ko", "CRC32C with SSE4.2, for erofs"},
-	{"crypto/crc32c_generic.ko", "CRC32C without SSE4.2, for erofs"},
 	{"fs/xfs/", "data partition filesystem"},
 	{"fs/erofs/", "system partition filesystem (read-only, verified)"},
 	{"fs/ext4/", "ext4 filesystems"},
@@ -89,19 +84,15 @@ var Carried = []Prefix{
 }
 
 // Early returns the part of Carried that the initramfs carries: what every
-// boot needs to reach its system partition. That is the disk the node is
-// on (virtio, NVMe, SATA), device-mapper's verity target with the CPU's
-// SHA-256, EROFS with its CRC32C, vfat for the ESP, EFI variables, the
-// power button, and qemu's virtio devices with their network card.
-// Everything else waits on the system partition, whose modules replace
-// the initramfs's once it is mounted: Kubernetes' networking, the network
-// cards of real machines, and the data partition's dm-crypt, ciphers and
-// XFS, which load after it in any case (cmd/init). The system partition
-// always holds the running kernel's modules: the kernel's command line
-// pins it by its root hash. Under software emulation every megabyte of
-// initramfs costs boot time (the firmware, or kexec, loads it, the kernel
-// unpacks it) and memory for the node's whole life, while a module read
-// from the system partition costs its verification by dm-verity.
+// boot needs before it has joined its cluster. That is the disk the node
+// is on (virtio, NVMe, SATA), device-mapper's verity target and EROFS for
+// the system partition, dm-crypt, XFS and the ciphers for the data
+// partition, vfat for the ESP, the TPM, EFI variables, the power button,
+// and qemu's virtio devices with their network card. The rest (network
+// cards of real machines, Kubernetes' networking and filesystems) waits on
+// the system partition: under software emulation every megabyte of
+// initramfs costs boot time, while a module read from the system
+// partition costs its verification by dm-verity.
 func Early() []Prefix {
 	var early []Prefix
 	for _, p := range Carried {
@@ -120,12 +111,12 @@ var earlyPaths = []string{
 	"drivers/firmware/qemu_fw_cfg.ko",
 	"drivers/nvme/host/nvme.ko", "drivers/ata/ahci.ko", "drivers/ata/ata_piix.ko", "drivers/ata/ata_generic.ko",
 	"drivers/scsi/sd_mod.ko",
-	// The system partition and the ESP.
-	"drivers/md/dm-mod.ko", "drivers/md/dm-verity.ko",
-	"arch/x86/crypto/sha256-ssse3.ko", "arch/x86/crypto/crc32c-intel.ko", "crypto/crc32c_generic.ko",
-	"fs/erofs/", "fs/fat/",
+	// The system partition, the data partition and the ESP.
+	"drivers/md/dm-mod.ko", "drivers/md/dm-crypt.ko", "drivers/md/dm-verity.ko",
+	"crypto/", "crypto/xts.ko", "crypto/ecb.ko", "arch/x86/crypto/",
+	"fs/xfs/", "fs/erofs/", "fs/fat/",
 	"fs/nls/nls_cp437.ko", "fs/nls/nls_iso8859-1.ko", "fs/nls/nls_utf8.ko", "fs/nls/nls_ascii.ko",
 	"fs/efivarfs/",
 	// The platform.
-	"drivers/acpi/button.ko",
+	"drivers/char/tpm/", "drivers/acpi/button.ko",
 }

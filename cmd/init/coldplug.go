@@ -23,10 +23,9 @@ import (
 //	storage child, once /system is up     the devices' modules from the system partition
 //	storage child, once the ESP is up     the CPU's AES module, dataModules
 //
-// The initramfs carries what every boot needs to reach its system
-// partition (build/modules.Early); the system partition carries every
-// module, the data partition's, the network cards of real machines and
-// Kubernetes' networking among them.
+// The initramfs carries what every boot needs before it joins
+// (build/modules.Early); the system partition carries every module, the
+// network cards of real machines and Kubernetes' networking among them.
 //
 // Of the modules the CPU's features ask for (accelerated ciphers, hashes
 // and checksums), only those of the algorithms the node uses at every boot
