@@ -79,11 +79,10 @@ func enrolmentRunnable(st *localstorage.Storage, dataReady event.Watchable[bool]
 
 // nodeManagementRunnable serves NodeManagement on its port once the node
 // has its credentials, to the owner as owners, the owner trust, admits.
-// Reboot and Poweroff stop the node through request, a reboot loading its
-// image for kexec first through prepareReboot; Recover stages
+// Reboot and Poweroff stop the node through request; Recover stages
 // backups in the etcd data directory of st; past boots' logs come from
 // ls, metrics from g.
-func nodeManagementRunnable(st *localstorage.Storage, creds event.Watchable[*identity.Node], owners event.Watchable[*api.OwnerTrust], lt *logtree.LogTree, ls *logstore.Store, g prometheus.Gatherer, request func(action), prepareReboot func()) supervisor.Runnable {
+func nodeManagementRunnable(st *localstorage.Storage, creds event.Watchable[*identity.Node], owners event.Watchable[*api.OwnerTrust], lt *logtree.LogTree, ls *logstore.Store, g prometheus.Gatherer, request func(action)) supervisor.Runnable {
 	return func(ctx context.Context) error {
 		w := creds.Watch()
 		defer w.Close()
@@ -96,7 +95,6 @@ func nodeManagementRunnable(st *localstorage.Storage, creds event.Watchable[*ide
 		api.RegisterNodeManagementServer(srv, nodemanagement.New(nodemanagement.Config{
 			LogTree:        lt,
 			Reboot:         func() { request(reboot) },
-			PrepareReboot:  prepareReboot,
 			RebootFirmware: func() { request(firmwareReboot) },
 			Poweroff:       func() { request(poweroff) },
 			LogStore:       ls,

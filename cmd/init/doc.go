@@ -93,8 +93,7 @@
 //	main.go      picks the mode: PID 1, core or modprobe
 //	reaper.go    PID 1: start the core, reap, forward signals, judge the exit
 //	power.go     PID 1: the end of the machine (kill, sync, unmount, reboot)
-//	kexec.go     loading the ESP's image for a reboot without firmware: by
-//	             the core when asked to reboot, or by PID 1
+//	kexec.go     PID 1: loading the ESP's image for a reboot without firmware
 //	mounts.go    the filesystems mounted at boot, unmounting at the end
 //	core.go      the core: log tree, coldplug, supervisor, shutdown request
 //	coldplug.go  module loading through pkg/kmod

@@ -1,18 +1,13 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"os"
-	"sync"
-	"time"
 
 	"golang.org/x/sys/unix"
 
 	"cairn.dev/cairn/build/uki"
-	"cairn.dev/cairn/pkg/supervisor"
 )
 
 // A node asked to reboot boots its own image again with kexec: the kernel
@@ -30,60 +25,7 @@ const (
 	// image on the ESP (a kernel handed to qemu directly, say), and kexec
 	// would boot something else than what runs.
 	stubInfo = "/sys/firmware/efi/efivars/StubInfo-4a67b082-0a4c-41cf-b6c7-440b29bb8c4f"
-	// kexecLoadedFile says "1" while the kernel holds an image to kexec
-	// into.
-	kexecLoadedFile = "/sys/kernel/kexec_loaded"
 )
-
-// kexecPreload loads the image while the node still answers: a reboot
-// asked for through NodeManagement starts it (prepare), and the load,
-// about 2 s under emulation as the kernel hashes the image, runs beside
-// the answer's delay and the tree's stop instead of after them. PID 1 then
-// finds the image loaded (kexecLoaded). It runs as a runnable of the
-// core's tree, so the core ends only once a load under way has finished.
-type kexecPreload struct {
-	printf func(string, ...any)
-	// load is loadKexec, another function in tests.
-	load  func() error
-	asked chan struct{}
-	once  sync.Once
-}
-
-func newKexecPreload(printf func(string, ...any)) *kexecPreload {
-	return &kexecPreload{printf: printf, load: loadKexec, asked: make(chan struct{})}
-}
-
-// prepare starts the load; it does not wait for it.
-func (p *kexecPreload) prepare() {
-	p.once.Do(func() { close(p.asked) })
-}
-
-// run waits for prepare, then loads the image once. A load that fails is
-// only logged: PID 1 tries again once everything has stopped, and says on
-// the consoles why the reboot goes through the firmware if it fails too.
-func (p *kexecPreload) run(ctx context.Context) error {
-	supervisor.Signal(ctx, supervisor.SignalHealthy)
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-p.asked:
-	}
-	start := time.Now()
-	if err := p.load(); err != nil {
-		supervisor.Logger(ctx).Warningf("Not loading the ESP's image for kexec ahead of the reboot: %v", err)
-	} else {
-		p.printf("loaded the ESP's image for kexec in %v, ahead of the reboot", time.Since(start).Round(time.Millisecond))
-	}
-	supervisor.Signal(ctx, supervisor.SignalDone)
-	return nil
-}
-
-// kexecLoaded reports whether the kernel holds an image to kexec into,
-// as read from file (kexecLoadedFile).
-func kexecLoaded(file string) bool {
-	b, err := os.ReadFile(file)
-	return err == nil && bytes.Equal(bytes.TrimSpace(b), []byte("1"))
-}
 
 // loadKexec loads the ESP's unified kernel image as the kernel to kexec
 // into, with its own command line. It must run while the ESP is mounted.

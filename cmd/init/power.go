@@ -62,8 +62,7 @@ const (
 // filesystems are synced and unmounted, and the kernel powers off or
 // reboots. A reboot that was asked for (not one after a failure, nor one
 // through the firmware) kexecs into the ESP's image when it can
-// (kexec.go): the image the core loaded ahead (kexecPreload), or else one
-// loaded now. It never returns.
+// (kexec.go). It never returns.
 func finish(con *consoles, a action, failed bool) {
 	if !killEverything() {
 		con.Printf("processes stuck in the kernel outlived SIGKILL for %v; going on with the %s", killGrace, a)
@@ -71,11 +70,7 @@ func finish(con *consoles, a action, failed bool) {
 	unix.Sync()
 	con.Printf("filesystems synced")
 	kexec := false
-	switch {
-	case a != reboot || failed:
-	case kexecLoaded(kexecLoadedFile):
-		kexec = true // the core loaded it (kexecPreload)
-	default:
+	if a == reboot && !failed {
 		start := time.Now()
 		if err := loadKexec(); err != nil {
 			con.Printf("rebooting through the firmware: %v", err)

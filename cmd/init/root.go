@@ -28,10 +28,9 @@ type child struct {
 
 // nodeChildren returns the node's services, started after power: the
 // network, time keeping, the storage, enrolment, the role server, node
-// management (with the loading of the kexec image ahead of a reboot)
-// and, in test images when test-only flags ask for them, test services.
-// printf writes phase lines; log takes what cannot start; request stops
-// the node.
+// management and, in test images when test-only flags ask for them, test
+// services. printf writes phase lines; log takes what cannot start;
+// request stops the node.
 //
 //	storage ─mounted─▶ parameters ─▶ network ─address─▶ enrolment ◀─┐
 //	   └──────data ready (the data partition's modules)───▶ │      │
@@ -68,7 +67,6 @@ func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogg
 	// Once per boot: it knows which boot is the running one.
 	ls := logstore.New(logstore.Config{Tree: lt, Dir: st.Root.Data.Logs.FullPath()})
 	gatherer := metrics.Gatherer("/proc", append(curator.Metrics(), restarts)...)
-	kexec := newKexecPreload(printf)
 	cs := []child{
 		{"storage", newStorage(st, fl, &mounted, &dataReady, printf).run},
 		{"parameters", parametersRunnable(st, &mounted, &params)},
@@ -76,8 +74,7 @@ func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogg
 		{"timesync", timesyncRunnable(&ntp, &clock, printf)},
 		{"cluster", enrolmentRunnable(st, &dataReady, &address, &params, &membership, rs)},
 		{"roleserve", rs.Run},
-		{"nodemanagement", nodeManagementRunnable(st, rs.Credentials(), rs.OwnerTrust(), lt, ls, gatherer, request, kexec.prepare)},
-		{"kexec", kexec.run},
+		{"nodemanagement", nodeManagementRunnable(st, rs.Credentials(), rs.OwnerTrust(), lt, ls, gatherer, request)},
 		{"logstore", logStoreRunnable(ls, &membership)},
 		{"metrics", func(ctx context.Context) error {
 			return metrics.Run(ctx, metrics.Config{Credentials: rs.Credentials(), Gatherer: gatherer, Port: ports.Metrics})

@@ -57,11 +57,6 @@ type Config struct {
 	// called once, from a timer, shortly after the reply to Reboot is sent.
 	// Without it Reboot answers Unimplemented.
 	Reboot func()
-	// PrepareReboot, if set, is called once a Reboot that does not ask for
-	// the firmware, or a Recover, is accepted, before the answer's delay:
-	// what it starts (loading the image to kexec into) runs beside the
-	// delay rather than after it. It must not block.
-	PrepareReboot func()
 	// RebootFirmware reboots the machine through its firmware, as Reboot
 	// does otherwise. Without it a Reboot that asks for the firmware
 	// answers Unimplemented.
@@ -105,11 +100,11 @@ func New(cfg Config) *Service {
 // Reboot answers, then calls Config.Reboot (Config.RebootFirmware when the
 // request asks for the firmware) after a short delay.
 func (s *Service) Reboot(ctx context.Context, req *api.RebootRequest) (*api.RebootResponse, error) {
-	what, reboot, prepare := "reboot", s.cfg.Reboot, s.cfg.PrepareReboot
+	what, reboot := "reboot", s.cfg.Reboot
 	if req.GetFirmware() {
-		what, reboot, prepare = "reboot through the firmware", s.cfg.RebootFirmware, nil
+		what, reboot = "reboot through the firmware", s.cfg.RebootFirmware
 	}
-	if err := s.schedule(what, reboot, prepare); err != nil {
+	if err := s.schedule(what, reboot); err != nil {
 		return nil, err
 	}
 	return &api.RebootResponse{}, nil
@@ -117,7 +112,7 @@ func (s *Service) Reboot(ctx context.Context, req *api.RebootRequest) (*api.Rebo
 
 // Poweroff answers, then calls Config.Poweroff after a short delay.
 func (s *Service) Poweroff(ctx context.Context, _ *api.PoweroffRequest) (*api.PoweroffResponse, error) {
-	if err := s.schedule("poweroff", s.cfg.Poweroff, nil); err != nil {
+	if err := s.schedule("poweroff", s.cfg.Poweroff); err != nil {
 		return nil, err
 	}
 	return &api.PoweroffResponse{}, nil
@@ -131,9 +126,8 @@ func (s *Service) goingDown() string {
 }
 
 // schedule arranges for action to be called once, after s.delay, unless the
-// node is already going down; prepare, if not nil, is called at once. It
-// returns the gRPC status to answer with.
-func (s *Service) schedule(what string, action, prepare func()) error {
+// node is already going down. It returns the gRPC status to answer with.
+func (s *Service) schedule(what string, action func()) error {
 	if action == nil {
 		return status.Errorf(codes.Unimplemented, "this node cannot %s", what)
 	}
@@ -145,9 +139,6 @@ func (s *Service) schedule(what string, action, prepare func()) error {
 	s.going = what
 	if s.cfg.LogTree != nil {
 		s.cfg.LogTree.LeveledFor(logDN).Warningf("%s requested by the owner, in %v", what, s.delay)
-	}
-	if prepare != nil {
-		prepare()
 	}
 	time.AfterFunc(s.delay, action)
 	return nil

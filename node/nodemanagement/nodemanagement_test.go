@@ -13,11 +13,11 @@ import (
 	"cairn.dev/cairn/proto/api"
 )
 
-// recordingActions counts calls of the Reboot, PrepareReboot and Poweroff
-// functions and signals each call.
+// recordingActions counts calls of Reboot and Poweroff functions and signals
+// each call.
 type recordingActions struct {
-	reboots, prepares, poweroffs atomic.Int32
-	called                       chan string
+	reboots, poweroffs atomic.Int32
+	called             chan string
 }
 
 func newRecordingActions() *recordingActions {
@@ -28,7 +28,6 @@ func (a *recordingActions) config(lt *logtree.LogTree) Config {
 	return Config{
 		LogTree:        lt,
 		Reboot:         func() { a.reboots.Add(1); a.called <- "reboot" },
-		PrepareReboot:  func() { a.prepares.Add(1); a.called <- "prepare" },
 		RebootFirmware: func() { a.reboots.Add(1); a.called <- "reboot through the firmware" },
 		Poweroff:       func() { a.poweroffs.Add(1); a.called <- "poweroff" },
 	}
@@ -58,10 +57,6 @@ func TestRebootOverGRPC(t *testing.T) {
 	if _, err := client.Reboot(t.Context(), &api.RebootRequest{}); err != nil {
 		t.Fatalf("Reboot: %v", err)
 	}
-	// PrepareReboot comes first, at once, then Reboot after the delay.
-	if what := actions.wait(t); what != "prepare" {
-		t.Errorf("Reboot called %q first, want prepare", what)
-	}
 	if what := actions.wait(t); what != "reboot" {
 		t.Errorf("Reboot called %q", what)
 	}
@@ -71,8 +66,8 @@ func TestRebootOverGRPC(t *testing.T) {
 	if _, err := client.Poweroff(t.Context(), &api.PoweroffRequest{}); status.Code(err) != codes.FailedPrecondition {
 		t.Errorf("Poweroff after Reboot = %v, want FailedPrecondition", err)
 	}
-	if r, pr, p := actions.reboots.Load(), actions.prepares.Load(), actions.poweroffs.Load(); r != 1 || pr != 1 || p != 0 {
-		t.Errorf("called Reboot %d, PrepareReboot %d and Poweroff %d times, want 1, 1 and 0", r, pr, p)
+	if r, p := actions.reboots.Load(), actions.poweroffs.Load(); r != 1 || p != 0 {
+		t.Errorf("called Reboot %d and Poweroff %d times, want 1 and 0", r, p)
 	}
 
 	r, err := lt.Read("root.nodemanagement", logtree.WithBacklog(logtree.BacklogAll))
@@ -119,9 +114,6 @@ func TestRebootThroughTheFirmware(t *testing.T) {
 	}
 	if what := actions.wait(t); what != "reboot through the firmware" {
 		t.Errorf("Reboot(firmware) called %q", what)
-	}
-	if pr := actions.prepares.Load(); pr != 0 {
-		t.Errorf("Reboot(firmware) called PrepareReboot %d times, want 0: there is no image to load", pr)
 	}
 	without := New(Config{Reboot: func() {}})
 	if _, err := without.Reboot(t.Context(), &api.RebootRequest{Firmware: true}); status.Code(err) != codes.Unimplemented {
