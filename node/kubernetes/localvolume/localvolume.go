@@ -168,7 +168,7 @@ const maxNameLength = 253
 
 func checkName(name string) error {
 	if len(name) > maxNameLength || !nameRE.MatchString(name) {
-		return fmt.Errorf("%w: volume name %q is not a DNS subdomain name (lower-case letters, digits, '-' and '.', at most 253)", ErrInvalid, name)
+		return fmt.Errorf("%w: volume name %q is not a DNS subdomain name (lower-case letters, digits, '-' and '.', at most %d)", ErrInvalid, name, maxNameLength)
 	}
 	return nil
 }
