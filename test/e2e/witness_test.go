@@ -20,8 +20,8 @@ import (
 
 // witness is state the owner wrote before a disruptive step, to be found
 // again, unchanged, after it: every node record (state and roles), with
-// a freshly registered node among them, role changes, and a rotated
-// register ticket.
+// a freshly registered node and an enrolled one given a role among them,
+// and a rotated register ticket.
 type witness struct {
 	ticket []byte
 	nodes  map[string]*api.Node
@@ -33,12 +33,6 @@ func (s *suite) writeWitness(t *testing.T, c *cluster.Cluster, o *owner) *witnes
 	t.Helper()
 	var w *witness
 	err := s.withManagement(c, o, func(ctx context.Context, m api.ManagementClient) error {
-		worker := true
-		for _, n := range c.Nodes()[1:] {
-			if _, err := m.UpdateNodeRoles(ctx, &api.UpdateNodeRolesRequest{NodeId: n.ID(), KubernetesWorker: &worker}); err != nil {
-				return fmt.Errorf("UpdateNodeRoles(%s): %w", n.ID(), err)
-			}
-		}
 		old, err := m.GetRegisterTicket(ctx, &api.GetRegisterTicketRequest{})
 		if err != nil {
 			return fmt.Errorf("GetRegisterTicket: %w", err)
@@ -47,15 +41,38 @@ func (s *suite) writeWitness(t *testing.T, c *cluster.Cluster, o *owner) *witnes
 		if err != nil {
 			return fmt.Errorf("RotateRegisterTicket: %w", err)
 		}
-		// A node that registers and waits in NEW: a record nobody but
-		// etcd keeps.
-		f := newFakeNode(t)
-		if err := f.register(ctx, t, c.Nodes()[0].CuratorAddr(), o.caDER, rotated.GetTicket()); err != nil {
-			return fmt.Errorf("RegisterNode with the rotated ticket: %w", err)
+		// Records nobody but etcd keeps: a node that registers and waits
+		// in NEW, and one that enrols and is given a role. The role goes
+		// to a node the test plays, not to a member: a KubernetesWorker
+		// on a member, with no controller in this cluster, would start
+		// containerd and a kubelet that retries forever on the very
+		// machines whose etcd the reboots below test.
+		addr := c.Nodes()[0].CuratorAddr()
+		waiting, worker := newFakeNode(t), newFakeNode(t)
+		for _, f := range []*fakeNode{waiting, worker} {
+			if err := f.register(ctx, t, addr, o.caDER, rotated.GetTicket()); err != nil {
+				return fmt.Errorf("RegisterNode of %s with the rotated ticket: %w", f.id, err)
+			}
+		}
+		if _, err := m.ApproveNode(ctx, &api.ApproveNodeRequest{NodeId: worker.id}); err != nil {
+			return fmt.Errorf("ApproveNode(%s): %w", worker.id, err)
+		}
+		if err := worker.commit(ctx, t, addr, o.caDER); err != nil {
+			return fmt.Errorf("CommitNode of %s: %w", worker.id, err)
+		}
+		yes := true
+		if _, err := m.UpdateNodeRoles(ctx, &api.UpdateNodeRolesRequest{NodeId: worker.id, KubernetesWorker: &yes}); err != nil {
+			return fmt.Errorf("UpdateNodeRoles(%s): %w", worker.id, err)
 		}
 		w = &witness{ticket: rotated.GetTicket()}
 		w.nodes, err = nodeRecords(ctx, m)
-		return err
+		if err != nil {
+			return err
+		}
+		if w.nodes[worker.id].GetRoles().GetKubernetesWorker() == nil {
+			return fmt.Errorf("%s was given KubernetesWorker, but its record is %v", worker.id, w.nodes[worker.id])
+		}
+		return nil
 	})
 	if err != nil {
 		t.Fatalf("writing the witness state: %v", err)
