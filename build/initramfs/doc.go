@@ -6,7 +6,6 @@
 //
 //	/init                       the static node binary (cmd/init)
 //	/lib/modules/<release>/     the carried kernel modules and their indexes
-//	/sbin/modprobe -> /init     what the kernel runs to ask for a module
 //	/lib64, /lib/x86_64-linux-gnu
 //	                            links into /system, where the system
 //	                            image's loader and libraries are

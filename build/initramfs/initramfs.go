@@ -53,20 +53,16 @@ func (a *Archive) AddInit(binary []byte) {
 	a.Add(Entry{Name: "init", Mode: TypeRegular | 0o755, Data: binary})
 }
 
-// ModprobeLink is where the kernel looks for modprobe (its default, and
-// what /init writes to /proc/sys/kernel/modprobe). It links to /init,
-// which serves the kernel's requests for modules when run by that name.
-const ModprobeLink = "sbin/modprobe"
-
-// AddModules puts a module set under /lib/modules/<release>, and
-// ModprobeLink, through which the kernel asks /init for modules by name.
+// AddModules puts a module set under /lib/modules/<release>. There is no
+// /sbin/modprobe beside them: /init makes that link once it runs, so that
+// the kernel does not start /init as modprobe before then (cmd/init,
+// serveModuleRequests).
 func (a *Archive) AddModules(s *modules.Set) {
 	base := path.Join("lib/modules", s.Release)
 	a.Add(Entry{Name: base, Mode: TypeDir | 0o755})
 	for _, f := range s.Files {
 		a.Add(Entry{Name: path.Join(base, f.Name), Mode: TypeRegular | 0o644, Data: f.Data})
 	}
-	a.Add(Entry{Name: ModprobeLink, Mode: TypeSymlink | 0o777, Data: []byte("/init")})
 }
 
 // Write writes the archive, uncompressed, entries sorted by name so every

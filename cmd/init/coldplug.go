@@ -103,7 +103,7 @@ func openLoader(dir, procModules string, opts ...kmod.LoaderOption) (*kmod.Loade
 // then loads bootModules from the initramfs. It returns how many it
 // loaded.
 func loadBootModules(ctx context.Context, log logtree.LeveledLogger) (int, error) {
-	if err := serveModuleRequests(modprobeSysctl); err != nil {
+	if err := serveModuleRequests(modprobePath, modprobeSysctl); err != nil {
 		log.Warningf("%v", err)
 	}
 	return load(ctx, moduleDir(), nil, bootModules, log)

@@ -62,9 +62,9 @@
 // to exit. That program is this binary a third time:
 //
 //	kernel: request_module("crypto-ecb")
-//	  │ runs /sbin/modprobe -q -- crypto-ecb   (a link to /init in the
-//	  │                                         initramfs; the core writes
-//	  ▼                                         the path before coldplug)
+//	  │ runs /sbin/modprobe -q -- crypto-ecb   (a link to /init that the
+//	  │                                         core makes, and names in the
+//	  ▼                                         sysctl, before coldplug)
 //	/init, argv[0] "modprobe": the name is a module (modules.dep) or
 //	  matches alias patterns (modules.alias) ─▶ load it and its
 //	  dependencies (finit_module; EEXIST is as good) ─▶ one line in the

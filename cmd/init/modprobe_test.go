@@ -323,18 +323,36 @@ func TestOpenLoaderErrors(t *testing.T) {
 }
 
 func TestServeModuleRequests(t *testing.T) {
-	sysctl := filepath.Join(t.TempDir(), "modprobe")
+	dir := t.TempDir()
+	sysctl := filepath.Join(dir, "modprobe")
 	if err := os.WriteFile(sysctl, []byte("/sbin/modprobe-of-the-kernel\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := serveModuleRequests(sysctl); err != nil {
-		t.Fatalf("serveModuleRequests: %v", err)
+	link := filepath.Join(dir, "sbin", "modprobe")
+	// Twice: the core may start again in the same boot, and finds its
+	// link there.
+	for i := 0; i < 2; i++ {
+		if err := serveModuleRequests(link, sysctl); err != nil {
+			t.Fatalf("serveModuleRequests, call %d: %v", i+1, err)
+		}
+		if target, err := os.Readlink(link); err != nil || target != nodeBinary {
+			t.Errorf("the link points to %q (%v), want %q", target, err, nodeBinary)
+		}
+		if got, _ := os.ReadFile(sysctl); string(got) != link+"\n" {
+			t.Errorf("the sysctl holds %q, want %q", got, link+"\n")
+		}
 	}
-	if got, _ := os.ReadFile(sysctl); string(got) != modprobePath+"\n" {
-		t.Errorf("the sysctl holds %q, want %q", got, modprobePath+"\n")
+
+	// Something else in the link's place is not taken for it.
+	other := filepath.Join(dir, "other")
+	if err := os.WriteFile(other, nil, 0o755); err != nil {
+		t.Fatal(err)
 	}
-	if err := serveModuleRequests(filepath.Join(t.TempDir(), "no", "such", "dir")); err == nil {
-		t.Errorf("serveModuleRequests(missing directory) = nil, want an error")
+	if err := serveModuleRequests(other, sysctl); err == nil {
+		t.Errorf("serveModuleRequests(a file in the link's place) = nil, want an error")
+	}
+	if err := serveModuleRequests(filepath.Join(dir, "sbin", "m2"), filepath.Join(dir, "no", "such", "dir")); err == nil {
+		t.Errorf("serveModuleRequests(missing sysctl directory) = nil, want an error")
 	}
 }
 
