@@ -29,8 +29,9 @@ import (
 //
 // Of the modules the CPU's features ask for (accelerated ciphers, hashes
 // and checksums), only those of the algorithms the node uses at every boot
-// are loaded here: their load is the kernel's self-tests of their
-// algorithms, seconds under software emulation. Those for sha256 and
+// are loaded here: each registers many algorithms, which cost seconds
+// under software emulation when the kernel tests them (the node's command
+// line turns the tests off: build/README.md). Those for sha256 and
 // crc32c load with the disks (diskAlgorithms); the one for AES, which
 // dm-crypt picks when it opens the data partition, loads last, while the
 // network comes up, and enrolment waits for it. The others (GHASH, SHA-1,
