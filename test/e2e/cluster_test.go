@@ -285,12 +285,21 @@ func enrolFakeNodes(ctx context.Context, t *testing.T, addr string, o *owner, fa
 		}
 	}
 	for _, f := range fakes {
-		if _, err := mgmt.ApproveNode(ctx, &api.ApproveNodeRequest{NodeId: f.id}); err != nil {
-			t.Fatalf("ApproveNode(%s): %v", f.id, err)
-		}
-		if err := f.commit(ctx, t, addr, o.caDER); err != nil {
-			t.Fatalf("CommitNode of %s: %v", f.id, err)
+		if err := f.approveAndCommit(ctx, t, mgmt, addr, o.caDER); err != nil {
+			t.Fatal(err)
 		}
 	}
 	return took
+}
+
+// approveAndCommit has the owner approve the registered f through m, then
+// commits f at addr.
+func (f *fakeNode) approveAndCommit(ctx context.Context, t *testing.T, m api.ManagementClient, addr string, caDER []byte) error {
+	if _, err := m.ApproveNode(ctx, &api.ApproveNodeRequest{NodeId: f.id}); err != nil {
+		return fmt.Errorf("ApproveNode(%s): %w", f.id, err)
+	}
+	if err := f.commit(ctx, t, addr, caDER); err != nil {
+		return fmt.Errorf("CommitNode of %s: %w", f.id, err)
+	}
+	return nil
 }

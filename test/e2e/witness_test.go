@@ -54,11 +54,8 @@ func (s *suite) writeWitness(t *testing.T, c *cluster.Cluster, o *owner) *witnes
 				return fmt.Errorf("RegisterNode of %s with the rotated ticket: %w", f.id, err)
 			}
 		}
-		if _, err := m.ApproveNode(ctx, &api.ApproveNodeRequest{NodeId: worker.id}); err != nil {
-			return fmt.Errorf("ApproveNode(%s): %w", worker.id, err)
-		}
-		if err := worker.commit(ctx, t, addr, o.caDER); err != nil {
-			return fmt.Errorf("CommitNode of %s: %w", worker.id, err)
+		if err := worker.approveAndCommit(ctx, t, m, addr, o.caDER); err != nil {
+			return err
 		}
 		yes := true
 		if _, err := m.UpdateNodeRoles(ctx, &api.UpdateNodeRolesRequest{NodeId: worker.id, KubernetesWorker: &yes}); err != nil {
