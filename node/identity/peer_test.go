@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"math/big"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -112,14 +113,68 @@ var compareSerials = cmp.Comparer(func(a, b *big.Int) bool {
 	return a.Cmp(b) == 0
 })
 
+// TestPeerIdentityJudgesAtCallTime judges one connection's certificate
+// while it is valid, then after it expired and before it was valid: what
+// PeerIdentity remembers of a connection's peer holds only while the
+// certificate does.
 func TestPeerIdentityJudgesAtCallTime(t *testing.T) {
 	ca := identitytest.NewCA(t, "cluster CA")
 	server := ca.Node(t)
 	client := ca.Node(t)
-	cs := tls.ConnectionState{PeerCertificates: []*x509.Certificate{client.Certificate()}}
-	identity.SetClock(server, func() time.Time { return client.Certificate().NotAfter.Add(time.Second) })
-	if got, err := server.PeerIdentity(cs); err == nil {
-		t.Errorf("PeerIdentity() after the certificate expired = %+v, want an error", got)
+	cert := client.Certificate()
+	cs := tls.ConnectionState{PeerCertificates: []*x509.Certificate{cert}}
+	for _, step := range []struct {
+		name  string
+		at    time.Time
+		valid bool
+	}{
+		{"valid", cert.NotBefore.Add(time.Minute), true},
+		{"valid again", cert.NotAfter.Add(-time.Second), true},
+		{"expired", cert.NotAfter.Add(time.Second), false},
+		{"not yet valid", cert.NotBefore.Add(-time.Second), false},
+		{"valid once more", cert.NotBefore.Add(time.Minute), true},
+	} {
+		identity.SetClock(server, func() time.Time { return step.at })
+		got, err := server.PeerIdentity(cs)
+		switch {
+		case step.valid && (err != nil || got.Kind != identity.PeerNode):
+			t.Errorf("%s: PeerIdentity() = %+v, %v; want the node", step.name, got, err)
+		case !step.valid && err == nil:
+			t.Errorf("%s: PeerIdentity() = %+v, want an error", step.name, got)
+		}
+	}
+}
+
+// TestPeerIdentityForgets checks that what PeerIdentity remembers of a
+// connection's certificate goes with the certificate: a server that has
+// seen a million connections does not keep a million judgements.
+func TestPeerIdentityForgets(t *testing.T) {
+	ca := identitytest.NewCA(t, "cluster CA")
+	server := ca.Node(t)
+	const conns = 20
+	for range conns {
+		// Parsed anew, as each connection's handshake does.
+		cert, err := x509.ParseCertificate(ca.Node(t).Certificate().Raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs := tls.ConnectionState{PeerCertificates: []*x509.Certificate{cert}}
+		for range 2 {
+			if _, err := server.PeerIdentity(cs); err != nil {
+				t.Fatalf("PeerIdentity() = %v", err)
+			}
+		}
+	}
+	if n := identity.Judged(server); n != conns {
+		t.Errorf("%d judgements remembered after %d connections, want %d", n, conns, conns)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for identity.Judged(server) > 0 && time.Now().Before(deadline) {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := identity.Judged(server); n > 0 {
+		t.Errorf("%d judgements remembered after their certificates were collected, want none", n)
 	}
 }
 

@@ -6,7 +6,10 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"runtime"
+	"sync"
 	"time"
+	"weak"
 )
 
 // parseCA parses the cluster CA certificate and checks that it is an
@@ -64,15 +67,72 @@ func checkPrivateKey(key ed25519.PrivateKey) error {
 
 // verifier judges peers' certificates against one cluster CA.
 type verifier struct {
+	ca    *x509.Certificate
 	roots *x509.CertPool
 	// now is the time at which certificates must be valid; tests move it.
 	now func() time.Time
+	// judged remembers the leaves that chained to the CA (see verified).
+	judged sync.Map // judgedKey → judgement
 }
 
 func newVerifier(ca *x509.Certificate) *verifier {
 	roots := x509.NewCertPool()
 	roots.AddCert(ca)
-	return &verifier{roots: roots, now: time.Now}
+	return &verifier{ca: ca, roots: roots, now: time.Now}
+}
+
+// A judgedKey names one parsed leaf certificate, weakly, and the usage it
+// was verified for.
+type judgedKey struct {
+	leaf  weak.Pointer[x509.Certificate]
+	usage x509.ExtKeyUsage
+}
+
+// A judgement is what a leaf proved, and the time in which it holds: the
+// overlap of the leaf's and the CA's validity periods.
+type judgement struct {
+	peer        Peer
+	from, until time.Time
+}
+
+// verified returns what leaf proved when it was last verified for usage,
+// if that still holds at now.
+//
+// Every call on a connection judges the certificate the peer presented in
+// its handshake: a node beating every few seconds over one connection
+// would otherwise cost the server an ed25519 verification per call, and a
+// forwarding curator one per call it forwards. The connection keeps the same
+// parsed certificate for its life, so that certificate, by address, keys
+// the judgement. Only chains to the CA are remembered: x509's verification
+// of a leaf against the one root depends on nothing but the two
+// certificates, the usage and the time, and the time only through the two
+// validity periods, which the judgement keeps. The entry goes when the
+// certificate is collected, with its connection.
+func (v *verifier) verified(leaf *x509.Certificate, usage x509.ExtKeyUsage, now time.Time) (Peer, bool) {
+	j, ok := v.judged.Load(judgedKey{weak.Make(leaf), usage})
+	if !ok {
+		return Peer{}, false
+	}
+	jj := j.(judgement)
+	if now.Before(jj.from) || now.After(jj.until) {
+		return Peer{}, false
+	}
+	return jj.peer, true
+}
+
+// remember keeps what leaf proved for usage, for verified.
+func (v *verifier) remember(leaf *x509.Certificate, usage x509.ExtKeyUsage, p Peer) {
+	from, until := leaf.NotBefore, leaf.NotAfter
+	if v.ca.NotBefore.After(from) {
+		from = v.ca.NotBefore
+	}
+	if v.ca.NotAfter.Before(until) {
+		until = v.ca.NotAfter
+	}
+	key := judgedKey{weak.Make(leaf), usage}
+	if _, loaded := v.judged.Swap(key, judgement{peer: p, from: from, until: until}); !loaded {
+		runtime.AddCleanup(leaf, func(k judgedKey) { v.judged.Delete(k) }, key)
+	}
 }
 
 // verify judges the certificates a peer presented, leaf first. No
@@ -85,13 +145,21 @@ func (v *verifier) verify(certs []*x509.Certificate, usage x509.ExtKeyUsage, sel
 		return Peer{Kind: PeerAnonymous}, nil
 	}
 	leaf := certs[0]
+	now := v.now()
+	if p, ok := v.verified(leaf, usage, now); ok {
+		return p, nil
+	}
 	_, err := leaf.Verify(x509.VerifyOptions{
 		Roots:       v.roots,
-		CurrentTime: v.now(),
+		CurrentTime: now,
 		KeyUsages:   []x509.ExtKeyUsage{usage},
 	})
 	if err == nil {
-		return classify(leaf)
+		p, err := classify(leaf)
+		if err == nil {
+			v.remember(leaf, usage, p)
+		}
+		return p, err
 	}
 	if selfSigned && len(certs) == 1 {
 		if pub, ok := selfSignedKey(leaf); ok {
