@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -29,33 +30,39 @@ const (
 
 // loadKexec loads the ESP's unified kernel image as the kernel to kexec
 // into, with its own command line. It must run while the ESP is mounted.
-func loadKexec() error {
+// It says how long reading the image and loading it took, apart.
+func loadKexec() (string, error) {
 	if _, err := os.Stat(stubInfo); err != nil {
-		return fmt.Errorf("this boot did not come from the ESP's unified kernel image (%w)", err)
+		return "", fmt.Errorf("this boot did not come from the ESP's unified kernel image (%w)", err)
 	}
+	start := time.Now()
 	f, err := os.Open(kexecImage)
 	if err != nil {
-		return fmt.Errorf("when opening the boot image: %w", err)
+		return "", fmt.Errorf("when opening the boot image: %w", err)
 	}
 	defer f.Close()
 	b, err := uki.Read(f)
 	if err != nil {
-		return fmt.Errorf("when reading %s: %w", kexecImage, err)
+		return "", fmt.Errorf("when reading %s: %w", kexecImage, err)
 	}
+	read := time.Now()
 	kernel, err := memfd("kexec-kernel", b.Kernel)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer unix.Close(kernel)
 	initramfs, err := memfd("kexec-initramfs", b.Initramfs)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer unix.Close(initramfs)
+	copied := time.Now()
 	if err := unix.KexecFileLoad(kernel, initramfs, b.Cmdline, 0); err != nil {
-		return fmt.Errorf("when loading the kernel to kexec into: %w", err)
+		return "", fmt.Errorf("when loading the kernel to kexec into: %w", err)
 	}
-	return nil
+	return fmt.Sprintf("reading %.1f MB %v, copying %v, kexec_file_load %v",
+		float64(len(b.Kernel)+len(b.Initramfs))/1e6, read.Sub(start).Round(time.Millisecond),
+		copied.Sub(read).Round(time.Millisecond), time.Since(copied).Round(time.Millisecond)), nil
 }
 
 // memfd returns a file in memory holding data, for kexec_file_load.

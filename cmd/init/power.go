@@ -72,11 +72,11 @@ func finish(con *consoles, a action, failed bool) {
 	kexec := false
 	if a == reboot && !failed {
 		start := time.Now()
-		if err := loadKexec(); err != nil {
+		if how, err := loadKexec(); err != nil {
 			con.Printf("rebooting through the firmware: %v", err)
 		} else {
 			kexec = true
-			con.Printf("loaded the ESP's image for kexec in %v", time.Since(start).Round(time.Millisecond))
+			con.Printf("loaded the ESP's image for kexec in %v (%s)", time.Since(start).Round(time.Millisecond), how)
 		}
 	}
 	for _, err := range unmountAll() {
