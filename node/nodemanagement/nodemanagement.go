@@ -8,7 +8,7 @@
 //	                  ◀── LogsResponse batches: backlog, then new entries
 //
 //	cairnctl node reboot ──Reboot──▶ Service ──reply──▶ caller
-//	                                   └─ timer (actionDelay) ─▶ Config.Reboot()
+//	                                   └─ reply sent (answerGrace) ─▶ Config.Reboot()
 //
 // Recover (recover.go) hands the node's etcd member a backup to rebuild the
 // cluster from, then reboots the node the same way.
@@ -35,9 +35,15 @@ import (
 	"cairn.dev/cairn/proto/api"
 )
 
-// actionDelay is how long Reboot and Poweroff wait between answering and
-// acting, for the reply to reach the caller.
-const actionDelay = time.Second
+// Reboot, Poweroff and Recover act only once their reply has left: gRPC
+// ends a call's context when it queues the call's status behind the
+// reply, and the connection's writer sends both moments later, which
+// answerGrace covers. A call whose context has not ended after
+// actionDelay (it ends once the handler returns) is acted on then.
+const (
+	answerGrace = 250 * time.Millisecond
+	actionDelay = time.Second
+)
 
 // logDN is where the service logs what it was asked to do.
 const logDN logtree.DN = "root.nodemanagement"
@@ -80,8 +86,8 @@ type Service struct {
 	api.UnimplementedNodeManagementServer
 
 	cfg Config
-	// delay is actionDelay, shorter in tests.
-	delay time.Duration
+	// grace and delay are answerGrace and actionDelay, other in tests.
+	grace, delay time.Duration
 
 	mu sync.Mutex
 	// going is what the node is going down for ("reboot", "poweroff"),
@@ -94,25 +100,25 @@ type Service struct {
 
 // New returns a Service working with cfg.
 func New(cfg Config) *Service {
-	return &Service{cfg: cfg, delay: actionDelay}
+	return &Service{cfg: cfg, grace: answerGrace, delay: actionDelay}
 }
 
 // Reboot answers, then calls Config.Reboot (Config.RebootFirmware when the
-// request asks for the firmware) after a short delay.
+// request asks for the firmware) once the answer is sent.
 func (s *Service) Reboot(ctx context.Context, req *api.RebootRequest) (*api.RebootResponse, error) {
 	what, reboot := "reboot", s.cfg.Reboot
 	if req.GetFirmware() {
 		what, reboot = "reboot through the firmware", s.cfg.RebootFirmware
 	}
-	if err := s.schedule(what, reboot); err != nil {
+	if err := s.schedule(ctx, what, reboot); err != nil {
 		return nil, err
 	}
 	return &api.RebootResponse{}, nil
 }
 
-// Poweroff answers, then calls Config.Poweroff after a short delay.
+// Poweroff answers, then calls Config.Poweroff once the answer is sent.
 func (s *Service) Poweroff(ctx context.Context, _ *api.PoweroffRequest) (*api.PoweroffResponse, error) {
-	if err := s.schedule("poweroff", s.cfg.Poweroff); err != nil {
+	if err := s.schedule(ctx, "poweroff", s.cfg.Poweroff); err != nil {
 		return nil, err
 	}
 	return &api.PoweroffResponse{}, nil
@@ -125,9 +131,11 @@ func (s *Service) goingDown() string {
 	return s.going
 }
 
-// schedule arranges for action to be called once, after s.delay, unless the
-// node is already going down. It returns the gRPC status to answer with.
-func (s *Service) schedule(what string, action func()) error {
+// schedule arranges for action to be called once, s.grace after the call
+// of ctx ended (its answer sent) or after s.delay, whichever comes first,
+// unless the node is already going down. It returns the gRPC status to
+// answer with.
+func (s *Service) schedule(ctx context.Context, what string, action func()) error {
 	if action == nil {
 		return status.Errorf(codes.Unimplemented, "this node cannot %s", what)
 	}
@@ -138,8 +146,12 @@ func (s *Service) schedule(what string, action func()) error {
 	}
 	s.going = what
 	if s.cfg.LogTree != nil {
-		s.cfg.LogTree.LeveledFor(logDN).Warningf("%s requested by the owner, in %v", what, s.delay)
+		s.cfg.LogTree.LeveledFor(logDN).Warningf("%s requested by the owner, once the answer is sent", what)
 	}
-	time.AfterFunc(s.delay, action)
+	var once sync.Once
+	act := func() { once.Do(action) }
+	grace := s.grace
+	context.AfterFunc(ctx, func() { time.AfterFunc(grace, act) })
+	time.AfterFunc(s.delay, act)
 	return nil
 }

@@ -82,6 +82,24 @@ func TestRebootOverGRPC(t *testing.T) {
 	}
 }
 
+// TestRebootActsOnceAnswered reboots through a real server with the
+// fallback delay out of reach: the end of the call, its reply sent, is
+// what makes the node act, a grace later.
+func TestRebootActsOnceAnswered(t *testing.T) {
+	actions := newRecordingActions()
+	svc := New(actions.config(nil))
+	svc.grace, svc.delay = 100*time.Millisecond, time.Hour
+	client := serve(t, svc).owner(t)
+	if _, err := client.Reboot(t.Context(), &api.RebootRequest{}); err != nil {
+		t.Fatalf("Reboot: %v", err)
+	}
+	answered := time.Now()
+	if what := actions.wait(t); what != "reboot" {
+		t.Errorf("Reboot called %q", what)
+	}
+	t.Logf("acted %v after the reply came", time.Since(answered).Round(time.Millisecond))
+}
+
 // TestPoweroffAnswersFirst calls the handler directly: it returns before
 // the function is called, which then happens once.
 func TestPoweroffAnswersFirst(t *testing.T) {

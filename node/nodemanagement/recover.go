@@ -70,7 +70,7 @@ func (s *Service) Recover(srv grpc.ClientStreamingServer[api.RecoverRequest, api
 		}
 		return status.Error(code, err.Error())
 	}
-	if err := s.schedule("reboot to restore a backup", s.cfg.Reboot); err != nil {
+	if err := s.schedule(srv.Context(), "reboot to restore a backup", s.cfg.Reboot); err != nil {
 		return status.Errorf(codes.FailedPrecondition, "the backup is staged and will be restored when the node next starts, but: %v", status.Convert(err).Message())
 	}
 	return srv.SendAndClose(&api.RecoverResponse{Revision: rev})
