@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -23,9 +24,10 @@ import (
 //	storage child, once /system is up     the devices' modules from the system partition
 //	storage child, once the ESP is up     the CPU's AES module, dataModules
 //
-// The initramfs carries what every boot needs before it joins
-// (build/modules.Early); the system partition carries every module, the
-// network cards of real machines and Kubernetes' networking among them.
+// The initramfs carries what a boot needs before the system partition is
+// mounted (build/modules.Early); the system partition carries every
+// module, the data partition's, the network cards of real machines and
+// Kubernetes' networking among them.
 //
 // Of the modules the CPU's features ask for (accelerated ciphers, hashes
 // and checksums), only those of the algorithms the node uses at every boot
@@ -193,14 +195,19 @@ func cpuModulesFor(l *kmod.Loader, modalias string, algs ...string) []string {
 // module Cairn carries from then on, and loads what the devices ask for of
 // it (network cards of real machines). A system partition without this
 // kernel's modules is said on the consoles and leaves the node with the
-// initramfs's: no error, since retrying cannot mend an image built that
-// way.
+// initramfs's, which do not reach the data partition: no error, since
+// retrying cannot mend an image built that way. Any other failure to look
+// (an I/O error: dm-verity refusing a block) is the step's error.
 func (m *nodeModules) loadSystem(ctx context.Context, log logtree.LeveledLogger) error {
 	if !m.placed {
-		if _, err := os.Stat(filepath.Join(m.system, "modules.dep")); err != nil {
+		_, err := os.Stat(filepath.Join(m.system, "modules.dep"))
+		if errors.Is(err, os.ErrNotExist) {
 			m.printf("the system partition has no modules for kernel %s (%v): only the initramfs's are loaded", kernelRelease(), err)
 			m.placed = true
 			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("when looking for the system partition's modules: %w", err)
 		}
 		if err := unix.Mount(m.system, m.initramfs, "", unix.MS_BIND, ""); err != nil {
 			return fmt.Errorf("when binding %s over %s: %w", m.system, m.initramfs, err)

@@ -64,8 +64,9 @@ func TestSystemPartitionCorrupt(t *testing.T) {
 // of the image whose system-a has one byte flipped in every block but the
 // first ones, which MountSystem checks: the slot mounts, and the first
 // read of anything on it after that fails with an I/O error instead of
-// returning other bytes. The data partition's mkfs.xfs, run from
-// /system, is such a read.
+// returning other bytes. The storage child's first such read is the
+// system partition's module directory, which it binds over the
+// initramfs's: the child fails there, saying why, and goes no further.
 func TestSystemPartitionTamperedLater(t *testing.T) {
 	s := newSuite(t, 10*time.Minute)
 	disk, _ := corruptCopy(t, func(f *os.File, slot gpt.Partition, p verity.Params) error {
@@ -82,9 +83,12 @@ func TestSystemPartitionTamperedLater(t *testing.T) {
 
 	mounted := s.waitFor(n, launch.Substring("cairn: system partition a mounted"))
 	s.stepSinceInit(n, mounted, "/init → system partition mounted")
-	l := s.waitFor(n, launch.Substring("cairn: data partition not mounted"))
-	if !strings.Contains(l.Text, "input/output error") {
-		t.Errorf("mkfs.xfs from the tampered /system gave %q, want an input/output error", l.Text)
+	l := s.waitFor(n, regexp.MustCompile(`root\.storage .*died: `))
+	if !strings.Contains(l.Text, "system partition's modules") || !strings.Contains(l.Text, "input/output error") {
+		t.Errorf("the storage child died with %q, want an input/output error reading the system partition's modules", l.Text)
+	}
+	if l, ok := n.Console().Find(0, launch.Substring("cairn: data partition mounted")); ok {
+		t.Errorf("the data partition was mounted from a tampered /system: %q", l.Text)
 	}
 	if _, ok := n.Console().Find(0, regexp.MustCompile(`device-mapper: verity: .*data block [0-9]+ is corrupted`)); !ok {
 		t.Errorf("no kernel line says which block dm-verity refused")
