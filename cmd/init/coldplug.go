@@ -109,25 +109,19 @@ func loadBootModules(ctx context.Context, log logtree.LeveledLogger) (int, error
 	if err := serveModuleRequests(modprobePath, modprobeSysctl); err != nil {
 		log.Warningf("%v", err)
 	}
-	return load(ctx, moduleDir(), nil, bootModules, log)
-}
-
-// load loads from the module directory dir what the modaliases which
-// accepts ask for (none when which is nil), and named, all at once; loads
-// are logged to log, one entry per module, and a module that fails to
-// load is a warning, never fatal. It returns how many modules it loaded,
-// and an error only if it could not look at the modules or devices at
-// all.
-func load(ctx context.Context, dir string, which func(modalias string) bool, named []string, log logtree.LeveledLogger) (int, error) {
-	l, err := openLoader(dir, procModules, kmod.WithLogger(log))
+	l, err := openLoader(moduleDir(), procModules, kmod.WithLogger(log))
 	if err != nil {
 		return 0, err
 	}
-	return loadWith(ctx, l, which, named)
+	return loadWith(ctx, l, nil, nil, bootModules)
 }
 
-// loadWith is load with the Loader l.
-func loadWith(ctx context.Context, l *kmod.Loader, which func(modalias string) bool, named []string) (int, error) {
+// loadWith loads with l what the modaliases of devices which accepts ask
+// for (none when which is nil), and named, all at once; loads are logged,
+// one entry per module, and a module that fails to load is a warning,
+// never fatal. It returns how many modules l loaded, and an error only if
+// it could not look at the devices at all.
+func loadWith(ctx context.Context, l *kmod.Loader, devices *kmod.Devices, which func(modalias string) bool, named []string) (int, error) {
 	var known []string
 	for _, m := range named {
 		if l.Has(m) {
@@ -136,7 +130,7 @@ func loadWith(ctx context.Context, l *kmod.Loader, which func(modalias string) b
 	}
 	var err error
 	if which != nil {
-		err = l.Coldplug(ctx, "/sys/devices", which, known...)
+		err = l.Coldplug(ctx, devices, which, known...)
 	} else {
 		err = l.LoadAll(ctx, known)
 	}
@@ -151,6 +145,10 @@ type nodeModules struct {
 	printf            func(format string, args ...any)
 	// placed is set once system is bound over initramfs.
 	placed bool
+	// devices follows the devices' modaliases from the first coldplug
+	// to the last, the system partition's, which then needs no walk of
+	// sysfs of its own.
+	devices *kmod.Devices
 }
 
 func newNodeModules(systemRoot string, printf func(string, ...any)) *nodeModules {
@@ -204,6 +202,7 @@ func (m *nodeModules) loadSystem(ctx context.Context, log logtree.LeveledLogger)
 		if errors.Is(err, os.ErrNotExist) {
 			m.printf("the system partition has no modules for kernel %s (%v): only the initramfs's are loaded", kernelRelease(), err)
 			m.placed = true
+			m.stopWatching(log)
 			return nil
 		}
 		if err != nil {
@@ -217,7 +216,23 @@ func (m *nodeModules) loadSystem(ctx context.Context, log logtree.LeveledLogger)
 		}
 		m.placed = true
 	}
-	return m.step(ctx, "coldplug loaded %d more modules from the system partition in %v", nil, devices, nil, log)
+	if err := m.step(ctx, "coldplug loaded %d more modules from the system partition in %v", nil, devices, nil, log); err != nil {
+		return err
+	}
+	m.stopWatching(log)
+	return nil
+}
+
+// stopWatching closes the uevent socket after the last coldplug: the
+// kernel's uevents need no reader from then on.
+func (m *nodeModules) stopWatching(log logtree.LeveledLogger) {
+	if m.devices == nil {
+		return
+	}
+	if err := m.devices.Close(); err != nil {
+		log.Warningf("when closing the uevent socket: %v", err)
+	}
+	m.devices = nil
 }
 
 // loadData loads the CPU's AES module, if it has one, which dm-crypt picks
@@ -241,7 +256,14 @@ func (m *nodeModules) step(ctx context.Context, format string, algs []string, wh
 			return fmt.Errorf("when loading modules: %w", err)
 		}
 	}
-	n, err := loadWith(ctx, l, which, named)
+	if which != nil && m.devices == nil {
+		devices, err := kmod.WatchDevices("/sys/devices")
+		if err != nil {
+			log.Warningf("%v", err)
+		}
+		m.devices = devices
+	}
+	n, err := loadWith(ctx, l, m.devices, which, named)
 	if err != nil {
 		return fmt.Errorf("when loading modules: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 )
 
 // maxColdplugScans bounds how often Coldplug scans sysfs. It scans again
@@ -25,13 +26,13 @@ const coldplugParallel = 8
 // features and which the modules of accelerated algorithms match.
 func CPUModalias(modalias string) bool { return strings.HasPrefix(modalias, "cpu:") }
 
-// Coldplug loads the modules for the devices the kernel has found, given
-// the sysfs device tree (normally /sys/devices). It reads every modalias
-// below it and loads the modules whose aliases match, several at once.
-// Whenever loads finish it scans again and starts loading for the devices
-// they brought, without waiting for the loads still running: a driver that
-// takes long to probe holds back only what needs it. It returns once no
-// load runs and a scan finds nothing new.
+// Coldplug loads the modules for the devices the kernel has found, which
+// devices knows (WatchDevices, or ScanDevices over a sysfs tree). It
+// loads the modules whose aliases match their modaliases, several at
+// once. Whenever loads finish it asks devices again and starts loading for
+// the devices they brought, without waiting for the loads still running:
+// a driver that takes long to probe holds back only what needs it. It
+// returns once no load runs and devices brings nothing new.
 //
 // With match set, only the modaliases it accepts are served (CPUModalias
 // tells those of the CPU's features from the devices'); with match
@@ -41,7 +42,7 @@ func CPUModalias(modalias string) bool { return strings.HasPrefix(modalias, "cpu
 // A module that fails to load is logged and skipped. Coldplug returns an
 // error only when sysfs cannot be read at all or ctx is done; it waits for
 // the loads it started before it returns either way.
-func (l *Loader) Coldplug(ctx context.Context, sysDevices string, match func(modalias string) bool, named ...string) error {
+func (l *Loader) Coldplug(ctx context.Context, devices *Devices, match func(modalias string) bool, named ...string) error {
 	seen := make(map[string]bool)
 	started := make(map[string]bool)
 	// Room for every module, so that no load waits to say it ended.
@@ -49,8 +50,16 @@ func (l *Loader) Coldplug(ctx context.Context, sysDevices string, match func(mod
 	slots := make(chan struct{}, coldplugParallel)
 	cpuSlot := make(chan struct{}, 1)
 	running := 0
+	// What finding the devices cost is said once Coldplug ends: under
+	// software emulation, a walk of sysfs is a tenth of a second or more.
+	scans0, scanning0, events0 := devices.Stats()
+	defer func() {
+		scans, scanning, events := devices.Stats()
+		l.log.Infof("coldplug served %d modaliases: %d walks of sysfs (%v), %d devices from uevents",
+			len(seen), scans-scans0, (scanning - scanning0).Round(time.Millisecond), events-events0)
+	}()
 	var wg sync.WaitGroup
-	defer wg.Wait()
+	defer wg.Wait() // before the line above: the loads end first
 	start := func(m string, slot chan struct{}) {
 		started[m] = true
 		running++
@@ -69,7 +78,7 @@ func (l *Loader) Coldplug(ctx context.Context, sysDevices string, match func(mod
 		}
 	}
 	for scan := 1; ; scan++ {
-		aliases, err := ScanModaliases(sysDevices)
+		aliases, err := devices.Modaliases()
 		if err != nil {
 			return err
 		}

@@ -50,7 +50,7 @@ func TestColdplug(t *testing.T) {
 		}
 	}
 	l := newTestLoader(t, k, &fakeLog{})
-	if err := l.Coldplug(context.Background(), sys, nil); err != nil {
+	if err := l.Coldplug(context.Background(), ScanDevices(sys), nil); err != nil {
 		t.Fatalf("Coldplug: %v", err)
 	}
 	// Modules load at once, so only the dependencies and the devices that
@@ -81,13 +81,13 @@ func TestColdplugMatch(t *testing.T) {
 	addDevice(t, sys, "system/cpu", "cpu:type:x86,ven0000fam0006mod003F:feature:,0000,0001,0099")
 	k := &fakeKernel{}
 	l := newTestLoader(t, k, &fakeLog{})
-	if err := l.Coldplug(context.Background(), sys, func(a string) bool { return !CPUModalias(a) }); err != nil {
+	if err := l.Coldplug(context.Background(), ScanDevices(sys), func(a string) bool { return !CPUModalias(a) }); err != nil {
 		t.Fatalf("Coldplug(devices): %v", err)
 	}
 	if diff := cmp.Diff([]string{"button"}, l.Loaded()); diff != "" {
 		t.Errorf("Coldplug(devices) loaded (-want +got):\n%s", diff)
 	}
-	if err := l.Coldplug(context.Background(), sys, CPUModalias); err != nil {
+	if err := l.Coldplug(context.Background(), ScanDevices(sys), CPUModalias); err != nil {
 		t.Fatalf("Coldplug(CPU): %v", err)
 	}
 	if diff := cmp.Diff([]string{"button", "aesni_intel"}, l.Loaded()); diff != "" {
@@ -102,7 +102,7 @@ func TestColdplugNamed(t *testing.T) {
 	addDevice(t, sys, "LNXSYSTM:00/LNXPWRBN:00", "acpi:LNXPWRBN:")
 	k := &fakeKernel{}
 	l := newTestLoader(t, k, &fakeLog{})
-	if err := l.Coldplug(context.Background(), sys, nil, "evdev", "button", "evdev"); err != nil {
+	if err := l.Coldplug(context.Background(), ScanDevices(sys), nil, "evdev", "button", "evdev"); err != nil {
 		t.Fatalf("Coldplug: %v", err)
 	}
 	got := l.Loaded()
@@ -140,7 +140,7 @@ func TestColdplugDoesNotWaitForSlowLoads(t *testing.T) {
 		}
 		return slow(f, params, flags)
 	}
-	if err := l.Coldplug(context.Background(), sys, nil); err != nil {
+	if err := l.Coldplug(context.Background(), ScanDevices(sys), nil); err != nil {
 		t.Fatalf("Coldplug: %v", err)
 	}
 	if got := l.Loaded(); !slices.Contains(got, "button") || !slices.Contains(got, "virtio_net") {
@@ -183,7 +183,7 @@ func TestLoadConcurrent(t *testing.T) {
 
 func TestColdplugMissingSysfs(t *testing.T) {
 	l := newTestLoader(t, &fakeKernel{}, &fakeLog{})
-	if err := l.Coldplug(context.Background(), filepath.Join(t.TempDir(), "nope"), nil); err == nil {
+	if err := l.Coldplug(context.Background(), ScanDevices(filepath.Join(t.TempDir(), "nope")), nil); err == nil {
 		t.Errorf("Coldplug(missing dir) = nil, want an error")
 	}
 }
@@ -195,7 +195,7 @@ func TestColdplugCancelled(t *testing.T) {
 	cancel()
 	k := &fakeKernel{}
 	l := newTestLoader(t, k, &fakeLog{})
-	if err := l.Coldplug(ctx, sys, nil); err == nil {
+	if err := l.Coldplug(ctx, ScanDevices(sys), nil); err == nil {
 		t.Errorf("Coldplug(cancelled) = nil, want an error")
 	}
 	if len(k.loaded) != 0 {

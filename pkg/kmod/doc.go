@@ -10,19 +10,23 @@
 // describes it. modules.alias maps glob patterns over those strings to the
 // modules that drive the matching devices:
 //
-//	/sys/devices/**/modalias ──▶ AliasIndex.Match ──▶ module names
-//	        ▲                     (modules.alias,        │
-//	        │                      indexed by prefix)     ▼
-//	        │                               Loader.Load: skip builtin and
-//	        │                               loaded ones, load modules.dep
-//	        │                               dependencies first, then
-//	        └── new devices appear ◀──────  finit_module(2) each file
-//	            (e.g. virtio_pci creates
-//	             virtio devices): scan again
+//	Devices: /sys/devices/**/modalias ──▶ AliasIndex.Match ──▶ module names
+//	  once, then uevents ▲                (modules.alias,        │
+//	                     │                 indexed by prefix)     ▼
+//	                     │                          Loader.Load: skip builtin and
+//	                     │                          loaded ones, load modules.dep
+//	                     │                          dependencies first, then
+//	                     └── new devices appear ◀── finit_module(2) each file
+//	                         (e.g. virtio_pci creates
+//	                          virtio devices): ask Devices again
 //
 // Loading a bus driver makes the kernel find the devices on that bus, which
-// bring modaliases of their own, so Coldplug scans sysfs again after every
-// round that loaded something, until a scan brings no new modalias.
+// bring modaliases of their own, so Coldplug asks Devices again after every
+// round that loaded something, until it brings no new modalias. Devices
+// from WatchDevices walks sysfs only once and then reads the kernel's
+// uevents ("add" with MODALIAS=...), which the kernel sends while the
+// driver's load adds the devices: each walk costs a tenth of a second and
+// more under software emulation, and a boot asks half a dozen times.
 //
 // # Requests by name
 //
