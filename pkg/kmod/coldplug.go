@@ -12,9 +12,10 @@ import (
 	"time"
 )
 
-// maxColdplugScans bounds how often Coldplug scans sysfs. It scans again
-// whenever loads finish, since a freshly loaded bus driver adds devices of
-// its own (PCI ─▶ virtio ─▶ input ...); machines settle in a few scans.
+// maxColdplugScans bounds how often Coldplug asks its Devices for the
+// modaliases. It asks again whenever loads finish, since a freshly loaded
+// bus driver adds devices of its own (PCI ─▶ virtio ─▶ input ...);
+// machines settle in a few rounds.
 const maxColdplugScans = 16
 
 // coldplugParallel bounds how many modules Coldplug loads at once. Most of
@@ -52,6 +53,8 @@ func (l *Loader) Coldplug(ctx context.Context, devices *Devices, match func(moda
 	running := 0
 	// What finding the devices cost is said once Coldplug ends: under
 	// software emulation, a walk of sysfs is a tenth of a second or more.
+	// The time is the walks' wall time, which grows with the loads that
+	// run beside them.
 	scans0, scanning0, events0 := devices.Stats()
 	defer func() {
 		scans, scanning, events := devices.Stats()

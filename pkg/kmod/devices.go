@@ -107,8 +107,8 @@ func (d *Devices) Modaliases() ([]string, error) {
 	return all, nil
 }
 
-// Stats says how often sysfs was walked, for how long in all, and how many
-// device additions came from uevents instead.
+// Stats says how often sysfs was walked, for how long in all (wall time),
+// and how many device additions came from uevents instead.
 func (d *Devices) Stats() (scans int, scanning time.Duration, events int) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
