@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -25,10 +26,9 @@ type Devices struct {
 	events eventSource // nil: walk sysfs at every call
 
 	mu sync.Mutex
-	// set holds every modalias seen so far; once it is filled by a walk,
-	// events add to it.
-	set     map[string]bool
-	scanned bool
+	// set holds every modalias seen so far: nil until a walk filled it,
+	// then events add to it.
+	set map[string]bool
 	// scans and scanning say how often sysfs was walked and for how
 	// long; fromEvents counts the device additions read from uevents.
 	scans      int
@@ -71,8 +71,8 @@ func WatchDevices(sysDevices string) (*Devices, error) {
 func (d *Devices) Modaliases() ([]string, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	rescan := !d.scanned || d.events == nil
-	if d.scanned && d.events != nil {
+	rescan := d.set == nil || d.events == nil
+	if !rescan {
 		added, complete, err := d.events.added()
 		if err != nil {
 			return nil, err
@@ -97,14 +97,8 @@ func (d *Devices) Modaliases() ([]string, error) {
 		for _, a := range found {
 			d.set[a] = true
 		}
-		d.scanned = true
 	}
-	all := make([]string, 0, len(d.set))
-	for a := range d.set {
-		all = append(all, a)
-	}
-	slices.Sort(all)
-	return all, nil
+	return slices.Sorted(maps.Keys(d.set)), nil
 }
 
 // Stats says how often sysfs was walked, for how long in all (wall time),
