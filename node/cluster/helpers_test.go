@@ -124,7 +124,11 @@ func (f *fakeStorage) record(call string) error {
 	return nil
 }
 
-func (f *fakeStorage) format(header []byte) error {
+// format sets the data partition up for header, on behalf of the boot
+// whose context is ctx. A boot whose power was cut (its context ended)
+// writes nothing: a test clears failNew only after it cut the power, so an
+// earlier boot still retrying cannot format behind the next one's back.
+func (f *fakeStorage) format(ctx context.Context, header []byte) error {
 	f.mu.Lock()
 	err := f.failNext
 	f.failNext = nil
@@ -134,6 +138,9 @@ func (f *fakeStorage) format(header []byte) error {
 	f.mu.Unlock()
 	if err != nil {
 		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("this boot has ended: %w", err)
 	}
 	if err := os.RemoveAll(f.st.Root.Data.FullPath()); err != nil {
 		return err
@@ -176,7 +183,7 @@ func keyHeader(nodeKey, clusterKey []byte) []byte {
 	return h[:]
 }
 
-func (f *fakeStorage) MountNew(_ context.Context, nodeKey, clusterKey []byte) error {
+func (f *fakeStorage) MountNew(ctx context.Context, nodeKey, clusterKey []byte) error {
 	if err := f.record("MountNew"); err != nil {
 		return err
 	}
@@ -184,7 +191,7 @@ func (f *fakeStorage) MountNew(_ context.Context, nodeKey, clusterKey []byte) er
 	if h == nil {
 		return errors.New("bad key length")
 	}
-	return f.format(h)
+	return f.format(ctx, h)
 }
 
 func (f *fakeStorage) MountExisting(nodeKey, clusterKey []byte) error {
@@ -198,11 +205,11 @@ func (f *fakeStorage) MountExisting(nodeKey, clusterKey []byte) error {
 	return f.open(h)
 }
 
-func (f *fakeStorage) MountNewInsecure(context.Context) error {
+func (f *fakeStorage) MountNewInsecure(ctx context.Context) error {
 	if err := f.record("MountNewInsecure"); err != nil {
 		return err
 	}
-	return f.format([]byte("insecure"))
+	return f.format(ctx, []byte("insecure"))
 }
 
 func (f *fakeStorage) MountExistingInsecure() error {
