@@ -6,7 +6,7 @@
 // # One leader, many doors
 //
 // Curators elect a leader through etcd (go.etcd.io/etcd/client/v3/
-// concurrency, a session lease of DefaultElectionTTL, 5 s). The candidacy's value names the
+// concurrency, a session lease of DefaultElectionTTL, 4 s). The candidacy's value names the
 // curator, "<node id> <ip:port>", so every curator knows where the leader
 // is. Clients may dial any curator:
 //
@@ -32,7 +32,7 @@
 // and is then refused with Unavailable.
 //
 // A curator that stops revokes its lease, so another takes over at once.
-// One that crashed leaves a candidacy whose lease lives on for up to 5 s
+// One that crashed leaves a candidacy whose lease lives on for up to 4 s
 // (more when etcd lost its leader with it: a new etcd leader renews every
 // lease once as it takes over);
 // when it starts again it deletes its own stale candidacies first, instead
@@ -83,8 +83,8 @@
 // from itself until one and a quarter intervals have passed since it took
 // over: by then every live node has found it and beaten. A node that no
 // leader ever heard from is UNKNOWN as well. The node of a leader that died
-// is HEARTBEAT_TIMEOUT once its lease expired (5 s), the next leader was
-// elected and that grace passed: about 14 s, within two heartbeat timeouts.
+// is HEARTBEAT_TIMEOUT once its lease expired (4 s), the next leader was
+// elected and that grace passed: about 13 s, within two heartbeat timeouts.
 // Nodes give up on a beat after half an interval (roleserve), so that a beat
 // sent to the dead leader does not keep them from the next one in time.
 //

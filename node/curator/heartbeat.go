@@ -33,7 +33,7 @@ func heartbeatTimeout(interval time.Duration) time.Duration { return 2 * interva
 // not heard from yet: one interval, in which every live node that found it
 // beats, and a quarter more as slack. It is short because it adds to the
 // time a dead leader's node takes to be HEARTBEAT_TIMEOUT: the election
-// lease (5 s) plus the grace stays within two heartbeat timeouts.
+// lease (4 s) plus the grace stays within two heartbeat timeouts.
 func heartbeatGrace(interval time.Duration) time.Duration { return interval + interval/4 }
 
 // heartbeats is the leader's record of when it last heard from each node:
