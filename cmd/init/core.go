@@ -25,6 +25,13 @@ func runCore() int {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT)
 
+	// The kernel names a process after the file it runs, /proc/self/exe
+	// here: "exe" in every listing of the node's processes (cairnctl node
+	// resources among them). The name of its argv[0] says what it is.
+	if err := os.WriteFile("/proc/self/comm", []byte(coreArgv0), 0); err != nil {
+		con.Printf("when naming the core's process %s: %v", coreArgv0, err)
+	}
+
 	cl, err := cmdline.Read()
 	if err != nil {
 		con.Printf("%v", err)

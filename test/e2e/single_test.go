@@ -111,12 +111,13 @@ func TestSingleNodeCluster(t *testing.T) {
 		}
 		o = readOwner(t, c.ConfigDir())
 		s.checkLogs(t, c, n0)
-		// The node reports its memory and processes, /init (PID 1),
-		// with etcd and the curator in it, among them.
+		// The node reports its memory and processes, /init (PID 1) and
+		// its core, with etcd and the curator in it, among them, each
+		// by its name.
 		res := s.cairnctl(t, c, "node", "resources", id)
 		t.Logf("cairnctl node resources:\n%s", res)
-		if !strings.Contains(res, "Memory: ") || !strings.Contains(res, " init\n") {
-			t.Errorf("node resources printed %q, want the memory line and /init", res)
+		if !strings.Contains(res, "Memory: ") || !strings.Contains(res, " init\n") || !strings.Contains(res, " cairn-core\n") {
+			t.Errorf("node resources printed %q, want the memory line, /init and cairn-core", res)
 		}
 		s.checkMetrics(t, c, n0, o)
 	})
