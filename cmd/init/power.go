@@ -61,8 +61,8 @@ const (
 // finish ends the machine: every process left gets SIGTERM, then SIGKILL,
 // filesystems are synced and unmounted, and the kernel powers off or
 // reboots. A reboot that was asked for (not one after a failure, nor one
-// through the firmware) kexecs into the ESP's image when it can, loading
-// it first unless the core did (kexec.go). It never returns.
+// through the firmware) kexecs into the ESP's image when it can
+// (kexec.go). It never returns.
 func finish(con *consoles, a action, failed bool) {
 	if !killEverything() {
 		con.Printf("processes stuck in the kernel outlived SIGKILL for %v; going on with the %s", killGrace, a)
@@ -71,18 +71,12 @@ func finish(con *consoles, a action, failed bool) {
 	con.Printf("filesystems synced")
 	kexec := false
 	if a == reboot && !failed {
-		if ok, why := kexecPreloaded(kexecLoaded, kexecStampFile, kexecImage); ok {
-			kexec = true
-			con.Printf("the ESP's image was loaded for kexec ahead")
+		start := time.Now()
+		if how, err := loadKexec(); err != nil {
+			con.Printf("rebooting through the firmware: %v", err)
 		} else {
-			con.Printf("loading the ESP's image for kexec: %s", why)
-			start := time.Now()
-			if l, err := loadKexec(); err != nil {
-				con.Printf("rebooting through the firmware: %v", err)
-			} else {
-				kexec = true
-				con.Printf("loaded the ESP's image for kexec in %v (%s)", time.Since(start).Round(time.Millisecond), l.how)
-			}
+			kexec = true
+			con.Printf("loaded the ESP's image for kexec in %v (%s)", time.Since(start).Round(time.Millisecond), how)
 		}
 	}
 	for _, err := range unmountAll() {

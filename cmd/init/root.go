@@ -42,7 +42,6 @@ type child struct {
 //	network ─NTP servers─▶ timesync ─clock state─▶ roleserve (node status)
 //	enrolment ─membership (data partition mounted)─▶ logstore
 //	roleserve ─credentials─▶ metrics (port 7836, to metrics certificates)
-//	enrolment ─membership─▶ kexec (loads the ESP's image ahead of a reboot)
 func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogger, lt *logtree.LogTree, restarts *metrics.Restarts, request func(action)) []child {
 	var (
 		address    memory.Value[netip.Prefix]
@@ -77,7 +76,6 @@ func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogg
 		{"roleserve", rs.Run},
 		{"nodemanagement", nodeManagementRunnable(st, rs.Credentials(), rs.OwnerTrust(), lt, ls, gatherer, request)},
 		{"logstore", logStoreRunnable(ls, &membership)},
-		{"kexec", (&kexecPreload{membership: &membership, settle: kexecSettle, load: loadKexec, stampFile: kexecStampFile}).run},
 		{"metrics", func(ctx context.Context) error {
 			return metrics.Run(ctx, metrics.Config{Credentials: rs.Credentials(), Gatherer: gatherer, Port: ports.Metrics})
 		}},

@@ -401,10 +401,6 @@ func (s *suite) rebootMember(t *testing.T, c *cluster.Cluster, p *prober, n *clu
 		t.Errorf("%s: asked to reboot through the firmware: %v, but its last line before the reboot was: %s",
 			n.Name(), firmware, s.lineAfter(n, mark, "cairn: rebooting"))
 	}
-	if !firmware {
-		_, ahead := n.VM().Console().Find(mark, usedPreloadLine)
-		t.Logf("%s: the image to kexec into was loaded ahead: %v", n.Name(), ahead)
-	}
 	s.step(name+": reboot → joined", joined.Time.Sub(start))
 	s.step(name+": reboot → etcd voting again", voting.Time.Sub(start))
 	s.step(name+": reboot → curator serving", serving.Time.Sub(start))

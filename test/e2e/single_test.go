@@ -245,9 +245,6 @@ func (s *suite) checkLogs(t *testing.T, c *cluster.Cluster, n *cluster.Node) {
 // rebootSingle reboots the one node with cairnctl and checks that it comes
 // back from its sealed configuration with the cluster's data.
 func (s *suite) rebootSingle(t *testing.T, c *cluster.Cluster, n *cluster.Node, o *owner, fake *fakeNode) {
-	// A node that has settled has loaded the image of its next boot
-	// ahead: the reboot measured is a settled node's.
-	s.waitNode(t, n, 0, preloadedLine)
 	mark := n.Mark()
 	start := time.Now()
 	s.cairnctl(t, c, "node", "reboot", n.ID())
@@ -265,9 +262,6 @@ func (s *suite) rebootSingle(t *testing.T, c *cluster.Cluster, n *cluster.Node, 
 	// into that image.
 	if _, ok := n.VM().Console().Find(mark, kexecLine); !ok {
 		t.Errorf("the reboot did not kexec into the ESP's image: %s", s.lineAfter(n, mark, "cairn: rebooting"))
-	}
-	if _, ok := n.VM().Console().Find(mark, usedPreloadLine); !ok {
-		t.Errorf("the reboot did not kexec into the image loaded ahead: %s", s.lineAfter(n, mark, "cairn: loading the ESP's image for kexec"))
 	}
 	// A TPM-sealed configuration opens only with the TPM that sealed it:
 	// sealed with the TPM before the reboot and never sealed again, the
@@ -490,14 +484,6 @@ func (s *suite) checkMetrics(t *testing.T, c *cluster.Cluster, n *cluster.Node, 
 
 // kexecLine is PID 1's last line before it kexecs into the ESP's image.
 var kexecLine = launch.Substring("cairn: rebooting (kexec")
-
-// preloadedLine is the core's line once it has loaded the ESP's image for
-// kexec ahead of a reboot; usedPreloadLine is PID 1's when a reboot finds
-// that image loaded and still the ESP's.
-var (
-	preloadedLine   = launch.Substring("loaded the ESP's image for kexec ahead of a reboot")
-	usedPreloadLine = launch.Substring("cairn: the ESP's image was loaded for kexec ahead")
-)
 
 // lineAfter returns n's first console line from mark on that contains
 // sub, or says there is none.
