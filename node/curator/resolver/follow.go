@@ -14,10 +14,10 @@ import (
 	api "cairn.dev/cairn/proto/api"
 )
 
-// Run follows the leadership through one curator endpoint, taking each in
-// turn: it keeps a GetCurrentLeader stream open and tells every ClientConn
-// where the leader is. When the stream or the probe of the endpoint fails it
-// returns the error, and its supervisor runs it again on the next endpoint.
+// Run follows the leadership through one curator endpoint (nextEndpoint):
+// it keeps a GetCurrentLeader stream open and tells every ClientConn where
+// the leader is. When the stream or the probe of the endpoint fails it
+// returns the error, and its supervisor runs it again on another endpoint.
 // It waits while no endpoint is known.
 func (r *Resolver) Run(ctx context.Context) error {
 	ep, err := r.nextEndpoint(ctx)
@@ -43,6 +43,9 @@ func (r *Resolver) Run(ctx context.Context) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	r.mu.Lock()
+	r.failed = ep
+	r.mu.Unlock()
 	return fmt.Errorf("following leadership through %s: %w", ep, err)
 }
 
@@ -125,7 +128,13 @@ func (r *Resolver) probeOnce(ctx context.Context, conn *grpc.ClientConn) error {
 }
 
 // nextEndpoint returns the endpoint to follow next, waiting while none is
-// known.
+// known: the node's own curator (SetLocal) unless its session was the one
+// that just failed, as it learns the leadership from etcd and lives as
+// long as this node; else the known endpoints in turn, passing over the
+// one that just failed while another is known. A curator whose machine
+// died is found out only by the probe, seconds later: following it again
+// at once would leave the node without a leader for as long again, and
+// its heartbeats unheard by the new leader.
 func (r *Resolver) nextEndpoint(ctx context.Context) (string, error) {
 	w := r.known.Watch()
 	defer w.Close()
@@ -138,7 +147,13 @@ func (r *Resolver) nextEndpoint(ctx context.Context) (string, error) {
 	if len(eps) == 0 {
 		return "", errors.New("curator endpoints vanished")
 	}
+	if r.local != "" && r.local != r.failed {
+		return r.local, nil
+	}
 	i := r.next % len(eps)
+	if eps[i] == r.failed && len(eps) > 1 {
+		i = (i + 1) % len(eps)
+	}
 	r.next = i + 1
 	return eps[i], nil
 }

@@ -52,8 +52,11 @@ type Resolver struct {
 	// ended, or gRPC asked to resolve again after a failure.
 	fallback bool
 	// next is the index in endpoints of the endpoint Run tries next.
-	next  int
-	conns map[*ccResolver]struct{}
+	next int
+	// failed is the endpoint whose session ended last, "" while none did
+	// or after one that followed the leader until Run was stopped.
+	failed string
+	conns  map[*ccResolver]struct{}
 }
 
 // New returns a Resolver that authenticates as node and starts from the

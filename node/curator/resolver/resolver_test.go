@@ -3,6 +3,7 @@ package resolver
 import (
 	"context"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -185,5 +186,50 @@ func TestDirectoryEndpoints(t *testing.T) {
 		if diff := cmp.Diff(tc.want, DirectoryEndpoints(dir, tc.port)); diff != "" {
 			t.Errorf("DirectoryEndpoints(port %d) (-want +got):\n%s", tc.port, diff)
 		}
+	}
+}
+
+// TestNextEndpoint checks the order in which Run follows endpoints: the
+// node's own curator unless it just failed, else the others in turn,
+// never the one that just failed while another is known.
+func TestNextEndpoint(t *testing.T) {
+	ca := identitytest.NewCA(t, "test CA")
+	r := New(ca.Node(t), []string{"a:1", "b:1", "c:1"})
+	ctx := context.Background()
+	next := func(failed string) string {
+		t.Helper()
+		r.mu.Lock()
+		r.failed = failed
+		r.mu.Unlock()
+		ep, err := r.nextEndpoint(ctx)
+		if err != nil {
+			t.Fatalf("nextEndpoint: %v", err)
+		}
+		return ep
+	}
+	var got []string
+	for _, failed := range []string{"", "a:1", "b:1", "c:1"} {
+		got = append(got, next(failed))
+	}
+	// In turn, then a:1 again is passed over: it just failed.
+	if want := []string{"a:1", "b:1", "c:1", "a:1"}; !slices.Equal(got, want) {
+		t.Errorf("in turn: %q, want %q", got, want)
+	}
+	if ep := next("a:1"); ep != "b:1" {
+		t.Errorf("after a:1 failed, with a:1 next in turn: %q, want b:1", ep)
+	}
+	r.SetLocal("local:1")
+	for _, failed := range []string{"", "b:1", "c:1"} {
+		if ep := next(failed); ep != "local:1" {
+			t.Errorf("with a local curator, after %q failed: %q, want local:1", failed, ep)
+		}
+	}
+	if ep := next("local:1"); ep == "local:1" {
+		t.Errorf("right after the local curator failed: %q, want another endpoint", ep)
+	}
+	r2 := New(ca.Node(t), []string{"only:1"})
+	r2.failed = "only:1"
+	if ep, err := r2.nextEndpoint(ctx); err != nil || ep != "only:1" {
+		t.Errorf("the only endpoint, which just failed: %q, %v; want it again", ep, err)
 	}
 }
