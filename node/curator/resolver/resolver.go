@@ -53,8 +53,8 @@ type Resolver struct {
 	fallback bool
 	// next is the index in endpoints of the endpoint Run tries next.
 	next int
-	// failed is the endpoint whose session ended last, "" while none did
-	// or after one that followed the leader until Run was stopped.
+	// failed is the endpoint of the last session that failed (Run), ""
+	// while none has; nextEndpoint passes over it.
 	failed string
 	conns  map[*ccResolver]struct{}
 }
