@@ -145,6 +145,41 @@ func TestPeerIdentityJudgesAtCallTime(t *testing.T) {
 	}
 }
 
+// TestPeerIdentityRemembersSelfSigned judges one parsed self-signed
+// certificate again and again, as the calls of a registering node's
+// connection do: what was remembered of it accepts it alone, and refuses
+// it behind another certificate and as a server's.
+func TestPeerIdentityRemembersSelfSigned(t *testing.T) {
+	ca := identitytest.NewCA(t, "cluster CA")
+	server := ca.Node(t)
+	key := mustKey(t)
+	cert, err := x509.ParseCertificate(selfSignedLike(t, identity.NodeCertificateTemplate(pub(key)), key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	alone := tls.ConnectionState{PeerCertificates: []*x509.Certificate{cert}}
+	behind := tls.ConnectionState{PeerCertificates: []*x509.Certificate{cert, ca.Cert}}
+	want := identity.Peer{Kind: identity.PeerSelfSigned, PublicKey: pub(key)}
+	for i := range 3 {
+		got, err := server.PeerIdentity(alone)
+		if err != nil {
+			t.Fatalf("judgement %d: PeerIdentity() = %v", i, err)
+		}
+		if diff := cmp.Diff(want, got, compareSerials); diff != "" {
+			t.Errorf("judgement %d: PeerIdentity() (-want +got):\n%s", i, diff)
+		}
+		if got, err := server.PeerIdentity(behind); err == nil {
+			t.Errorf("judgement %d: PeerIdentity() behind the CA's certificate = %+v, want an error", i, got)
+		}
+		if got, err := identity.VerifyServer(server, alone.PeerCertificates); err == nil {
+			t.Errorf("judgement %d: as a server's certificate = %+v, want an error", i, got)
+		}
+	}
+	if n := identity.Judged(server); n != 1 {
+		t.Errorf("%d judgements remembered of one self-signed certificate, want 1", n)
+	}
+}
+
 // TestPeerIdentityForgets checks that what PeerIdentity remembers of a
 // connection's certificate goes with the certificate: a server that has
 // seen a million connections does not keep a million judgements.
@@ -189,5 +224,35 @@ func TestPeerKindString(t *testing.T) {
 		if got := k.String(); got != want {
 			t.Errorf("PeerKind(%d).String() = %q, want %q", int(k), got, want)
 		}
+	}
+}
+
+// BenchmarkPeerIdentity judges one connection's certificate once per call,
+// as a server does for every call on a connection: a node's, and the
+// self-signed one of a node that registers (RegisterNode, then CommitNode
+// until it is approved).
+func BenchmarkPeerIdentity(b *testing.B) {
+	ca := identitytest.NewCA(b, "cluster CA")
+	server := ca.Node(b)
+	key := mustKey(b)
+	for _, bc := range []struct {
+		name string
+		der  []byte
+	}{
+		{"node", ca.Node(b).Certificate().Raw},
+		{"self-signed", selfSignedLike(b, identity.NodeCertificateTemplate(pub(key)), key)},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			cert, err := x509.ParseCertificate(bc.der)
+			if err != nil {
+				b.Fatal(err)
+			}
+			cs := tls.ConnectionState{PeerCertificates: []*x509.Certificate{cert}}
+			for b.Loop() {
+				if _, err := server.PeerIdentity(cs); err != nil {
+					b.Fatalf("PeerIdentity() = %v", err)
+				}
+			}
+		})
 	}
 }

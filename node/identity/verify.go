@@ -71,7 +71,8 @@ type verifier struct {
 	roots *x509.CertPool
 	// now is the time at which certificates must be valid; tests move it.
 	now func() time.Time
-	// judged remembers the leaves that chained to the CA (see verified).
+	// judged remembers the leaves that chained to the CA (see verified)
+	// and the self-signed ones (see selfSigned).
 	judged sync.Map // judgedKey → judgement
 }
 
@@ -103,7 +104,8 @@ type judgement struct {
 // would otherwise cost the server an ed25519 verification per call, and a
 // forwarding curator one per call it forwards. The connection keeps the same
 // parsed certificate for its life, so that certificate, by address, keys
-// the judgement. Only chains to the CA are remembered: x509's verification
+// the judgement. Of the verifications against the CA, only chains to it
+// are remembered (self-signed leaves are selfSigned's): x509's verification
 // of a leaf against the one root depends on nothing but the two
 // certificates, the usage and the time, and the time only through the two
 // validity periods, which the judgement keeps. The entry goes when the
@@ -129,10 +131,38 @@ func (v *verifier) remember(leaf *x509.Certificate, usage x509.ExtKeyUsage, p Pe
 	if v.ca.NotAfter.Before(until) {
 		until = v.ca.NotAfter
 	}
+	v.keep(leaf, usage, judgement{peer: p, from: from, until: until})
+}
+
+// keep stores j for leaf under usage, until leaf is collected.
+func (v *verifier) keep(leaf *x509.Certificate, usage x509.ExtKeyUsage, j judgement) {
 	key := judgedKey{weak.Make(leaf), usage}
-	if _, loaded := v.judged.Swap(key, judgement{peer: p, from: from, until: until}); !loaded {
+	if _, loaded := v.judged.Swap(key, j); !loaded {
 		runtime.AddCleanup(leaf, func(k judgedKey) { v.judged.Delete(k) }, key)
 	}
+}
+
+// selfSignedUsage keys, in judged, the judgement that a leaf is signed by
+// its own key: no usage a certificate is verified for has this value, so
+// verified never returns it.
+const selfSignedUsage x509.ExtKeyUsage = -1
+
+// selfSigned judges leaf as a self-signed certificate, and remembers what
+// it proved: a registering node calls RegisterNode and CommitNode on the
+// connection whose handshake checked the same signature. The judgement
+// depends on nothing but the certificate (selfSignedKey checks no time),
+// so it holds for the certificate's life.
+func (v *verifier) selfSigned(leaf *x509.Certificate) (Peer, bool) {
+	if j, ok := v.judged.Load(judgedKey{weak.Make(leaf), selfSignedUsage}); ok {
+		return j.(judgement).peer, true
+	}
+	pub, ok := selfSignedKey(leaf)
+	if !ok {
+		return Peer{}, false
+	}
+	p := Peer{Kind: PeerSelfSigned, PublicKey: pub}
+	v.keep(leaf, selfSignedUsage, judgement{peer: p})
+	return p, true
 }
 
 // verify judges the certificates a peer presented, leaf first. No
@@ -162,8 +192,8 @@ func (v *verifier) verify(certs []*x509.Certificate, usage x509.ExtKeyUsage, sel
 		return p, err
 	}
 	if selfSigned && len(certs) == 1 {
-		if pub, ok := selfSignedKey(leaf); ok {
-			return Peer{Kind: PeerSelfSigned, PublicKey: pub}, nil
+		if p, ok := v.selfSigned(leaf); ok {
+			return p, nil
 		}
 	}
 	return Peer{}, fmt.Errorf("peer certificate %q is not valid under the cluster CA: %w", leaf.Subject.CommonName, err)
