@@ -7,40 +7,48 @@ import (
 	"strings"
 )
 
-// Boot is what a unified kernel image boots: the pieces the stub hands to
-// the kernel.
+// Boot is where a unified kernel image keeps what it boots: the pieces the
+// stub hands to the kernel.
 type Boot struct {
-	Kernel    []byte
-	Initramfs []byte
+	Kernel    Span
+	Initramfs Span
 	// Cmdline is the kernel command line, without trailing NULs or
 	// whitespace.
 	Cmdline string
 }
 
-// Read reads the kernel, the initramfs and the command line out of a
-// unified kernel image, as Build wrote them: a node uses it to boot its own
-// image again with kexec, without the firmware.
-func Read(r io.ReaderAt) (*Boot, error) {
+// A Span is where a section's contents lie in the image's file.
+type Span struct {
+	Offset, Size int64
+}
+
+// Reader returns a reader of s's bytes in r.
+func (s Span) Reader(r io.ReaderAt) *io.SectionReader {
+	return io.NewSectionReader(r, s.Offset, s.Size)
+}
+
+// Locate finds the kernel and the initramfs in a unified kernel image, as
+// Build wrote them, and reads its command line: a node uses it to boot its
+// own image again with kexec, without the firmware. It leaves the kernel
+// and the initramfs in the file, for the caller to copy where they go.
+func Locate(r io.ReaderAt) (*Boot, error) {
 	f, err := pe.NewFile(r)
 	if err != nil {
 		return nil, fmt.Errorf("when reading the PE headers: %w", err)
 	}
 	defer f.Close()
-	section := func(name string) ([]byte, error) {
+	section := func(name string) (Span, error) {
 		s := f.Section(name)
 		if s == nil {
-			return nil, fmt.Errorf("no %s section", name)
-		}
-		b, err := s.Data()
-		if err != nil {
-			return nil, fmt.Errorf("when reading the %s section: %w", name, err)
+			return Span{}, fmt.Errorf("no %s section", name)
 		}
 		// The file holds the section padded to the file alignment; its
 		// virtual size is its own.
-		if int(s.VirtualSize) < len(b) {
-			b = b[:s.VirtualSize]
+		size := int64(s.Size)
+		if int64(s.VirtualSize) < size {
+			size = int64(s.VirtualSize)
 		}
-		return b, nil
+		return Span{Offset: int64(s.Offset), Size: size}, nil
 	}
 	var b Boot
 	if b.Kernel, err = section(".linux"); err != nil {
@@ -49,9 +57,16 @@ func Read(r io.ReaderAt) (*Boot, error) {
 	if b.Initramfs, err = section(".initrd"); err != nil {
 		return nil, err
 	}
-	cmdline, err := section(".cmdline")
+	span, err := section(".cmdline")
 	if err != nil {
 		return nil, err
+	}
+	cmdline, err := io.ReadAll(span.Reader(r))
+	if err != nil {
+		return nil, fmt.Errorf("when reading the .cmdline section: %w", err)
+	}
+	if int64(len(cmdline)) < span.Size {
+		return nil, fmt.Errorf("the image ends %d bytes into its .cmdline section of %d", len(cmdline), span.Size)
 	}
 	b.Cmdline = strings.TrimRight(string(cmdline), "\x00 \n")
 	return &b, nil

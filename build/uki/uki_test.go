@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"debug/pe"
 	"encoding/binary"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -207,30 +208,47 @@ func TestBuildDropsSymbolTable(t *testing.T) {
 	}
 }
 
-// TestRead reads back what Build wrote, and refuses an image without a
-// kernel.
-func TestRead(t *testing.T) {
+// TestLocate finds again what Build wrote, and refuses an image without a
+// kernel or cut short in its command line.
+func TestLocate(t *testing.T) {
 	s := sampleSections()
 	img, err := Build(tinyStub(0x1000), s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := Read(bytes.NewReader(img))
+	r := bytes.NewReader(img)
+	b, err := Locate(r)
 	if err != nil {
-		t.Fatalf("Read: %v", err)
+		t.Fatalf("Locate: %v", err)
 	}
-	if !bytes.Equal(b.Kernel, s[4].Data) || !bytes.Equal(b.Initramfs, s[3].Data) || b.Cmdline != string(s[1].Data) {
-		t.Errorf("Read = kernel of %d bytes, initramfs of %d bytes, cmdline %q; want %d, %d, %q",
-			len(b.Kernel), len(b.Initramfs), b.Cmdline, len(s[4].Data), len(s[3].Data), s[1].Data)
+	kernel, err := io.ReadAll(b.Kernel.Reader(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	initramfs, err := io.ReadAll(b.Initramfs.Reader(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(kernel, s[4].Data) || !bytes.Equal(initramfs, s[3].Data) || b.Cmdline != string(s[1].Data) {
+		t.Errorf("Locate = kernel of %d bytes, initramfs of %d bytes, cmdline %q; want %d, %d, %q",
+			len(kernel), len(initramfs), b.Cmdline, len(s[4].Data), len(s[3].Data), s[1].Data)
 	}
 	noKernel, err := Build(tinyStub(0x1000), s[:4])
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Read(bytes.NewReader(noKernel)); err == nil || !strings.Contains(err.Error(), ".linux") {
-		t.Errorf("Read of an image without .linux = %v, want an error naming it", err)
+	if _, err := Locate(bytes.NewReader(noKernel)); err == nil || !strings.Contains(err.Error(), ".linux") {
+		t.Errorf("Locate of an image without .linux = %v, want an error naming it", err)
 	}
-	if _, err := Read(bytes.NewReader([]byte("not a PE file"))); err == nil {
-		t.Error("Read of garbage succeeded")
+	f, err := pe.NewFile(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := img[:f.Section(".cmdline").Offset+3]
+	if _, err := Locate(bytes.NewReader(cut)); err == nil || !strings.Contains(err.Error(), ".cmdline") {
+		t.Errorf("Locate of an image cut within .cmdline = %v, want an error naming it", err)
+	}
+	if _, err := Locate(bytes.NewReader([]byte("not a PE file"))); err == nil {
+		t.Error("Locate of garbage succeeded")
 	}
 }

@@ -30,7 +30,9 @@ const (
 
 // loadKexec loads the ESP's unified kernel image as the kernel to kexec
 // into, with its own command line. It must run while the ESP is mounted.
-// It says how long reading the image and loading it took, apart.
+// The kernel and the initramfs go from the image's file to files in memory
+// inside the kernel (sendfile), never through this process's memory. It
+// says how long copying them and loading them took, apart.
 func loadKexec() (string, error) {
 	if _, err := os.Stat(stubInfo); err != nil {
 		return "", fmt.Errorf("this boot did not come from the ESP's unified kernel image (%w)", err)
@@ -41,17 +43,16 @@ func loadKexec() (string, error) {
 		return "", fmt.Errorf("when opening the boot image: %w", err)
 	}
 	defer f.Close()
-	b, err := uki.Read(f)
+	b, err := uki.Locate(f)
 	if err != nil {
 		return "", fmt.Errorf("when reading %s: %w", kexecImage, err)
 	}
-	read := time.Now()
-	kernel, err := memfd("kexec-kernel", b.Kernel)
+	kernel, err := memfdFrom("kexec-kernel", f, b.Kernel)
 	if err != nil {
 		return "", err
 	}
 	defer unix.Close(kernel)
-	initramfs, err := memfd("kexec-initramfs", b.Initramfs)
+	initramfs, err := memfdFrom("kexec-initramfs", f, b.Initramfs)
 	if err != nil {
 		return "", err
 	}
@@ -60,27 +61,49 @@ func loadKexec() (string, error) {
 	if err := unix.KexecFileLoad(kernel, initramfs, b.Cmdline, 0); err != nil {
 		return "", fmt.Errorf("when loading the kernel to kexec into: %w", err)
 	}
-	return fmt.Sprintf("reading %.1f MB %v, copying %v, kexec_file_load %v",
-		float64(len(b.Kernel)+len(b.Initramfs))/1e6, read.Sub(start).Round(time.Millisecond),
-		copied.Sub(read).Round(time.Millisecond), time.Since(copied).Round(time.Millisecond)), nil
+	return fmt.Sprintf("copying %.1f MB %v, kexec_file_load %v",
+		float64(b.Kernel.Size+b.Initramfs.Size)/1e6, copied.Sub(start).Round(time.Millisecond),
+		time.Since(copied).Round(time.Millisecond)), nil
 }
 
-// memfd returns a file in memory holding data, for kexec_file_load.
-func memfd(name string, data []byte) (int, error) {
+// memfdFrom returns a file in memory holding the bytes of f that s spans,
+// for kexec_file_load.
+func memfdFrom(name string, f *os.File, s uki.Span) (int, error) {
 	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC)
 	if err != nil {
 		return -1, fmt.Errorf("when creating %s: %w", name, err)
 	}
-	for rest := data; len(rest) > 0; {
-		n, err := unix.Write(fd, rest)
-		if errors.Is(err, unix.EINTR) {
-			continue
+	src, err := f.SyscallConn()
+	if err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("when copying %s: %w", name, err)
+	}
+	off, rest := s.Offset, s.Size
+	var copyErr error
+	err = src.Read(func(in uintptr) bool {
+		for rest > 0 {
+			n, err := unix.Sendfile(fd, int(in), &off, int(min(rest, 1<<30)))
+			switch {
+			case errors.Is(err, unix.EINTR):
+				continue
+			case err != nil:
+				copyErr = err
+			case n == 0:
+				copyErr = fmt.Errorf("%s ends %d bytes short of the section", f.Name(), rest)
+			}
+			if copyErr != nil {
+				return true
+			}
+			rest -= int64(n)
 		}
-		if err != nil {
-			unix.Close(fd)
-			return -1, fmt.Errorf("when writing %s: %w", name, err)
-		}
-		rest = rest[n:]
+		return true
+	})
+	if err == nil {
+		err = copyErr
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("when copying %s: %w", name, err)
 	}
 	return fd, nil
 }
