@@ -14,12 +14,19 @@ import (
 // life, so that its supervisor starts it again with fresh ones.
 var errRenew = errors.New("certificates due for renewal")
 
-// runComponent runs a Kubernetes component as a child process: its klog
-// output goes into the runnable's log with each line's severity, a crash is
-// the runnable's death (the supervisor restarts it with backoff), and at
-// renewAt it is stopped and errRenew returned. A zero renewAt never
-// renews.
-func runComponent(ctx context.Context, cmd *exec.Cmd, renewAt time.Time) error {
+// runComponent runs a Kubernetes component as a child process, in the
+// layout's cgroup: its klog output goes into the runnable's log with each
+// line's severity, a crash is the runnable's death (the supervisor
+// restarts it with backoff), and at renewAt it is stopped and errRenew
+// returned. A zero renewAt never renews.
+func (l Layout) runComponent(ctx context.Context, cmd *exec.Cmd, renewAt time.Time) error {
+	opts := []supervisor.CommandOption{supervisor.ParseKlog()}
+	if l.Cgroup != "" {
+		if err := prepareCgroup(l.Cgroup); err != nil {
+			return fmt.Errorf("when starting %s: %w", cmd.Path, err)
+		}
+		opts = append(opts, supervisor.InCgroup(l.Cgroup))
+	}
 	rctx := ctx
 	if !renewAt.IsZero() {
 		var cancel context.CancelFunc
@@ -27,7 +34,7 @@ func runComponent(ctx context.Context, cmd *exec.Cmd, renewAt time.Time) error {
 		defer cancel()
 		supervisor.Logger(ctx).Infof("Certificates are renewed at %s", renewAt.UTC().Format(time.RFC3339))
 	}
-	err := supervisor.RunCommand(rctx, cmd, supervisor.ParseKlog())
+	err := supervisor.RunCommand(rctx, cmd, opts...)
 	if ctx.Err() == nil && errors.Is(context.Cause(rctx), errRenew) {
 		return fmt.Errorf("%w: stopped %s to renew them", errRenew, cmd.Path)
 	}

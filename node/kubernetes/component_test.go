@@ -17,9 +17,9 @@ import (
 func TestRunComponentRenews(t *testing.T) {
 	got := make(chan error, 2)
 	supervisor.TestHarness(t, func(ctx context.Context) error {
-		err := runComponent(ctx, exec.Command("sleep", "60"), time.Now().Add(time.Second))
+		err := Layout{}.runComponent(ctx, exec.Command("sleep", "60"), time.Now().Add(time.Second))
 		got <- err
-		err = runComponent(ctx, exec.Command("true"), time.Time{})
+		err = Layout{}.runComponent(ctx, exec.Command("true"), time.Time{})
 		got <- err
 		supervisor.Signal(ctx, supervisor.SignalHealthy)
 		supervisor.Signal(ctx, supervisor.SignalDone)

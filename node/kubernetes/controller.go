@@ -186,7 +186,7 @@ func (c *Controller) runAPIServer(ctx context.Context) error {
 		"--profiling=false",
 		"--cert-dir="+dir,
 	)
-	return runComponent(ctx, cmd, soonest(serving, kubelet))
+	return c.cfg.Layout.runComponent(ctx, cmd, soonest(serving, kubelet))
 }
 
 // admissionConfiguration enforces Pod Security's baseline level in every
@@ -269,5 +269,5 @@ func (c *Controller) runClient(ctx context.Context, bin string, kind api.Certifi
 		"--bind-address=127.0.0.1",
 		"--profiling=false",
 	}, flags(cred)...)
-	return runComponent(ctx, c.cfg.Layout.command(bin, args...), cred.renewAt)
+	return c.cfg.Layout.runComponent(ctx, c.cfg.Layout.command(bin, args...), cred.renewAt)
 }

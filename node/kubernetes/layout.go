@@ -22,6 +22,9 @@ type Layout struct {
 	// Etc is the node's /etc, where the kubelet reads the machine ID and
 	// the user database.
 	Etc string
+	// Cgroup is the cgroup (v2) directory the components run in
+	// (cgroup.go); empty, they run in the core's.
+	Cgroup string
 }
 
 // DefaultBin is where the system partition carries the payload.

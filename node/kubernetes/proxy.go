@@ -27,7 +27,7 @@ func runKubeProxy(ctx context.Context, l Layout, dir, node string, ip netip.Addr
 	if err := writeJSON(config, proxyConfig(node, ip, kubeconfig)); err != nil {
 		return err
 	}
-	return runComponent(ctx, l.command("kube-proxy", "--config="+config), renewAt)
+	return l.runComponent(ctx, l.command("kube-proxy", "--config="+config), renewAt)
 }
 
 // proxyConfig is kube-proxy's KubeProxyConfiguration for node at ip.

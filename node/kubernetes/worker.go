@@ -192,7 +192,7 @@ func (w *Worker) runContainerd(ctx context.Context) error {
 	if err := supervisor.Run(ctx, "pause-image", w.importPause); err != nil {
 		return fmt.Errorf("when starting the pause image's import: %w", err)
 	}
-	return runComponent(ctx, w.cfg.Layout.command("containerd", "--config", config), time.Time{})
+	return w.cfg.Layout.runComponent(ctx, w.cfg.Layout.command("containerd", "--config", config), time.Time{})
 }
 
 // containerdConfig is containerd's configuration (version 3, containerd
@@ -287,7 +287,7 @@ func (w *Worker) runKubelet(ctx context.Context) error {
 		"--node-ip="+w.cfg.IP.String(),
 		"--cert-dir="+dir,
 	)
-	return runComponent(ctx, cmd, soonest(client, serving))
+	return w.cfg.Layout.runComponent(ctx, cmd, soonest(client, serving))
 }
 
 // nodeKubeconfig gives a component of the worker the node's Kubernetes

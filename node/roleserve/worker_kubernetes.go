@@ -182,9 +182,10 @@ func (w *workerKubernetes) start(ctx context.Context, creds *identity.Node, cc *
 // kubernetesLayout is where Kubernetes lives on the node of cfg.
 func kubernetesLayout(cfg Config) kubernetes.Layout {
 	return kubernetes.Layout{
-		Bin:  kubernetes.DefaultBin,
-		Data: cfg.Storage.Root.Data.Kubernetes.FullPath(),
-		Run:  filepath.Join(cfg.Storage.Root.Ephemeral.FullPath(), "kubernetes"),
-		Etc:  "/etc",
+		Bin:    kubernetes.DefaultBin,
+		Data:   cfg.Storage.Root.Data.Kubernetes.FullPath(),
+		Run:    filepath.Join(cfg.Storage.Root.Ephemeral.FullPath(), "kubernetes"),
+		Etc:    "/etc",
+		Cgroup: kubernetes.DefaultCgroup,
 	}
 }

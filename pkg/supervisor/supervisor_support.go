@@ -64,6 +64,15 @@ func RunCommand(ctx context.Context, cmd *exec.Cmd, opts ...CommandOption) error
 	if group {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	}
+	if o.cgroup != "" {
+		fd, err := syscall.Open(o.cgroup, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("when starting %s: opening its cgroup %s: %w", name, o.cgroup, err)
+		}
+		defer syscall.Close(fd)
+		cmd.SysProcAttr.UseCgroupFD = true
+		cmd.SysProcAttr.CgroupFD = fd
+	}
 
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("when starting %s: %w", name, err)
@@ -101,7 +110,16 @@ func RunCommand(ctx context.Context, cmd *exec.Cmd, opts ...CommandOption) error
 type CommandOption func(*commandOptions)
 
 type commandOptions struct {
-	klog bool
+	klog   bool
+	cgroup string
+}
+
+// InCgroup makes RunCommand start the command in the cgroup (v2) whose
+// directory is dir, from its first instruction on (clone3's
+// CLONE_INTO_CGROUP), rather than in the caller's. RunCommand sets the
+// placement on cmd.SysProcAttr, the caller's own if it set one.
+func InCgroup(dir string) CommandOption {
+	return func(o *commandOptions) { o.cgroup = dir }
 }
 
 // ParseKlog makes RunCommand read the command's output as klog's (or

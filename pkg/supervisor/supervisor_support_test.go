@@ -5,7 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path"
+	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -187,4 +191,84 @@ func TestRunCommandCancel(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestRunCommandInCgroup starts a command with InCgroup in a cgroup made
+// for the test, and checks that the command itself says it runs there; a
+// cgroup that does not exist is an error naming it.
+func TestRunCommandInCgroup(t *testing.T) {
+	_, _, result := commandTreeWith(t, func() *exec.Cmd { return exec.Command("true") },
+		[]CommandOption{InCgroup("/nonexistent/cgroup")})
+	if err := <-result; err == nil || !strings.Contains(err.Error(), "opening its cgroup /nonexistent/cgroup") {
+		t.Errorf("RunCommand in a missing cgroup = %v, want an error naming it", err)
+	}
+
+	mount, own, err := cgroup2Mount()
+	if err != nil {
+		t.Skipf("not checking the placement itself: %v", err)
+	}
+	rel := path.Join(own, fmt.Sprintf("cairn-supervisor-test-%d", os.Getpid()))
+	dir := filepath.Join(mount, rel)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Skipf("not checking the placement itself: cannot make a cgroup here: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := os.Remove(dir); err != nil {
+			t.Errorf("removing the test's cgroup: %v", err)
+		}
+	})
+	s, _, result := commandTreeWith(t, func() *exec.Cmd { return exec.Command("cat", "/proc/self/cgroup") },
+		[]CommandOption{InCgroup(dir)})
+	if err := waitFor(t, s); err != nil {
+		t.Fatalf("Wait() = %v, want nil: the tree finishes", err)
+	}
+	if err := <-result; err != nil {
+		t.Fatalf("RunCommand = %v, want nil", err)
+	}
+	r, err := s.LogTree().Read("root.cmd", logtree.WithBacklog(logtree.BacklogAll))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var lines []string
+	for _, e := range r.Backlog {
+		if e.Raw {
+			lines = append(lines, e.Message)
+		}
+	}
+	if want := "0::" + rel; !slices.Contains(lines, want) {
+		t.Errorf("the command's /proc/self/cgroup = %q, want a line %q", lines, want)
+	}
+}
+
+// cgroup2Mount returns where a cgroup v2 hierarchy is mounted and this
+// process's cgroup in it.
+func cgroup2Mount() (mount, own string, err error) {
+	info, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return "", "", err
+	}
+	for line := range strings.Lines(string(info)) {
+		// ID parent major:minor root mountpoint options... - type source ...
+		pre, post, ok := strings.Cut(line, " - ")
+		if ok && strings.HasPrefix(post, "cgroup2 ") {
+			if f := strings.Fields(pre); len(f) >= 5 && f[3] == "/" {
+				mount = f[4]
+				break
+			}
+		}
+	}
+	if mount == "" {
+		return "", "", errors.New("no cgroup v2 hierarchy is mounted")
+	}
+	cg, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return "", "", err
+	}
+	for line := range strings.Lines(string(cg)) {
+		if p, ok := strings.CutPrefix(strings.TrimSpace(line), "0::"); ok {
+			return mount, p, nil
+		}
+	}
+	return "", "", errors.New("/proc/self/cgroup names no cgroup v2 path")
 }
