@@ -61,6 +61,17 @@ func TestRunCommandOutput(t *testing.T) {
 	s, _, result := commandTree(t, func() *exec.Cmd {
 		return exec.Command("sh", "-c", "echo out one; echo err one >&2; printf 'out two\\npartial'")
 	})
+	raw := rawLines(t, s, result)
+	want := []string{"out one", "err one", "out two", "partial"}
+	if strings.Join(raw, "|") != strings.Join(want, "|") {
+		t.Errorf("raw log = %q, want %q", raw, want)
+	}
+}
+
+// rawLines waits for a commandTree to finish with its command exiting
+// cleanly, and returns the raw lines of the command's log.
+func rawLines(t *testing.T, s *Supervisor, result <-chan error) []string {
+	t.Helper()
 	if err := waitFor(t, s); err != nil {
 		t.Fatalf("Wait() = %v, want nil: the tree finishes", err)
 	}
@@ -78,10 +89,7 @@ func TestRunCommandOutput(t *testing.T) {
 			raw = append(raw, e.Message)
 		}
 	}
-	want := []string{"out one", "err one", "out two", "partial"}
-	if strings.Join(raw, "|") != strings.Join(want, "|") {
-		t.Errorf("raw log = %q, want %q", raw, want)
-	}
+	return raw
 }
 
 // TestRunCommandKlog checks that with ParseKlog a command's klog lines
@@ -219,23 +227,7 @@ func TestRunCommandInCgroup(t *testing.T) {
 	})
 	s, _, result := commandTreeWith(t, func() *exec.Cmd { return exec.Command("cat", "/proc/self/cgroup") },
 		[]CommandOption{InCgroup(dir)})
-	if err := waitFor(t, s); err != nil {
-		t.Fatalf("Wait() = %v, want nil: the tree finishes", err)
-	}
-	if err := <-result; err != nil {
-		t.Fatalf("RunCommand = %v, want nil", err)
-	}
-	r, err := s.LogTree().Read("root.cmd", logtree.WithBacklog(logtree.BacklogAll))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	var lines []string
-	for _, e := range r.Backlog {
-		if e.Raw {
-			lines = append(lines, e.Message)
-		}
-	}
+	lines := rawLines(t, s, result)
 	if want := "0::" + rel; !slices.Contains(lines, want) {
 		t.Errorf("the command's /proc/self/cgroup = %q, want a line %q", lines, want)
 	}
