@@ -73,37 +73,22 @@ func memfdFrom(name string, f *os.File, s uki.Span) (int, error) {
 	if err != nil {
 		return -1, fmt.Errorf("when creating %s: %w", name, err)
 	}
-	src, err := f.SyscallConn()
-	if err != nil {
-		unix.Close(fd)
-		return -1, fmt.Errorf("when copying %s: %w", name, err)
-	}
-	off, rest := s.Offset, s.Size
-	var copyErr error
-	err = src.Read(func(in uintptr) bool {
-		for rest > 0 {
-			n, err := unix.Sendfile(fd, int(in), &off, int(min(rest, 1<<30)))
-			switch {
-			case errors.Is(err, unix.EINTR):
-				continue
-			case err != nil:
-				copyErr = err
-			case n == 0:
-				copyErr = fmt.Errorf("%s ends %d bytes short of the section", f.Name(), rest)
-			}
-			if copyErr != nil {
-				return true
-			}
-			rest -= int64(n)
+	// sendfile reads at off without moving f's own offset. f is a regular
+	// file, which its descriptor's blocking mode (Fd) does not concern.
+	in := int(f.Fd())
+	for off, rest := s.Offset, s.Size; rest > 0; {
+		n, err := unix.Sendfile(fd, in, &off, int(min(rest, 1<<30)))
+		if errors.Is(err, unix.EINTR) {
+			continue
 		}
-		return true
-	})
-	if err == nil {
-		err = copyErr
-	}
-	if err != nil {
-		unix.Close(fd)
-		return -1, fmt.Errorf("when copying %s: %w", name, err)
+		if err == nil && n == 0 {
+			err = fmt.Errorf("%s ends %d bytes short of the section", f.Name(), rest)
+		}
+		if err != nil {
+			unix.Close(fd)
+			return -1, fmt.Errorf("when copying %s: %w", name, err)
+		}
+		rest -= int64(n)
 	}
 	return fd, nil
 }
