@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/klauspost/compress/zstd"
+	"github.com/pierrec/lz4/v4"
 
 	"cairn.dev/cairn/build/modules"
 )
@@ -88,20 +88,30 @@ func comparePaths(x, y string) int {
 	return slices.Compare(strings.Split(x, "/"), strings.Split(y, "/"))
 }
 
-// Compressed returns the archive compressed with zstd, in one frame whose
-// window the kernel's decompressor accepts.
+// Compressed returns the archive compressed with LZ4 in its legacy frame
+// format, the one the kernel's initramfs unpacker reads (8 MiB blocks, no
+// end mark), at the strongest level.
+//
+// LZ4, not zstd or xz: the kernel unpacks the initramfs at every boot and
+// every kexec, on one vCPU under software emulation, and LZ4 decompresses
+// several times faster than zstd. Its archive is some 20 % larger, which
+// firmware reads quickly; kexec hashes those bytes too, which costs less
+// than what the faster unpacking saves.
 func (a *Archive) Compressed() ([]byte, error) {
 	var raw bytes.Buffer
 	if err := a.Write(&raw); err != nil {
 		return nil, err
 	}
-	enc, err := zstd.NewWriter(nil,
-		zstd.WithEncoderLevel(zstd.SpeedBetterCompression),
-		zstd.WithEncoderConcurrency(1),
-		zstd.WithWindowSize(8<<20))
-	if err != nil {
-		return nil, fmt.Errorf("when starting zstd: %w", err)
+	var out bytes.Buffer
+	w := lz4.NewWriter(&out)
+	if err := w.Apply(lz4.LegacyOption(true), lz4.CompressionLevelOption(lz4.Level9)); err != nil {
+		return nil, fmt.Errorf("when configuring lz4: %w", err)
 	}
-	defer enc.Close()
-	return enc.EncodeAll(raw.Bytes(), nil), nil
+	if _, err := w.Write(raw.Bytes()); err != nil {
+		return nil, fmt.Errorf("when compressing with lz4: %w", err)
+	}
+	if err := w.Close(); err != nil {
+		return nil, fmt.Errorf("when compressing with lz4: %w", err)
+	}
+	return out.Bytes(), nil
 }
