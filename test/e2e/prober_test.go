@@ -22,18 +22,25 @@ const (
 
 // sample is one probe: whether some curator answered GetNodes.
 type sample struct {
-	at  time.Time
-	ok  bool
-	err error
+	// at is when the probe was sent, answered when its first success
+	// arrived, or when it failed.
+	at, answered time.Time
+	ok           bool
+	err          error
+	// done: the probe has finished; until then it counts neither way.
+	done bool
 }
 
 // prober calls Management.GetNodes as the owner, over and over, the way a
 // client that knows every curator would: each probe asks every curator at
-// once and counts as a success when one answers. The samples show when the cluster served and for how
-// long it did not.
+// once and counts as a success when one answers. A probe starts every
+// probeInterval whether or not the ones before it finished: a probe waits
+// up to probeTimeout for a dead curator, and probes that waited for each
+// other would measure that wait instead of the cluster. The samples show
+// when the cluster served and for how long it did not.
 type prober struct {
 	mu      sync.Mutex
-	samples []sample
+	samples []sample // in the order the probes were sent
 	cancel  context.CancelFunc
 	done    chan struct{}
 }
@@ -54,13 +61,22 @@ func startProber(t *testing.T, c *cluster.Cluster, o *owner) *prober {
 
 func (p *prober) run(ctx context.Context, clients []api.ManagementClient) {
 	defer close(p.done)
+	var probes sync.WaitGroup
+	defer probes.Wait()
 	tick := time.NewTicker(probeInterval)
 	defer tick.Stop()
 	for {
-		s := p.probe(ctx, clients)
 		p.mu.Lock()
-		p.samples = append(p.samples, s)
+		i := len(p.samples)
+		p.samples = append(p.samples, sample{at: time.Now()})
 		p.mu.Unlock()
+		probes.Go(func() {
+			s := p.probe(ctx, clients)
+			p.mu.Lock()
+			p.samples[i].answered, p.samples[i].ok, p.samples[i].err = s.answered, s.ok, s.err
+			p.samples[i].done = true
+			p.mu.Unlock()
+		})
 		select {
 		case <-ctx.Done():
 			return
@@ -74,7 +90,7 @@ func (p *prober) run(ctx context.Context, clients []api.ManagementClient) {
 // stretching the probe, so an outage measures the cluster, not the
 // prober's timeouts.
 func (p *prober) probe(ctx context.Context, clients []api.ManagementClient) sample {
-	s := sample{at: time.Now()}
+	var s sample
 	cctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	errs := make(chan error, len(clients))
@@ -88,10 +104,11 @@ func (p *prober) probe(ctx context.Context, clients []api.ManagementClient) samp
 		err := <-errs
 		if err == nil {
 			s.ok, s.err = true, nil
-			return s
+			break
 		}
 		s.err = err
 	}
+	s.answered = time.Now()
 	return s
 }
 
@@ -122,7 +139,7 @@ func (p *prober) between(from, to time.Time) stats {
 	lastOK := from
 	down := false
 	for _, s := range p.samples {
-		if s.at.Before(from) || s.at.After(to) {
+		if !s.done || s.at.Before(from) || s.at.After(to) {
 			continue
 		}
 		if s.ok {
@@ -144,22 +161,27 @@ func (p *prober) between(from, to time.Time) stats {
 	return st
 }
 
-// waitOK waits for a successful probe made after since and returns its
-// time.
+// waitOK waits for a successful probe sent after since and returns when
+// its answer arrived: the moment a client that called then was served.
 func (p *prober) waitOK(ctx context.Context, since time.Time) (time.Time, error) {
 	for {
 		p.mu.Lock()
+		var first time.Time
 		for _, s := range p.samples {
-			if s.ok && !s.at.Before(since) {
-				p.mu.Unlock()
-				return s.at, nil
+			if s.done && s.ok && !s.at.Before(since) && (first.IsZero() || s.answered.Before(first)) {
+				first = s.answered
 			}
 		}
 		var lastErr error
-		if len(p.samples) > 0 {
-			lastErr = p.samples[len(p.samples)-1].err
+		for _, s := range p.samples {
+			if s.done && !s.ok {
+				lastErr = s.err
+			}
 		}
 		p.mu.Unlock()
+		if !first.IsZero() {
+			return first, nil
+		}
 		select {
 		case <-ctx.Done():
 			return time.Time{}, fmt.Errorf("no successful Management call since %s: %w (last error: %v)", since.Format("15:04:05"), ctx.Err(), lastErr)
