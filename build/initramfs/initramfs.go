@@ -88,9 +88,18 @@ func comparePaths(x, y string) int {
 	return slices.Compare(strings.Split(x, "/"), strings.Split(y, "/"))
 }
 
+// lz4EndMark ends a legacy LZ4 stream for the kernel: a zero block size.
+var lz4EndMark [4]byte
+
 // Compressed returns the archive compressed with LZ4 in its legacy frame
-// format, the one the kernel's initramfs unpacker reads (8 MiB blocks, no
-// end mark), at the strongest level.
+// format, the one the kernel's initramfs unpacker reads (8 MiB blocks), at
+// the strongest level, and ends it with a zero block size.
+//
+// The legacy format has no end mark: the kernel reads blocks until its
+// input ends, so a cpio archive appended after the stream (the tests add
+// files that way; systemd's stub may add its own) would be read as one
+// more block and fail to decode. The kernel takes a zero block size as the
+// end of the stream and then unpacks what follows.
 //
 // LZ4, not zstd or xz: the kernel unpacks the initramfs at every boot and
 // every kexec, on one vCPU under software emulation, and LZ4 decompresses
@@ -113,5 +122,6 @@ func (a *Archive) Compressed() ([]byte, error) {
 	if err := w.Close(); err != nil {
 		return nil, fmt.Errorf("when compressing with lz4: %w", err)
 	}
+	out.Write(lz4EndMark[:])
 	return out.Bytes(), nil
 }

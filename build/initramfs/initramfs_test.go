@@ -97,6 +97,11 @@ func TestCompressedIsReproducibleAndDecodes(t *testing.T) {
 	if magic := binary.LittleEndian.Uint32(first); magic != 0x184C2102 {
 		t.Errorf("stream starts with %#x, want the LZ4 legacy magic 0x184c2102", magic)
 	}
+	// Without an end mark the kernel would read an archive appended after
+	// the stream as one more block.
+	if end := first[len(first)-4:]; !bytes.Equal(end, []byte{0, 0, 0, 0}) {
+		t.Errorf("stream ends with %x, want the zero block size that ends it for the kernel", end)
+	}
 	raw, err := io.ReadAll(lz4.NewReader(bytes.NewReader(first)))
 	if err != nil {
 		t.Fatalf("decompressing: %v", err)
