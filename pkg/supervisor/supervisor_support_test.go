@@ -17,6 +17,7 @@ import (
 
 	"cairn.dev/cairn/pkg/fixture"
 	"cairn.dev/cairn/pkg/logtree"
+	"cairn.dev/cairn/pkg/mountinfo"
 )
 
 // commandTree runs cmd through RunCommand in the runnable root.cmd and
@@ -236,18 +237,14 @@ func TestRunCommandInCgroup(t *testing.T) {
 // cgroup2Mount returns where a cgroup v2 hierarchy is mounted and this
 // process's cgroup in it.
 func cgroup2Mount() (mount, own string, err error) {
-	info, err := os.ReadFile("/proc/self/mountinfo")
+	mounts, err := mountinfo.Read()
 	if err != nil {
 		return "", "", err
 	}
-	for line := range strings.Lines(string(info)) {
-		// ID parent major:minor root mountpoint options... - type source ...
-		pre, post, ok := strings.Cut(line, " - ")
-		if ok && strings.HasPrefix(post, "cgroup2 ") {
-			if f := strings.Fields(pre); len(f) >= 5 && f[3] == "/" {
-				mount = f[4]
-				break
-			}
+	for _, m := range mounts {
+		if m.FSType == "cgroup2" && m.Root == "/" {
+			mount = m.MountPoint
+			break
 		}
 	}
 	if mount == "" {
