@@ -278,34 +278,57 @@ func sourceOf(addr netip.Addr) netip.Prefix {
 // their count of the nodes in NEW and their write.
 const registerInFlight = 64
 
-// roomForNew refuses, with ResourceExhausted, to register node id when
-// the cap of nodes in state NEW is reached; a node already registered is
-// not counted against it (its RegisterNode is a retry). It reads the node's
-// record and the count of the waiting index, and returns the revision of
-// the read: the count holds as long as no waiting key was written after
-// it (one deleted only makes room).
-//
-// far says that the count is so far below the cap that the write needs
-// no such compare, which concurrent registrations would keep failing one
-// another on: only the leading curator registers, at most
-// registerInFlight at once (the caller holds a token of c.registering),
-// and twice that covers a moment in which two curators believe they lead.
-func (c *curator) roomForNew(ctx context.Context, id string) (rev int64, far bool, err error) {
+// registration is what RegisterNode judges a registration by, read in
+// one linearizable transaction.
+type registration struct {
+	ticket []byte
+	conf   *api.ClusterConfiguration
+	// rev is the revision of the read: the count of nodes in NEW holds
+	// as long as no waiting key was written after it (one deleted only
+	// makes room).
+	rev int64
+	// far says that the count is so far below the cap that the write
+	// needs no such compare, which concurrent registrations would keep
+	// failing one another on: only the leading curator registers, at
+	// most registerInFlight at once (the caller holds a token of
+	// c.registering), and twice that covers a moment in which two
+	// curators believe they lead.
+	far bool
+}
+
+// readRegistration reads the register ticket, the cluster configuration,
+// whether node id is registered and the count of the waiting index, in
+// one read, and refuses with ResourceExhausted when the cap of nodes in
+// state NEW is reached; a node already registered is not counted against
+// it (its RegisterNode is a retry).
+func (c *curator) readRegistration(ctx context.Context, id string) (*registration, error) {
 	resp, err := c.etcd.Txn(ctx).Then(
+		clientv3.OpGet(ticketKey),
+		clientv3.OpGet(configurationKey),
 		clientv3.OpGet(nodeKey(id), clientv3.WithCountOnly()),
 		clientv3.OpGet(waitingPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly()),
 	).Commit()
 	if err != nil {
-		return 0, false, fmt.Errorf("when counting the nodes that wait for approval: %w", err)
+		return nil, fmt.Errorf("when reading the register ticket, the cluster configuration and the nodes that wait for approval: %w", err)
 	}
-	if resp.Responses[0].GetResponseRange().Count > 0 {
-		return resp.Header.Revision, true, nil
+	ticket, err := ticketFrom(resp.Responses[0].GetResponseRange().Kvs)
+	if err != nil {
+		return nil, err
 	}
-	waiting := resp.Responses[1].GetResponseRange().Count
+	conf, err := configurationFrom(resp.Responses[1].GetResponseRange().Kvs)
+	if err != nil {
+		return nil, err
+	}
+	r := &registration{ticket: ticket, conf: conf, rev: resp.Header.Revision, far: true}
+	if resp.Responses[2].GetResponseRange().Count > 0 {
+		return r, nil
+	}
+	waiting := resp.Responses[3].GetResponseRange().Count
 	if waiting >= int64(c.opts.limits.maxNewNodes) {
-		return 0, false, status.Errorf(codes.ResourceExhausted, "too many nodes wait for approval (%d); approve or delete some", waiting)
+		return nil, status.Errorf(codes.ResourceExhausted, "too many nodes wait for approval (%d); approve or delete some", waiting)
 	}
-	return resp.Header.Revision, waiting+2*registerInFlight <= int64(c.opts.limits.maxNewNodes), nil
+	r.far = waiting+2*registerInFlight <= int64(c.opts.limits.maxNewNodes)
+	return r, nil
 }
 
 // checkNodeStatus refuses, with InvalidArgument naming the field, a status

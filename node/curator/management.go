@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -46,10 +47,19 @@ func (c *curator) storedTicket(ctx context.Context) ([]byte, int64, error) {
 	if err != nil {
 		return nil, 0, fmt.Errorf("when reading the register ticket: %w", err)
 	}
-	if len(resp.Kvs) == 0 {
-		return nil, 0, status.Error(codes.FailedPrecondition, "the cluster has no register ticket: it was not bootstrapped")
+	ticket, err := ticketFrom(resp.Kvs)
+	if err != nil {
+		return nil, 0, err
 	}
-	return resp.Kvs[0].Value, resp.Kvs[0].ModRevision, nil
+	return ticket, resp.Kvs[0].ModRevision, nil
+}
+
+// ticketFrom is the register ticket in kvs, a read of ticketKey.
+func ticketFrom(kvs []*mvccpb.KeyValue) ([]byte, error) {
+	if len(kvs) == 0 {
+		return nil, status.Error(codes.FailedPrecondition, "the cluster has no register ticket: it was not bootstrapped")
+	}
+	return kvs[0].Value, nil
 }
 
 // errTicketRotated refuses a rotation whose previous ticket is no longer
@@ -100,14 +110,24 @@ func (c *curator) configurationAt(ctx context.Context) (*api.ClusterConfiguratio
 	if err != nil {
 		return nil, 0, fmt.Errorf("when reading the cluster configuration: %w", err)
 	}
-	if len(resp.Kvs) == 0 {
-		return nil, 0, status.Error(codes.FailedPrecondition, "the cluster has no configuration: it was not bootstrapped")
-	}
-	conf := &api.ClusterConfiguration{}
-	if err := proto.Unmarshal(resp.Kvs[0].Value, conf); err != nil {
-		return nil, 0, fmt.Errorf("when decoding the cluster configuration: %w", err)
+	conf, err := configurationFrom(resp.Kvs)
+	if err != nil {
+		return nil, 0, err
 	}
 	return conf, resp.Kvs[0].ModRevision, nil
+}
+
+// configurationFrom decodes the cluster configuration in kvs, a read of
+// configurationKey.
+func configurationFrom(kvs []*mvccpb.KeyValue) (*api.ClusterConfiguration, error) {
+	if len(kvs) == 0 {
+		return nil, status.Error(codes.FailedPrecondition, "the cluster has no configuration: it was not bootstrapped")
+	}
+	conf := &api.ClusterConfiguration{}
+	if err := proto.Unmarshal(kvs[0].Value, conf); err != nil {
+		return nil, fmt.Errorf("when decoding the cluster configuration: %w", err)
+	}
+	return conf, nil
 }
 
 func (m management) GetClusterInfo(ctx context.Context, _ *api.GetClusterInfoRequest) (*api.GetClusterInfoResponse, error) {

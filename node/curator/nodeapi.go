@@ -18,6 +18,7 @@ import (
 
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/localstorage"
+	"cairn.dev/cairn/pkg/pki"
 	"cairn.dev/cairn/proto/api"
 	"cairn.dev/cairn/proto/private"
 )
@@ -64,19 +65,8 @@ func (a nodeAPI) RegisterNode(ctx context.Context, req *api.RegisterNodeRequest)
 	if err := a.allowRegistration(ctx); err != nil {
 		return nil, err
 	}
-	ticket, err := a.registerTicket(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if subtle.ConstantTimeCompare(ticket, req.RegisterTicket) != 1 {
-		return nil, status.Error(codes.PermissionDenied, "wrong register ticket")
-	}
 	if len(req.JoinKey) != ed25519.PublicKeySize {
 		return nil, status.Errorf(codes.InvalidArgument, "join key is %d bytes, want %d", len(req.JoinKey), ed25519.PublicKeySize)
-	}
-	conf, err := a.configuration(ctx)
-	if err != nil {
-		return nil, err
 	}
 	id := identity.NodeID(p.PublicKey)
 	data, err := proto.Marshal(&private.Node{
@@ -97,15 +87,22 @@ func (a nodeAPI) RegisterNode(ctx context.Context, req *api.RegisterNodeRequest)
 	// Near the cap, the count of nodes waiting for approval holds only
 	// while no other node registers: the write then also compares the
 	// waiting index's revision with the count's, and counts again when a
-	// node joined it.
+	// node joined it. The ticket, the configuration and the count are
+	// one read: each read waits for etcd to confirm its leader, and a
+	// registration is mostly waiting.
+	var conf *api.ClusterConfiguration
 	for attempt := 1; ; attempt++ {
-		rev, far, err := a.roomForNew(ctx, id)
+		r, err := a.readRegistration(ctx, id)
 		if err != nil {
 			return nil, err
 		}
+		if subtle.ConstantTimeCompare(r.ticket, req.RegisterTicket) != 1 {
+			return nil, status.Error(codes.PermissionDenied, "wrong register ticket")
+		}
+		conf = r.conf
 		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(nodeKey(id)), "=", 0)}
-		if !far {
-			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(waitingPrefix).WithPrefix(), "<", rev+1))
+		if !r.far {
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(waitingPrefix).WithPrefix(), "<", r.rev+1))
 		}
 		resp, err := a.etcd.Txn(ctx).
 			If(cmps...).
@@ -140,53 +137,106 @@ func (a nodeAPI) CommitNode(ctx context.Context, req *api.CommitNodeRequest) (*a
 		return nil, err
 	}
 	id := identity.NodeID(p.PublicKey)
-	n, _, err := a.getNode(ctx, id)
+	if err := a.checkClock(); err != nil {
+		return nil, err
+	}
+	ca, err := a.ca.Ensure(ctx, a.root)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("when loading the cluster CA: %w", err)
 	}
-	if !bytes.Equal(n.PublicKey, p.PublicKey) {
-		return nil, status.Errorf(codes.PermissionDenied, "node %s is registered with another key", id)
-	}
-	if err := checkCommit(id, n); err != nil {
-		return nil, err
-	}
-	conf, err := a.configuration(ctx)
-	if err != nil {
-		return nil, err
-	}
-	// The certificate first: issuing it again is harmless (a node that
-	// has one gets the stored one), and the node must not end up UP
-	// without one.
-	cert, ca, err := a.issueNode(ctx, p.PublicKey)
-	if err != nil {
-		return nil, err
-	}
-	// Used only if this call is the one that commits.
-	var unlock []byte
-	if !insecure(conf) {
-		unlock = make([]byte, localstorage.KeySize)
-		if _, err := rand.Read(unlock); err != nil {
-			return nil, fmt.Errorf("when drawing the cluster unlock key: %w", err)
+	cert := nodeCertificate(a.ca, p.PublicKey, a.opts.nodeLifetime)
+	// The node goes UP in the transaction that stores its certificate,
+	// so it is never UP without one. The record, the configuration and
+	// the certificate are one read, and all that changes one write.
+	for {
+		v, err := a.readCommit(ctx, id, cert)
+		if err != nil {
+			return nil, err
 		}
-	}
-	n, err = a.updateNode(ctx, id, func(n *private.Node) error {
+		n := v.node
+		if !bytes.Equal(n.PublicKey, p.PublicKey) {
+			return nil, status.Errorf(codes.PermissionDenied, "node %s is registered with another key", id)
+		}
 		if err := checkCommit(id, n); err != nil {
-			return err
+			return nil, err
 		}
-		if n.FsmState == api.NodeState_NODE_STATE_UP {
-			// Committed already, by an earlier call whose answer was
-			// lost or by a concurrent one: answer as it did.
-			return errUnchanged
+		der, put, err := cert.Prepare(ctx, a.root, v.cert)
+		if err != nil {
+			return nil, fmt.Errorf("when issuing the certificate of node %s: %w", id, err)
 		}
-		n.FsmState = api.NodeState_NODE_STATE_UP
-		n.ClusterUnlockKey = unlock
-		n.SealsWithTpm = req.SealsWithTpm
-		return nil
-	})
+		var ops []clientv3.Op
+		if put != nil {
+			ops = append(ops, *put)
+		}
+		// An UP node committed already, by an earlier call whose answer
+		// was lost or by a concurrent one: it is answered as that call was.
+		if n.FsmState != api.NodeState_NODE_STATE_UP {
+			n.FsmState = api.NodeState_NODE_STATE_UP
+			n.SealsWithTpm = req.SealsWithTpm
+			n.ClusterUnlockKey = nil
+			if !insecure(v.conf) {
+				n.ClusterUnlockKey = make([]byte, localstorage.KeySize)
+				if _, err := rand.Read(n.ClusterUnlockKey); err != nil {
+					return nil, fmt.Errorf("when drawing the cluster unlock key: %w", err)
+				}
+			}
+			data, err := proto.Marshal(n)
+			if err != nil {
+				return nil, fmt.Errorf("when encoding node %s: %w", id, err)
+			}
+			ops = append(ops, clientv3.OpPut(v.nodeKey, string(data)))
+		}
+		if len(ops) > 0 {
+			resp, err := a.root.Txn(ctx).
+				If(clientv3.Compare(clientv3.ModRevision(v.nodeKey), "=", v.nodeRev), clientv3.Compare(clientv3.ModRevision(v.certKey), "=", v.certRev)).
+				Then(ops...).
+				Commit()
+			if err != nil {
+				return nil, fmt.Errorf("when committing node %s: %w", id, err)
+			}
+			if !resp.Succeeded {
+				continue // the node or its certificate changed since the read
+			}
+		}
+		return &api.CommitNodeResponse{CaCertificate: ca, NodeCertificate: der, ClusterUnlockKey: n.ClusterUnlockKey}, nil
+	}
+}
+
+// commitView is what CommitNode decides by, read at once through the
+// curator's root client: the node's record and the certificate live in
+// different namespaces.
+type commitView struct {
+	node             *private.Node
+	conf             *api.ClusterConfiguration
+	nodeKey, certKey string
+	// cert is the stored node certificate, nil when there is none;
+	// nodeRev and certRev are the keys' mod revisions (0 when missing).
+	cert             []byte
+	nodeRev, certRev int64
+}
+
+// readCommit reads node id's record, the cluster configuration and the
+// stored certificate cert, in one read.
+func (c *curator) readCommit(ctx context.Context, id string, cert *pki.Certificate) (*commitView, error) {
+	v := &commitView{nodeKey: c.etcd.Prefix() + nodeKey(id), certKey: cert.Namespace.CertificateKey(cert.Name)}
+	resp, err := c.root.Txn(ctx).Then(
+		clientv3.OpGet(v.nodeKey),
+		clientv3.OpGet(c.etcd.Prefix()+configurationKey),
+		clientv3.OpGet(v.certKey),
+	).Commit()
 	if err != nil {
+		return nil, fmt.Errorf("when reading node %s, its certificate and the cluster configuration: %w", id, err)
+	}
+	if v.node, v.nodeRev, err = nodeFrom(id, resp.Responses[0].GetResponseRange().Kvs); err != nil {
 		return nil, err
 	}
-	return &api.CommitNodeResponse{CaCertificate: ca, NodeCertificate: cert, ClusterUnlockKey: n.ClusterUnlockKey}, nil
+	if v.conf, err = configurationFrom(resp.Responses[1].GetResponseRange().Kvs); err != nil {
+		return nil, err
+	}
+	if kvs := resp.Responses[2].GetResponseRange().Kvs; len(kvs) > 0 {
+		v.cert, v.certRev = kvs[0].Value, kvs[0].ModRevision
+	}
+	return v, nil
 }
 
 func (a nodeAPI) JoinNode(ctx context.Context, req *api.JoinNodeRequest) (*api.JoinNodeResponse, error) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -34,14 +35,20 @@ func (c *curator) getNode(ctx context.Context, id string) (*private.Node, int64,
 	if err != nil {
 		return nil, 0, fmt.Errorf("when reading node %s: %w", id, err)
 	}
-	if len(resp.Kvs) == 0 {
+	return nodeFrom(id, resp.Kvs)
+}
+
+// nodeFrom decodes the record of node id in kvs, a read of its key, and
+// returns it with its mod revision. A missing node is NotFound.
+func nodeFrom(id string, kvs []*mvccpb.KeyValue) (*private.Node, int64, error) {
+	if len(kvs) == 0 {
 		return nil, 0, status.Errorf(codes.NotFound, "no node %s in the cluster", id)
 	}
 	n := &private.Node{}
-	if err := proto.Unmarshal(resp.Kvs[0].Value, n); err != nil {
+	if err := proto.Unmarshal(kvs[0].Value, n); err != nil {
 		return nil, 0, fmt.Errorf("when decoding node %s: %w", id, err)
 	}
-	return n, resp.Kvs[0].ModRevision, nil
+	return n, kvs[0].ModRevision, nil
 }
 
 // listNodes reads every node record, sorted by ID, with the revision of

@@ -366,6 +366,43 @@ func HalfUsed(cert *x509.Certificate, now time.Time) bool {
 	return !now.Before(cert.NotBefore.Add(half))
 }
 
+// Prepare is EnsureFresh for a caller that writes the certificate in a
+// transaction of its own, next to keys of its own, so that both change at
+// once. stored is the value of c's key as the caller just read it (nil
+// when none is stored). Prepare returns stored while it is fresh, with no
+// put; otherwise a new certificate and the put that stores it. The
+// caller's transaction must compare the key's mod revision with the one
+// it read, and read again when that fails. Only ExternalKey certificates
+// can be prepared: a ManagedKey one would store a private key too.
+func (c *Certificate) Prepare(ctx context.Context, kv clientv3.KV, stored []byte) (der []byte, put *clientv3.Op, err error) {
+	if err := c.validate(); err != nil {
+		return nil, nil, err
+	}
+	if c.Mode != ExternalKey {
+		return nil, nil, fmt.Errorf("certificate %q: only external key certificates can be prepared", c.Name)
+	}
+	if stored != nil {
+		cert, err := x509.ParseCertificate(stored)
+		if err != nil {
+			return nil, nil, fmt.Errorf("when parsing stored certificate %q: %w", c.Name, err)
+		}
+		if pub, ok := cert.PublicKey.(ed25519.PublicKey); !ok || !bytes.Equal(pub, c.PublicKey) {
+			return nil, nil, fmt.Errorf("certificate %q: %w", c.Name, ErrKeyMismatch)
+		}
+		if c.Lifetime == 0 || !HalfUsed(cert, time.Now()) {
+			return stored, nil, nil
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	der, _, err = c.create(ctx, kv)
+	if err != nil {
+		return nil, nil, fmt.Errorf("when issuing certificate %q: %w", c.Name, err)
+	}
+	op := clientv3.OpPut(c.Namespace.CertificateKey(c.Name), string(der))
+	return der, &op, nil
+}
+
 // Reissue issues a new certificate for c's key, with a fresh serial and
 // validity period, and stores it in place of the one stored before, if
 // any. The old one stays valid until it expires or is revoked: renewal

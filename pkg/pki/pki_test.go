@@ -334,3 +334,91 @@ func TestEnsureFresh(t *testing.T) {
 		t.Errorf("Reissue of a managed-key CA succeeded; its holders could not follow a new key")
 	}
 }
+
+// TestPrepare prepares a leaf certificate as a caller that stores it in a
+// transaction of its own does: a new one with its put when none is
+// stored, the stored one while it is fresh, a new one again from half its
+// lifetime on; a stored certificate for another key is refused.
+func TestPrepare(t *testing.T) {
+	ctx := fixture.Context(t)
+	cl := etcdtest.StartEtcd(t)
+	ns := &Namespace{Prefix: "prepare/"}
+	ca := &Certificate{Namespace: ns, Name: "ca", Template: CA("prepare CA")}
+	caDER, err := ca.Ensure(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Whole seconds, as in TestEnsureFresh: the first half of the
+	// lifetime must outlast the checks of a fresh certificate.
+	const lifetime = 4 * time.Second
+	leaf := &Certificate{Namespace: ns, Issuer: ca, Name: "leaf", Template: Client("leaf"),
+		Mode: ExternalKey, PublicKey: pub, Lifetime: lifetime}
+
+	first, put, err := leaf.Prepare(ctx, cl, nil)
+	if err != nil {
+		t.Fatalf("Prepare with nothing stored: %v", err)
+	}
+	if put == nil {
+		t.Fatal("Prepare with nothing stored gave no put")
+	}
+	c1, err := x509.ParseCertificate(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c1.CheckSignatureFrom(caCert); err != nil {
+		t.Errorf("prepared certificate is not signed by the CA: %v", err)
+	}
+	if got, _ := c1.PublicKey.(ed25519.PublicKey); !bytes.Equal(got, pub) {
+		t.Errorf("prepared certificate is for another key")
+	}
+	if _, err := cl.Do(ctx, *put); err != nil {
+		t.Fatalf("applying the put: %v", err)
+	}
+	stored, err := leaf.Ensure(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(stored, first) {
+		t.Errorf("the put stored another certificate than the prepared one")
+	}
+
+	again, put, err := leaf.Prepare(ctx, cl, first)
+	if err != nil || put != nil || !bytes.Equal(again, first) {
+		t.Errorf("Prepare with a fresh certificate stored = new %v, put %v, %v; want the stored one and no put", !bytes.Equal(again, first), put != nil, err)
+	}
+
+	otherPub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := &Certificate{Namespace: ns, Issuer: ca, Name: "leaf", Template: Client("leaf"),
+		Mode: ExternalKey, PublicKey: otherPub, Lifetime: lifetime}
+	if _, _, err := other.Prepare(ctx, cl, first); !errors.Is(err, ErrKeyMismatch) {
+		t.Errorf("Prepare with a certificate for another key stored = %v, want ErrKeyMismatch", err)
+	}
+	managed := &Certificate{Namespace: ns, Name: "ca", Template: CA("prepare CA")}
+	if _, _, err := managed.Prepare(ctx, cl, caDER); err == nil {
+		t.Errorf("Prepare of a managed-key CA succeeded; it would store no private key")
+	}
+
+	time.Sleep(time.Until(c1.NotBefore.Add(c1.NotAfter.Sub(c1.NotBefore)/2 + 100*time.Millisecond)))
+	renewed, put, err := leaf.Prepare(ctx, cl, first)
+	if err != nil {
+		t.Fatalf("Prepare at half-life: %v", err)
+	}
+	c2, err := x509.ParseCertificate(renewed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if put == nil || c2.SerialNumber.Cmp(c1.SerialNumber) == 0 {
+		t.Errorf("Prepare at half-life gave put %v and serial %v (the stored one's is %v); want a new certificate and its put", put != nil, c2.SerialNumber, c1.SerialNumber)
+	}
+}
