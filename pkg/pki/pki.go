@@ -253,13 +253,9 @@ func (c *Certificate) create(ctx context.Context, kv clientv3.KV) ([]byte, ed255
 // adopt takes a certificate found in etcd as c's, checking that it is for
 // c's key, and loads the stored private key for ManagedKey.
 func (c *Certificate) adopt(ctx context.Context, kv clientv3.KV, der []byte) ([]byte, error) {
-	cert, err := x509.ParseCertificate(der)
+	_, pub, err := c.parseStored(der)
 	if err != nil {
-		return nil, fmt.Errorf("when parsing stored certificate %q: %w", c.Name, err)
-	}
-	pub, ok := cert.PublicKey.(ed25519.PublicKey)
-	if !ok {
-		return nil, fmt.Errorf("stored certificate %q has a %T key, want ed25519", c.Name, cert.PublicKey)
+		return nil, err
 	}
 	switch c.Mode {
 	case ExternalKey:
@@ -279,6 +275,20 @@ func (c *Certificate) adopt(ctx context.Context, kv clientv3.KV, der []byte) ([]
 	}
 	c.certDER = der
 	return der, nil
+}
+
+// parseStored parses der, found in etcd as c's certificate, and returns it
+// with its key, which must be ed25519.
+func (c *Certificate) parseStored(der []byte) (*x509.Certificate, ed25519.PublicKey, error) {
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, nil, fmt.Errorf("when parsing stored certificate %q: %w", c.Name, err)
+	}
+	pub, ok := cert.PublicKey.(ed25519.PublicKey)
+	if !ok {
+		return nil, nil, fmt.Errorf("stored certificate %q has a %T key, want ed25519", c.Name, cert.PublicKey)
+	}
+	return cert, pub, nil
 }
 
 func (c *Certificate) loadPrivateKey(ctx context.Context, kv clientv3.KV) (ed25519.PrivateKey, error) {
@@ -382,11 +392,11 @@ func (c *Certificate) Prepare(ctx context.Context, kv clientv3.KV, stored []byte
 		return nil, nil, fmt.Errorf("certificate %q: only external key certificates can be prepared", c.Name)
 	}
 	if stored != nil {
-		cert, err := x509.ParseCertificate(stored)
+		cert, pub, err := c.parseStored(stored)
 		if err != nil {
-			return nil, nil, fmt.Errorf("when parsing stored certificate %q: %w", c.Name, err)
+			return nil, nil, err
 		}
-		if pub, ok := cert.PublicKey.(ed25519.PublicKey); !ok || !bytes.Equal(pub, c.PublicKey) {
+		if !bytes.Equal(pub, c.PublicKey) {
 			return nil, nil, fmt.Errorf("certificate %q: %w", c.Name, ErrKeyMismatch)
 		}
 		if c.Lifetime == 0 || !HalfUsed(cert, time.Now()) {
