@@ -234,6 +234,10 @@ func (c *Controller) runControllerManager(ctx context.Context) error {
 				"--node-cidr-mask-size=" + strconv.Itoa(podMaskSize),
 				"--service-cluster-ip-range=" + ServiceRange,
 				"--configure-cloud-routes=false",
+				// Stopped (its role removed), it gives up its lease
+				// at once, as the scheduler does, rather than making
+				// the next controller wait for the lease to expire.
+				"--feature-gates=ControllerManagerReleaseLeaderElectionLockOnExit=true",
 			}
 		})
 }
@@ -243,6 +247,20 @@ func (c *Controller) runScheduler(ctx context.Context) error {
 	return c.runClient(ctx, "kube-scheduler", api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_SCHEDULER, c.dir("scheduler"),
 		func(*credential) []string { return nil })
 }
+
+// Leader election of the controller-manager and the scheduler. Kubernetes'
+// defaults (a 15 s lease, renewed within 10 s) make a leader whose
+// apiserver stalls for 10 s exit; on a small or busy node, where the
+// leader has just started every controller and their informers fill the
+// CPU, that stall is its own doing, and the restarted leader makes it
+// again. A 60 s lease renewed within 40 s rides out such a stall; a leader
+// stopped on purpose gives up its lease at once, so only a leader's
+// machine dying makes the next one wait for the lease to expire.
+const (
+	leaderLease = "60s"
+	leaderRenew = "40s"
+	leaderRetry = "5s"
+)
 
 // runClient runs the component bin, a client of the local apiserver, with
 // a certificate of kind in a kubeconfig in dir, and the flags of its own
@@ -268,6 +286,9 @@ func (c *Controller) runClient(ctx context.Context, bin string, kind api.Certifi
 		"--authorization-kubeconfig=" + kubeconfig,
 		"--bind-address=127.0.0.1",
 		"--profiling=false",
+		"--leader-elect-lease-duration=" + leaderLease,
+		"--leader-elect-renew-deadline=" + leaderRenew,
+		"--leader-elect-retry-period=" + leaderRetry,
 	}, flags(cred)...)
 	return c.cfg.Layout.runComponent(ctx, c.cfg.Layout.command(bin, args...), cred.renewAt)
 }
