@@ -234,10 +234,6 @@ func (c *Controller) runControllerManager(ctx context.Context) error {
 				"--node-cidr-mask-size=" + strconv.Itoa(podMaskSize),
 				"--service-cluster-ip-range=" + ServiceRange,
 				"--configure-cloud-routes=false",
-				// Stopped (its role removed), it gives up its lease
-				// at once, as the scheduler does, rather than making
-				// the next controller wait for the lease to expire.
-				"--feature-gates=ControllerManagerReleaseLeaderElectionLockOnExit=true",
 			}
 		})
 }
@@ -253,9 +249,11 @@ func (c *Controller) runScheduler(ctx context.Context) error {
 // apiserver stalls for 10 s exit; on a small or busy node, where the
 // leader has just started every controller and their informers fill the
 // CPU, that stall is its own doing, and the restarted leader makes it
-// again. A 60 s lease renewed within 40 s rides out such a stall; a leader
-// stopped on purpose gives up its lease at once, so only a leader's
-// machine dying makes the next one wait for the lease to expire.
+// again. A 60 s lease renewed within 40 s rides out such a stall. Its
+// cost: when a leader stops, the next waits up to 60 s for its lease to
+// expire. That is so even when its node only lost KubernetesController,
+// as the node's apiserver stops at the same time and the leader cannot
+// hand its lease over through it.
 const (
 	leaderLease = "60s"
 	leaderRenew = "40s"
