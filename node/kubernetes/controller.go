@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strconv"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -64,14 +65,26 @@ type ControllerConfig struct {
 //	etcd ◀── proxy (prefix kubernetes/) ◀── apiserver ◀── controller-manager
 //	                                            ▲  ▲──── scheduler
 //	                                            └─────── reconciler
+//
+// When it stops, the processes stop in the order the arrows show, from
+// the right: the controller-manager and the scheduler hand their leader
+// leases over through the apiserver, which writes them through the proxy.
 type Controller struct {
 	cfg ControllerConfig
+	// apiserverUsers and proxyUsers order the stop.
+	apiserverUsers, proxyUsers *users
 }
+
+// stopGrace bounds how long the apiserver and the etcd proxy wait, once
+// the control plane stops, for their users to stop first. Their users'
+// processes get SIGKILL two seconds after SIGTERM (supervisor.RunCommand),
+// so it is only reached by a user that does not stop at all.
+const stopGrace = 10 * time.Second
 
 // NewController returns a control plane for cfg. Nothing runs before Run.
 func NewController(cfg ControllerConfig) *Controller {
 	cfg.Ports = cfg.Ports.WithDefaults()
-	return &Controller{cfg: cfg}
+	return &Controller{cfg: cfg, apiserverUsers: newUsers(), proxyUsers: newUsers()}
 }
 
 func (c *Controller) dir(name ...string) string {
@@ -89,7 +102,12 @@ func (c *Controller) Run(ctx context.Context) error {
 		return err
 	}
 	proxy := NewEtcdProxy(c.cfg.Etcd, etcdPrefix, c.dir("etcd.sock"))
-	if err := supervisor.Run(ctx, "etcd-proxy", proxy.Run); err != nil {
+	runProxy := func(ctx context.Context) error {
+		ctx, stop := c.proxyUsers.outlive(ctx, stopGrace)
+		defer stop()
+		return proxy.Run(ctx)
+	}
+	if err := supervisor.Run(ctx, "etcd-proxy", runProxy); err != nil {
 		return fmt.Errorf("when starting the etcd proxy: %w", err)
 	}
 	for _, r := range []struct {
@@ -186,6 +204,9 @@ func (c *Controller) runAPIServer(ctx context.Context) error {
 		"--profiling=false",
 		"--cert-dir="+dir,
 	)
+	defer c.proxyUsers.hold()()
+	ctx, stop := c.apiserverUsers.outlive(ctx, stopGrace)
+	defer stop()
 	return c.cfg.Layout.runComponent(ctx, cmd, soonest(serving, kubelet))
 }
 
@@ -234,6 +255,10 @@ func (c *Controller) runControllerManager(ctx context.Context) error {
 				"--node-cidr-mask-size=" + strconv.Itoa(podMaskSize),
 				"--service-cluster-ip-range=" + ServiceRange,
 				"--configure-cloud-routes=false",
+				// Stopped, it gives up its lease, as the scheduler
+				// does by default (alpha in 1.37; it logs that an
+				// unsupported gate is on).
+				"--feature-gates=ControllerManagerReleaseLeaderElectionLockOnExit=true",
 			}
 		})
 }
@@ -249,11 +274,10 @@ func (c *Controller) runScheduler(ctx context.Context) error {
 // apiserver stalls for 10 s exit; on a small or busy node, where the
 // leader has just started every controller and their informers fill the
 // CPU, that stall is its own doing, and the restarted leader makes it
-// again. A 60 s lease renewed within 40 s rides out such a stall. Its
-// cost: when a leader stops, the next waits up to 60 s for its lease to
-// expire. That is so even when its node only lost KubernetesController,
-// as the node's apiserver stops at the same time and the leader cannot
-// hand its lease over through it.
+// again. A 60 s lease renewed within 40 s rides out such a stall. A
+// leader stopped on purpose gives its lease up through its apiserver,
+// which stops after it (users); only a leader whose machine died makes
+// the next one wait up to 60 s for its lease to expire.
 const (
 	leaderLease = "60s"
 	leaderRenew = "40s"
@@ -295,5 +319,6 @@ func (c *Controller) runClient(ctx context.Context, bin string, kind api.Certifi
 		"--leader-elect-renew-deadline=" + leaderRenew,
 		"--leader-elect-retry-period=" + leaderRetry,
 	}, flags(cred)...)
+	defer c.apiserverUsers.hold()()
 	return c.cfg.Layout.runComponent(ctx, c.cfg.Layout.command(bin, args...), cred.renewAt)
 }

@@ -571,6 +571,17 @@ func TestKubernetes(t *testing.T) {
 		})
 		s.step("ConsensusMember and KubernetesController given to a worker → its apiserver ready", time.Since(start))
 
+		// Node 0 leads: its controller-manager and scheduler were the
+		// first. Their leases as they were just before the removal.
+		names := []string{"kube-controller-manager", "kube-scheduler"}
+		leaders := map[string]leaderLease{}
+		for _, name := range names {
+			l, err := k1.leaderLease(t, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			leaders[name] = l
+		}
 		removed := time.Now()
 		s.cairnctl(t, c, "node", "remove-role", n0.ID(), "KubernetesController")
 		k.waitFor(t, n0.Name()+"'s apiserver gone", 2*time.Minute, func() error {
@@ -598,10 +609,30 @@ func TestKubernetes(t *testing.T) {
 			})
 		}
 		s.step("KubernetesController removed from node 0 → both workers' leases renewed", time.Since(removed))
+		// Node 0's leaders gave their leases up as they stopped, before
+		// its apiserver did (docs/kubernetes.md): node 1's took them
+		// before they could have expired.
+		for _, name := range names {
+			old := leaders[name]
+			var now leaderLease
+			k1.waitFor(t, name+"'s lease taken by "+n1.Name(), 5*time.Minute, func() (err error) {
+				if now, err = k1.leaderLease(t, name); err != nil {
+					return err
+				}
+				if now.Holder == "" || now.Holder == old.Holder {
+					return fmt.Errorf("lease %s held by %q", name, now.Holder)
+				}
+				return nil
+			})
+			expiry := old.Renewed.Add(time.Duration(old.Seconds) * time.Second)
+			if !now.Acquired.Before(expiry) {
+				t.Errorf("%s's lease taken at %s, not before it expired at %s: %s did not hand it over", name, now.Acquired, expiry, n0.Name())
+			}
+			s.step("KubernetesController removed from node 0 → "+name+" leads on node 1", now.Acquired.Sub(removed))
+		}
 		// The controller-manager and scheduler of node 1 took over: a
-		// new replica is made and scheduled. They lead once node 0's
-		// leases expire, up to a minute after it stopped (docs/kubernetes.md),
-		// and then start every controller on a busy one-CPU node.
+		// new replica is made and scheduled, once they have started
+		// every controller on a busy one-CPU node.
 		k1.mustRun(t, "scale", "deployment", "agent", "--replicas=3")
 		k1.waitFor(t, "three agents available", 8*time.Minute, func() error {
 			return k1.deploymentAvailable(t, "agent")
@@ -724,6 +755,31 @@ func (k *kube) keepContainer(t *testing.T) (string, error) {
 		return "", fmt.Errorf("keep's container is not running and ready: %+v", cs)
 	}
 	return cs.ContainerID, nil
+}
+
+// leaderLease is what the test reads of a leader election's lease.
+type leaderLease struct {
+	Holder   string
+	Seconds  int
+	Acquired time.Time
+	Renewed  time.Time
+}
+
+// leaderLease reads the leader lease name in kube-system.
+func (k *kube) leaderLease(t *testing.T, name string) (leaderLease, error) {
+	t.Helper()
+	var lease struct {
+		Spec struct {
+			HolderIdentity       string    `json:"holderIdentity"`
+			LeaseDurationSeconds int       `json:"leaseDurationSeconds"`
+			AcquireTime          time.Time `json:"acquireTime"`
+			RenewTime            time.Time `json:"renewTime"`
+		}
+	}
+	if err := k.getJSON(t, &lease, "-n", "kube-system", "lease", name); err != nil {
+		return leaderLease{}, fmt.Errorf("reading the lease %s: %w", name, err)
+	}
+	return leaderLease{lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds, lease.Spec.AcquireTime, lease.Spec.RenewTime}, nil
 }
 
 // deploymentAvailable returns nil once every replica of the Deployment
