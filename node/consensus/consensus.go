@@ -19,6 +19,7 @@ import (
 	"cairn.dev/cairn/node/ports"
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/event/memory"
+	"cairn.dev/cairn/pkg/holds"
 	"cairn.dev/cairn/pkg/supervisor"
 )
 
@@ -110,7 +111,7 @@ type Status struct {
 	// dataDir is Config.DataDir, where Snapshot keeps its file.
 	dataDir string
 	// holds counts the Holds of the Service that published this Status.
-	holds *holds
+	holds *holds.Count
 }
 
 // Hold keeps the local etcd member serving, once the Service's context
@@ -123,7 +124,7 @@ func (s *Status) Hold() (release func()) {
 	if s.holds == nil {
 		return func() {}
 	}
-	return s.holds.take()
+	return s.holds.Take()
 }
 
 // Client returns a client of the local etcd member for the whole key space.
@@ -147,52 +148,9 @@ type Service struct {
 	mu   sync.Mutex
 	last *Status
 
-	holds holds
+	holds holds.Count
 	// grace is stopGrace, another bound in tests.
 	grace time.Duration
-}
-
-// holds counts the Holds taken and not yet released.
-type holds struct {
-	mu sync.Mutex
-	n  int
-	// released is closed, and replaced, each time n drops to zero.
-	released chan struct{}
-}
-
-// take takes a hold and returns its release.
-func (h *holds) take() func() {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.n++
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			h.n--
-			if h.n == 0 && h.released != nil {
-				close(h.released)
-				h.released = nil
-			}
-		})
-	}
-}
-
-// none returns a channel that is closed once no hold is left: at once if
-// none is taken.
-func (h *holds) none() <-chan struct{} {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.n == 0 {
-		c := make(chan struct{})
-		close(c)
-		return c
-	}
-	if h.released == nil {
-		h.released = make(chan struct{})
-	}
-	return h.released
 }
 
 // New returns a Service for cfg. Nothing happens until Run.
@@ -357,7 +315,7 @@ func (s *Service) keepForHolds(ctx context.Context, inst *instance) {
 		return
 	}
 	select {
-	case <-s.holds.none():
+	case <-s.holds.None():
 	case <-time.After(s.grace):
 		supervisor.Logger(ctx).Warningf("Stopping etcd %v after the node asked, with a user still holding it", s.grace)
 	case <-inst.e.Server.StopNotify():

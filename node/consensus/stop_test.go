@@ -77,36 +77,3 @@ func TestStopGraceEnds(t *testing.T) {
 	}
 	t.Errorf("no warning that etcd stopped with a hold left")
 }
-
-// TestHolds checks the count of holds: none is closed at once with no
-// hold, and once the last of two holds is released.
-func TestHolds(t *testing.T) {
-	var h holds
-	select {
-	case <-h.none():
-	default:
-		t.Fatal("none() with no hold is open, want closed")
-	}
-	r1, r2 := h.take(), h.take()
-	done := h.none()
-	r1()
-	r1()
-	select {
-	case <-done:
-		t.Fatal("none() closed with one hold left")
-	default:
-	}
-	r2()
-	select {
-	case <-done:
-	case <-time.After(time.Second):
-		t.Fatal("none() still open after the last release")
-	}
-	r3 := h.take()
-	select {
-	case <-h.none():
-		t.Fatal("none() closed while a new hold is taken")
-	default:
-	}
-	r3()
-}

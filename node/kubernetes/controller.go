@@ -14,6 +14,7 @@ import (
 
 	"cairn.dev/cairn/node/ports"
 	"cairn.dev/cairn/pkg/event"
+	"cairn.dev/cairn/pkg/holds"
 	"cairn.dev/cairn/pkg/supervisor"
 	api "cairn.dev/cairn/proto/api"
 )
@@ -67,12 +68,13 @@ type ControllerConfig struct {
 //	                                            └─────── reconciler
 //
 // When it stops, the processes stop in the order the arrows show, from
-// the right: the controller-manager and the scheduler hand their leader
+// the right, each part outliving the holds of those that use it
+// (pkg/holds): the controller-manager and the scheduler hand their leader
 // leases over through the apiserver, which writes them through the proxy.
 type Controller struct {
 	cfg ControllerConfig
 	// apiserverUsers and proxyUsers order the stop.
-	apiserverUsers, proxyUsers *users
+	apiserverUsers, proxyUsers holds.Count
 }
 
 // stopGrace bounds how long the apiserver and the etcd proxy wait, once
@@ -84,7 +86,7 @@ const stopGrace = 10 * time.Second
 // NewController returns a control plane for cfg. Nothing runs before Run.
 func NewController(cfg ControllerConfig) *Controller {
 	cfg.Ports = cfg.Ports.WithDefaults()
-	return &Controller{cfg: cfg, apiserverUsers: newUsers(), proxyUsers: newUsers()}
+	return &Controller{cfg: cfg}
 }
 
 func (c *Controller) dir(name ...string) string {
@@ -103,7 +105,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	proxy := NewEtcdProxy(c.cfg.Etcd, etcdPrefix, c.dir("etcd.sock"))
 	runProxy := func(ctx context.Context) error {
-		ctx, stop := c.proxyUsers.outlive(ctx, stopGrace)
+		ctx, stop := c.proxyUsers.Outlive(ctx, stopGrace)
 		defer stop()
 		return proxy.Run(ctx)
 	}
@@ -204,8 +206,8 @@ func (c *Controller) runAPIServer(ctx context.Context) error {
 		"--profiling=false",
 		"--cert-dir="+dir,
 	)
-	defer c.proxyUsers.hold()()
-	ctx, stop := c.apiserverUsers.outlive(ctx, stopGrace)
+	defer c.proxyUsers.Take()()
+	ctx, stop := c.apiserverUsers.Outlive(ctx, stopGrace)
 	defer stop()
 	return c.cfg.Layout.runComponent(ctx, cmd, soonest(serving, kubelet))
 }
@@ -276,7 +278,7 @@ func (c *Controller) runScheduler(ctx context.Context) error {
 // CPU, that stall is its own doing, and the restarted leader makes it
 // again. A 60 s lease renewed within 40 s rides out such a stall. A
 // leader stopped on purpose gives its lease up through its apiserver,
-// which stops after it (users); only a leader whose machine died makes
+// which stops after it (holds); only a leader whose machine died makes
 // the next one wait up to 60 s for its lease to expire.
 const (
 	leaderLease = "60s"
@@ -319,6 +321,6 @@ func (c *Controller) runClient(ctx context.Context, bin string, kind api.Certifi
 		"--leader-elect-renew-deadline=" + leaderRenew,
 		"--leader-elect-retry-period=" + leaderRetry,
 	}, flags(cred)...)
-	defer c.apiserverUsers.hold()()
+	defer c.apiserverUsers.Take()()
 	return c.cfg.Layout.runComponent(ctx, c.cfg.Layout.command(bin, args...), cred.renewAt)
 }

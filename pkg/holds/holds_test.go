@@ -1,4 +1,4 @@
-package kubernetes
+package holds
 
 import (
 	"context"
@@ -17,17 +17,50 @@ func ended(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// TestUsersOrderTheStop: a component's context outlives its own while a
-// user holds it, ends with its cause once every user has let go, and ends
-// at the grace for a user that never does.
-func TestUsersOrderTheStop(t *testing.T) {
+// TestCount checks the count of holds: None is closed at once with no
+// hold, and once the last of two holds is released.
+func TestCount(t *testing.T) {
+	var h Count
+	select {
+	case <-h.None():
+	default:
+		t.Fatal("None() with no hold is open, want closed")
+	}
+	r1, r2 := h.Take(), h.Take()
+	done := h.None()
+	r1()
+	r1()
+	select {
+	case <-done:
+		t.Fatal("None() closed with one hold left")
+	default:
+	}
+	r2()
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+		t.Fatal("None() still open after the last release")
+	}
+	r3 := h.Take()
+	select {
+	case <-h.None():
+		t.Fatal("None() closed while a new hold is taken")
+	default:
+	}
+	r3()
+}
+
+// TestOutlive: a part's context outlives its own while a user holds it,
+// ends with its cause once every user has let go, and ends at the grace
+// for a user that never does.
+func TestOutlive(t *testing.T) {
 	t.Run("after its users", func(t *testing.T) {
-		u := newUsers()
+		var u Count
 		cause := errors.New("role removed")
 		parent, cancel := context.WithCancelCause(context.Background())
-		ctx, stop := u.outlive(parent, time.Minute)
+		ctx, stop := u.Outlive(parent, time.Minute)
 		defer stop()
-		first, second := u.hold(), u.hold()
+		first, second := u.Take(), u.Take()
 		cancel(cause)
 		if ended(ctx, 200*time.Millisecond) {
 			t.Fatal("the component stopped while two users ran")
@@ -46,10 +79,10 @@ func TestUsersOrderTheStop(t *testing.T) {
 		}
 	})
 	t.Run("no users", func(t *testing.T) {
-		u := newUsers()
-		u.hold()() // a user that came and went
+		var u Count
+		u.Take()() // a user that came and went
 		parent, cancel := context.WithCancel(context.Background())
-		ctx, stop := u.outlive(parent, time.Minute)
+		ctx, stop := u.Outlive(parent, time.Minute)
 		defer stop()
 		if ended(ctx, 100*time.Millisecond) {
 			t.Fatal("the component stopped before its own context ended")
@@ -60,10 +93,10 @@ func TestUsersOrderTheStop(t *testing.T) {
 		}
 	})
 	t.Run("a user that never stops", func(t *testing.T) {
-		u := newUsers()
-		defer u.hold()()
+		var u Count
+		defer u.Take()()
 		parent, cancel := context.WithCancel(context.Background())
-		ctx, stop := u.outlive(parent, 300*time.Millisecond)
+		ctx, stop := u.Outlive(parent, 300*time.Millisecond)
 		defer stop()
 		start := time.Now()
 		cancel()
@@ -75,9 +108,9 @@ func TestUsersOrderTheStop(t *testing.T) {
 		}
 	})
 	t.Run("stopped on its own", func(t *testing.T) {
-		u := newUsers()
-		defer u.hold()()
-		ctx, stop := u.outlive(context.Background(), time.Minute)
+		var u Count
+		defer u.Take()()
+		ctx, stop := u.Outlive(context.Background(), time.Minute)
 		stop()
 		if !ended(ctx, 10*time.Second) {
 			t.Fatal("the component's context lived on after it stopped")
@@ -86,7 +119,7 @@ func TestUsersOrderTheStop(t *testing.T) {
 	t.Run("values", func(t *testing.T) {
 		type key struct{}
 		parent := context.WithValue(context.Background(), key{}, "runnable")
-		ctx, stop := newUsers().outlive(parent, time.Minute)
+		ctx, stop := (&Count{}).Outlive(parent, time.Minute)
 		defer stop()
 		if ctx.Value(key{}) != "runnable" {
 			t.Error("the component's context lost its runnable's values")
