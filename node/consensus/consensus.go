@@ -117,7 +117,8 @@ type Status struct {
 // Hold keeps the local etcd member serving, once the Service's context
 // has ended, until release is called or stopGrace has passed: for a user
 // of etcd with a last call to make on its way down, such as the curator's
-// resignation from its election. The parts of the node stop at the same
+// resignation from its election or a Kubernetes leader's lease release
+// through the apiserver's etcd proxy. The parts of the node stop at the same
 // moment, and without a Hold etcd may close first. Hold is only
 // meaningful on a Running Status; release may be called more than once.
 func (s *Status) Hold() (release func()) {

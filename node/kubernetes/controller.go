@@ -49,6 +49,10 @@ type ControllerConfig struct {
 	// Etcd is the node's local etcd member, for the whole key space; the
 	// apiserver reaches it only through a proxy confined to its prefix.
 	Etcd *clientv3.Client
+	// HoldEtcd keeps the local etcd member serving, once the node stops,
+	// while the etcd proxy serves (consensus.Status.Hold), so that the
+	// last writes of the control plane reach it. Nil holds nothing.
+	HoldEtcd func() (release func())
 	// Ports are the node's ports; the apiserver listens on KubernetesAPI.
 	Ports ports.Table
 	// Nodes are the cluster's UP nodes, nil until known: the reconciler
@@ -70,7 +74,8 @@ type ControllerConfig struct {
 // When it stops, the processes stop in the order the arrows show, from
 // the right, each part outliving the holds of those that use it
 // (pkg/holds): the controller-manager and the scheduler hand their leader
-// leases over through the apiserver, which writes them through the proxy.
+// leases over through the apiserver, which writes them through the proxy
+// into etcd.
 type Controller struct {
 	cfg ControllerConfig
 	// apiserverUsers and proxyUsers order the stop.
@@ -105,6 +110,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 	proxy := NewEtcdProxy(c.cfg.Etcd, etcdPrefix, c.dir("etcd.sock"))
 	runProxy := func(ctx context.Context) error {
+		if c.cfg.HoldEtcd != nil {
+			defer c.cfg.HoldEtcd()()
+		}
 		ctx, stop := c.proxyUsers.Outlive(ctx, stopGrace)
 		defer stop()
 		return proxy.Run(ctx)

@@ -159,12 +159,13 @@ func (w *workerKubernetes) start(ctx context.Context, creds *identity.Node, cc *
 		return supervisor.Run(ctx, "services", s.Run)
 	case kubeController:
 		c := kubernetes.NewController(kubernetes.ControllerConfig{
-			Layout:  w.layout,
-			IP:      in.ip,
-			Curator: cc.client(),
-			Etcd:    in.etcd.RawClient(),
-			Ports:   w.ports,
-			Nodes:   w.kubeNodes,
+			Layout:   w.layout,
+			IP:       in.ip,
+			Curator:  cc.client(),
+			Etcd:     in.etcd.RawClient(),
+			HoldEtcd: in.etcd.Hold,
+			Ports:    w.ports,
+			Nodes:    w.kubeNodes,
 		})
 		return supervisor.Run(ctx, "controller", c.Run)
 	}
