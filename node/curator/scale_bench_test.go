@@ -52,8 +52,9 @@ const (
 // enrolments counted by etcd itself in the same window (write
 // transactions from the store's revision, keys from etcd_mvcc_put_total),
 // heartbeat latency in three windows of three rounds each (on their own,
-// while more nodes enrol all along, and with one busy process per core
-// beside the benchmark), the throughput (1000 more nodes enrolling 128 at
+// while more nodes enrol all along, with that window also split by the
+// curator dialled, and with one busy process per core beside the
+// benchmark), the throughput (1000 more nodes enrolling 128 at
 // once, when the curators, not the callers, set the pace), the process's
 // CPU time and heap (curators, etcd and
 // the simulated nodes together: they share the process), and the raw etcd
@@ -140,7 +141,7 @@ func (sc *scaleCluster) run(b *testing.B) {
 	})
 	cpu1 := cpuTime()
 	beatStart := time.Now()
-	latencies := beat(b, clients)
+	latencies := slices.Concat(beat(b, clients, len(addrs))...)
 	beatCPU := cpuTime() - cpu1
 	beatWall := time.Since(beatStart)
 
@@ -152,14 +153,19 @@ func (sc *scaleCluster) run(b *testing.B) {
 	lateErr := make(chan error, 1)
 	lateStart := time.Now()
 	go func() { lateErr <- sc.enrolUntil(enrolling, b, scaleNodes, &late, &lateRetries) }()
-	lateLatencies := beat(b, clients)
+	etcdLeader := sc.etcdLeader(b)
+	lateByCurator := beat(b, clients, len(addrs))
+	lateLatencies := slices.Concat(lateByCurator...)
+	if sc.etcdLeader(b) != etcdLeader {
+		etcdLeader = -1 // it moved during the window: no split to report
+	}
 	stopEnrolling()
 	if err := <-lateErr; err != nil {
 		b.Fatalf("enrolling while the nodes beat: %v", err)
 	}
 	lateWall := time.Since(lateStart)
 	stop := fixture.Busy(b, runtime.NumCPU())
-	loadedLatencies := beat(b, clients)
+	loadedLatencies := slices.Concat(beat(b, clients, len(addrs))...)
 	stop()
 
 	// The throughput: as many more nodes, scaleWide at once.
@@ -221,6 +227,54 @@ func (sc *scaleCluster) run(b *testing.B) {
 		percentile(lateLatencies, 50), percentile(lateLatencies, 99))
 	fmt.Printf("scale: the same heartbeats with %d busy processes beside the benchmark: p50 %v, p99 %v\n",
 		runtime.NumCPU(), percentile(loadedLatencies, 50), percentile(loadedLatencies, 99))
+	sc.printByCurator(b, lateByCurator, etcdLeader)
+}
+
+// etcdLeader returns the index of the curator whose etcd member leads.
+func (sc *scaleCluster) etcdLeader(b *testing.B) int {
+	b.Helper()
+	ctx := fixture.Context(b)
+	for i, n := range sc.c.nodes {
+		raw := n.member.WaitVoter(b).RawClient()
+		st, err := raw.Status(ctx, raw.Endpoints()[0])
+		if err != nil {
+			b.Fatalf("asking etcd member %d for its status: %v", i, err)
+		}
+		if st.Leader == st.Header.MemberId {
+			return i
+		}
+	}
+	b.Fatal("no etcd member says it leads")
+	return -1
+}
+
+// printByCurator prints the heartbeat latencies while nodes enrolled for
+// each curator dialled, with what it is: a curator checks its caller with
+// a linearizable read on its own etcd member (revoke.go), which on a
+// follower waits for a round trip to etcd's leader and for its own apply,
+// and a curator that does not lead forwards the call to the one that does.
+// etcdLeader is -1 when etcd's leadership moved during the window.
+func (sc *scaleCluster) printByCurator(b *testing.B, byCurator [][]time.Duration, etcdLeader int) {
+	leader := waitLeader(b, sc.c.nodes[0], sc.addrs[0], "")
+	for i, l := range byCurator {
+		var what []string
+		switch {
+		case etcdLeader < 0:
+			what = append(what, "etcd's leadership moved meanwhile")
+		case i == etcdLeader:
+			what = append(what, "beside etcd's leader")
+		default:
+			what = append(what, "beside an etcd follower")
+		}
+		if sc.c.nodes[i].id() == leader {
+			what = append(what, "leads")
+		} else {
+			what = append(what, "forwards to the leader")
+		}
+		sorted := slices.Sorted(slices.Values(l))
+		fmt.Printf("scale:   heartbeats while enrolling through curator %d (%s): %d, p50 %v, p99 %v\n",
+			i, strings.Join(what, ", "), len(sorted), percentile(sorted, 50), percentile(sorted, 99))
+	}
 }
 
 // enrol enrols simulated node i through the curators in turn: key
@@ -310,11 +364,12 @@ func (sc *scaleCluster) enrolUntil(ctx context.Context, b *testing.B, first int,
 }
 
 // beat makes every client beat once per period, spread evenly over it,
-// for scaleBeatRounds rounds, and returns the latencies.
-func beat(b *testing.B, clients []api.CuratorClient) []time.Duration {
+// for scaleBeatRounds rounds, and returns the latencies by the curator
+// the client dials (client i dials curator i mod curators).
+func beat(b *testing.B, clients []api.CuratorClient, curators int) [][]time.Duration {
 	ctx := fixture.Context(b)
 	var mu sync.Mutex
-	var latencies []time.Duration
+	latencies := make([][]time.Duration, curators)
 	start := time.Now()
 	parallel(b, len(clients), func(i int) error {
 		offset := scaleBeatPeriod * time.Duration(i) / time.Duration(len(clients))
@@ -327,7 +382,7 @@ func beat(b *testing.B, clients []api.CuratorClient) []time.Duration {
 			}
 			d := time.Since(t0)
 			mu.Lock()
-			latencies = append(latencies, d)
+			latencies[i%curators] = append(latencies[i%curators], d)
 			mu.Unlock()
 		}
 		return nil
