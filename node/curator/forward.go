@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -70,26 +71,31 @@ func forwarded(ctx context.Context) bool {
 // authenticated.
 func (c *curator) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	c.nameLeader(func(md metadata.MD) { _ = grpc.SetTrailer(ctx, md) })
-	// A forwarded call's caller was checked by the curator that forwarded
-	// it, which the rpc layer trusts as a consensus member, after the call
-	// started: a change of the caller's record committed before then is
-	// already seen. Checking it again here would be one more linearizable
-	// etcd read per forwarded call (two thirds of a cluster's heartbeats),
-	// and would promise nothing more.
-	if !forwarded(ctx) {
-		if err := c.checkCaller(ctx); err != nil {
-			return nil, err
+	// The caller is judged by its record once, by the curator that serves
+	// the call, after the call started, so that a change of the record
+	// committed before then is seen: here with a linearizable read
+	// (checkCaller), or, for a call forwarded here, by the rpc layer's
+	// trustForwarder, in the same read as the forwarder's record. A
+	// curator that forwards a call does not read the record first: that
+	// would be a second read per forwarded call (two thirds of a
+	// cluster's heartbeats), on an etcd follower, where a linearizable
+	// read also waits for a round trip to etcd's leader.
+	serve := func() (any, error) {
+		if !forwarded(ctx) {
+			if err := c.checkCaller(ctx); err != nil {
+				return nil, err
+			}
 		}
-	}
-	if servedLocally[info.FullMethod] {
 		resp, err := handler(ctx, req)
 		return resp, statusError(ctx, err)
+	}
+	if servedLocally[info.FullMethod] {
+		return serve()
 	}
 	conn, l := c.routeWaiting(ctx)
 	switch {
 	case l.Local:
-		resp, err := handler(ctx, req)
-		return resp, statusError(ctx, err)
+		return serve()
 	case conn == nil:
 		return nil, errNoLeader
 	case forwarded(ctx):
@@ -229,14 +235,34 @@ func statusError(ctx context.Context, err error) error {
 }
 
 // trustForwarder lets only consensus members forward calls: they can read
-// the CA's key from etcd anyway, so trusting them grants nothing new.
-func (c *curator) trustForwarder(ctx context.Context, p identity.Peer) error {
-	n, _, err := c.honoured(ctx, p)
+// the CA's key from etcd anyway, so trusting them grants nothing new. It
+// also judges a caller with a node certificate (honoured), in the same
+// linearizable read as the forwarder's record: the curator that forwarded
+// the call did not read the caller's record (unaryInterceptor), so that a
+// forwarded call costs one etcd read, at the leader, not one on each side.
+func (c *curator) trustForwarder(ctx context.Context, forwarder, caller identity.Peer) error {
+	ops := []clientv3.Op{clientv3.OpGet(nodeKey(forwarder.NodeID))}
+	judgeCaller := caller.Kind == identity.PeerNode
+	if judgeCaller {
+		ops = append(ops, clientv3.OpGet(nodeKey(caller.NodeID)))
+	}
+	// A transaction of reads only is one linearizable read.
+	resp, err := c.etcd.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
+		return fmt.Errorf("when reading the records of node %s and of its caller: %w", forwarder.NodeID, err)
+	}
+	n, rev, err := nodeFrom(forwarder.NodeID, resp.Responses[0].GetResponseRange().GetKvs())
+	if n, _, err = judged(forwarder, n, rev, err); err != nil {
 		return err
 	}
 	if n.GetRoles().GetConsensusMember() == nil {
 		return errors.New("it is not a consensus member")
+	}
+	if judgeCaller {
+		m, mrev, err := nodeFrom(caller.NodeID, resp.Responses[1].GetResponseRange().GetKvs())
+		if _, _, err := judged(caller, m, mrev, err); err != nil {
+			return rpc.CallerRefused{Err: err}
+		}
 	}
 	return nil
 }

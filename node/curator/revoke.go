@@ -20,8 +20,9 @@ import (
 
 // A node certificate stays valid until it expires, but the cluster honours
 // it only while its node is UP: every curator checks the caller's record in
-// etcd before it serves or forwards a call made with a node certificate
-// (honoured), and ends a stream as soon as the record says otherwise
+// etcd before it serves a call made with a node certificate (honoured; for
+// a forwarded call, the leader in the same read as the forwarder's record,
+// trustForwarder), and ends a stream as soon as the record says otherwise
 // (whileHonoured). So a node that is decommissioned or deleted is refused
 // by the next call that starts after the change is committed, and its open
 // streams end within one etcd watch delivery.
@@ -32,6 +33,12 @@ import (
 // another key.
 func (c *curator) honoured(ctx context.Context, p identity.Peer) (*private.Node, int64, error) {
 	n, rev, err := c.getNode(ctx, p.NodeID)
+	return judged(p, n, rev, err)
+}
+
+// judged is honoured's judgement of a read of p's record: n, its mod
+// revision rev, and err, as getNode or nodeFrom return them.
+func judged(p identity.Peer, n *private.Node, rev int64, err error) (*private.Node, int64, error) {
 	if status.Code(err) == codes.NotFound {
 		return nil, 0, status.Errorf(codes.PermissionDenied, "node %s is not in the cluster (deleted); its certificate is no longer honoured", p.NodeID)
 	}

@@ -78,12 +78,14 @@
 // (ForwardedCertificateHeader). A Server honours the header only when TrustForwarders gave it a
 // ForwarderTrust and that trust accepts the connection's node; the
 // method's class is then applied to the named caller, and PeerFromContext
-// returns it. From anyone else (the owner, a self-signed or untrusted
+// returns it. The trust sees the caller too, and may refuse it
+// (CallerRefused): the curators judge a forwarded call's caller there, in
+// the same etcd read as its forwarder. From anyone else (the owner, a self-signed or untrusted
 // node) and on a server without a trust, the header is refused with
 // PermissionDenied: a node cannot pose as another caller.
 //
 //	owner ──mTLS──▶ follower ──mTLS (node cert)──▶ leader
-//	                 │ header: "owner <key>"        │ trust(follower)?
+//	                 │ header: "owner <key>"        │ trust(follower, owner)?
 //	                 │                              │ class against owner
 //	                 ▼                              ▼
 //	                                          handler sees the owner

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math/big"
 	"net/netip"
@@ -41,11 +42,23 @@ const ForwardedAddressHeader = "cairn-forwarded-address"
 // the caller's key alone.
 const ForwardedCertificateHeader = "cairn-forwarded-certificate"
 
-// ForwarderTrust decides whether the node forwarder may forward calls on
-// behalf of other callers: nil when it may. The server calls it on every
-// call that carries ForwardedPeerHeader, after the TLS handshake proved
-// that forwarder holds a node certificate.
-type ForwarderTrust func(ctx context.Context, forwarder identity.Peer) error
+// ForwarderTrust decides whether the node forwarder may forward a call on
+// behalf of caller: nil when it may. The server calls it on every call
+// that carries ForwardedPeerHeader, after the TLS handshake proved that
+// forwarder holds a node certificate and the header named caller. It may
+// judge caller too, in the same look at its records (the curators read
+// both in one etcd read): a refusal of the caller is returned as
+// CallerRefused, which ends the call with its Err as it is, where any
+// other error refuses the forwarder.
+type ForwarderTrust func(ctx context.Context, forwarder, caller identity.Peer) error
+
+// CallerRefused is a ForwarderTrust's refusal of the caller a call is
+// forwarded for, not of the forwarder: the server ends the call with Err,
+// a status error, as if the caller had called it directly.
+type CallerRefused struct{ Err error }
+
+func (e CallerRefused) Error() string { return e.Err.Error() }
+func (e CallerRefused) Unwrap() error { return e.Err }
 
 // TrustForwarders makes s accept calls that a node forwards for another
 // caller, when trust accepts that node: the handler then sees the original
@@ -232,15 +245,18 @@ func (s *Server) forwardedPeer(ctx context.Context, method string, conn identity
 	if conn.Kind != identity.PeerNode {
 		return identity.Peer{}, status.Errorf(codes.PermissionDenied, "%s: only nodes may forward calls; the caller presented %s", method, presented(conn))
 	}
-	if err := s.trust(ctx, conn); err != nil {
-		return identity.Peer{}, status.Errorf(codes.PermissionDenied, "%s: node %s may not forward calls: %v", method, conn.NodeID, err)
-	}
 	if len(vals) != 1 {
 		return identity.Peer{}, status.Errorf(codes.InvalidArgument, "%s: %d forwarded peers, want one", method, len(vals))
 	}
 	p, err := decodeForwardedPeer(vals[0])
 	if err != nil {
 		return identity.Peer{}, status.Errorf(codes.InvalidArgument, "%s: bad forwarded peer: %v", method, err)
+	}
+	if err := s.trust(ctx, conn, p); err != nil {
+		if refused, ok := errors.AsType[CallerRefused](err); ok {
+			return identity.Peer{}, refused.Err
+		}
+		return identity.Peer{}, status.Errorf(codes.PermissionDenied, "%s: node %s may not forward calls: %v", method, conn.NodeID, err)
 	}
 	return p, nil
 }

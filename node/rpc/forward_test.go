@@ -28,9 +28,14 @@ func TestForwardedPeer(t *testing.T) {
 	ownerPub := ownerKey.Public().(ed25519.PublicKey)
 	selfKey := identitytest.NewKey(t).Public().(ed25519.PublicKey)
 
-	trust := func(_ context.Context, p identity.Peer) error {
+	revoked := ca.Node(t)
+	revokedErr := status.Errorf(codes.PermissionDenied, "node %s is DECOMMISSIONED", revoked.ID())
+	trust := func(_ context.Context, p, caller identity.Peer) error {
 		if p.NodeID != forwarder.ID() {
 			return errors.New("not a consensus member")
+		}
+		if caller.NodeID == revoked.ID() {
+			return CallerRefused{Err: revokedErr}
 		}
 		return nil
 	}
@@ -91,6 +96,13 @@ func TestForwardedPeer(t *testing.T) {
 				t.Errorf("%s: handler saw %q, want %q", tc.method, sees, tc.sees)
 			}
 		})
+	}
+
+	// The trust's refusal of the caller reaches the caller as it is, not
+	// as a refusal of the forwarder.
+	revokedPeer := identity.Peer{Kind: identity.PeerNode, NodeID: revoked.ID(), PublicKey: revoked.PublicKey()}
+	if _, err := forwardCall(fromForwarder, revokedPeer); status.Code(err) != codes.PermissionDenied || status.Convert(err).Message() != status.Convert(revokedErr).Message() {
+		t.Errorf("forwarding for a caller the trust refuses = %v, want %v", err, revokedErr)
 	}
 
 	// Nobody else may claim to forward: the header is refused from an

@@ -412,7 +412,7 @@ func TestForwardedAddress(t *testing.T) {
 	forwarder := ca.Node(t)
 	addr := serve(t, NewServer(ca.Node(t)), func(s *Server) {
 		api.RegisterCuratorServer(s, addressCurator{})
-		s.TrustForwarders(func(_ context.Context, p identity.Peer) error {
+		s.TrustForwarders(func(_ context.Context, p, _ identity.Peer) error {
 			if p.NodeID != forwarder.ID() {
 				return errors.New("not the forwarder")
 			}

@@ -160,7 +160,7 @@ func TestJudgeForwardedOwner(t *testing.T) {
 	var trust memory.Value[*api.OwnerTrust]
 	addr := startServer(t, ca.Node(t), func(s *Server) {
 		registerTestServices(s)
-		s.TrustForwarders(func(context.Context, identity.Peer) error { return nil })
+		s.TrustForwarders(func(context.Context, identity.Peer, identity.Peer) error { return nil })
 		s.JudgeOwners(&trust)
 	})
 	conn := dial(t, addr, NodeCredentials(forwarder))
