@@ -251,16 +251,16 @@ func (c *curator) trustForwarder(ctx context.Context, forwarder, caller identity
 	if err != nil {
 		return fmt.Errorf("when reading the records of node %s and of its caller: %w", forwarder.NodeID, err)
 	}
-	n, rev, err := nodeFrom(forwarder.NodeID, resp.Responses[0].GetResponseRange().GetKvs())
-	if n, _, err = judged(forwarder, n, rev, err); err != nil {
+	n, _, err := nodeFrom(forwarder.NodeID, resp.Responses[0].GetResponseRange().GetKvs())
+	if err := judgeRead(forwarder, n, err); err != nil {
 		return err
 	}
 	if n.GetRoles().GetConsensusMember() == nil {
 		return errors.New("it is not a consensus member")
 	}
 	if judgeCaller {
-		m, mrev, err := nodeFrom(caller.NodeID, resp.Responses[1].GetResponseRange().GetKvs())
-		if _, _, err := judged(caller, m, mrev, err); err != nil {
+		m, _, err := nodeFrom(caller.NodeID, resp.Responses[1].GetResponseRange().GetKvs())
+		if err := judgeRead(caller, m, err); err != nil {
 			return rpc.CallerRefused{Err: err}
 		}
 	}

@@ -33,22 +33,22 @@ import (
 // another key.
 func (c *curator) honoured(ctx context.Context, p identity.Peer) (*private.Node, int64, error) {
 	n, rev, err := c.getNode(ctx, p.NodeID)
-	return judged(p, n, rev, err)
-}
-
-// judged is honoured's judgement of a read of p's record: n, its mod
-// revision rev, and err, as getNode or nodeFrom return them.
-func judged(p identity.Peer, n *private.Node, rev int64, err error) (*private.Node, int64, error) {
-	if status.Code(err) == codes.NotFound {
-		return nil, 0, status.Errorf(codes.PermissionDenied, "node %s is not in the cluster (deleted); its certificate is no longer honoured", p.NodeID)
-	}
-	if err != nil {
-		return nil, 0, err
-	}
-	if err := stillHonoured(p, n); err != nil {
+	if err := judgeRead(p, n, err); err != nil {
 		return nil, 0, err
 	}
 	return n, rev, nil
+}
+
+// judgeRead is honoured's judgement of a read of p's record: n and err as
+// getNode or nodeFrom return them.
+func judgeRead(p identity.Peer, n *private.Node, err error) error {
+	if status.Code(err) == codes.NotFound {
+		return status.Errorf(codes.PermissionDenied, "node %s is not in the cluster (deleted); its certificate is no longer honoured", p.NodeID)
+	}
+	if err != nil {
+		return err
+	}
+	return stillHonoured(p, n)
 }
 
 // stillHonoured is honoured's judgement of a record n already read.

@@ -80,9 +80,10 @@
 // method's class is then applied to the named caller, and PeerFromContext
 // returns it. The trust sees the caller too, and may refuse it
 // (CallerRefused): the curators judge a forwarded call's caller there, in
-// the same etcd read as its forwarder. From anyone else (the owner, a self-signed or untrusted
-// node) and on a server without a trust, the header is refused with
-// PermissionDenied: a node cannot pose as another caller.
+// the same etcd read as its forwarder. From anyone else (the owner, a
+// self-signed or untrusted node) and on a server without a trust, the
+// header is refused with PermissionDenied: a node cannot pose as another
+// caller.
 //
 //	owner ──mTLS──▶ follower ──mTLS (node cert)──▶ leader
 //	                 │ header: "owner <key>"        │ trust(follower, owner)?
