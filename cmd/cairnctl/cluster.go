@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 
-	"cairn.dev/cairn/node/parameters"
+	"cairn.dev/cairn/node/clusterconfig"
 	"cairn.dev/cairn/proto/api"
 )
 
@@ -118,7 +118,7 @@ func (a *app) clusterInfo(ctx context.Context, o *owner) error {
 	fmt.Fprintf(tw, "Storage security:\t%s\n", v.StorageSecurity)
 	fmt.Fprintf(tw, "TPM:\t%s\n", v.TPM)
 	label := "Registries:"
-	for _, l := range parameters.DescribeRegistries(info.GetClusterConfiguration().GetRegistries()) {
+	for _, l := range clusterconfig.DescribeRegistries(info.GetClusterConfiguration().GetRegistries()) {
 		fmt.Fprintf(tw, "%s\t%s\n", label, l)
 		label = ""
 	}

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/proto"
 
-	"cairn.dev/cairn/node/parameters"
+	"cairn.dev/cairn/node/clusterconfig"
 	"cairn.dev/cairn/pkg/espimage"
 	"cairn.dev/cairn/proto/api"
 )
@@ -140,7 +140,7 @@ func (a *app) paramsBootstrap(t *paramsTarget, cc *api.ClusterConfiguration) err
 	}
 	a.printf("Wrote bootstrap parameters to %s\n  owner key %x (from %s)\n  storage %s, TPM %s\n",
 		where, []byte(pub), dir, storageName(cc.GetStorageSecurityPolicy()), tpmName(cc.GetTpmMode()))
-	for _, l := range parameters.DescribeRegistries(cc.GetRegistries()) {
+	for _, l := range clusterconfig.DescribeRegistries(cc.GetRegistries()) {
 		a.printf("  %s\n", l)
 	}
 	return nil

@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 
-	"cairn.dev/cairn/node/parameters"
+	"cairn.dev/cairn/node/clusterconfig"
 	"cairn.dev/cairn/proto/api"
 )
 
@@ -39,13 +39,13 @@ func (f *registryFlags) registries() (*api.Registries, error) {
 	}
 	r := &api.Registries{PlainHttp: f.plainHTTP}
 	for _, m := range f.mirrors {
-		mirror, err := parameters.ParseMirror(m)
+		mirror, err := clusterconfig.ParseMirror(m)
 		if err != nil {
 			return nil, fmt.Errorf("--registry-mirror: %w", err)
 		}
 		r.Mirrors = append(r.Mirrors, mirror)
 	}
-	if err := parameters.ValidateRegistries(r); err != nil {
+	if err := clusterconfig.ValidateRegistries(r); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -129,7 +129,7 @@ func (a *app) printRegistries(r *api.Registries) error {
 	if a.output == outputJSON {
 		return writeJSON(a.out, viewRegistries(r))
 	}
-	for _, l := range parameters.DescribeRegistries(r) {
+	for _, l := range clusterconfig.DescribeRegistries(r) {
 		a.printf("%s\n", l)
 	}
 	return nil

@@ -6,9 +6,9 @@ import (
 	"crypto/ed25519"
 	"fmt"
 
+	"cairn.dev/cairn/node/clusterconfig"
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/marker"
-	"cairn.dev/cairn/node/parameters"
 	"cairn.dev/cairn/node/roleserve"
 	"cairn.dev/cairn/pkg/supervisor"
 	api "cairn.dev/cairn/proto/api"
@@ -25,7 +25,7 @@ import (
 func (s *Service) bootstrap(ctx context.Context, p *api.NodeParameters_ClusterBootstrap) (*roleserve.Membership, error) {
 	log := supervisor.Logger(ctx)
 	marker.Log(log, marker.Bootstrapping)
-	conf := parameters.ResolveConfiguration(p.GetInitialClusterConfiguration())
+	conf := clusterconfig.Resolve(p.GetInitialClusterConfiguration())
 	plan, err := planSealing(conf.GetTpmMode(), s.openTPM)
 	if err != nil {
 		log.Errorf("Cannot bootstrap: %v", err)

@@ -11,10 +11,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"cairn.dev/cairn/node/clusterconfig"
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/node/marker"
-	"cairn.dev/cairn/node/parameters"
 	"cairn.dev/cairn/node/roleserve"
 	"cairn.dev/cairn/node/testpoint"
 	"cairn.dev/cairn/pkg/logtree"
@@ -59,7 +59,7 @@ func (s *Service) register(ctx context.Context, p *api.NodeParameters_ClusterReg
 		if err := testpoint.Reach(ctx, testpoint.Registered); err != nil {
 			return nil, err
 		}
-		conf = parameters.ResolveConfiguration(conf)
+		conf = clusterconfig.Resolve(conf)
 		plan, err := planSealing(conf.GetTpmMode(), s.openTPM)
 		if err != nil {
 			log.Errorf("Cannot register: %v", err)

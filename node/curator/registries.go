@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"cairn.dev/cairn/node/parameters"
+	"cairn.dev/cairn/node/clusterconfig"
 	"cairn.dev/cairn/proto/api"
 )
 
@@ -18,7 +18,7 @@ import (
 // that a concurrent change of the configuration is never lost. Workers
 // follow through Curator.Watch.
 func (m management) UpdateRegistries(ctx context.Context, req *api.UpdateRegistriesRequest) (*api.UpdateRegistriesResponse, error) {
-	if err := parameters.ValidateRegistries(req.GetRegistries()); err != nil {
+	if err := clusterconfig.ValidateRegistries(req.GetRegistries()); err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "registries: %v", err)
 	}
 	for {

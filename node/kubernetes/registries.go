@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"strings"
 
-	"cairn.dev/cairn/node/parameters"
+	"cairn.dev/cairn/node/clusterconfig"
 	"cairn.dev/cairn/pkg/supervisor"
 	"cairn.dev/cairn/proto/api"
 )
@@ -38,7 +38,7 @@ func (w *Worker) runRegistries(ctx context.Context) error {
 		if err := writeHosts(w.dir("registry"), r); err != nil {
 			return err
 		}
-		lg.Infof("Registries: %s", strings.Join(parameters.DescribeRegistries(r), "; "))
+		lg.Infof("Registries: %s", strings.Join(clusterconfig.DescribeRegistries(r), "; "))
 		supervisor.Signal(ctx, supervisor.SignalHealthy)
 	}
 }

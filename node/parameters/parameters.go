@@ -19,6 +19,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"cairn.dev/cairn/node/clusterconfig"
 	"cairn.dev/cairn/node/identity"
 	api "cairn.dev/cairn/proto/api"
 )
@@ -94,7 +95,8 @@ func Parse(b []byte) (*api.NodeParameters, error) {
 
 // Validate checks node parameters strictly, so that a mistake
 // shows at boot with a message naming it, not later as a confusing failure:
-// exactly one of bootstrap and register, keys of the right length, a CA
+// exactly one of bootstrap and register, keys of the right length, an
+// initial cluster configuration that clusterconfig.Validate accepts, a CA
 // certificate that parses, directory entries whose IDs match their keys, a
 // network configuration that parses.
 func Validate(p *api.NodeParameters) error {
@@ -126,23 +128,7 @@ func validateBootstrap(b *api.NodeParameters_ClusterBootstrap) error {
 	if n := len(b.GetOwnerPublicKey()); n != ed25519.PublicKeySize {
 		return fmt.Errorf("owner_public_key is %d bytes, want %d", n, ed25519.PublicKeySize)
 	}
-	return validateConfiguration(b.GetInitialClusterConfiguration())
-}
-
-// validateConfiguration accepts an unset configuration and unset fields
-// (they resolve to the strictest choice) but no value this build does not
-// know: a policy it does not understand must not be read as a weaker one.
-func validateConfiguration(c *api.ClusterConfiguration) error {
-	if _, ok := api.StorageSecurityPolicy_name[int32(c.GetStorageSecurityPolicy())]; !ok {
-		return fmt.Errorf("unknown storage_security_policy %d", c.GetStorageSecurityPolicy())
-	}
-	if _, ok := api.TPMMode_name[int32(c.GetTpmMode())]; !ok {
-		return fmt.Errorf("unknown tpm_mode %d", c.GetTpmMode())
-	}
-	if err := ValidateRegistries(c.GetRegistries()); err != nil {
-		return fmt.Errorf("registries: %w", err)
-	}
-	return nil
+	return clusterconfig.Validate(b.GetInitialClusterConfiguration())
 }
 
 func validateRegister(r *api.NodeParameters_ClusterRegister) error {
@@ -257,23 +243,6 @@ func validateNetwork(n *api.NetworkConfig) error {
 		}
 	}
 	return nil
-}
-
-// ResolveConfiguration returns c with every unset field at its strictest
-// value, as the curator stores it.
-func ResolveConfiguration(c *api.ClusterConfiguration) *api.ClusterConfiguration {
-	r := &api.ClusterConfiguration{
-		StorageSecurityPolicy: c.GetStorageSecurityPolicy(),
-		TpmMode:               c.GetTpmMode(),
-		Registries:            c.GetRegistries(),
-	}
-	if r.StorageSecurityPolicy == api.StorageSecurityPolicy_STORAGE_SECURITY_POLICY_UNSPECIFIED {
-		r.StorageSecurityPolicy = api.StorageSecurityPolicy_STORAGE_SECURITY_POLICY_ENCRYPTED
-	}
-	if r.TpmMode == api.TPMMode_TPM_MODE_UNSPECIFIED {
-		r.TpmMode = api.TPMMode_TPM_MODE_REQUIRED
-	}
-	return r
 }
 
 // Loaded is the outcome of reading the node parameters at boot: the

@@ -1,4 +1,4 @@
-package parameters
+package clusterconfig
 
 import (
 	"strings"
@@ -54,15 +54,5 @@ func TestParseMirror(t *testing.T) {
 		if _, err := ParseMirror(bad); err == nil {
 			t.Errorf("ParseMirror(%q) succeeded", bad)
 		}
-	}
-}
-
-// TestResolveConfigurationKeepsRegistries: resolving the bootstrap
-// configuration fills in the policies and keeps the registry settings.
-func TestResolveConfigurationKeepsRegistries(t *testing.T) {
-	r := &api.Registries{Mirrors: []*api.Registries_Mirror{{Registry: "docker.io", Endpoints: []string{"https://a.example"}}}}
-	got := ResolveConfiguration(&api.ClusterConfiguration{Registries: r})
-	if got.GetRegistries() != r || got.GetTpmMode() != api.TPMMode_TPM_MODE_REQUIRED {
-		t.Fatalf("ResolveConfiguration = %v, want the registries kept and TPM required", got)
 	}
 }
