@@ -27,7 +27,7 @@ const (
 // NodeParameters tell a node without a sealed configuration how to enrol.
 // cairnctl writes them (cairnctl params bootstrap|register) into the ESP
 // file cairn/parameters.pb or a file handed to qemu as the fw_cfg entry
-// opt/dev.cairn/parameters.pb; node/cluster reads them at boot, fw_cfg
+// opt/dev.cairn/parameters.pb; node/parameters reads them at boot, fw_cfg
 // winning over the ESP. A node that already has a sealed configuration
 // ignores them: it joins its cluster instead.
 type NodeParameters struct {
