@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
+	"cairn.dev/cairn/node/esp"
 	"cairn.dev/cairn/pkg/espimage"
 	"cairn.dev/cairn/proto/api"
 )
@@ -255,10 +256,10 @@ func TestParamsBootstrapImage(t *testing.T) {
 
 	dir := t.TempDir()
 	out := mustRun(t, dir, "params", "bootstrap", "--image", img, "--tpm", "best-effort")
-	if !strings.Contains(out, "cairn/parameters.pb on the ESP of "+img) {
+	if !strings.Contains(out, esp.ParametersPath+" on the ESP of "+img) {
 		t.Errorf("params bootstrap --image printed %q, want it to name the ESP file", out)
 	}
-	data, err := espimage.ReadFile(img, "cairn/parameters.pb")
+	data, err := espimage.ReadFile(img, esp.ParametersPath)
 	if err != nil {
 		t.Fatalf("reading the parameters back: %v", err)
 	}

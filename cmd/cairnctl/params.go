@@ -13,12 +13,10 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"cairn.dev/cairn/node/clusterconfig"
+	"cairn.dev/cairn/node/esp"
 	"cairn.dev/cairn/pkg/espimage"
 	"cairn.dev/cairn/proto/api"
 )
-
-// parametersPath is where a node looks for its parameters on the ESP.
-const parametersPath = "cairn/parameters.pb"
 
 // paramsTarget is where params commands write: an image's ESP or a file.
 type paramsTarget struct {
@@ -27,7 +25,7 @@ type paramsTarget struct {
 }
 
 func (t *paramsTarget) addFlags(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&t.image, "image", "", "disk image whose ESP receives "+parametersPath)
+	cmd.Flags().StringVar(&t.image, "image", "", "disk image whose ESP receives "+esp.ParametersPath)
 	cmd.Flags().StringVar(&t.out, "out", "", "file to write the parameters to instead (for qemu fw_cfg)")
 	cmd.MarkFlagsOneRequired("image", "out")
 	cmd.MarkFlagsMutuallyExclusive("image", "out")
@@ -40,10 +38,10 @@ func (t *paramsTarget) write(params *api.NodeParameters) (string, error) {
 		return "", fmt.Errorf("when encoding parameters: %w", err)
 	}
 	if t.image != "" {
-		if err := espimage.WriteFile(t.image, parametersPath, data); err != nil {
+		if err := espimage.WriteFile(t.image, esp.ParametersPath, data); err != nil {
 			return "", fmt.Errorf("when writing parameters into the image: %w", err)
 		}
-		return fmt.Sprintf("%s on the ESP of %s", parametersPath, t.image), nil
+		return fmt.Sprintf("%s on the ESP of %s", esp.ParametersPath, t.image), nil
 	}
 	// Register parameters hold the register ticket, a secret.
 	if err := os.WriteFile(t.out, data, 0o600); err != nil {

@@ -24,12 +24,13 @@ type Root struct {
 // ESPDirectory is the root of the ESP.
 type ESPDirectory struct {
 	declarative.Directory
-	// Cairn holds Cairn's own files on the ESP.
+	// Cairn holds Cairn's own files on the ESP (esp.Dir).
 	Cairn ESPCairnDirectory `dir:"cairn"`
 }
 
 // ESPCairnDirectory is cairn/ on the ESP. Its file names are fixed: the
-// operator's tools write them onto images.
+// operator's tools write them onto images. node/esp names them; struct tags
+// cannot name its constants, so TestTreePaths checks that these tags agree.
 type ESPCairnDirectory struct {
 	declarative.Directory
 	// Parameters is the node parameters (cairn.api.NodeParameters).
