@@ -24,9 +24,13 @@ import (
 	api "cairn.dev/cairn/proto/api"
 )
 
-// FWCfgPath is where qemu's fw_cfg shows the node parameters
-// (the fw_cfg entry opt/dev.cairn/parameters.pb) on a node.
-const FWCfgPath = "/sys/firmware/qemu_fw_cfg/by_name/opt/dev.cairn/parameters.pb/raw"
+// FWCfgName is the qemu fw_cfg entry that hands a node its node
+// parameters: what the host names on qemu's command line.
+const FWCfgName = "opt/dev.cairn/parameters.pb"
+
+// FWCfgPath is where qemu's fw_cfg shows the node parameters (the entry
+// FWCfgName) on a node.
+const FWCfgPath = "/sys/firmware/qemu_fw_cfg/by_name/" + FWCfgName + "/raw"
 
 // maxSize bounds what Read reads from one source: real
 // parameters are a few KiB, and a file of garbage must not eat the node's

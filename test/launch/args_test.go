@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"cairn.dev/cairn/node/parameters"
 )
 
 // basePlan is the smallest node: OVMF, a disk, TCG, no network.
@@ -96,13 +98,13 @@ func TestArgs(t *testing.T) {
 			name: "fw_cfg files",
 			change: func(p *plan) {
 				p.fwcfg = []fwcfgPath{
-					{name: ParametersFWCfgName, path: "/s/fwcfg-0"},
+					{name: parameters.FWCfgName, path: "/s/fwcfg-0"},
 					{name: "opt/dev.cairn/other", path: "/s/fwcfg-1"},
 				}
 			},
 			want: [][]string{argsHead, argsTCG, argsOVMF, argsDisk, argsRNG,
 				{
-					"-fw_cfg", "name=opt/dev.cairn/parameters.pb,file=/s/fwcfg-0",
+					"-fw_cfg", "name=" + parameters.FWCfgName + ",file=/s/fwcfg-0",
 					"-fw_cfg", "name=opt/dev.cairn/other,file=/s/fwcfg-1",
 				},
 				argsTail},

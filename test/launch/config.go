@@ -19,10 +19,6 @@ const (
 	DefaultCPUs      = 1
 )
 
-// ParametersFWCfgName is the fw_cfg file from which a node reads its node
-// parameters (cairn.api.NodeParameters).
-const ParametersFWCfgName = "opt/dev.cairn/parameters.pb"
-
 // Config is what every node needs: a name and a disk, and its size.
 type Config struct {
 	// Name identifies the node in errors, file names and its MAC address.
@@ -193,7 +189,7 @@ func WithTPMState(dir string) Option {
 }
 
 // WithParameters hands the node its node parameters (a serialized
-// cairn.api.NodeParameters) through fw_cfg, as ParametersFWCfgName.
+// cairn.api.NodeParameters) through fw_cfg, as parameters.FWCfgName.
 func WithParameters(pb []byte) Option {
 	return func(o *options) { o.parameters = pb }
 }

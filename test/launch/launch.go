@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"cairn.dev/cairn/node/parameters"
 )
 
 // Launch prepares a node's host resources and starts qemu. It returns once
@@ -67,7 +69,7 @@ func checkConfig(cfg *Config, o *options) error {
 		return fmt.Errorf("node %s: direct boot without a kernel", cfg.Name)
 	}
 	if o.parameters != nil {
-		o.fwcfg = append([]FWCfgFile{{Name: ParametersFWCfgName, Data: o.parameters}}, o.fwcfg...)
+		o.fwcfg = append([]FWCfgFile{{Name: parameters.FWCfgName, Data: o.parameters}}, o.fwcfg...)
 	}
 	for _, f := range o.fwcfg {
 		if err := checkFWCfgName(f.Name); err != nil {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"cairn.dev/cairn/node/parameters"
 	"cairn.dev/cairn/pkg/fixture"
 )
 
@@ -349,7 +350,7 @@ func TestSweepStaleKeepsLiveLaunchers(t *testing.T) {
 func TestFWCfgFiles(t *testing.T) {
 	dir := t.TempDir()
 	files := []FWCfgFile{
-		{Name: ParametersFWCfgName, Data: []byte{0, 1, 2, 0xff}},
+		{Name: parameters.FWCfgName, Data: []byte{0, 1, 2, 0xff}},
 		{Name: "opt/dev.cairn/empty", Data: nil},
 	}
 	paths, err := writeFWCfg(dir, files)
@@ -370,7 +371,7 @@ func TestFWCfgFiles(t *testing.T) {
 		name string
 		ok   bool
 	}{
-		{ParametersFWCfgName, true},
+		{parameters.FWCfgName, true},
 		{"opt/x", true},
 		{"etc/x", false},
 		{"opt/" + strings.Repeat("a", 51), true},
