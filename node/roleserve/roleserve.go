@@ -3,8 +3,10 @@ package roleserve
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc"
@@ -80,6 +82,12 @@ type Service struct {
 	// localCurator is where this node's own curator serves; invalid while
 	// it does not (controlplane).
 	localCurator memory.Value[netip.AddrPort]
+	// curators are the host:port of the cluster's curators, unset until
+	// the cluster was heard (clusterwatch).
+	curators memory.Value[[]string]
+	// directory is the cluster directory the cluster's nodes make, unset
+	// until the cluster was heard (clusterwatch).
+	directory memory.Value[*api.ClusterDirectory]
 	// storedDirectory is the cluster directory last written to the ESP
 	// (clusterdir).
 	storedDirectory memory.Value[*api.ClusterDirectory]
@@ -90,9 +98,10 @@ type Service struct {
 	// serves on it, nil otherwise (controlplane).
 	localEtcd memory.Value[*consensus.Status]
 	// apiservers are the host:port of the apiservers of the cluster's
-	// Kubernetes controllers (clusterdir).
+	// Kubernetes controllers (clusterwatch).
 	apiservers memory.Value[[]string]
-	// kubeNodes are the UP nodes and their Kubernetes roles (clusterdir).
+	// kubeNodes are the UP nodes and their Kubernetes roles
+	// (clusterwatch).
 	kubeNodes memory.Value[[]kubernetes.ClusterNode]
 
 	workers map[string]supervisor.Runnable
@@ -134,6 +143,7 @@ func New(cfg Config) *Service {
 			membership:    cfg.Membership,
 			credentials:   &s.credentials,
 			localCurator:  &s.localCurator,
+			curators:      &s.curators,
 			directoryPort: cfg.clusterPorts.Curator,
 			curator:       &s.curator,
 		}).run,
@@ -181,14 +191,19 @@ func New(cfg Config) *Service {
 			node:       paths.node,
 			trust:      &s.ownerTrust,
 		}).run,
+		"clusterwatch": (&workerClusterwatch{
+			curator:    &s.curator,
+			apiPort:    cfg.clusterPorts.KubernetesAPI,
+			curators:   &s.curators,
+			directory:  &s.directory,
+			apiservers: &s.apiservers,
+			kubeNodes:  &s.kubeNodes,
+		}).run,
 		"clusterdir": (&workerClusterdir{
 			membership: cfg.Membership,
-			curator:    &s.curator,
+			directory:  &s.directory,
 			file:       &cfg.Storage.Root.ESP.Cairn,
 			stored:     &s.storedDirectory,
-			apiservers: &s.apiservers,
-			apiPort:    cfg.clusterPorts.KubernetesAPI,
-			kubeNodes:  &s.kubeNodes,
 		}).run,
 	}
 	for name, unit := range map[string]kubeUnit{"kubecontroller": kubeController, "kubeworker": kubeWorker, "kubeservices": kubeServices} {
@@ -230,7 +245,7 @@ func (s *Service) OwnerTrust() event.Watchable[*api.OwnerTrust] { return &s.owne
 
 // Run runs every worker until ctx is done.
 func (s *Service) Run(ctx context.Context) error {
-	for _, n := range []string{"clusterdir", "connection", "controlplane", "credentials", "heartbeat", "kubecontroller", "kubeservices", "kubeworker", "ownertrust", "renew", "rolefetch", "statuspush"} {
+	for _, n := range slices.Sorted(maps.Keys(s.workers)) {
 		if err := supervisor.Run(ctx, n, s.workers[n]); err != nil {
 			return fmt.Errorf("when starting %s: %w", n, err)
 		}
