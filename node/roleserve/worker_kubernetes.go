@@ -69,20 +69,20 @@ func (w *workerKubernetes) role() string {
 	return "KubernetesController's Services"
 }
 
-// inputs reads the current inputs from the latest values.
-func (w *workerKubernetes) inputs(roles *api.NodeRoles, addr netip.Prefix, etcd *consensus.Status) kubernetesInputs {
-	in := kubernetesInputs{ip: addr.Addr()}
-	controller := roles.GetKubernetesController() != nil && etcd != nil
+// inputs are what the unit is built from for the node's state.
+func (w *workerKubernetes) inputs(s nodeState) kubernetesInputs {
+	in := kubernetesInputs{ip: s.ip}
+	controller := s.roles.GetKubernetesController() != nil && s.etcd != nil
 	switch w.unit {
 	case kubeController:
 		in.on = controller
 		if in.on {
-			in.etcd = etcd
+			in.etcd = s.etcd
 		}
 	case kubeWorker:
-		in.on = roles.GetKubernetesWorker() != nil
+		in.on = s.roles.GetKubernetesWorker() != nil
 	case kubeServices:
-		in.on = controller && roles.GetKubernetesWorker() == nil
+		in.on = controller && s.roles.GetKubernetesWorker() == nil
 	}
 	return in
 }
@@ -92,42 +92,8 @@ func (w *workerKubernetes) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	pctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	rolesC := make(chan *api.NodeRoles)
-	addrC := make(chan netip.Prefix)
-	etcdC := make(chan *consensus.Status)
-	event.Pipe(pctx, w.roles, rolesC, event.Filter(notNil[api.NodeRoles]))
-	event.Pipe(pctx, w.address, addrC)
-	if w.unit != kubeWorker {
-		event.Pipe(pctx, w.localEtcd, etcdC)
-	}
-	var (
-		roles   *api.NodeRoles
-		addr    netip.Prefix
-		etcd    *consensus.Status
-		started *kubernetesInputs
-	)
-	healthy := false
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case roles = <-rolesC:
-		case addr = <-addrC:
-		case etcd = <-etcdC:
-		}
-		if roles == nil || !addr.IsValid() {
-			continue
-		}
-		in := w.inputs(roles, addr, etcd)
-		if started != nil {
-			if in != *started {
-				return fmt.Errorf("%w: %s now %t on %s", errInputChanged, w.role(), in.on, in.ip)
-			}
-			continue
-		}
-		started = &in
+	start := func(s nodeState) error {
+		in := w.inputs(s)
 		if in.on {
 			cc, err := waitFor(ctx, w.curator, "a curator connection")
 			if err != nil {
@@ -138,11 +104,20 @@ func (w *workerKubernetes) run(ctx context.Context) error {
 			}
 			supervisor.Logger(ctx).Infof("%s started on %s", w.role(), in.ip)
 		}
-		if !healthy {
-			supervisor.Signal(ctx, supervisor.SignalHealthy)
-			healthy = true
-		}
+		supervisor.Signal(ctx, supervisor.SignalHealthy)
+		return nil
 	}
+	fits := func(started, now nodeState) error {
+		if in := w.inputs(now); in != w.inputs(started) {
+			return fmt.Errorf("%w: %s now %t on %s", errInputChanged, w.role(), in.on, in.ip)
+		}
+		return nil
+	}
+	node := nodeInputs{roles: w.roles, address: w.address}
+	if w.unit != kubeWorker {
+		node.localEtcd = w.localEtcd
+	}
+	return node.runFor(ctx, start, fits)
 }
 
 // start runs the unit as a child.
