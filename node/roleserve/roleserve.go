@@ -133,6 +133,14 @@ func New(cfg Config) *Service {
 		socket: filepath.Join(cfg.Storage.Root.Ephemeral.FullPath(), "etcd", "client.sock"),
 		node:   &cfg.Storage.Root.Data.Node,
 	}
+	kube := kubeUnit{
+		roles:       &s.roles,
+		address:     cfg.ExternalAddress,
+		credentials: &s.credentials,
+		curator:     &s.curator,
+		layout:      kubernetesLayout(cfg),
+		ports:       cfg.Ports,
+	}
 	s.workers = map[string]supervisor.Runnable{
 		"credentials": (&workerCredentials{
 			membership:   cfg.Membership,
@@ -205,20 +213,13 @@ func New(cfg Config) *Service {
 			file:       &cfg.Storage.Root.ESP.Cairn,
 			stored:     &s.storedDirectory,
 		}).run,
-	}
-	for name, unit := range map[string]kubeUnit{"kubecontroller": kubeController, "kubeworker": kubeWorker, "kubeservices": kubeServices} {
-		s.workers[name] = (&workerKubernetes{
-			unit:        unit,
-			address:     cfg.ExternalAddress,
-			roles:       &s.roles,
-			credentials: &s.credentials,
-			curator:     &s.curator,
-			localEtcd:   &s.localEtcd,
-			apiservers:  &s.apiservers,
-			kubeNodes:   &s.kubeNodes,
-			layout:      kubernetesLayout(cfg),
-			ports:       cfg.Ports,
-		}).run
+		"kubecontroller": (&workerKubeController{
+			kubeUnit:  kube,
+			localEtcd: &s.localEtcd,
+			kubeNodes: &s.kubeNodes,
+		}).run,
+		"kubeworker":   (&workerKubeWorker{kubeUnit: kube, apiservers: &s.apiservers}).run,
+		"kubeservices": (&workerKubeServices{kubeUnit: kube, localEtcd: &s.localEtcd}).run,
 	}
 	return s
 }
