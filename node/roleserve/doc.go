@@ -45,13 +45,15 @@
 // # Restarting on a change
 //
 // A worker that depends on a value for what it builds (the controlplane on
-// the ConsensusMember role and on the node's address) starts its subtree for
-// the value it read, then keeps watching; when the value changes in a way
-// that matters, it returns errInputChanged. Its supervisor cancels the subtree
-// and runs the worker again, after the short backoff of a healthy runnable,
-// on the new value. Workers that only use a value once (the credentials, the
-// ClientConn) simply fail when what they hold stops working, and find the
-// new one when they run again.
+// the ConsensusMember role and on the node's address, the Kubernetes
+// workers on their role, the address and the etcd member) starts its
+// subtree for the value it read, then keeps watching; when the value
+// changes in a way that matters, it returns errInputChanged. Its supervisor
+// cancels the subtree and runs the worker again, after the short backoff of
+// a healthy runnable, on the new value. These workers share that loop
+// (nodeInputs.runFor). Workers that only use a value once (the
+// credentials, the ClientConn) simply fail when what they hold stops
+// working, and find the new one when they run again.
 //
 // # Roles that survive a cold cluster
 //
