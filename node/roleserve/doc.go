@@ -1,33 +1,40 @@
 // Package roleserve is the node's role server: once enrolment hands it the
 // node's Membership, it runs what the node's roles ask for (etcd and the
-// curator for ConsensusMember) and keeps the node in touch with the cluster
-// (roles, status, heartbeats, cluster directory).
+// curator for ConsensusMember, the Kubernetes control plane for
+// KubernetesController, the Kubernetes worker for KubernetesWorker) and
+// keeps the node in touch with the cluster (roles, status, heartbeats,
+// certificate, cluster directory, owner trust).
 //
 // Each piece is a worker: a type of its own, in a file of its own, whose
 // fields name the values it reads (event.Watchable) and the values it
 // writes (event.Value). The workers talk only through those values, so each
 // one restarts only when its own inputs change, and a failing one takes
-// nothing else down:
+// nothing else down. Every value has one writer:
 //
-//	enrolment                       network
-//	   │ Membership                    │ ExternalAddress
-//	   ▼                               │
-//	credentials ◀──── bootstrapped ────┼──────────────────┐
-//	   │ Credentials (also to enrolment, node management)  │
-//	   ▼                               │                  │
-//	connection ◀─── local curator ─────┼───────────────┐  │
-//	   │ curator ClientConn (resolver: follows the leader)│
-//	   ├──────────────┬──────────────┬─┴────────────┐  │  │
-//	   ▼              ▼              ▼              ▼  │  │
-//	rolefetch     heartbeat      statuspush     clusterdir
-//	   │ roles       (every        (address,      (the one writer of the ESP's
-//	   │ (roles.pb)   interval)     version,       cluster_directory.pb;
-//	   ▼                            curator port)  StoredDirectory to enrolment)
-//	controlplane ── member: consensus (etcd) ──▶ curator ──┘
-//	                         └ bootstrap of a new cluster ──┘
-//	             └─ standby: no role and no etcd data (wipes leftovers)
+//	enrolment ── Membership ──▶ credentials, connection, rolefetch,
+//	                            controlplane, clusterdir, ownertrust
+//	network ── ExternalAddress ──▶ controlplane, statuspush, kube*
 //
-//	connection ─▶ ownertrust ─ OwnerTrust (owner_trust.pb) ─▶ node management
+//	               bootstrapped
+//	credentials ◀──────────────── controlplane ◀──── roles ──── rolefetch
+//	   │ Credentials (also to      │    │ member: etcd, curator  (roles.pb)
+//	   │ the other workers that    │    │ standby: wipes leftovers   │
+//	   │ use the node's identity,  │    │                            │
+//	   │ enrolment, node mgmt)     │    │ localEtcd                  │ roles
+//	   ▼         localCurator      │    ▼                            ▼
+//	connection ◀───────────────────┤  kubecontroller, kubeservices, kubeworker
+//	   │    ▲      statuspush ◀────┘      ▲ kubeNodes (kubecontroller)
+//	   │    │ curators                    │ apiservers (kubeworker)
+//	   │    └─────────────── clusterwatch ┘
+//	   │                          │ directory
+//	   │                          ▼
+//	   │                      clusterdir ── StoredDirectory ──▶ enrolment
+//	   │                      (cluster_directory.pb)
+//	   ▼ curator: the ClientConn to the leader, for every worker that
+//	     calls the curator (rolefetch, statuspush, heartbeat, renew,
+//	     ownertrust, clusterwatch, controlplane, kube*)
+//
+//	ownertrust ── OwnerTrust (owner_trust.pb) ──▶ node management
 //
 // On the boot that creates the cluster, Membership carries the bootstrap
 // data (owner key, configuration, keys) instead of credentials: the
@@ -38,13 +45,15 @@
 // # Restarting on a change
 //
 // A worker that depends on a value for what it builds (the controlplane on
-// the ConsensusMember role and on the node's address) starts its subtree for
-// the value it read, then keeps watching; when the value changes in a way
-// that matters, it returns errInputChanged. Its supervisor cancels the subtree
-// and runs the worker again, after the short backoff of a healthy runnable,
-// on the new value. Workers that only use a value once (the credentials, the
-// ClientConn) simply fail when what they hold stops working, and find the
-// new one when they run again.
+// the ConsensusMember role and on the node's address, the Kubernetes
+// workers on their role, the address and the etcd member) starts its
+// subtree for the value it read, then keeps watching; when the value
+// changes in a way that matters, it returns errInputChanged. Its supervisor
+// cancels the subtree and runs the worker again, after the short backoff of
+// a healthy runnable, on the new value. These workers share that loop
+// (nodeInputs.runFor). Workers that only use a value once (the
+// credentials, the ClientConn) simply fail when what they hold stops
+// working, and find the new one when they run again.
 //
 // # Roles that survive a cold cluster
 //

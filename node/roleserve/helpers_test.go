@@ -3,12 +3,14 @@ package roleserve
 import (
 	"context"
 	"crypto/ed25519"
+	"net"
 	"net/netip"
 	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"cairn.dev/cairn/node/consensus"
 	"cairn.dev/cairn/node/consensus/consensustest"
@@ -23,6 +25,7 @@ import (
 	"cairn.dev/cairn/node/timesync"
 	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/pkg/logtree"
+	"cairn.dev/cairn/pkg/supervisor"
 	api "cairn.dev/cairn/proto/api"
 )
 
@@ -188,4 +191,32 @@ func (o *owner) dial(t testing.TB, addr string) *grpc.ClientConn {
 	}
 	t.Cleanup(func() { cc.Close() })
 	return cc
+}
+
+// runWorker runs one worker's run under a supervisor of its own until the
+// test ends.
+func runWorker(t testing.TB, run supervisor.Runnable) {
+	t.Helper()
+	t.Cleanup(consensustest.RunTree(t, "", run, logtree.New(), logtree.INFO))
+}
+
+// fakeCurator serves srv as the curator on a loopback port, without TLS,
+// and returns a connection to it as the connection worker would publish
+// it (with no resolver), until the test ends.
+func fakeCurator(t testing.TB, srv api.CuratorServer) *curatorConn {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	api.RegisterCuratorServer(gs, srv)
+	go gs.Serve(lis)
+	t.Cleanup(gs.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return &curatorConn{conn: conn}
 }

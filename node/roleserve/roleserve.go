@@ -3,8 +3,10 @@ package roleserve
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc"
@@ -80,6 +82,12 @@ type Service struct {
 	// localCurator is where this node's own curator serves; invalid while
 	// it does not (controlplane).
 	localCurator memory.Value[netip.AddrPort]
+	// curators are the host:port of the cluster's curators, unset until
+	// the cluster was heard (clusterwatch).
+	curators memory.Value[[]string]
+	// directory is the cluster directory the cluster's nodes make, unset
+	// until the cluster was heard (clusterwatch).
+	directory memory.Value[*api.ClusterDirectory]
 	// storedDirectory is the cluster directory last written to the ESP
 	// (clusterdir).
 	storedDirectory memory.Value[*api.ClusterDirectory]
@@ -90,9 +98,10 @@ type Service struct {
 	// serves on it, nil otherwise (controlplane).
 	localEtcd memory.Value[*consensus.Status]
 	// apiservers are the host:port of the apiservers of the cluster's
-	// Kubernetes controllers (clusterdir).
+	// Kubernetes controllers (clusterwatch).
 	apiservers memory.Value[[]string]
-	// kubeNodes are the UP nodes and their Kubernetes roles (clusterdir).
+	// kubeNodes are the UP nodes and their Kubernetes roles
+	// (clusterwatch).
 	kubeNodes memory.Value[[]kubernetes.ClusterNode]
 
 	workers map[string]supervisor.Runnable
@@ -124,6 +133,14 @@ func New(cfg Config) *Service {
 		socket: filepath.Join(cfg.Storage.Root.Ephemeral.FullPath(), "etcd", "client.sock"),
 		node:   &cfg.Storage.Root.Data.Node,
 	}
+	kube := kubeUnit{
+		roles:       &s.roles,
+		address:     cfg.ExternalAddress,
+		credentials: &s.credentials,
+		curator:     &s.curator,
+		layout:      kubernetesLayout(cfg),
+		ports:       cfg.Ports,
+	}
 	s.workers = map[string]supervisor.Runnable{
 		"credentials": (&workerCredentials{
 			membership:   cfg.Membership,
@@ -134,6 +151,7 @@ func New(cfg Config) *Service {
 			membership:    cfg.Membership,
 			credentials:   &s.credentials,
 			localCurator:  &s.localCurator,
+			curators:      &s.curators,
 			directoryPort: cfg.clusterPorts.Curator,
 			curator:       &s.curator,
 		}).run,
@@ -181,29 +199,27 @@ func New(cfg Config) *Service {
 			node:       paths.node,
 			trust:      &s.ownerTrust,
 		}).run,
-		"clusterdir": (&workerClusterdir{
-			membership: cfg.Membership,
+		"clusterwatch": (&workerClusterwatch{
 			curator:    &s.curator,
-			file:       &cfg.Storage.Root.ESP.Cairn,
-			stored:     &s.storedDirectory,
-			apiservers: &s.apiservers,
 			apiPort:    cfg.clusterPorts.KubernetesAPI,
+			curators:   &s.curators,
+			directory:  &s.directory,
+			apiservers: &s.apiservers,
 			kubeNodes:  &s.kubeNodes,
 		}).run,
-	}
-	for name, unit := range map[string]kubeUnit{"kubecontroller": kubeController, "kubeworker": kubeWorker, "kubeservices": kubeServices} {
-		s.workers[name] = (&workerKubernetes{
-			unit:        unit,
-			address:     cfg.ExternalAddress,
-			roles:       &s.roles,
-			credentials: &s.credentials,
-			curator:     &s.curator,
-			localEtcd:   &s.localEtcd,
-			apiservers:  &s.apiservers,
-			kubeNodes:   &s.kubeNodes,
-			layout:      kubernetesLayout(cfg),
-			ports:       cfg.Ports,
-		}).run
+		"clusterdir": (&workerClusterdir{
+			membership: cfg.Membership,
+			directory:  &s.directory,
+			file:       &cfg.Storage.Root.ESP.Cairn,
+			stored:     &s.storedDirectory,
+		}).run,
+		"kubecontroller": (&workerKubeController{
+			kubeUnit:  kube,
+			localEtcd: &s.localEtcd,
+			kubeNodes: &s.kubeNodes,
+		}).run,
+		"kubeworker":   (&workerKubeWorker{kubeUnit: kube, apiservers: &s.apiservers}).run,
+		"kubeservices": (&workerKubeServices{kubeUnit: kube, localEtcd: &s.localEtcd}).run,
 	}
 	return s
 }
@@ -230,7 +246,7 @@ func (s *Service) OwnerTrust() event.Watchable[*api.OwnerTrust] { return &s.owne
 
 // Run runs every worker until ctx is done.
 func (s *Service) Run(ctx context.Context) error {
-	for _, n := range []string{"clusterdir", "connection", "controlplane", "credentials", "heartbeat", "kubecontroller", "kubeservices", "kubeworker", "ownertrust", "renew", "rolefetch", "statuspush"} {
+	for _, n := range slices.Sorted(maps.Keys(s.workers)) {
 		if err := supervisor.Run(ctx, n, s.workers[n]); err != nil {
 			return fmt.Errorf("when starting %s: %w", n, err)
 		}

@@ -234,30 +234,27 @@ func setRole(t *testing.T, mgmt *grpc.ClientConn, id string, member bool) {
 
 // wantRolesFile checks n's copy of its roles.
 func wantRolesFile(n *testNode, want *api.NodeRoles) error {
-	b, err := n.cfg.Storage.Root.Data.Node.Roles.Read()
+	return wantProtoFile(n.cfg.Storage.Root.Data.Node.Roles.Read, want)
+}
+
+// wantProtoFile checks that the file read returns holds want.
+func wantProtoFile(read func() ([]byte, error), want proto.Message) error {
+	b, err := read()
 	if err != nil {
 		return err
 	}
-	got := &api.NodeRoles{}
+	got := want.ProtoReflect().New().Interface()
 	if err := proto.Unmarshal(b, got); err != nil {
 		return err
 	}
 	if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
-		return fmt.Errorf("roles.pb (-want +got):\n%s", diff)
+		return fmt.Errorf("%s (-want +got):\n%s", want.ProtoReflect().Descriptor().Name(), diff)
 	}
 	return nil
 }
 
 // wantDirectory checks that n's cluster directory lists exactly members.
 func wantDirectory(n *testNode, members ...*testNode) error {
-	b, err := n.cfg.Storage.Root.ESP.Cairn.ClusterDirectory.Read()
-	if err != nil {
-		return err
-	}
-	got := &api.ClusterDirectory{}
-	if err := proto.Unmarshal(b, got); err != nil {
-		return err
-	}
 	nodes := make(map[string]*api.Node)
 	for _, m := range members {
 		nodes[m.id()] = &api.Node{
@@ -268,8 +265,8 @@ func wantDirectory(n *testNode, members ...*testNode) error {
 			Status:    &api.NodeStatus{ExternalAddress: m.ip.String()},
 		}
 	}
-	if diff := cmp.Diff(clusterDirectory(nodes), got, protocmp.Transform()); diff != "" {
-		return fmt.Errorf("cluster directory of %s (-want +got):\n%s", n.id(), diff)
+	if err := wantProtoFile(n.cfg.Storage.Root.ESP.Cairn.ClusterDirectory.Read, clusterDirectory(nodes)); err != nil {
+		return fmt.Errorf("on %s: %w", n.id(), err)
 	}
 	return nil
 }

@@ -13,12 +13,15 @@ import (
 
 // workerConnection keeps the one ClientConn through which the other
 // workers call the curator leader. Its resolver starts from the cluster
-// directory and also knows this node's own curator, which on a new cluster
-// is the only one.
+// directory, follows the curators the cluster reports, and also knows this
+// node's own curator, which on a new cluster is the only one.
 type workerConnection struct {
 	membership   event.Watchable[*Membership]
 	credentials  event.Watchable[*identity.Node]
 	localCurator event.Watchable[netip.AddrPort]
+	// curators are the cluster's curators (clusterwatch); nothing until
+	// the cluster was heard.
+	curators event.Watchable[[]string]
 	// directoryPort is the curators' port on the directory's hosts.
 	directoryPort int
 
@@ -49,17 +52,22 @@ func (w *workerConnection) run(ctx context.Context) error {
 	defer w.curator.Set(nil)
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
 
-	lw := w.localCurator.Watch()
-	defer lw.Close()
+	localC := make(chan netip.AddrPort)
+	curatorsC := make(chan []string)
+	event.Pipe(ctx, w.localCurator, localC)
+	event.Pipe(ctx, w.curators, curatorsC)
 	for {
-		ap, err := lw.Get(ctx)
-		if err != nil {
-			return fmt.Errorf("when watching the local curator: %w", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case ap := <-localC:
+			local := ""
+			if ap.IsValid() {
+				local = ap.String()
+			}
+			r.SetLocal(local)
+		case eps := <-curatorsC:
+			r.SetCurators(eps)
 		}
-		local := ""
-		if ap.IsValid() {
-			local = ap.String()
-		}
-		r.SetLocal(local)
 	}
 }

@@ -77,52 +77,33 @@ func (w *workerControlplane) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	pctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	rolesC := make(chan *api.NodeRoles)
-	addrC := make(chan netip.Prefix)
-	event.Pipe(pctx, w.roles, rolesC, event.Filter(notNil[api.NodeRoles]))
-	event.Pipe(pctx, w.address, addrC)
-
-	var (
-		roles   *api.NodeRoles
-		addr    netip.Prefix
-		started *controlplaneInputs
-		member  bool
-	)
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case roles = <-rolesC:
-		case addr = <-addrC:
-		}
-		if roles == nil || !addr.IsValid() {
-			continue
-		}
-		in := controlplaneInputs{member: isMember(roles), ip: addr.Addr()}
-		if started != nil {
-			if in.ip != started.ip || (!member && in.member) {
-				return fmt.Errorf("%w: now %s", errInputChanged, in)
-			}
-			continue
-		}
+	// member is whether the subtree runs member rather than standby.
+	var member bool
+	start := func(s nodeState) error {
 		hasData, err := consensus.HasData(w.paths.etcd)
 		if err != nil {
 			return err
 		}
-		member = in.member || hasData
+		member = isMember(s.roles) || hasData
 		if member {
-			err = supervisor.Run(ctx, "member", w.runMember(m, in.ip))
+			err = supervisor.Run(ctx, "member", w.runMember(m, s.ip))
 		} else {
 			err = supervisor.Run(ctx, "standby", w.runStandby)
 		}
 		if err != nil {
 			return fmt.Errorf("when starting: %w", err)
 		}
-		started = &in
 		supervisor.Signal(ctx, supervisor.SignalHealthy)
+		return nil
 	}
+	fits := func(started, now nodeState) error {
+		in := controlplaneInputs{member: isMember(now.roles), ip: now.ip}
+		if in.ip != started.ip || (!member && in.member) {
+			return fmt.Errorf("%w: now %s", errInputChanged, in)
+		}
+		return nil
+	}
+	return nodeInputs{roles: w.roles, address: w.address}.runFor(ctx, start, fits)
 }
 
 func isMember(r *api.NodeRoles) bool { return r.GetConsensusMember() != nil }

@@ -2,13 +2,9 @@ package roleserve
 
 import (
 	"context"
-	"net"
 	"sync"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/pkg/fixture"
@@ -48,22 +44,9 @@ func (s *silentLeader) Heartbeat(ctx context.Context, _ *api.HeartbeatRequest) (
 // most half the interval (at least a second), and that the worker beats
 // again after one went unanswered.
 func TestHeartbeatGivesUpOnASilentLeader(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
 	leader := &silentLeader{calls: make(chan struct{}, 16)}
-	api.RegisterCuratorServer(srv, leader)
-	go srv.Serve(lis)
-	defer srv.Stop()
-	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
 	var cc memory.Value[*curatorConn]
-	cc.Set(&curatorConn{conn: conn})
+	cc.Set(fakeCurator(t, leader))
 	w := &workerHeartbeat{curator: &cc}
 
 	ctx, cancel := context.WithCancel(fixture.Context(t))

@@ -15,169 +15,70 @@ import (
 	api "cairn.dev/cairn/proto/api"
 )
 
-// kubernetesInputs are what a Kubernetes runnable is built from; it runs
-// again when they change.
+// kubernetesInputs are what a Kubernetes unit is built from; it runs again
+// when they change.
 type kubernetesInputs struct {
-	// on is whether the node holds the role (and, for a controller, runs
-	// a voting etcd member).
+	// on is whether the node holds the unit's role (and, for the units of
+	// a controller, runs a voting etcd member).
 	on bool
 	ip netip.Addr
 	// etcd is the local etcd member a controller's apiserver uses.
 	etcd *consensus.Status
 }
 
-// kubeUnit is what an instance of workerKubernetes runs.
-type kubeUnit int
-
-const (
-	// kubeController: the control plane, on a node holding
-	// KubernetesController with a voting etcd member.
-	kubeController kubeUnit = iota
-	// kubeWorker: the worker, on a node holding KubernetesWorker.
-	kubeWorker
-	// kubeServices: kube-proxy and the pod routes, on a node running the
-	// control plane without KubernetesWorker (whose worker runs them).
-	kubeServices
-)
-
-// workerKubernetes runs a Kubernetes unit while the node holds its role,
-// and stops it when the role goes: one instance per unit.
-type workerKubernetes struct {
-	unit        kubeUnit
-	address     event.Watchable[netip.Prefix]
+// kubeUnit is what the three Kubernetes workers (kubecontroller,
+// kubeworker, kubeservices) have in common: the values every unit of
+// node/kubernetes is built from, and run, which runs a unit while the node
+// holds its role and stops it when the role goes.
+type kubeUnit struct {
 	roles       event.Watchable[*api.NodeRoles]
+	address     event.Watchable[netip.Prefix]
 	credentials event.Watchable[*identity.Node]
 	curator     event.Watchable[*curatorConn]
-	// localEtcd is the node's voting etcd member, nil while there is none
-	// (controlplane).
-	localEtcd event.Watchable[*consensus.Status]
-	// apiservers are the controllers' apiservers (clusterdir).
-	apiservers event.Watchable[[]string]
-	// kubeNodes are the UP nodes' Kubernetes roles (clusterdir).
-	kubeNodes event.Watchable[[]kubernetes.ClusterNode]
-	layout    kubernetes.Layout
-	ports     ports.Table
+	layout      kubernetes.Layout
+	ports       ports.Table
 }
 
-func (w *workerKubernetes) role() string {
-	switch w.unit {
-	case kubeController:
-		return "KubernetesController"
-	case kubeWorker:
-		return "KubernetesWorker"
-	}
-	return "KubernetesController's Services"
+// kubeRunner is one Kubernetes worker's own part.
+type kubeRunner interface {
+	// role names the unit in logs and errors.
+	role() string
+	// inputs are what the unit is built from for the node's state.
+	inputs(s nodeState) kubernetesInputs
+	// start runs the unit as a child of ctx's runnable.
+	start(ctx context.Context, creds *identity.Node, cc *curatorConn, in kubernetesInputs) error
 }
 
-// inputs reads the current inputs from the latest values.
-func (w *workerKubernetes) inputs(roles *api.NodeRoles, addr netip.Prefix, etcd *consensus.Status) kubernetesInputs {
-	in := kubernetesInputs{ip: addr.Addr()}
-	controller := roles.GetKubernetesController() != nil && etcd != nil
-	switch w.unit {
-	case kubeController:
-		in.on = controller
-		if in.on {
-			in.etcd = etcd
-		}
-	case kubeWorker:
-		in.on = roles.GetKubernetesWorker() != nil
-	case kubeServices:
-		in.on = controller && roles.GetKubernetesWorker() == nil
-	}
-	return in
-}
-
-func (w *workerKubernetes) run(ctx context.Context) error {
-	creds, err := waitFor(ctx, w.credentials, "credentials")
+// run runs r's unit while its inputs say on. It follows localEtcd as well
+// when not nil. It returns errInputChanged when the inputs change, so that
+// its supervisor stops the unit and runs the worker again.
+func (u *kubeUnit) run(ctx context.Context, localEtcd event.Watchable[*consensus.Status], r kubeRunner) error {
+	creds, err := waitFor(ctx, u.credentials, "credentials")
 	if err != nil {
 		return err
 	}
-	pctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	rolesC := make(chan *api.NodeRoles)
-	addrC := make(chan netip.Prefix)
-	etcdC := make(chan *consensus.Status)
-	event.Pipe(pctx, w.roles, rolesC, event.Filter(notNil[api.NodeRoles]))
-	event.Pipe(pctx, w.address, addrC)
-	if w.unit != kubeWorker {
-		event.Pipe(pctx, w.localEtcd, etcdC)
-	}
-	var (
-		roles   *api.NodeRoles
-		addr    netip.Prefix
-		etcd    *consensus.Status
-		started *kubernetesInputs
-	)
-	healthy := false
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case roles = <-rolesC:
-		case addr = <-addrC:
-		case etcd = <-etcdC:
-		}
-		if roles == nil || !addr.IsValid() {
-			continue
-		}
-		in := w.inputs(roles, addr, etcd)
-		if started != nil {
-			if in != *started {
-				return fmt.Errorf("%w: %s now %t on %s", errInputChanged, w.role(), in.on, in.ip)
-			}
-			continue
-		}
-		started = &in
+	start := func(s nodeState) error {
+		in := r.inputs(s)
 		if in.on {
-			cc, err := waitFor(ctx, w.curator, "a curator connection")
+			cc, err := waitFor(ctx, u.curator, "a curator connection")
 			if err != nil {
 				return err
 			}
-			if err := w.start(ctx, creds, cc, in); err != nil {
+			if err := r.start(ctx, creds, cc, in); err != nil {
 				return err
 			}
-			supervisor.Logger(ctx).Infof("%s started on %s", w.role(), in.ip)
+			supervisor.Logger(ctx).Infof("%s started on %s", r.role(), in.ip)
 		}
-		if !healthy {
-			supervisor.Signal(ctx, supervisor.SignalHealthy)
-			healthy = true
+		supervisor.Signal(ctx, supervisor.SignalHealthy)
+		return nil
+	}
+	fits := func(started, now nodeState) error {
+		if in := r.inputs(now); in != r.inputs(started) {
+			return fmt.Errorf("%w: %s now %t on %s", errInputChanged, r.role(), in.on, in.ip)
 		}
+		return nil
 	}
-}
-
-// start runs the unit as a child.
-func (w *workerKubernetes) start(ctx context.Context, creds *identity.Node, cc *curatorConn, in kubernetesInputs) error {
-	switch w.unit {
-	case kubeServices:
-		s := kubernetes.NewServices(kubernetes.ServicesConfig{
-			Layout:  w.layout,
-			NodeID:  creds.ID(),
-			IP:      in.ip,
-			Curator: cc.client(),
-			Ports:   w.ports,
-		})
-		return supervisor.Run(ctx, "services", s.Run)
-	case kubeController:
-		c := kubernetes.NewController(kubernetes.ControllerConfig{
-			Layout:   w.layout,
-			IP:       in.ip,
-			Curator:  cc.client(),
-			Etcd:     in.etcd.RawClient(),
-			HoldEtcd: in.etcd.Hold,
-			Ports:    w.ports,
-			Nodes:    w.kubeNodes,
-		})
-		return supervisor.Run(ctx, "controller", c.Run)
-	}
-	wk := kubernetes.NewWorker(kubernetes.WorkerConfig{
-		Layout:     w.layout,
-		NodeID:     creds.ID(),
-		IP:         in.ip,
-		Curator:    cc.client(),
-		APIServers: w.apiservers,
-		Ports:      w.ports,
-	})
-	return supervisor.Run(ctx, "worker", wk.Run)
+	return nodeInputs{roles: u.roles, address: u.address, localEtcd: localEtcd}.runFor(ctx, start, fits)
 }
 
 // kubernetesLayout is where Kubernetes lives on the node of cfg.

@@ -1,0 +1,41 @@
+package roleserve
+
+import (
+	"context"
+
+	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/kubernetes"
+	"cairn.dev/cairn/pkg/event"
+	"cairn.dev/cairn/pkg/supervisor"
+)
+
+// workerKubeWorker runs the Kubernetes worker (containerd, the kubelet,
+// kube-proxy and the pod routes) while the node holds KubernetesWorker.
+type workerKubeWorker struct {
+	kubeUnit
+	// apiservers are the controllers' apiservers (clusterwatch), which
+	// the kubelet reaches through a balancer.
+	apiservers event.Watchable[[]string]
+}
+
+func (w *workerKubeWorker) run(ctx context.Context) error {
+	return w.kubeUnit.run(ctx, nil, w)
+}
+
+func (w *workerKubeWorker) role() string { return "KubernetesWorker" }
+
+func (w *workerKubeWorker) inputs(s nodeState) kubernetesInputs {
+	return kubernetesInputs{ip: s.ip, on: s.roles.GetKubernetesWorker() != nil}
+}
+
+func (w *workerKubeWorker) start(ctx context.Context, creds *identity.Node, cc *curatorConn, in kubernetesInputs) error {
+	wk := kubernetes.NewWorker(kubernetes.WorkerConfig{
+		Layout:     w.layout,
+		NodeID:     creds.ID(),
+		IP:         in.ip,
+		Curator:    cc.client(),
+		APIServers: w.apiservers,
+		Ports:      w.ports,
+	})
+	return supervisor.Run(ctx, "worker", wk.Run)
+}
