@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+
+	"cairn.dev/cairn/pkg/sleep"
 )
 
 // newBackoff returns an exponential backoff from min to max, doubling
@@ -22,17 +24,5 @@ func newBackoff(min, max time.Duration) backoff.BackOff {
 
 // sleepNext waits for b's next interval or until ctx is done.
 func sleepNext(ctx context.Context, b backoff.BackOff) error {
-	return sleepCtx(ctx, b.NextBackOff())
-}
-
-// sleepCtx waits for d or until ctx is done.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return sleep.For(ctx, b.NextBackOff())
 }
