@@ -1,9 +1,12 @@
 package curator
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"cairn.dev/cairn/node/consensus"
 )
@@ -50,3 +53,17 @@ func nodeIDFromKey(key []byte) string {
 // errUnchanged, returned by the function given to updateNode, leaves the
 // record as it is and makes updateNode succeed.
 var errUnchanged = errors.New("unchanged")
+
+// putAt stores value under key if the key is still the one of mod
+// revision rev (0: none), and says whether it was; what names the value
+// in errors.
+func (c *curator) putAt(ctx context.Context, key string, value []byte, rev int64, what string) (bool, error) {
+	resp, err := c.etcd.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+		Then(clientv3.OpPut(key, string(value))).
+		Commit()
+	if err != nil {
+		return false, fmt.Errorf("when storing %s: %w", what, err)
+	}
+	return resp.Succeeded, nil
+}

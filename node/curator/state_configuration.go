@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -58,12 +57,5 @@ func (c *curator) putConfiguration(ctx context.Context, conf *api.ClusterConfigu
 	if err != nil {
 		return false, fmt.Errorf("when encoding the cluster configuration: %w", err)
 	}
-	txn, err := c.etcd.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(configurationKey), "=", rev)).
-		Then(clientv3.OpPut(configurationKey, string(b))).
-		Commit()
-	if err != nil {
-		return false, fmt.Errorf("when storing the cluster configuration: %w", err)
-	}
-	return txn.Succeeded, nil
+	return c.putAt(ctx, configurationKey, b, rev, "the cluster configuration")
 }

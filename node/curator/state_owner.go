@@ -137,14 +137,7 @@ func (c *curator) putOwnerTrust(ctx context.Context, t *api.OwnerTrust, rev int6
 	if err != nil {
 		return false, fmt.Errorf("when encoding the owner trust: %w", err)
 	}
-	resp, err := c.etcd.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(ownerTrustKey), "=", rev)).
-		Then(clientv3.OpPut(ownerTrustKey, string(b))).
-		Commit()
-	if err != nil {
-		return false, fmt.Errorf("when storing the owner trust: %w", err)
-	}
-	return resp.Succeeded, nil
+	return c.putAt(ctx, ownerTrustKey, b, rev, "the owner trust")
 }
 
 // updateOwnerTrust applies change to the owner trust and stores the

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -54,12 +53,5 @@ func ticketFrom(kvs []*mvccpb.KeyValue) ([]byte, error) {
 // putTicket stores ticket as the register ticket if the stored one is
 // still the one of revision rev, and says whether it was.
 func (c *curator) putTicket(ctx context.Context, ticket []byte, rev int64) (bool, error) {
-	resp, err := c.etcd.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(ticketKey), "=", rev)).
-		Then(clientv3.OpPut(ticketKey, string(ticket))).
-		Commit()
-	if err != nil {
-		return false, fmt.Errorf("when storing the new register ticket: %w", err)
-	}
-	return resp.Succeeded, nil
+	return c.putAt(ctx, ticketKey, ticket, rev, "the new register ticket")
 }
