@@ -134,7 +134,7 @@
 //	impl_curator_watch.go       Curator's streams: Watch, WatchOwnerTrust,
 //	                            GetCurrentLeader
 //	impl_kubernetes.go          Kubernetes certificates, service account key
-//	state.go                    the key layout in etcd
+//	state.go                    the key layout in etcd, compare-and-put
 //	state_bootstrap.go          Bootstrap: the state of a new cluster
 //	state_node.go               node records: read, list, update, delete
 //	state_enrolment.go          RegisterNode's and CommitNode's reads and
