@@ -88,4 +88,18 @@
 // of the cluster's half in the sealed configuration, sealed by the TPM
 // when the cluster's TPM mode allows. docs/security.md explains what that
 // protects against and what it does not.
+//
+// # Files
+//
+//	service.go    Config, Service, Run: which way in, then sealing
+//	bootstrap.go  the bootstrap way
+//	register.go   the register way: RegisterNode, approval, CommitNode
+//	join.go       the join way and cold starts
+//	dial.go       reaching the curators of a cluster directory
+//	keys.go       the node's keys, and those kept on the ESP while
+//	              registering
+//	sealed.go     the sealed configuration: envelope, TPM, writing it
+//	storage.go    the data partition, identity.pem, the ESP's cluster
+//	              directory
+//	backoff.go    the backoff between rounds of dialling
 package cluster

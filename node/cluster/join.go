@@ -16,6 +16,7 @@ import (
 	"cairn.dev/cairn/node/roleserve"
 	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/pkg/logtree"
+	"cairn.dev/cairn/pkg/sleep"
 	"cairn.dev/cairn/pkg/supervisor"
 	api "cairn.dev/cairn/proto/api"
 	private "cairn.dev/cairn/proto/private"
@@ -117,7 +118,7 @@ func (s *Service) join(ctx context.Context) (*roleserve.Membership, error) {
 					log.Errorf("Cannot record the refusal on the ESP: %v", err)
 				}
 			}
-			err = sleepCtx(ctx, s.timing.refusedRetry)
+			err = sleep.For(ctx, s.timing.refusedRetry)
 		} else {
 			err = sleepNext(ctx, wait)
 		}

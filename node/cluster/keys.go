@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"crypto/ed25519"
+	"crypto/rand"
 	"errors"
 	"fmt"
 
@@ -193,4 +194,49 @@ func (s *Service) removeRegistrationKeys(log logtree.LeveledLogger) error {
 	}
 	log.Infof("Removed the registration keys from the ESP: the sealed configuration replaces them")
 	return nil
+}
+
+// nodeKeys are the secrets a node makes when it enrols for the first time.
+type nodeKeys struct {
+	node             ed25519.PrivateKey
+	join             ed25519.PrivateKey
+	nodeUnlockKey    []byte
+	clusterUnlockKey []byte // made by the bootstrapping node only
+}
+
+// newKeys makes the node's keys, once per boot: a bootstrapping node's.
+// A registering node takes registrationKeys, which outlive the boot.
+func (s *Service) newKeys(withClusterKey bool) (*nodeKeys, error) {
+	if s.keys != nil {
+		return s.keys, nil
+	}
+	k, err := generateKeys(withClusterKey)
+	if err != nil {
+		return nil, err
+	}
+	s.keys = k
+	return k, nil
+}
+
+// generateKeys makes new node keys, with a cluster unlock key when asked.
+func generateKeys(withClusterKey bool) (*nodeKeys, error) {
+	k := &nodeKeys{}
+	var err error
+	if k.node, err = identity.GenerateKey(); err != nil {
+		return nil, fmt.Errorf("when generating the node key: %w", err)
+	}
+	if _, k.join, err = ed25519.GenerateKey(rand.Reader); err != nil {
+		return nil, fmt.Errorf("when generating the join key: %w", err)
+	}
+	k.nodeUnlockKey = make([]byte, localstorage.KeySize)
+	if _, err := rand.Read(k.nodeUnlockKey); err != nil {
+		return nil, fmt.Errorf("when generating the node unlock key: %w", err)
+	}
+	if withClusterKey {
+		k.clusterUnlockKey = make([]byte, localstorage.KeySize)
+		if _, err := rand.Read(k.clusterUnlockKey); err != nil {
+			return nil, fmt.Errorf("when generating the cluster unlock key: %w", err)
+		}
+	}
+	return k, nil
 }

@@ -18,6 +18,7 @@ import (
 	"cairn.dev/cairn/node/roleserve"
 	"cairn.dev/cairn/node/testpoint"
 	"cairn.dev/cairn/pkg/logtree"
+	"cairn.dev/cairn/pkg/sleep"
 	"cairn.dev/cairn/pkg/supervisor"
 	api "cairn.dev/cairn/proto/api"
 	private "cairn.dev/cairn/proto/private"
@@ -159,7 +160,7 @@ func (s *Service) registerNode(ctx context.Context, log logtree.LeveledLogger, i
 		}
 		var err error
 		if wasRefused {
-			err = sleepCtx(ctx, s.timing.refusedRetry)
+			err = sleep.For(ctx, s.timing.refusedRetry)
 		} else {
 			err = sleepNext(ctx, wait)
 		}
@@ -206,7 +207,7 @@ func (s *Service) waitCommitted(ctx context.Context, log logtree.LeveledLogger, 
 		default:
 			log.Warningf("Committing with %s failed: %v", t, err)
 		}
-		if err := sleepCtx(ctx, s.timing.approvalPoll); err != nil {
+		if err := sleep.For(ctx, s.timing.approvalPoll); err != nil {
 			return nil, err
 		}
 	}

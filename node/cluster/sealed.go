@@ -7,12 +7,15 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"google.golang.org/protobuf/proto"
 
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/localstorage"
+	"cairn.dev/cairn/node/marker"
 	"cairn.dev/cairn/node/parameters"
+	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/tpmseal"
 	api "cairn.dev/cairn/proto/api"
 	private "cairn.dev/cairn/proto/private"
@@ -287,4 +290,27 @@ func unseal(b []byte, open func() (sealer, error)) (*private.SealedConfiguration
 		}
 	}
 	return parseSealedConfiguration(payload)
+}
+
+// writeSealed seals sc as plan says and writes it onto the ESP.
+func (s *Service) writeSealed(log logtree.LeveledLogger, sc *private.SealedConfiguration, plan sealPlan) error {
+	if plan.warning != "" {
+		log.Warningf("No TPM: storing the configuration unsealed (%s): whoever can read the ESP has this node's join and unlock keys", plan.warning)
+	}
+	b, err := seal(sc, plan, s.openTPM)
+	if err != nil {
+		return err
+	}
+	if plan.useTPM {
+		// The TPM's owner hierarchy may be locked with a password that
+		// Cairn does not know; sealing works without it, the marker not.
+		if err := markSealing(s.openTPM); err != nil {
+			log.Warningf("Cannot record the sealing in the TPM (%v): an unsealed configuration swapped in later will not be noticed", err)
+		}
+	}
+	if err := s.root.ESP.Cairn.SealedConfiguration.Write(b); err != nil {
+		return fmt.Errorf("when writing the sealed configuration: %w", err)
+	}
+	marker.Log(log, marker.ConfigurationSealed, "tpm", strconv.FormatBool(plan.useTPM))
+	return nil
 }

@@ -2,17 +2,10 @@ package cluster
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
-	"strconv"
 	"time"
-
-	"github.com/cenkalti/backoff/v4"
-	"google.golang.org/protobuf/proto"
 
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/localstorage"
@@ -128,14 +121,6 @@ type unsealedEnrolment struct {
 	plan sealPlan
 	// done is the marker that says the enrolment is complete.
 	done marker.Name
-}
-
-// nodeKeys are the secrets a node makes when it enrols for the first time.
-type nodeKeys struct {
-	node             ed25519.PrivateKey
-	join             ed25519.PrivateKey
-	nodeUnlockKey    []byte
-	clusterUnlockKey []byte // made by the bootstrapping node only
 }
 
 // New returns the enrolment Service for cfg. Nothing happens until Run.
@@ -291,43 +276,6 @@ func (s *Service) removeParameters(log logtree.LeveledLogger) error {
 	return nil
 }
 
-// newKeys makes the node's keys, once per boot: a bootstrapping node's.
-// A registering node takes registrationKeys, which outlive the boot.
-func (s *Service) newKeys(withClusterKey bool) (*nodeKeys, error) {
-	if s.keys != nil {
-		return s.keys, nil
-	}
-	k, err := generateKeys(withClusterKey)
-	if err != nil {
-		return nil, err
-	}
-	s.keys = k
-	return k, nil
-}
-
-// generateKeys makes new node keys, with a cluster unlock key when asked.
-func generateKeys(withClusterKey bool) (*nodeKeys, error) {
-	k := &nodeKeys{}
-	var err error
-	if k.node, err = identity.GenerateKey(); err != nil {
-		return nil, fmt.Errorf("when generating the node key: %w", err)
-	}
-	if _, k.join, err = ed25519.GenerateKey(rand.Reader); err != nil {
-		return nil, fmt.Errorf("when generating the join key: %w", err)
-	}
-	k.nodeUnlockKey = make([]byte, localstorage.KeySize)
-	if _, err := rand.Read(k.nodeUnlockKey); err != nil {
-		return nil, fmt.Errorf("when generating the node unlock key: %w", err)
-	}
-	if withClusterKey {
-		k.clusterUnlockKey = make([]byte, localstorage.KeySize)
-		if _, err := rand.Read(k.clusterUnlockKey); err != nil {
-			return nil, fmt.Errorf("when generating the cluster unlock key: %w", err)
-		}
-	}
-	return k, nil
-}
-
 // waitAddress waits for the node's external address.
 func (s *Service) waitAddress(ctx context.Context) (netip.Addr, error) {
 	w := s.cfg.ExternalAddress.Watch()
@@ -337,76 +285,4 @@ func (s *Service) waitAddress(ctx context.Context) (netip.Addr, error) {
 		return netip.Addr{}, fmt.Errorf("when waiting for an external address: %w", err)
 	}
 	return p.Addr(), nil
-}
-
-// writeSealed seals sc as plan says and writes it onto the ESP.
-func (s *Service) writeSealed(log logtree.LeveledLogger, sc *private.SealedConfiguration, plan sealPlan) error {
-	if plan.warning != "" {
-		log.Warningf("No TPM: storing the configuration unsealed (%s): whoever can read the ESP has this node's join and unlock keys", plan.warning)
-	}
-	b, err := seal(sc, plan, s.openTPM)
-	if err != nil {
-		return err
-	}
-	if plan.useTPM {
-		// The TPM's owner hierarchy may be locked with a password that
-		// Cairn does not know; sealing works without it, the marker not.
-		if err := markSealing(s.openTPM); err != nil {
-			log.Warningf("Cannot record the sealing in the TPM (%v): an unsealed configuration swapped in later will not be noticed", err)
-		}
-	}
-	if err := s.root.ESP.Cairn.SealedConfiguration.Write(b); err != nil {
-		return fmt.Errorf("when writing the sealed configuration: %w", err)
-	}
-	marker.Log(log, marker.ConfigurationSealed, "tpm", strconv.FormatBool(plan.useTPM))
-	return nil
-}
-
-// readDirectory reads the cluster directory from the ESP.
-func (s *Service) readDirectory() (*api.ClusterDirectory, error) {
-	b, err := s.root.ESP.Cairn.ClusterDirectory.Read()
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, errors.New("there is no cluster directory on the ESP")
-	}
-	if err != nil {
-		return nil, fmt.Errorf("when reading the cluster directory: %w", err)
-	}
-	var d api.ClusterDirectory
-	if err := proto.Unmarshal(b, &d); err != nil {
-		return nil, fmt.Errorf("the cluster directory does not parse: %w", err)
-	}
-	if err := parameters.ValidateDirectory(&d); err != nil {
-		return nil, fmt.Errorf("the cluster directory is invalid: %w", err)
-	}
-	return &d, nil
-}
-
-// newBackoff returns an exponential backoff from min to max, doubling
-// without jitter and never giving up; wait on it with sleepNext.
-func newBackoff(min, max time.Duration) backoff.BackOff {
-	b := backoff.NewExponentialBackOff()
-	b.InitialInterval = min
-	b.MaxInterval = max
-	b.Multiplier = 2
-	b.RandomizationFactor = 0
-	b.MaxElapsedTime = 0
-	b.Reset()
-	return b
-}
-
-// sleepNext waits for b's next interval or until ctx is done.
-func sleepNext(ctx context.Context, b backoff.BackOff) error {
-	return sleepCtx(ctx, b.NextBackOff())
-}
-
-// sleepCtx waits for d or until ctx is done.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -2,10 +2,16 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
+
+	"google.golang.org/protobuf/proto"
 
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/localstorage"
+	"cairn.dev/cairn/node/parameters"
+	"cairn.dev/cairn/proto/api"
 	private "cairn.dev/cairn/proto/private"
 )
 
@@ -65,4 +71,23 @@ func mountExisting(st storage, sc *private.SealedConfiguration, clusterKey []byt
 		return st.MountExistingInsecure()
 	}
 	return st.MountExisting(sc.GetNodeUnlockKey(), clusterKey)
+}
+
+// readDirectory reads the cluster directory from the ESP.
+func (s *Service) readDirectory() (*api.ClusterDirectory, error) {
+	b, err := s.root.ESP.Cairn.ClusterDirectory.Read()
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, errors.New("there is no cluster directory on the ESP")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("when reading the cluster directory: %w", err)
+	}
+	var d api.ClusterDirectory
+	if err := proto.Unmarshal(b, &d); err != nil {
+		return nil, fmt.Errorf("the cluster directory does not parse: %w", err)
+	}
+	if err := parameters.ValidateDirectory(&d); err != nil {
+		return nil, fmt.Errorf("the cluster directory is invalid: %w", err)
+	}
+	return &d, nil
 }

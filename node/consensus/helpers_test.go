@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
-	"crypto/rand"
-	"encoding/hex"
 	"net"
 	"path/filepath"
 	"sync"
@@ -14,6 +12,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/identity/identitytest"
 	"cairn.dev/cairn/node/ports"
 	"cairn.dev/cairn/pkg/etcdtest"
 	"cairn.dev/cairn/pkg/event"
@@ -57,13 +57,10 @@ type testNode struct {
 
 func newTestNode(t testing.TB) *testNode {
 	t.Helper()
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
+	priv := identitytest.NewKey(t)
 	dir := t.TempDir()
 	return &testNode{cfg: Config{
-		Name:       "cairn-" + hex.EncodeToString(pub[:8]),
+		Name:       identity.NodeID(priv.Public().(ed25519.PublicKey)),
 		DataDir:    filepath.Join(dir, "data"),
 		SocketPath: filepath.Join(dir, "etcd.sock"),
 		PeerIP:     net.IPv4(127, 0, 0, 1),

@@ -79,7 +79,7 @@ type options struct {
 	nodeLifetime, ownerLifetime time.Duration
 	// kubernetesLifetime and kubernetesOwnerLifetime are the lifetimes of
 	// the Kubernetes certificates of nodes' components and of the owner
-	// (kubernetes.go).
+	// (impl_kubernetes.go).
 	kubernetesLifetime, kubernetesOwnerLifetime time.Duration
 	// clock says whether this node's clock is known wrong; the curator
 	// issues no certificate while it is.
@@ -198,7 +198,7 @@ type curator struct {
 	registering chan struct{}
 	// leaders publishes who leads, for GetCurrentLeader.
 	leaders memory.Value[leader]
-	// ownerTrust follows the owner trust in etcd (owner.go), by which
+	// ownerTrust follows the owner trust in etcd (state_owner.go), by which
 	// this curator judges owner callers and which WatchOwnerTrust streams.
 	ownerTrust event.Watchable[*api.OwnerTrust]
 

@@ -43,7 +43,7 @@
 //	curator/nodes/<node id>       private.Node (keys, state, roles, status)
 //	curator/owner/public_key      the owner key the cluster was bootstrapped with
 //	curator/owner/trust           api.OwnerTrust: the current owner key and
-//	                              the revoked owner certificates (owner.go)
+//	                              the revoked owner certificates (state_owner.go)
 //	curator/owner/certificates    the owner certificates issued, unexpired
 //	curator/register_ticket       the secret RegisterNode checks
 //	curator/configuration         api.ClusterConfiguration
@@ -51,7 +51,7 @@
 //	curator/election/<lease>      candidacies
 //	pki/...                       the cluster CA and issued certificates
 //	consensus/restored            a restore of a backup the curator has
-//	                              not finished yet (backup.go)
+//	                              not finished yet (state_restore.go)
 //
 // Bootstrap writes the bootstrapping node's record, the bootstrap owner
 // key, the register ticket and the configuration; the first curator to
@@ -97,4 +97,53 @@
 //	JoinNode (self-signed join key), each boot   ─▶ cluster unlock key
 //	Management.DecommissionNode                  ─▶ DECOMMISSIONED: JoinNode
 //	                                                refused for ever
+//
+// # Files
+//
+// The data model apart from the API, as in Monogon's curator: a state_*.go
+// file reads and writes one part of the state in etcd, an impl_*.go file
+// holds the RPC handlers of one service or concern, which judge a call and
+// then use the state files (the streams follow etcd's watch themselves).
+// The rest is the machinery around them.
+//
+//	           client
+//	             │ mTLS (node/rpc: authorize)
+//	             ▼
+//	curator.go, forward.go, election.go, revoke.go, limits.go
+//	             │ leading: serve here; following: forward
+//	             ▼
+//	impl_aaa.go, impl_management*.go, impl_curator*.go, impl_kubernetes.go
+//	             │ reads and writes
+//	             ▼
+//	state*.go ──txn──▶ etcd (curator/, pki/, kubernetes-pki/)
+//
+//	curator.go                  Config, options, Service.Run: one run
+//	election.go                 the leader election, who leads
+//	forward.go                  interceptors: serve, or forward to the leader
+//	revoke.go                   a node certificate honoured only while UP
+//	limits.go                   the limits on callers and their quotas
+//	metrics_export.go           the curator's Prometheus metrics
+//	impl_aaa.go                 AAA.Escrow
+//	impl_management.go          Management: ticket, cluster info, nodes,
+//	                            roles, registries
+//	impl_management_owner.go    Management: owner key and certificates
+//	impl_management_backup.go   Management.Backup
+//	impl_management_metrics.go  Management.IssueMetricsCertificate
+//	impl_curator.go             Curator: enrolment, status, certificates,
+//	                            consensus join, heartbeats
+//	impl_curator_watch.go       Curator's streams: Watch, WatchOwnerTrust,
+//	                            GetCurrentLeader
+//	impl_kubernetes.go          Kubernetes certificates, service account key
+//	state.go                    the key layout in etcd, compare-and-put
+//	state_bootstrap.go          Bootstrap: the state of a new cluster
+//	state_node.go               node records: read, list, update, delete
+//	state_enrolment.go          RegisterNode's and CommitNode's reads and
+//	                            writes
+//	state_ticket.go             the register ticket
+//	state_configuration.go      the cluster configuration
+//	state_owner.go              the owner trust and owner certificates
+//	state_pki.go                node and owner certificates of the CA
+//	state_kubernetes.go         the Kubernetes CA, service account key
+//	state_heartbeats.go         heartbeat times: memory, stored per interval
+//	state_restore.go            finishing the restore of a backup
 package curator

@@ -15,7 +15,6 @@ import (
 	"cairn.dev/cairn/node/consensus"
 	"cairn.dev/cairn/node/marker"
 	"cairn.dev/cairn/pkg/supervisor"
-	"cairn.dev/cairn/proto/api"
 )
 
 // electionName is the election's prefix (concurrency adds the "/").
@@ -231,29 +230,4 @@ func (c *curator) route() (*grpc.ClientConn, leader) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.conn, c.current
-}
-
-// GetCurrentLeader implements Curator.GetCurrentLeader from this
-// curator's own view of the election.
-func (a nodeAPI) GetCurrentLeader(_ *api.GetCurrentLeaderRequest, srv grpc.ServerStreamingServer[api.GetCurrentLeaderResponse]) error {
-	ctx := srv.Context()
-	w := a.leaders.Watch()
-	defer w.Close()
-	for {
-		l, err := w.Get(ctx)
-		if err != nil {
-			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-				return ctx.Err()
-			}
-			return fmt.Errorf("when following the leader: %w", err)
-		}
-		resp := &api.GetCurrentLeaderResponse{LeaderNodeId: l.NodeID}
-		if l.NodeID != "" {
-			resp.LeaderHost = l.Addr.Addr().String()
-			resp.LeaderPort = int32(l.Addr.Port())
-		}
-		if err := srv.Send(resp); err != nil {
-			return fmt.Errorf("when sending the leader: %w", err)
-		}
-	}
 }

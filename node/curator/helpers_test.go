@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
 	"cairn.dev/cairn/node/consensus/consensustest"
@@ -18,6 +17,7 @@ import (
 	"cairn.dev/cairn/node/identity/identitytest"
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/node/rpc"
+	"cairn.dev/cairn/node/rpc/rpctest"
 	"cairn.dev/cairn/pkg/fixture"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/proto/api"
@@ -233,12 +233,5 @@ func (n *testNode) client(t testing.TB, addr string) api.CuratorClient {
 	return api.NewCuratorClient(dial(t, addr, rpc.NodeCredentials(n.ident)))
 }
 
-func dial(t testing.TB, addr string, creds credentials.TransportCredentials) *grpc.ClientConn {
-	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
-	if err != nil {
-		t.Fatalf("NewClient(%q): %v", addr, err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn
-}
+// dial connects to addr with creds until the test ends.
+var dial = rpctest.Dial

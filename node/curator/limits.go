@@ -2,21 +2,15 @@ package curator
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
-	"strings"
 	"sync"
 	"time"
-	"unicode"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"cairn.dev/cairn/node/rpc"
-	"cairn.dev/cairn/proto/api"
 )
 
 // The limits the curator sets on its callers, beyond those every gRPC
@@ -147,7 +141,7 @@ type quotas struct {
 	watches       watchSlots
 	statusWrites  *keyedRate
 	registrations *keyedRate
-	// backups admits one Backup at a time (backup.go).
+	// backups admits one Backup at a time (impl_management_backup.go).
 	backups backupSlot
 }
 
@@ -277,132 +271,3 @@ func sourceOf(addr netip.Addr) netip.Prefix {
 // registerInFlight bounds the RegisterNode calls of one curator between
 // their count of the nodes in NEW and their write.
 const registerInFlight = 64
-
-// registration is what RegisterNode judges a registration by, read in
-// one linearizable transaction.
-type registration struct {
-	ticket []byte
-	conf   *api.ClusterConfiguration
-	// rev is the revision of the read: the count of nodes in NEW holds
-	// as long as no waiting key was written after it (one deleted only
-	// makes room).
-	rev int64
-	// far says that the count is so far below the cap that the write
-	// needs no such compare, which concurrent registrations would keep
-	// failing one another on: only the leading curator registers, at
-	// most registerInFlight at once (the caller holds a token of
-	// c.registering), and twice that covers a moment in which two
-	// curators believe they lead.
-	far bool
-}
-
-// readRegistration reads the register ticket, the cluster configuration,
-// whether node id is registered and the count of the waiting index, in
-// one read, and refuses with ResourceExhausted when the cap of nodes in
-// state NEW is reached; a node already registered is not counted against
-// it (its RegisterNode is a retry).
-func (c *curator) readRegistration(ctx context.Context, id string) (*registration, error) {
-	resp, err := c.etcd.Txn(ctx).Then(
-		clientv3.OpGet(ticketKey),
-		clientv3.OpGet(configurationKey),
-		clientv3.OpGet(nodeKey(id), clientv3.WithCountOnly()),
-		clientv3.OpGet(waitingPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly()),
-	).Commit()
-	if err != nil {
-		return nil, fmt.Errorf("when reading the register ticket, the cluster configuration and the nodes that wait for approval: %w", err)
-	}
-	ticket, err := ticketFrom(resp.Responses[0].GetResponseRange().Kvs)
-	if err != nil {
-		return nil, err
-	}
-	conf, err := configurationFrom(resp.Responses[1].GetResponseRange().Kvs)
-	if err != nil {
-		return nil, err
-	}
-	r := &registration{ticket: ticket, conf: conf, rev: resp.Header.Revision, far: true}
-	if resp.Responses[2].GetResponseRange().Count > 0 {
-		return r, nil
-	}
-	waiting := resp.Responses[3].GetResponseRange().Count
-	if waiting >= int64(c.opts.limits.maxNewNodes) {
-		return nil, status.Errorf(codes.ResourceExhausted, "too many nodes wait for approval (%d); approve or delete some", waiting)
-	}
-	r.far = waiting+2*registerInFlight <= int64(c.opts.limits.maxNewNodes)
-	return r, nil
-}
-
-// checkNodeStatus refuses, with InvalidArgument naming the field, a status
-// a node may not store: the curator and every node read it.
-func checkNodeStatus(st *api.NodeStatus) error {
-	now := time.Now()
-	if st == nil {
-		return status.Error(codes.InvalidArgument, "status is missing")
-	}
-	if size := proto.Size(st); size > maxStatusSize {
-		return status.Errorf(codes.InvalidArgument, "status is %d bytes, more than %d", size, maxStatusSize)
-	}
-	if a := st.ExternalAddress; a != "" {
-		addr, err := netip.ParseAddr(a)
-		switch {
-		case err != nil:
-			return status.Errorf(codes.InvalidArgument, "status.external_address %q is not an IP address", a)
-		case addr.Zone() != "" || addr.IsUnspecified() || addr.IsMulticast():
-			return status.Errorf(codes.InvalidArgument, "status.external_address %q is not an address other nodes can reach", a)
-		}
-	}
-	if v := st.Version; len(v) > maxVersionLength {
-		return status.Errorf(codes.InvalidArgument, "status.version is %d bytes, more than %d", len(v), maxVersionLength)
-	} else if !printable(v) {
-		return status.Errorf(codes.InvalidArgument, "status.version %q is not printable ASCII", v)
-	}
-	if rc := st.RunningCurator; rc != nil && (rc.Port < 1 || rc.Port > 65535) {
-		return status.Errorf(codes.InvalidArgument, "status.running_curator.port %d is not a TCP port (1 to 65535)", rc.Port)
-	}
-	if err := checkStatusTime("status.timestamp_unix_nanos", st.TimestampUnixNanos, now); err != nil {
-		return err
-	}
-	return checkClockStatus(st.Clock, now)
-}
-
-// checkClockStatus refuses a clock status with values no node sends.
-func checkClockStatus(c *api.ClockStatus, now time.Time) error {
-	if c == nil {
-		return nil
-	}
-	if _, ok := api.ClockState_name[int32(c.State)]; !ok {
-		return status.Errorf(codes.InvalidArgument, "status.clock.state %d is not a clock state", c.State)
-	}
-	if s := c.Server; s != "" {
-		addr, err := netip.ParseAddr(s)
-		if err != nil || addr.Zone() != "" || addr.IsUnspecified() || addr.IsMulticast() {
-			return status.Errorf(codes.InvalidArgument, "status.clock.server %q is not a server's IP address", s)
-		}
-	}
-	if err := checkStatusTime("status.clock.last_sync_unix_nanos", c.LastSyncUnixNanos, now); err != nil {
-		return err
-	}
-	// Protobuf refuses strings that are not UTF-8; what is left to refuse
-	// is what would garble a terminal or a log.
-	if r := c.Reason; len(r) > maxClockReasonLength {
-		return status.Errorf(codes.InvalidArgument, "status.clock.reason is %d bytes, more than %d", len(r), maxClockReasonLength)
-	} else if strings.IndexFunc(r, func(c rune) bool { return !unicode.IsPrint(c) }) >= 0 {
-		return status.Errorf(codes.InvalidArgument, "status.clock.reason %q is not printable text", r)
-	}
-	return nil
-}
-
-// checkStatusTime refuses a time of a node's status (nanoseconds since the
-// Unix epoch, by the node's clock) before 1970 or far ahead of now.
-func checkStatusTime(field string, ts int64, now time.Time) error {
-	if ts < 0 {
-		return status.Errorf(codes.InvalidArgument, "%s %d is before 1970", field, ts)
-	} else if t := time.Unix(0, ts); t.After(now.Add(maxStatusClockSkew)) {
-		return status.Errorf(codes.InvalidArgument, "%s is %s, more than %s ahead of the curator's clock (%s)", field, t.UTC().Format(time.RFC3339), maxStatusClockSkew, now.UTC().Format(time.RFC3339))
-	}
-	return nil
-}
-
-// printable says whether s is printable ASCII, spaces included.
-func printable(s string) bool {
-	return strings.IndexFunc(s, func(r rune) bool { return r < ' ' || r > '~' }) < 0
-}

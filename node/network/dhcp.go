@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"cairn.dev/cairn/pkg/logtree"
+	"cairn.dev/cairn/pkg/sleep"
 	"cairn.dev/cairn/pkg/supervisor"
 )
 
@@ -122,7 +123,7 @@ func (c *dhcpClient) run(ctx context.Context) error {
 		c.transition(stateInit, reason)
 		// A server that hands out leases only to take them back at once
 		// must not make the client spin.
-		if err := sleep(ctx, c.backoff.NextBackOff()); err != nil {
+		if err := sleep.For(ctx, c.backoff.NextBackOff()); err != nil {
 			return err
 		}
 	}
@@ -171,7 +172,7 @@ func (c *dhcpClient) acquire(ctx context.Context) (*lease, error) {
 		}
 		wait := c.backoff.NextBackOff()
 		c.log.Warningf("No lease (%v), trying again in %s", err, wait.Round(time.Millisecond))
-		if err := sleep(ctx, wait); err != nil {
+		if err := sleep.For(ctx, wait); err != nil {
 			return nil, err
 		}
 	}
@@ -187,7 +188,7 @@ func (c *dhcpClient) hold(ctx context.Context) (string, error) {
 				<-ctx.Done()
 				return "", ctx.Err()
 			}
-			if err := sleep(ctx, time.Until(c.lease.t1At())); err != nil {
+			if err := sleep.For(ctx, time.Until(c.lease.t1At())); err != nil {
 				return "", err
 			}
 			c.transition(stateRenewing, "T1 reached, renewing with "+c.lease.server.String())
@@ -257,7 +258,7 @@ func (c *dhcpClient) extend(ctx context.Context, unicast bool, until time.Time) 
 		if !errors.Is(err, context.DeadlineExceeded) {
 			lastErr = err
 		}
-		if err := sleep(ctx, time.Until(sent.Add(window))); err != nil {
+		if err := sleep.For(ctx, time.Until(sent.Add(window))); err != nil {
 			return nil, err
 		}
 	}
@@ -402,19 +403,4 @@ func newRetryBackoff() *backoff.ExponentialBackOff {
 		backoff.WithRandomizationFactor(0.2),
 		backoff.WithMaxElapsedTime(0),
 	)
-}
-
-// sleep waits for d, or returns ctx's error when it is done first.
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/identity/identitytest"
+	"cairn.dev/cairn/node/rpc/rpctest"
 	"cairn.dev/cairn/proto/api"
 )
 
@@ -50,15 +51,7 @@ func serve(t *testing.T, s *Server, register func(*Server)) string {
 }
 
 // dial connects to addr with creds until the test ends.
-func dial(t *testing.T, addr string, creds credentials.TransportCredentials) *grpc.ClientConn {
-	t.Helper()
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
-	if err != nil {
-		t.Fatalf("NewClient(%q): %v", addr, err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return conn
-}
+var dial = rpctest.Dial
 
 // call calls m over conn with empty messages, which every request and
 // response type of an empty-handed test decodes, and returns the peer the

@@ -17,11 +17,11 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/rpc"
+	"cairn.dev/cairn/node/rpc/rpctest"
 	"cairn.dev/cairn/proto/api"
 	"cairn.dev/cairn/test/launch"
 	"cairn.dev/cairn/test/launch/cluster"
@@ -185,17 +185,8 @@ func (o *owner) creds(t *testing.T) credentials.TransportCredentials {
 	return c
 }
 
-// dial returns a client connection to addr with creds, closed when t
-// ends. Connecting is lazy: errors show on the first call.
-func dial(t *testing.T, addr string, creds credentials.TransportCredentials) *grpc.ClientConn {
-	t.Helper()
-	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(creds))
-	if err != nil {
-		t.Fatalf("grpc.NewClient(%s): %v", addr, err)
-	}
-	t.Cleanup(func() { cc.Close() })
-	return cc
-}
+// dial connects to addr with creds until the test ends.
+var dial = rpctest.Dial
 
 // fakeNode is a node that only the test plays: it registers with the
 // ticket, is approved by the owner and commits like a real node, which

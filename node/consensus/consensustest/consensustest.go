@@ -15,7 +15,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
-	"crypto/rand"
 	"net"
 	"path/filepath"
 	"sync"
@@ -24,6 +23,7 @@ import (
 
 	"cairn.dev/cairn/node/consensus"
 	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/identity/identitytest"
 	"cairn.dev/cairn/node/ports"
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/fixture"
@@ -49,10 +49,7 @@ type Member struct {
 func NewMember(t testing.TB, key ed25519.PrivateKey) *Member {
 	t.Helper()
 	if key == nil {
-		var err error
-		if _, key, err = ed25519.GenerateKey(rand.Reader); err != nil {
-			t.Fatalf("generating key: %v", err)
-		}
+		key = identitytest.NewKey(t)
 	}
 	dir := t.TempDir()
 	return &Member{Config: consensus.Config{

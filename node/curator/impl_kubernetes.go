@@ -6,17 +6,14 @@ import (
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"fmt"
 	"net"
 	"net/netip"
 	"sort"
 	"strconv"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -37,22 +34,6 @@ import (
 //	apiserver, controller-manager,    ├─ IssueCertificate ─▶ Kubernetes CA
 //	scheduler, reconciler (Controller)┘                      (kubernetes-pki/ca)
 //	cairnctl kubernetes credential ──── IssueKubernetesCredential ─┘
-
-// KubernetesPKINamespace is where the Kubernetes CA is kept in etcd. It
-// lies outside the apiserver's prefix ("kubernetes/"), which the apiserver
-// alone may reach.
-var KubernetesPKINamespace = &pki.Namespace{Prefix: "kubernetes-pki/"}
-
-// kubernetesCA describes the cluster's Kubernetes CA, created on first use.
-func kubernetesCA() *pki.Certificate {
-	return &pki.Certificate{
-		Namespace: KubernetesPKINamespace,
-		Issuer:    pki.SelfSigned,
-		Name:      "ca",
-		Template:  pki.CA("Cairn Kubernetes CA"),
-		Mode:      pki.ManagedKey,
-	}
-}
 
 // The lifetimes of Kubernetes certificates. The apiserver does not read
 // CRLs, so a lifetime is what bounds the access of a node that lost its
@@ -76,10 +57,6 @@ func WithKubernetesLifetimes(component, owner time.Duration) Option {
 		}
 	}
 }
-
-// serviceAccountKeyKey is the etcd key (in the curator's namespace) of the
-// service account signing key, PKCS #8 DER.
-const serviceAccountKeyKey = "kubernetes/service-account-key"
 
 // kubernetesServiceIP is the first address of the Service range: the
 // kubernetes Service's, which pods dial the apiserver at.
@@ -224,21 +201,6 @@ func (c *curator) issueKubernetes(ctx context.Context, id string, kind api.Certi
 	return &api.IssueCertificateResponse{Certificate: cert, CaCertificate: ca}, nil
 }
 
-// signKubernetes signs tmpl for pub with the Kubernetes CA, creating the
-// CA on first use, and returns the certificate and the CA's, DER.
-func (c *curator) signKubernetes(ctx context.Context, tmpl x509.Certificate, pub crypto.PublicKey, lifetime time.Duration) (cert, caDER []byte, err error) {
-	ca := c.kubeCA
-	caDER, err = ca.Ensure(ctx, c.root)
-	if err != nil {
-		return nil, nil, fmt.Errorf("when loading the Kubernetes CA: %w", err)
-	}
-	cert, err = ca.Sign(ctx, c.root, tmpl, pub, lifetime)
-	if err != nil {
-		return nil, nil, fmt.Errorf("when issuing a Kubernetes certificate for %s: %w", tmpl.Subject.CommonName, err)
-	}
-	return cert, caDER, nil
-}
-
 func (a nodeAPI) GetKubernetesServiceAccountKey(ctx context.Context, _ *api.GetKubernetesServiceAccountKeyRequest) (*api.GetKubernetesServiceAccountKeyResponse, error) {
 	p, err := nodePeer(ctx)
 	if err != nil {
@@ -252,43 +214,6 @@ func (a nodeAPI) GetKubernetesServiceAccountKey(ctx context.Context, _ *api.GetK
 		return nil, err
 	}
 	return &api.GetKubernetesServiceAccountKeyResponse{PrivateKey: key}, nil
-}
-
-// serviceAccountKey returns the service account signing key, creating it
-// first if the cluster has none: the first key stored wins, so that
-// curators racing to create it all return the same one.
-func (c *curator) serviceAccountKey(ctx context.Context) ([]byte, error) {
-	res, err := c.etcd.Get(ctx, serviceAccountKeyKey)
-	if err != nil {
-		return nil, fmt.Errorf("when reading the service account key: %w", err)
-	}
-	if len(res.Kvs) == 1 {
-		return res.Kvs[0].Value, nil
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("when generating the service account key: %w", err)
-	}
-	der, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, fmt.Errorf("when encoding the service account key: %w", err)
-	}
-	txn, err := c.etcd.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(serviceAccountKeyKey), "=", 0)).
-		Then(clientv3.OpPut(serviceAccountKeyKey, string(der))).
-		Else(clientv3.OpGet(serviceAccountKeyKey)).
-		Commit()
-	if err != nil {
-		return nil, fmt.Errorf("when storing the service account key: %w", err)
-	}
-	if txn.Succeeded {
-		return der, nil
-	}
-	kvs := txn.Responses[0].GetResponseRange().Kvs
-	if len(kvs) != 1 {
-		return nil, fmt.Errorf("the service account key vanished while it was being created")
-	}
-	return kvs[0].Value, nil
 }
 
 func (m management) IssueKubernetesCredential(ctx context.Context, req *api.IssueKubernetesCredentialRequest) (*api.IssueKubernetesCredentialResponse, error) {

@@ -8,12 +8,12 @@ import (
 	"slices"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"cairn.dev/cairn/node/clusterconfig"
 	"cairn.dev/cairn/node/consensus"
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/proto/api"
@@ -32,34 +32,6 @@ func (m management) GetRegisterTicket(ctx context.Context, _ *api.GetRegisterTic
 		return nil, err
 	}
 	return &api.GetRegisterTicketResponse{Ticket: ticket}, nil
-}
-
-// registerTicket reads the cluster's register ticket.
-func (c *curator) registerTicket(ctx context.Context) ([]byte, error) {
-	ticket, _, err := c.storedTicket(ctx)
-	return ticket, err
-}
-
-// storedTicket reads the cluster's register ticket and the revision that
-// last wrote it.
-func (c *curator) storedTicket(ctx context.Context) ([]byte, int64, error) {
-	resp, err := c.etcd.Get(ctx, ticketKey)
-	if err != nil {
-		return nil, 0, fmt.Errorf("when reading the register ticket: %w", err)
-	}
-	ticket, err := ticketFrom(resp.Kvs)
-	if err != nil {
-		return nil, 0, err
-	}
-	return ticket, resp.Kvs[0].ModRevision, nil
-}
-
-// ticketFrom is the register ticket in kvs, a read of ticketKey.
-func ticketFrom(kvs []*mvccpb.KeyValue) ([]byte, error) {
-	if len(kvs) == 0 {
-		return nil, status.Error(codes.FailedPrecondition, "the cluster has no register ticket: it was not bootstrapped")
-	}
-	return kvs[0].Value, nil
 }
 
 // errTicketRotated refuses a rotation whose previous ticket is no longer
@@ -83,51 +55,15 @@ func (m management) RotateRegisterTicket(ctx context.Context, req *api.RotateReg
 	if err != nil {
 		return nil, err
 	}
-	resp, err := m.etcd.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(ticketKey), "=", rev)).
-		Then(clientv3.OpPut(ticketKey, string(ticket))).
-		Commit()
+	ok, err := m.putTicket(ctx, ticket, rev)
 	if err != nil {
-		return nil, fmt.Errorf("when storing the new register ticket: %w", err)
+		return nil, err
 	}
-	if !resp.Succeeded {
+	if !ok {
 		// Another rotation came in between.
 		return nil, errTicketRotated
 	}
 	return &api.RotateRegisterTicketResponse{Ticket: ticket}, nil
-}
-
-// configuration reads the cluster configuration.
-func (c *curator) configuration(ctx context.Context) (*api.ClusterConfiguration, error) {
-	conf, _, err := c.configurationAt(ctx)
-	return conf, err
-}
-
-// configurationAt reads the cluster configuration and the revision at
-// which it was last changed, for a compare-and-swap.
-func (c *curator) configurationAt(ctx context.Context) (*api.ClusterConfiguration, int64, error) {
-	resp, err := c.etcd.Get(ctx, configurationKey)
-	if err != nil {
-		return nil, 0, fmt.Errorf("when reading the cluster configuration: %w", err)
-	}
-	conf, err := configurationFrom(resp.Kvs)
-	if err != nil {
-		return nil, 0, err
-	}
-	return conf, resp.Kvs[0].ModRevision, nil
-}
-
-// configurationFrom decodes the cluster configuration in kvs, a read of
-// configurationKey.
-func configurationFrom(kvs []*mvccpb.KeyValue) (*api.ClusterConfiguration, error) {
-	if len(kvs) == 0 {
-		return nil, status.Error(codes.FailedPrecondition, "the cluster has no configuration: it was not bootstrapped")
-	}
-	conf := &api.ClusterConfiguration{}
-	if err := proto.Unmarshal(kvs[0].Value, conf); err != nil {
-		return nil, fmt.Errorf("when decoding the cluster configuration: %w", err)
-	}
-	return conf, nil
 }
 
 func (m management) GetClusterInfo(ctx context.Context, _ *api.GetClusterInfoRequest) (*api.GetClusterInfoResponse, error) {
@@ -301,26 +237,6 @@ func (c *curator) removeMemberAfterReply(id string) {
 	})
 }
 
-// notLastMember refuses to take the ConsensusMember role from node id when
-// no other node holds it. The count stays true only while no node record
-// changes, which the returned comparison makes the update's condition.
-func (c *curator) notLastMember(ctx context.Context, id string) ([]clientv3.Cmp, error) {
-	nodes, rev, err := c.listNodes(ctx)
-	if err != nil {
-		return nil, err
-	}
-	others := 0
-	for _, n := range nodes {
-		if n.GetRoles().GetConsensusMember() != nil && identity.NodeID(n.PublicKey) != id {
-			others++
-		}
-	}
-	if others == 0 {
-		return nil, status.Errorf(codes.FailedPrecondition, "node %s is the cluster's last consensus member; give another node the role first", id)
-	}
-	return []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(nodePrefix), "<", rev+1).WithPrefix()}, nil
-}
-
 // role returns r when the role is held, nil otherwise.
 func role[T any](held bool, r *T) *T {
 	if held {
@@ -375,17 +291,41 @@ func (m management) DeleteNode(ctx context.Context, req *api.DeleteNodeRequest) 
 		if n.FsmState != api.NodeState_NODE_STATE_DECOMMISSIONED && n.FsmState != api.NodeState_NODE_STATE_NEW {
 			return nil, status.Errorf(codes.FailedPrecondition, "node %s is %s; only a DECOMMISSIONED or NEW node can be deleted", req.NodeId, n.FsmState)
 		}
-		key := nodeKey(req.NodeId)
-		resp, err := m.etcd.Txn(ctx).
-			If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
-			Then(clientv3.OpDelete(key), clientv3.OpDelete(waitingKey(req.NodeId))).
-			Commit()
+		ok, err := m.deleteNode(ctx, req.NodeId, rev)
 		if err != nil {
-			return nil, fmt.Errorf("when deleting node %s: %w", req.NodeId, err)
+			return nil, err
 		}
-		if resp.Succeeded {
+		if ok {
 			m.heartbeats.remove(req.NodeId)
 			return &api.DeleteNodeResponse{}, nil
 		}
+	}
+}
+
+// UpdateRegistries implements Management.UpdateRegistries: the cluster
+// configuration's registry settings replaced in one compare-and-swap, so
+// that a concurrent change of the configuration is never lost. Workers
+// follow through Curator.Watch.
+func (m management) UpdateRegistries(ctx context.Context, req *api.UpdateRegistriesRequest) (*api.UpdateRegistriesResponse, error) {
+	if err := clusterconfig.ValidateRegistries(req.GetRegistries()); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "registries: %v", err)
+	}
+	for {
+		conf, rev, err := m.configurationAt(ctx)
+		if err != nil {
+			return nil, err
+		}
+		conf.Registries = req.GetRegistries()
+		if len(conf.Registries.GetMirrors()) == 0 && len(conf.Registries.GetPlainHttp()) == 0 {
+			conf.Registries = nil
+		}
+		ok, err := m.putConfiguration(ctx, conf, rev)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return &api.UpdateRegistriesResponse{Registries: conf.GetRegistries()}, nil
+		}
+		// The configuration changed in between: apply to the new one.
 	}
 }

@@ -16,10 +16,6 @@ import (
 	"cairn.dev/cairn/proto/private"
 )
 
-// errUnchanged, returned by the function given to updateNode, leaves the
-// record as it is and makes updateNode succeed.
-var errUnchanged = errors.New("unchanged")
-
 // checkNodeID refuses a malformed node ID with InvalidArgument.
 func checkNodeID(id string) error {
 	if !identity.ValidNodeID(id) {
@@ -139,4 +135,38 @@ func (c *curator) publicNode(n *private.Node) *api.Node {
 		out.LastHeartbeatUnixNanos = t.UnixNano()
 	}
 	return out
+}
+
+// notLastMember refuses to take the ConsensusMember role from node id when
+// no other node holds it. The count stays true only while no node record
+// changes, which the returned comparison makes the update's condition.
+func (c *curator) notLastMember(ctx context.Context, id string) ([]clientv3.Cmp, error) {
+	nodes, rev, err := c.listNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	others := 0
+	for _, n := range nodes {
+		if n.GetRoles().GetConsensusMember() != nil && identity.NodeID(n.PublicKey) != id {
+			others++
+		}
+	}
+	if others == 0 {
+		return nil, status.Errorf(codes.FailedPrecondition, "node %s is the cluster's last consensus member; give another node the role first", id)
+	}
+	return []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(nodePrefix), "<", rev+1).WithPrefix()}, nil
+}
+
+// deleteNode deletes the record of node id if it is still the one of
+// revision rev, and says whether it was.
+func (c *curator) deleteNode(ctx context.Context, id string, rev int64) (bool, error) {
+	key := nodeKey(id)
+	resp, err := c.etcd.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
+		Then(clientv3.OpDelete(key), clientv3.OpDelete(waitingKey(id))).
+		Commit()
+	if err != nil {
+		return false, fmt.Errorf("when deleting node %s: %w", id, err)
+	}
+	return resp.Succeeded, nil
 }

@@ -10,6 +10,9 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
+	"time"
+	"unicode"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
@@ -18,13 +21,14 @@ import (
 
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/localstorage"
-	"cairn.dev/cairn/pkg/pki"
+	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/proto/api"
 	"cairn.dev/cairn/proto/private"
 )
 
-// nodeAPI implements api.CuratorServer: the leader's part here, Watch in
-// watch.go, GetCurrentLeader in election.go.
+// nodeAPI implements api.CuratorServer: the leader's part here, the
+// streams (Watch, WatchOwnerTrust, GetCurrentLeader) in
+// impl_curator_watch.go.
 type nodeAPI struct {
 	api.UnimplementedCuratorServer
 	*curator
@@ -100,22 +104,13 @@ func (a nodeAPI) RegisterNode(ctx context.Context, req *api.RegisterNodeRequest)
 			return nil, status.Error(codes.PermissionDenied, "wrong register ticket")
 		}
 		conf = r.conf
-		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(nodeKey(id)), "=", 0)}
-		if !r.far {
-			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(waitingPrefix).WithPrefix(), "<", r.rev+1))
-		}
-		resp, err := a.etcd.Txn(ctx).
-			If(cmps...).
-			Then(clientv3.OpPut(nodeKey(id), string(data)), clientv3.OpPut(waitingKey(id), "")).
-			Else(clientv3.OpGet(nodeKey(id))).
-			Commit()
+		ok, kvs, err := a.createNode(ctx, id, data, r)
 		if err != nil {
-			return nil, fmt.Errorf("when registering node %s: %w", id, err)
+			return nil, err
 		}
-		if resp.Succeeded {
+		if ok {
 			break
 		}
-		kvs := resp.Responses[0].GetResponseRange().Kvs
 		if len(kvs) == 0 && attempt < registerAttempts {
 			continue // another node changed since the count
 		}
@@ -187,56 +182,16 @@ func (a nodeAPI) CommitNode(ctx context.Context, req *api.CommitNodeRequest) (*a
 			ops = append(ops, clientv3.OpPut(v.nodeKey, string(data)))
 		}
 		if len(ops) > 0 {
-			resp, err := a.root.Txn(ctx).
-				If(clientv3.Compare(clientv3.ModRevision(v.nodeKey), "=", v.nodeRev), clientv3.Compare(clientv3.ModRevision(v.certKey), "=", v.certRev)).
-				Then(ops...).
-				Commit()
+			ok, err := a.writeCommit(ctx, id, v, ops)
 			if err != nil {
-				return nil, fmt.Errorf("when committing node %s: %w", id, err)
+				return nil, err
 			}
-			if !resp.Succeeded {
+			if !ok {
 				continue // the node or its certificate changed since the read
 			}
 		}
 		return &api.CommitNodeResponse{CaCertificate: ca, NodeCertificate: der, ClusterUnlockKey: n.ClusterUnlockKey}, nil
 	}
-}
-
-// commitView is what CommitNode decides by, read at once through the
-// curator's root client: the node's record and the certificate live in
-// different namespaces.
-type commitView struct {
-	node             *private.Node
-	conf             *api.ClusterConfiguration
-	nodeKey, certKey string
-	// cert is the stored node certificate, nil when there is none;
-	// nodeRev and certRev are the keys' mod revisions (0 when missing).
-	cert             []byte
-	nodeRev, certRev int64
-}
-
-// readCommit reads node id's record, the cluster configuration and the
-// stored certificate cert, in one read.
-func (c *curator) readCommit(ctx context.Context, id string, cert *pki.Certificate) (*commitView, error) {
-	v := &commitView{nodeKey: c.etcd.Prefix() + nodeKey(id), certKey: cert.Namespace.CertificateKey(cert.Name)}
-	resp, err := c.root.Txn(ctx).Then(
-		clientv3.OpGet(v.nodeKey),
-		clientv3.OpGet(c.etcd.Prefix()+configurationKey),
-		clientv3.OpGet(v.certKey),
-	).Commit()
-	if err != nil {
-		return nil, fmt.Errorf("when reading node %s, its certificate and the cluster configuration: %w", id, err)
-	}
-	if v.node, v.nodeRev, err = nodeFrom(id, resp.Responses[0].GetResponseRange().Kvs); err != nil {
-		return nil, err
-	}
-	if v.conf, err = configurationFrom(resp.Responses[1].GetResponseRange().Kvs); err != nil {
-		return nil, err
-	}
-	if kvs := resp.Responses[2].GetResponseRange().Kvs; len(kvs) > 0 {
-		v.cert, v.certRev = kvs[0].Value, kvs[0].ModRevision
-	}
-	return v, nil
 }
 
 func (a nodeAPI) JoinNode(ctx context.Context, req *api.JoinNodeRequest) (*api.JoinNodeResponse, error) {
@@ -377,4 +332,110 @@ func (c *curator) checkJoinSealing(ctx context.Context, n *private.Node, req *ap
 		return status.Errorf(codes.PermissionDenied, "the cluster requires TPM sealing, but node %s came back with a plain configuration; refusing it", req.NodeId)
 	}
 	return nil
+}
+
+// checkNodeStatus refuses, with InvalidArgument naming the field, a status
+// a node may not store: the curator and every node read it.
+func checkNodeStatus(st *api.NodeStatus) error {
+	now := time.Now()
+	if st == nil {
+		return status.Error(codes.InvalidArgument, "status is missing")
+	}
+	if size := proto.Size(st); size > maxStatusSize {
+		return status.Errorf(codes.InvalidArgument, "status is %d bytes, more than %d", size, maxStatusSize)
+	}
+	if a := st.ExternalAddress; a != "" {
+		addr, err := netip.ParseAddr(a)
+		switch {
+		case err != nil:
+			return status.Errorf(codes.InvalidArgument, "status.external_address %q is not an IP address", a)
+		case addr.Zone() != "" || addr.IsUnspecified() || addr.IsMulticast():
+			return status.Errorf(codes.InvalidArgument, "status.external_address %q is not an address other nodes can reach", a)
+		}
+	}
+	if v := st.Version; len(v) > maxVersionLength {
+		return status.Errorf(codes.InvalidArgument, "status.version is %d bytes, more than %d", len(v), maxVersionLength)
+	} else if !printable(v) {
+		return status.Errorf(codes.InvalidArgument, "status.version %q is not printable ASCII", v)
+	}
+	if rc := st.RunningCurator; rc != nil && (rc.Port < 1 || rc.Port > 65535) {
+		return status.Errorf(codes.InvalidArgument, "status.running_curator.port %d is not a TCP port (1 to 65535)", rc.Port)
+	}
+	if err := checkStatusTime("status.timestamp_unix_nanos", st.TimestampUnixNanos, now); err != nil {
+		return err
+	}
+	return checkClockStatus(st.Clock, now)
+}
+
+// checkClockStatus refuses a clock status with values no node sends.
+func checkClockStatus(c *api.ClockStatus, now time.Time) error {
+	if c == nil {
+		return nil
+	}
+	if _, ok := api.ClockState_name[int32(c.State)]; !ok {
+		return status.Errorf(codes.InvalidArgument, "status.clock.state %d is not a clock state", c.State)
+	}
+	if s := c.Server; s != "" {
+		addr, err := netip.ParseAddr(s)
+		if err != nil || addr.Zone() != "" || addr.IsUnspecified() || addr.IsMulticast() {
+			return status.Errorf(codes.InvalidArgument, "status.clock.server %q is not a server's IP address", s)
+		}
+	}
+	if err := checkStatusTime("status.clock.last_sync_unix_nanos", c.LastSyncUnixNanos, now); err != nil {
+		return err
+	}
+	// Protobuf refuses strings that are not UTF-8; what is left to refuse
+	// is what would garble a terminal or a log.
+	if r := c.Reason; len(r) > maxClockReasonLength {
+		return status.Errorf(codes.InvalidArgument, "status.clock.reason is %d bytes, more than %d", len(r), maxClockReasonLength)
+	} else if strings.IndexFunc(r, func(c rune) bool { return !unicode.IsPrint(c) }) >= 0 {
+		return status.Errorf(codes.InvalidArgument, "status.clock.reason %q is not printable text", r)
+	}
+	return nil
+}
+
+// checkStatusTime refuses a time of a node's status (nanoseconds since the
+// Unix epoch, by the node's clock) before 1970 or far ahead of now.
+func checkStatusTime(field string, ts int64, now time.Time) error {
+	if ts < 0 {
+		return status.Errorf(codes.InvalidArgument, "%s %d is before 1970", field, ts)
+	} else if t := time.Unix(0, ts); t.After(now.Add(maxStatusClockSkew)) {
+		return status.Errorf(codes.InvalidArgument, "%s is %s, more than %s ahead of the curator's clock (%s)", field, t.UTC().Format(time.RFC3339), maxStatusClockSkew, now.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// printable says whether s is printable ASCII, spaces included.
+func printable(s string) bool {
+	return strings.IndexFunc(s, func(r rune) bool { return r < ' ' || r > '~' }) < 0
+}
+
+// Heartbeat implements Curator.Heartbeat.
+func (a nodeAPI) Heartbeat(ctx context.Context, _ *api.HeartbeatRequest) (*api.HeartbeatResponse, error) {
+	p, err := nodePeer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	a.heartbeats.beat(p.NodeID, time.Now())
+	return &api.HeartbeatResponse{IntervalMillis: a.opts.heartbeatInterval.Milliseconds()}, nil
+}
+
+// nodePeer returns the calling node, which the method's class NODE made
+// sure of.
+func nodePeer(ctx context.Context) (identity.Peer, error) {
+	p, ok := rpc.PeerFromContext(ctx)
+	if !ok || p.Kind != identity.PeerNode {
+		return identity.Peer{}, status.Error(codes.Unauthenticated, "the caller is not a node")
+	}
+	return p, nil
+}
+
+// selfSignedPeer returns the key the caller proved to hold with a
+// self-signed certificate, or Unauthenticated.
+func selfSignedPeer(ctx context.Context, method string) (identity.Peer, error) {
+	p, ok := rpc.PeerFromContext(ctx)
+	if !ok || p.Kind != identity.PeerSelfSigned {
+		return identity.Peer{}, status.Errorf(codes.Unauthenticated, "%s needs a self-signed certificate of the caller's key in the TLS handshake", method)
+	}
+	return p, nil
 }

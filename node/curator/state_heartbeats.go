@@ -9,11 +9,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"cairn.dev/cairn/node/identity"
-	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/supervisor"
 	"cairn.dev/cairn/proto/api"
@@ -315,34 +312,4 @@ func decodeHeartbeats(data []byte) (map[string]time.Time, error) {
 		}
 	}
 	return seen, nil
-}
-
-// Heartbeat implements Curator.Heartbeat.
-func (a nodeAPI) Heartbeat(ctx context.Context, _ *api.HeartbeatRequest) (*api.HeartbeatResponse, error) {
-	p, err := nodePeer(ctx)
-	if err != nil {
-		return nil, err
-	}
-	a.heartbeats.beat(p.NodeID, time.Now())
-	return &api.HeartbeatResponse{IntervalMillis: a.opts.heartbeatInterval.Milliseconds()}, nil
-}
-
-// nodePeer returns the calling node, which the method's class NODE made
-// sure of.
-func nodePeer(ctx context.Context) (identity.Peer, error) {
-	p, ok := rpc.PeerFromContext(ctx)
-	if !ok || p.Kind != identity.PeerNode {
-		return identity.Peer{}, status.Error(codes.Unauthenticated, "the caller is not a node")
-	}
-	return p, nil
-}
-
-// selfSignedPeer returns the key the caller proved to hold with a
-// self-signed certificate, or Unauthenticated.
-func selfSignedPeer(ctx context.Context, method string) (identity.Peer, error) {
-	p, ok := rpc.PeerFromContext(ctx)
-	if !ok || p.Kind != identity.PeerSelfSigned {
-		return identity.Peer{}, status.Errorf(codes.Unauthenticated, "%s needs a self-signed certificate of the caller's key in the TLS handshake", method)
-	}
-	return p, nil
 }

@@ -1,6 +1,7 @@
 package curator
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/proto/api"
 	"cairn.dev/cairn/proto/private"
 )
@@ -111,4 +113,55 @@ func addConfiguration(ev *api.WatchEvent, kv *mvccpb.KeyValue) error {
 	}
 	ev.Configuration = c
 	return nil
+}
+
+// WatchOwnerTrust implements Curator.WatchOwnerTrust: the current owner
+// trust, then each new one as etcd reports it. It takes one of the
+// caller's Watch slots.
+func (a nodeAPI) WatchOwnerTrust(_ *api.WatchOwnerTrustRequest, srv grpc.ServerStreamingServer[api.WatchOwnerTrustResponse]) error {
+	ctx := srv.Context()
+	release, err := a.openWatch(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	w := a.ownerTrust.Watch()
+	defer w.Close()
+	for {
+		t, err := w.Get(ctx, event.Filter(func(t *api.OwnerTrust) bool { return t != nil }))
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return status.Errorf(codes.Unavailable, "when following the owner trust: %v", err)
+		}
+		if err := srv.Send(&api.WatchOwnerTrustResponse{Trust: t}); err != nil {
+			return fmt.Errorf("when sending the owner trust: %w", err)
+		}
+	}
+}
+
+// GetCurrentLeader implements Curator.GetCurrentLeader from this
+// curator's own view of the election.
+func (a nodeAPI) GetCurrentLeader(_ *api.GetCurrentLeaderRequest, srv grpc.ServerStreamingServer[api.GetCurrentLeaderResponse]) error {
+	ctx := srv.Context()
+	w := a.leaders.Watch()
+	defer w.Close()
+	for {
+		l, err := w.Get(ctx)
+		if err != nil {
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				return ctx.Err()
+			}
+			return fmt.Errorf("when following the leader: %w", err)
+		}
+		resp := &api.GetCurrentLeaderResponse{LeaderNodeId: l.NodeID}
+		if l.NodeID != "" {
+			resp.LeaderHost = l.Addr.Addr().String()
+			resp.LeaderPort = int32(l.Addr.Port())
+		}
+		if err := srv.Send(resp); err != nil {
+			return fmt.Errorf("when sending the leader: %w", err)
+		}
+	}
 }
