@@ -39,7 +39,7 @@ const (
 
 	// maxWatchesPerNode is how many Watch and WatchOwnerTrust streams one
 	// node may have open at once. A node's role server opens three
-	// (rolefetch: its own record; clusterdir: every node's; ownertrust:
+	// (rolefetch: its own record; clusterwatch: every node's; ownertrust:
 	// the owner trust); the rest is room for streams of an
 	// earlier boot that the leader has not yet noticed are dead (see
 	// keepalive in node/rpc) and for a restarted worker.
