@@ -15,7 +15,7 @@ import (
 
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/pkg/logtree"
-	"cairn.dev/cairn/pkg/supervisor"
+	"cairn.dev/cairn/pkg/supervisor/supervisortest"
 	"cairn.dev/cairn/pkg/verity"
 )
 
@@ -156,13 +156,13 @@ func TestStorageRun(t *testing.T) {
 	disks := &fakeDisks{espErrors: 2}
 	esp, data := t.TempDir(), t.TempDir()
 	st, lines := testStorage(disks, esp, data, "n", "c")
-	cancel, _ := supervisor.TestHarness(t, st.run)
+	cancel, _ := supervisortest.Harness(t, st.run)
 	lines.wait(t, "data partition mounted (new)")
 	lines.wait(t, "wrote marker")
 	cancel()
 
 	st, lines = testStorage(disks, esp, data, "n", "c")
-	supervisor.TestHarness(t, st.run)
+	supervisortest.Harness(t, st.run)
 	lines.wait(t, "data partition mounted (existing)")
 	lines.wait(t, "found marker hello")
 

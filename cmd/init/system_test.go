@@ -19,7 +19,7 @@ import (
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/pkg/logtree"
-	"cairn.dev/cairn/pkg/supervisor"
+	"cairn.dev/cairn/pkg/supervisor/supervisortest"
 	"cairn.dev/cairn/pkg/verity"
 )
 
@@ -64,7 +64,7 @@ func systemStorage(disks *fakeDisks, line string) (*storage, *phaseLines, *memor
 func TestStorageMountsSystemFirst(t *testing.T) {
 	disks := &fakeDisks{}
 	st, lines, mounted := systemStorage(disks, system.Cmdline("", "a", testParams))
-	supervisor.TestHarness(t, st.run)
+	supervisortest.Harness(t, st.run)
 	lines.wait(t, "system partition a mounted at /system (verity ")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -85,7 +85,7 @@ func TestStorageMountsSystemFirst(t *testing.T) {
 func TestStorageSystemCorrupt(t *testing.T) {
 	disks := &fakeDisks{systemErr: fmt.Errorf("%w: slot a: read: input/output error", localstorage.ErrSystemCorrupt)}
 	st, lines, mounted := systemStorage(disks, system.Cmdline("", "a", testParams))
-	supervisor.TestHarness(t, st.run)
+	supervisortest.Harness(t, st.run)
 	want := fmt.Sprintf("system partition a is corrupt: it does not match root hash %x; not using it", testParams.RootHash)
 	lines.wait(t, want)
 	// The supervisor's backoff starts at 100 ms: wait for a few restarts.
@@ -115,7 +115,7 @@ func TestStorageSystemCorrupt(t *testing.T) {
 func TestStorageNoSystemFlags(t *testing.T) {
 	disks := &fakeDisks{}
 	st, lines, _ := systemStorage(disks, "console=ttyS0")
-	supervisor.TestHarness(t, st.run)
+	supervisortest.Harness(t, st.run)
 	lines.wait(t, "no verified system partition: the command line has no cairn.system=")
 	time.Sleep(500 * time.Millisecond)
 	disks.mu.Lock()
@@ -155,7 +155,7 @@ func TestStorageLoadsModules(t *testing.T) {
 		}
 	}
 	st.diskModules, st.systemModules, st.dataModules = step("disks"), step("system"), step("data")
-	supervisor.TestHarness(t, st.run)
+	supervisortest.Harness(t, st.run)
 	lines.wait(t, "system partition a mounted at /system")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

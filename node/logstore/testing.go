@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"cairn.dev/cairn/pkg/supervisor"
+	"cairn.dev/cairn/pkg/supervisor/supervisortest"
 )
 
 // BootForTest runs a store of cfg for t as one boot of a node: log is
@@ -25,7 +26,7 @@ func runForTest(t testing.TB, s *Store, log func()) {
 	t.Helper()
 	running := make(chan struct{})
 	done := make(chan error, 1)
-	cancel, _ := supervisor.TestHarness(t, func(ctx context.Context) error {
+	cancel, _ := supervisortest.Harness(t, func(ctx context.Context) error {
 		if err := supervisor.Run(ctx, "store", func(ctx context.Context) error {
 			err := s.Run(ctx)
 			done <- err
