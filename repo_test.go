@@ -6,6 +6,7 @@ import (
 	"go/token"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -109,6 +110,37 @@ func TestImportDirection(t *testing.T) {
 						t.Errorf("%s imports %s: pkg/ must not depend on %s", path, target, b)
 					}
 				}
+			}
+		}
+	}
+}
+
+// TestInitLinksNoTestCode keeps test code out of the node's PID 1: the
+// production /init (CGO_ENABLED=0, no build tags) links no package that
+// imports testing, as a test helper does. Test helpers live in packages
+// of their own (pkg/supervisor/supervisortest,
+// node/logstore/logstoretest) that only tests import.
+func TestInitLinksNoTestCode(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("no go tool to list /init's packages with: %v", err)
+	}
+	cmd := exec.Command(goTool, "list", "-deps", "-f", `{{.ImportPath}}:{{range .Imports}} {{.}}{{end}}`, "./cmd/init")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps ./cmd/init: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) < 2 {
+		t.Fatalf("go list -deps ./cmd/init listed %q, want /init and its packages", out)
+	}
+	for _, l := range lines {
+		pkg, imports, _ := strings.Cut(l, ":")
+		for _, imp := range strings.Fields(imports) {
+			if imp == "testing" || strings.HasPrefix(imp, "testing/") {
+				t.Errorf("/init links %s, which imports %s: move its test helpers to a package of their own", pkg, imp)
 			}
 		}
 	}
