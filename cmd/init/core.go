@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"cairn.dev/cairn/node/metrics"
+	"cairn.dev/cairn/node/modules"
 	"cairn.dev/cairn/pkg/cmdline"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/supervisor"
@@ -46,8 +47,8 @@ func runCore() int {
 	defer stopConsoles()
 	initLog := lt.LeveledFor("init")
 
-	// The rest of the modules are the storage child's (coldplug.go).
-	if _, err := loadBootModules(context.Background(), lt.LeveledFor("init.modules")); err != nil {
+	// The rest of the modules are the storage child's (node/modules).
+	if _, err := modules.LoadBoot(context.Background(), lt.LeveledFor("init.modules")); err != nil {
 		initLog.Errorf("when loading the boot modules: %v", err)
 		con.Printf("boot modules not loaded: %v", err)
 	}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"cairn.dev/cairn/pkg/kmod"
 )
 
 // runPID1 is the whole life of PID 1: mount, start the core, reap until
@@ -19,7 +21,7 @@ func runPID1() {
 	for _, err := range errs {
 		con.Printf("%v", err)
 	}
-	con.Printf("init started (kernel %s)", kernelRelease())
+	con.Printf("init started (kernel %s)", kmod.KernelRelease())
 	con.Printf("version %s", version())
 	// Without this the kernel reboots at once on ctrl-alt-del; with it, it
 	// sends PID 1 SIGINT, and the node reboots cleanly.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"cairn.dev/cairn/node/localstorage"
+	"cairn.dev/cairn/node/modules"
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/supervisor"
@@ -53,7 +54,7 @@ type storage struct {
 	// diskModules loads the modules the disks need, before anything is
 	// mounted; systemModules loads the system partition's once it is
 	// mounted, before the ESP; dataModules loads the data partition's
-	// once the ESP is mounted (coldplug.go). Nil in tests that do not
+	// once the ESP is mounted (node/modules). Nil in tests that do not
 	// care.
 	diskModules, systemModules, dataModules func(ctx context.Context, log logtree.LeveledLogger) error
 
@@ -77,8 +78,8 @@ func newStorage(s *localstorage.Storage, fl flags, mounted, dataReady event.Valu
 		system:     fl.system,
 		hooks:      newStorageHooks(fl.test),
 	}
-	m := newNodeModules(s.Root.System.FullPath(), printf)
-	st.diskModules, st.systemModules, st.dataModules = m.loadDisks, m.loadSystem, m.loadData
+	m := modules.NewSteps(s.Root.System.FullPath(), printf)
+	st.diskModules, st.systemModules, st.dataModules = m.LoadDisks, m.LoadSystem, m.LoadData
 	return st
 }
 
