@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn.dev/cairn/build/uki"
+	"cairn.dev/cairn/pkg/uki"
 )
 
 // A node asked to reboot boots its own image again with kexec: the kernel
