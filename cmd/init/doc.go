@@ -32,7 +32,7 @@
 // core, reap, forward signals, and finish the machine. Everything else
 // (module loading, the log tree, the runnables) lives in the core, whose
 // exit code tells PID 1 what to do: exitPoweroff, exitReboot (kexec into
-// the ESP's image when this boot came from it, kexec.go),
+// the ESP's image when this boot came from it, node/kexec),
 // exitFirmwareReboot, or exitFailed (the root runnable died; reboot through
 // the firmware after a pause). Any other end
 // of the core, a crash or a kill, is unexpected and also reboots after a
@@ -71,7 +71,6 @@
 //	main.go      picks the mode: PID 1, core or modprobe (node/modules)
 //	reaper.go    PID 1: start the core, reap, forward signals, judge the exit
 //	power.go     PID 1: the end of the machine (kill, sync, unmount, reboot)
-//	kexec.go     PID 1: loading the ESP's image for a reboot without firmware
 //	mounts.go    the filesystems mounted at boot, unmounting at the end
 //	core.go      the core: log tree, boot modules, supervisor, shutdown
 //	             request

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"cairn.dev/cairn/node/kexec"
 )
 
 // An action is how the machine ends.
@@ -12,7 +14,7 @@ type action int
 
 const (
 	poweroff action = iota
-	// reboot kexecs into the ESP's image when it can (kexec.go).
+	// reboot kexecs into the ESP's image when it can (node/kexec).
 	reboot
 	// firmwareReboot always reboots through the firmware.
 	firmwareReboot
@@ -62,20 +64,20 @@ const (
 // filesystems are synced and unmounted, and the kernel powers off or
 // reboots. A reboot that was asked for (not one after a failure, nor one
 // through the firmware) kexecs into the ESP's image when it can
-// (kexec.go). It never returns.
+// (node/kexec). It never returns.
 func finish(con *consoles, a action, failed bool) {
 	if !killEverything() {
 		con.Printf("processes stuck in the kernel outlived SIGKILL for %v; going on with the %s", killGrace, a)
 	}
 	unix.Sync()
 	con.Printf("filesystems synced")
-	kexec := false
+	viaKexec := false
 	if a == reboot && !failed {
 		start := time.Now()
-		if how, err := loadKexec(); err != nil {
+		if how, err := kexec.Load(); err != nil {
 			con.Printf("rebooting through the firmware: %v", err)
 		} else {
-			kexec = true
+			viaKexec = true
 			con.Printf("loaded the ESP's image for kexec in %v (%s)", time.Since(start).Round(time.Millisecond), how)
 		}
 	}
@@ -85,7 +87,7 @@ func finish(con *consoles, a action, failed bool) {
 	con.Printf("unmounted filesystems")
 	cmd := unix.LINUX_REBOOT_CMD_POWER_OFF
 	switch {
-	case kexec:
+	case viaKexec:
 		con.Printf("rebooting (kexec into the ESP's image, without the firmware)")
 		if err := unix.Reboot(unix.LINUX_REBOOT_CMD_KEXEC); err != nil {
 			con.Printf("kexec failed: %v; rebooting through the firmware", err)
