@@ -115,6 +115,42 @@ func TestImportDirection(t *testing.T) {
 	}
 }
 
+// TestCommandsImportNoBuild keeps the image build out of the commands:
+// build/ holds what makes an image (mkimage and its packages), and no
+// package under cmd/, its tests included, imports it. What a command
+// needs of it both ways (reading a unified kernel image) lives in pkg/.
+func TestCommandsImportNoBuild(t *testing.T) {
+	fset := token.NewFileSet()
+	err := filepath.WalkDir("cmd", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if skipDir(path, d) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		for _, imp := range f.Imports {
+			target, _ := strconv.Unquote(imp.Path.Value)
+			if target == "cairn.dev/cairn/build" || strings.HasPrefix(target, "cairn.dev/cairn/build/") {
+				t.Errorf("%s imports %s: cmd/ must not depend on build/", path, target)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("walking cmd/: %v", err)
+	}
+}
+
 // TestInitLinksNoTestCode keeps test code out of the node's PID 1: the
 // production /init (CGO_ENABLED=0, no build tags) links no package that
 // imports testing, as a test helper does. Test helpers live in packages

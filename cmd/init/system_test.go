@@ -13,7 +13,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"cairn.dev/cairn/build/system"
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/pkg/cmdline"
 	"cairn.dev/cairn/pkg/event"
@@ -28,10 +27,16 @@ var testParams = verity.Params{
 	DataBlocks: 130, HashOffset: 130 * verity.BlockSize,
 }
 
-// TestParseSystemFlags reads what the image build writes (build/system's
-// Cmdline), and names what is missing or wrong.
+// systemCmdline is a command line as the image build writes it for slot:
+// build/system's TestCmdline pins the same form on the writer's side.
+func systemCmdline(slot string) string {
+	return "console=ttyS0 cairn.system=" + slot + " cairn.verity=" + testParams.String()
+}
+
+// TestParseSystemFlags reads what the image build writes, and names what
+// is missing or wrong.
 func TestParseSystemFlags(t *testing.T) {
-	got := parseSystemFlags(cmdline.Parse(system.Cmdline("console=ttyS0", "b", testParams)))
+	got := parseSystemFlags(cmdline.Parse(systemCmdline("b")))
 	if got.err != nil || got.slot != localstorage.SlotB || !cmp.Equal(got.verity, testParams) {
 		t.Errorf("parseSystemFlags(build's command line) = %+v, want slot b and %+v", got, testParams)
 	}
@@ -63,7 +68,7 @@ func systemStorage(disks *fakeDisks, line string) (*storage, *phaseLines, *memor
 // the ESP, and its mount is timed on the consoles.
 func TestStorageMountsSystemFirst(t *testing.T) {
 	disks := &fakeDisks{}
-	st, lines, mounted := systemStorage(disks, system.Cmdline("", "a", testParams))
+	st, lines, mounted := systemStorage(disks, systemCmdline("a"))
 	supervisortest.Harness(t, st.run)
 	lines.wait(t, "system partition a mounted at /system (verity ")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -84,7 +89,7 @@ func TestStorageMountsSystemFirst(t *testing.T) {
 // mounted.
 func TestStorageSystemCorrupt(t *testing.T) {
 	disks := &fakeDisks{systemErr: fmt.Errorf("%w: slot a: read: input/output error", localstorage.ErrSystemCorrupt)}
-	st, lines, mounted := systemStorage(disks, system.Cmdline("", "a", testParams))
+	st, lines, mounted := systemStorage(disks, systemCmdline("a"))
 	supervisortest.Harness(t, st.run)
 	want := fmt.Sprintf("system partition a is corrupt: it does not match root hash %x; not using it", testParams.RootHash)
 	lines.wait(t, want)
@@ -135,7 +140,7 @@ func TestStorageNoSystemFlags(t *testing.T) {
 // without mounting twice.
 func TestStorageLoadsModules(t *testing.T) {
 	disks := &fakeDisks{}
-	st, lines, mounted := systemStorage(disks, system.Cmdline("", "a", testParams))
+	st, lines, mounted := systemStorage(disks, systemCmdline("a"))
 	var dataReady memory.Value[bool]
 	st.dataReady = &dataReady
 	var order []string
