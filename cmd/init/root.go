@@ -18,9 +18,10 @@ import (
 	"cairn.dev/cairn/pkg/supervisor"
 )
 
-// A child is a named runnable the root starts. The node's services (power
-// today; network, storage, enrolment next) are each one entry of the list
-// the core hands to rootRunnable.
+// A child is a named runnable the root starts. Each of the node's services
+// is one entry of the list the core hands to rootRunnable: power first,
+// then nodeChildren's (storage, network, enrolment, the role server and
+// the rest).
 type child struct {
 	name string
 	run  supervisor.Runnable
