@@ -31,13 +31,10 @@ func skipDir(path string, d fs.DirEntry) bool {
 	return strings.HasPrefix(name, ".") || name == "out" || name == "testdata" || name == "node_modules"
 }
 
-// loadPackages parses every non-test Go file of the repository, keeping
-// comments and build-tagged files alike.
-func loadPackages(t *testing.T) []goPackage {
-	t.Helper()
-	fset := token.NewFileSet()
-	byDir := map[string]map[string]*ast.File{}
-	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+// walkGoFiles calls fn with the path of every Go file below root, tests
+// included, in the directories skipDir keeps.
+func walkGoFiles(root string, fn func(path string) error) error {
+	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -47,7 +44,21 @@ func loadPackages(t *testing.T) []goPackage {
 			}
 			return nil
 		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+		if !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		return fn(path)
+	})
+}
+
+// loadPackages parses every non-test Go file of the repository, keeping
+// comments and build-tagged files alike.
+func loadPackages(t *testing.T) []goPackage {
+	t.Helper()
+	fset := token.NewFileSet()
+	byDir := map[string]map[string]*ast.File{}
+	err := walkGoFiles(".", func(path string) error {
+		if strings.HasSuffix(path, "_test.go") {
 			return nil
 		}
 		src, err := os.ReadFile(path)
@@ -121,19 +132,7 @@ func TestImportDirection(t *testing.T) {
 // needs of it both ways (reading a unified kernel image) lives in pkg/.
 func TestCommandsImportNoBuild(t *testing.T) {
 	fset := token.NewFileSet()
-	err := filepath.WalkDir("cmd", func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if skipDir(path, d) {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") {
-			return nil
-		}
+	err := walkGoFiles("cmd", func(path string) error {
 		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
 		if err != nil {
 			return err
