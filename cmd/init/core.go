@@ -75,7 +75,7 @@ func runCore() int {
 	}
 	restarts := metrics.NewRestarts()
 	children = append(children, nodeChildren(fl, con.Printf, initLog, lt, restarts, stop.request)...)
-	s := supervisor.New(fl.test.armTestPoint(ctx), rootRunnable(children, fl.test.rootFailure()),
+	s := supervisor.New(fl.test.ArmTestPoint(ctx), rootRunnable(children, fl.test.RootFailure()),
 		supervisor.WithRootFatal(), supervisor.WithLogTree(lt), supervisor.WithRestartHook(restarts.Inc))
 	con.Printf("supervisor started")
 

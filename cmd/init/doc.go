@@ -85,6 +85,10 @@
 //	             test-only keys, the data partition at /data
 //	system.go    the system slot and verity flags, and the storage child's
 //	             mount of the verified system partition at /system
-//	testservices.go  test-only echo server and client (cairn.test.echo,
-//	             cairn.test.dial)
+//	timesync.go  the timesync child: the clock's state on the consoles
+//	cluster.go   the parameters, enrolment, node management and log
+//	             store children
+//
+// The test hooks (cairn.test.* flags, test services) are node/testhooks',
+// built in only with the tag cairntest; the core wires them in.
 package main

@@ -6,6 +6,7 @@ import (
 
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/node/modules"
+	"cairn.dev/cairn/node/testhooks"
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/supervisor"
@@ -38,9 +39,9 @@ type storage struct {
 	// system names the system slot and its verity parameters, from the
 	// command line.
 	system systemFlags
-	// hooks are the storage child's test hooks; they do nothing in
-	// production builds.
-	hooks storageHooks
+	// hooks are the storage child's test hooks (node/testhooks); they do
+	// nothing in production builds, nor when zero.
+	hooks testhooks.Storage
 	// mounted is set to true once the system partition, the ESP and
 	// /ephemeral are mounted: enrolment and the network wait for it, and
 	// the data partition is made with the mkfs.xfs of /system. Nil in
@@ -76,8 +77,8 @@ func newStorage(s *localstorage.Storage, fl flags, mounted, dataReady event.Valu
 		dataRoot:   s.Root.Data.FullPath(),
 		systemRoot: s.Root.System.FullPath(),
 		system:     fl.system,
-		hooks:      newStorageHooks(fl.test),
 	}
+	st.hooks = fl.test.Storage(s, st.espCairn, st.dataRoot, printf)
 	m := modules.NewSteps(s.Root.System.FullPath(), printf)
 	st.diskModules, st.systemModules, st.dataModules = m.LoadDisks, m.LoadSystem, m.LoadData
 	return st
@@ -135,7 +136,7 @@ func (s *storage) run(ctx context.Context) error {
 	if s.dataReady != nil {
 		s.dataReady.Set(true)
 	}
-	if err := s.hooks.run(ctx, s, log); err != nil {
+	if err := s.hooks.Run(ctx, log); err != nil {
 		return err
 	}
 	supervisor.Signal(ctx, supervisor.SignalHealthy)

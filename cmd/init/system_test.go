@@ -55,8 +55,7 @@ func TestParseSystemFlags(t *testing.T) {
 // systemStorage returns a storage child on disks with the system flags of
 // a command line, and the value it sets when everything is mounted.
 func systemStorage(disks *fakeDisks, line string) (*storage, *phaseLines, *memory.Value[bool]) {
-	st, lines := testStorage(disks, "/nonexistent", "/nonexistent", "n", "c")
-	st.hooks = newStorageHooks(testFlags{})
+	st, lines := testStorage(disks, "/nonexistent", "/nonexistent", "")
 	st.system = parseSystemFlags(cmdline.Parse(line))
 	st.systemRoot = "/system"
 	var mounted memory.Value[bool]
