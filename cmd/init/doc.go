@@ -69,7 +69,8 @@
 // # Files
 //
 //	main.go      picks the mode: PID 1, core or modprobe (node/modules)
-//	reaper.go    PID 1: start the core, reap, forward signals, judge the exit
+//	reaper.go    PID 1: start the core, reap (pkg/reaper), forward signals,
+//	             judge the exit
 //	power.go     PID 1: the end of the machine (kill, sync, unmount, reboot)
 //	mounts.go    the filesystems mounted at boot, unmounting at the end
 //	core.go      the core: log tree, boot modules, supervisor, shutdown

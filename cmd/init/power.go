@@ -1,12 +1,12 @@
 package main
 
 import (
-	"errors"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"cairn.dev/cairn/node/kexec"
+	"cairn.dev/cairn/pkg/reaper"
 )
 
 // An action is how the machine ends.
@@ -66,7 +66,7 @@ const (
 // through the firmware) kexecs into the ESP's image when it can
 // (node/kexec). It never returns.
 func finish(con *consoles, a action, failed bool) {
-	if !killEverything() {
+	if !reaper.KillAll(killGrace) {
 		con.Printf("processes stuck in the kernel outlived SIGKILL for %v; going on with the %s", killGrace, a)
 	}
 	unix.Sync()
@@ -105,51 +105,5 @@ func finish(con *consoles, a action, failed bool) {
 	con.Printf("%s failed: %v; halting here", a, err)
 	for {
 		time.Sleep(time.Hour)
-	}
-}
-
-// killEverything sends SIGTERM to every process but PID 1, reaps them for
-// up to killGrace, then kills the rest with SIGKILL and reaps them for as
-// long again. It reports whether every process ended: one blocked in the
-// kernel (on a device that no longer answers) ignores even SIGKILL, and
-// must not keep the machine from going down.
-func killEverything() bool {
-	if err := unix.Kill(-1, unix.SIGTERM); errors.Is(err, unix.ESRCH) {
-		return true // nothing else runs
-	}
-	if reapFor(killGrace) {
-		return true
-	}
-	unix.Kill(-1, unix.SIGKILL)
-	return reapFor(killGrace)
-}
-
-// reapFor reaps children for up to d, and reports whether none is left.
-func reapFor(d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for {
-		if !reapAny() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// reapAny reaps every exited child and reports whether children remain.
-func reapAny() bool {
-	for {
-		var ws unix.WaitStatus
-		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
-		switch {
-		case errors.Is(err, unix.ECHILD):
-			return false
-		case errors.Is(err, unix.EINTR):
-			continue
-		case err != nil, pid == 0:
-			return true
-		}
 	}
 }
