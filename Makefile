@@ -36,7 +36,7 @@ test-long: deps
 # The test hooks of /init (build tag cairntest) are tested on their own.
 unit: deps
 	$(GO) test -race -count=1 ./...
-	$(GO) test -race -count=1 -tags cairntest ./cmd/init ./node/testpoint
+	$(GO) test -race -count=1 -tags cairntest ./cmd/init ./node/testhooks ./node/testpoint
 
 # CHAOS, when set, is a network profile for make cluster and make e2e: the
 # nodes are joined by the harness's own switch (test/launch/l2switch), which
@@ -82,9 +82,9 @@ lint: proto-check
 	@out=$$(gofmt -l $$(git ls-files '*.go')); \
 	  if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	$(GO) vet -tags cairntest ./cmd/init ./node/testpoint
+	$(GO) vet -tags cairntest ./cmd/init ./node/testhooks ./node/testpoint
 	$(GO) run $(STATICCHECK) ./...
-	$(GO) run $(STATICCHECK) -tags cairntest ./cmd/init ./node/testpoint
+	$(GO) run $(STATICCHECK) -tags cairntest ./cmd/init ./node/testhooks ./node/testpoint
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
@@ -171,7 +171,7 @@ NODE_GO := $(wildcard $(shell git ls-files -co --exclude-standard '*.go' | grep 
 image: $(OUT)/cairn.img $(OUT)/vmlinuz $(OUT)/initramfs.img $(OUT)/cmdline $(OUT)/system.img $(KERNEL_VERSION)
 
 # test-image is the initramfs of a /init with the test hooks (build tag
-# cairntest: cmd/init/testhooks.go, the cairn.test.* kernel flags). Only the
+# cairntest: node/testhooks, the cairn.test.* kernel flags). Only the
 # e2e suites that need a hook boot it, directly with out/vmlinuz; the disk
 # image and every other suite carry the production /init.
 test-image: image $(OUT)/initramfs-test.img

@@ -6,6 +6,7 @@ import (
 	"go/token"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -30,13 +31,10 @@ func skipDir(path string, d fs.DirEntry) bool {
 	return strings.HasPrefix(name, ".") || name == "out" || name == "testdata" || name == "node_modules"
 }
 
-// loadPackages parses every non-test Go file of the repository, keeping
-// comments and build-tagged files alike.
-func loadPackages(t *testing.T) []goPackage {
-	t.Helper()
-	fset := token.NewFileSet()
-	byDir := map[string]map[string]*ast.File{}
-	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+// walkGoFiles calls fn with the path of every Go file below root, tests
+// included, in the directories skipDir keeps.
+func walkGoFiles(root string, fn func(path string) error) error {
+	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -46,7 +44,21 @@ func loadPackages(t *testing.T) []goPackage {
 			}
 			return nil
 		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+		if !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		return fn(path)
+	})
+}
+
+// loadPackages parses every non-test Go file of the repository, keeping
+// comments and build-tagged files alike.
+func loadPackages(t *testing.T) []goPackage {
+	t.Helper()
+	fset := token.NewFileSet()
+	byDir := map[string]map[string]*ast.File{}
+	err := walkGoFiles(".", func(path string) error {
+		if strings.HasSuffix(path, "_test.go") {
 			return nil
 		}
 		src, err := os.ReadFile(path)
@@ -109,6 +121,61 @@ func TestImportDirection(t *testing.T) {
 						t.Errorf("%s imports %s: pkg/ must not depend on %s", path, target, b)
 					}
 				}
+			}
+		}
+	}
+}
+
+// TestCommandsImportNoBuild keeps the image build out of the commands:
+// build/ holds what makes an image (mkimage and its packages), and no
+// package under cmd/, its tests included, imports it. What a command
+// needs of it both ways (reading a unified kernel image) lives in pkg/.
+func TestCommandsImportNoBuild(t *testing.T) {
+	fset := token.NewFileSet()
+	err := walkGoFiles("cmd", func(path string) error {
+		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
+		if err != nil {
+			return err
+		}
+		for _, imp := range f.Imports {
+			target, _ := strconv.Unquote(imp.Path.Value)
+			if target == "cairn.dev/cairn/build" || strings.HasPrefix(target, "cairn.dev/cairn/build/") {
+				t.Errorf("%s imports %s: cmd/ must not depend on build/", path, target)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("walking cmd/: %v", err)
+	}
+}
+
+// TestInitLinksNoTestCode keeps test code out of the node's PID 1: the
+// production /init (CGO_ENABLED=0, no build tags) links no package that
+// imports testing, as a test helper does. Test helpers live in packages
+// of their own (pkg/supervisor/supervisortest,
+// node/logstore/logstoretest) that only tests import.
+func TestInitLinksNoTestCode(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("no go tool to list /init's packages with: %v", err)
+	}
+	cmd := exec.Command(goTool, "list", "-deps", "-f", `{{.ImportPath}}:{{range .Imports}} {{.}}{{end}}`, "./cmd/init")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps ./cmd/init: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) < 2 {
+		t.Fatalf("go list -deps ./cmd/init listed %q, want /init and its packages", out)
+	}
+	for _, l := range lines {
+		pkg, imports, _ := strings.Cut(l, ":")
+		for _, imp := range strings.Fields(imports) {
+			if imp == "testing" || strings.HasPrefix(imp, "testing/") {
+				t.Errorf("/init links %s, which imports %s: move its test helpers to a package of their own", pkg, imp)
 			}
 		}
 	}

@@ -251,7 +251,7 @@ func deriveSalt(r io.ReaderAt) ([]byte, error) {
 
 // Cmdline returns the kernel command line base with the flags that name
 // the slot the node boots its system from and pin that slot's content.
-// cmd/init reads them (flags.go).
+// cmd/init reads them (system.go), whose tests parse this form.
 func Cmdline(base, slot string, p verity.Params) string {
 	return strings.TrimSpace(base) + " " + SlotFlag + "=" + slot + " " + VerityFlag + "=" + p.String()
 }

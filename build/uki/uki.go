@@ -12,6 +12,9 @@
 //	initramfs   .initrd ─┤
 //	vmlinuz      .linux ─┘
 //
+// pkg/uki reads them back: a node finds its kernel, initramfs and command
+// line there to kexec into its own image.
+//
 // The sections are written in Go rather than with objcopy: their places
 // follow from the stub's own headers (the end of its last section, its
 // section and file alignment), the result has no timestamp, and the same

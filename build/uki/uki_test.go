@@ -8,6 +8,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	ukiread "cairn.dev/cairn/pkg/uki"
 )
 
 // tinyStub returns a minimal PE32+ EFI application with one .text section,
@@ -208,8 +210,9 @@ func TestBuildDropsSymbolTable(t *testing.T) {
 	}
 }
 
-// TestLocate finds again what Build wrote, and refuses an image without a
-// kernel or cut short in its command line.
+// TestLocate checks that pkg/uki's Locate, with which a node reads its
+// image for kexec, finds again what Build wrote, and refuses an image
+// without a kernel or cut short in its command line.
 func TestLocate(t *testing.T) {
 	s := sampleSections()
 	img, err := Build(tinyStub(0x1000), s)
@@ -217,7 +220,7 @@ func TestLocate(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := bytes.NewReader(img)
-	b, err := Locate(r)
+	b, err := ukiread.Locate(r)
 	if err != nil {
 		t.Fatalf("Locate: %v", err)
 	}
@@ -237,7 +240,7 @@ func TestLocate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Locate(bytes.NewReader(noKernel)); err == nil || !strings.Contains(err.Error(), ".linux") {
+	if _, err := ukiread.Locate(bytes.NewReader(noKernel)); err == nil || !strings.Contains(err.Error(), ".linux") {
 		t.Errorf("Locate of an image without .linux = %v, want an error naming it", err)
 	}
 	f, err := pe.NewFile(r)
@@ -245,10 +248,10 @@ func TestLocate(t *testing.T) {
 		t.Fatal(err)
 	}
 	cut := img[:f.Section(".cmdline").Offset+3]
-	if _, err := Locate(bytes.NewReader(cut)); err == nil || !strings.Contains(err.Error(), ".cmdline") {
+	if _, err := ukiread.Locate(bytes.NewReader(cut)); err == nil || !strings.Contains(err.Error(), ".cmdline") {
 		t.Errorf("Locate of an image cut within .cmdline = %v, want an error naming it", err)
 	}
-	if _, err := Locate(bytes.NewReader([]byte("not a PE file"))); err == nil {
+	if _, err := ukiread.Locate(bytes.NewReader([]byte("not a PE file"))); err == nil {
 		t.Error("Locate of garbage succeeded")
 	}
 }

@@ -14,7 +14,7 @@ import (
 
 	"cairn.dev/cairn/pkg/evdev"
 	"cairn.dev/cairn/pkg/logtree"
-	"cairn.dev/cairn/pkg/supervisor"
+	"cairn.dev/cairn/pkg/supervisor/supervisortest"
 )
 
 // requests records the actions a power runnable asks for.
@@ -44,7 +44,7 @@ func TestPowerSignals(t *testing.T) {
 	sigs := make(chan os.Signal, 2)
 	reqs := newRequests()
 	p := &power{signals: sigs, request: reqs.request, buttons: &powerButtons{}}
-	supervisor.TestHarness(t, p.run)
+	supervisortest.Harness(t, p.run)
 	sigs <- unix.SIGINT
 	reqs.wait(t, reboot)
 	sigs <- unix.SIGTERM
@@ -86,7 +86,7 @@ func TestPowerButton(t *testing.T) {
 	p := &power{signals: make(chan os.Signal), request: reqs.request, buttons: buttons}
 	writeEvent(t, w, evdev.EvKey, evdev.KeyPower, evdev.KeyPressed)
 	writeEvent(t, w, evdev.EvSyn, 0, 0)
-	supervisor.TestHarness(t, p.run)
+	supervisortest.Harness(t, p.run)
 	reqs.wait(t, poweroff)
 }
 

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"cairn.dev/cairn/node/metrics"
+	"cairn.dev/cairn/node/modules"
 	"cairn.dev/cairn/pkg/cmdline"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/supervisor"
@@ -46,8 +47,8 @@ func runCore() int {
 	defer stopConsoles()
 	initLog := lt.LeveledFor("init")
 
-	// The rest of the modules are the storage child's (coldplug.go).
-	if _, err := loadBootModules(context.Background(), lt.LeveledFor("init.modules")); err != nil {
+	// The rest of the modules are the storage child's (node/modules).
+	if _, err := modules.LoadBoot(context.Background(), lt.LeveledFor("init.modules")); err != nil {
 		initLog.Errorf("when loading the boot modules: %v", err)
 		con.Printf("boot modules not loaded: %v", err)
 	}
@@ -74,7 +75,7 @@ func runCore() int {
 	}
 	restarts := metrics.NewRestarts()
 	children = append(children, nodeChildren(fl, con.Printf, initLog, lt, restarts, stop.request)...)
-	s := supervisor.New(fl.test.armTestPoint(ctx), rootRunnable(children, fl.test.rootFailure()),
+	s := supervisor.New(fl.test.ArmTestPoint(ctx), rootRunnable(children, fl.test.RootFailure()),
 		supervisor.WithRootFatal(), supervisor.WithLogTree(lt), supervisor.WithRestartHook(restarts.Inc))
 	con.Printf("supervisor started")
 

@@ -32,7 +32,7 @@
 // core, reap, forward signals, and finish the machine. Everything else
 // (module loading, the log tree, the runnables) lives in the core, whose
 // exit code tells PID 1 what to do: exitPoweroff, exitReboot (kexec into
-// the ESP's image when this boot came from it, kexec.go),
+// the ESP's image when this boot came from it, node/kexec),
 // exitFirmwareReboot, or exitFailed (the root runnable died; reboot through
 // the firmware after a pause). Any other end
 // of the core, a crash or a kill, is unexpected and also reboots after a
@@ -48,36 +48,14 @@
 //	  ─▶ PID 1: SIGTERM then SIGKILL to what is left, sync, unmount
 //	     newest mount first, reboot(2)
 //
-// # Modules: coldplug, and modprobe mode
+// # Modules, and modprobe mode
 //
-// Before its tree starts, the core loads the modules the machine's devices
-// ask for (coldplug: sysfs modaliases matched against modules.alias) and
-// the few the node always needs (explicitModules). Everything else the
-// kernel asks for by name when it needs it: a cipher for dm-crypt
-// ("crypto-xts", and "crypto-ecb" on a CPU without AES-NI), a filesystem
-// ("fs-xfs"), a device-mapper target ("dm-crypt"), netfilter pieces
-// ("nft-chain-2-nat"), link types ("rtnl-link-vxlan"). It asks through
-// request_module, which runs the program named in
-// /proc/sys/kernel/modprobe as "<program> -q -- <name>" and waits for it
-// to exit. That program is this binary a third time:
-//
-//	kernel: request_module("crypto-ecb")
-//	  │ runs /sbin/modprobe -q -- crypto-ecb   (a link to /init that the
-//	  │                                         core makes, and names in the
-//	  ▼                                         sysctl, before coldplug)
-//	/init, argv[0] "modprobe": the name is a module (modules.dep) or
-//	  matches alias patterns (modules.alias) ─▶ load it and its
-//	  dependencies (finit_module; EEXIST is as good) ─▶ one line in the
-//	  kernel log ─▶ exit 0 (served) or 1 (nothing matches, or no module
-//	  of the name loads)
-//
-// The line, "cairn-modprobe: loaded ecb (for crypto-ecb) in 0.10s",
-// reaches the console. Names no module provides ("crypto-xts(aes)", which
-// the kernel tries before "crypto-xts") and modules that find no device
-// (aesni_intel without AES-NI) stay at debug level, in dmesg only. A run
-// ends within 10 seconds whatever hangs, as the kernel's caller waits for
-// it. Tools that run modprobe themselves (iptables, kube-proxy) reach the
-// same link.
+// Before its tree starts, the core loads the few modules it needs itself;
+// the storage child loads the rest in steps, as the disks are mounted.
+// What loads when is node/modules' policy. The kernel's own requests for
+// modules by name (request_module) run /sbin/modprobe, a link to this
+// binary that the core makes: run under that name, main hands the
+// request to node/modules (RunModprobe), a third mode of the binary.
 //
 // # Console
 //
@@ -90,14 +68,13 @@
 //
 // # Files
 //
-//	main.go      picks the mode: PID 1, core or modprobe
-//	reaper.go    PID 1: start the core, reap, forward signals, judge the exit
+//	main.go      picks the mode: PID 1, core or modprobe (node/modules)
+//	reaper.go    PID 1: start the core, reap (pkg/reaper), forward signals,
+//	             judge the exit
 //	power.go     PID 1: the end of the machine (kill, sync, unmount, reboot)
-//	kexec.go     PID 1: loading the ESP's image for a reboot without firmware
 //	mounts.go    the filesystems mounted at boot, unmounting at the end
-//	core.go      the core: log tree, coldplug, supervisor, shutdown request
-//	coldplug.go  module loading through pkg/kmod
-//	modprobe.go  modprobe mode: the kernel's requests for modules by name
+//	core.go      the core: log tree, boot modules, supervisor, shutdown
+//	             request
 //	root.go      the root runnable and its list of children
 //	button.go    the power child: power button (evdev, or ACPI netlink
 //	             without evdev) and forwarded signals
@@ -109,6 +86,10 @@
 //	             test-only keys, the data partition at /data
 //	system.go    the system slot and verity flags, and the storage child's
 //	             mount of the verified system partition at /system
-//	testservices.go  test-only echo server and client (cairn.test.echo,
-//	             cairn.test.dial)
+//	timesync.go  the timesync child: the clock's state on the consoles
+//	cluster.go   the parameters, enrolment, node management and log
+//	             store children
+//
+// The test hooks (cairn.test.* flags, test services) are node/testhooks',
+// built in only with the tag cairntest; the core wires them in.
 package main

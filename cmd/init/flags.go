@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 
+	"cairn.dev/cairn/node/testhooks"
 	"cairn.dev/cairn/pkg/cmdline"
 	"cairn.dev/cairn/pkg/logtree"
 )
@@ -11,11 +12,6 @@ import (
 // "cairn.log=warning". It can only raise the default, INFO.
 const flagLog = "cairn.log"
 
-// testFlagPrefix starts every test-only flag. Only an /init built for
-// test images (build tag cairntest) reads them (testhooks.go); a
-// production /init ignores them and says so (testhooks_off.go).
-const testFlagPrefix = "cairn.test."
-
 // flags are the settings init takes from the kernel command line.
 type flags struct {
 	// logSeverity is the least severity of entries on the consoles.
@@ -23,8 +19,10 @@ type flags struct {
 	// system names the system partition's slot and its verity
 	// parameters (system.go).
 	system systemFlags
-	// test are the test-only flags; empty in production builds.
-	test testFlags
+	// test are the test-only flags (cairn.test.*): only an /init built
+	// for test images (build tag cairntest) reads them; a production
+	// /init ignores them and says so (node/testhooks).
+	test testhooks.Flags
 }
 
 // parseFlags reads init's flags from the command line c. Problems, such as
@@ -45,6 +43,6 @@ func parseFlags(c cmdline.Cmdline) (f flags, notes []string) {
 	}
 	f.system = parseSystemFlags(c)
 	var testNotes []string
-	f.test, testNotes = parseTestFlags(c)
+	f.test, testNotes = testhooks.Parse(c)
 	return f, append(notes, testNotes...)
 }

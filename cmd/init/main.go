@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"cairn.dev/cairn/node/modules"
 )
 
 // coreArgv0 is the argv[0] PID 1 gives the core, which is how the binary
@@ -16,8 +18,8 @@ func main() {
 		runPID1() // never returns
 	case filepath.Base(os.Args[0]) == coreArgv0:
 		os.Exit(runCore())
-	case filepath.Base(os.Args[0]) == modprobeName:
-		os.Exit(runModprobe(os.Args[1:]))
+	case filepath.Base(os.Args[0]) == modules.ModprobeName:
+		os.Exit(modules.RunModprobe(os.Args[1:]))
 	default:
 		fmt.Fprintln(os.Stderr, "cairn init: this is the node's PID 1, and not PID 1 here; refusing to run")
 		os.Exit(2)

@@ -1,10 +1,12 @@
 package main
 
 import (
-	"errors"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"cairn.dev/cairn/node/kexec"
+	"cairn.dev/cairn/pkg/reaper"
 )
 
 // An action is how the machine ends.
@@ -12,7 +14,7 @@ type action int
 
 const (
 	poweroff action = iota
-	// reboot kexecs into the ESP's image when it can (kexec.go).
+	// reboot kexecs into the ESP's image when it can (node/kexec).
 	reboot
 	// firmwareReboot always reboots through the firmware.
 	firmwareReboot
@@ -62,20 +64,20 @@ const (
 // filesystems are synced and unmounted, and the kernel powers off or
 // reboots. A reboot that was asked for (not one after a failure, nor one
 // through the firmware) kexecs into the ESP's image when it can
-// (kexec.go). It never returns.
+// (node/kexec). It never returns.
 func finish(con *consoles, a action, failed bool) {
-	if !killEverything() {
+	if !reaper.KillAll(killGrace) {
 		con.Printf("processes stuck in the kernel outlived SIGKILL for %v; going on with the %s", killGrace, a)
 	}
 	unix.Sync()
 	con.Printf("filesystems synced")
-	kexec := false
+	viaKexec := false
 	if a == reboot && !failed {
 		start := time.Now()
-		if how, err := loadKexec(); err != nil {
+		if how, err := kexec.Load(); err != nil {
 			con.Printf("rebooting through the firmware: %v", err)
 		} else {
-			kexec = true
+			viaKexec = true
 			con.Printf("loaded the ESP's image for kexec in %v (%s)", time.Since(start).Round(time.Millisecond), how)
 		}
 	}
@@ -85,7 +87,7 @@ func finish(con *consoles, a action, failed bool) {
 	con.Printf("unmounted filesystems")
 	cmd := unix.LINUX_REBOOT_CMD_POWER_OFF
 	switch {
-	case kexec:
+	case viaKexec:
 		con.Printf("rebooting (kexec into the ESP's image, without the firmware)")
 		if err := unix.Reboot(unix.LINUX_REBOOT_CMD_KEXEC); err != nil {
 			con.Printf("kexec failed: %v; rebooting through the firmware", err)
@@ -103,51 +105,5 @@ func finish(con *consoles, a action, failed bool) {
 	con.Printf("%s failed: %v; halting here", a, err)
 	for {
 		time.Sleep(time.Hour)
-	}
-}
-
-// killEverything sends SIGTERM to every process but PID 1, reaps them for
-// up to killGrace, then kills the rest with SIGKILL and reaps them for as
-// long again. It reports whether every process ended: one blocked in the
-// kernel (on a device that no longer answers) ignores even SIGKILL, and
-// must not keep the machine from going down.
-func killEverything() bool {
-	if err := unix.Kill(-1, unix.SIGTERM); errors.Is(err, unix.ESRCH) {
-		return true // nothing else runs
-	}
-	if reapFor(killGrace) {
-		return true
-	}
-	unix.Kill(-1, unix.SIGKILL)
-	return reapFor(killGrace)
-}
-
-// reapFor reaps children for up to d, and reports whether none is left.
-func reapFor(d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for {
-		if !reapAny() {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// reapAny reaps every exited child and reports whether children remain.
-func reapAny() bool {
-	for {
-		var ws unix.WaitStatus
-		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
-		switch {
-		case errors.Is(err, unix.ECHILD):
-			return false
-		case errors.Is(err, unix.EINTR):
-			continue
-		case err != nil, pid == 0:
-			return true
-		}
 	}
 }

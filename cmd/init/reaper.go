@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -9,6 +8,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"cairn.dev/cairn/pkg/kmod"
+	"cairn.dev/cairn/pkg/reaper"
 )
 
 // runPID1 is the whole life of PID 1: mount, start the core, reap until
@@ -19,7 +21,7 @@ func runPID1() {
 	for _, err := range errs {
 		con.Printf("%v", err)
 	}
-	con.Printf("init started (kernel %s)", kernelRelease())
+	con.Printf("init started (kernel %s)", kmod.KernelRelease())
 	con.Printf("version %s", version())
 	// Without this the kernel reboots at once on ctrl-alt-del; with it, it
 	// sends PID 1 SIGINT, and the node reboots cleanly.
@@ -57,7 +59,7 @@ func superviseCore(con *consoles) (action, bool) {
 		case s := <-sigs:
 			switch s {
 			case unix.SIGCHLD:
-				if ws, ended := reapUntil(pid); ended {
+				if ws, ended := reaper.Reap(pid); ended {
 					a, pause, why := judgeCoreExit(ws, requested)
 					if why != "" {
 						con.Printf("%s", why)
@@ -107,26 +109,6 @@ func startCore() (int, error) {
 		return 0, fmt.Errorf("when starting core: %w", err)
 	}
 	return pid, nil
-}
-
-// reapUntil reaps every child that has exited. If one of them was core, it
-// returns core's wait status and true.
-func reapUntil(core int) (unix.WaitStatus, bool) {
-	var coreStatus unix.WaitStatus
-	ended := false
-	for {
-		var ws unix.WaitStatus
-		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil || pid <= 0 {
-			return coreStatus, ended
-		}
-		if pid == core {
-			coreStatus, ended = ws, true
-		}
-	}
 }
 
 // judgeCoreExit decides, from how the core ended and what PID 1 was asked

@@ -1,10 +1,7 @@
 package main
 
 import (
-	"os"
-	"syscall"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -47,41 +44,4 @@ func TestSignalAction(t *testing.T) {
 	if got := signalAction(unix.SIGTERM); got != poweroff {
 		t.Errorf("signalAction(SIGTERM) = %v, want poweroff", got)
 	}
-}
-
-// TestReapUntil starts real children, one of which plays the core, and
-// checks that reaping finds the core's exit status among the others'.
-func TestReapUntil(t *testing.T) {
-	sh, err := lookShell()
-	if err != nil {
-		t.Skipf("no shell to start children with: %v", err)
-	}
-	attr := &syscall.ProcAttr{Files: []uintptr{0, 1, 2}}
-	if _, err := syscall.ForkExec(sh, []string{"sh", "-c", "exit 0"}, attr); err != nil {
-		t.Fatal(err)
-	}
-	core, err := syscall.ForkExec(sh, []string{"sh", "-c", "exit 82"}, attr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if ws, ended := reapUntil(core); ended {
-			if !ws.Exited() || ws.ExitStatus() != exitFailed {
-				t.Errorf("core wait status %#x, want exit status %d", uint32(ws), exitFailed)
-			}
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("reapUntil never saw the core end")
-}
-
-func lookShell() (string, error) {
-	for _, p := range []string{"/bin/sh", "/usr/bin/sh"} {
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-	}
-	return "", os.ErrNotExist
 }

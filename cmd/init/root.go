@@ -18,9 +18,10 @@ import (
 	"cairn.dev/cairn/pkg/supervisor"
 )
 
-// A child is a named runnable the root starts. The node's services (power
-// today; network, storage, enrolment next) are each one entry of the list
-// the core hands to rootRunnable.
+// A child is a named runnable the root starts. Each of the node's services
+// is one entry of the list the core hands to rootRunnable: power first,
+// then nodeChildren's (storage, network, enrolment, the role server and
+// the rest).
 type child struct {
 	name string
 	run  supervisor.Runnable
@@ -29,8 +30,8 @@ type child struct {
 // nodeChildren returns the node's services, started after power: the
 // network, time keeping, the storage, enrolment, the role server, node
 // management and, in test images when test-only flags ask for them, test
-// services. printf writes phase lines; log takes what cannot start;
-// request stops the node.
+// services (node/testhooks). printf writes phase lines; log takes what
+// cannot start; request stops the node.
 //
 //	storage ─mounted─▶ parameters ─▶ network ─address─▶ enrolment ◀─┐
 //	   └──────data ready (the data partition's modules)───▶ │      │
@@ -80,7 +81,10 @@ func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogg
 			return metrics.Run(ctx, metrics.Config{Credentials: rs.Credentials(), Gatherer: gatherer, Port: ports.Metrics})
 		}},
 	}
-	return append(cs, fl.test.children(&address, printf)...)
+	for _, s := range fl.test.Services(&address, printf) {
+		cs = append(cs, child{s.Name, s.Run})
+	}
+	return cs
 }
 
 // rootRunnable returns the root of the node's supervision tree. It starts

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"cairn.dev/cairn/pkg/supervisor"
+	"cairn.dev/cairn/pkg/supervisor/supervisortest"
 )
 
 // TestRootStartsChildren runs the root with two children and waits for
@@ -24,7 +25,7 @@ func TestRootStartsChildren(t *testing.T) {
 			return ctx.Err()
 		}
 	}
-	supervisor.TestHarness(t, rootRunnable([]child{{"alpha", record("alpha")}, {"beta", record("beta")}}, nil))
+	supervisortest.Harness(t, rootRunnable([]child{{"alpha", record("alpha")}, {"beta", record("beta")}}, nil))
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		mu.Lock()

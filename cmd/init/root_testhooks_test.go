@@ -24,20 +24,25 @@ func TestRootFailForTest(t *testing.T) {
 		<-ctx.Done()
 		return ctx.Err()
 	}}}
-	s := supervisor.New(context.Background(), rootRunnable(children, testFlags{rootFail: true}.rootFailure()),
+	f, _ := parseFlags(cmdline.Parse("cairn.test.root-fail"))
+	fail := f.test.RootFailure()
+	if fail == nil {
+		t.Fatal("cairn.test.root-fail: RootFailure() = nil, want an error")
+	}
+	s := supervisor.New(context.Background(), rootRunnable(children, fail),
 		supervisor.WithRootFatal(), supervisor.WithLogTree(logtree.New()))
-	if err := s.Wait(); !errors.Is(err, errTestRootFail) {
-		t.Errorf("Wait() = %v, want %v", err, errTestRootFail)
+	if err := s.Wait(); !errors.Is(err, fail) {
+		t.Errorf("Wait() = %v, want %v", err, fail)
 	}
 	select {
 	case <-childRan:
-		t.Errorf("a child ran, want none under %s", flagTestRootFail)
+		t.Errorf("a child ran, want none under cairn.test.root-fail")
 	default:
 	}
 }
 
 // TestStopAtReachesRunnables checks the wiring of cairn.test.stop-at as
-// the core does it: the tree runs under the context armTestPoint returns,
+// the core does it: the tree runs under the context ArmTestPoint returns,
 // and a runnable deep in it stops at the step the flag names, stating the
 // marker, while another step goes by.
 func TestStopAtReachesRunnables(t *testing.T) {
@@ -61,7 +66,7 @@ func TestStopAtReachesRunnables(t *testing.T) {
 			return ctx.Err()
 		})
 	}}}
-	s := supervisor.New(f.test.armTestPoint(ctx), rootRunnable(children, nil), supervisor.WithLogTree(lt))
+	s := supervisor.New(f.test.ArmTestPoint(ctx), rootRunnable(children, nil), supervisor.WithLogTree(lt))
 	want := marker.Format(marker.TestPointReached, "name", string(testpoint.Registered))
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {

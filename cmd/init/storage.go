@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"cairn.dev/cairn/node/localstorage"
+	"cairn.dev/cairn/node/modules"
+	"cairn.dev/cairn/node/testhooks"
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/supervisor"
@@ -37,9 +39,9 @@ type storage struct {
 	// system names the system slot and its verity parameters, from the
 	// command line.
 	system systemFlags
-	// hooks are the storage child's test hooks; they do nothing in
-	// production builds.
-	hooks storageHooks
+	// hooks are the storage child's test hooks (node/testhooks); they do
+	// nothing in production builds, nor when zero.
+	hooks testhooks.Storage
 	// mounted is set to true once the system partition, the ESP and
 	// /ephemeral are mounted: enrolment and the network wait for it, and
 	// the data partition is made with the mkfs.xfs of /system. Nil in
@@ -53,7 +55,7 @@ type storage struct {
 	// diskModules loads the modules the disks need, before anything is
 	// mounted; systemModules loads the system partition's once it is
 	// mounted, before the ESP; dataModules loads the data partition's
-	// once the ESP is mounted (coldplug.go). Nil in tests that do not
+	// once the ESP is mounted (node/modules). Nil in tests that do not
 	// care.
 	diskModules, systemModules, dataModules func(ctx context.Context, log logtree.LeveledLogger) error
 
@@ -75,10 +77,10 @@ func newStorage(s *localstorage.Storage, fl flags, mounted, dataReady event.Valu
 		dataRoot:   s.Root.Data.FullPath(),
 		systemRoot: s.Root.System.FullPath(),
 		system:     fl.system,
-		hooks:      newStorageHooks(fl.test),
 	}
-	m := newNodeModules(s.Root.System.FullPath(), printf)
-	st.diskModules, st.systemModules, st.dataModules = m.loadDisks, m.loadSystem, m.loadData
+	st.hooks = fl.test.Storage(s, st.espCairn, st.dataRoot, printf)
+	m := modules.NewSteps(s.Root.System.FullPath(), printf)
+	st.diskModules, st.systemModules, st.dataModules = m.LoadDisks, m.LoadSystem, m.LoadData
 	return st
 }
 
@@ -134,7 +136,7 @@ func (s *storage) run(ctx context.Context) error {
 	if s.dataReady != nil {
 		s.dataReady.Set(true)
 	}
-	if err := s.hooks.run(ctx, s, log); err != nil {
+	if err := s.hooks.Run(ctx, log); err != nil {
 		return err
 	}
 	supervisor.Signal(ctx, supervisor.SignalHealthy)

@@ -13,13 +13,12 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"cairn.dev/cairn/build/system"
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/pkg/cmdline"
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/pkg/logtree"
-	"cairn.dev/cairn/pkg/supervisor"
+	"cairn.dev/cairn/pkg/supervisor/supervisortest"
 	"cairn.dev/cairn/pkg/verity"
 )
 
@@ -28,10 +27,16 @@ var testParams = verity.Params{
 	DataBlocks: 130, HashOffset: 130 * verity.BlockSize,
 }
 
-// TestParseSystemFlags reads what the image build writes (build/system's
-// Cmdline), and names what is missing or wrong.
+// systemCmdline is a command line as the image build writes it for slot:
+// build/system's TestCmdline pins the same form on the writer's side.
+func systemCmdline(slot string) string {
+	return "console=ttyS0 cairn.system=" + slot + " cairn.verity=" + testParams.String()
+}
+
+// TestParseSystemFlags reads what the image build writes, and names what
+// is missing or wrong.
 func TestParseSystemFlags(t *testing.T) {
-	got := parseSystemFlags(cmdline.Parse(system.Cmdline("console=ttyS0", "b", testParams)))
+	got := parseSystemFlags(cmdline.Parse(systemCmdline("b")))
 	if got.err != nil || got.slot != localstorage.SlotB || !cmp.Equal(got.verity, testParams) {
 		t.Errorf("parseSystemFlags(build's command line) = %+v, want slot b and %+v", got, testParams)
 	}
@@ -50,8 +55,7 @@ func TestParseSystemFlags(t *testing.T) {
 // systemStorage returns a storage child on disks with the system flags of
 // a command line, and the value it sets when everything is mounted.
 func systemStorage(disks *fakeDisks, line string) (*storage, *phaseLines, *memory.Value[bool]) {
-	st, lines := testStorage(disks, "/nonexistent", "/nonexistent", "n", "c")
-	st.hooks = newStorageHooks(testFlags{})
+	st, lines := testStorage(disks, "/nonexistent", "/nonexistent", "")
 	st.system = parseSystemFlags(cmdline.Parse(line))
 	st.systemRoot = "/system"
 	var mounted memory.Value[bool]
@@ -63,8 +67,8 @@ func systemStorage(disks *fakeDisks, line string) (*storage, *phaseLines, *memor
 // the ESP, and its mount is timed on the consoles.
 func TestStorageMountsSystemFirst(t *testing.T) {
 	disks := &fakeDisks{}
-	st, lines, mounted := systemStorage(disks, system.Cmdline("", "a", testParams))
-	supervisor.TestHarness(t, st.run)
+	st, lines, mounted := systemStorage(disks, systemCmdline("a"))
+	supervisortest.Harness(t, st.run)
 	lines.wait(t, "system partition a mounted at /system (verity ")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -84,8 +88,8 @@ func TestStorageMountsSystemFirst(t *testing.T) {
 // mounted.
 func TestStorageSystemCorrupt(t *testing.T) {
 	disks := &fakeDisks{systemErr: fmt.Errorf("%w: slot a: read: input/output error", localstorage.ErrSystemCorrupt)}
-	st, lines, mounted := systemStorage(disks, system.Cmdline("", "a", testParams))
-	supervisor.TestHarness(t, st.run)
+	st, lines, mounted := systemStorage(disks, systemCmdline("a"))
+	supervisortest.Harness(t, st.run)
 	want := fmt.Sprintf("system partition a is corrupt: it does not match root hash %x; not using it", testParams.RootHash)
 	lines.wait(t, want)
 	// The supervisor's backoff starts at 100 ms: wait for a few restarts.
@@ -115,7 +119,7 @@ func TestStorageSystemCorrupt(t *testing.T) {
 func TestStorageNoSystemFlags(t *testing.T) {
 	disks := &fakeDisks{}
 	st, lines, _ := systemStorage(disks, "console=ttyS0")
-	supervisor.TestHarness(t, st.run)
+	supervisortest.Harness(t, st.run)
 	lines.wait(t, "no verified system partition: the command line has no cairn.system=")
 	time.Sleep(500 * time.Millisecond)
 	disks.mu.Lock()
@@ -135,7 +139,7 @@ func TestStorageNoSystemFlags(t *testing.T) {
 // without mounting twice.
 func TestStorageLoadsModules(t *testing.T) {
 	disks := &fakeDisks{}
-	st, lines, mounted := systemStorage(disks, system.Cmdline("", "a", testParams))
+	st, lines, mounted := systemStorage(disks, systemCmdline("a"))
 	var dataReady memory.Value[bool]
 	st.dataReady = &dataReady
 	var order []string
@@ -155,7 +159,7 @@ func TestStorageLoadsModules(t *testing.T) {
 		}
 	}
 	st.diskModules, st.systemModules, st.dataModules = step("disks"), step("system"), step("data")
-	supervisor.TestHarness(t, st.run)
+	supervisortest.Harness(t, st.run)
 	lines.wait(t, "system partition a mounted at /system")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -1,10 +1,6 @@
 package main
 
-import (
-	"runtime/debug"
-
-	"golang.org/x/sys/unix"
-)
+import "runtime/debug"
 
 // buildVersion is Cairn's version, set by the image build with
 // -ldflags "-X main.buildVersion=<version>".
@@ -27,13 +23,4 @@ func version() string {
 		}
 	}
 	return "dev"
-}
-
-// kernelRelease returns what `uname -r` prints.
-func kernelRelease() string {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		return "unknown"
-	}
-	return unix.ByteSliceToString(u.Release[:])
 }

@@ -18,6 +18,7 @@ import (
 	"cairn.dev/cairn/pkg/fixture"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/supervisor"
+	"cairn.dev/cairn/pkg/supervisor/supervisortest"
 	api "cairn.dev/cairn/proto/api"
 	private "cairn.dev/cairn/proto/private"
 )
@@ -102,7 +103,7 @@ func (n *testNode) boot(t *testing.T, params *api.NodeParameters, curatorPort in
 		openTPM:         n.tpm,
 		timing:          &tm,
 	})
-	n.cancel, n.lt = supervisor.TestHarness(t, func(ctx context.Context) error {
+	n.cancel, n.lt = supervisortest.Harness(t, func(ctx context.Context) error {
 		for name, r := range map[string]supervisor.Runnable{"enrolment": svc.Run, "roleserve": rs.Run} {
 			if err := supervisor.Run(ctx, name, r); err != nil {
 				return err

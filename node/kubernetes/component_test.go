@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"cairn.dev/cairn/pkg/supervisor"
+	"cairn.dev/cairn/pkg/supervisor/supervisortest"
 )
 
 // TestRunComponentRenews: a component still running when its certificates
@@ -16,7 +17,7 @@ import (
 // its own is an error.
 func TestRunComponentRenews(t *testing.T) {
 	got := make(chan error, 2)
-	supervisor.TestHarness(t, func(ctx context.Context) error {
+	supervisortest.Harness(t, func(ctx context.Context) error {
 		err := Layout{}.runComponent(ctx, exec.Command("sleep", "60"), time.Now().Add(time.Second))
 		got <- err
 		err = Layout{}.runComponent(ctx, exec.Command("true"), time.Time{})

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"cairn.dev/cairn/pkg/etcdtest"
-	"cairn.dev/cairn/pkg/supervisor"
+	"cairn.dev/cairn/pkg/supervisor/supervisortest"
 )
 
 // TestEtcdProxyConfinesToPrefix runs the proxy on a real etcd that also
@@ -35,7 +35,7 @@ func TestEtcdProxyConfinesToPrefix(t *testing.T) {
 		}
 	}
 	sock := filepath.Join(t.TempDir(), "etcd.sock")
-	supervisor.TestHarness(t, NewEtcdProxy(raw, "kubernetes/", sock).Run)
+	supervisortest.Harness(t, NewEtcdProxy(raw, "kubernetes/", sock).Run)
 	var cl *clientv3.Client
 	deadline := time.Now().Add(30 * time.Second)
 	for {

@@ -1,4 +1,4 @@
-package logstore
+package logstore_test
 
 import (
 	"errors"
@@ -8,6 +8,8 @@ import (
 	"slices"
 	"testing"
 
+	"cairn.dev/cairn/node/logstore"
+	"cairn.dev/cairn/node/logstore/logstoretest"
 	"cairn.dev/cairn/pkg/logtree"
 	api "cairn.dev/cairn/proto/api"
 )
@@ -24,14 +26,14 @@ func messages(es []*api.LogEntry, dn string) []string {
 }
 
 func TestBootsKept(t *testing.T) {
-	cfg := Config{Dir: filepath.Join(t.TempDir(), "logs"), KeepBoots: 3}
-	var last *Store
+	cfg := logstore.Config{Dir: filepath.Join(t.TempDir(), "logs"), KeepBoots: 3}
+	var last *logstore.Store
 	for b := 1; b <= 5; b++ {
 		tree := logtree.New()
 		cfg.Tree = tree
 		lg := tree.LeveledFor("root.test")
 		lg.Infof("boot %d before the store", b)
-		last = BootForTest(t, cfg, func() {
+		last = logstoretest.Boot(t, cfg, func() {
 			lg.Infof("boot %d running", b)
 			lg.Errorf("boot %d failing", b)
 		})
@@ -50,7 +52,7 @@ func TestBootsKept(t *testing.T) {
 		}
 	}
 	for _, b := range []int{-3, 1} {
-		if _, err := last.Read(b); !errors.Is(err, ErrNoSuchBoot) {
+		if _, err := last.Read(b); !errors.Is(err, logstore.ErrNoSuchBoot) {
 			t.Errorf("Read(%d) = %v, want ErrNoSuchBoot", b, err)
 		}
 	}
@@ -61,12 +63,12 @@ func TestBootsKept(t *testing.T) {
 }
 
 func TestSegmentsBounded(t *testing.T) {
-	cfg := Config{Dir: t.TempDir(), SegmentBytes: 2 << 10}
+	cfg := logstore.Config{Dir: t.TempDir(), SegmentBytes: 2 << 10}
 	tree := logtree.New()
 	cfg.Tree = tree
 	lg := tree.LeveledFor("root.chatty")
 	const n = 500
-	st := BootForTest(t, cfg, func() {
+	st := logstoretest.Boot(t, cfg, func() {
 		for i := range n {
 			lg.Infof("entry %04d", i)
 		}
@@ -102,15 +104,15 @@ func TestSegmentsBounded(t *testing.T) {
 // TestCutShort reads a boot whose last record a power cut left half
 // written: the records before it are all there.
 func TestCutShort(t *testing.T) {
-	cfg := Config{Dir: t.TempDir()}
+	cfg := logstore.Config{Dir: t.TempDir()}
 	tree := logtree.New()
 	cfg.Tree = tree
 	lg := tree.LeveledFor("root.test")
-	st := BootForTest(t, cfg, func() {
+	st := logstoretest.Boot(t, cfg, func() {
 		lg.Info("first")
 		lg.Info("second, the one cut short")
 	})
-	path := bootFiles(cfg.Dir, 1)[1]
+	path := logstore.BootFiles(cfg.Dir, 1)[1]
 	fi, err := os.Stat(path)
 	if err != nil {
 		t.Fatal(err)
@@ -132,8 +134,8 @@ func TestCutShort(t *testing.T) {
 // rather than taking the last boot on disk for the one before this.
 func TestReadBeforeRunning(t *testing.T) {
 	dir := t.TempDir()
-	BootForTest(t, Config{Tree: logtree.New(), Dir: dir}, func() {})
-	if _, err := New(Config{Tree: logtree.New(), Dir: dir}).Read(-1); !errors.Is(err, ErrNotRunning) {
+	logstoretest.Boot(t, logstore.Config{Tree: logtree.New(), Dir: dir}, func() {})
+	if _, err := logstore.New(logstore.Config{Tree: logtree.New(), Dir: dir}).Read(-1); !errors.Is(err, logstore.ErrNotRunning) {
 		t.Errorf("Read before Run = %v, want ErrNotRunning", err)
 	}
 }
@@ -143,16 +145,16 @@ func TestReadBeforeRunning(t *testing.T) {
 // both runs.
 func TestRestartWithinBoot(t *testing.T) {
 	tree := logtree.New()
-	s := New(Config{Tree: tree, Dir: t.TempDir()})
+	s := logstore.New(logstore.Config{Tree: tree, Dir: t.TempDir()})
 	lg := tree.LeveledFor("root.test")
-	runForTest(t, s, func() { lg.Info("first run") })
-	runForTest(t, s, func() { lg.Info("second run") })
+	logstoretest.Run(t, s, func() { lg.Info("first run") })
+	logstoretest.Run(t, s, func() { lg.Info("second run") })
 	es, err := s.Read(0)
 	got := messages(es, "root.test")
 	if err != nil || len(got) < 2 || got[len(got)-1] != "second run" || !slices.Contains(got, "first run") {
 		t.Errorf("Read(0) = %q, %v; want both runs' entries", got, err)
 	}
-	if _, err := s.Read(-1); !errors.Is(err, ErrNoSuchBoot) {
+	if _, err := s.Read(-1); !errors.Is(err, logstore.ErrNoSuchBoot) {
 		t.Errorf("Read(-1) = %v: the restart made a boot of its own", err)
 	}
 }

@@ -16,7 +16,7 @@ import (
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/pkg/netnstest"
-	"cairn.dev/cairn/pkg/supervisor"
+	"cairn.dev/cairn/pkg/supervisor/supervisortest"
 )
 
 // testNet is a pair of network namespaces joined by a veth pair: the
@@ -143,7 +143,7 @@ func (n *testNet) runService(t *testing.T, c Config) *runningService {
 	c.NTPServers = rs.ntp
 	c.ResolvConfPath = filepath.Join(rs.dir, "resolv.conf")
 	c.HostnamePath = filepath.Join(rs.dir, "hostname")
-	supervisor.TestHarness(t, New(c).Run)
+	supervisortest.Harness(t, New(c).Run)
 	return rs
 }
 

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"cairn.dev/cairn/node/logstore"
+	"cairn.dev/cairn/node/logstore/logstoretest"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/proto/api"
 )
@@ -70,12 +71,12 @@ func short(entries []*api.LogEntry) []string {
 // severity and backlog select the same ones.
 func TestLogsBacklog(t *testing.T) {
 	dir := t.TempDir()
-	logstore.BootForTest(t, logstore.Config{Tree: testTree(t), Dir: dir}, func() {})
+	logstoretest.Boot(t, logstore.Config{Tree: testTree(t), Dir: dir}, func() {})
 	// The running boot's own file, which Logs never reads: the live
 	// tree has its entries.
 	running := logtree.New()
 	running.LeveledFor("root.a").Info("the running boot")
-	store := logstore.BootForTest(t, logstore.Config{Tree: running, Dir: dir}, func() {})
+	store := logstoretest.Boot(t, logstore.Config{Tree: running, Dir: dir}, func() {})
 	client := serve(t, New(Config{LogTree: testTree(t), LogStore: store})).owner(t)
 	for _, tc := range []struct {
 		name string
@@ -118,7 +119,7 @@ func TestLogsBacklog(t *testing.T) {
 // TestLogsPastBootErrors checks the answers for past boots that cannot
 // be read as asked.
 func TestLogsPastBootErrors(t *testing.T) {
-	store := logstore.BootForTest(t, logstore.Config{Tree: testTree(t), Dir: t.TempDir()}, func() {})
+	store := logstoretest.Boot(t, logstore.Config{Tree: testTree(t), Dir: t.TempDir()}, func() {})
 	client := serve(t, New(Config{LogTree: testTree(t), LogStore: store})).owner(t)
 	// The store holds only the running boot: none before it.
 	without := serve(t, New(Config{LogTree: testTree(t)})).owner(t)

@@ -8,7 +8,7 @@
 // and returns nil: it is an empty function of reach_off.go, and nothing
 // else of this package's test half is compiled in. In a test image (build
 // tag cairntest) /init arms one step from the kernel command line
-// (cairn.test.stop-at=<step>, cmd/init/testhooks.go) with WithStopAt on
+// (cairn.test.stop-at=<step>, node/testhooks) with WithStopAt on
 // the context its supervision tree runs under; Reach at that step then
 // states marker.TestPointReached and blocks until the runnable is
 // stopped:

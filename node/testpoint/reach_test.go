@@ -10,7 +10,7 @@ import (
 
 	"cairn.dev/cairn/node/marker"
 	"cairn.dev/cairn/pkg/logtree"
-	"cairn.dev/cairn/pkg/supervisor"
+	"cairn.dev/cairn/pkg/supervisor/supervisortest"
 )
 
 // TestReachStopsAtTheArmedStep runs a runnable that passes every step
@@ -21,7 +21,7 @@ func TestReachStopsAtTheArmedStep(t *testing.T) {
 		t.Run(string(armed), func(t *testing.T) {
 			passed := make(chan Step, len(Steps()))
 			returned := make(chan error, 1)
-			cancel, lt := supervisor.TestHarness(t, func(ctx context.Context) error {
+			cancel, lt := supervisortest.Harness(t, func(ctx context.Context) error {
 				ctx = WithStopAt(ctx, armed)
 				for _, s := range Steps() {
 					if err := Reach(ctx, s); err != nil {

@@ -15,7 +15,7 @@ import (
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/pkg/sntp"
-	"cairn.dev/cairn/pkg/supervisor"
+	"cairn.dev/cairn/pkg/supervisor/supervisortest"
 )
 
 // fakeClock is a clock offset from the system's by an amount that step
@@ -140,7 +140,7 @@ func run(t *testing.T, clock *fakeClock, port uint16, servers []netip.Addr) (*me
 	state := &memory.Value[State]{}
 	tm := fastTiming
 	svc := New(Config{Servers: sv, State: state, clock: clock, port: port, timing: &tm})
-	supervisor.TestHarness(t, svc.Run)
+	supervisortest.Harness(t, svc.Run)
 	return sv, state
 }
 
@@ -341,7 +341,7 @@ func TestNoHotLoop(t *testing.T) {
 	sv.Set([]netip.Addr{server1})
 	state := &memory.Value[State]{}
 	tm := timing{minPoll: 400 * time.Millisecond, maxPoll: 400 * time.Millisecond, firstRetry: 100 * time.Millisecond, query: 50 * time.Millisecond}
-	cancel, _ := supervisor.TestHarness(t, New(Config{Servers: sv, State: state, clock: clock, port: conn.LocalAddr().(*net.UDPAddr).AddrPort().Port(), timing: &tm}).Run)
+	cancel, _ := supervisortest.Harness(t, New(Config{Servers: sv, State: state, clock: clock, port: conn.LocalAddr().(*net.UDPAddr).AddrPort().Port(), timing: &tm}).Run)
 	time.Sleep(2 * time.Second)
 	cancel()
 	// Queries of 50ms, then waits of 100, 200, 400, 400... ms: about

@@ -14,6 +14,7 @@ import (
 
 	"cairn.dev/cairn/node/identity/identitytest"
 	"cairn.dev/cairn/pkg/supervisor"
+	"cairn.dev/cairn/pkg/supervisor/supervisortest"
 	api "cairn.dev/cairn/proto/api"
 )
 
@@ -61,7 +62,7 @@ func waitAnswerer(t *testing.T, cc *grpc.ClientConn, want int) (failed int, outa
 // ClientConn through r.
 func start(t *testing.T, c *fakeCluster, r *Resolver) *grpc.ClientConn {
 	t.Helper()
-	supervisor.TestHarness(t, func(ctx context.Context) error {
+	supervisortest.Harness(t, func(ctx context.Context) error {
 		if err := supervisor.Run(ctx, "cluster", c.run); err != nil {
 			return err
 		}

@@ -1,4 +1,13 @@
-package main
+// Package kexec boots the node's own image again without the firmware: it
+// loads the kernel, the initramfs and the command line of the unified
+// kernel image on the ESP (read with pkg/uki) as the kernel to kexec
+// into, for PID 1 to jump into with reboot(2) once everything is
+// unmounted.
+//
+//	/esp/EFI/BOOT/BOOTX64.EFI ─uki.Locate─▶ spans ─sendfile─▶ memfds
+//	  ─kexec_file_load─▶ the kernel holds the next boot
+//	                      ─reboot(LINUX_REBOOT_CMD_KEXEC)─▶ (PID 1)
+package kexec
 
 import (
 	"errors"
@@ -8,7 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn.dev/cairn/build/uki"
+	"cairn.dev/cairn/pkg/uki"
 )
 
 // A node asked to reboot boots its own image again with kexec: the kernel
@@ -28,12 +37,12 @@ const (
 	stubInfo = "/sys/firmware/efi/efivars/StubInfo-4a67b082-0a4c-41cf-b6c7-440b29bb8c4f"
 )
 
-// loadKexec loads the ESP's unified kernel image as the kernel to kexec
+// Load loads the ESP's unified kernel image as the kernel to kexec
 // into, with its own command line. It must run while the ESP is mounted.
 // The kernel and the initramfs go from the image's file to files in memory
 // inside the kernel (sendfile), never through this process's memory. It
 // says how long copying them and loading them took, apart.
-func loadKexec() (string, error) {
+func Load() (string, error) {
 	if _, err := os.Stat(stubInfo); err != nil {
 		return "", fmt.Errorf("this boot did not come from the ESP's unified kernel image (%w)", err)
 	}

@@ -1,4 +1,4 @@
-package main
+package modules
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 // Modules are loaded in four steps, each from the module directory of its
 // time, by name and for what the devices ask for (coldplug):
 //
-//	PID 1's core, before the supervisor   bootModules
+//	PID 1's core, before the supervisor   bootModules (LoadBoot)
 //	storage child, first                  the devices' modules from the initramfs, diskModules
 //	storage child, once /system is up     the devices' modules from the system partition
 //	storage child, once the ESP is up     the CPU's AES module, dataModules
@@ -80,7 +80,7 @@ func devices(modalias string) bool { return !kmod.CPUModalias(modalias) }
 
 // moduleDir returns the running kernel's module directory.
 func moduleDir() string {
-	return filepath.Join("/lib/modules", kernelRelease())
+	return filepath.Join("/lib/modules", kmod.KernelRelease())
 }
 
 // openLoader returns a Loader for the module directory dir that knows the
@@ -102,10 +102,10 @@ func openLoader(dir, procModules string, opts ...kmod.LoaderOption) (*kmod.Loade
 	return kmod.NewLoader(idx, opts...), nil
 }
 
-// loadBootModules points the kernel's module requests at modprobe mode,
-// then loads bootModules from the initramfs. It returns how many it
-// loaded.
-func loadBootModules(ctx context.Context, log logtree.LeveledLogger) (int, error) {
+// LoadBoot points the kernel's module requests at modprobe mode, then
+// loads bootModules from the initramfs: the core runs it before its
+// supervisor starts. It returns how many it loaded.
+func LoadBoot(ctx context.Context, log logtree.LeveledLogger) (int, error) {
 	if err := serveModuleRequests(modprobePath, modprobeSysctl); err != nil {
 		log.Warningf("%v", err)
 	}
@@ -137,8 +137,9 @@ func loadWith(ctx context.Context, l *kmod.Loader, devices *kmod.Devices, which 
 	return len(l.Loaded()), err
 }
 
-// nodeModules are the storage child's steps of loading modules.
-type nodeModules struct {
+// Steps are the storage child's steps of loading modules: LoadDisks,
+// LoadSystem and LoadData, in that order, each once it has succeeded.
+type Steps struct {
 	// initramfs is the kernel's module directory at boot; system is the
 	// one on the mounted system partition, which replaces it.
 	initramfs, system string
@@ -151,18 +152,20 @@ type nodeModules struct {
 	devices *kmod.Devices
 }
 
-func newNodeModules(systemRoot string, printf func(string, ...any)) *nodeModules {
-	return &nodeModules{
+// NewSteps returns the steps of a node whose system partition is mounted
+// at systemRoot; printf writes a phase line to the consoles.
+func NewSteps(systemRoot string, printf func(string, ...any)) *Steps {
+	return &Steps{
 		initramfs: moduleDir(),
-		system:    filepath.Join(systemRoot, "lib/modules", kernelRelease()),
+		system:    filepath.Join(systemRoot, "lib/modules", kmod.KernelRelease()),
 		printf:    printf,
 	}
 }
 
-// loadDisks loads from the initramfs the CPU's modules for diskAlgorithms,
+// LoadDisks loads from the initramfs the CPU's modules for diskAlgorithms,
 // if it has them, then what the devices ask for, the disk's driver among
 // them, and diskModules.
-func (m *nodeModules) loadDisks(ctx context.Context, log logtree.LeveledLogger) error {
+func (m *Steps) LoadDisks(ctx context.Context, log logtree.LeveledLogger) error {
 	return m.step(ctx, "coldplug loaded %d modules in %v", diskAlgorithms, devices, diskModules, log)
 }
 
@@ -188,7 +191,7 @@ func cpuModulesFor(l *kmod.Loader, modalias string, algs ...string) []string {
 	return mods
 }
 
-// loadSystem binds the system partition's module directory over the
+// LoadSystem binds the system partition's module directory over the
 // initramfs's, read-only, so that the kernel's module requests find every
 // module Cairn carries from then on, and loads what the devices ask for of
 // it (network cards of real machines). A system partition without this
@@ -196,11 +199,11 @@ func cpuModulesFor(l *kmod.Loader, modalias string, algs ...string) []string {
 // initramfs's, which do not reach the data partition: no error, since
 // retrying cannot mend an image built that way. Any other failure to look
 // (an I/O error: dm-verity refusing a block) is the step's error.
-func (m *nodeModules) loadSystem(ctx context.Context, log logtree.LeveledLogger) error {
+func (m *Steps) LoadSystem(ctx context.Context, log logtree.LeveledLogger) error {
 	if !m.placed {
 		_, err := os.Stat(filepath.Join(m.system, "modules.dep"))
 		if errors.Is(err, os.ErrNotExist) {
-			m.printf("the system partition has no modules for kernel %s (%v): only the initramfs's are loaded", kernelRelease(), err)
+			m.printf("the system partition has no modules for kernel %s (%v): only the initramfs's are loaded", kmod.KernelRelease(), err)
 			m.placed = true
 			m.stopWatching(log)
 			return nil
@@ -225,7 +228,7 @@ func (m *nodeModules) loadSystem(ctx context.Context, log logtree.LeveledLogger)
 
 // stopWatching closes the uevent socket after the last coldplug: the
 // kernel's uevents need no reader from then on.
-func (m *nodeModules) stopWatching(log logtree.LeveledLogger) {
+func (m *Steps) stopWatching(log logtree.LeveledLogger) {
 	if m.devices == nil {
 		return
 	}
@@ -235,9 +238,9 @@ func (m *nodeModules) stopWatching(log logtree.LeveledLogger) {
 	m.devices = nil
 }
 
-// loadData loads the CPU's AES module, if it has one, which dm-crypt picks
+// LoadData loads the CPU's AES module, if it has one, which dm-crypt picks
 // when it opens the data partition, and dataModules.
-func (m *nodeModules) loadData(ctx context.Context, log logtree.LeveledLogger) error {
+func (m *Steps) LoadData(ctx context.Context, log logtree.LeveledLogger) error {
 	return m.step(ctx, "loaded %d modules for the data partition in %v", []string{"aes"}, nil, dataModules, log)
 }
 
@@ -245,7 +248,7 @@ func (m *nodeModules) loadData(ctx context.Context, log logtree.LeveledLogger) e
 // CPU's modules for the algorithms algs, then what the modaliases which
 // accepts ask for (none when which is nil) with named. It is said on the
 // consoles with format, which takes the count and the time it took.
-func (m *nodeModules) step(ctx context.Context, format string, algs []string, which func(string) bool, named []string, log logtree.LeveledLogger) error {
+func (m *Steps) step(ctx context.Context, format string, algs []string, which func(string) bool, named []string, log logtree.LeveledLogger) error {
 	start := time.Now()
 	l, err := openLoader(m.initramfs, procModules, kmod.WithLogger(log))
 	if err != nil {

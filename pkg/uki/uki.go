@@ -1,3 +1,14 @@
+// Package uki reads a unified kernel image: systemd's EFI stub with the
+// kernel, the initramfs and the kernel command line appended as PE
+// sections (build/uki writes them). Locate finds where the kernel and the
+// initramfs lie in the image's file and reads its command line, so that a
+// node can boot its own image again with kexec, without the firmware:
+//
+//	BOOTX64.EFI ─▶ Locate ─▶ Boot{Kernel, Initramfs: Spans in the file;
+//	                              Cmdline}
+//
+// It reads only the PE headers and the command line: the kernel and the
+// initramfs stay in the file, for the caller to copy where they go.
 package uki
 
 import (
@@ -28,7 +39,7 @@ func (s Span) Reader(r io.ReaderAt) *io.SectionReader {
 }
 
 // Locate finds the kernel and the initramfs in a unified kernel image, as
-// Build wrote them, and reads its command line: a node uses it to boot its
+// build/uki's Build wrote them, and reads its command line: a node uses it to boot its
 // own image again with kexec, without the firmware. It leaves the kernel
 // and the initramfs in the file, for the caller to copy where they go.
 func Locate(r io.ReaderAt) (*Boot, error) {

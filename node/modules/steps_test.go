@@ -1,4 +1,4 @@
-package main
+package modules
 
 import (
 	"context"
@@ -21,15 +21,15 @@ func TestLoadSystemWithoutModules(t *testing.T) {
 	var lines []string
 	printf := func(format string, args ...any) { lines = append(lines, fmt.Sprintf(format, args...)) }
 
-	missing := &nodeModules{initramfs: t.TempDir(), system: filepath.Join(root, "lib/modules/none"), printf: printf}
-	if err := missing.loadSystem(context.Background(), log); err != nil {
-		t.Fatalf("loadSystem without a module directory: %v, want no error", err)
+	missing := &Steps{initramfs: t.TempDir(), system: filepath.Join(root, "lib/modules/none"), printf: printf}
+	if err := missing.LoadSystem(context.Background(), log); err != nil {
+		t.Fatalf("LoadSystem without a module directory: %v, want no error", err)
 	}
 	if len(lines) != 1 || !strings.Contains(lines[0], "the system partition has no modules") {
-		t.Errorf("loadSystem without a module directory said %q, want one line about it", lines)
+		t.Errorf("LoadSystem without a module directory said %q, want one line about it", lines)
 	}
 	if !missing.placed {
-		t.Error("loadSystem without a module directory will look again on the next run")
+		t.Error("LoadSystem without a module directory will look again on the next run")
 	}
 
 	// A path through a regular file fails with ENOTDIR, which stands in
@@ -39,12 +39,12 @@ func TestLoadSystemWithoutModules(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines = nil
-	unreadable := &nodeModules{initramfs: t.TempDir(), system: filepath.Join(file, "modules"), printf: printf}
-	err := unreadable.loadSystem(context.Background(), log)
+	unreadable := &Steps{initramfs: t.TempDir(), system: filepath.Join(file, "modules"), printf: printf}
+	err := unreadable.LoadSystem(context.Background(), log)
 	if err == nil || !strings.Contains(err.Error(), "system partition's modules") {
-		t.Errorf("loadSystem with an unreadable module directory: %v, want an error about it", err)
+		t.Errorf("LoadSystem with an unreadable module directory: %v, want an error about it", err)
 	}
 	if len(lines) != 0 || unreadable.placed {
-		t.Errorf("loadSystem with an unreadable module directory said %q and placed=%v, want neither", lines, unreadable.placed)
+		t.Errorf("LoadSystem with an unreadable module directory said %q and placed=%v, want neither", lines, unreadable.placed)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package kexec
 
 import (
 	"bytes"
@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn.dev/cairn/build/uki"
+	"cairn.dev/cairn/pkg/uki"
 )
 
 // TestMemfdFrom copies a span out of the middle of a file of several

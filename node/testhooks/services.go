@@ -1,6 +1,6 @@
 //go:build cairntest
 
-package main
+package testhooks
 
 import (
 	"bufio"

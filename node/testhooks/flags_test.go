@@ -1,6 +1,6 @@
 //go:build cairntest
 
-package main
+package testhooks
 
 import (
 	"net/netip"
@@ -21,21 +21,21 @@ func TestParseRootFail(t *testing.T) {
 		{"cairn.test.root-fail=0", false},
 		{"console=ttyS0", false},
 	} {
-		got, notes := parseFlags(cmdline.Parse(tc.cmdline))
-		if got.test.rootFail != tc.want || len(notes) != 0 {
-			t.Errorf("parseFlags(%q) root-fail = %v, %q, want %v and no notes", tc.cmdline, got.test.rootFail, notes, tc.want)
+		got, notes := Parse(cmdline.Parse(tc.cmdline))
+		if got.rootFail != tc.want || len(notes) != 0 {
+			t.Errorf("Parse(%q) root-fail = %v, %q, want %v and no notes", tc.cmdline, got.rootFail, notes, tc.want)
 		}
 	}
 }
 
 func TestParseTestFlags(t *testing.T) {
 	node, cluster := strings.Repeat("ab", 64), strings.Repeat("cd", 64)
-	f, notes := parseFlags(cmdline.Parse("cairn.test.storage-keys=" + node + ":" + cluster +
+	f, notes := Parse(cmdline.Parse("cairn.test.storage-keys=" + node + ":" + cluster +
 		" cairn.test.echo=7900 cairn.test.marker=m1 cairn.test.dial=10.42.0.11:7900 cairn.test.stop_at=mkfs-running"))
-	if len(notes) != 0 || !f.test.storageKeys || f.test.nodeKey[0] != 0xab || f.test.clusterKey[63] != 0xcd ||
-		f.test.echoPort != 7900 || f.test.marker != "m1" || f.test.dial != netip.MustParseAddrPort("10.42.0.11:7900") ||
-		f.test.stopAt != testpoint.MkfsRunning {
-		t.Errorf("parseFlags(test flags) = %+v, %q", f, notes)
+	if len(notes) != 0 || !f.storageKeys || f.nodeKey[0] != 0xab || f.clusterKey[63] != 0xcd ||
+		f.echoPort != 7900 || f.marker != "m1" || f.dial != netip.MustParseAddrPort("10.42.0.11:7900") ||
+		f.stopAt != testpoint.MkfsRunning {
+		t.Errorf("Parse(test flags) = %+v, %q", f, notes)
 	}
 	for _, bad := range []string{
 		"cairn.test.storage-keys=" + node,
@@ -47,12 +47,12 @@ func TestParseTestFlags(t *testing.T) {
 		"cairn.test.stop-at=nowhere",
 		"cairn.test.stop-at",
 	} {
-		f, notes := parseFlags(cmdline.Parse(bad))
-		if len(notes) != 1 || f.test.storageKeys || f.test.echoPort != 0 || f.test.dial.IsValid() || f.test.stopAt != "" {
-			t.Errorf("parseFlags(%q) = %+v, %q, want the flag ignored with one note", bad, f, notes)
+		f, notes := Parse(cmdline.Parse(bad))
+		if len(notes) != 1 || f.storageKeys || f.echoPort != 0 || f.dial.IsValid() || f.stopAt != "" {
+			t.Errorf("Parse(%q) = %+v, %q, want the flag ignored with one note", bad, f, notes)
 		}
 		if strings.Contains(strings.Join(notes, ""), node) {
-			t.Errorf("parseFlags(%q) notes %q quote the key", bad, notes)
+			t.Errorf("Parse(%q) notes %q quote the key", bad, notes)
 		}
 	}
 }

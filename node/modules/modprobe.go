@@ -1,4 +1,4 @@
-package main
+package modules
 
 import (
 	"bytes"
@@ -16,10 +16,10 @@ import (
 )
 
 const (
-	// modprobeName is the name the binary answers to as modprobe: the
-	// core links /sbin/modprobe to /init, and whoever runs the link (the
-	// kernel, or a tool that wants a module) passes that argv[0].
-	modprobeName = "modprobe"
+	// ModprobeName is the name the node binary answers to as modprobe:
+	// the core links /sbin/modprobe to /init, and whoever runs the link
+	// (the kernel, or a tool that wants a module) passes that argv[0].
+	ModprobeName = "modprobe"
 	// modprobePath is the program the kernel runs for request_module(9),
 	// written to modprobeSysctl at boot. It is also the default the Debian
 	// kernel is built with (CONFIG_MODPROBE_PATH).
@@ -71,10 +71,11 @@ func serveModuleRequests(link, sysctl string) error {
 	return nil
 }
 
-// runModprobe is modprobe mode, the whole life of a process the kernel
-// started for request_module: it loads what the names in args resolve to
-// and returns the exit code, 0 when every name was served.
-func runModprobe(args []string) int {
+// RunModprobe is modprobe mode, the whole life of a process the kernel
+// started for request_module: it loads what the names in args (argv[0]
+// left out) resolve to and returns the exit code, 0 when every name was
+// served.
+func RunModprobe(args []string) int {
 	start := time.Now()
 	// Whatever hangs, the kernel's caller gets an answer in time.
 	deadline := time.AfterFunc(modprobeDeadline, func() {
@@ -254,6 +255,16 @@ func writeKmsg(level int, line string) {
 // userHZ is the unit of the times in /proc/<pid>/stat: 1/100 s on every
 // architecture Cairn runs on.
 const userHZ = 100
+
+// sinceBoot returns the time since the kernel started, from
+// CLOCK_BOOTTIME, the clock of /proc/<pid>/stat's start times.
+func sinceBoot() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return 0
+	}
+	return time.Duration(ts.Nano())
+}
 
 // runningFor returns how long this process has run: from the start time
 // the kernel keeps for it, so that the exec and the start of the Go

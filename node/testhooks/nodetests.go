@@ -1,6 +1,6 @@
 //go:build cairntest
 
-package main
+package testhooks
 
 import (
 	"bufio"
@@ -25,7 +25,7 @@ const nodeTestTimeout = 5 * time.Minute
 // also its TMPDIR, with CAIRN_TEST_IN_NODE=1 in its environment; every
 // line it prints goes to the consoles, and the last line says how many
 // binaries passed.
-func (s *storage) runNodeTests(ctx context.Context, dir string) {
+func (s *Storage) runNodeTests(ctx context.Context, dir string) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		s.printf("node tests finished: none ran: when listing the test binaries of %s: %v", dir, err)
@@ -49,7 +49,7 @@ func (s *storage) runNodeTests(ctx context.Context, dir string) {
 }
 
 // runNodeTest runs the test binary bin, its output on the consoles.
-func (s *storage) runNodeTest(ctx context.Context, bin string) error {
+func (s *Storage) runNodeTest(ctx context.Context, bin string) error {
 	name := filepath.Base(bin)
 	work := filepath.Join(s.dataRoot, "node-tests", strings.TrimSuffix(name, ".test"))
 	if err := os.RemoveAll(work); err != nil {

@@ -1,6 +1,6 @@
 //go:build cairntest
 
-package main
+package testhooks
 
 import (
 	"context"
@@ -14,37 +14,52 @@ import (
 	"cairn.dev/cairn/pkg/logtree"
 )
 
-// storageHooks are the storage child's test hooks: the flags that ask
-// for them and what they did so far.
-type storageHooks struct {
-	test                             testFlags
+// Storage are the storage child's test hooks: the flags that ask for
+// them, the disks and places they work on, and what they did so far. The
+// zero Storage does nothing.
+type Storage struct {
+	flags Flags
+	disks Disks
+	// espCairn is the ESP's cairn/ directory, dataRoot the data
+	// partition's mount point.
+	espCairn, dataRoot string
+	// printf writes a phase line to the consoles.
+	printf func(format string, args ...any)
+
 	dataMounted, markerDone, testRan bool
 }
 
-func newStorageHooks(f testFlags) storageHooks { return storageHooks{test: f} }
+// Storage returns the storage child's test hooks, working on disks, with
+// the ESP's cairn/ directory at espCairn and the data partition mounted
+// at dataRoot; printf writes phase lines.
+func (f Flags) Storage(disks Disks, espCairn, dataRoot string, printf func(string, ...any)) Storage {
+	return Storage{flags: f, disks: disks, espCairn: espCairn, dataRoot: dataRoot, printf: printf}
+}
 
-// run sets the data partition up with cairn.test.storage-keys, writes or
-// reports cairn.test.marker and runs the tests of cairn.test.run.
-func (h *storageHooks) run(ctx context.Context, s *storage, log logtree.LeveledLogger) error {
-	if h.test.storageKeys && !h.dataMounted {
-		how, err := s.mountData(ctx, log)
+// Run sets the data partition up with cairn.test.storage-keys, writes or
+// reports cairn.test.marker and runs the tests of cairn.test.run. The
+// storage child runs it once its own mounts are done, on every run: what
+// succeeded is not done again.
+func (h *Storage) Run(ctx context.Context, log logtree.LeveledLogger) error {
+	if h.flags.storageKeys && !h.dataMounted {
+		how, err := h.mountData(ctx, log)
 		if err != nil {
-			s.printf("data partition not mounted: %v", err)
+			h.printf("data partition not mounted: %v", err)
 			return err
 		}
 		h.dataMounted = true
-		s.printf("data partition mounted (%s)", how)
+		h.printf("data partition mounted (%s)", how)
 	}
-	if h.dataMounted && h.test.marker != "" && !h.markerDone {
-		if err := s.checkMarker(); err != nil {
+	if h.dataMounted && h.flags.marker != "" && !h.markerDone {
+		if err := h.checkMarker(); err != nil {
 			return err
 		}
 		h.markerDone = true
 	}
-	if h.dataMounted && h.test.run != "" && !h.testRan {
+	if h.dataMounted && h.flags.run != "" && !h.testRan {
 		// Once per boot, even if it fails: the host reads the outcome.
 		h.testRan = true
-		s.runNodeTests(ctx, h.test.run)
+		h.runNodeTests(ctx, h.flags.run)
 	}
 	return nil
 }
@@ -63,7 +78,7 @@ const testMarkerFile = "marker"
 // "existing". It formats only a partition that was never set up: once the
 // ESP says this node set it up, or its header says it was set up with
 // other keys, a failure to open it is an error and nothing is written.
-func (s *storage) mountData(ctx context.Context, log logtree.LeveledLogger) (string, error) {
+func (s *Storage) mountData(ctx context.Context, log logtree.LeveledLogger) (string, error) {
 	if err := os.MkdirAll(s.espCairn, 0o700); err != nil {
 		return "", fmt.Errorf("when creating %s: %w", s.espCairn, err)
 	}
@@ -71,14 +86,14 @@ func (s *storage) mountData(ctx context.Context, log logtree.LeveledLogger) (str
 	_, err := os.Stat(setUp)
 	switch {
 	case err == nil:
-		if err := s.disks.MountExisting(s.hooks.test.nodeKey[:], s.hooks.test.clusterKey[:]); err != nil {
+		if err := s.disks.MountExisting(s.flags.nodeKey[:], s.flags.clusterKey[:]); err != nil {
 			return "", fmt.Errorf("this node set its data partition up before, and it does not open (not formatting it): %w", err)
 		}
 		return "existing", nil
 	case !errors.Is(err, os.ErrNotExist):
 		return "", fmt.Errorf("when looking for %s: %w", setUp, err)
 	}
-	err = s.disks.MountExisting(s.hooks.test.nodeKey[:], s.hooks.test.clusterKey[:])
+	err = s.disks.MountExisting(s.flags.nodeKey[:], s.flags.clusterKey[:])
 	switch {
 	case err == nil:
 		return "existing", writeSynced(setUp, []byte("set up by cairn.test.storage-keys\n"), false)
@@ -86,7 +101,7 @@ func (s *storage) mountData(ctx context.Context, log logtree.LeveledLogger) (str
 		return "", fmt.Errorf("the data partition was set up with other keys (not formatting it): %w", err)
 	}
 	log.Infof("No usable data partition (%v): setting one up", err)
-	if err := s.disks.MountNew(ctx, s.hooks.test.nodeKey[:], s.hooks.test.clusterKey[:]); err != nil {
+	if err := s.disks.MountNew(ctx, s.flags.nodeKey[:], s.flags.clusterKey[:]); err != nil {
 		return "", fmt.Errorf("when setting up the data partition: %w", err)
 	}
 	return "new", writeSynced(setUp, []byte("set up by cairn.test.storage-keys\n"), false)
@@ -94,7 +109,7 @@ func (s *storage) mountData(ctx context.Context, log logtree.LeveledLogger) (str
 
 // checkMarker writes the test-only marker file if it is absent and
 // reports the marker it finds otherwise.
-func (s *storage) checkMarker() error {
+func (s *Storage) checkMarker() error {
 	p := filepath.Join(s.dataRoot, testMarkerFile)
 	b, err := os.ReadFile(p)
 	switch {
@@ -104,7 +119,7 @@ func (s *storage) checkMarker() error {
 	case !errors.Is(err, os.ErrNotExist):
 		return fmt.Errorf("when reading the marker: %w", err)
 	}
-	if err := writeSynced(p, []byte(s.hooks.test.marker+"\n"), true); err != nil {
+	if err := writeSynced(p, []byte(s.flags.marker+"\n"), true); err != nil {
 		return err
 	}
 	s.printf("wrote marker")

@@ -1,6 +1,6 @@
 //go:build cairntest
 
-package main
+package testhooks
 
 import (
 	"context"
@@ -18,49 +18,45 @@ import (
 )
 
 // This file and the other files built with the tag cairntest are the test
-// hooks of /init: kernel command-line flags that make a node misbehave on
-// purpose or run test services. Only the /init of test images (make
-// test-image) has them; a production /init ignores every cairn.test.*
-// flag (testhooks_off.go), and TestProductionHasNoTestHooks checks that
-// its binary does not even contain their names.
+// hooks themselves (testhooks.go says what they are).
 
-// testHooksBuilt says whether this /init carries the test hooks.
-const testHooksBuilt = true
+// Built says whether this /init carries the test hooks.
+const Built = true
 
 // Test-only kernel command-line flags.
 const (
 	// flagTestRootFail makes the root runnable fail at once, so that
 	// end-to-end tests can see the node report the failure and reboot.
-	flagTestRootFail = testFlagPrefix + "root-fail"
+	flagTestRootFail = Prefix + "root-fail"
 	// flagTestStorageKeys sets up the data partition without enrolment:
 	// "cairn.test.storage-keys=<node key>:<cluster key>", each
 	// localstorage.KeySize bytes in hex. The keys are on the command line
 	// in plaintext.
-	flagTestStorageKeys = testFlagPrefix + "storage-keys"
+	flagTestStorageKeys = Prefix + "storage-keys"
 	// flagTestEcho runs a TCP echo server: "cairn.test.echo=<port>".
-	flagTestEcho = testFlagPrefix + "echo"
+	flagTestEcho = Prefix + "echo"
 	// flagTestMarker writes text to /data/marker once the data partition
 	// is mounted, or reports the marker found there:
 	// "cairn.test.marker=<text>".
-	flagTestMarker = testFlagPrefix + "marker"
+	flagTestMarker = Prefix + "marker"
 	// flagTestDial dials an echo server (another node's cairn.test.echo)
 	// once the node has an address, and reports whether the echo came
 	// back: "cairn.test.dial=<ip>:<port>".
-	flagTestDial = testFlagPrefix + "dial"
+	flagTestDial = Prefix + "dial"
 	// flagTestStopAt stops the node at a step of its first boot, so that
 	// a test can cut its power there: "cairn.test.stop-at=<step>", one of
 	// node/testpoint's Steps. The node states the marker
 	// test-point-reached and goes no further.
-	flagTestStopAt = testFlagPrefix + "stop-at"
+	flagTestStopAt = Prefix + "stop-at"
 	// flagTestRun runs the Go test binaries (*.test) of a directory of
 	// the initramfs once the data partition is mounted (with
 	// cairn.test.storage-keys), their output on the consoles:
 	// "cairn.test.run=<directory>".
-	flagTestRun = testFlagPrefix + "run"
+	flagTestRun = Prefix + "run"
 )
 
-// testFlags are the test-only flags of the kernel command line.
-type testFlags struct {
+// Flags are the test-only flags of the kernel command line.
+type Flags struct {
 	// rootFail makes the root runnable fail.
 	rootFail bool
 	// storageKeys says the two keys below were given.
@@ -79,9 +75,9 @@ type testFlags struct {
 	run string
 }
 
-// parseTestFlags reads the test-only flags from c; a flag it cannot use
-// is left unset and named in a note.
-func parseTestFlags(c cmdline.Cmdline) (f testFlags, notes []string) {
+// Parse reads the test-only flags from c; a flag it cannot use is left
+// unset and named in a note.
+func Parse(c cmdline.Cmdline) (f Flags, notes []string) {
 	f.rootFail = c.Flag(flagTestRootFail)
 	if p, ok := c.Lookup(flagTestStorageKeys); ok {
 		if err := parseStorageKeys(p.Value, &f.nodeKey, &f.clusterKey); err != nil {
@@ -152,31 +148,32 @@ func parseStorageKeys(v string, node, cluster *[localstorage.KeySize]byte) error
 // errTestRootFail is the root's error under cairn.test.root-fail.
 var errTestRootFail = errors.New("failing on purpose: " + flagTestRootFail + " is set on the kernel command line (test-only flag)")
 
-// rootFailure is the error the root runnable fails with at once, or nil.
-func (f testFlags) rootFailure() error {
+// RootFailure is the error the root runnable fails with at once, or nil.
+func (f Flags) RootFailure() error {
 	if f.rootFail {
 		return errTestRootFail
 	}
 	return nil
 }
 
-// armTestPoint returns the context for the supervision tree: ctx, armed
+// ArmTestPoint returns the context for the supervision tree: ctx, armed
 // to stop at the step of cairn.test.stop-at when it is given.
-func (f testFlags) armTestPoint(ctx context.Context) context.Context {
+func (f Flags) ArmTestPoint(ctx context.Context) context.Context {
 	if f.stopAt == "" {
 		return ctx
 	}
 	return testpoint.WithStopAt(ctx, f.stopAt)
 }
 
-// children are the test services the flags ask for.
-func (f testFlags) children(address event.Watchable[netip.Prefix], printf func(string, ...any)) []child {
-	var cs []child
+// Services are the test services the flags ask for; the dial client
+// waits for address, and says what came back with printf.
+func (f Flags) Services(address event.Watchable[netip.Prefix], printf func(string, ...any)) []Service {
+	var ss []Service
 	if f.echoPort != 0 {
-		cs = append(cs, child{"test-echo", echoRunnable(f.echoPort)})
+		ss = append(ss, Service{"test-echo", echoRunnable(f.echoPort)})
 	}
 	if f.dial.IsValid() {
-		cs = append(cs, child{"test-dial", dialRunnable(f.dial, address, printf)})
+		ss = append(ss, Service{"test-dial", dialRunnable(f.dial, address, printf)})
 	}
-	return cs
+	return ss
 }
