@@ -108,7 +108,7 @@ func (n *testNode) waitStatus(t testing.TB, what string, pred func(*Status) bool
 	defer cancel()
 	w := n.svc.Status().Watch()
 	defer w.Close()
-	st, err := w.Get(ctx, event.Filter(func(s *Status) bool { return s != nil && pred(s) }))
+	st, err := w.Get(ctx, event.NotNil[*Status](), event.Filter(pred))
 	if err != nil {
 		t.Fatalf("%s: waiting for %s: %v", n.cfg.Name, what, err)
 	}

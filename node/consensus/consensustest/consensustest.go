@@ -90,7 +90,7 @@ func (m *Member) WaitStatus(t testing.TB, what string, pred func(*consensus.Stat
 	defer cancel()
 	w := m.Service.Status().Watch()
 	defer w.Close()
-	st, err := w.Get(ctx, event.Filter(func(s *consensus.Status) bool { return s != nil && pred(s) }))
+	st, err := w.Get(ctx, event.NotNil[*consensus.Status](), event.Filter(pred))
 	if err != nil {
 		t.Fatalf("%s: waiting for %s: %v", m.Config.Name, what, err)
 	}
