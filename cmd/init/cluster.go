@@ -86,7 +86,7 @@ func nodeManagementRunnable(st *localstorage.Storage, creds event.Watchable[*ide
 	return func(ctx context.Context) error {
 		w := creds.Watch()
 		defer w.Close()
-		node, err := w.Get(ctx, event.Filter(func(n *identity.Node) bool { return n != nil }))
+		node, err := w.Get(ctx, event.NotNil[*identity.Node]())
 		if err != nil {
 			return err
 		}
@@ -121,7 +121,7 @@ func logStoreRunnable(ls *logstore.Store, membership event.Watchable[*roleserve.
 	return func(ctx context.Context) error {
 		w := membership.Watch()
 		defer w.Close()
-		if _, err := w.Get(ctx, event.Filter(func(m *roleserve.Membership) bool { return m != nil })); err != nil {
+		if _, err := w.Get(ctx, event.NotNil[*roleserve.Membership]()); err != nil {
 			return err
 		}
 		return ls.Run(ctx)

@@ -22,7 +22,7 @@ func networkRunnable(params event.Watchable[*parameters.Loaded], address event.V
 		var nc *api.NetworkConfig
 		if params != nil {
 			w := params.Watch()
-			l, err := w.Get(ctx, event.Filter(func(l *parameters.Loaded) bool { return l != nil }))
+			l, err := w.Get(ctx, event.NotNil[*parameters.Loaded]())
 			w.Close()
 			if err != nil {
 				return fmt.Errorf("when waiting for node parameters: %w", err)

@@ -194,7 +194,7 @@ func (s *Service) enrol(ctx context.Context) (*roleserve.Membership, error) {
 	w := s.cfg.Parameters.Watch()
 	defer w.Close()
 	for announced := false; ; announced = true {
-		l, err := w.Get(ctx, event.Filter(func(l *parameters.Loaded) bool { return l != nil }))
+		l, err := w.Get(ctx, event.NotNil[*parameters.Loaded]())
 		if err != nil {
 			return nil, fmt.Errorf("when waiting for node parameters: %w", err)
 		}
@@ -228,7 +228,7 @@ func (s *Service) seal(ctx context.Context, u *unsealedEnrolment) error {
 		w := s.cfg.Credentials.Watch()
 		defer w.Close()
 		var err error
-		node, err = w.Get(ctx, event.Filter(func(n *identity.Node) bool { return n != nil }))
+		node, err = w.Get(ctx, event.NotNil[*identity.Node]())
 		if err != nil {
 			return fmt.Errorf("when waiting for the bootstrapped identity: %w", err)
 		}
@@ -238,7 +238,7 @@ func (s *Service) seal(ctx context.Context, u *unsealedEnrolment) error {
 	}
 	dw := s.cfg.StoredDirectory.Watch()
 	defer dw.Close()
-	if _, err := dw.Get(ctx, event.Filter(func(d *api.ClusterDirectory) bool { return d != nil })); err != nil {
+	if _, err := dw.Get(ctx, event.NotNil[*api.ClusterDirectory]()); err != nil {
 		return fmt.Errorf("when waiting for the cluster directory to be stored: %w", err)
 	}
 	sc := cloneSealed(u.sc)

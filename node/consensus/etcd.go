@@ -124,15 +124,7 @@ func (s *Service) start(ctx context.Context, cfg *embed.Config, probe bool) (ins
 	// A Fatal logged by etcd while we start it panics back to us.
 	trap.setStarting(true)
 	defer trap.setStarting(false)
-	defer func() {
-		if r := recover(); r != nil {
-			tf, ok := r.(trappedFatal)
-			if !ok {
-				panic(r)
-			}
-			err = fmt.Errorf("etcd failed fatally while starting: %s", tf.msg)
-		}
-	}()
+	defer trap.catch(&err, "starting")
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, err

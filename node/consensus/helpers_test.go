@@ -1,12 +1,10 @@
 package consensus
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"net"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -78,12 +76,12 @@ func (n *testNode) start(t testing.TB) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	lt := logtree.New()
-	w := &testLog{t: t, prefix: n.cfg.Name[:12] + " "}
+	w := fixture.NewLogWriter(t, n.cfg.Name[:12]+" ")
 	stopConsole := lt.Console(w, logtree.ConsoleMinimumSeverity(logtree.WARNING))
 	n.cancel = cancel
 	n.lt = lt
 	n.sup = supervisor.New(ctx, n.svc.Run, supervisor.WithLogTree(lt), supervisor.WithPropagatePanic())
-	n.stopLog = func() { stopConsole(); w.close() }
+	n.stopLog = func() { stopConsole(); w.Close() }
 	t.Cleanup(n.stop)
 }
 
@@ -105,7 +103,7 @@ func (n *testNode) waitStatus(t testing.TB, what string, pred func(*Status) bool
 	defer cancel()
 	w := n.svc.Status().Watch()
 	defer w.Close()
-	st, err := w.Get(ctx, event.Filter(func(s *Status) bool { return s != nil && pred(s) }))
+	st, err := w.Get(ctx, event.NotNil[*Status](), event.Filter(pred))
 	if err != nil {
 		t.Fatalf("%s: waiting for %s: %v", n.cfg.Name, what, err)
 	}
@@ -125,26 +123,3 @@ func (n *testNode) waitVoter(t testing.TB) *Status {
 // testTimeout bounds each test: etcd members joining one another take
 // longer than fixture.DefaultTimeout allows on a loaded machine.
 const testTimeout = 3 * time.Minute
-
-// testLog passes lines to t.Log until closed.
-type testLog struct {
-	t      testing.TB
-	prefix string
-	mu     sync.Mutex
-	closed bool
-}
-
-func (w *testLog) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.closed {
-		w.t.Log(w.prefix + string(bytes.TrimRight(p, "\n")))
-	}
-	return len(p), nil
-}
-
-func (w *testLog) close() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.closed = true
-}

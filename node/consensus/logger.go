@@ -97,7 +97,7 @@ func formatEntry(e zapcore.Entry, sets ...[]zapcore.Field) string {
 //   - the first such message is kept and trapped() is closed, so the
 //     runnable returns an error to its supervisor and is restarted;
 //   - on the goroutine that is starting etcd (ours), the call panics with
-//     a trappedFatal that start recovers into an error;
+//     a trappedFatal that catch recovers into an error;
 //   - on any other goroutine (etcd's own) the goroutine is ended with
 //     runtime.Goexit, which runs its deferred calls but, unlike a panic,
 //     does not take the process down.
@@ -167,6 +167,25 @@ func (t *fatalTrap) message() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.msg
+}
+
+// catch turns a Fatal that etcd logged on the goroutine that armed t with
+// setStarting into *err, saying what etcd was doing:
+//
+//	trap.setStarting(true)
+//	defer trap.setStarting(false)
+//	defer trap.catch(&err, "starting")
+//
+// It must be deferred directly, for it recovers the panic. Any other panic
+// goes on.
+func (t *fatalTrap) catch(err *error, doing string) {
+	if r := recover(); r != nil {
+		tf, ok := r.(trappedFatal)
+		if !ok {
+			panic(r)
+		}
+		*err = fmt.Errorf("etcd failed fatally while %s: %s", doing, tf.msg)
+	}
 }
 
 func (t *fatalTrap) setStarting(on bool) {

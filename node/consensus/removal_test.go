@@ -195,14 +195,32 @@ func TestFatalTrap(t *testing.T) {
 	t.Run("while starting", func(t *testing.T) {
 		trap := newFatalTrap()
 		lg := newZapLogger(logtree.New().LeveledFor("etcd"), trap)
-		trap.setStarting(true)
-		defer trap.setStarting(false)
+		start := func() (err error) {
+			trap.setStarting(true)
+			defer trap.setStarting(false)
+			defer trap.catch(&err, "starting")
+			lg.Fatal("bad flag")
+			t.Errorf("Fatal on the starting goroutine returned")
+			return nil
+		}
+		const want = "etcd failed fatally while starting: "
+		if err := start(); err == nil || !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), "bad flag") {
+			t.Errorf("start() = %v, want %q and the message", err, want)
+		}
+	})
+	t.Run("other panic while starting", func(t *testing.T) {
+		trap := newFatalTrap()
 		defer func() {
-			if _, ok := recover().(trappedFatal); !ok {
-				t.Errorf("Fatal on the starting goroutine did not panic with trappedFatal")
+			if r := recover(); r != "bug" {
+				t.Errorf("recovered %v, want the panic that catch is not for: bug", r)
 			}
 		}()
-		lg.Fatal("bad flag")
+		func() (err error) {
+			trap.setStarting(true)
+			defer trap.setStarting(false)
+			defer trap.catch(&err, "starting")
+			panic("bug")
+		}()
 	})
 }
 

@@ -317,15 +317,7 @@ func (s *Service) restoreSnapshot(ctx context.Context, cfg snapshot.RestoreConfi
 	trap := newFatalTrap()
 	trap.setStarting(true)
 	defer trap.setStarting(false)
-	defer func() {
-		if r := recover(); r != nil {
-			tf, ok := r.(trappedFatal)
-			if !ok {
-				panic(r)
-			}
-			err = fmt.Errorf("etcd failed fatally while restoring the backup: %s", tf.msg)
-		}
-	}()
+	defer trap.catch(&err, "restoring the backup")
 	if err := snapshot.NewV3(newZapLogger(supervisor.Logger(ctx), trap)).Restore(cfg); err != nil {
 		return fmt.Errorf("when restoring the backup: %w", err)
 	}

@@ -128,7 +128,7 @@ func (a nodeAPI) WatchOwnerTrust(_ *api.WatchOwnerTrustRequest, srv grpc.ServerS
 	w := a.ownerTrust.Watch()
 	defer w.Close()
 	for {
-		t, err := w.Get(ctx, event.Filter(func(t *api.OwnerTrust) bool { return t != nil }))
+		t, err := w.Get(ctx, event.NotNil[*api.OwnerTrust]())
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()

@@ -34,7 +34,7 @@ func (c *Controller) runReconciler(ctx context.Context) error {
 		return fmt.Errorf("when starting the DNS endpoints: %w", err)
 	}
 	nodesC := make(chan []ClusterNode)
-	event.Pipe(rctx, c.cfg.Nodes, nodesC, event.Filter(func(n []ClusterNode) bool { return n != nil }))
+	event.Pipe(rctx, c.cfg.Nodes, nodesC, event.NotNil[[]ClusterNode]())
 	var nodes []ClusterNode
 	healthy := false
 	for {

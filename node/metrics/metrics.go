@@ -140,7 +140,7 @@ type Config struct {
 func Run(ctx context.Context, cfg Config) error {
 	w := cfg.Credentials.Watch()
 	defer w.Close()
-	node, err := w.Get(ctx, event.Filter(func(n *identity.Node) bool { return n != nil }))
+	node, err := w.Get(ctx, event.NotNil[*identity.Node]())
 	if err != nil {
 		return err
 	}

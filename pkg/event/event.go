@@ -3,6 +3,8 @@ package event
 import (
 	"context"
 	"errors"
+	"fmt"
+	"reflect"
 )
 
 // Value is a typed observable value: the latest state of one thing (a node's
@@ -57,8 +59,9 @@ var ErrBacklogDone = errors.New("no more backlogged values")
 // including a Get that was blocked when Close was called.
 var ErrWatcherClosed = errors.New("watcher closed")
 
-// GetOption changes how a single Get call behaves. Build one with Filter or
-// BacklogOnly; implementations of Watcher read them with NewGetOptions.
+// GetOption changes how a single Get call behaves. Build one with Filter,
+// NotNil or BacklogOnly; implementations of Watcher read them with
+// NewGetOptions.
 type GetOption[T any] func(*GetOptions[T])
 
 // GetOptions is the combined effect of the GetOption values of one Get. It
@@ -66,7 +69,8 @@ type GetOption[T any] func(*GetOptions[T])
 type GetOptions[T any] struct {
 	// Predicates must all accept a value for Get to return it. Values that
 	// any predicate rejects are consumed (never returned later) and Get goes
-	// on waiting for the next one.
+	// on waiting for the next one. They are asked in the order of the
+	// options, and the first that rejects a value ends the check.
 	Predicates []func(T) bool
 	// BacklogOnly makes Get return ErrBacklogDone instead of blocking when
 	// no acceptable, unseen value is there.
@@ -88,7 +92,8 @@ func NewGetOptions[T any](opts ...GetOption[T]) GetOptions[T] {
 	return o
 }
 
-// Accepts reports whether every predicate accepts v.
+// Accepts reports whether every predicate accepts v, asking them in order
+// and stopping at the first that rejects it.
 func (o GetOptions[T]) Accepts(v T) bool {
 	for _, pred := range o.Predicates {
 		if !pred(v) {
@@ -107,6 +112,22 @@ func Filter[T any](pred func(T) bool) GetOption[T] {
 			o.Predicates = append(o.Predicates, pred)
 		}
 	}
+}
+
+// NotNil makes Get return only a T that is not nil, skipping nil ones: the
+// wait for a Value that starts out nil until its writer knows something,
+// such as a node's credentials. T is the Value's type: a pointer, slice,
+// map, channel, func or interface type; NotNil panics for any other.
+//
+// A Filter after NotNil on the same Get never sees nil, so it need not
+// check for it.
+func NotNil[T any]() GetOption[T] {
+	switch t := reflect.TypeFor[T](); t.Kind() {
+	case reflect.Pointer, reflect.Slice, reflect.Map, reflect.Chan, reflect.Func, reflect.Interface, reflect.UnsafePointer:
+	default:
+		panic(fmt.Sprintf("event.NotNil[%v]: a %v is never nil", t, t.Kind()))
+	}
+	return Filter(func(v T) bool { return !reflect.ValueOf(&v).Elem().IsNil() })
 }
 
 // BacklogOnly makes Get return the current value if the Watcher has not seen

@@ -219,3 +219,79 @@ func TestPipeAlreadyDone(t *testing.T) {
 	default:
 	}
 }
+
+// acceptsNotNil checks that NotNil[T] rejects T's nil and accepts set.
+func acceptsNotNil[T any](t *testing.T, set T) {
+	t.Helper()
+	o := event.NewGetOptions(event.NotNil[T]())
+	var nilT T
+	if o.Accepts(nilT) {
+		t.Errorf("NotNil[%T] accepts nil, want it rejected", set)
+	}
+	if !o.Accepts(set) {
+		t.Errorf("NotNil[%T] rejects %v, want it accepted", set, set)
+	}
+}
+
+func TestNotNil(t *testing.T) {
+	type node struct{ name string }
+	acceptsNotNil(t, &node{})
+	// An empty slice or map is a value, unlike nil.
+	acceptsNotNil(t, []string{})
+	acceptsNotNil(t, map[string]int{})
+	acceptsNotNil(t, make(chan int))
+	acceptsNotNil(t, func() {})
+	acceptsNotNil[error](t, event.ErrBacklogDone)
+
+	// A Filter after NotNil is not asked about nil.
+	o := event.NewGetOptions(event.NotNil[*node](), event.Filter(func(n *node) bool { return n.name != "" }))
+	for _, tc := range []struct {
+		v    *node
+		want bool
+	}{{nil, false}, {&node{}, false}, {&node{name: "a"}, true}} {
+		if got := o.Accepts(tc.v); got != tc.want {
+			t.Errorf("NotNil then Filter: Accepts(%v) = %v, want %v", tc.v, got, tc.want)
+		}
+	}
+}
+
+func TestNotNilNeverNil(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Errorf("NotNil[int] did not panic, want a panic: an int is never nil")
+		}
+	}()
+	event.NotNil[int]()
+}
+
+// TestNotNilGet waits, as the users of NotNil do, for a Value that starts
+// out nil to be set.
+func TestNotNilGet(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	var v memory.Value[*string]
+	v.Set(nil)
+	w := v.Watch()
+	defer w.Close()
+	up := "up"
+	go func() {
+		v.Set(nil)
+		v.Set(&up)
+	}()
+	got, err := w.Get(ctx, event.NotNil[*string]())
+	if err != nil || got != &up {
+		t.Fatalf("Get(NotNil) = %v, %v, want %v, nil", got, err, &up)
+	}
+
+	var nodes memory.Value[[]string]
+	c := make(chan []string)
+	event.Pipe(ctx, &nodes, c, event.NotNil[[]string]())
+	nodes.Set(nil)
+	nodes.Set([]string{})
+	if got := receive(t, c); got == nil || len(got) != 0 {
+		t.Fatalf("piped value = %#v, want the empty, non-nil []string{}", got)
+	}
+	cancel()
+}

@@ -76,3 +76,19 @@ func ExamplePipe() {
 	// address: 10.0.0.5
 	// roles: [KubernetesWorker]
 }
+
+// NotNil waits for a Value that stays nil until its writer knows something.
+func ExampleNotNil() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	type credentials struct{ nodeID string }
+	var creds memory.Value[*credentials]
+
+	w := creds.Watch()
+	defer w.Close()
+	go creds.Set(&credentials{nodeID: "cairn-6f0c"})
+
+	c, err := w.Get(ctx, event.NotNil[*credentials]())
+	fmt.Println(c.nodeID, err)
+	// Output: cairn-6f0c <nil>
+}

@@ -12,7 +12,6 @@
 package consensustest
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"net"
@@ -87,7 +86,7 @@ func (m *Member) WaitStatus(t testing.TB, what string, pred func(*consensus.Stat
 	defer cancel()
 	w := m.Service.Status().Watch()
 	defer w.Close()
-	st, err := w.Get(ctx, event.Filter(func(s *consensus.Status) bool { return s != nil && pred(s) }))
+	st, err := w.Get(ctx, event.NotNil[*consensus.Status](), event.Filter(pred))
 	if err != nil {
 		t.Fatalf("%s: waiting for %s: %v", m.Config.Name, what, err)
 	}
@@ -106,7 +105,7 @@ func (m *Member) WaitVoter(t testing.TB) *consensus.Status {
 // nothing, so it can also be a cleanup.
 func RunTree(t testing.TB, prefix string, r supervisor.Runnable, lt *logtree.LogTree, min logtree.Severity) func() {
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &testLog{t: t, prefix: prefix}
+	w := fixture.NewLogWriter(t, prefix)
 	stopConsole := lt.Console(w, logtree.ConsoleMinimumSeverity(min))
 	sup := supervisor.New(ctx, r, supervisor.WithLogTree(lt), supervisor.WithPropagatePanic())
 	var once sync.Once
@@ -115,31 +114,7 @@ func RunTree(t testing.TB, prefix string, r supervisor.Runnable, lt *logtree.Log
 			cancel()
 			sup.Wait()
 			stopConsole()
-			w.close()
+			w.Close()
 		})
 	}
-}
-
-// testLog passes lines to t.Log until closed: a test's Log must not be
-// called once the test has ended.
-type testLog struct {
-	t      testing.TB
-	prefix string
-	mu     sync.Mutex
-	closed bool
-}
-
-func (w *testLog) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.closed {
-		w.t.Log(w.prefix + string(bytes.TrimRight(p, "\n")))
-	}
-	return len(p), nil
-}
-
-func (w *testLog) close() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.closed = true
 }
