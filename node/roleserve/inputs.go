@@ -41,7 +41,7 @@ func (in nodeInputs) runFor(ctx context.Context, start func(nodeState) error, fi
 	rolesC := make(chan *api.NodeRoles)
 	addrC := make(chan netip.Prefix)
 	etcdC := make(chan *consensus.Status)
-	event.Pipe(pctx, in.roles, rolesC, event.Filter(notNil[api.NodeRoles]))
+	event.Pipe(pctx, in.roles, rolesC, event.NotNil[*api.NodeRoles]())
 	event.Pipe(pctx, in.address, addrC)
 	if in.localEtcd != nil {
 		event.Pipe(pctx, in.localEtcd, etcdC)

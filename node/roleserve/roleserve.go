@@ -260,24 +260,22 @@ func (s *Service) Run(ctx context.Context) error {
 // supervisor runs it again on the new ones (see the package documentation).
 var errInputChanged = fmt.Errorf("inputs changed: %w", supervisor.ErrRestart)
 
-// get returns the first value of v accepted by pred.
-func get[T any](ctx context.Context, v event.Watchable[T], pred func(T) bool) (T, error) {
+// get returns the first value of v that every option accepts.
+func get[T any](ctx context.Context, v event.Watchable[T], opts ...event.GetOption[T]) (T, error) {
 	w := v.Watch()
 	defer w.Close()
-	return w.Get(ctx, event.Filter(pred))
+	return w.Get(ctx, opts...)
 }
 
 // waitFor returns the first non-nil value of v; what names it in the
 // error.
 func waitFor[T any](ctx context.Context, v event.Watchable[*T], what string) (*T, error) {
-	x, err := get(ctx, v, notNil[T])
+	x, err := get(ctx, v, event.NotNil[*T]())
 	if err != nil {
 		return nil, fmt.Errorf("when waiting for %s: %w", what, err)
 	}
 	return x, nil
 }
-
-func notNil[T any](v *T) bool { return v != nil }
 
 // nodePaths are the places of the node's storage that workers use.
 type nodePaths struct {

@@ -155,7 +155,7 @@ func TestCluster(t *testing.T) {
 	// A cold restart of A, now the only member: a new role server on the
 	// same storage, with the credentials of a join and no initial roles,
 	// must bring etcd and the curator back from roles.pb alone.
-	aCreds, err := get(context.Background(), a.svc.Credentials(), notNil)
+	aCreds, err := waitFor(context.Background(), a.svc.Credentials(), "the credentials")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,10 +61,10 @@ func (w *workerControlplane) runMember(m *Membership, ip netip.Addr) supervisor.
 			return fmt.Errorf("when starting curator: %w", err)
 		}
 		supervisor.Signal(ctx, supervisor.SignalHealthy)
-		if _, err := get[bool](ctx, &removed, func(b bool) bool { return b }); err != nil {
+		if _, err := get[bool](ctx, &removed, event.Filter(func(b bool) bool { return b })); err != nil {
 			return fmt.Errorf("when running consensus: %w", err)
 		}
-		if _, err := get(ctx, w.roles, func(r *api.NodeRoles) bool { return r != nil && !isMember(r) }); err != nil {
+		if _, err := get(ctx, w.roles, event.NotNil[*api.NodeRoles](), event.Filter(func(r *api.NodeRoles) bool { return !isMember(r) })); err != nil {
 			return fmt.Errorf("when waiting for the role to go: %w", err)
 		}
 		marker.Log(supervisor.Logger(ctx), marker.ConsensusStopped)
@@ -154,7 +154,7 @@ func (w *workerControlplane) runCurator(m *Membership, svc *consensus.Service, i
 		if !isMember(roles) {
 			// etcd runs only until the curator removed it.
 			supervisor.Signal(ctx, supervisor.SignalHealthy)
-			if _, err := get(ctx, w.roles, func(r *api.NodeRoles) bool { return r != nil && isMember(r) }); err != nil {
+			if _, err := get(ctx, w.roles, event.NotNil[*api.NodeRoles](), event.Filter(isMember)); err != nil {
 				return fmt.Errorf("when waiting for the role: %w", err)
 			}
 			return fmt.Errorf("%w: role given", errInputChanged)
@@ -205,7 +205,7 @@ func (w *workerControlplane) waitCuratorInputs(ctx context.Context, svc *consens
 	defer cancel()
 	rolesC := make(chan *api.NodeRoles)
 	stoppedC := make(chan *consensus.Status)
-	event.Pipe(pctx, w.roles, rolesC, event.Filter(notNil[api.NodeRoles]))
+	event.Pipe(pctx, w.roles, rolesC, event.NotNil[*api.NodeRoles]())
 	event.Pipe(pctx, svc.Status(), stoppedC, event.Filter(func(n *consensus.Status) bool {
 		return n == nil || !n.Running || n.ID != id
 	}))

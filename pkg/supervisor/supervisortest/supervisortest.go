@@ -5,11 +5,10 @@
 package supervisortest
 
 import (
-	"bytes"
 	"context"
-	"sync"
 	"testing"
 
+	"cairn.dev/cairn/pkg/fixture"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/supervisor"
 )
@@ -25,7 +24,7 @@ func Harness(t testing.TB, r supervisor.Runnable) (context.CancelFunc, *logtree.
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	lt := logtree.New()
-	w := &testLogWriter{t: t}
+	w := fixture.NewLogWriter(t, "")
 	stopConsole := lt.Console(w)
 	s := supervisor.New(ctx, r, supervisor.WithPropagatePanic(), supervisor.WithLogTree(lt))
 	t.Cleanup(func() {
@@ -34,30 +33,7 @@ func Harness(t testing.TB, r supervisor.Runnable) (context.CancelFunc, *logtree.
 			t.Errorf("supervisor: %v", err)
 		}
 		stopConsole()
-		w.close()
+		w.Close()
 	})
 	return cancel, lt
-}
-
-// testLogWriter passes each line written to it to t.Log, until it is
-// closed: a test's Log must not be called once the test has ended.
-type testLogWriter struct {
-	t      testing.TB
-	mu     sync.Mutex
-	closed bool
-}
-
-func (w *testLogWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if !w.closed {
-		w.t.Log(string(bytes.TrimRight(p, "\n")))
-	}
-	return len(p), nil
-}
-
-func (w *testLogWriter) close() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.closed = true
 }
