@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -30,7 +31,8 @@ import (
 //	owner ──TLS──▶ handshake: CA, profile, validity (identity)
 //	                 ▼
 //	               authorize: class OWNER ─▶ current api.OwnerTrust
-//	                 │ none known yet         ─▶ Unavailable
+//	                 │ none known yet         ─▶ wait for one, at most
+//	                 │                           ownerTrustWait, then Unavailable
 //	                 │ key is not the trust's ─▶ PermissionDenied, KEY_ROTATED
 //	                 │ serial revoked         ─▶ PermissionDenied, REVOKED
 //	                 ▼
@@ -45,9 +47,9 @@ import (
 
 // JudgeOwners makes s admit the owner to AUTHORIZATION_OWNER methods only
 // while trust, the cluster's current owner trust, admits the owner's key
-// and certificate. While trust holds no value (or nil), owner calls are
-// refused with Unavailable: a node that does not know whom the cluster
-// trusts trusts nobody. Without JudgeOwners every owner certificate of the
+// and certificate. While trust holds no value (or nil), owner calls wait
+// for one (ownerTrustWait) and are then refused with Unavailable: a node
+// that does not know whom the cluster trusts trusts nobody. Without JudgeOwners every owner certificate of the
 // cluster CA is admitted. Like RegisterService, it must be called before
 // Serve.
 func (s *Server) JudgeOwners(trust event.Watchable[*api.OwnerTrust]) {
@@ -60,8 +62,17 @@ func (s *Server) judgesOwner(m Method, p identity.Peer) bool {
 	return s.owners != nil && p.Kind == identity.PeerOwner && m.Authz == api.Authorization_AUTHORIZATION_OWNER
 }
 
+// ownerTrustWait, a Server's ownerWait, bounds how long a call of the owner waits for a node that
+// does not know the owner trust yet, as right after it booted, until it
+// has heard from a curator: the node usually learns the trust within a few
+// seconds of its start, so the call is answered instead of refused. A node
+// that cannot reach any curator for longer still refuses, with Unavailable,
+// rather than hold the owner's calls without end.
+const ownerTrustWait = 20 * time.Second
+
 // judgeOwner judges the owner p, calling method m, against the current
-// owner trust.
+// owner trust, waiting for one (at most ownerTrustWait, and never past
+// ctx) while the node knows none yet.
 func (s *Server) judgeOwner(ctx context.Context, m Method, p identity.Peer) error {
 	w := s.owners.Watch()
 	defer w.Close()
@@ -69,10 +80,24 @@ func (s *Server) judgeOwner(ctx context.Context, m Method, p identity.Peer) erro
 	if errors.Is(err, event.ErrBacklogDone) {
 		t, err = nil, nil
 	}
+	if err == nil && !knowsOwner(t) {
+		wctx, cancel := context.WithTimeout(ctx, s.ownerWait)
+		t, err = w.Get(wctx, event.Filter(knowsOwner))
+		cancel()
+		if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			return status.Errorf(codes.Unavailable, "%s: this node has not learnt which owner key the cluster trusts: it waited %v for a curator to tell it; retry once the node reaches a curator", m.Name, s.ownerWait)
+		}
+	}
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "%s: cannot read the cluster's owner trust: %v", m.Name, err)
 	}
 	return checkOwner(m.Name, t, p)
+}
+
+// knowsOwner says whether t names an owner key: a node with such a trust
+// can judge an owner.
+func knowsOwner(t *api.OwnerTrust) bool {
+	return t != nil && len(t.GetOwnerPublicKey()) == ed25519.PublicKeySize
 }
 
 // followOwner returns the context a stream of method m, whose caller
@@ -113,7 +138,7 @@ func (s *Server) followOwner(ctx context.Context, m Method) (context.Context, fu
 // detail. A caller whose certificate is unknown (Serial nil) is judged by
 // its key alone.
 func checkOwner(method string, t *api.OwnerTrust, p identity.Peer) error {
-	if t == nil || len(t.GetOwnerPublicKey()) != ed25519.PublicKeySize {
+	if !knowsOwner(t) {
 		return status.Errorf(codes.Unavailable, "%s: this node does not know yet which owner key the cluster trusts (it has not heard from a curator); retry shortly", method)
 	}
 	if !bytes.Equal(p.PublicKey, t.GetOwnerPublicKey()) {

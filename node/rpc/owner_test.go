@@ -66,6 +66,7 @@ func TestJudgeOwners(t *testing.T) {
 		api.RegisterManagementServer(s, testManagement{})
 		api.RegisterNodeManagementServer(s, followingLogs{})
 		s.JudgeOwners(&trust)
+		s.ownerWait = 200 * time.Millisecond
 	})
 	ownerKey := identitytest.NewKey(t)
 	ownerPub := ownerKey.Public().(ed25519.PublicKey)
@@ -85,8 +86,9 @@ func TestJudgeOwners(t *testing.T) {
 		return err
 	}
 
-	// Before the node knows the trust, no owner call passes; Escrow, which
-	// anyone may call, is not the trust's to judge.
+	// Before the node knows the trust, no owner call passes: it waits
+	// for the trust, then is refused. Escrow, which anyone may call, is not
+	// the trust's to judge.
 	if err := getNodes(firstConn); status.Code(err) != codes.Unavailable {
 		t.Errorf("GetNodes before the trust is known = %v, want Unavailable", err)
 	}
@@ -149,6 +151,39 @@ func TestJudgeOwners(t *testing.T) {
 		t.Errorf("Logs stream after the revocation ended with %v, want PermissionDenied REVOKED", err)
 	}
 	t.Logf("Logs stream ended %v after the trust changed", time.Since(start))
+}
+
+// TestOwnerCallWaitsForTrust calls a node that does not know the owner
+// trust yet, as right after a reboot: the call waits, and is answered once
+// the node learns the trust, instead of failing with Unavailable.
+func TestOwnerCallWaitsForTrust(t *testing.T) {
+	ca := identitytest.NewCA(t, "cluster CA")
+	var trust memory.Value[*api.OwnerTrust]
+	addr := startServer(t, ca.Node(t), func(s *Server) {
+		api.RegisterManagementServer(s, testManagement{})
+		s.JudgeOwners(&trust)
+	})
+	ownerKey := identitytest.NewKey(t)
+	creds, err := OwnerCredentials(ownerKey, issueOwner(t, ca, ownerKey).der, ca.DER())
+	if err != nil {
+		t.Fatalf("OwnerCredentials: %v", err)
+	}
+	conn := dial(t, addr, creds)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	const learnt = 300 * time.Millisecond
+	timer := time.AfterFunc(learnt, func() {
+		trust.Set(&api.OwnerTrust{OwnerPublicKey: ownerKey.Public().(ed25519.PublicKey)})
+	})
+	defer timer.Stop()
+	start := time.Now()
+	if _, err := api.NewManagementClient(conn).GetNodes(ctx, &api.GetNodesRequest{}); err != nil {
+		t.Fatalf("GetNodes while the node learns the trust %v after the call: %v, want it answered", learnt, err)
+	}
+	if took := time.Since(start); took < learnt {
+		t.Errorf("GetNodes answered after %v, before the node knew the trust (%v)", took, learnt)
+	}
 }
 
 // TestJudgeForwardedOwner forwards owner calls through a trusted node to a

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"time"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,6 +34,9 @@ type Server struct {
 	// judged (owner.go); nil admits every owner certificate. Set before
 	// Serve, only read after.
 	owners event.Watchable[*api.OwnerTrust]
+	// ownerWait is how long an owner call waits for owners to name an
+	// owner key: ownerTrustWait, shorter in tests.
+	ownerWait time.Duration
 }
 
 // NewServer returns a server for node, with the limits of limits.go on
@@ -54,7 +58,7 @@ func Metrics() prometheus.Collector { return serverMetrics }
 
 // newServer is NewServer with the limits l.
 func newServer(node *identity.Node, l serverLimits, opts ...grpc.ServerOption) *Server {
-	s := &Server{node: node, table: make(map[string]Method)}
+	s := &Server{node: node, table: make(map[string]Method), ownerWait: ownerTrustWait}
 	all := append([]grpc.ServerOption{
 		grpc.Creds(ServerCredentials(node)),
 		// Counted first, so that refused calls count too.

@@ -142,8 +142,8 @@ func TestSingleNodeCluster(t *testing.T) {
 	t.Run("e-owner-powers-off", func(t *testing.T) {
 		mgmt := api.NewNodeManagementClient(dial(t, n0.ManagementAddr(), o.creds(t)))
 		// Fresh from its reboot, the node may not have heard the
-		// cluster's owner key yet, and says so with Unavailable: retry
-		// then, as cairnctl does.
+		// cluster's owner key yet: it holds the call until it has, for
+		// a while, and says Unavailable after that; retry then.
 		deadline := time.Now().Add(time.Minute)
 		for {
 			_, err := mgmt.Poweroff(s.ctx, &api.PoweroffRequest{})
