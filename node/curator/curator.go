@@ -213,6 +213,14 @@ type curator struct {
 // takes part in the election (a child runnable) and serves AAA,
 // Management and Curator, leading or forwarding to the leader.
 func (s *Service) Run(ctx context.Context) error {
+	// Listening comes first, and the listener is closed however Run ends
+	// (Serve closes it too), so that a Run that fails before it serves
+	// leaves the port free for the next one.
+	lis, err := s.listen()
+	if err != nil {
+		return err
+	}
+	defer lis.Close()
 	if s.cfg.Consensus == nil || !s.cfg.Consensus.Running {
 		return errors.New("consensus is not running")
 	}
@@ -248,13 +256,8 @@ func (s *Service) Run(ctx context.Context) error {
 	api.RegisterManagementServer(srv, management{curator: c})
 	api.RegisterCuratorServer(srv, nodeAPI{curator: c})
 
-	lis, err := s.listen()
-	if err != nil {
-		return err
-	}
 	// Before anyone can read the records of a restored cluster.
 	if err := c.finishRestore(ctx); err != nil {
-		lis.Close()
 		return err
 	}
 	if err := supervisor.Run(ctx, "election", c.runElection); err != nil {
@@ -275,8 +278,8 @@ func (s *Service) Run(ctx context.Context) error {
 }
 
 // listen returns the listener to serve on: Config.Listener on the first
-// run, and a new one on its address after a restart (serving closed the
-// first), or one on the Curator port.
+// run, and a new one on its address after a restart (the run before closed
+// the first), or one on the Curator port.
 func (s *Service) listen() (net.Listener, error) {
 	if s.cfg.Listener != nil && !s.listenerUsed.Swap(true) {
 		return s.cfg.Listener, nil

@@ -2,6 +2,7 @@ package curator
 
 import (
 	"bytes"
+	"context"
 	"crypto/ed25519"
 	"net"
 	"testing"
@@ -110,6 +111,26 @@ func TestEscrow(t *testing.T) {
 	if _, err := escrow(ctx, t, addr, c.ca, c.ownerKey, replay); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("Escrow with a proof over other bytes = %v, want PermissionDenied", err)
 	}
+}
+
+// TestRunFreesListener runs a curator that fails before it serves, as
+// when its etcd member is not running: Run must close Config.Listener, so
+// that the Run after it, or anyone, can listen on that port again.
+func TestRunFreesListener(t *testing.T) {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Config{Listener: lis})
+	if err := s.Run(context.Background()); err == nil {
+		t.Fatal("Run without a running etcd member = nil, want an error")
+	}
+	again, err := net.Listen("tcp", lis.Addr().String())
+	if err != nil {
+		lis.Close()
+		t.Fatalf("listening on %s after a Run that failed: %v", lis.Addr(), err)
+	}
+	again.Close()
 }
 
 // TestListenAgain checks that a restarted Run gets a listener on the

@@ -56,15 +56,7 @@ const testElectionTTL = 10 * time.Second
 func (n *testNode) startCurator(t testing.TB, opts ...Option) {
 	t.Helper()
 	st := n.member.WaitVoter(t)
-	var lis net.Listener
-	var err error
-	for range 50 {
-		// After a restart the port may take a moment to be free again.
-		if lis, err = net.Listen("tcp", n.addr.String()); err == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	lis, err := net.Listen("tcp", n.addr.String())
 	if err != nil {
 		t.Fatalf("listening on %s: %v", n.addr, err)
 	}
