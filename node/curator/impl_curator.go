@@ -100,6 +100,14 @@ func (a nodeAPI) RegisterNode(ctx context.Context, req *api.RegisterNodeRequest)
 		if err != nil {
 			return nil, err
 		}
+		if sameRegistration(r.known, p.PublicKey, req.JoinKey) {
+			// A node that registered before comes again with the same
+			// keys: its answer was lost, or its power was cut before it
+			// committed. Its keys are its proof, so a ticket rotated
+			// since does not lock it out.
+			conf = r.conf
+			break
+		}
 		if subtle.ConstantTimeCompare(r.ticket, req.RegisterTicket) != 1 {
 			return nil, status.Error(codes.PermissionDenied, "wrong register ticket")
 		}
@@ -124,6 +132,14 @@ func (a nodeAPI) RegisterNode(ctx context.Context, req *api.RegisterNodeRequest)
 		break
 	}
 	return &api.RegisterNodeResponse{ClusterConfiguration: conf}, nil
+}
+
+// sameRegistration says whether known, the record stored under a
+// registering node's ID, is that node's own registration: the same node
+// and join keys, and not decommissioned.
+func sameRegistration(known *private.Node, nodeKey, joinKey []byte) bool {
+	return known != nil && known.FsmState != api.NodeState_NODE_STATE_DECOMMISSIONED &&
+		bytes.Equal(known.PublicKey, nodeKey) && bytes.Equal(known.JoinKey, joinKey)
 }
 
 func (a nodeAPI) CommitNode(ctx context.Context, req *api.CommitNodeRequest) (*api.CommitNodeResponse, error) {

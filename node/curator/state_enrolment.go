@@ -8,6 +8,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"cairn.dev/cairn/pkg/pki"
 	"cairn.dev/cairn/proto/api"
@@ -30,18 +31,21 @@ type registration struct {
 	// c.registering), and twice that covers a moment in which two
 	// curators believe they lead.
 	far bool
+	// known is the record already stored under the node's ID, nil when
+	// there is none (or it cannot be read).
+	known *private.Node
 }
 
 // readRegistration reads the register ticket, the cluster configuration,
-// whether node id is registered and the count of the waiting index, in
-// one read, and refuses with ResourceExhausted when the cap of nodes in
-// state NEW is reached; a node already registered is not counted against
-// it (its RegisterNode is a retry).
+// the record of node id if it is registered and the count of the waiting
+// index, in one read, and refuses with ResourceExhausted when the cap of
+// nodes in state NEW is reached; a node already registered is not counted
+// against it (its RegisterNode is a retry).
 func (c *curator) readRegistration(ctx context.Context, id string) (*registration, error) {
 	resp, err := c.etcd.Txn(ctx).Then(
 		clientv3.OpGet(ticketKey),
 		clientv3.OpGet(configurationKey),
-		clientv3.OpGet(nodeKey(id), clientv3.WithCountOnly()),
+		clientv3.OpGet(nodeKey(id)),
 		clientv3.OpGet(waitingPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly()),
 	).Commit()
 	if err != nil {
@@ -56,7 +60,11 @@ func (c *curator) readRegistration(ctx context.Context, id string) (*registratio
 		return nil, err
 	}
 	r := &registration{ticket: ticket, conf: conf, rev: resp.Header.Revision, far: true}
-	if resp.Responses[2].GetResponseRange().Count > 0 {
+	if kvs := resp.Responses[2].GetResponseRange().Kvs; len(kvs) > 0 {
+		known := &private.Node{}
+		if proto.Unmarshal(kvs[0].Value, known) == nil {
+			r.known = known
+		}
 		return r, nil
 	}
 	waiting := resp.Responses[3].GetResponseRange().Count

@@ -16,10 +16,11 @@ import (
 
 // TestRotateRegisterTicket rotates the register ticket while nodes wait in
 // every state of enrolment: from then on RegisterNode refuses the old
-// ticket and accepts the new one, and the nodes registered before commit
-// and join with their own keys as if nothing happened.
+// ticket and accepts the new one, and the nodes registered before register
+// again, commit and join with their own keys as if nothing happened.
 func TestRotateRegisterTicket(t *testing.T) {
-	c := newTestCluster(t)
+	// Every node registers from 127.0.0.1, more often than one source may.
+	c := newTestCluster(t, withLimits(func(l *limits) { l.registerInterval = 0 }))
 	ctx := fixture.Context(t)
 	addr := c.nodes[0].addr.String()
 	m := c.mgmt(t, addr)
@@ -79,7 +80,21 @@ func TestRotateRegisterTicket(t *testing.T) {
 	}
 	wantState(t, m, late.id(), api.NodeState_NODE_STATE_NEW)
 
-	// The nodes registered before go on with their keys alone.
+	// The nodes registered before go on with their keys alone, even when
+	// they come back with the ticket they had, as after a power cut that
+	// lost RegisterNode's answer: their keys, not the ticket, show who
+	// they are. A stranger with those keys' ticket gains nothing.
+	for _, n := range []*testNode{approved, fresh} {
+		if _, err := registerWith(ctx, t, c, addr, n, old); err != nil {
+			t.Errorf("RegisterNode again of %s with the ticket it registered with: %v", n.id(), err)
+		}
+	}
+	stranger := newTestNode(t)
+	stranger.key = fresh.key
+	if _, err := registerWith(ctx, t, c, addr, stranger, old); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("RegisterNode with a known node key but another join key and the old ticket = %v, want PermissionDenied", err)
+	}
+	wantState(t, m, fresh.id(), api.NodeState_NODE_STATE_NEW)
 	if _, err := m.ApproveNode(ctx, &api.ApproveNodeRequest{NodeId: fresh.id()}); err != nil {
 		t.Fatalf("ApproveNode of the node registered before: %v", err)
 	}

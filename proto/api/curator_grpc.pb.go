@@ -68,7 +68,10 @@ type CuratorClient interface {
 	// The handler refuses the call (PermissionDenied) unless the request's
 	// ticket is the cluster's register ticket, and refuses a caller without
 	// a self-signed certificate (Unauthenticated). Registering again with
-	// the same key and join key does nothing.
+	// the same key and join key does nothing, and needs no ticket: the keys
+	// show that the caller is the node that registered, so a ticket rotated
+	// since (while the node was off, say) does not lock it out. A
+	// decommissioned node is not recognised so.
 	RegisterNode(ctx context.Context, in *RegisterNodeRequest, opts ...grpc.CallOption) (*RegisterNodeResponse, error)
 	// CommitNode moves an approved node from STANDBY to UP and hands it its
 	// node certificate and its half of the data partition key. The caller
@@ -292,7 +295,10 @@ type CuratorServer interface {
 	// The handler refuses the call (PermissionDenied) unless the request's
 	// ticket is the cluster's register ticket, and refuses a caller without
 	// a self-signed certificate (Unauthenticated). Registering again with
-	// the same key and join key does nothing.
+	// the same key and join key does nothing, and needs no ticket: the keys
+	// show that the caller is the node that registered, so a ticket rotated
+	// since (while the node was off, say) does not lock it out. A
+	// decommissioned node is not recognised so.
 	RegisterNode(context.Context, *RegisterNodeRequest) (*RegisterNodeResponse, error)
 	// CommitNode moves an approved node from STANDBY to UP and hands it its
 	// node certificate and its half of the data partition key. The caller
