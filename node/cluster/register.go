@@ -16,6 +16,7 @@ import (
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/node/marker"
 	"cairn.dev/cairn/node/roleserve"
+	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/node/testpoint"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/sleep"
@@ -172,7 +173,9 @@ func (s *Service) registerNode(ctx context.Context, log logtree.LeveledLogger, i
 
 // waitCommitted asks, starting with the curator that took the
 // registration, to commit the node until the owner has approved it,
-// saying every approvalReport that it is still waiting.
+// saying every approvalReport that it is still waiting. A node the owner
+// decommissioned instead says so once, and waits for ctx without asking
+// again.
 func (s *Service) waitCommitted(ctx context.Context, log logtree.LeveledLogger, id, first string, targets []string, ca []byte, key ed25519.PrivateKey, tpm bool) (*api.CommitNodeResponse, error) {
 	start := time.Now()
 	var reported time.Time
@@ -189,6 +192,15 @@ func (s *Service) waitCommitted(ctx context.Context, log logtree.LeveledLogger, 
 		case err == nil:
 			return res, nil
 		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case rpc.IsDecommissioned(err):
+			// Decommissioned while it waited, or while it was off: no
+			// answer will ever change, so the node stops asking until
+			// the machine is reinstalled (its kept keys name the same
+			// node on every boot).
+			log.Errorf("The cluster decommissioned this node before it committed (%s): it stops asking; reinstall the machine to enrol it again", reason(err))
+			marker.Log(log, marker.Decommissioned, "node", id)
+			<-ctx.Done()
 			return nil, ctx.Err()
 		case status.Code(err) == codes.FailedPrecondition:
 			// NEW: not approved yet.

@@ -12,7 +12,9 @@ import (
 	"google.golang.org/grpc"
 
 	"cairn.dev/cairn/node/marker"
+	"cairn.dev/cairn/node/roleserve"
 	"cairn.dev/cairn/node/rpc"
+	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/fixture"
 	"cairn.dev/cairn/pkg/logtree"
 	api "cairn.dev/cairn/proto/api"
@@ -236,5 +238,69 @@ func testRegisterApproveJoin(t *testing.T, conf *api.ClusterConfiguration, hasTP
 	time.Sleep(3 * fastTiming.coldStartAfter)
 	if calls := second.storage.mountCalls(); len(calls) != 0 {
 		t.Errorf("a node refused on an earlier boot mounted %v with nobody answering, want nothing", calls)
+	}
+}
+
+// TestDecommissionedWhileOff registers a node, powers it off before the
+// owner approves it, and decommissions it meanwhile: booted again, it
+// registers with its kept keys, learns from CommitNode that it is
+// decommissioned, says so once, and stops asking instead of waiting for an
+// approval that can never come.
+func TestDecommissionedWhileOff(t *testing.T) {
+	ctx := fixture.Context(t)
+	ownerPub, owner, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := newTestNode(t)
+	first.boot(t, &api.NodeParameters{Cluster: &api.NodeParameters_ClusterBootstrap_{
+		ClusterBootstrap: &api.NodeParameters_ClusterBootstrap{OwnerPublicKey: ownerPub},
+	}}, 0)
+	fm := first.waitMembership(t)
+	first.waitMarker(t, marker.Bootstrapped, "node", fm.ClusterDirectory.GetNodes()[0].GetId())
+	firstNode, err := readIdentity(first.storage.st.Root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := firstNode.CACertificate().Raw
+	mgmt := takeOwnership(t, ctx, first.curatorTarget(), ca, owner)
+	ticket, err := mgmt.GetRegisterTicket(ctx, &api.GetRegisterTicketRequest{})
+	if err != nil {
+		t.Fatalf("GetRegisterTicket: %v", err)
+	}
+	params := &api.NodeParameters{Cluster: &api.NodeParameters_ClusterRegister_{
+		ClusterRegister: &api.NodeParameters_ClusterRegister{
+			RegisterTicket:   ticket.GetTicket(),
+			ClusterDirectory: fm.ClusterDirectory,
+			CaCertificate:    ca,
+		},
+	}}
+
+	second := newTestNode(t)
+	second.boot(t, params, first.curatorPort)
+	id := second.waitMarker(t, marker.WaitingForApproval).Get("node")
+	second.cancel() // powered off
+	if _, err := mgmt.DecommissionNode(ctx, &api.DecommissionNodeRequest{NodeId: id}); err != nil {
+		t.Fatalf("DecommissionNode(%s): %v", id, err)
+	}
+
+	second.boot(t, params, first.curatorPort)
+	second.waitMarker(t, marker.Decommissioned, "node", id)
+	// It asks no more: in ten polls' time nothing more is logged.
+	entries := func() int {
+		r, err := second.lt.Read("", logtree.WithChildren(), logtree.WithBacklog(logtree.BacklogAll))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		return len(r.Backlog)
+	}
+	before := entries()
+	time.Sleep(10 * fastTiming.approvalPoll)
+	if after := entries(); after != before {
+		t.Errorf("the decommissioned node logged %d more entries after saying so, want none: it is still asking", after-before)
+	}
+	if m, _ := second.membership.Watch().Get(ctx, event.BacklogOnly[*roleserve.Membership]()); m != nil {
+		t.Errorf("the decommissioned node handed over a membership: %+v", m)
 	}
 }

@@ -228,7 +228,7 @@ func (a nodeAPI) JoinNode(ctx context.Context, req *api.JoinNodeRequest) (*api.J
 	switch n.FsmState {
 	case api.NodeState_NODE_STATE_UP:
 	case api.NodeState_NODE_STATE_DECOMMISSIONED:
-		return nil, status.Errorf(codes.FailedPrecondition, "node %s is decommissioned and may never join again", req.NodeId)
+		return nil, rpc.Decommissioned(codes.FailedPrecondition, "node %s is decommissioned and may never join again", req.NodeId)
 	default:
 		return nil, status.Errorf(codes.FailedPrecondition, "node %s is %s; only an UP node can join", req.NodeId, n.FsmState)
 	}
@@ -315,13 +315,14 @@ func (a nodeAPI) JoinConsensus(ctx context.Context, req *api.JoinConsensusReques
 // checkCommit refuses, with FailedPrecondition, to commit node id, whose
 // record is n, unless it is STANDBY or already UP: a node whose commit
 // answer was lost (a power cut, the network) commits again, and gets the
-// same answer.
+// same answer. A decommissioned node's refusal says so (rpc.Decommissioned),
+// so that it stops asking.
 func checkCommit(id string, n *private.Node) error {
 	switch n.FsmState {
 	case api.NodeState_NODE_STATE_STANDBY, api.NodeState_NODE_STATE_UP:
 		return nil
 	case api.NodeState_NODE_STATE_DECOMMISSIONED:
-		return status.Errorf(codes.FailedPrecondition, "node %s is decommissioned and may never commit again", id)
+		return rpc.Decommissioned(codes.FailedPrecondition, "node %s is decommissioned and may never commit again", id)
 	}
 	return status.Errorf(codes.FailedPrecondition, "node %s is %s; only a STANDBY (approved) node can commit", id, n.FsmState)
 }

@@ -39,6 +39,9 @@ const (
 	Joined Name = "joined"
 	// Refused: the cluster refused the node; reason=text.
 	Refused Name = "refused"
+	// Decommissioned: the cluster decommissioned the node before it
+	// committed, and the node stops asking; node=ID.
+	Decommissioned Name = "decommissioned"
 	// ParametersInvalid: the node parameters do not parse or validate;
 	// reason=text.
 	ParametersInvalid Name = "parameters-invalid"
