@@ -248,43 +248,18 @@ func testRegisterApproveJoin(t *testing.T, conf *api.ClusterConfiguration, hasTP
 // approval that can never come.
 func TestDecommissionedWhileOff(t *testing.T) {
 	ctx := fixture.Context(t)
-	ownerPub, owner, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	first := newTestNode(t)
-	first.boot(t, &api.NodeParameters{Cluster: &api.NodeParameters_ClusterBootstrap_{
-		ClusterBootstrap: &api.NodeParameters_ClusterBootstrap{OwnerPublicKey: ownerPub},
-	}}, 0)
-	fm := first.waitMembership(t)
-	first.waitMarker(t, marker.Bootstrapped, "node", fm.ClusterDirectory.GetNodes()[0].GetId())
-	firstNode, err := readIdentity(first.storage.st.Root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca := firstNode.CACertificate().Raw
-	mgmt := takeOwnership(t, ctx, first.curatorTarget(), ca, owner)
-	ticket, err := mgmt.GetRegisterTicket(ctx, &api.GetRegisterTicketRequest{})
-	if err != nil {
-		t.Fatalf("GetRegisterTicket: %v", err)
-	}
-	params := &api.NodeParameters{Cluster: &api.NodeParameters_ClusterRegister_{
-		ClusterRegister: &api.NodeParameters_ClusterRegister{
-			RegisterTicket:   ticket.GetTicket(),
-			ClusterDirectory: fm.ClusterDirectory,
-			CaCertificate:    ca,
-		},
-	}}
+	c := newRegisterCluster(t, ctx)
+	mgmt, params := c.mgmt, c.params
 
 	second := newTestNode(t)
-	second.boot(t, params, first.curatorPort)
+	second.boot(t, params, c.port)
 	id := second.waitMarker(t, marker.WaitingForApproval).Get("node")
 	second.cancel() // powered off
 	if _, err := mgmt.DecommissionNode(ctx, &api.DecommissionNodeRequest{NodeId: id}); err != nil {
 		t.Fatalf("DecommissionNode(%s): %v", id, err)
 	}
 
-	second.boot(t, params, first.curatorPort)
+	second.boot(t, params, c.port)
 	second.waitMarker(t, marker.Decommissioned, "node", id)
 	// It asks no more: in ten polls' time nothing more is logged.
 	entries := func() int {
