@@ -14,6 +14,8 @@ import (
 
 	"cairn.dev/cairn/node/consensus"
 	"cairn.dev/cairn/node/marker"
+	"cairn.dev/cairn/node/rpc"
+	"cairn.dev/cairn/pkg/sleep"
 	"cairn.dev/cairn/pkg/supervisor"
 )
 
@@ -66,13 +68,14 @@ func (c *curator) runElection(ctx context.Context) error {
 	defer cli.Close()
 
 	me := c.cfg.Node.ID()
-	if err := c.deleteStaleCandidacies(ctx, cl, me); err != nil {
+	session, err := c.openSession(ctx, cl, cli, me)
+	if err != nil {
 		return err
 	}
-	session, err := concurrency.NewSession(cli, concurrency.WithTTL(c.opts.electionTTL), concurrency.WithContext(ctx))
-	if err != nil {
-		return fmt.Errorf("when opening an election session: %w", err)
-	}
+	// The session proves that etcd has a quorum again: from here, a death
+	// (the lease lost in the next partition) is a new failure, which the
+	// supervisor retries after its shortest backoff.
+	supervisor.Signal(ctx, supervisor.SignalHealthy)
 	// The local etcd stops when this does, as the node goes down: it
 	// serves the resignation below first (deferred calls run last first).
 	release := c.cfg.Consensus.Hold()
@@ -109,12 +112,48 @@ func (c *curator) runElection(ctx context.Context) error {
 	if err := e.Campaign(session.Ctx(), electionValue(me, c.cfg.Advertise)); err != nil {
 		return fmt.Errorf("when campaigning: %w", err)
 	}
-	supervisor.Signal(ctx, supervisor.SignalHealthy)
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-session.Done():
 		return errors.New("election session expired: lost the lease")
+	}
+}
+
+// quorumRetry is how often a curator whose etcd member has no quorum (it
+// is cut off from the others, say) tries again to enter the election. A
+// steady pace, not the supervisor's growing backoff, so that the curator
+// takes part again within about this long once the quorum is back.
+const quorumRetry = time.Second
+
+// openSession deletes this node's stale candidacies and opens a session
+// for the election, trying again every quorumRetry while etcd fails, as it
+// does without a quorum, until ctx ends.
+func (c *curator) openSession(ctx context.Context, cl *consensus.Client, cli *clientv3.Client, me string) (*concurrency.Session, error) {
+	for failures := 0; ; failures++ {
+		var session *concurrency.Session
+		err := c.deleteStaleCandidacies(ctx, cl, me)
+		if err == nil {
+			session, err = concurrency.NewSession(cli, concurrency.WithTTL(c.opts.electionTTL), concurrency.WithContext(ctx))
+			if err != nil {
+				err = fmt.Errorf("when opening an election session: %w", err)
+			}
+		}
+		if err == nil {
+			if failures > 0 {
+				supervisor.Logger(ctx).Infof("In the election again after %d failed tries", failures)
+			}
+			return session, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if failures%30 == 0 {
+			supervisor.Logger(ctx).Warningf("Cannot enter the election (trying every %v): %v", quorumRetry, err)
+		}
+		if err := sleep.For(ctx, quorumRetry); err != nil {
+			return nil, err
+		}
 	}
 }
 
@@ -204,7 +243,7 @@ func (c *curator) setLeader(ctx context.Context, l leader) {
 	c.current, c.conn = l, nil
 	var dialErr error
 	if l.NodeID != "" && !l.Local {
-		c.conn, dialErr = grpc.NewClient(l.Addr.String(), grpc.WithTransportCredentials(c.nodeCredentials))
+		c.conn, dialErr = grpc.NewClient(l.Addr.String(), grpc.WithTransportCredentials(c.nodeCredentials), rpc.ReconnectQuickly())
 	}
 	c.mu.Unlock()
 	if oldConn != nil {

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 
 	"cairn.dev/cairn/node/ports"
+	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/supervisor"
 	api "cairn.dev/cairn/proto/api"
@@ -24,7 +25,7 @@ func (r *Resolver) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	conn, err := grpc.NewClient("passthrough:///"+ep, grpc.WithTransportCredentials(r.creds))
+	conn, err := grpc.NewClient("passthrough:///"+ep, grpc.WithTransportCredentials(r.creds), rpc.ReconnectQuickly())
 	if err != nil {
 		return fmt.Errorf("when creating client for %s: %w", ep, err)
 	}

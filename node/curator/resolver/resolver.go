@@ -125,14 +125,15 @@ func (r *Resolver) Leader() string {
 }
 
 // Dial returns a ClientConn whose calls go to the current leader, with
-// the node's credentials and a retry policy for UNAVAILABLE on every Cairn
-// service. opts come after those and may override them. Close the
+// the node's credentials, a retry policy for UNAVAILABLE on every Cairn
+// service and quick reconnects (rpc.ReconnectQuickly). opts come after those and may override them. Close the
 // ClientConn when done; Run must run for it to follow the leader.
 func (r *Resolver) Dial(opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	all := []grpc.DialOption{
 		grpc.WithResolvers(r),
 		grpc.WithTransportCredentials(r.creds),
 		grpc.WithDefaultServiceConfig(serviceConfig),
+		rpc.ReconnectQuickly(),
 	}
 	cc, err := grpc.NewClient(Scheme+":///leader", append(all, opts...)...)
 	if err != nil {
