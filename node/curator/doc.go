@@ -90,6 +90,13 @@
 // Nodes give up on a beat after half an interval (roleserve), so that a beat
 // sent to the dead leader does not keep them from the next one in time.
 //
+// Watch streams of nodes carry the same health. A node's health changes
+// without a write to etcd, so the leader judges every node once per quarter
+// interval (health.go, one ticker for all streams) and publishes the
+// judgement when a node's changed; each stream sends those nodes again,
+// read at the revision it sent. Health lives in the leader's memory, so a
+// curator that stops leading ends the streams of nodes it serves.
+//
 // # Node lifecycle
 //
 //	RegisterNode (ticket, self-signed node key)  ─▶ NEW
@@ -105,7 +112,8 @@
 // The data model apart from the API, as in Monogon's curator: a state_*.go
 // file reads and writes one part of the state in etcd, an impl_*.go file
 // holds the RPC handlers of one service or concern, which judge a call and
-// then use the state files (the streams follow etcd's watch themselves).
+// then use the state files (the streams follow etcd's watch themselves,
+// and the leader's judgement of health).
 // The rest is the machinery around them.
 //
 //	           client
@@ -125,6 +133,8 @@
 //	revoke.go                   a node certificate honoured only while UP
 //	limits.go                   the limits on callers and their quotas
 //	metrics_export.go           the curator's Prometheus metrics
+//	health.go                   the leader's judgement of node health,
+//	                            published for Watch streams
 //	impl_aaa.go                 AAA.Escrow
 //	impl_management.go          Management: ticket, cluster info, nodes,
 //	                            roles, registries

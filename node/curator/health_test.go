@@ -3,6 +3,7 @@ package curator
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -53,6 +54,68 @@ func TestHealthRules(t *testing.T) {
 	}
 	if _, loaded := h.term(); loaded {
 		t.Error("a load of an earlier term marked the new one loaded")
+	}
+}
+
+// TestHealthJudgement judges the nodes of a leader as time passes: a view
+// is published only when a node's health changed, names the nodes that
+// changed since an earlier view, and ends with the term.
+func TestHealthJudgement(t *testing.T) {
+	const interval = time.Second
+	since := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) time.Time { return since.Add(d) }
+	h := &heartbeats{}
+	h.judge(since)
+	if v := h.currentView(); v != nil {
+		t.Fatalf("a curator that never led published %+v", v)
+	}
+	h.lead(since, interval)
+	first := h.currentView()
+	if !first.leading || len(first.nodes) != 0 {
+		t.Fatalf("the first view of a term = %+v, want every node UNKNOWN", first)
+	}
+	h.beat("a", at(0))
+	h.beat("b", at(0))
+	h.judge(at(100 * time.Millisecond))
+	v := h.currentView()
+	if got := v.changedSince(first.seq); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("changed after the first beats = %v, want [a b]", got)
+	}
+	if got := v.health("a"); got != api.NodeHealth_NODE_HEALTH_HEALTHY {
+		t.Errorf("a after a beat is %v, want HEALTHY", got)
+	}
+	h.judge(at(200 * time.Millisecond))
+	if h.currentView() != v {
+		t.Error("a judgement that changed nothing published a view")
+	}
+	// b beats on, a falls silent for longer than the timeout.
+	h.beat("b", at(2*time.Second))
+	h.judge(at(2100 * time.Millisecond))
+	w := h.currentView()
+	if got := w.changedSince(v.seq); !slices.Equal(got, []string{"a"}) {
+		t.Errorf("changed after a fell silent = %v, want [a]", got)
+	}
+	if got := w.health("a"); got != api.NodeHealth_NODE_HEALTH_HEARTBEAT_TIMEOUT {
+		t.Errorf("a after its silence is %v, want HEARTBEAT_TIMEOUT", got)
+	}
+	if got := w.health("never"); got != api.NodeHealth_NODE_HEALTH_UNKNOWN {
+		t.Errorf("a node never heard of is %v, want UNKNOWN", got)
+	}
+	// A node deleted leaves the view without a change to send.
+	h.remove("b")
+	h.judge(at(2200 * time.Millisecond))
+	x := h.currentView()
+	if _, ok := x.nodes["b"]; ok || len(x.changedSince(w.seq)) != 0 {
+		t.Errorf("after b was removed the view is %+v, want it without b and no change", x)
+	}
+	h.follow()
+	if end := h.currentView(); end.leading || end.seq <= x.seq {
+		t.Errorf("after the term ended the view is %+v, want a newer one, not leading", end)
+	}
+	h.beat("a", at(3*time.Second))
+	h.judge(at(3100 * time.Millisecond))
+	if h.currentView().leading {
+		t.Error("a curator that follows judged health")
 	}
 }
 
@@ -324,5 +387,107 @@ func TestHeartbeatWrites(t *testing.T) {
 		if writes > rounds+1 {
 			t.Errorf("%d node(s) beating for %d intervals cost %d etcd writes, want at most %d (one per interval)", size, rounds, writes, rounds+1)
 		}
+	}
+}
+
+// watchedHealth follows the health of node id in the events of a Watch
+// stream, until the stream or ctx ends.
+type watchedHealth struct {
+	name   string
+	id     string
+	health chan api.NodeHealth
+	mu     sync.Mutex
+	err    error
+}
+
+func followHealth(ctx context.Context, name, id string, s interface {
+	Recv() (*api.WatchEvent, error)
+}) *watchedHealth {
+	w := &watchedHealth{name: name, id: id, health: make(chan api.NodeHealth)}
+	go func() {
+		defer close(w.health)
+		for {
+			ev, err := s.Recv()
+			if err != nil {
+				w.mu.Lock()
+				w.err = err
+				w.mu.Unlock()
+				return
+			}
+			for _, n := range ev.Nodes {
+				if n.Id != id {
+					continue
+				}
+				select {
+				case w.health <- n.Health:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return w
+}
+
+// wait reads events until one says the node is want, for up to timeout.
+func (w *watchedHealth) wait(t *testing.T, want api.NodeHealth, timeout time.Duration) {
+	t.Helper()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	last := "no event"
+	for {
+		select {
+		case h, ok := <-w.health:
+			if !ok {
+				w.mu.Lock()
+				defer w.mu.Unlock()
+				t.Fatalf("Watch (%s) ended waiting for %s to be %v (last event: %s): %v", w.name, w.id, want, last, w.err)
+			}
+			if h == want {
+				return
+			}
+			last = h.String()
+		case <-timer.C:
+			t.Fatalf("Watch (%s) sent no event saying %s is %v within %v (last event: %s)", w.name, w.id, want, timeout, last)
+		}
+	}
+}
+
+// TestWatchHealth follows a node through Watch, of all nodes and of that
+// one node, while it beats, falls silent and beats again: both streams
+// tell that it turned HEALTHY, HEARTBEAT_TIMEOUT and HEALTHY again, though
+// its record in etcd never changed.
+func TestWatchHealth(t *testing.T) {
+	const interval = 300 * time.Millisecond
+	c := newTestCluster(t, WithHeartbeatInterval(interval))
+	n0 := c.nodes[0]
+	addr := n0.addr.String()
+	x := newTestNode(t)
+	c.enrol(t, addr, x)
+	ctx, cancel := context.WithCancel(fixture.Context(t))
+	defer cancel()
+	cur := n0.client(t, addr)
+	all, err := cur.Watch(ctx, &api.WatchRequest{Kind: &api.WatchRequest_NodesInCluster_{NodesInCluster: &api.WatchRequest_NodesInCluster{}}})
+	if err != nil {
+		t.Fatalf("Watch(all nodes): %v", err)
+	}
+	one, err := cur.Watch(ctx, &api.WatchRequest{Kind: &api.WatchRequest_NodeInCluster_{NodeInCluster: &api.WatchRequest_NodeInCluster{NodeId: x.id()}}})
+	if err != nil {
+		t.Fatalf("Watch(%s): %v", x.id(), err)
+	}
+	streams := []*watchedHealth{followHealth(ctx, "all nodes", x.id(), all), followHealth(ctx, "one node", x.id(), one)}
+	const timeout = 20 * time.Second
+
+	b := startBeating(t, x, addr, interval)
+	for _, s := range streams {
+		s.wait(t, api.NodeHealth_NODE_HEALTH_HEALTHY, timeout)
+	}
+	b.stop()
+	for _, s := range streams {
+		s.wait(t, api.NodeHealth_NODE_HEALTH_HEARTBEAT_TIMEOUT, timeout)
+	}
+	startBeating(t, x, addr, interval)
+	for _, s := range streams {
+		s.wait(t, api.NodeHealth_NODE_HEALTH_HEALTHY, timeout)
 	}
 }

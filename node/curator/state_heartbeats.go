@@ -14,6 +14,7 @@ import (
 
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/pkg/event"
+	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/pkg/supervisor"
 	"cairn.dev/cairn/proto/api"
 	"cairn.dev/cairn/proto/private"
@@ -64,10 +65,15 @@ type heartbeats struct {
 	rev int64
 	// dirty is set while seen holds times that are not stored.
 	dirty bool
+	// view is the judgement of health last published in views, nil before
+	// the first term (health.go).
+	view  *healthView
+	views memory.Value[*healthView]
 }
 
 // lead starts a term of leadership at now: what the last term knew is
-// dropped, and keepHeartbeats loads what the leaders stored.
+// dropped, and keepHeartbeats loads what the leaders stored. The term's
+// first judgement has every node UNKNOWN.
 func (h *heartbeats) lead(now time.Time, interval time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -75,6 +81,7 @@ func (h *heartbeats) lead(now time.Time, interval time.Duration) {
 	h.since, h.interval = now, interval
 	h.epoch++
 	h.loaded, h.rev, h.dirty = false, 0, false
+	h.publish(true, map[string]judgement{})
 }
 
 // beat records that node id was heard from now.
@@ -117,6 +124,11 @@ func (h *heartbeats) remove(id string) {
 func (h *heartbeats) health(id string, now time.Time) api.NodeHealth {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.healthLocked(id, now)
+}
+
+// healthLocked is health, with h.mu held.
+func (h *heartbeats) healthLocked(id string, now time.Time) api.NodeHealth {
 	t, ok := h.seen[id]
 	switch {
 	case !ok, !h.fresh[id] && now.Sub(h.since) < heartbeatGrace(h.interval):
