@@ -8,6 +8,11 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
 	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/pkg/fixture"
 	"cairn.dev/cairn/proto/api"
@@ -489,5 +494,55 @@ func TestWatchHealth(t *testing.T) {
 	startBeating(t, x, addr, interval)
 	for _, s := range streams {
 		s.wait(t, api.NodeHealth_NODE_HEALTH_HEALTHY, timeout)
+	}
+}
+
+// TestWatchEndsWithLeadership takes the lead from the only curator by
+// deleting its candidacy: a Watch of nodes it serves ends with
+// Unavailable, since the health it sends would go stale, while a Watch of
+// the configuration goes on.
+func TestWatchEndsWithLeadership(t *testing.T) {
+	c := newTestCluster(t)
+	n0 := c.nodes[0]
+	addr := n0.addr.String()
+	waitLeader(t, n0, addr, "")
+	ctx := fixture.Context(t)
+	cur := n0.client(t, addr)
+	// Bounded, so that a stream that goes on fails the test.
+	nctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	nodes, err := cur.Watch(nctx, &api.WatchRequest{Kind: &api.WatchRequest_NodesInCluster_{NodesInCluster: &api.WatchRequest_NodesInCluster{}}})
+	if err != nil {
+		t.Fatalf("Watch(all nodes): %v", err)
+	}
+	recvEvent(t, nodes)
+	conf, err := cur.Watch(ctx, &api.WatchRequest{Kind: &api.WatchRequest_Configuration_{Configuration: &api.WatchRequest_Configuration{}}})
+	if err != nil {
+		t.Fatalf("Watch(configuration): %v", err)
+	}
+	recvEvent(t, conf)
+
+	etcd, err := curatorClient(n0.member.WaitVoter(t).Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcd.Close()
+	if _, err := etcd.Delete(ctx, electionName+"/", clientv3.WithPrefix()); err != nil {
+		t.Fatalf("deleting the candidacies: %v", err)
+	}
+	if ev, err := nodes.Recv(); status.Code(err) != codes.Unavailable {
+		t.Errorf("Watch(all nodes) after the curator stopped leading = %v, %v; want Unavailable", ev, err)
+	}
+	changed := proto.Clone(c.config).(*api.ClusterConfiguration)
+	changed.TpmMode = api.TPMMode_TPM_MODE_REQUIRED
+	data, err := proto.Marshal(changed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := etcd.Put(ctx, configurationKey, string(data)); err != nil {
+		t.Fatalf("changing the configuration: %v", err)
+	}
+	if ev := recvEvent(t, conf); ev.Configuration.GetTpmMode() != api.TPMMode_TPM_MODE_REQUIRED {
+		t.Errorf("Watch(configuration) after the change = %v, want TPM mode REQUIRED", ev)
 	}
 }
