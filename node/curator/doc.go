@@ -47,7 +47,8 @@
 //	curator/owner/certificates    the owner certificates issued, unexpired
 //	curator/register_ticket       the secret RegisterNode checks
 //	curator/configuration         api.ClusterConfiguration
-//	curator/heartbeats            when leaders last heard from each node
+//	curator/heartbeats            private.Heartbeats: when leaders last
+//	                              heard from each node
 //	curator/election/<lease>      candidacies
 //	pki/...                       the cluster CA and issued certificates
 //	consensus/restored            a restore of a backup the curator has
@@ -64,9 +65,10 @@
 //
 // Every UP node beats to the leader once per heartbeat interval (5 s). The
 // leader keeps the time of each beat in memory and writes all of them as
-// one JSON object (curator/heartbeats) once per interval, if any changed:
+// one private.Heartbeats (curator/heartbeats) once per interval, if any
+// changed (it reads the JSON object older builds wrote there, once):
 // heartbeats of any number of nodes cost etcd one write per interval, never
-// one per beat. A new leader loads that object when it takes over, so it
+// one per beat. A new leader loads that record when it takes over, so it
 // knows when its predecessors last heard from a node that is gone (at most
 // one interval earlier than they did: the last write may not have
 // happened).
@@ -88,6 +90,13 @@
 // Nodes give up on a beat after half an interval (roleserve), so that a beat
 // sent to the dead leader does not keep them from the next one in time.
 //
+// Watch streams of nodes carry the same health. A node's health changes
+// without a write to etcd, so the leader judges every node once per quarter
+// interval (health.go, one ticker for all streams) and publishes the
+// judgement when a node's changed; each stream sends those nodes again,
+// read at the revision it sent. Health lives in the leader's memory, so a
+// curator that stops leading ends the streams of nodes it serves.
+//
 // # Node lifecycle
 //
 //	RegisterNode (ticket, self-signed node key)  ─▶ NEW
@@ -103,7 +112,8 @@
 // The data model apart from the API, as in Monogon's curator: a state_*.go
 // file reads and writes one part of the state in etcd, an impl_*.go file
 // holds the RPC handlers of one service or concern, which judge a call and
-// then use the state files (the streams follow etcd's watch themselves).
+// then use the state files (the streams follow etcd's watch themselves,
+// and the leader's judgement of health).
 // The rest is the machinery around them.
 //
 //	           client
@@ -123,6 +133,8 @@
 //	revoke.go                   a node certificate honoured only while UP
 //	limits.go                   the limits on callers and their quotas
 //	metrics_export.go           the curator's Prometheus metrics
+//	health.go                   the leader's judgement of node health,
+//	                            published for Watch streams
 //	impl_aaa.go                 AAA.Escrow
 //	impl_management.go          Management: ticket, cluster info, nodes,
 //	                            roles, registries

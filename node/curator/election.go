@@ -106,6 +106,9 @@ func (c *curator) runElection(ctx context.Context) error {
 	if err := supervisor.Run(ctx, "heartbeats", c.keepHeartbeats); err != nil {
 		return fmt.Errorf("when starting to keep heartbeat times: %w", err)
 	}
+	if err := supervisor.Run(ctx, "health", c.judgeHealth); err != nil {
+		return fmt.Errorf("when starting to judge health: %w", err)
+	}
 	e := concurrency.NewElection(session, electionName)
 	// The session's context ends with its lease too: a campaign must not
 	// win on a lease that expired while it waited.
@@ -235,9 +238,14 @@ func (c *curator) setLeader(ctx context.Context, l leader) {
 		c.mu.Unlock()
 		return
 	}
-	if l.Local && !old.Local {
+	switch {
+	case l.Local && !old.Local:
 		// Before the first call this curator serves as the leader.
 		c.heartbeats.lead(time.Now(), c.opts.heartbeatInterval)
+	case !l.Local && old.Local:
+		// The node Watch streams it serves end: it no longer hears the
+		// beats their health comes from.
+		c.heartbeats.follow()
 	}
 	oldConn := c.conn
 	c.current, c.conn = l, nil

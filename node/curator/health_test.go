@@ -3,9 +3,15 @@ package curator
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/pkg/fixture"
@@ -56,34 +62,65 @@ func TestHealthRules(t *testing.T) {
 	}
 }
 
-func TestHeartbeatsEncoding(t *testing.T) {
-	seen := map[string]time.Time{
-		"cairn-0123456789abcdef": time.UnixMilli(1795000000123),
-		"cairn-fedcba9876543210": time.UnixMilli(1795000000456),
+// TestHealthJudgement judges the nodes of a leader as time passes: a view
+// is published only when a node's health changed, names the nodes that
+// changed since an earlier view, and ends with the term.
+func TestHealthJudgement(t *testing.T) {
+	const interval = time.Second
+	since := time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) time.Time { return since.Add(d) }
+	h := &heartbeats{}
+	h.judge(since)
+	if v := h.currentView(); v != nil {
+		t.Fatalf("a curator that never led published %+v", v)
 	}
-	data, err := encodeHeartbeats(seen)
-	if err != nil {
-		t.Fatal(err)
+	h.lead(since, interval)
+	first := h.currentView()
+	if !first.leading || len(first.nodes) != 0 {
+		t.Fatalf("the first view of a term = %+v, want every node UNKNOWN", first)
 	}
-	got, err := decodeHeartbeats(data)
-	if err != nil {
-		t.Fatalf("decodeHeartbeats(%s): %v", data, err)
+	h.beat("a", at(0))
+	h.beat("b", at(0))
+	h.judge(at(100 * time.Millisecond))
+	v := h.currentView()
+	if got := v.changedSince(first.seq); !slices.Equal(got, []string{"a", "b"}) {
+		t.Errorf("changed after the first beats = %v, want [a b]", got)
 	}
-	if len(got) != len(seen) {
-		t.Fatalf("decodeHeartbeats(%s) = %v, want %v", data, got, seen)
+	if got := v.health("a"); got != api.NodeHealth_NODE_HEALTH_HEALTHY {
+		t.Errorf("a after a beat is %v, want HEALTHY", got)
 	}
-	for id, want := range seen {
-		if !got[id].Equal(want) {
-			t.Errorf("decoded time of %s = %v, want %v", id, got[id], want)
-		}
+	h.judge(at(200 * time.Millisecond))
+	if h.currentView() != v {
+		t.Error("a judgement that changed nothing published a view")
 	}
-	// Entries that are not node IDs or times are dropped; garbage fails.
-	got, err = decodeHeartbeats([]byte(`{"cairn-0123456789abcdef": 5, "x": 7, "cairn-fedcba9876543210": -1}`))
-	if err != nil || len(got) != 1 {
-		t.Errorf("decodeHeartbeats with bad entries = %v, %v, want the one good entry", got, err)
+	// b beats on, a falls silent for longer than the timeout.
+	h.beat("b", at(2*time.Second))
+	h.judge(at(2100 * time.Millisecond))
+	w := h.currentView()
+	if got := w.changedSince(v.seq); !slices.Equal(got, []string{"a"}) {
+		t.Errorf("changed after a fell silent = %v, want [a]", got)
 	}
-	if _, err := decodeHeartbeats([]byte("not json")); err == nil {
-		t.Error("decodeHeartbeats(garbage) succeeded, want an error")
+	if got := w.health("a"); got != api.NodeHealth_NODE_HEALTH_HEARTBEAT_TIMEOUT {
+		t.Errorf("a after its silence is %v, want HEARTBEAT_TIMEOUT", got)
+	}
+	if got := w.health("never"); got != api.NodeHealth_NODE_HEALTH_UNKNOWN {
+		t.Errorf("a node never heard of is %v, want UNKNOWN", got)
+	}
+	// A node deleted leaves the view without a change to send.
+	h.remove("b")
+	h.judge(at(2200 * time.Millisecond))
+	x := h.currentView()
+	if _, ok := x.nodes["b"]; ok || len(x.changedSince(w.seq)) != 0 {
+		t.Errorf("after b was removed the view is %+v, want it without b and no change", x)
+	}
+	h.follow()
+	if end := h.currentView(); end.leading || end.seq <= x.seq {
+		t.Errorf("after the term ended the view is %+v, want a newer one, not leading", end)
+	}
+	h.beat("a", at(3*time.Second))
+	h.judge(at(3100 * time.Millisecond))
+	if h.currentView().leading {
+		t.Error("a curator that follows judged health")
 	}
 }
 
@@ -208,7 +245,7 @@ func storedHeartbeat(t *testing.T, n *testNode, id string) time.Time {
 	if len(resp.Kvs) == 0 {
 		return time.Time{}
 	}
-	seen, err := decodeHeartbeats(resp.Kvs[0].Value)
+	seen, _, err := decodeHeartbeats(resp.Kvs[0].Value)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,5 +392,157 @@ func TestHeartbeatWrites(t *testing.T) {
 		if writes > rounds+1 {
 			t.Errorf("%d node(s) beating for %d intervals cost %d etcd writes, want at most %d (one per interval)", size, rounds, writes, rounds+1)
 		}
+	}
+}
+
+// watchedHealth follows the health of node id in the events of a Watch
+// stream, until the stream or ctx ends.
+type watchedHealth struct {
+	name   string
+	id     string
+	health chan api.NodeHealth
+	mu     sync.Mutex
+	err    error
+}
+
+func followHealth(ctx context.Context, name, id string, s interface {
+	Recv() (*api.WatchEvent, error)
+}) *watchedHealth {
+	w := &watchedHealth{name: name, id: id, health: make(chan api.NodeHealth)}
+	go func() {
+		defer close(w.health)
+		for {
+			ev, err := s.Recv()
+			if err != nil {
+				w.mu.Lock()
+				w.err = err
+				w.mu.Unlock()
+				return
+			}
+			for _, n := range ev.Nodes {
+				if n.Id != id {
+					continue
+				}
+				select {
+				case w.health <- n.Health:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return w
+}
+
+// wait reads events until one says the node is want, for up to timeout.
+func (w *watchedHealth) wait(t *testing.T, want api.NodeHealth, timeout time.Duration) {
+	t.Helper()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	last := "no event"
+	for {
+		select {
+		case h, ok := <-w.health:
+			if !ok {
+				w.mu.Lock()
+				defer w.mu.Unlock()
+				t.Fatalf("Watch (%s) ended waiting for %s to be %v (last event: %s): %v", w.name, w.id, want, last, w.err)
+			}
+			if h == want {
+				return
+			}
+			last = h.String()
+		case <-timer.C:
+			t.Fatalf("Watch (%s) sent no event saying %s is %v within %v (last event: %s)", w.name, w.id, want, timeout, last)
+		}
+	}
+}
+
+// TestWatchHealth follows a node through Watch, of all nodes and of that
+// one node, while it beats, falls silent and beats again: both streams
+// tell that it turned HEALTHY, HEARTBEAT_TIMEOUT and HEALTHY again, though
+// its record in etcd never changed.
+func TestWatchHealth(t *testing.T) {
+	const interval = 300 * time.Millisecond
+	c := newTestCluster(t, WithHeartbeatInterval(interval))
+	n0 := c.nodes[0]
+	addr := n0.addr.String()
+	x := newTestNode(t)
+	c.enrol(t, addr, x)
+	ctx, cancel := context.WithCancel(fixture.Context(t))
+	defer cancel()
+	cur := n0.client(t, addr)
+	all, err := cur.Watch(ctx, &api.WatchRequest{Kind: &api.WatchRequest_NodesInCluster_{NodesInCluster: &api.WatchRequest_NodesInCluster{}}})
+	if err != nil {
+		t.Fatalf("Watch(all nodes): %v", err)
+	}
+	one, err := cur.Watch(ctx, &api.WatchRequest{Kind: &api.WatchRequest_NodeInCluster_{NodeInCluster: &api.WatchRequest_NodeInCluster{NodeId: x.id()}}})
+	if err != nil {
+		t.Fatalf("Watch(%s): %v", x.id(), err)
+	}
+	streams := []*watchedHealth{followHealth(ctx, "all nodes", x.id(), all), followHealth(ctx, "one node", x.id(), one)}
+	const timeout = 20 * time.Second
+
+	b := startBeating(t, x, addr, interval)
+	for _, s := range streams {
+		s.wait(t, api.NodeHealth_NODE_HEALTH_HEALTHY, timeout)
+	}
+	b.stop()
+	for _, s := range streams {
+		s.wait(t, api.NodeHealth_NODE_HEALTH_HEARTBEAT_TIMEOUT, timeout)
+	}
+	startBeating(t, x, addr, interval)
+	for _, s := range streams {
+		s.wait(t, api.NodeHealth_NODE_HEALTH_HEALTHY, timeout)
+	}
+}
+
+// TestWatchEndsWithLeadership takes the lead from the only curator by
+// deleting its candidacy: a Watch of nodes it serves ends with
+// Unavailable, since the health it sends would go stale, while a Watch of
+// the configuration goes on.
+func TestWatchEndsWithLeadership(t *testing.T) {
+	c := newTestCluster(t)
+	n0 := c.nodes[0]
+	addr := n0.addr.String()
+	waitLeader(t, n0, addr, "")
+	ctx := fixture.Context(t)
+	cur := n0.client(t, addr)
+	// Bounded, so that a stream that goes on fails the test.
+	nctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	nodes, err := cur.Watch(nctx, &api.WatchRequest{Kind: &api.WatchRequest_NodesInCluster_{NodesInCluster: &api.WatchRequest_NodesInCluster{}}})
+	if err != nil {
+		t.Fatalf("Watch(all nodes): %v", err)
+	}
+	recvEvent(t, nodes)
+	conf, err := cur.Watch(ctx, &api.WatchRequest{Kind: &api.WatchRequest_Configuration_{Configuration: &api.WatchRequest_Configuration{}}})
+	if err != nil {
+		t.Fatalf("Watch(configuration): %v", err)
+	}
+	recvEvent(t, conf)
+
+	etcd, err := curatorClient(n0.member.WaitVoter(t).Client())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcd.Close()
+	if _, err := etcd.Delete(ctx, electionName+"/", clientv3.WithPrefix()); err != nil {
+		t.Fatalf("deleting the candidacies: %v", err)
+	}
+	if ev, err := nodes.Recv(); status.Code(err) != codes.Unavailable {
+		t.Errorf("Watch(all nodes) after the curator stopped leading = %v, %v; want Unavailable", ev, err)
+	}
+	changed := proto.Clone(c.config).(*api.ClusterConfiguration)
+	changed.TpmMode = api.TPMMode_TPM_MODE_REQUIRED
+	data, err := proto.Marshal(changed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := etcd.Put(ctx, configurationKey, string(data)); err != nil {
+		t.Fatalf("changing the configuration: %v", err)
+	}
+	if ev := recvEvent(t, conf); ev.Configuration.GetTpmMode() != api.TPMMode_TPM_MODE_REQUIRED {
+		t.Errorf("Watch(configuration) after the change = %v, want TPM mode REQUIRED", ev)
 	}
 }

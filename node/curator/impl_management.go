@@ -111,16 +111,11 @@ func (m management) GetNodes(ctx context.Context, req *api.GetNodesRequest) (*ap
 	}
 	resp := &api.GetNodesResponse{}
 	now := time.Now()
+	health := func(id string) api.NodeHealth { return m.heartbeats.health(id, now) }
 	for _, n := range nodes {
-		if !matches(req.GetFilter(), n) {
-			continue
+		if matches(req.GetFilter(), n) {
+			resp.Nodes = append(resp.Nodes, m.publicNode(n, health))
 		}
-		pn := m.publicNode(n)
-		if n.FsmState == api.NodeState_NODE_STATE_UP {
-			// Only UP nodes beat.
-			pn.Health = m.heartbeats.health(pn.Id, now)
-		}
-		resp.Nodes = append(resp.Nodes, pn)
 	}
 	return resp, nil
 }

@@ -1,6 +1,7 @@
 package curator
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,16 +10,20 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/proto"
 
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/pkg/event"
+	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/pkg/supervisor"
 	"cairn.dev/cairn/proto/api"
+	"cairn.dev/cairn/proto/private"
 )
 
-// heartbeatsKey holds, as one JSON object, when the leaders last heard from
-// each node: {"<node id>": <unix milliseconds>, ...}. Only the leader
-// writes it, once per heartbeat interval (keepHeartbeats).
+// heartbeatsKey holds, as one private.Heartbeats, when the leaders last
+// heard from each node. Only the leader writes it, once per heartbeat
+// interval (keepHeartbeats). Builds before stored a JSON object there,
+// which decodeHeartbeats still reads.
 const heartbeatsKey = "heartbeats"
 
 // heartbeatTimeout is how long a node may stay silent before it is
@@ -60,10 +65,15 @@ type heartbeats struct {
 	rev int64
 	// dirty is set while seen holds times that are not stored.
 	dirty bool
+	// view is the judgement of health last published in views, nil before
+	// the first term (health.go).
+	view  *healthView
+	views memory.Value[*healthView]
 }
 
 // lead starts a term of leadership at now: what the last term knew is
-// dropped, and keepHeartbeats loads what the leaders stored.
+// dropped, and keepHeartbeats loads what the leaders stored. The term's
+// first judgement has every node UNKNOWN.
 func (h *heartbeats) lead(now time.Time, interval time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -71,6 +81,7 @@ func (h *heartbeats) lead(now time.Time, interval time.Duration) {
 	h.since, h.interval = now, interval
 	h.epoch++
 	h.loaded, h.rev, h.dirty = false, 0, false
+	h.publish(true, map[string]judgement{})
 }
 
 // beat records that node id was heard from now.
@@ -113,6 +124,11 @@ func (h *heartbeats) remove(id string) {
 func (h *heartbeats) health(id string, now time.Time) api.NodeHealth {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.healthLocked(id, now)
+}
+
+// healthLocked is health, with h.mu held.
+func (h *heartbeats) healthLocked(id string, now time.Time) api.NodeHealth {
 	t, ok := h.seen[id]
 	switch {
 	case !ok, !h.fresh[id] && now.Sub(h.since) < heartbeatGrace(h.interval):
@@ -141,6 +157,16 @@ func (h *heartbeats) merge(epoch int, stored map[string]time.Time, rev int64, ke
 		}
 	}
 	h.loaded, h.rev = true, rev
+}
+
+// rewrite makes the next write of term epoch happen even if no time
+// changed: the stored value is not in the current form.
+func (h *heartbeats) rewrite(epoch int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if epoch == h.epoch {
+		h.dirty = true
+	}
 }
 
 // toStore returns what there is to write, and the term and revision the
@@ -241,11 +267,15 @@ func (c *curator) syncHeartbeats(ctx context.Context) error {
 	// next tick.
 	c.heartbeats.stored(epoch, 0, errHeartbeatsMoved)
 	kvs := resp.Responses[0].GetResponseRange().GetKvs()
-	stored, rev := map[string]time.Time{}, int64(0)
+	stored, rev, rewrite := map[string]time.Time{}, int64(0), false
 	if len(kvs) > 0 {
-		stored, rev = c.decodeStoredHeartbeats(ctx, kvs[0].Value), kvs[0].ModRevision
+		stored, rewrite = c.decodeStoredHeartbeats(ctx, kvs[0].Value)
+		rev = kvs[0].ModRevision
 	}
 	c.heartbeats.merge(epoch, stored, rev, nil)
+	if rewrite {
+		c.heartbeats.rewrite(epoch)
+	}
 	return nil
 }
 
@@ -263,53 +293,75 @@ func (c *curator) loadHeartbeats(ctx context.Context, epoch int) error {
 	if err != nil {
 		return fmt.Errorf("when loading heartbeat times: %w", err)
 	}
-	stored, rev := map[string]time.Time{}, int64(0)
+	stored, rev, rewrite := map[string]time.Time{}, int64(0), false
 	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
-		stored, rev = c.decodeStoredHeartbeats(ctx, kvs[0].Value), kvs[0].ModRevision
+		stored, rewrite = c.decodeStoredHeartbeats(ctx, kvs[0].Value)
+		rev = kvs[0].ModRevision
 	}
 	nodes := map[string]bool{}
 	for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
 		nodes[nodeIDFromKey(kv.Key)] = true
 	}
 	c.heartbeats.merge(epoch, stored, rev, func(id string) bool { return nodes[id] })
+	if rewrite {
+		// A cluster upgraded in place: store the times in the current
+		// form at the next tick, even if no node beats before it.
+		c.heartbeats.rewrite(epoch)
+	}
 	return nil
 }
 
 // decodeStoredHeartbeats reads the value of heartbeatsKey. One that does
-// not parse is logged and taken as empty: the next write replaces it.
-func (c *curator) decodeStoredHeartbeats(ctx context.Context, data []byte) map[string]time.Time {
-	seen, err := decodeHeartbeats(data)
+// not parse is logged and taken as empty. rewrite says that the value is
+// not in the current form, so that the next write should replace it even
+// if no time changed.
+func (c *curator) decodeStoredHeartbeats(ctx context.Context, data []byte) (seen map[string]time.Time, rewrite bool) {
+	seen, legacy, err := decodeHeartbeats(data)
 	if err != nil {
 		supervisor.Logger(ctx).Warningf("ignoring the stored heartbeat times: %v", err)
-		return map[string]time.Time{}
+		return map[string]time.Time{}, true
 	}
-	return seen
+	return seen, legacy
 }
 
-// encodeHeartbeats is the value of heartbeatsKey for seen.
+// encodeHeartbeats is the value of heartbeatsKey for seen: a
+// private.Heartbeats, encoded deterministically.
 func encodeHeartbeats(seen map[string]time.Time) ([]byte, error) {
-	millis := make(map[string]int64, len(seen))
+	hb := &private.Heartbeats{LastSeenUnixMillis: make(map[string]int64, len(seen))}
 	for id, t := range seen {
-		millis[id] = t.UnixMilli()
+		hb.LastSeenUnixMillis[id] = t.UnixMilli()
 	}
-	data, err := json.Marshal(millis)
+	data, err := proto.MarshalOptions{Deterministic: true}.Marshal(hb)
 	if err != nil {
 		return nil, fmt.Errorf("when encoding heartbeat times: %w", err)
 	}
 	return data, nil
 }
 
-// decodeHeartbeats reads what encodeHeartbeats wrote.
-func decodeHeartbeats(data []byte) (map[string]time.Time, error) {
-	var millis map[string]int64
-	if err := json.Unmarshal(data, &millis); err != nil {
-		return nil, fmt.Errorf("when decoding heartbeat times: %w", err)
+// decodeHeartbeats reads what encodeHeartbeats wrote, or the JSON object
+// ({"<node id>": <unix milliseconds>, ...}) that builds before it stored
+// under heartbeatsKey; legacy says it was the latter. The JSON those builds
+// wrote never parses as a private.Heartbeats: its first byte, '{', opens a
+// group that only a '|' would close. Entries that are not node IDs or
+// times after the epoch are dropped.
+func decodeHeartbeats(data []byte) (seen map[string]time.Time, legacy bool, err error) {
+	hb := &private.Heartbeats{}
+	millis := map[string]int64(nil)
+	if perr := proto.Unmarshal(data, hb); perr == nil {
+		millis = hb.LastSeenUnixMillis
+	} else if trimmed := bytes.TrimSpace(data); len(trimmed) > 0 && trimmed[0] == '{' {
+		if err := json.Unmarshal(data, &millis); err != nil {
+			return nil, false, fmt.Errorf("when decoding heartbeat times stored as JSON: %w", err)
+		}
+		legacy = true
+	} else {
+		return nil, false, fmt.Errorf("when decoding heartbeat times: %w", perr)
 	}
-	seen := make(map[string]time.Time, len(millis))
+	seen = make(map[string]time.Time, len(millis))
 	for id, ms := range millis {
 		if identity.ValidNodeID(id) && ms > 0 {
 			seen[id] = time.UnixMilli(ms)
 		}
 	}
-	return seen, nil
+	return seen, legacy, nil
 }

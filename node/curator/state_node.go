@@ -118,8 +118,9 @@ func (c *curator) updateNodeGuarded(ctx context.Context, id string, change func(
 }
 
 // publicNode shows a record as the API does: without secrets, with the
-// time of the node's last heartbeat to this leader.
-func (c *curator) publicNode(n *private.Node) *api.Node {
+// time of the node's last heartbeat to this leader and, when it is UP (only
+// UP nodes beat), its health as health judges it.
+func (c *curator) publicNode(n *private.Node, health func(id string) api.NodeHealth) *api.Node {
 	id := identity.NodeID(n.PublicKey)
 	out := &api.Node{
 		Id:        id,
@@ -133,6 +134,9 @@ func (c *curator) publicNode(n *private.Node) *api.Node {
 	}
 	if t, ok := c.heartbeats.last(id); ok {
 		out.LastHeartbeatUnixNanos = t.UnixNano()
+	}
+	if n.FsmState == api.NodeState_NODE_STATE_UP {
+		out.Health = health(id)
 	}
 	return out
 }

@@ -687,7 +687,8 @@ func (*WatchRequest_Configuration_) isWatchRequest_Kind() {}
 // WatchEvent is one batch of changes of a Watch stream.
 type WatchEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Nodes that appeared or changed, each in its full current form.
+	// Nodes that appeared or changed, in their record or their health, each
+	// in its full current form.
 	Nodes []*Node `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
 	// IDs of nodes that were deleted.
 	NodeTombstones []string `protobuf:"bytes,2,rep,name=node_tombstones,json=nodeTombstones,proto3" json:"node_tombstones,omitempty"`

@@ -53,6 +53,11 @@ type CuratorClient interface {
 	// current state as a backlog, then every change as it happens, until the
 	// caller cancels. The role server of a node watches its own node to learn
 	// its roles; nodes watch all nodes to keep their cluster directory.
+	// Nodes carry their health as the leader judges it, at most a quarter
+	// heartbeat interval behind GetNodes, and a node whose health changes is
+	// sent again though its record did not change. Since health lives in the
+	// leader's memory, a stream of nodes ends with Unavailable when the
+	// curator serving it stops leading: watch again.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEvent], error)
 	// UpdateNodeStatus stores what the calling node reports about itself. A
 	// node may update only its own status (PermissionDenied otherwise).
@@ -280,6 +285,11 @@ type CuratorServer interface {
 	// current state as a backlog, then every change as it happens, until the
 	// caller cancels. The role server of a node watches its own node to learn
 	// its roles; nodes watch all nodes to keep their cluster directory.
+	// Nodes carry their health as the leader judges it, at most a quarter
+	// heartbeat interval behind GetNodes, and a node whose health changes is
+	// sent again though its record did not change. Since health lives in the
+	// leader's memory, a stream of nodes ends with Unavailable when the
+	// curator serving it stops leading: watch again.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchEvent]) error
 	// UpdateNodeStatus stores what the calling node reports about itself. A
 	// node may update only its own status (PermissionDenied otherwise).

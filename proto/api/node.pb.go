@@ -482,10 +482,13 @@ type Node struct {
 	// leader's clock: nanoseconds since the Unix epoch, UTC. The leader
 	// stores these times in etcd once per heartbeat interval, so a new leader
 	// starts from its predecessors' (at most one interval older than what they
-	// heard). Zero means no leader ever heard from the node.
+	// heard). Zero means no leader ever heard from the node. A Watch event
+	// has it as of the event: a beat alone sends none.
 	LastHeartbeatUnixNanos int64 `protobuf:"varint,6,opt,name=last_heartbeat_unix_nanos,json=lastHeartbeatUnixNanos,proto3" json:"last_heartbeat_unix_nanos,omitempty"`
 	// Whether the node is heard from, as the leader judges it from
-	// heartbeats. Only UP nodes beat: the others are UNSPECIFIED.
+	// heartbeats. Only UP nodes beat: the others are UNSPECIFIED. GetNodes
+	// judges at the call; Watch sends the node again when its health
+	// changes, at most a quarter heartbeat interval later.
 	Health        NodeHealth `protobuf:"varint,7,opt,name=health,proto3,enum=cairn.api.NodeHealth" json:"health,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
