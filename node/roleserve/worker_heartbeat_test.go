@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/pkg/fixture"
 	"cairn.dev/cairn/pkg/supervisor"
@@ -70,4 +73,66 @@ func TestHeartbeatGivesUpOnASilentLeader(t *testing.T) {
 			t.Errorf("heartbeat %d had %v left, want at most %v", i+1, left, max)
 		}
 	}
+}
+
+// failingLeader refuses the first failures heartbeats, as a leader cut
+// off by a partition does, then answers them.
+type failingLeader struct {
+	api.UnimplementedCuratorServer
+	mu       sync.Mutex
+	failures int
+	calls    chan time.Time
+}
+
+func (f *failingLeader) Heartbeat(context.Context, *api.HeartbeatRequest) (*api.HeartbeatResponse, error) {
+	f.calls <- time.Now()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failures > 0 {
+		f.failures--
+		return nil, status.Error(codes.Unavailable, "cut off")
+	}
+	return &api.HeartbeatResponse{IntervalMillis: 2000}, nil
+}
+
+// TestHeartbeatKeepsBeatingThroughFailures fails five heartbeats in a row:
+// the worker keeps beating, at its steady retry pace, without dying (a
+// death would make its supervisor wait longer after each one, and so
+// hear the node again long after the leader was back).
+func TestHeartbeatKeepsBeatingThroughFailures(t *testing.T) {
+	leader := &failingLeader{failures: 5, calls: make(chan time.Time, 16)}
+	var cc memory.Value[*curatorConn]
+	cc.Set(fakeCurator(t, leader))
+	w := &workerHeartbeat{curator: &cc}
+
+	var mu sync.Mutex
+	restarts := 0
+	ctx, cancel := context.WithCancel(fixture.Context(t))
+	sup := supervisor.New(ctx, w.run, supervisor.WithRestartHook(func(string) {
+		mu.Lock()
+		restarts++
+		mu.Unlock()
+	}))
+	defer sup.Wait()
+	defer cancel()
+	var at []time.Time
+	for i := range 7 {
+		select {
+		case c := <-leader.calls:
+			at = append(at, c)
+		case <-time.After(time.Minute):
+			t.Fatalf("heartbeat %d never came", i+1)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if restarts != 0 {
+		t.Errorf("the heartbeat worker was restarted %d times while beats failed, want it to keep beating", restarts)
+	}
+	for i := 1; i < 6; i++ {
+		if gap := at[i].Sub(at[i-1]); gap < 500*time.Millisecond {
+			t.Errorf("beat %d came %v after a failed one, want about a second: retrying hot", i+1, gap)
+		}
+	}
+	t.Logf("beats after failures came %v apart", at[5].Sub(at[4]))
 }
