@@ -11,20 +11,33 @@ import (
 	"cairn.dev/cairn/node/ports"
 	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/pkg/event"
+	"cairn.dev/cairn/pkg/sleep"
 	"cairn.dev/cairn/pkg/supervisor"
 	api "cairn.dev/cairn/proto/api"
 )
+
+// followRetry is the least time between two of Run's tries to follow an
+// endpoint.
+const followRetry = time.Second
 
 // Run follows the leadership through one curator endpoint (nextEndpoint):
 // it keeps a GetCurrentLeader stream open and tells every ClientConn where
 // the leader is. When the stream or the probe of the endpoint fails it
 // returns the error, and its supervisor runs it again on another endpoint.
 // It waits while no endpoint is known.
+//
+// Run paces its own tries, one every followRetry at most, and counts as
+// healthy from the start of each, so that the supervisor runs the next one
+// at once: while the node is cut off every try fails, and the supervisor's
+// delay, which doubles at each failure, would otherwise leave the node
+// without a leader for up to half a minute after the network is back.
 func (r *Resolver) Run(ctx context.Context) error {
 	ep, err := r.nextEndpoint(ctx)
 	if err != nil {
 		return err
 	}
+	start := time.Now()
+	supervisor.Signal(ctx, supervisor.SignalHealthy)
 	conn, err := grpc.NewClient("passthrough:///"+ep, grpc.WithTransportCredentials(r.creds), rpc.ReconnectQuickly())
 	if err != nil {
 		return fmt.Errorf("when creating client for %s: %w", ep, err)
@@ -47,6 +60,9 @@ func (r *Resolver) Run(ctx context.Context) error {
 	r.mu.Lock()
 	r.failed = ep
 	r.mu.Unlock()
+	if err := sleep.For(ctx, time.Until(start.Add(followRetry))); err != nil {
+		return err
+	}
 	return fmt.Errorf("following leadership through %s: %w", ep, err)
 }
 
@@ -56,17 +72,12 @@ func (r *Resolver) follow(ctx, sctx context.Context, conn *grpc.ClientConn) erro
 	if err != nil {
 		return fmt.Errorf("when opening stream: %w", err)
 	}
-	healthy := false
 	for {
 		msg, err := stream.Recv()
 		if err != nil {
 			return fmt.Errorf("when receiving: %w", err)
 		}
 		leader := leaderAddress(msg)
-		if !healthy {
-			supervisor.Signal(ctx, supervisor.SignalHealthy)
-			healthy = true
-		}
 		if leader != r.Leader() {
 			if leader == "" {
 				supervisor.Logger(ctx).Info("no curator leads right now")
