@@ -15,7 +15,6 @@ import (
 
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/proto/api"
-	"cairn.dev/cairn/proto/private"
 )
 
 // backlogBatch is how many nodes one backlog event carries at most.
@@ -184,13 +183,12 @@ func (w *watchStream) sendHealth(ctx context.Context, v *healthView) error {
 	}
 	ev := &api.WatchEvent{}
 	for _, kv := range resp.Kvs {
-		id := nodeIDFromKey(kv.Key)
-		if _, ok := slices.BinarySearch(ids, id); !ok {
+		if _, ok := slices.BinarySearch(ids, nodeIDFromKey(kv.Key)); !ok {
 			continue
 		}
-		n := &private.Node{}
-		if err := proto.Unmarshal(kv.Value, n); err != nil {
-			return fmt.Errorf("when decoding node %s: %w", id, err)
+		n, err := decodeNode(kv)
+		if err != nil {
+			return err
 		}
 		if n.FsmState == api.NodeState_NODE_STATE_UP {
 			ev.Nodes = append(ev.Nodes, w.publicNode(n, v.health))
@@ -211,9 +209,9 @@ func (w *watchStream) add(ev *api.WatchEvent, kv *mvccpb.KeyValue) error {
 	if !w.nodes {
 		return addConfiguration(ev, kv)
 	}
-	n := &private.Node{}
-	if err := proto.Unmarshal(kv.Value, n); err != nil {
-		return fmt.Errorf("when decoding node %s: %w", nodeIDFromKey(kv.Key), err)
+	n, err := decodeNode(kv)
+	if err != nil {
+		return err
 	}
 	ev.Nodes = append(ev.Nodes, w.publicNode(n, w.view.health))
 	return nil

@@ -47,6 +47,15 @@ func nodeFrom(id string, kvs []*mvccpb.KeyValue) (*private.Node, int64, error) {
 	return n, kvs[0].ModRevision, nil
 }
 
+// decodeNode decodes the node record kv, a key under nodePrefix.
+func decodeNode(kv *mvccpb.KeyValue) (*private.Node, error) {
+	n := &private.Node{}
+	if err := proto.Unmarshal(kv.Value, n); err != nil {
+		return nil, fmt.Errorf("when decoding node %s: %w", nodeIDFromKey(kv.Key), err)
+	}
+	return n, nil
+}
+
 // listNodes reads every node record, sorted by ID, with the revision of
 // etcd at which they were read.
 func (c *curator) listNodes(ctx context.Context) ([]*private.Node, int64, error) {
@@ -56,9 +65,9 @@ func (c *curator) listNodes(ctx context.Context) ([]*private.Node, int64, error)
 	}
 	nodes := make([]*private.Node, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		n := &private.Node{}
-		if err := proto.Unmarshal(kv.Value, n); err != nil {
-			return nil, 0, fmt.Errorf("when decoding node %s: %w", nodeIDFromKey(kv.Key), err)
+		n, err := decodeNode(kv)
+		if err != nil {
+			return nil, 0, err
 		}
 		nodes = append(nodes, n)
 	}
