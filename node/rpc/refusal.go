@@ -1,8 +1,6 @@
 package rpc
 
 import (
-	"errors"
-
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -33,11 +31,11 @@ func Decommissioned(c codes.Code, format string, args ...any) error {
 // IsDecommissioned says whether err, a call's error, is a curator's refusal
 // of a decommissioned node (Decommissioned).
 func IsDecommissioned(err error) bool {
-	var se interface{ GRPCStatus() *status.Status }
-	if !errors.As(err, &se) {
+	st, ok := status.FromError(err)
+	if !ok {
 		return false
 	}
-	for _, d := range se.GRPCStatus().Details() {
+	for _, d := range st.Details() {
 		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == errorDomain && info.GetReason() == ReasonDecommissioned {
 			return true
 		}
