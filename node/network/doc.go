@@ -8,8 +8,10 @@
 //
 // # Workers
 //
-// Service.Run is a supervisor runnable. It sets the hostname and starts
-// two workers as its children, which talk through one in-memory Value:
+// Service.Run is a supervisor runnable. It sets the hostname and the TCP
+// settings of the namespace (sysctl.go: lost connections fail fast enough
+// to follow a healed partition), and starts two workers as its children,
+// which talk through one in-memory Value:
 //
 //	             netlink link updates
 //	                     │

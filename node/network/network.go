@@ -110,6 +110,9 @@ func (s *Service) Run(ctx context.Context) error {
 		return err
 	}
 	supervisor.Logger(ctx).Infof("Hostname set to %q", s.hostname())
+	if err := s.setSysctls(); err != nil {
+		return err
+	}
 
 	if err := supervisor.Run(ctx, "links", s.runLinks); err != nil {
 		return fmt.Errorf("when starting links worker: %w", err)
