@@ -129,19 +129,20 @@ func (c *curator) runElection(ctx context.Context) error {
 // takes part again within about this long once the quorum is back.
 const quorumRetry = time.Second
 
+// electionTry bounds one try to enter the election. A lease grant asked
+// for while etcd had no leader is lost with its proposal, and etcd answers
+// it only after its own request timeout (7 s), however soon the quorum is
+// back; a fresh try is served at once. It is well above what a try takes
+// on a loaded machine (under a second).
+const electionTry = 4 * time.Second
+
 // openSession deletes this node's stale candidacies and opens a session
 // for the election, trying again every quorumRetry while etcd fails, as it
 // does without a quorum, until ctx ends.
 func (c *curator) openSession(ctx context.Context, cl *consensus.Client, cli *clientv3.Client, me string) (*concurrency.Session, error) {
 	for failures := 0; ; failures++ {
-		var session *concurrency.Session
-		err := c.deleteStaleCandidacies(ctx, cl, me)
-		if err == nil {
-			session, err = concurrency.NewSession(cli, concurrency.WithTTL(c.opts.electionTTL), concurrency.WithContext(ctx))
-			if err != nil {
-				err = fmt.Errorf("when opening an election session: %w", err)
-			}
-		}
+		start := time.Now()
+		session, err := c.tryOpenSession(ctx, cl, cli, me)
 		if err == nil {
 			if failures > 0 {
 				supervisor.Logger(ctx).Infof("In the election again after %d failed tries", failures)
@@ -154,10 +155,31 @@ func (c *curator) openSession(ctx context.Context, cl *consensus.Client, cli *cl
 		if failures%30 == 0 {
 			supervisor.Logger(ctx).Warningf("Cannot enter the election (trying every %v): %v", quorumRetry, err)
 		}
-		if err := sleep.For(ctx, quorumRetry); err != nil {
+		if err := sleep.For(ctx, time.Until(start.Add(quorumRetry))); err != nil {
 			return nil, err
 		}
 	}
+}
+
+// tryOpenSession is one try of openSession, within electionTry. The
+// session it returns lives as long as ctx and its lease.
+func (c *curator) tryOpenSession(ctx context.Context, cl *consensus.Client, cli *clientv3.Client, me string) (*concurrency.Session, error) {
+	tctx, cancel := context.WithTimeout(ctx, electionTry)
+	defer cancel()
+	if err := c.deleteStaleCandidacies(tctx, cl, me); err != nil {
+		return nil, err
+	}
+	grant, err := cli.Grant(tctx, int64(c.opts.electionTTL))
+	if err != nil {
+		return nil, fmt.Errorf("when granting the election lease: %w", err)
+	}
+	session, err := concurrency.NewSession(cli, concurrency.WithLease(grant.ID), concurrency.WithContext(ctx))
+	if err != nil {
+		// Harmless if it fails: the lease expires by itself.
+		cl.Revoke(tctx, grant.ID)
+		return nil, fmt.Errorf("when opening an election session: %w", err)
+	}
+	return session, nil
 }
 
 // deleteStaleCandidacies deletes the election keys of this node left by a
