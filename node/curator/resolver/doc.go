@@ -21,6 +21,11 @@
 //	                ClientConn addresses = [leader, every other endpoint]
 //	                (pick-first: a follower answers until a leader is known)
 //
+// A curator that names no leader for a few seconds (leaderlessFor) while
+// other endpoints are known is passed over like one that failed: a curator
+// whose node was just cut off names none until its etcd member has caught
+// up, while the others name the leader all along.
+//
 // The probe exists because a curator whose machine died does not close its
 // connections: its stream would stay silent for as long as TCP takes to give
 // up, and the servers do not allow keepalive pings often enough to notice

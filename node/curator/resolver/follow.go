@@ -20,6 +20,19 @@ import (
 // endpoint.
 const followRetry = time.Second
 
+// leaderlessFor is how long Run follows a curator that names no leader
+// while other endpoints are known. A curator whose node was cut off names
+// none until its own etcd member has caught up and it has entered the
+// election again, seconds after the partition healed; the other curators
+// name the leader all along, and the node's calls (its heartbeats) should
+// go there meanwhile. A real election ends sooner, and when it does not,
+// the next curator tells no more than this one: moving costs a dial.
+const leaderlessFor = 3 * time.Second
+
+// errLeaderless ends a session whose curator named no leader for
+// leaderlessFor while other endpoints were known.
+var errLeaderless = fmt.Errorf("the curator named no leader for %v", leaderlessFor)
+
 // Run follows the leadership through one curator endpoint (nextEndpoint):
 // it keeps a GetCurrentLeader stream open and tells every ClientConn where
 // the leader is. When the stream or the probe of the endpoint fails it
@@ -49,7 +62,7 @@ func (r *Resolver) Run(ctx context.Context) error {
 	if err := supervisor.Run(ctx, "probe", r.probe(conn, cancel)); err != nil {
 		return fmt.Errorf("when starting probe: %w", err)
 	}
-	err = r.follow(ctx, sctx, conn)
+	err = r.follow(ctx, sctx, conn, cancel)
 	if cause := context.Cause(sctx); cause != nil && ctx.Err() == nil && !errors.Is(cause, context.Canceled) {
 		err = cause
 	}
@@ -66,18 +79,38 @@ func (r *Resolver) Run(ctx context.Context) error {
 	return fmt.Errorf("following leadership through %s: %w", ep, err)
 }
 
-// follow reads the GetCurrentLeader stream of conn until it fails.
-func (r *Resolver) follow(ctx, sctx context.Context, conn *grpc.ClientConn) error {
+// follow reads the GetCurrentLeader stream of conn until it fails, or until
+// it has named no leader for leaderlessFor while another endpoint is known:
+// then it ends the session through fail.
+func (r *Resolver) follow(ctx, sctx context.Context, conn *grpc.ClientConn, fail context.CancelCauseFunc) error {
 	stream, err := api.NewCuratorClient(conn).GetCurrentLeader(sctx, &api.GetCurrentLeaderRequest{})
 	if err != nil {
 		return fmt.Errorf("when opening stream: %w", err)
 	}
+	// leaderless runs while the curator names no leader.
+	var leaderless *time.Timer
+	defer func() {
+		if leaderless != nil {
+			leaderless.Stop()
+		}
+	}()
 	for {
 		msg, err := stream.Recv()
 		if err != nil {
 			return fmt.Errorf("when receiving: %w", err)
 		}
 		leader := leaderAddress(msg)
+		switch {
+		case leader == "" && leaderless == nil:
+			leaderless = time.AfterFunc(leaderlessFor, func() {
+				if len(r.endpoints()) > 1 {
+					fail(errLeaderless)
+				}
+			})
+		case leader != "" && leaderless != nil:
+			leaderless.Stop()
+			leaderless = nil
+		}
 		if leader != r.Leader() {
 			if leader == "" {
 				supervisor.Logger(ctx).Info("no curator leads right now")

@@ -26,6 +26,8 @@ type fakeCurator struct {
 	leader *memory.Value[int] // index of the leader, -1: none
 	all    []*fakeCurator
 	addr   string
+	// blind curators name no leader, like one whose node was cut off.
+	blind bool
 }
 
 func (f *fakeCurator) GetCurrentLeader(_ *api.GetCurrentLeaderRequest, srv api.Curator_GetCurrentLeaderServer) error {
@@ -37,7 +39,7 @@ func (f *fakeCurator) GetCurrentLeader(_ *api.GetCurrentLeaderRequest, srv api.C
 			return err
 		}
 		msg := &api.GetCurrentLeaderResponse{}
-		if i >= 0 {
+		if i >= 0 && !f.blind {
 			l := f.all[i]
 			host, port, _ := net.SplitHostPort(l.addr)
 			p, _ := strconv.Atoi(port)

@@ -271,6 +271,13 @@ func (r *Resolver) addressesLocked() []string {
 	return dedup(append(addrs, r.endpointsLocked()...))
 }
 
+// endpoints is every known curator endpoint.
+func (r *Resolver) endpoints() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.endpointsLocked()
+}
+
 // endpointsLocked is every known curator endpoint.
 func (r *Resolver) endpointsLocked() []string {
 	eps := slices.Concat([]string{r.local}, r.seeds, r.curators, r.heard)

@@ -158,6 +158,52 @@ func TestSkipsSilentEndpoint(t *testing.T) {
 	}
 }
 
+// TestPassesOverLeaderlessCurator gives the node a curator of its own that
+// names no leader, as one does after its node was cut off, until its etcd
+// member catches up: the resolver must learn the leader from another
+// curator, and send calls there, within a few seconds.
+func TestPassesOverLeaderlessCurator(t *testing.T) {
+	ca := identitytest.NewCA(t, "test CA")
+	c := newFakeCluster(t, ca, 2)
+	c.leader.Set(1)
+	c.curators[0].blind = true
+	r := New(ca.Node(t), c.addrs())
+	r.SetLocal(c.curators[0].addr)
+	begin := time.Now()
+	cc := start(t, c, r)
+
+	want := c.curators[1].addr
+	deadline := time.Now().Add(leaderlessFor + 10*time.Second)
+	for r.Leader() != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("Leader() = %q %v after start, want %q", r.Leader(), time.Since(begin), want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("leader learned from another curator %v after start", time.Since(begin).Round(time.Millisecond))
+	if got, err := answerer(context.Background(), cc); err != nil || got != 1 {
+		t.Errorf("call answered by curator %d (%v), want the leader, 1", got, err)
+	}
+}
+
+// TestStaysWithOnlyCurator checks that a curator that names no leader is
+// not given up when it is the only one known: no other could say more.
+func TestStaysWithOnlyCurator(t *testing.T) {
+	ca := identitytest.NewCA(t, "test CA")
+	c := newFakeCluster(t, ca, 1)
+	c.leader.Set(-1)
+	r := New(ca.Node(t), nil)
+	r.SetLocal(c.curators[0].addr)
+	start(t, c, r)
+	time.Sleep(leaderlessFor + time.Second)
+	r.mu.Lock()
+	failed := r.failed
+	r.mu.Unlock()
+	if failed != "" {
+		t.Errorf("the session with the only curator ended (failed = %q), want it kept", failed)
+	}
+}
+
 // TestLearnsCurators starts with no seed at all and learns the curators
 // through SetCurators.
 func TestLearnsCurators(t *testing.T) {
