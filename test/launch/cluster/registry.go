@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -116,24 +115,24 @@ func waitRegistry(ctx context.Context, base string) error {
 	}
 }
 
-// pushArchive pushes the image of an OCI archive to the registry at base,
-// under the repository and tag its name gives (docker.io/ dropped: the
-// registry mirrors Docker Hub).
+// pushArchive pushes the images of an OCI archive to the registry at base,
+// streaming its blobs, each under the repository and tag its name gives
+// (docker.io/ dropped: the registry mirrors Docker Hub).
 func pushArchive(ctx context.Context, base, archive string) error {
-	data, err := os.ReadFile(archive)
+	f, err := os.Open(archive)
 	if err != nil {
 		return fmt.Errorf("when reading image %s: %w", archive, err)
 	}
-	ref, manifest, blobs, err := ociimage.ReadArchive(bytes.NewReader(data))
-	if err != nil {
-		return fmt.Errorf("image %s: %w", archive, err)
+	defer f.Close()
+	repoTag := func(name string) (string, string, error) {
+		repo, tag, ok := strings.Cut(strings.TrimPrefix(name, "docker.io/"), ":")
+		if !ok || strings.Contains(tag, "/") {
+			return "", "", fmt.Errorf("image %s is named %q: want [docker.io/]REPOSITORY:TAG", archive, name)
+		}
+		return repo, tag, nil
 	}
-	repo, tag, ok := strings.Cut(strings.TrimPrefix(ref, "docker.io/"), ":")
-	if !ok || strings.Contains(tag, "/") {
-		return fmt.Errorf("image %s is named %q: want docker.io/REPOSITORY:TAG", archive, ref)
-	}
-	if err := ociimage.Push(ctx, http.DefaultClient, base, repo, tag, manifest, blobs); err != nil {
-		return fmt.Errorf("when pushing %s: %w", ref, err)
+	if _, err := ociimage.PushArchive(ctx, http.DefaultClient, base, f, repoTag); err != nil {
+		return fmt.Errorf("when pushing %s: %w", archive, err)
 	}
 	return nil
 }
