@@ -171,7 +171,8 @@ KREL = $$(cut -d' ' -f1 $(KERNEL_VERSION))
 KDIR = $(KERNEL_CACHE)/$$(tr ' ' _ <$(KERNEL_VERSION))
 # $(wildcard) drops files deleted from the work tree but not yet from git.
 # build/kubernetes is a module of its own that mkimage does not import.
-BUILD_GO := $(wildcard $(shell git ls-files -co --exclude-standard 'build/*.go' | grep -v -e '_test\.go$$' -e '^build/kubernetes/'))
+# build/release is a tool of its own, which mkimage does not import either.
+BUILD_GO := $(wildcard $(shell git ls-files -co --exclude-standard 'build/*.go' | grep -v -e '_test\.go$$' -e '^build/kubernetes/' -e '^build/release/'))
 NODE_GO := $(wildcard $(shell git ls-files -co --exclude-standard '*.go' | grep -v -e '_test\.go$$' -e '^build/' -e '^test/'))
 
 .PHONY: null-image test-image FORCE
@@ -205,7 +206,7 @@ $(IMAGE_CACHE)/init-test: $(NODE_GO) go.mod go.sum $(VERSION_FILE)
 	@mkdir -p $(@D) && CGO_ENABLED=0 $(GO) build -tags cairntest -trimpath -ldflags "-s -w -X main.buildVersion=$$(cat $(VERSION_FILE))" -o $@ ./cmd/init
 
 # build/release, built like mkimage; it also reads these libraries.
-RELEASE_GO := $(filter-out %_test.go,$(wildcard pkg/release/*.go pkg/ociimage/*.go pkg/verity/*.go pkg/cmdline/*.go))
+RELEASE_GO := $(filter-out %_test.go,$(wildcard build/release/*.go pkg/release/*.go pkg/ociimage/*.go pkg/verity/*.go pkg/cmdline/*.go))
 $(RELEASE_TOOL): $(BUILD_GO) $(RELEASE_GO) go.mod go.sum
 	@mkdir -p $(@D) && $(GO) build -o $@ ./build/release
 
