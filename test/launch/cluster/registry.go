@@ -79,12 +79,15 @@ func (c *Cluster) startRegistry(ctx context.Context) error {
 	if err := waitRegistry(ctx, base); err != nil {
 		return fmt.Errorf("%w (its log: %s)", err, logFile.Name())
 	}
+	var pushed []string
 	for _, img := range c.cfg.Images {
-		if err := pushArchive(ctx, base, img); err != nil {
+		refs, err := pushArchive(ctx, base, img)
+		if err != nil {
 			return err
 		}
+		pushed = append(pushed, refs...)
 	}
-	c.logf("cluster: registry at %s for the nodes, %s for the host, mirror of docker.io; pushed %d images", registryAddr(), c.registryHost, len(c.cfg.Images))
+	c.logf("cluster: registry at %s for the nodes, %s for the host, mirror of docker.io; pushed %s", registryAddr(), c.registryHost, strings.Join(pushed, ", "))
 	return nil
 }
 
@@ -117,11 +120,12 @@ func waitRegistry(ctx context.Context, base string) error {
 
 // pushArchive pushes the images of an OCI archive to the registry at base,
 // streaming its blobs, each under the repository and tag its name gives
-// (docker.io/ dropped: the registry mirrors Docker Hub).
-func pushArchive(ctx context.Context, base, archive string) error {
+// (docker.io/ dropped: the registry mirrors Docker Hub), and returns what
+// it pushed.
+func pushArchive(ctx context.Context, base, archive string) ([]string, error) {
 	f, err := os.Open(archive)
 	if err != nil {
-		return fmt.Errorf("when reading image %s: %w", archive, err)
+		return nil, fmt.Errorf("when reading image %s: %w", archive, err)
 	}
 	defer f.Close()
 	repoTag := func(name string) (string, string, error) {
@@ -131,10 +135,11 @@ func pushArchive(ctx context.Context, base, archive string) error {
 		}
 		return repo, tag, nil
 	}
-	if _, err := ociimage.PushArchive(ctx, http.DefaultClient, base, f, repoTag); err != nil {
-		return fmt.Errorf("when pushing %s: %w", archive, err)
+	pushed, err := ociimage.PushArchive(ctx, http.DefaultClient, base, f, repoTag)
+	if err != nil {
+		return nil, fmt.Errorf("when pushing %s: %w", archive, err)
 	}
-	return nil
+	return pushed, nil
 }
 
 // stopRegistry stops the registry, if it runs.
