@@ -6,7 +6,7 @@ OUT ?= out
 # Tools fetched through the Go module proxy, pinned here and nowhere else.
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all deps build test test-long unit e2e lint bench image cluster proto clean cairnctl
+.PHONY: all deps build test test-long unit e2e lint bench image cluster proto clean cairnctl release
 
 all: build
 
@@ -121,10 +121,12 @@ cairnctl:
 # approved; it prints the cairnctl command lines that reach the cluster and
 # stays up until Ctrl-C powers every node down. The launcher is built first
 # so that Ctrl-C reaches it directly (qemu runs in process groups of its own).
-cluster: deps image cairnctl registry testagent-image
+# The release of the image it boots is pushed to the cluster's registry as
+# cairn/release:<version>, for trying an update.
+cluster: deps image cairnctl registry testagent-image release
 	$(GO) build -o $(OUT)/launch-cluster ./cmd/launch-cluster
 	$(OUT)/launch-cluster -n 3 -image $(OUT)/cairn.img -cairnctl $(OUT)/cairnctl -dir $(OUT)/cluster \
-	  -registry $(OUT)/registry -push $(OUT)/testagent.oci.tar \
+	  -registry $(OUT)/registry -push $(OUT)/testagent.oci.tar,$(OUT)/release.oci.tar \
 	  $(if $(CHAOS),-net-chaos '$(CHAOS)')
 
 # The harness's registry and the image it serves (make cluster, the
@@ -155,7 +157,13 @@ KERNEL_CACHE := .cache/kernel
 EFI_STUB ?= /usr/lib/systemd/boot/efi/linuxx64.efi.stub
 # INIT_BIN may name a prebuilt static /init instead of building cmd/init.
 INIT_BIN ?= $(IMAGE_CACHE)/init
-VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+# The release version (pkg/release): X.Y.Z on a commit tagged vX.Y.Z, else
+# 0.0.0-<commit time>-<commit>[.dirty]. build/release computes it from git
+# into out/version, rewritten only when it changes; /init, the UKI and the
+# release are built from that file. VERSION=X.Y.Z overrides it.
+VERSION ?=
+VERSION_FILE := $(OUT)/version
+RELEASE_TOOL := $(IMAGE_CACHE)/release
 MKIMAGE := $(IMAGE_CACHE)/mkimage
 KERNEL_VERSION := $(OUT)/kernel-version
 # The kernel's release and its unpacked package, read when a recipe runs.
@@ -163,7 +171,8 @@ KREL = $$(cut -d' ' -f1 $(KERNEL_VERSION))
 KDIR = $(KERNEL_CACHE)/$$(tr ' ' _ <$(KERNEL_VERSION))
 # $(wildcard) drops files deleted from the work tree but not yet from git.
 # build/kubernetes is a module of its own that mkimage does not import.
-BUILD_GO := $(wildcard $(shell git ls-files -co --exclude-standard 'build/*.go' | grep -v -e '_test\.go$$' -e '^build/kubernetes/'))
+# build/release is a tool of its own, which mkimage does not import either.
+BUILD_GO := $(wildcard $(shell git ls-files -co --exclude-standard 'build/*.go' | grep -v -e '_test\.go$$' -e '^build/kubernetes/' -e '^build/release/'))
 NODE_GO := $(wildcard $(shell git ls-files -co --exclude-standard '*.go' | grep -v -e '_test\.go$$' -e '^build/' -e '^test/'))
 
 .PHONY: null-image test-image FORCE
@@ -188,13 +197,21 @@ $(MKIMAGE): $(BUILD_GO) go.mod go.sum
 # /init is stripped of its symbol table and DWARF (-s -w): it halves the
 # compressed initramfs, which firmware loads byte by byte at every boot.
 # Panics still print full stack traces (Go keeps its own line tables).
-$(IMAGE_CACHE)/init: $(NODE_GO) go.mod go.sum
+$(IMAGE_CACHE)/init: $(NODE_GO) go.mod go.sum $(VERSION_FILE)
 	@echo "image: building /init (cmd/init)"
-	@mkdir -p $(@D) && CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.buildVersion=$(VERSION)" -o $@ ./cmd/init
+	@mkdir -p $(@D) && CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.buildVersion=$$(cat $(VERSION_FILE))" -o $@ ./cmd/init
 
-$(IMAGE_CACHE)/init-test: $(NODE_GO) go.mod go.sum
+$(IMAGE_CACHE)/init-test: $(NODE_GO) go.mod go.sum $(VERSION_FILE)
 	@echo "image: building the test /init (cmd/init, tag cairntest)"
-	@mkdir -p $(@D) && CGO_ENABLED=0 $(GO) build -tags cairntest -trimpath -ldflags "-s -w -X main.buildVersion=$(VERSION)" -o $@ ./cmd/init
+	@mkdir -p $(@D) && CGO_ENABLED=0 $(GO) build -tags cairntest -trimpath -ldflags "-s -w -X main.buildVersion=$$(cat $(VERSION_FILE))" -o $@ ./cmd/init
+
+# build/release, built like mkimage; it also reads these libraries.
+RELEASE_GO := $(filter-out %_test.go,$(wildcard build/release/*.go pkg/release/*.go pkg/ociimage/*.go pkg/verity/*.go pkg/cmdline/*.go))
+$(RELEASE_TOOL): $(BUILD_GO) $(RELEASE_GO) go.mod go.sum
+	@mkdir -p $(@D) && $(GO) build -o $@ ./build/release
+
+$(VERSION_FILE): $(RELEASE_TOOL) FORCE
+	@$(RELEASE_TOOL) -version-out $@ $(if $(VERSION),-version $(VERSION))
 
 $(IMAGE_CACHE)/nullinit: build/nullinit/main.go go.mod
 	@mkdir -p $(@D) && CGO_ENABLED=0 $(GO) build -trimpath -o $@ ./build/nullinit
@@ -244,9 +261,9 @@ $(OUT)/initramfs-test.img: $(MKIMAGE) $(IMAGE_CACHE)/init-test $(KERNEL_VERSION)
 $(OUT)/null-initramfs.img: $(MKIMAGE) $(IMAGE_CACHE)/nullinit
 	@$(MKIMAGE) initramfs -modules=false -system-links=false -name null-initramfs -init $(IMAGE_CACHE)/nullinit -o $@
 
-$(OUT)/cairn.efi $(OUT)/null.efi: $(OUT)/%.efi: $(MKIMAGE) $(EFI_STUB) $(OUT)/vmlinuz $(OUT)/cmdline
+$(OUT)/cairn.efi $(OUT)/null.efi: $(OUT)/%.efi: $(MKIMAGE) $(EFI_STUB) $(OUT)/vmlinuz $(OUT)/cmdline $(VERSION_FILE)
 	@$(MKIMAGE) uki -stub $(EFI_STUB) -kernel $(OUT)/vmlinuz -initramfs $(filter %initramfs.img,$^) \
-	  -cmdline $(OUT)/cmdline -release "$(KREL)" -version "$(VERSION)" -o $@
+	  -cmdline $(OUT)/cmdline -release "$(KREL)" -version "$$(cat $(VERSION_FILE))" -o $@
 
 $(OUT)/cairn.efi: $(OUT)/initramfs.img
 $(OUT)/null.efi: $(OUT)/null-initramfs.img
@@ -255,6 +272,24 @@ $(OUT)/cairn.img $(OUT)/null.img: $(OUT)/%.img: $(MKIMAGE) $(OUT)/%.efi
 	@$(MKIMAGE) disk -uki $(OUT)/$*.efi $(addprefix -system ,$(filter %system.img,$^)) -o $@
 
 $(OUT)/cairn.img: $(OUT)/system.img
+
+# The signed release artifact (pkg/release, build/release) of the image:
+# out/release.oci.tar, an OCI image layout holding the release manifest
+# (metadata, UKI, system image) and its signature, and out/release.pub,
+# the public key that later steps make clusters trust. RELEASE_KEY is made
+# on first use; the development key lives in the git-ignored .cache, so it
+# never enters the repository. It reads the image's outputs, never
+# rebuilds them when they are current.
+RELEASE_KEY ?= .cache/release/dev-release.key
+release: $(OUT)/release.oci.tar
+
+$(RELEASE_KEY): | $(RELEASE_TOOL)
+	@$(RELEASE_TOOL) -genkey -key $@ >/dev/null
+
+$(OUT)/release.oci.tar $(OUT)/release.pub &: $(RELEASE_TOOL) $(RELEASE_KEY) $(OUT)/cairn.efi $(OUT)/system.img $(OUT)/cmdline $(VERSION_FILE) $(KUBE_STAMP)
+	@$(RELEASE_TOOL) -key $(RELEASE_KEY) -uki $(OUT)/cairn.efi -system $(OUT)/system.img -cmdline $(OUT)/cmdline \
+	  -version-file $(VERSION_FILE) -pub $(OUT)/release.pub -o $(OUT)/release.oci.tar \
+	  $(if $(KUBE_ON),-kubernetes-version "$$(cd build/kubernetes && $(GO) list -m -f '{{.Version}}' k8s.io/kubernetes)")
 
 # The Kubernetes payload of the system image (build/kubernetes), built from
 # source through the module proxy: hyperkube (apiserver, controller manager,

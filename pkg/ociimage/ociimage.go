@@ -13,8 +13,6 @@ package ociimage
 import (
 	"archive/tar"
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -36,8 +34,11 @@ const (
 // Annotations that name an image in an index: containerd's, with the full
 // reference, and OCI's, with the tag.
 const (
-	annotationContainerdName = "io.containerd.image.name"
-	annotationRefName        = "org.opencontainers.image.ref.name"
+	// AnnotationImageName is containerd's: the full reference.
+	AnnotationImageName = "io.containerd.image.name"
+	// AnnotationRefName is the tag of a manifest in an index;
+	// PushArchive pushes the manifest under it.
+	AnnotationRefName = "org.opencontainers.image.ref.name"
 )
 
 // A File is one regular file of an image's only layer.
@@ -50,11 +51,14 @@ type File struct {
 
 // A Descriptor points at a blob.
 type Descriptor struct {
-	MediaType   string            `json:"mediaType"`
-	Digest      string            `json:"digest"`
-	Size        int64             `json:"size"`
-	Annotations map[string]string `json:"annotations,omitempty"`
-	Platform    *Platform         `json:"platform,omitempty"`
+	MediaType string `json:"mediaType"`
+	// ArtifactType is the type of an artifact's manifest that the
+	// descriptor points at (OCI 1.1), such as a release's.
+	ArtifactType string            `json:"artifactType,omitempty"`
+	Digest       string            `json:"digest"`
+	Size         int64             `json:"size"`
+	Annotations  map[string]string `json:"annotations,omitempty"`
+	Platform     *Platform         `json:"platform,omitempty"`
 }
 
 // Platform is what an image runs on.
@@ -69,6 +73,9 @@ type Blob struct {
 	Data       []byte
 }
 
+// Reader reads the blob's data.
+func (b Blob) Reader() io.Reader { return bytes.NewReader(b.Data) }
+
 // An Image is a built image: its manifest and every blob it refers to.
 type Image struct {
 	Manifest Blob
@@ -80,9 +87,9 @@ type Image struct {
 // fixed, for reproducible bytes.
 var epoch = time.Unix(0, 0).UTC()
 
-func blob(mediaType string, data []byte) Blob {
-	sum := sha256.Sum256(data)
-	return Blob{Descriptor: Descriptor{MediaType: mediaType, Digest: "sha256:" + hex.EncodeToString(sum[:]), Size: int64(len(data))}, Data: data}
+// NewBlob returns data as a blob of mediaType.
+func NewBlob(mediaType string, data []byte) Blob {
+	return Blob{Descriptor: Descriptor{MediaType: mediaType, Digest: Digest(data), Size: int64(len(data))}, Data: data}
 }
 
 // Build makes a linux/amd64 image of files that runs entrypoint.
@@ -91,7 +98,7 @@ func Build(entrypoint []string, files []File) (*Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	img := &Image{Layer: blob(MediaTypeLayer, layer)}
+	img := &Image{Layer: NewBlob(MediaTypeLayer, layer)}
 	config, err := json.Marshal(map[string]any{
 		"architecture": "amd64",
 		"os":           "linux",
@@ -101,7 +108,7 @@ func Build(entrypoint []string, files []File) (*Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("when encoding the image config: %w", err)
 	}
-	img.Config = blob(MediaTypeConfig, config)
+	img.Config = NewBlob(MediaTypeConfig, config)
 	manifest, err := json.Marshal(map[string]any{
 		"schemaVersion": 2,
 		"mediaType":     MediaTypeManifest,
@@ -111,7 +118,7 @@ func Build(entrypoint []string, files []File) (*Image, error) {
 	if err != nil {
 		return nil, fmt.Errorf("when encoding the image manifest: %w", err)
 	}
-	img.Manifest = blob(MediaTypeManifest, manifest)
+	img.Manifest = NewBlob(MediaTypeManifest, manifest)
 	return img, nil
 }
 
@@ -159,34 +166,58 @@ func (img *Image) WriteArchive(w io.Writer, ref string) error {
 		return fmt.Errorf("image reference %q has no tag", ref)
 	}
 	desc := img.Manifest.Descriptor
-	desc.Annotations = map[string]string{annotationContainerdName: ref, annotationRefName: tag}
+	desc.Annotations = map[string]string{AnnotationImageName: ref, AnnotationRefName: tag}
 	desc.Platform = &Platform{Architecture: "amd64", OS: "linux"}
-	index, err := json.Marshal(map[string]any{
+	var blobs []ArchiveBlob
+	for _, b := range []Blob{img.Layer, img.Config, img.Manifest} {
+		blobs = append(blobs, ArchiveBlob{Descriptor: b.Descriptor, Content: b.Reader()})
+	}
+	return WriteLayout(w, []Descriptor{desc}, blobs)
+}
+
+// An ArchiveBlob is a blob for WriteLayout: its descriptor, and its
+// content, read once as it is written.
+type ArchiveBlob struct {
+	Descriptor Descriptor
+	Content    io.Reader
+}
+
+// WriteLayout writes an OCI image layout in a tar to w: the oci-layout
+// file, index.json listing index, then blobs in order. index.json comes
+// before the blobs so that PushArchive can push in one pass. Each blob's
+// content is streamed, and must be exactly its descriptor's size; its
+// digest is the caller's to get right.
+func WriteLayout(w io.Writer, index []Descriptor, blobs []ArchiveBlob) error {
+	data, err := json.Marshal(map[string]any{
 		"schemaVersion": 2,
 		"mediaType":     MediaTypeIndex,
-		"manifests":     []Descriptor{desc},
+		"manifests":     index,
 	})
 	if err != nil {
 		return fmt.Errorf("when encoding the image index: %w", err)
 	}
 	tw := tar.NewWriter(w)
-	put := func(name string, data []byte) error {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: int64(len(data)), ModTime: epoch, Format: tar.FormatPAX}); err != nil {
+	put := func(name string, size int64, content io.Reader) error {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: size, ModTime: epoch, Format: tar.FormatPAX}); err != nil {
 			return fmt.Errorf("when writing %s to the archive: %w", name, err)
 		}
-		if _, err := tw.Write(data); err != nil {
+		if n, err := io.Copy(tw, content); err != nil {
 			return fmt.Errorf("when writing %s to the archive: %w", name, err)
+		} else if n != size {
+			return fmt.Errorf("when writing %s to the archive: %d bytes, want %d", name, n, size)
 		}
 		return nil
 	}
-	if err := put("oci-layout", []byte(`{"imageLayoutVersion":"1.0.0"}`)); err != nil {
+	layout := `{"imageLayoutVersion":"1.0.0"}`
+	if err := put("oci-layout", int64(len(layout)), strings.NewReader(layout)); err != nil {
 		return err
 	}
-	if err := put("index.json", index); err != nil {
+	if err := put("index.json", int64(len(data)), bytes.NewReader(data)); err != nil {
 		return err
 	}
-	for _, b := range []Blob{img.Layer, img.Config, img.Manifest} {
-		if err := put("blobs/sha256/"+strings.TrimPrefix(b.Descriptor.Digest, "sha256:"), b.Data); err != nil {
+	for _, b := range blobs {
+		name := "blobs/sha256/" + strings.TrimPrefix(b.Descriptor.Digest, "sha256:")
+		if err := put(name, b.Descriptor.Size, b.Content); err != nil {
 			return err
 		}
 	}

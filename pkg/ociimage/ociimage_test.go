@@ -72,8 +72,8 @@ func TestArchiveRoundTrip(t *testing.T) {
 	if err := json.Unmarshal(got["index.json"], &index); err != nil {
 		t.Fatal(err)
 	}
-	if len(index.Manifests) != 1 || index.Manifests[0].Annotations[annotationContainerdName] != "registry.k8s.io/pause:3.10" ||
-		index.Manifests[0].Annotations[annotationRefName] != "3.10" || index.Manifests[0].MediaType != MediaTypeManifest {
+	if len(index.Manifests) != 1 || index.Manifests[0].Annotations[AnnotationImageName] != "registry.k8s.io/pause:3.10" ||
+		index.Manifests[0].Annotations[AnnotationRefName] != "3.10" || index.Manifests[0].MediaType != MediaTypeManifest {
 		t.Fatalf("index = %+v", index.Manifests)
 	}
 	var manifest struct {

@@ -102,8 +102,9 @@ type Config struct {
 	// RegistryHostAddr is where the host reaches the registry; empty
 	// takes a free port of 127.0.0.1 (RegistryHost tells which).
 	RegistryHostAddr string
-	// Images are OCI image archives (pkg/ociimage, named
-	// docker.io/REPOSITORY:TAG) that New pushes into the registry.
+	// Images are OCI image archives (pkg/ociimage, each manifest named
+	// [docker.io/]REPOSITORY:TAG) that New pushes into the registry: an
+	// image, or a release and its signature (pkg/release).
 	Images []string
 }
 

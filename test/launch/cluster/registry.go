@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -80,12 +79,15 @@ func (c *Cluster) startRegistry(ctx context.Context) error {
 	if err := waitRegistry(ctx, base); err != nil {
 		return fmt.Errorf("%w (its log: %s)", err, logFile.Name())
 	}
+	var pushed []string
 	for _, img := range c.cfg.Images {
-		if err := pushArchive(ctx, base, img); err != nil {
+		refs, err := pushArchive(ctx, base, img)
+		if err != nil {
 			return err
 		}
+		pushed = append(pushed, refs...)
 	}
-	c.logf("cluster: registry at %s for the nodes, %s for the host, mirror of docker.io; pushed %d images", registryAddr(), c.registryHost, len(c.cfg.Images))
+	c.logf("cluster: registry at %s for the nodes, %s for the host, mirror of docker.io; pushed %s", registryAddr(), c.registryHost, strings.Join(pushed, ", "))
 	return nil
 }
 
@@ -116,26 +118,28 @@ func waitRegistry(ctx context.Context, base string) error {
 	}
 }
 
-// pushArchive pushes the image of an OCI archive to the registry at base,
-// under the repository and tag its name gives (docker.io/ dropped: the
-// registry mirrors Docker Hub).
-func pushArchive(ctx context.Context, base, archive string) error {
-	data, err := os.ReadFile(archive)
+// pushArchive pushes the images of an OCI archive to the registry at base,
+// streaming its blobs, each under the repository and tag its name gives
+// (docker.io/ dropped: the registry mirrors Docker Hub), and returns what
+// it pushed.
+func pushArchive(ctx context.Context, base, archive string) ([]string, error) {
+	f, err := os.Open(archive)
 	if err != nil {
-		return fmt.Errorf("when reading image %s: %w", archive, err)
+		return nil, fmt.Errorf("when reading image %s: %w", archive, err)
 	}
-	ref, manifest, blobs, err := ociimage.ReadArchive(bytes.NewReader(data))
+	defer f.Close()
+	repoTag := func(name string) (string, string, error) {
+		repo, tag, ok := strings.Cut(strings.TrimPrefix(name, "docker.io/"), ":")
+		if !ok || strings.Contains(tag, "/") {
+			return "", "", fmt.Errorf("image %s is named %q: want [docker.io/]REPOSITORY:TAG", archive, name)
+		}
+		return repo, tag, nil
+	}
+	pushed, err := ociimage.PushArchive(ctx, http.DefaultClient, base, f, repoTag)
 	if err != nil {
-		return fmt.Errorf("image %s: %w", archive, err)
+		return nil, fmt.Errorf("when pushing %s: %w", archive, err)
 	}
-	repo, tag, ok := strings.Cut(strings.TrimPrefix(ref, "docker.io/"), ":")
-	if !ok || strings.Contains(tag, "/") {
-		return fmt.Errorf("image %s is named %q: want docker.io/REPOSITORY:TAG", archive, ref)
-	}
-	if err := ociimage.Push(ctx, http.DefaultClient, base, repo, tag, manifest, blobs); err != nil {
-		return fmt.Errorf("when pushing %s: %w", ref, err)
-	}
-	return nil
+	return pushed, nil
 }
 
 // stopRegistry stops the registry, if it runs.
