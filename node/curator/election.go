@@ -187,7 +187,12 @@ func (c *curator) tryOpenSession(ctx context.Context, cl *consensus.Client, cli 
 // alive for up to the election's TTL: without this, this curator would wait for
 // its own ghost, or others would follow it.
 func (c *curator) deleteStaleCandidacies(ctx context.Context, cl *consensus.Client, me string) error {
-	resp, err := cl.Get(ctx, electionName+"/", clientv3.WithPrefix())
+	// A serializable read, of the local member's state, suffices: this
+	// node's candidacies were written through that member, which applied
+	// them before it answered; one it has not yet seen deleted is deleted
+	// twice, harmlessly. A linearizable read would wait for the member to
+	// catch up with the leader, seconds after a partition heals.
+	resp, err := cl.Get(ctx, electionName+"/", clientv3.WithPrefix(), clientv3.WithSerializable())
 	if err != nil {
 		return fmt.Errorf("when listing candidacies: %w", err)
 	}
@@ -213,8 +218,14 @@ func (c *curator) deleteStaleCandidacies(ctx context.Context, cl *consensus.Clie
 func (c *curator) observe(ctx context.Context, cl *consensus.Client, lease clientv3.LeaseID) error {
 	defer c.setLeader(ctx, leader{})
 	prefix := electionName + "/"
+	// Serializable reads, of the local member's state: what they miss
+	// while the member catches up with the leader, the watch from their
+	// revision brings as soon as the member has applied it. A linearizable
+	// read would leave the curator naming no leader for seconds after a
+	// partition heals, while its member catches up.
+	first := append(clientv3.WithFirstCreate(), clientv3.WithSerializable())
 	for {
-		resp, err := cl.Get(ctx, prefix, clientv3.WithFirstCreate()...)
+		resp, err := cl.Get(ctx, prefix, first...)
 		if err != nil {
 			return fmt.Errorf("when reading the leader: %w", err)
 		}
