@@ -29,7 +29,19 @@ const (
 	// Refusal says, in words, why a curator refused this node when it
 	// tried to join, written by node/cluster.
 	Refusal = "refusal.txt"
+	// SystemSlots is the record of what was installed in the system
+	// slots (cairn.private.SystemSlots), written by node/update.
+	SystemSlots = "system_slots.pb"
 )
+
+// UKIDir is the directory, from the root of the ESP, of the unified
+// kernel images node/update installs, one per system slot, named by
+// UKIName.
+const UKIDir = "EFI/cairn"
+
+// UKIName is the name in UKIDir of the unified kernel image of the system
+// slot named slot ("a", "b").
+func UKIName(slot string) string { return "system-" + slot + ".efi" }
 
 // ParametersPath is the path of Parameters from the root of the ESP, as
 // tools that write onto an image's ESP name it.

@@ -26,6 +26,32 @@ type ESPDirectory struct {
 	declarative.Directory
 	// Cairn holds Cairn's own files on the ESP (esp.Dir).
 	Cairn ESPCairnDirectory `dir:"cairn"`
+	// EFI holds what the firmware boots.
+	EFI ESPEFIDirectory `dir:"EFI"`
+}
+
+// ESPEFIDirectory is EFI/ on the ESP.
+type ESPEFIDirectory struct {
+	declarative.Directory
+	// Cairn holds the unified kernel image of each system slot the
+	// installer wrote (node/update), in esp.UKIDir.
+	Cairn ESPUKIDirectory `dir:"cairn"`
+}
+
+// ESPUKIDirectory is esp.UKIDir: a unified kernel image per system slot,
+// named by esp.UKIName.
+type ESPUKIDirectory struct {
+	declarative.Directory
+	SystemA declarative.File `file:"system-a.efi"`
+	SystemB declarative.File `file:"system-b.efi"`
+}
+
+// For returns the file of slot's unified kernel image.
+func (d *ESPUKIDirectory) For(slot Slot) *declarative.File {
+	if slot == SlotB {
+		return &d.SystemB
+	}
+	return &d.SystemA
 }
 
 // ESPCairnDirectory is cairn/ on the ESP. Its file names are fixed: the
@@ -50,6 +76,9 @@ type ESPCairnDirectory struct {
 	// them, so that a node whose power is cut in between registers again
 	// as itself.
 	RegistrationKeys declarative.File `file:"registration_keys.pb"`
+	// SystemSlots is the installer's record of the system slots
+	// (cairn.private.SystemSlots, node/update).
+	SystemSlots declarative.File `file:"system_slots.pb"`
 }
 
 // DataDirectory is the root of the data partition.
@@ -66,6 +95,9 @@ type DataDirectory struct {
 	Volumes declarative.Directory `dir:"volumes"`
 	// Logs keeps the log tree of the last few boots (node/logstore).
 	Logs declarative.Directory `dir:"logs"`
+	// Update holds a release while the installer downloads and checks it,
+	// before it writes anything to a system slot (node/update).
+	Update declarative.Directory `dir:"update"`
 }
 
 // NodeDirectory is node/ on the data partition: the node's own state.

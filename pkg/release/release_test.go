@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"cairn.dev/cairn/pkg/ociimage"
+	"cairn.dev/cairn/pkg/ociimage/ocitest"
 	"cairn.dev/cairn/pkg/verity"
 )
 
@@ -23,7 +24,7 @@ type testRelease struct {
 	key      PrivateKey
 	artifact *Artifact
 	uki, sys []byte
-	reg      *testRegistry
+	reg      *ocitest.Registry
 	registry ociimage.Registry
 }
 
@@ -52,8 +53,8 @@ func newTestRelease(t *testing.T, version, arch string) *testRelease {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := &testRelease{key: key, artifact: a, uki: uki, sys: sys, reg: newTestRegistry(t, testRepo)}
-	tr.registry = ociimage.Registry{Client: tr.reg.srv.Client(), Base: tr.reg.srv.URL, Repository: testRepo}
+	tr := &testRelease{key: key, artifact: a, uki: uki, sys: sys, reg: ocitest.New(t, testRepo)}
+	tr.registry = tr.reg.Registry()
 	var archive bytes.Buffer
 	if err := a.WriteArchive(&archive, testRepo, bytes.NewReader(uki), bytes.NewReader(sys)); err != nil {
 		t.Fatal(err)
@@ -139,28 +140,25 @@ func TestFetchRefuses(t *testing.T) {
 			want: ErrUnknownKey, message: "signed by key %KEY%"},
 		{name: "no trusted key", policy: func(p *Policy) { p.Keys = nil }, want: ErrUnknownKey},
 		{name: "config changed", tamper: func(tr *testRelease) {
-			tr.reg.change(tr.artifact.Config.Descriptor.Digest, func(b []byte) []byte {
+			tr.reg.Change(tr.artifact.Config.Descriptor.Digest, func(b []byte) []byte {
 				return bytes.Replace(b, []byte(`"amd64"`), []byte(`"arm64"`), 1)
 			})
 		}, want: ErrDigestMismatch, message: "hashes to"},
 		{name: "manifest changed", tamper: func(tr *testRelease) {
-			tr.reg.mu.Lock()
-			defer tr.reg.mu.Unlock()
-			tr.reg.manifests[newer] = bytes.Replace(tr.reg.manifests[newer], []byte(`"schemaVersion":2`), []byte(`"schemaVersion":2 `), 1)
+			tr.reg.ChangeManifest(newer, func(b []byte) []byte {
+				return bytes.Replace(b, []byte(`"schemaVersion":2`), []byte(`"schemaVersion":2 `), 1)
+			})
 		}, want: ErrUnsigned},
 		{name: "manifest changed, fetched by digest", byDigest: true, tamper: func(tr *testRelease) {
-			tr.reg.mu.Lock()
-			defer tr.reg.mu.Unlock()
-			d := tr.artifact.Manifest.Descriptor.Digest
-			tr.reg.manifests[d] = bytes.Replace(tr.reg.manifests[d], []byte(`"schemaVersion":2`), []byte(`"schemaVersion":2 `), 1)
+			tr.reg.ChangeManifest(tr.artifact.Manifest.Descriptor.Digest, func(b []byte) []byte {
+				return bytes.Replace(b, []byte(`"schemaVersion":2`), []byte(`"schemaVersion":2 `), 1)
+			})
 		}, want: ErrDigestMismatch, message: "release manifest"},
 		{name: "signature removed", tamper: func(tr *testRelease) {
-			tr.reg.mu.Lock()
-			defer tr.reg.mu.Unlock()
-			delete(tr.reg.manifests, SignatureTag(tr.artifact.Manifest.Descriptor.Digest))
+			tr.reg.DeleteManifest(SignatureTag(tr.artifact.Manifest.Descriptor.Digest))
 		}, want: ErrUnsigned, message: "has no signature"},
 		{name: "signature forged", tamper: func(tr *testRelease) {
-			tr.reg.change(tr.artifact.Signature.Descriptor.Digest, func(b []byte) []byte {
+			tr.reg.Change(tr.artifact.Signature.Descriptor.Digest, func(b []byte) []byte {
 				return bytes.Replace(b, []byte(`"signature":"`), []byte(`"signature":"AAAA`), 1)
 			})
 		}, want: ErrDigestMismatch},
@@ -227,7 +225,7 @@ func TestLayerRefused(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tr.reg.change(r.System().Digest, tc.change)
+			tr.reg.Change(r.System().Digest, tc.change)
 			_, err = readLayer(tr.registry, r.System())
 			if !errors.Is(err, ErrDigestMismatch) || !strings.Contains(err.Error(), tc.message) {
 				t.Errorf("reading the %s layer = %v, want %v saying %q", tc.name, err, ErrDigestMismatch, tc.message)

@@ -8,6 +8,8 @@
 //	node.proto    Node: the curator's record of a node in etcd
 //	owner.proto   OwnerCertificates: the owner certificates the curator
 //	              issued, in etcd
+//	slots.proto   SystemSlots: what the node installed in its system
+//	              slots, on the ESP
 //	heartbeats.proto
 //	              Heartbeats: when the curator leaders last heard from
 //	              each node, in etcd

@@ -21,8 +21,10 @@
 package declarative
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -89,7 +91,17 @@ func (f *File) Write(data []byte) error {
 	if f.path == "" {
 		return errors.New("file was never placed")
 	}
-	if err := writeAtomic(f.path, data); err != nil {
+	return f.WriteFrom(bytes.NewReader(data))
+}
+
+// WriteFrom is Write with the content read from r to its end, for content
+// too large to hold in memory whole. When reading r fails, the file keeps
+// its old content.
+func (f *File) WriteFrom(r io.Reader) error {
+	if f.path == "" {
+		return errors.New("file was never placed")
+	}
+	if err := writeAtomic(f.path, r); err != nil {
 		return fmt.Errorf("when writing %s: %w", f.path, err)
 	}
 	return nil
@@ -107,7 +119,7 @@ func (f *File) Write(data []byte) error {
 // 0 bytes in place of both the old content and the new. Syncing the
 // renamed file writes its entry whole. (TestPowerCut, test/e2e, found it:
 // registration keys written a few seconds before a cut came back empty.)
-func writeAtomic(path string, data []byte) error {
+func writeAtomic(path string, r io.Reader) error {
 	dir, name := filepath.Split(path)
 	tmp, err := os.CreateTemp(dir, "."+name+".tmp-*")
 	if err != nil {
@@ -115,7 +127,7 @@ func writeAtomic(path string, data []byte) error {
 	}
 	defer os.Remove(tmp.Name()) // fails harmlessly after the rename
 	defer tmp.Close()           // a second Close fails harmlessly
-	if _, err := tmp.Write(data); err != nil {
+	if _, err := io.Copy(tmp, r); err != nil {
 		return err
 	}
 	if err := tmp.Sync(); err != nil {

@@ -1,0 +1,55 @@
+package update
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"google.golang.org/protobuf/proto"
+
+	"cairn.dev/cairn/node/localstorage"
+	"cairn.dev/cairn/node/localstorage/declarative"
+	"cairn.dev/cairn/proto/private"
+)
+
+// ReadSlots reads the record of the system slots; an absent file is an
+// empty record (nothing was ever installed).
+func ReadSlots(f *declarative.File) (*private.SystemSlots, error) {
+	b, err := f.Read()
+	if errors.Is(err, os.ErrNotExist) {
+		return &private.SystemSlots{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	s := &private.SystemSlots{}
+	if err := proto.Unmarshal(b, s); err != nil {
+		return nil, fmt.Errorf("when decoding %s: %w", f.FullPath(), err)
+	}
+	return s, nil
+}
+
+// record replaces slot's entry in the record of the system slots, stamped
+// with the time.
+func (i *Installer) record(slot localstorage.Slot, entry *private.SystemSlots_Slot) error {
+	s, err := ReadSlots(i.cfg.Slots)
+	if err != nil {
+		// An unreadable record says nothing the installer needs: the
+		// other slot is written over whatever it held.
+		s = &private.SystemSlots{}
+	}
+	entry.ChangedUnixMillis = i.cfg.Now().UnixMilli()
+	if slot == localstorage.SlotB {
+		s.B = entry
+	} else {
+		s.A = entry
+	}
+	b, err := proto.Marshal(s)
+	if err != nil {
+		return fmt.Errorf("when encoding the record of the system slots: %w", err)
+	}
+	if err := i.cfg.Slots.Write(b); err != nil {
+		return fmt.Errorf("when recording that slot %s is %s: %w", slot, entry.GetState(), err)
+	}
+	return nil
+}
