@@ -9,7 +9,7 @@
 //	     ▼                                                        │
 //	config dir ──owner mTLS──▶ cluster info|rotate-ticket|backup, node ..., params register
 //	           ──owner mTLS──▶ owner show|rotate-key|revoke (renew: AAA.Escrow)
-//	           ──owner mTLS──▶ logs ID, node reboot|poweroff ID ──▶ node ID :7835
+//	           ──owner mTLS──▶ logs ID, node reboot|poweroff|update|slots ID ──▶ node ID :7835
 //	                           cluster recover --node ID
 //	                           (only node ID's own certificate is accepted)
 //

@@ -15,6 +15,7 @@ import (
 	"cairn.dev/cairn/node/metrics"
 	"cairn.dev/cairn/node/nodemanagement"
 	"cairn.dev/cairn/node/rpc"
+	"cairn.dev/cairn/node/update/updatetest"
 	"cairn.dev/cairn/pkg/fixture"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/proto/api"
@@ -186,4 +187,38 @@ func hasMarker(out string, name marker.Name) bool {
 		}
 	}
 	return false
+}
+
+// TestNodeUpdate stages a release on a node with node update, then reads
+// the slots back with node slots; a release the cluster does not trust is
+// refused with the reason.
+func TestNodeUpdate(t *testing.T) {
+	dir, s := bootstrapped(t)
+	mustRun(t, dir, "--endpoint", s.addr, "takeownership")
+	n := updatetest.New(t)
+	node := s.ca.Node(t)
+	addr := serveNodeManagement(t, node, nodemanagement.Config{Installer: n.Installer})
+	id := node.ID()
+	nodeEP := "--node-endpoint=" + id + "=" + addr
+	const version = "0.0.0-20260601000000-0123456789ab"
+	r := n.Push(t, version)
+
+	if _, err := run(t, dir, nodeEP, "node", "update", id, "--image", r.Reference); err == nil || !strings.Contains(err.Error(), "--stage") {
+		t.Errorf("node update without --stage: %v, want a refusal naming --stage", err)
+	}
+	n.Trust(false)
+	if _, err := run(t, dir, nodeEP, "node", "update", id, "--image", r.Reference, "--stage"); err == nil || !strings.Contains(err.Error(), "trusts no release key") {
+		t.Errorf("node update of an untrusted release: %v, want the node's refusal", err)
+	}
+	n.Trust(true)
+	out := mustRun(t, dir, nodeEP, "node", "update", id, "--image", r.Reference, "--stage")
+	if want := "Node " + id + " staged release " + version + " in system slot b"; !strings.Contains(out, want) {
+		t.Errorf("node update printed %q, want %q", out, want)
+	}
+	out = mustRun(t, dir, nodeEP, "node", "slots", id)
+	for _, want := range []string{"a     running  " + updatetest.Running, "b     staged   " + version} {
+		if !strings.Contains(out, want) {
+			t.Errorf("node slots printed\n%s\nwant a line %q", out, want)
+		}
+	}
 }

@@ -50,6 +50,8 @@ func newNodeCommand(a *app) *cobra.Command {
 		a.roleCommand(true),
 		a.roleCommand(false),
 		newRebootCommand(a),
+		newNodeUpdateCommand(a),
+		newNodeSlotsCommand(a),
 		a.powerCommand("poweroff", "Power a node off", "Powering off",
 			func(ctx context.Context, c api.NodeManagementClient) error {
 				_, err := c.Poweroff(ctx, &api.PoweroffRequest{})

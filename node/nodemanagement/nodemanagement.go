@@ -11,7 +11,9 @@
 //	                                   └─ reply sent (answerGrace) ─▶ Config.Reboot()
 //
 // Recover (recover.go) hands the node's etcd member a backup to rebuild the
-// cluster from, then reboots the node the same way.
+// cluster from, then reboots the node the same way. Update (update.go)
+// installs a signed release into the system slot the node does not run,
+// through node/update, and streams its progress.
 //
 // Logs never slows the node's loggers down: it reads through a
 // logtree.LogReader, whose stream drops entries (and says so in a WARNING
@@ -31,6 +33,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"cairn.dev/cairn/node/logstore"
+	"cairn.dev/cairn/node/update"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/proto/api"
 )
@@ -78,6 +81,10 @@ type Config struct {
 	// ClusterCA is the certificate (DER) of the cluster CA that issued the
 	// node's identity: Recover refuses a backup of a cluster of another CA.
 	ClusterCA []byte
+	// Installer installs releases into the system slot the node does not
+	// run (Update), and says what the slots hold (GetSystemSlots).
+	// Without it both answer Unimplemented.
+	Installer *update.Installer
 }
 
 // Service implements api.NodeManagementServer. Register it on the node's

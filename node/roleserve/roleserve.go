@@ -244,6 +244,32 @@ func (s *Service) StoredDirectory() event.Watchable[*api.ClusterDirectory] {
 // say. It holds no value while the node knows neither.
 func (s *Service) OwnerTrust() event.Watchable[*api.OwnerTrust] { return &s.ownerTrust }
 
+// ClusterConfiguration reads the cluster configuration from the curator
+// leader, waiting for the node's connection to the curators: for what
+// acts on the owner's request (the installer, node/update), which must go
+// by the configuration of that moment, not by a copy.
+func (s *Service) ClusterConfiguration(ctx context.Context) (*api.ClusterConfiguration, error) {
+	cc, err := waitFor(ctx, &s.curator, "the connection to the curators")
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := cc.client().Watch(ctx, &api.WatchRequest{Kind: &api.WatchRequest_Configuration_{Configuration: &api.WatchRequest_Configuration{}}})
+	if err != nil {
+		return nil, fmt.Errorf("when reading the cluster configuration: %w", err)
+	}
+	for {
+		ev, err := stream.Recv()
+		if err != nil {
+			return nil, fmt.Errorf("when reading the cluster configuration: %w", err)
+		}
+		if c := ev.GetConfiguration(); c != nil {
+			return c, nil
+		}
+	}
+}
+
 // Run runs every worker until ctx is done.
 func (s *Service) Run(ctx context.Context) error {
 	for _, n := range slices.Sorted(maps.Keys(s.workers)) {

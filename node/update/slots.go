@@ -53,3 +53,37 @@ func (i *Installer) record(slot localstorage.Slot, entry *private.SystemSlots_Sl
 	}
 	return nil
 }
+
+// SlotInfo is what one system slot holds, as the node knows it.
+type SlotInfo struct {
+	Slot localstorage.Slot
+	// Running is set on the slot the node booted.
+	Running bool
+	// State is the installer's record; unspecified for a slot it never
+	// wrote, and for the running slot, which it never writes.
+	State private.SystemSlots_Slot_State
+	// Version is the running version for the running slot, else the
+	// record's.
+	Version string
+}
+
+// Slots says what each system slot holds, a then b.
+func (i *Installer) Slots() ([]SlotInfo, error) {
+	rec, err := ReadSlots(i.cfg.Slots)
+	if err != nil {
+		return nil, err
+	}
+	var out []SlotInfo
+	for _, s := range []localstorage.Slot{localstorage.SlotA, localstorage.SlotB} {
+		if s == i.cfg.Running {
+			out = append(out, SlotInfo{Slot: s, Running: true, Version: i.cfg.Version.String()})
+			continue
+		}
+		e := rec.GetA()
+		if s == localstorage.SlotB {
+			e = rec.GetB()
+		}
+		out = append(out, SlotInfo{Slot: s, State: e.GetState(), Version: e.GetVersion()})
+	}
+	return out, nil
+}

@@ -85,6 +85,368 @@ func (LogSeverity) EnumDescriptor() ([]byte, []int) {
 	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{0}
 }
 
+// UpdateRequest names the release to install.
+type UpdateRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// image is the release's reference: host[:port]/repository:tag or
+	// host[:port]/repository@sha256:<hex>. The registry is reached over
+	// HTTPS, or plain HTTP when the cluster configuration's registries list
+	// its host in plain_http.
+	Image string `protobuf:"bytes,1,opt,name=image,proto3" json:"image,omitempty"`
+	// allow_downgrade accepts a release older than the running one.
+	AllowDowngrade bool `protobuf:"varint,2,opt,name=allow_downgrade,json=allowDowngrade,proto3" json:"allow_downgrade,omitempty"`
+	// stage installs the release without booting it.
+	Stage         bool `protobuf:"varint,3,opt,name=stage,proto3" json:"stage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateRequest) Reset() {
+	*x = UpdateRequest{}
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateRequest) ProtoMessage() {}
+
+func (x *UpdateRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateRequest.ProtoReflect.Descriptor instead.
+func (*UpdateRequest) Descriptor() ([]byte, []int) {
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *UpdateRequest) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
+}
+
+func (x *UpdateRequest) GetAllowDowngrade() bool {
+	if x != nil {
+		return x.AllowDowngrade
+	}
+	return false
+}
+
+func (x *UpdateRequest) GetStage() bool {
+	if x != nil {
+		return x.Stage
+	}
+	return false
+}
+
+// UpdateProgress is one step of an update.
+type UpdateProgress struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// step names it: "verifying", "downloading the system image", ...
+	Step string `protobuf:"bytes,1,opt,name=step,proto3" json:"step,omitempty"`
+	// done_bytes of total_bytes are through the step, when it moves bytes
+	// (total_bytes is 0 otherwise).
+	DoneBytes  int64 `protobuf:"varint,2,opt,name=done_bytes,json=doneBytes,proto3" json:"done_bytes,omitempty"`
+	TotalBytes int64 `protobuf:"varint,3,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
+	// result is set on the last message.
+	Result        *UpdateResult `protobuf:"bytes,4,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateProgress) Reset() {
+	*x = UpdateProgress{}
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateProgress) ProtoMessage() {}
+
+func (x *UpdateProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateProgress.ProtoReflect.Descriptor instead.
+func (*UpdateProgress) Descriptor() ([]byte, []int) {
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *UpdateProgress) GetStep() string {
+	if x != nil {
+		return x.Step
+	}
+	return ""
+}
+
+func (x *UpdateProgress) GetDoneBytes() int64 {
+	if x != nil {
+		return x.DoneBytes
+	}
+	return 0
+}
+
+func (x *UpdateProgress) GetTotalBytes() int64 {
+	if x != nil {
+		return x.TotalBytes
+	}
+	return 0
+}
+
+func (x *UpdateProgress) GetResult() *UpdateResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+// UpdateResult is what an update installed.
+type UpdateResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// slot is the system slot written: "a" or "b".
+	Slot string `protobuf:"bytes,1,opt,name=slot,proto3" json:"slot,omitempty"`
+	// version is the release's version.
+	Version string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	// digest is the release manifest's digest.
+	Digest        string `protobuf:"bytes,3,opt,name=digest,proto3" json:"digest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateResult) Reset() {
+	*x = UpdateResult{}
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateResult) ProtoMessage() {}
+
+func (x *UpdateResult) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateResult.ProtoReflect.Descriptor instead.
+func (*UpdateResult) Descriptor() ([]byte, []int) {
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *UpdateResult) GetSlot() string {
+	if x != nil {
+		return x.Slot
+	}
+	return ""
+}
+
+func (x *UpdateResult) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *UpdateResult) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+// GetSystemSlotsRequest has no fields.
+type GetSystemSlotsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSystemSlotsRequest) Reset() {
+	*x = GetSystemSlotsRequest{}
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSystemSlotsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSystemSlotsRequest) ProtoMessage() {}
+
+func (x *GetSystemSlotsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSystemSlotsRequest.ProtoReflect.Descriptor instead.
+func (*GetSystemSlotsRequest) Descriptor() ([]byte, []int) {
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{3}
+}
+
+// GetSystemSlotsResponse lists both system slots, a then b.
+type GetSystemSlotsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Slots         []*SystemSlot          `protobuf:"bytes,1,rep,name=slots,proto3" json:"slots,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSystemSlotsResponse) Reset() {
+	*x = GetSystemSlotsResponse{}
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSystemSlotsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSystemSlotsResponse) ProtoMessage() {}
+
+func (x *GetSystemSlotsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSystemSlotsResponse.ProtoReflect.Descriptor instead.
+func (*GetSystemSlotsResponse) Descriptor() ([]byte, []int) {
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *GetSystemSlotsResponse) GetSlots() []*SystemSlot {
+	if x != nil {
+		return x.Slots
+	}
+	return nil
+}
+
+// SystemSlot is what one system slot holds.
+type SystemSlot struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name is "a" or "b".
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// running is set on the slot the node booted.
+	Running bool `protobuf:"varint,2,opt,name=running,proto3" json:"running,omitempty"`
+	// state is what the installer recorded: "" (never written by it),
+	// "writing" (being written, or cut short: not bootable), "staged"
+	// (written and read back, waiting to be tried).
+	State string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	// version is the version it holds: the running version for the
+	// running slot, the installer's record for the other; "" when unknown.
+	Version       string `protobuf:"bytes,4,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SystemSlot) Reset() {
+	*x = SystemSlot{}
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SystemSlot) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SystemSlot) ProtoMessage() {}
+
+func (x *SystemSlot) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SystemSlot.ProtoReflect.Descriptor instead.
+func (*SystemSlot) Descriptor() ([]byte, []int) {
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *SystemSlot) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SystemSlot) GetRunning() bool {
+	if x != nil {
+		return x.Running
+	}
+	return false
+}
+
+func (x *SystemSlot) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *SystemSlot) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
 // GetMetricsRequest has no fields.
 type GetMetricsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -94,7 +456,7 @@ type GetMetricsRequest struct {
 
 func (x *GetMetricsRequest) Reset() {
 	*x = GetMetricsRequest{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[0]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -106,7 +468,7 @@ func (x *GetMetricsRequest) String() string {
 func (*GetMetricsRequest) ProtoMessage() {}
 
 func (x *GetMetricsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[0]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -119,7 +481,7 @@ func (x *GetMetricsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMetricsRequest.ProtoReflect.Descriptor instead.
 func (*GetMetricsRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{0}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{6}
 }
 
 // GetMetricsResponse carries the metrics.
@@ -133,7 +495,7 @@ type GetMetricsResponse struct {
 
 func (x *GetMetricsResponse) Reset() {
 	*x = GetMetricsResponse{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[1]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -145,7 +507,7 @@ func (x *GetMetricsResponse) String() string {
 func (*GetMetricsResponse) ProtoMessage() {}
 
 func (x *GetMetricsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[1]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -158,7 +520,7 @@ func (x *GetMetricsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMetricsResponse.ProtoReflect.Descriptor instead.
 func (*GetMetricsResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{1}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetMetricsResponse) GetText() []byte {
@@ -177,7 +539,7 @@ type GetResourcesRequest struct {
 
 func (x *GetResourcesRequest) Reset() {
 	*x = GetResourcesRequest{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[2]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -189,7 +551,7 @@ func (x *GetResourcesRequest) String() string {
 func (*GetResourcesRequest) ProtoMessage() {}
 
 func (x *GetResourcesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[2]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -202,7 +564,7 @@ func (x *GetResourcesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResourcesRequest.ProtoReflect.Descriptor instead.
 func (*GetResourcesRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{2}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{8}
 }
 
 // GetResourcesResponse is the node's memory and its processes.
@@ -220,7 +582,7 @@ type GetResourcesResponse struct {
 
 func (x *GetResourcesResponse) Reset() {
 	*x = GetResourcesResponse{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[3]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -232,7 +594,7 @@ func (x *GetResourcesResponse) String() string {
 func (*GetResourcesResponse) ProtoMessage() {}
 
 func (x *GetResourcesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[3]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -245,7 +607,7 @@ func (x *GetResourcesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResourcesResponse.ProtoReflect.Descriptor instead.
 func (*GetResourcesResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{3}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetResourcesResponse) GetMemoryTotalBytes() uint64 {
@@ -296,7 +658,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[4]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -308,7 +670,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[4]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -321,7 +683,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{4}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LogEntry) GetTimeUnixNanos() int64 {
@@ -400,7 +762,7 @@ type LogsRequest struct {
 
 func (x *LogsRequest) Reset() {
 	*x = LogsRequest{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[5]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -412,7 +774,7 @@ func (x *LogsRequest) String() string {
 func (*LogsRequest) ProtoMessage() {}
 
 func (x *LogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[5]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -425,7 +787,7 @@ func (x *LogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsRequest.ProtoReflect.Descriptor instead.
 func (*LogsRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{5}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LogsRequest) GetDn() string {
@@ -481,7 +843,7 @@ type LogsResponse struct {
 
 func (x *LogsResponse) Reset() {
 	*x = LogsResponse{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[6]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -493,7 +855,7 @@ func (x *LogsResponse) String() string {
 func (*LogsResponse) ProtoMessage() {}
 
 func (x *LogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[6]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -506,7 +868,7 @@ func (x *LogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsResponse.ProtoReflect.Descriptor instead.
 func (*LogsResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{6}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *LogsResponse) GetEntries() []*LogEntry {
@@ -529,7 +891,7 @@ type RebootRequest struct {
 
 func (x *RebootRequest) Reset() {
 	*x = RebootRequest{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[7]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -541,7 +903,7 @@ func (x *RebootRequest) String() string {
 func (*RebootRequest) ProtoMessage() {}
 
 func (x *RebootRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[7]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -554,7 +916,7 @@ func (x *RebootRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebootRequest.ProtoReflect.Descriptor instead.
 func (*RebootRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{7}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RebootRequest) GetFirmware() bool {
@@ -573,7 +935,7 @@ type RebootResponse struct {
 
 func (x *RebootResponse) Reset() {
 	*x = RebootResponse{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[8]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -585,7 +947,7 @@ func (x *RebootResponse) String() string {
 func (*RebootResponse) ProtoMessage() {}
 
 func (x *RebootResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[8]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -598,7 +960,7 @@ func (x *RebootResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebootResponse.ProtoReflect.Descriptor instead.
 func (*RebootResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{8}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{14}
 }
 
 // PoweroffRequest has no fields.
@@ -610,7 +972,7 @@ type PoweroffRequest struct {
 
 func (x *PoweroffRequest) Reset() {
 	*x = PoweroffRequest{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[9]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -622,7 +984,7 @@ func (x *PoweroffRequest) String() string {
 func (*PoweroffRequest) ProtoMessage() {}
 
 func (x *PoweroffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[9]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -635,7 +997,7 @@ func (x *PoweroffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoweroffRequest.ProtoReflect.Descriptor instead.
 func (*PoweroffRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{9}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{15}
 }
 
 // PoweroffResponse has no fields.
@@ -647,7 +1009,7 @@ type PoweroffResponse struct {
 
 func (x *PoweroffResponse) Reset() {
 	*x = PoweroffResponse{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[10]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -659,7 +1021,7 @@ func (x *PoweroffResponse) String() string {
 func (*PoweroffResponse) ProtoMessage() {}
 
 func (x *PoweroffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[10]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -672,7 +1034,7 @@ func (x *PoweroffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoweroffResponse.ProtoReflect.Descriptor instead.
 func (*PoweroffResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{10}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{16}
 }
 
 // RecoverRequest is one message of a Recover stream.
@@ -688,7 +1050,7 @@ type RecoverRequest struct {
 
 func (x *RecoverRequest) Reset() {
 	*x = RecoverRequest{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[11]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -700,7 +1062,7 @@ func (x *RecoverRequest) String() string {
 func (*RecoverRequest) ProtoMessage() {}
 
 func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[11]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -713,7 +1075,7 @@ func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverRequest.ProtoReflect.Descriptor instead.
 func (*RecoverRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{11}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RecoverRequest) GetHeader() *RecoverHeader {
@@ -744,7 +1106,7 @@ type RecoverHeader struct {
 
 func (x *RecoverHeader) Reset() {
 	*x = RecoverHeader{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[12]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -756,7 +1118,7 @@ func (x *RecoverHeader) String() string {
 func (*RecoverHeader) ProtoMessage() {}
 
 func (x *RecoverHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[12]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -769,7 +1131,7 @@ func (x *RecoverHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverHeader.ProtoReflect.Descriptor instead.
 func (*RecoverHeader) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{12}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RecoverHeader) GetSize() int64 {
@@ -797,7 +1159,7 @@ type RecoverResponse struct {
 
 func (x *RecoverResponse) Reset() {
 	*x = RecoverResponse{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[13]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -809,7 +1171,7 @@ func (x *RecoverResponse) String() string {
 func (*RecoverResponse) ProtoMessage() {}
 
 func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[13]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -822,7 +1184,7 @@ func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverResponse.ProtoReflect.Descriptor instead.
 func (*RecoverResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{13}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RecoverResponse) GetRevision() int64 {
@@ -848,7 +1210,7 @@ type GetResourcesResponse_Process struct {
 
 func (x *GetResourcesResponse_Process) Reset() {
 	*x = GetResourcesResponse_Process{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[14]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -860,7 +1222,7 @@ func (x *GetResourcesResponse_Process) String() string {
 func (*GetResourcesResponse_Process) ProtoMessage() {}
 
 func (x *GetResourcesResponse_Process) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[14]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -873,7 +1235,7 @@ func (x *GetResourcesResponse_Process) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResourcesResponse_Process.ProtoReflect.Descriptor instead.
 func (*GetResourcesResponse_Process) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{3, 0}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{9, 0}
 }
 
 func (x *GetResourcesResponse_Process) GetPid() int32 {
@@ -908,7 +1270,31 @@ var File_proto_api_nodemanagement_proto protoreflect.FileDescriptor
 
 const file_proto_api_nodemanagement_proto_rawDesc = "" +
 	"\n" +
-	"\x1eproto/api/nodemanagement.proto\x12\tcairn.api\x1a\x1dproto/api/authorization.proto\"\x13\n" +
+	"\x1eproto/api/nodemanagement.proto\x12\tcairn.api\x1a\x1dproto/api/authorization.proto\"d\n" +
+	"\rUpdateRequest\x12\x14\n" +
+	"\x05image\x18\x01 \x01(\tR\x05image\x12'\n" +
+	"\x0fallow_downgrade\x18\x02 \x01(\bR\x0eallowDowngrade\x12\x14\n" +
+	"\x05stage\x18\x03 \x01(\bR\x05stage\"\x95\x01\n" +
+	"\x0eUpdateProgress\x12\x12\n" +
+	"\x04step\x18\x01 \x01(\tR\x04step\x12\x1d\n" +
+	"\n" +
+	"done_bytes\x18\x02 \x01(\x03R\tdoneBytes\x12\x1f\n" +
+	"\vtotal_bytes\x18\x03 \x01(\x03R\n" +
+	"totalBytes\x12/\n" +
+	"\x06result\x18\x04 \x01(\v2\x17.cairn.api.UpdateResultR\x06result\"T\n" +
+	"\fUpdateResult\x12\x12\n" +
+	"\x04slot\x18\x01 \x01(\tR\x04slot\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\x12\x16\n" +
+	"\x06digest\x18\x03 \x01(\tR\x06digest\"\x17\n" +
+	"\x15GetSystemSlotsRequest\"E\n" +
+	"\x16GetSystemSlotsResponse\x12+\n" +
+	"\x05slots\x18\x01 \x03(\v2\x15.cairn.api.SystemSlotR\x05slots\"j\n" +
+	"\n" +
+	"SystemSlot\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\arunning\x18\x02 \x01(\bR\arunning\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x18\n" +
+	"\aversion\x18\x04 \x01(\tR\aversion\"\x13\n" +
 	"\x11GetMetricsRequest\"(\n" +
 	"\x12GetMetricsResponse\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\fR\x04text\"\x15\n" +
@@ -957,7 +1343,7 @@ const file_proto_api_nodemanagement_proto_rawDesc = "" +
 	"\x11LOG_SEVERITY_INFO\x10\x01\x12\x18\n" +
 	"\x14LOG_SEVERITY_WARNING\x10\x02\x12\x16\n" +
 	"\x12LOG_SEVERITY_ERROR\x10\x03\x12\x16\n" +
-	"\x12LOG_SEVERITY_FATAL\x10\x042\xd3\x03\n" +
+	"\x12LOG_SEVERITY_FATAL\x10\x042\xf7\x04\n" +
 	"\x0eNodeManagement\x12?\n" +
 	"\x04Logs\x12\x16.cairn.api.LogsRequest\x1a\x17.cairn.api.LogsResponse\"\x04\xd8\xe2\x18\x010\x01\x12C\n" +
 	"\x06Reboot\x12\x18.cairn.api.RebootRequest\x1a\x19.cairn.api.RebootResponse\"\x04\xd8\xe2\x18\x01\x12I\n" +
@@ -965,7 +1351,9 @@ const file_proto_api_nodemanagement_proto_rawDesc = "" +
 	"\aRecover\x12\x19.cairn.api.RecoverRequest\x1a\x1a.cairn.api.RecoverResponse\"\x04\xd8\xe2\x18\x01(\x01\x12U\n" +
 	"\fGetResources\x12\x1e.cairn.api.GetResourcesRequest\x1a\x1f.cairn.api.GetResourcesResponse\"\x04\xd8\xe2\x18\x01\x12O\n" +
 	"\n" +
-	"GetMetrics\x12\x1c.cairn.api.GetMetricsRequest\x1a\x1d.cairn.api.GetMetricsResponse\"\x04\xd8\xe2\x18\x01B\x1bZ\x19cairn.dev/cairn/proto/apib\x06proto3"
+	"GetMetrics\x12\x1c.cairn.api.GetMetricsRequest\x1a\x1d.cairn.api.GetMetricsResponse\"\x04\xd8\xe2\x18\x01\x12E\n" +
+	"\x06Update\x12\x18.cairn.api.UpdateRequest\x1a\x19.cairn.api.UpdateProgress\"\x04\xd8\xe2\x18\x010\x01\x12[\n" +
+	"\x0eGetSystemSlots\x12 .cairn.api.GetSystemSlotsRequest\x1a!.cairn.api.GetSystemSlotsResponse\"\x04\xd8\xe2\x18\x01B\x1bZ\x19cairn.dev/cairn/proto/apib\x06proto3"
 
 var (
 	file_proto_api_nodemanagement_proto_rawDescOnce sync.Once
@@ -980,48 +1368,60 @@ func file_proto_api_nodemanagement_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_api_nodemanagement_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_proto_api_nodemanagement_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_proto_api_nodemanagement_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_proto_api_nodemanagement_proto_goTypes = []any{
 	(LogSeverity)(0),                     // 0: cairn.api.LogSeverity
-	(*GetMetricsRequest)(nil),            // 1: cairn.api.GetMetricsRequest
-	(*GetMetricsResponse)(nil),           // 2: cairn.api.GetMetricsResponse
-	(*GetResourcesRequest)(nil),          // 3: cairn.api.GetResourcesRequest
-	(*GetResourcesResponse)(nil),         // 4: cairn.api.GetResourcesResponse
-	(*LogEntry)(nil),                     // 5: cairn.api.LogEntry
-	(*LogsRequest)(nil),                  // 6: cairn.api.LogsRequest
-	(*LogsResponse)(nil),                 // 7: cairn.api.LogsResponse
-	(*RebootRequest)(nil),                // 8: cairn.api.RebootRequest
-	(*RebootResponse)(nil),               // 9: cairn.api.RebootResponse
-	(*PoweroffRequest)(nil),              // 10: cairn.api.PoweroffRequest
-	(*PoweroffResponse)(nil),             // 11: cairn.api.PoweroffResponse
-	(*RecoverRequest)(nil),               // 12: cairn.api.RecoverRequest
-	(*RecoverHeader)(nil),                // 13: cairn.api.RecoverHeader
-	(*RecoverResponse)(nil),              // 14: cairn.api.RecoverResponse
-	(*GetResourcesResponse_Process)(nil), // 15: cairn.api.GetResourcesResponse.Process
+	(*UpdateRequest)(nil),                // 1: cairn.api.UpdateRequest
+	(*UpdateProgress)(nil),               // 2: cairn.api.UpdateProgress
+	(*UpdateResult)(nil),                 // 3: cairn.api.UpdateResult
+	(*GetSystemSlotsRequest)(nil),        // 4: cairn.api.GetSystemSlotsRequest
+	(*GetSystemSlotsResponse)(nil),       // 5: cairn.api.GetSystemSlotsResponse
+	(*SystemSlot)(nil),                   // 6: cairn.api.SystemSlot
+	(*GetMetricsRequest)(nil),            // 7: cairn.api.GetMetricsRequest
+	(*GetMetricsResponse)(nil),           // 8: cairn.api.GetMetricsResponse
+	(*GetResourcesRequest)(nil),          // 9: cairn.api.GetResourcesRequest
+	(*GetResourcesResponse)(nil),         // 10: cairn.api.GetResourcesResponse
+	(*LogEntry)(nil),                     // 11: cairn.api.LogEntry
+	(*LogsRequest)(nil),                  // 12: cairn.api.LogsRequest
+	(*LogsResponse)(nil),                 // 13: cairn.api.LogsResponse
+	(*RebootRequest)(nil),                // 14: cairn.api.RebootRequest
+	(*RebootResponse)(nil),               // 15: cairn.api.RebootResponse
+	(*PoweroffRequest)(nil),              // 16: cairn.api.PoweroffRequest
+	(*PoweroffResponse)(nil),             // 17: cairn.api.PoweroffResponse
+	(*RecoverRequest)(nil),               // 18: cairn.api.RecoverRequest
+	(*RecoverHeader)(nil),                // 19: cairn.api.RecoverHeader
+	(*RecoverResponse)(nil),              // 20: cairn.api.RecoverResponse
+	(*GetResourcesResponse_Process)(nil), // 21: cairn.api.GetResourcesResponse.Process
 }
 var file_proto_api_nodemanagement_proto_depIdxs = []int32{
-	15, // 0: cairn.api.GetResourcesResponse.processes:type_name -> cairn.api.GetResourcesResponse.Process
-	0,  // 1: cairn.api.LogEntry.severity:type_name -> cairn.api.LogSeverity
-	0,  // 2: cairn.api.LogsRequest.minimum_severity:type_name -> cairn.api.LogSeverity
-	5,  // 3: cairn.api.LogsResponse.entries:type_name -> cairn.api.LogEntry
-	13, // 4: cairn.api.RecoverRequest.header:type_name -> cairn.api.RecoverHeader
-	6,  // 5: cairn.api.NodeManagement.Logs:input_type -> cairn.api.LogsRequest
-	8,  // 6: cairn.api.NodeManagement.Reboot:input_type -> cairn.api.RebootRequest
-	10, // 7: cairn.api.NodeManagement.Poweroff:input_type -> cairn.api.PoweroffRequest
-	12, // 8: cairn.api.NodeManagement.Recover:input_type -> cairn.api.RecoverRequest
-	3,  // 9: cairn.api.NodeManagement.GetResources:input_type -> cairn.api.GetResourcesRequest
-	1,  // 10: cairn.api.NodeManagement.GetMetrics:input_type -> cairn.api.GetMetricsRequest
-	7,  // 11: cairn.api.NodeManagement.Logs:output_type -> cairn.api.LogsResponse
-	9,  // 12: cairn.api.NodeManagement.Reboot:output_type -> cairn.api.RebootResponse
-	11, // 13: cairn.api.NodeManagement.Poweroff:output_type -> cairn.api.PoweroffResponse
-	14, // 14: cairn.api.NodeManagement.Recover:output_type -> cairn.api.RecoverResponse
-	4,  // 15: cairn.api.NodeManagement.GetResources:output_type -> cairn.api.GetResourcesResponse
-	2,  // 16: cairn.api.NodeManagement.GetMetrics:output_type -> cairn.api.GetMetricsResponse
-	11, // [11:17] is the sub-list for method output_type
-	5,  // [5:11] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	3,  // 0: cairn.api.UpdateProgress.result:type_name -> cairn.api.UpdateResult
+	6,  // 1: cairn.api.GetSystemSlotsResponse.slots:type_name -> cairn.api.SystemSlot
+	21, // 2: cairn.api.GetResourcesResponse.processes:type_name -> cairn.api.GetResourcesResponse.Process
+	0,  // 3: cairn.api.LogEntry.severity:type_name -> cairn.api.LogSeverity
+	0,  // 4: cairn.api.LogsRequest.minimum_severity:type_name -> cairn.api.LogSeverity
+	11, // 5: cairn.api.LogsResponse.entries:type_name -> cairn.api.LogEntry
+	19, // 6: cairn.api.RecoverRequest.header:type_name -> cairn.api.RecoverHeader
+	12, // 7: cairn.api.NodeManagement.Logs:input_type -> cairn.api.LogsRequest
+	14, // 8: cairn.api.NodeManagement.Reboot:input_type -> cairn.api.RebootRequest
+	16, // 9: cairn.api.NodeManagement.Poweroff:input_type -> cairn.api.PoweroffRequest
+	18, // 10: cairn.api.NodeManagement.Recover:input_type -> cairn.api.RecoverRequest
+	9,  // 11: cairn.api.NodeManagement.GetResources:input_type -> cairn.api.GetResourcesRequest
+	7,  // 12: cairn.api.NodeManagement.GetMetrics:input_type -> cairn.api.GetMetricsRequest
+	1,  // 13: cairn.api.NodeManagement.Update:input_type -> cairn.api.UpdateRequest
+	4,  // 14: cairn.api.NodeManagement.GetSystemSlots:input_type -> cairn.api.GetSystemSlotsRequest
+	13, // 15: cairn.api.NodeManagement.Logs:output_type -> cairn.api.LogsResponse
+	15, // 16: cairn.api.NodeManagement.Reboot:output_type -> cairn.api.RebootResponse
+	17, // 17: cairn.api.NodeManagement.Poweroff:output_type -> cairn.api.PoweroffResponse
+	20, // 18: cairn.api.NodeManagement.Recover:output_type -> cairn.api.RecoverResponse
+	10, // 19: cairn.api.NodeManagement.GetResources:output_type -> cairn.api.GetResourcesResponse
+	8,  // 20: cairn.api.NodeManagement.GetMetrics:output_type -> cairn.api.GetMetricsResponse
+	2,  // 21: cairn.api.NodeManagement.Update:output_type -> cairn.api.UpdateProgress
+	5,  // 22: cairn.api.NodeManagement.GetSystemSlots:output_type -> cairn.api.GetSystemSlotsResponse
+	15, // [15:23] is the sub-list for method output_type
+	7,  // [7:15] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_proto_api_nodemanagement_proto_init() }
@@ -1036,7 +1436,7 @@ func file_proto_api_nodemanagement_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_api_nodemanagement_proto_rawDesc), len(file_proto_api_nodemanagement_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,12 +22,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	NodeManagement_Logs_FullMethodName         = "/cairn.api.NodeManagement/Logs"
-	NodeManagement_Reboot_FullMethodName       = "/cairn.api.NodeManagement/Reboot"
-	NodeManagement_Poweroff_FullMethodName     = "/cairn.api.NodeManagement/Poweroff"
-	NodeManagement_Recover_FullMethodName      = "/cairn.api.NodeManagement/Recover"
-	NodeManagement_GetResources_FullMethodName = "/cairn.api.NodeManagement/GetResources"
-	NodeManagement_GetMetrics_FullMethodName   = "/cairn.api.NodeManagement/GetMetrics"
+	NodeManagement_Logs_FullMethodName           = "/cairn.api.NodeManagement/Logs"
+	NodeManagement_Reboot_FullMethodName         = "/cairn.api.NodeManagement/Reboot"
+	NodeManagement_Poweroff_FullMethodName       = "/cairn.api.NodeManagement/Poweroff"
+	NodeManagement_Recover_FullMethodName        = "/cairn.api.NodeManagement/Recover"
+	NodeManagement_GetResources_FullMethodName   = "/cairn.api.NodeManagement/GetResources"
+	NodeManagement_GetMetrics_FullMethodName     = "/cairn.api.NodeManagement/GetMetrics"
+	NodeManagement_Update_FullMethodName         = "/cairn.api.NodeManagement/Update"
+	NodeManagement_GetSystemSlots_FullMethodName = "/cairn.api.NodeManagement/GetSystemSlots"
 )
 
 // NodeManagementClient is the client API for NodeManagement service.
@@ -67,6 +69,21 @@ type NodeManagementClient interface {
 	// the same that scrapers read on the metrics port (7836) with a
 	// metrics certificate. `cairnctl node metrics` calls it.
 	GetMetrics(ctx context.Context, in *GetMetricsRequest, opts ...grpc.CallOption) (*GetMetricsResponse, error)
+	// Update installs a signed Cairn release (docs/updates.md) into the
+	// system slot the node is not running, and streams its progress; the
+	// last message carries the result. The release must be signed by a key
+	// the cluster configuration trusts, be for the node's architecture, and
+	// not be older than what the node runs unless allow_downgrade is set.
+	// Every check is made, and both images are downloaded and checked
+	// against their digests, before anything is written; the running slot
+	// is never written. The refusal of a check is FailedPrecondition and
+	// names the check. Booting the new slot is not built yet: stage must be
+	// set (InvalidArgument otherwise). One update at a time: a second
+	// while one runs is Aborted.
+	Update(ctx context.Context, in *UpdateRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[UpdateProgress], error)
+	// GetSystemSlots says what each system slot holds: the slot the node
+	// runs, and what the installer wrote to the other.
+	GetSystemSlots(ctx context.Context, in *GetSystemSlotsRequest, opts ...grpc.CallOption) (*GetSystemSlotsResponse, error)
 }
 
 type nodeManagementClient struct {
@@ -149,6 +166,35 @@ func (c *nodeManagementClient) GetMetrics(ctx context.Context, in *GetMetricsReq
 	return out, nil
 }
 
+func (c *nodeManagementClient) Update(ctx context.Context, in *UpdateRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[UpdateProgress], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &NodeManagement_ServiceDesc.Streams[2], NodeManagement_Update_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[UpdateRequest, UpdateProgress]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type NodeManagement_UpdateClient = grpc.ServerStreamingClient[UpdateProgress]
+
+func (c *nodeManagementClient) GetSystemSlots(ctx context.Context, in *GetSystemSlotsRequest, opts ...grpc.CallOption) (*GetSystemSlotsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetSystemSlotsResponse)
+	err := c.cc.Invoke(ctx, NodeManagement_GetSystemSlots_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // NodeManagementServer is the server API for NodeManagement service.
 // All implementations must embed UnimplementedNodeManagementServer
 // for forward compatibility.
@@ -186,6 +232,21 @@ type NodeManagementServer interface {
 	// the same that scrapers read on the metrics port (7836) with a
 	// metrics certificate. `cairnctl node metrics` calls it.
 	GetMetrics(context.Context, *GetMetricsRequest) (*GetMetricsResponse, error)
+	// Update installs a signed Cairn release (docs/updates.md) into the
+	// system slot the node is not running, and streams its progress; the
+	// last message carries the result. The release must be signed by a key
+	// the cluster configuration trusts, be for the node's architecture, and
+	// not be older than what the node runs unless allow_downgrade is set.
+	// Every check is made, and both images are downloaded and checked
+	// against their digests, before anything is written; the running slot
+	// is never written. The refusal of a check is FailedPrecondition and
+	// names the check. Booting the new slot is not built yet: stage must be
+	// set (InvalidArgument otherwise). One update at a time: a second
+	// while one runs is Aborted.
+	Update(*UpdateRequest, grpc.ServerStreamingServer[UpdateProgress]) error
+	// GetSystemSlots says what each system slot holds: the slot the node
+	// runs, and what the installer wrote to the other.
+	GetSystemSlots(context.Context, *GetSystemSlotsRequest) (*GetSystemSlotsResponse, error)
 	mustEmbedUnimplementedNodeManagementServer()
 }
 
@@ -213,6 +274,12 @@ func (UnimplementedNodeManagementServer) GetResources(context.Context, *GetResou
 }
 func (UnimplementedNodeManagementServer) GetMetrics(context.Context, *GetMetricsRequest) (*GetMetricsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetMetrics not implemented")
+}
+func (UnimplementedNodeManagementServer) Update(*UpdateRequest, grpc.ServerStreamingServer[UpdateProgress]) error {
+	return status.Error(codes.Unimplemented, "method Update not implemented")
+}
+func (UnimplementedNodeManagementServer) GetSystemSlots(context.Context, *GetSystemSlotsRequest) (*GetSystemSlotsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetSystemSlots not implemented")
 }
 func (UnimplementedNodeManagementServer) mustEmbedUnimplementedNodeManagementServer() {}
 func (UnimplementedNodeManagementServer) testEmbeddedByValue()                        {}
@@ -325,6 +392,35 @@ func _NodeManagement_GetMetrics_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _NodeManagement_Update_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(UpdateRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(NodeManagementServer).Update(m, &grpc.GenericServerStream[UpdateRequest, UpdateProgress]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type NodeManagement_UpdateServer = grpc.ServerStreamingServer[UpdateProgress]
+
+func _NodeManagement_GetSystemSlots_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetSystemSlotsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeManagementServer).GetSystemSlots(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: NodeManagement_GetSystemSlots_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeManagementServer).GetSystemSlots(ctx, req.(*GetSystemSlotsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // NodeManagement_ServiceDesc is the grpc.ServiceDesc for NodeManagement service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -348,6 +444,10 @@ var NodeManagement_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "GetMetrics",
 			Handler:    _NodeManagement_GetMetrics_Handler,
 		},
+		{
+			MethodName: "GetSystemSlots",
+			Handler:    _NodeManagement_GetSystemSlots_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
@@ -359,6 +459,11 @@ var NodeManagement_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Recover",
 			Handler:       _NodeManagement_Recover_Handler,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "Update",
+			Handler:       _NodeManagement_Update_Handler,
+			ServerStreams: true,
 		},
 	},
 	Metadata: "proto/api/nodemanagement.proto",
