@@ -33,6 +33,7 @@ type child struct {
 // services (node/testhooks). printf writes phase lines; log takes what
 // cannot start; request stops the node.
 //
+//	storage ─booted system slot─▶ roleserve (node status)
 //	storage ─mounted─▶ parameters ─▶ network ─address─▶ enrolment ◀─┐
 //	   └──────data ready (the data partition's modules)───▶ │      │
 //	                        └──────────parameters───────────▶ │      │
@@ -48,6 +49,7 @@ func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogg
 		address    memory.Value[netip.Prefix]
 		ntp        memory.Value[[]netip.Addr]
 		clock      memory.Value[timesync.State]
+		booted     memory.Value[*localstorage.BootedSystem]
 		mounted    memory.Value[bool]
 		dataReady  memory.Value[bool]
 		membership memory.Value[*roleserve.Membership]
@@ -64,12 +66,13 @@ func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogg
 		Storage:         st,
 		Version:         version(),
 		Clock:           &clock,
+		System:          &booted,
 	})
 	// Once per boot: it knows which boot is the running one.
 	ls := logstore.New(logstore.Config{Tree: lt, Dir: st.Root.Data.Logs.FullPath()})
 	gatherer := metrics.Gatherer("/proc", append(curator.Metrics(), restarts)...)
 	cs := []child{
-		{"storage", newStorage(st, fl, &mounted, &dataReady, printf).run},
+		{"storage", newStorage(st, fl, &booted, &mounted, &dataReady, printf).run},
 		{"parameters", parametersRunnable(st, &mounted, &params)},
 		{"network", networkRunnable(&params, &address, &ntp, printf)},
 		{"timesync", timesyncRunnable(&ntp, &clock, printf)},
