@@ -33,7 +33,6 @@ type child struct {
 // services (node/testhooks). printf writes phase lines; log takes what
 // cannot start; request stops the node.
 //
-//	storage ─booted system slot─▶ roleserve (node status)
 //	storage ─mounted─▶ parameters ─▶ network ─address─▶ enrolment ◀─┐
 //	   └──────data ready (the data partition's modules)───▶ │      │
 //	                        └──────────parameters───────────▶ │      │
@@ -42,6 +41,7 @@ type child struct {
 //	              node management ◀─credentials, owner trust─ roleserve
 //
 //	network ─NTP servers─▶ timesync ─clock state─▶ roleserve (node status)
+//	storage ─booted system slot─▶ roleserve (node status)
 //	enrolment ─membership (data partition mounted)─▶ logstore
 //	roleserve ─credentials─▶ metrics (port 7836, to metrics certificates)
 func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogger, lt *logtree.LogTree, restarts *metrics.Restarts, request func(action)) []child {
