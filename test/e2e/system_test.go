@@ -21,8 +21,9 @@ import (
 // unified kernel image on the ESP), a copy of the image with one byte of
 // system-a's first block flipped: a byte EROFS itself never reads, which
 // only dm-verity can notice. The node must say, once, which slot does not
-// match which root hash, mount nothing after it, stay up, and power off
-// cleanly when the power button is pressed.
+// match which root hash, and that no slot matches (system-b is empty),
+// mount nothing after it, stay up, and power off cleanly when the power
+// button is pressed.
 func TestSystemPartitionCorrupt(t *testing.T) {
 	s := newSuite(t, 10*time.Minute)
 	disk, slot := corruptCopy(t, func(f *os.File, slot gpt.Partition, p verity.Params) error {
@@ -35,6 +36,12 @@ func TestSystemPartitionCorrupt(t *testing.T) {
 	s.stepSinceInit(n, l, "/init → corruption reported")
 	if !strings.Contains(l.Text, root) {
 		t.Errorf("corruption line %q does not name the expected root hash %s", l.Text, root)
+	}
+	// The command line names no slot: slot b, empty in the image, was
+	// tried too, and the node says once why neither is used.
+	none := s.waitFor(n, launch.Substring("cairn: no verified system partition: no system slot matches the root hash "+root))
+	if !strings.Contains(none.Text, "slot a: ") || !strings.Contains(none.Text, "slot b is empty") {
+		t.Errorf("no-system line %q does not give both slots' reasons", none.Text)
 	}
 	verityLine := regexp.MustCompile(`device-mapper: verity: .*data block 0 is corrupted`)
 	if _, ok := n.Console().Find(0, verityLine); !ok {
