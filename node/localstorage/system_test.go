@@ -160,11 +160,7 @@ func TestMountMatchingSystem(t *testing.T) {
 		{"a matches, b is empty", theImage, emptySlot, SlotA, nil, 1},
 	} {
 		t.Run(strings.ReplaceAll(tc.name, " ", "-"), func(t *testing.T) {
-			s, b := newTestStorage(t)
-			tc.a(t, b.slot(SlotA))
-			tc.b(t, b.slot(SlotB))
-			p := imageParams(t)
-			m, err := s.MountMatchingSystem(p)
+			b, p, m, err := mountMatching(t, tc.a, tc.b)
 			if err != nil {
 				t.Fatalf("MountMatchingSystem: %v", err)
 			}
@@ -204,11 +200,7 @@ func TestMountMatchingSystemNone(t *testing.T) {
 		{"corrupt and empty", corruptImage, emptySlot, []string{"slot a: system partition does not match its root hash", "slot b is empty"}, SlotA},
 	} {
 		t.Run(strings.ReplaceAll(tc.name, " ", "-"), func(t *testing.T) {
-			s, b := newTestStorage(t)
-			tc.a(t, b.slot(SlotA))
-			tc.b(t, b.slot(SlotB))
-			p := imageParams(t)
-			m, err := s.MountMatchingSystem(p)
+			b, p, m, err := mountMatching(t, tc.a, tc.b)
 			if !errors.Is(err, ErrNoSystem) {
 				t.Fatalf("MountMatchingSystem = %v, want ErrNoSystem", err)
 			}
@@ -293,6 +285,17 @@ func smallSlot(t *testing.T, path string) {
 	if err := os.WriteFile(path, make([]byte, imageBlocks*verity.BlockSize), 0o600); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// mountMatching prepares the slots with a and b and calls
+// MountMatchingSystem for theImage.
+func mountMatching(t *testing.T, a, b func(t *testing.T, path string)) (*fileBlock, verity.Params, SystemMount, error) {
+	s, fb := newTestStorage(t)
+	a(t, fb.slot(SlotA))
+	b(t, fb.slot(SlotB))
+	p := imageParams(t)
+	m, err := s.MountMatchingSystem(p)
+	return fb, p, m, err
 }
 
 // imageParams are the verity parameters of theImage.
