@@ -1,7 +1,7 @@
 // Command mkimage builds the pieces of a Cairn boot image, one subcommand
 // per make step:
 //
-//	mkimage system -cmdline build/cmdline -cmdline-out cmdline [-slot a]
+//	mkimage system -cmdline build/cmdline -cmdline-out cmdline
 //	               [-deps FILE] [-kubernetes DIR] -o system.img
 //	mkimage initramfs -kernel DIR -init BIN [-modules=false]
 //	                  [-system-links=false] -o initramfs.img

@@ -14,8 +14,7 @@ import (
 func systemCmd(args []string) error {
 	fs := flag.NewFlagSet("system", flag.ExitOnError)
 	base := fs.String("cmdline", "", "file holding the base kernel command line (build/cmdline)")
-	cmdlineOut := fs.String("cmdline-out", "", "write the base command line with the system slot and its verity parameters here")
-	slot := fs.String("slot", "a", "the slot the image goes into, which the command line names")
+	cmdlineOut := fs.String("cmdline-out", "", "write the base command line with the system image's verity parameters here")
 	depfile := fs.String("deps", "", "write a make rule naming the host files read here")
 	kernel := fs.String("kernel", "", "unpacked kernel package (holds lib/modules/<release>); carry its modules.Carried at "+system.ModulesDir)
 	release := fs.String("release", "", "kernel release, e.g. 6.1.0-56-amd64")
@@ -40,7 +39,7 @@ func systemCmd(args []string) error {
 	if err != nil {
 		return err
 	}
-	line := system.Cmdline(string(baseLine), *slot, img.Params)
+	line := system.Cmdline(string(baseLine), img.Params)
 	if err := writeFile(*cmdlineOut, []byte(line+"\n")); err != nil {
 		return fmt.Errorf("when writing the command line: %w", err)
 	}
@@ -58,7 +57,7 @@ func systemCmd(args []string) error {
 		fmt.Printf("image: system image carries the Kubernetes payload of %s at /system%s: %d files, %s before compression\n",
 			*kube, system.KubernetesBin, len(img.KubernetesFiles), mb(img.KubernetesSize))
 	}
-	fmt.Printf("image: system slot %s, verity root hash %x\n", *slot, img.Params.RootHash)
+	fmt.Printf("image: system image verity root hash %x (a node mounts the slot that matches it)\n", img.Params.RootHash)
 	return nil
 }
 

@@ -11,12 +11,16 @@
 //	                                    pkg/verity: salt, hash tree, root hash
 //	                                                                │
 //	system.img = EROFS image ‖ hash tree ◀──────────────────────────┤
-//	cmdline    = build/cmdline + cairn.system=a cairn.verity=… ◀────┘
+//	cmdline    = build/cmdline + cairn.verity=… ◀───────────────────┘
 //
-// The image goes into the system-a slot of the disk (build/disk). The node
-// maps the slot through dm-verity with the parameters of its command line
-// and mounts it read-only at MountPoint; a block that does not match its
-// hash fails the read, so nothing unverified is ever used.
+// The image goes into the system-a slot of the disk (build/disk); an
+// update writes one into the slot not running. The command line pins the
+// image, not a slot: the unified kernel image that carries it is signed
+// and never edited, so it must boot from either slot. The node mounts the
+// slot whose content matches the root hash (node/localstorage), mapped
+// through dm-verity with the parameters of its command line, read-only at
+// MountPoint; a block that does not match its hash fails the read, so
+// nothing unverified is ever used.
 //
 // # Why EROFS
 //

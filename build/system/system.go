@@ -249,18 +249,15 @@ func deriveSalt(r io.ReaderAt) ([]byte, error) {
 	return h.Sum(nil), nil
 }
 
-// Cmdline returns the kernel command line base with the flags that name
-// the slot the node boots its system from and pin that slot's content.
-// cmd/init reads them (system.go), whose tests parse this form.
-func Cmdline(base, slot string, p verity.Params) string {
-	return strings.TrimSpace(base) + " " + SlotFlag + "=" + slot + " " + VerityFlag + "=" + p.String()
+// Cmdline returns the kernel command line base with the flag that pins
+// the system image's content. It names no slot: the unified kernel image
+// that carries it is signed and boots from either slot, and the node
+// mounts the slot whose content matches (cmd/init, whose tests parse this
+// form).
+func Cmdline(base string, p verity.Params) string {
+	return strings.TrimSpace(base) + " " + VerityFlag + "=" + p.String()
 }
 
-// The flags of the kernel command line that describe the system partition.
-const (
-	// SlotFlag names the slot to boot: "a" or "b".
-	SlotFlag = "cairn.system"
-	// VerityFlag holds the slot's verity parameters, in the text form of
-	// verity.Params.
-	VerityFlag = "cairn.verity"
-)
+// VerityFlag is the flag of the kernel command line that holds the system
+// image's verity parameters, in the text form of verity.Params.
+const VerityFlag = "cairn.verity"

@@ -206,8 +206,8 @@ func TestCheckLoaderLinks(t *testing.T) {
 
 func TestCmdline(t *testing.T) {
 	p := verity.Params{RootHash: bytes.Repeat([]byte{0xab}, 32), Salt: []byte{1}, DataBlocks: 2, HashOffset: 8192}
-	got := Cmdline("console=ttyS0 panic=-1\n", "a", p)
-	want := "console=ttyS0 panic=-1 cairn.system=a cairn.verity=" + strings.Repeat("ab", 32) + ",01,2,8192"
+	got := Cmdline("console=ttyS0 panic=-1\n", p)
+	want := "console=ttyS0 panic=-1 cairn.verity=" + strings.Repeat("ab", 32) + ",01,2,8192"
 	if got != want {
 		t.Errorf("Cmdline = %q, want %q", got, want)
 	}

@@ -50,7 +50,7 @@ func TestCommandsAgainstServer(t *testing.T) {
 	up := nodeRecord(s.ident.PublicKey(), api.NodeState_NODE_STATE_UP,
 		&api.NodeRoles{ConsensusMember: &api.NodeRoles_ConsensusMember{}},
 		&api.NodeStatus{ExternalAddress: "10.0.2.15", RunningCurator: &api.NodeStatus_RunningCurator{Port: 7833},
-			Version: "v0.1", TimestampUnixNanos: testNow.Add(-time.Minute).UnixNano()},
+			Version: "v0.1", SystemSlot: "b", TimestampUnixNanos: testNow.Add(-time.Minute).UnixNano()},
 		testNow.Add(-3*time.Second))
 	up.Health = api.NodeHealth_NODE_HEALTH_HEALTHY
 	fresh := testNode(t, api.NodeState_NODE_STATE_NEW, nil, nil, time.Time{})
@@ -87,7 +87,7 @@ func TestCommandsAgainstServer(t *testing.T) {
 	stTime := testNow.Add(-time.Minute)
 	wantViews := []nodeView{{
 		ID: up.Id, PublicKey: hex.EncodeToString(up.PublicKey), State: "UP", Roles: []string{"ConsensusMember"},
-		Address: "10.0.2.15", CuratorPort: 7833, Version: "v0.1", StatusTime: &stTime, Health: "HEALTHY", LastHeartbeat: &hb,
+		Address: "10.0.2.15", CuratorPort: 7833, Version: "v0.1", SystemSlot: "b", StatusTime: &stTime, Health: "HEALTHY", LastHeartbeat: &hb,
 	}, {
 		ID: fresh.Id, PublicKey: hex.EncodeToString(fresh.PublicKey), State: "NEW", Roles: []string{},
 	}}
@@ -103,7 +103,7 @@ func TestCommandsAgainstServer(t *testing.T) {
 		t.Errorf("node describe -o json (-want +got):\n%s", diff)
 	}
 	out = mustRun(t, dir, "node", "describe", up.Id)
-	for _, want := range []string{"State:           UP", "Health:          HEALTHY", "Curator:         yes, port 7833", "Last heartbeat:  " + hb.Format(time.RFC3339) + " (3s ago)"} {
+	for _, want := range []string{"State:           UP", "Health:          HEALTHY", "Curator:         yes, port 7833", "System slot:     b", "Last heartbeat:  " + hb.Format(time.RFC3339) + " (3s ago)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("node describe printed\n%s\nwant a line with %q", out, want)
 		}

@@ -30,6 +30,9 @@ type nodeView struct {
 	CuratorPort int32 `json:"curator_port"`
 	// Version is the Cairn version the node reports.
 	Version string `json:"version"`
+	// SystemSlot is the system slot the node reports it booted, "a" or
+	// "b"; "" if it reports none.
+	SystemSlot string `json:"system_slot"`
 	// StatusTime is when the node wrote its status, null if never.
 	StatusTime *time.Time `json:"status_time"`
 	// Health is HEALTHY, HEARTBEAT_TIMEOUT or UNKNOWN for an UP node (see
@@ -142,6 +145,7 @@ func newNodeView(n *api.Node) nodeView {
 		Address:       n.GetStatus().GetExternalAddress(),
 		CuratorPort:   n.GetStatus().GetRunningCurator().GetPort(),
 		Version:       n.GetStatus().GetVersion(),
+		SystemSlot:    n.GetStatus().GetSystemSlot(),
 		StatusTime:    unixNanos(n.GetStatus().GetTimestampUnixNanos()),
 		Health:        healthName(n.GetHealth()),
 		LastHeartbeat: unixNanos(n.GetLastHeartbeatUnixNanos()),
@@ -259,6 +263,7 @@ func writeNodeDescription(w io.Writer, now time.Time, n nodeView) error {
 	fmt.Fprintf(tw, "Address:\t%s\n", dash(n.Address))
 	fmt.Fprintf(tw, "Curator:\t%s\n", curator)
 	fmt.Fprintf(tw, "Version:\t%s\n", dash(n.Version))
+	fmt.Fprintf(tw, "System slot:\t%s\n", dash(n.SystemSlot))
 	fmt.Fprintf(tw, "Status written:\t%s\n", timeOf(n.StatusTime))
 	fmt.Fprintf(tw, "Clock:\t%s\n", clockLine(now, n.Clock))
 	fmt.Fprintf(tw, "Last heartbeat:\t%s\n", timeOf(n.LastHeartbeat))

@@ -41,6 +41,7 @@ type child struct {
 //	              node management ◀─credentials, owner trust─ roleserve
 //
 //	network ─NTP servers─▶ timesync ─clock state─▶ roleserve (node status)
+//	storage ─booted system slot─▶ roleserve (node status)
 //	enrolment ─membership (data partition mounted)─▶ logstore
 //	roleserve ─credentials─▶ metrics (port 7836, to metrics certificates)
 func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogger, lt *logtree.LogTree, restarts *metrics.Restarts, request func(action)) []child {
@@ -48,6 +49,7 @@ func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogg
 		address    memory.Value[netip.Prefix]
 		ntp        memory.Value[[]netip.Addr]
 		clock      memory.Value[timesync.State]
+		booted     memory.Value[*localstorage.BootedSystem]
 		mounted    memory.Value[bool]
 		dataReady  memory.Value[bool]
 		membership memory.Value[*roleserve.Membership]
@@ -64,12 +66,13 @@ func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogg
 		Storage:         st,
 		Version:         version(),
 		Clock:           &clock,
+		System:          &booted,
 	})
 	// Once per boot: it knows which boot is the running one.
 	ls := logstore.New(logstore.Config{Tree: lt, Dir: st.Root.Data.Logs.FullPath()})
 	gatherer := metrics.Gatherer("/proc", append(curator.Metrics(), restarts)...)
 	cs := []child{
-		{"storage", newStorage(st, fl, &mounted, &dataReady, printf).run},
+		{"storage", newStorage(st, fl, &booted, &mounted, &dataReady, printf).run},
 		{"parameters", parametersRunnable(st, &mounted, &params)},
 		{"network", networkRunnable(&params, &address, &ntp, printf)},
 		{"timesync", timesyncRunnable(&ntp, &clock, printf)},

@@ -17,6 +17,7 @@ import (
 // *localstorage.Storage, and a fake in tests.
 type nodeStorage interface {
 	MountSystem(slot localstorage.Slot, p verity.Params) (localstorage.SystemMount, error)
+	MountMatchingSystem(p verity.Params) (localstorage.SystemMount, error)
 	MountESP() error
 	MountEphemeral() error
 	MountNew(ctx context.Context, nodeKey, clusterKey []byte) error
@@ -36,9 +37,13 @@ type storage struct {
 	// espCairn is the ESP's cairn/ directory, dataRoot the data
 	// partition's mount point, systemRoot the system partition's.
 	espCairn, dataRoot, systemRoot string
-	// system names the system slot and its verity parameters, from the
-	// command line.
+	// system names the system image's verity parameters and maybe a
+	// slot, from the command line.
 	system systemFlags
+	// booted is set to the system slot mounted, before mounted is set:
+	// the role server reports it, an installer writes the other slot.
+	// Nil in tests that do not care.
+	booted event.Value[*localstorage.BootedSystem]
 	// hooks are the storage child's test hooks (node/testhooks); they do
 	// nothing in production builds, nor when zero.
 	hooks testhooks.Storage
@@ -66,10 +71,12 @@ type storage struct {
 }
 
 // newStorage returns the storage child for the node's disks s, which sets
-// mounted once the system partition, the ESP and /ephemeral are mounted.
-func newStorage(s *localstorage.Storage, fl flags, mounted, dataReady event.Value[bool], printf func(string, ...any)) *storage {
+// booted to the system slot it mounted, and mounted once the system
+// partition, the ESP and /ephemeral are mounted.
+func newStorage(s *localstorage.Storage, fl flags, booted event.Value[*localstorage.BootedSystem], mounted, dataReady event.Value[bool], printf func(string, ...any)) *storage {
 	st := &storage{
 		disks:      s,
+		booted:     booted,
 		mounted:    mounted,
 		dataReady:  dataReady,
 		printf:     printf,

@@ -26,10 +26,13 @@ type fakeDisks struct {
 	mu        sync.Mutex
 	formats   int
 	espErrors int // MountESP fails this many times first
-	// systemErr is what MountSystem returns; systemCalls and espCalls
-	// count the calls (system_test.go).
-	systemErr             error
-	systemCalls, espCalls int
+	// systemErr is what MountSystem returns; matching and matchingErr
+	// what MountMatchingSystem returns, slot a by default; systemCalls,
+	// matchingCalls and espCalls count the calls (system_test.go).
+	systemErr                            error
+	matching                             *localstorage.SystemMount
+	matchingErr                          error
+	systemCalls, matchingCalls, espCalls int
 }
 
 func (f *fakeDisks) MountESP() error {
@@ -45,11 +48,21 @@ func (f *fakeDisks) MountESP() error {
 
 func (f *fakeDisks) MountEphemeral() error { return nil }
 
-func (f *fakeDisks) MountSystem(localstorage.Slot, verity.Params) (localstorage.SystemMount, error) {
+func (f *fakeDisks) MountSystem(slot localstorage.Slot, p verity.Params) (localstorage.SystemMount, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.systemCalls++
-	return localstorage.SystemMount{Partition: "/dev/vda2"}, f.systemErr
+	return localstorage.SystemMount{BootedSystem: localstorage.BootedSystem{Slot: slot, Params: p, Partition: "/dev/vda2"}}, f.systemErr
+}
+
+func (f *fakeDisks) MountMatchingSystem(p verity.Params) (localstorage.SystemMount, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.matchingCalls++
+	if f.matching != nil {
+		return *f.matching, f.matchingErr
+	}
+	return localstorage.SystemMount{BootedSystem: localstorage.BootedSystem{Slot: localstorage.SlotA, Params: p, Partition: "/dev/vda2"}}, f.matchingErr
 }
 
 func (f *fakeDisks) MountNew(context.Context, []byte, []byte) error {

@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,41 +18,11 @@ import (
 	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/supervisor/supervisortest"
-	"cairn.dev/cairn/pkg/verity"
 )
 
-var testParams = verity.Params{
-	RootHash: bytes.Repeat([]byte{0xab}, verity.DigestSize), Salt: []byte{1, 2},
-	DataBlocks: 130, HashOffset: 130 * verity.BlockSize,
-}
-
-// systemCmdline is a command line as the image build writes it for slot:
-// build/system's TestCmdline pins the same form on the writer's side.
-func systemCmdline(slot string) string {
-	return "console=ttyS0 cairn.system=" + slot + " cairn.verity=" + testParams.String()
-}
-
-// TestParseSystemFlags reads what the image build writes, and names what
-// is missing or wrong.
-func TestParseSystemFlags(t *testing.T) {
-	got := parseSystemFlags(cmdline.Parse(systemCmdline("b")))
-	if got.err != nil || got.slot != localstorage.SlotB || !cmp.Equal(got.verity, testParams) {
-		t.Errorf("parseSystemFlags(build's command line) = %+v, want slot b and %+v", got, testParams)
-	}
-	for line, want := range map[string]string{
-		"console=ttyS0": "no cairn.system",
-		"cairn.system=c cairn.verity=" + testParams.String(): "cairn.system",
-		"cairn.system=a":                         "no cairn.verity",
-		"cairn.system=a cairn.verity=00,,1,4096": "cairn.verity",
-	} {
-		if got := parseSystemFlags(cmdline.Parse(line)); got.err == nil || !strings.Contains(got.err.Error(), want) {
-			t.Errorf("parseSystemFlags(%q) error = %v, want one naming %q", line, got.err, want)
-		}
-	}
-}
-
 // systemStorage returns a storage child on disks with the system flags of
-// a command line, and the value it sets when everything is mounted.
+// a command line, and the values it sets: the booted slot, and true when
+// everything is mounted.
 func systemStorage(disks *fakeDisks, line string) (*storage, *phaseLines, *memory.Value[bool]) {
 	st, lines := testStorage(disks, "/nonexistent", "/nonexistent", "")
 	st.system = parseSystemFlags(cmdline.Parse(line))
@@ -63,42 +32,87 @@ func systemStorage(disks *fakeDisks, line string) (*storage, *phaseLines, *memor
 	return st, lines, &mounted
 }
 
-// TestStorageMountsSystemFirst: the system partition is mounted before
-// the ESP, and its mount is timed on the consoles.
+// count returns how many times the phase lines contain s.
+func (p *phaseLines) count(s string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Count(strings.Join(p.lines, "\n"), s)
+}
+
+// TestStorageMountsSystemFirst: with the build's command line, the slot
+// that matches is mounted before the ESP, its mount is timed on the
+// consoles, and the booted slot is handed on before mounted is set.
 func TestStorageMountsSystemFirst(t *testing.T) {
-	disks := &fakeDisks{}
-	st, lines, mounted := systemStorage(disks, systemCmdline("a"))
-	supervisortest.Harness(t, st.run)
-	lines.wait(t, "system partition a mounted at /system (verity ")
+	found := localstorage.SystemMount{
+		BootedSystem: localstorage.BootedSystem{Slot: localstorage.SlotB, Params: testParams, Partition: "/dev/vda3"},
+		Passed:       []localstorage.PassedSlot{{Slot: localstorage.SlotA, Err: fmt.Errorf("%w: holds another image", localstorage.ErrSlotMismatch)}},
+	}
+	disks := &fakeDisks{matching: &found}
+	st, lines, mounted := systemStorage(disks, buildCmdline)
+	var booted memory.Value[*localstorage.BootedSystem]
+	st.booted = &booted
+	// bootedWhenMounted is the booted slot as mounted turned true.
+	bootedWhenMounted := make(chan *localstorage.BootedSystem, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	if _, err := mounted.Watch().Get(ctx, event.Filter(func(v bool) bool { return v })); err != nil {
-		t.Fatalf("mounted was never set: %v", err)
+	go func() {
+		if _, err := mounted.Watch().Get(ctx, event.Filter(func(v bool) bool { return v })); err != nil {
+			bootedWhenMounted <- nil
+			return
+		}
+		b, _ := booted.Watch().Get(ctx, event.BacklogOnly[*localstorage.BootedSystem]())
+		bootedWhenMounted <- b
+	}()
+	supervisortest.Harness(t, st.run)
+	lines.wait(t, "system partition b mounted at /system (verity ")
+	got := <-bootedWhenMounted
+	if got == nil {
+		t.Fatalf("mounted was set without the booted slot, or never")
+	}
+	if diff := cmp.Diff(found.BootedSystem, *got); diff != "" {
+		t.Errorf("booted slot (-want +got):\n%s", diff)
 	}
 	disks.mu.Lock()
 	defer disks.mu.Unlock()
-	if disks.systemCalls != 1 || disks.espCalls != 1 {
-		t.Errorf("MountSystem called %d times, MountESP %d, want once each", disks.systemCalls, disks.espCalls)
+	if disks.matchingCalls != 1 || disks.systemCalls != 0 || disks.espCalls != 1 {
+		t.Errorf("MountMatchingSystem called %d times, MountSystem %d, MountESP %d; want once, never, once", disks.matchingCalls, disks.systemCalls, disks.espCalls)
+	}
+	if n := lines.count("is corrupt"); n != 0 {
+		t.Errorf("a slot of another image was called corrupt on the consoles")
 	}
 }
 
-// TestStorageSystemCorrupt: a slot that does not match is said once,
-// naming the slot and the root hash, and not tried again, while the child
-// keeps failing (and is restarted with backoff); nothing after it is
-// mounted.
+// TestStorageForcedSlot: cairn.system= mounts that slot, not the one
+// found by content.
+func TestStorageForcedSlot(t *testing.T) {
+	disks := &fakeDisks{}
+	st, lines, _ := systemStorage(disks, buildCmdline+" cairn.system=b")
+	supervisortest.Harness(t, st.run)
+	lines.wait(t, "system partition b mounted at /system (verity ")
+	disks.mu.Lock()
+	defer disks.mu.Unlock()
+	if disks.systemCalls != 1 || disks.matchingCalls != 0 {
+		t.Errorf("MountSystem called %d times, MountMatchingSystem %d, want once and never", disks.systemCalls, disks.matchingCalls)
+	}
+}
+
+// TestStorageSystemCorrupt: a forced slot that does not match is said
+// once, naming the slot and the root hash, and not tried again, while
+// the child keeps failing (and is restarted with backoff); nothing after
+// it is mounted.
 func TestStorageSystemCorrupt(t *testing.T) {
 	disks := &fakeDisks{systemErr: fmt.Errorf("%w: slot a: read: input/output error", localstorage.ErrSystemCorrupt)}
-	st, lines, mounted := systemStorage(disks, systemCmdline("a"))
+	st, lines, mounted := systemStorage(disks, buildCmdline+" cairn.system=a")
 	supervisortest.Harness(t, st.run)
 	want := fmt.Sprintf("system partition a is corrupt: it does not match root hash %x; not using it", testParams.RootHash)
 	lines.wait(t, want)
 	// The supervisor's backoff starts at 100 ms: wait for a few restarts.
 	time.Sleep(time.Second)
-	lines.mu.Lock()
-	n := strings.Count(strings.Join(lines.lines, "\n"), "is corrupt")
-	lines.mu.Unlock()
-	if n != 1 {
+	if n := lines.count("is corrupt"); n != 1 {
 		t.Errorf("the corruption was said %d times on the consoles, want once", n)
+	}
+	if n := lines.count("no verified system partition"); n != 0 {
+		t.Errorf("a forced corrupt slot was also said as no verified system partition")
 	}
 	disks.mu.Lock()
 	esp, calls := disks.espCalls, disks.systemCalls
@@ -114,18 +128,76 @@ func TestStorageSystemCorrupt(t *testing.T) {
 	}
 }
 
-// TestStorageNoSystemFlags: without the flags, nothing is mounted and the
-// consoles say why, once.
+// TestStorageNoMatchingSystem: when no slot matches, the consoles say so
+// once with both reasons, a corrupt slot on a line of its own, and the
+// slots are not tried again.
+func TestStorageNoMatchingSystem(t *testing.T) {
+	passed := []localstorage.PassedSlot{
+		{Slot: localstorage.SlotA, Err: fmt.Errorf("%w: slot a: read: input/output error", localstorage.ErrSystemCorrupt)},
+		{Slot: localstorage.SlotB, Err: fmt.Errorf("%w: is empty", localstorage.ErrSlotMismatch)},
+	}
+	disks := &fakeDisks{
+		matching:    &localstorage.SystemMount{Passed: passed},
+		matchingErr: fmt.Errorf("%w %x: slot a: ...; slot b is empty", localstorage.ErrNoSystem, testParams.RootHash),
+	}
+	st, lines, mounted := systemStorage(disks, buildCmdline)
+	supervisortest.Harness(t, st.run)
+	lines.wait(t, fmt.Sprintf("no verified system partition: no system slot matches the root hash %x: slot a: ...; slot b is empty", testParams.RootHash))
+	time.Sleep(time.Second)
+	for s, want := range map[string]int{
+		fmt.Sprintf("system partition a is corrupt: it does not match root hash %x; not using it", testParams.RootHash): 1,
+		"system partition b is corrupt":  0,
+		"no verified system partition: ": 1,
+	} {
+		if n := lines.count(s); n != want {
+			t.Errorf("the consoles said %q %d times, want %d", s, n, want)
+		}
+	}
+	disks.mu.Lock()
+	esp, calls := disks.espCalls, disks.matchingCalls
+	disks.mu.Unlock()
+	if esp != 0 || calls != 1 {
+		t.Errorf("MountESP was called %d times and MountMatchingSystem %d times, want 0 and 1", esp, calls)
+	}
+	if v, err := mounted.Watch().Get(context.Background(), event.BacklogOnly[bool]()); err == nil && v {
+		t.Errorf("mounted was set with no matching system partition")
+	}
+}
+
+// TestStorageSystemUnreadable: a slot that could not be read at all is
+// tried again, with the supervisor's backoff, and nothing is said on the
+// consoles until something lasting is known.
+func TestStorageSystemUnreadable(t *testing.T) {
+	disks := &fakeDisks{matchingErr: errors.New("when looking for the system slot: no disk has an EFI system partition")}
+	st, lines, _ := systemStorage(disks, buildCmdline)
+	supervisortest.Harness(t, st.run)
+	time.Sleep(time.Second)
+	disks.mu.Lock()
+	calls := disks.matchingCalls
+	disks.mu.Unlock()
+	if calls < 2 {
+		t.Errorf("MountMatchingSystem was called %d times in a second of backoff, want it tried again", calls)
+	}
+	if n := lines.count("system partition"); n != 0 {
+		t.Errorf("the consoles said something of the system partition %d times, want nothing yet", n)
+	}
+}
+
+// TestStorageNoSystemFlags: without the verity flag, nothing is mounted
+// and the consoles say why, once.
 func TestStorageNoSystemFlags(t *testing.T) {
 	disks := &fakeDisks{}
 	st, lines, _ := systemStorage(disks, "console=ttyS0")
 	supervisortest.Harness(t, st.run)
-	lines.wait(t, "no verified system partition: the command line has no cairn.system=")
+	lines.wait(t, "no verified system partition: the command line has no cairn.verity=")
 	time.Sleep(500 * time.Millisecond)
+	if n := lines.count("no verified system partition"); n != 1 {
+		t.Errorf("the missing flag was said %d times, want once", n)
+	}
 	disks.mu.Lock()
 	defer disks.mu.Unlock()
-	if disks.systemCalls != 0 || disks.espCalls != 0 {
-		t.Errorf("MountSystem called %d times, MountESP %d, want neither", disks.systemCalls, disks.espCalls)
+	if disks.systemCalls != 0 || disks.matchingCalls != 0 || disks.espCalls != 0 {
+		t.Errorf("MountSystem called %d times, MountMatchingSystem %d, MountESP %d, want none", disks.systemCalls, disks.matchingCalls, disks.espCalls)
 	}
 	if errors.Is(st.system.err, localstorage.ErrSystemCorrupt) {
 		t.Errorf("missing flags reported as corruption")
@@ -139,7 +211,7 @@ func TestStorageNoSystemFlags(t *testing.T) {
 // without mounting twice.
 func TestStorageLoadsModules(t *testing.T) {
 	disks := &fakeDisks{}
-	st, lines, mounted := systemStorage(disks, systemCmdline("a"))
+	st, lines, mounted := systemStorage(disks, buildCmdline)
 	var dataReady memory.Value[bool]
 	st.dataReady = &dataReady
 	var order []string
@@ -150,7 +222,7 @@ func TestStorageLoadsModules(t *testing.T) {
 			defer disks.mu.Unlock()
 			m, _ := mounted.Watch().Get(context.Background(), event.BacklogOnly[bool]())
 			r, _ := dataReady.Watch().Get(context.Background(), event.BacklogOnly[bool]())
-			order = append(order, fmt.Sprintf("%s: %d system, %d ESP, mounted %v, data ready %v", name, disks.systemCalls, disks.espCalls, m, r))
+			order = append(order, fmt.Sprintf("%s: %d system, %d ESP, mounted %v, data ready %v", name, disks.matchingCalls, disks.espCalls, m, r))
 			if !failed {
 				failed = true
 				return errors.New("sysfs away")

@@ -375,6 +375,9 @@ func checkNodeStatus(st *api.NodeStatus) error {
 	} else if !printable(v) {
 		return status.Errorf(codes.InvalidArgument, "status.version %q is not printable ASCII", v)
 	}
+	if _, err := localstorage.ParseSlot(st.SystemSlot); err != nil && st.SystemSlot != "" {
+		return status.Errorf(codes.InvalidArgument, "status.system_slot: %v", err)
+	}
 	if rc := st.RunningCurator; rc != nil && (rc.Port < 1 || rc.Port > 65535) {
 		return status.Errorf(codes.InvalidArgument, "status.running_curator.port %d is not a TCP port (1 to 65535)", rc.Port)
 	}

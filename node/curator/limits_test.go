@@ -187,6 +187,8 @@ func invalidStatuses() []invalidStatus {
 		{"a version with a newline", &api.NodeStatus{Version: "v1\nFAKE LOG LINE"}, "status.version"},
 		{"a version with an escape", &api.NodeStatus{Version: "v1\x1b[2J"}, "status.version"},
 		{"a version not in ASCII", &api.NodeStatus{Version: "v1é"}, "status.version"},
+		{"a system slot c", &api.NodeStatus{SystemSlot: "c"}, "status.system_slot"},
+		{"a system slot with a newline", &api.NodeStatus{SystemSlot: "a\nFAKE LOG LINE"}, "status.system_slot"},
 		{"curator port 0", &api.NodeStatus{RunningCurator: &api.NodeStatus_RunningCurator{}}, "status.running_curator.port"},
 		{"curator port 65536", &api.NodeStatus{RunningCurator: &api.NodeStatus_RunningCurator{Port: 65536}}, "status.running_curator.port"},
 		{"a negative curator port", &api.NodeStatus{RunningCurator: &api.NodeStatus_RunningCurator{Port: -1}}, "status.running_curator.port"},
@@ -210,6 +212,8 @@ func TestCheckNodeStatus(t *testing.T) {
 		{},
 		{ExternalAddress: "10.42.0.10", Version: "dev-0123456789abcdef0123456789abcdef01234567", RunningCurator: &api.NodeStatus_RunningCurator{Port: 7833}, TimestampUnixNanos: time.Now().UnixNano()},
 		{ExternalAddress: "2001:db8::10", Version: "v1.2.3 (built by CI)", RunningCurator: &api.NodeStatus_RunningCurator{Port: 65535}},
+		{SystemSlot: "a"},
+		{SystemSlot: "b"},
 		// A clock that is behind, or was never set, is the node's affair.
 		{TimestampUnixNanos: 1},
 		{TimestampUnixNanos: time.Now().Add(time.Hour).UnixNano()},

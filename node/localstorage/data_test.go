@@ -26,9 +26,10 @@ type fileBlock struct {
 	// is in progress, as a power cut during mkfs.xfs leaves it.
 	cutFS bool
 	// corrupt is set when openVerity found a slot that does not match;
-	// verityClosed counts closeVerity calls (system_test.go).
-	corrupt      bool
-	verityClosed int
+	// verityOpened and verityClosed count openVerity and closeVerity
+	// calls (system_test.go).
+	corrupt                    bool
+	verityOpened, verityClosed int
 }
 
 func (b *fileBlock) part() string { return filepath.Join(b.dir, "part") }

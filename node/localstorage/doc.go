@@ -13,11 +13,17 @@
 //	└─────┴────────────┴──────────────┴──────────┴────────────────────┘
 //	                                     tmpfs ─────────────────────────▶ /ephemeral
 //
-// MountSystem maps the slot the command line names through dm-verity,
-// checked against the root hash of the command line, and mounts it at
-// Root.System; it comes first, as mkfs.xfs lives there. A slot that does
-// not match is ErrSystemCorrupt and is never mounted: its first blocks,
-// which every mount reads, are read and checked before the mount.
+// MountMatchingSystem finds the system slot by content: the one whose
+// hash tree's top hashes to the root hash of the command line, slot a
+// first, so that one signed kernel image boots from either slot. It maps
+// that slot through dm-verity and mounts it at Root.System; it comes
+// first, as mkfs.xfs lives there. A slot of another image, or of none,
+// costs one block read and is passed over (ErrSlotMismatch); one whose
+// top matches but whose first blocks, which every mount reads, do not is
+// ErrSystemCorrupt; either is never mounted. MountSystem mounts a slot
+// named (cairn.system=, for tests), any mismatch being ErrSystemCorrupt.
+// BootedSystem says which slot runs, Slot.Other where an update goes, and
+// SystemPartition where that slot's partition is.
 //
 // The enrolment code decides which of MountNew and MountExisting to call:
 // MountNew when the node has no sealed configuration yet (nothing stored

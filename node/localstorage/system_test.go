@@ -3,10 +3,13 @@ package localstorage
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	"cairn.dev/cairn/pkg/verity"
 )
@@ -27,6 +30,8 @@ func (b *fileBlock) systemPartition(s Slot) (string, uint64, error) {
 }
 
 func (b *fileBlock) openVerity(name, device string, p verity.Params) (string, error) {
+	b.verityOpened++
+	b.corrupt = false
 	data, err := os.ReadFile(device)
 	if err != nil {
 		return "", err
@@ -131,6 +136,187 @@ func TestMountSystemErrors(t *testing.T) {
 	}
 	if len(b.mounted) != 0 {
 		t.Errorf("mounted %q", b.mounted)
+	}
+}
+
+// TestMountMatchingSystem finds the slot by content: slot a first, then
+// slot b, passing over a slot that holds another image or none after one
+// block, without a verity device.
+func TestMountMatchingSystem(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// a and b prepare the slots; the image is of 40 blocks.
+		a, b func(t *testing.T, path string)
+		want Slot
+		// passed are the slots passed over and what their reasons say.
+		passed map[Slot]string
+		// opened is how many verity devices were set up.
+		opened int
+	}{
+		{"a holds another image, b matches", otherImage, theImage, SlotB, map[Slot]string{SlotA: "holds another image"}, 1},
+		{"a is empty, b matches", emptySlot, theImage, SlotB, map[Slot]string{SlotA: "is empty"}, 1},
+		{"a is too small, b matches", smallSlot, theImage, SlotB, map[Slot]string{SlotA: "is too small"}, 1},
+		{"both match", theImage, theImage, SlotA, nil, 1},
+		{"a matches, b is empty", theImage, emptySlot, SlotA, nil, 1},
+	} {
+		t.Run(strings.ReplaceAll(tc.name, " ", "-"), func(t *testing.T) {
+			b, p, m, err := mountMatching(t, tc.a, tc.b)
+			if err != nil {
+				t.Fatalf("MountMatchingSystem: %v", err)
+			}
+			want := BootedSystem{Slot: tc.want, Params: p, Partition: b.slot(tc.want)}
+			if diff := cmp.Diff(want, m.BootedSystem); diff != "" {
+				t.Errorf("MountMatchingSystem booted (-want +got):\n%s", diff)
+			}
+			if len(m.Passed) != len(tc.passed) {
+				t.Errorf("MountMatchingSystem passed over %+v, want %v", m.Passed, tc.passed)
+			}
+			for _, ps := range m.Passed {
+				if !errors.Is(ps.Err, ErrSlotMismatch) || !strings.Contains(ps.Err.Error(), tc.passed[ps.Slot]) {
+					t.Errorf("slot %s passed over for %v, want ErrSlotMismatch saying %q", ps.Slot, ps.Err, tc.passed[ps.Slot])
+				}
+			}
+			if b.verityOpened != tc.opened || len(b.mounted) != 1 {
+				t.Errorf("%d verity devices set up and mounts %q, want %d and one", b.verityOpened, b.mounted, tc.opened)
+			}
+		})
+	}
+}
+
+// TestMountMatchingSystemNone: with no slot holding the image, the error
+// is ErrNoSystem naming both slots' reasons, a corrupt slot's among them;
+// nothing is mounted.
+func TestMountMatchingSystemNone(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		a, b func(t *testing.T, path string)
+		// want are what the error says of each slot; corrupt is the slot
+		// whose reason is ErrSystemCorrupt.
+		want    []string
+		corrupt Slot
+	}{
+		{"another image and empty", otherImage, emptySlot, []string{"slot a holds another image", "slot b is empty"}, ""},
+		{"empty and another image", emptySlot, otherImage, []string{"slot a is empty", "slot b holds another image"}, ""},
+		{"corrupt and empty", corruptImage, emptySlot, []string{"slot a: system partition does not match its root hash", "slot b is empty"}, SlotA},
+	} {
+		t.Run(strings.ReplaceAll(tc.name, " ", "-"), func(t *testing.T) {
+			b, p, m, err := mountMatching(t, tc.a, tc.b)
+			if !errors.Is(err, ErrNoSystem) {
+				t.Fatalf("MountMatchingSystem = %v, want ErrNoSystem", err)
+			}
+			for _, w := range append(tc.want, fmt.Sprintf("%x", p.RootHash)) {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("MountMatchingSystem = %q, want it to say %q", err, w)
+				}
+			}
+			if len(m.Passed) != 2 || m.Passed[0].Slot != SlotA || m.Passed[1].Slot != SlotB {
+				t.Fatalf("MountMatchingSystem passed over %+v, want slots a and b", m.Passed)
+			}
+			for _, ps := range m.Passed {
+				if got := errors.Is(ps.Err, ErrSystemCorrupt); got != (ps.Slot == tc.corrupt) {
+					t.Errorf("slot %s: %v is ErrSystemCorrupt: %v, want %v", ps.Slot, ps.Err, got, !got)
+				}
+			}
+			if len(b.mounted) != 0 {
+				t.Errorf("mounted %q", b.mounted)
+			}
+		})
+	}
+}
+
+// TestMountMatchingSystemUnreadable: a slot that cannot be read at all is
+// no reason to give up for good: the error is not ErrNoSystem, and the
+// other slot is still found.
+func TestMountMatchingSystemUnreadable(t *testing.T) {
+	s, b := newTestStorage(t)
+	emptySlot(t, b.slot(SlotB))
+	p := imageParams(t)
+	if _, err := s.MountMatchingSystem(p); err == nil || errors.Is(err, ErrNoSystem) || !strings.Contains(err.Error(), "slot a") {
+		t.Errorf("MountMatchingSystem without slot a = %v, want an error naming slot a that is not ErrNoSystem", err)
+	}
+	theImage(t, b.slot(SlotB))
+	if m, err := s.MountMatchingSystem(p); err != nil || m.Slot != SlotB {
+		t.Errorf("MountMatchingSystem without slot a = %+v, %v; want slot b", m, err)
+	}
+}
+
+// TestMountSystemExplicit: a slot named mounts that slot, even when the
+// other holds the image too, and a slot named that holds another image
+// is corrupt.
+func TestMountSystemExplicit(t *testing.T) {
+	s, b := newTestStorage(t)
+	theImage(t, b.slot(SlotA))
+	theImage(t, b.slot(SlotB))
+	p := imageParams(t)
+	m, err := s.MountSystem(SlotB, p)
+	if err != nil || m.Slot != SlotB || m.Partition != b.slot(SlotB) {
+		t.Errorf("MountSystem(b) = %+v, %v; want slot b", m, err)
+	}
+	otherImage(t, b.slot(SlotA))
+	if _, err := s.MountSystem(SlotA, p); !errors.Is(err, ErrSystemCorrupt) || !strings.Contains(err.Error(), "slot a holds another image") {
+		t.Errorf("MountSystem(a holding another image) = %v, want ErrSystemCorrupt saying so", err)
+	}
+}
+
+// The slots of the tests above: the image of imageParams, another image,
+// the image with its first block changed, zeros, and a slot too small.
+const (
+	imageBlocks = 40
+	slotSize    = 1 << 20
+)
+
+func theImage(t *testing.T, path string) { writeSlot(t, path, imageBlocks, slotSize) }
+func otherImage(t *testing.T, path string) {
+	writeSlot(t, path, 2*imageBlocks, slotSize)
+}
+func corruptImage(t *testing.T, path string) {
+	theImage(t, path)
+	flipByte(t, path, 100)
+}
+func emptySlot(t *testing.T, path string) {
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, slotSize); err != nil {
+		t.Fatal(err)
+	}
+}
+func smallSlot(t *testing.T, path string) {
+	if err := os.WriteFile(path, make([]byte, imageBlocks*verity.BlockSize), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// mountMatching prepares the slots with a and b and calls
+// MountMatchingSystem for theImage.
+func mountMatching(t *testing.T, a, b func(t *testing.T, path string)) (*fileBlock, verity.Params, SystemMount, error) {
+	s, fb := newTestStorage(t)
+	a(t, fb.slot(SlotA))
+	b(t, fb.slot(SlotB))
+	p := imageParams(t)
+	m, err := s.MountMatchingSystem(p)
+	return fb, p, m, err
+}
+
+// imageParams are the verity parameters of theImage.
+func imageParams(t *testing.T) verity.Params {
+	return writeSlot(t, filepath.Join(t.TempDir(), "image"), imageBlocks, slotSize)
+}
+
+func TestSlotOther(t *testing.T) {
+	if SlotA.Other() != SlotB || SlotB.Other() != SlotA {
+		t.Errorf("Other of a, b = %q, %q; want b, a", SlotA.Other(), SlotB.Other())
+	}
+}
+
+func TestSystemPartition(t *testing.T) {
+	s, b := newTestStorage(t)
+	theImage(t, b.slot(SlotB))
+	if dev, size, err := s.SystemPartition(SlotB); err != nil || dev != b.slot(SlotB) || size != slotSize {
+		t.Errorf("SystemPartition(b) = %q, %d, %v; want %q, %d", dev, size, err, b.slot(SlotB), slotSize)
+	}
+	if _, _, err := s.SystemPartition(SlotA); err == nil || !strings.Contains(err.Error(), "slot a") {
+		t.Errorf("SystemPartition(missing a) = %v, want an error naming slot a", err)
 	}
 }
 

@@ -38,6 +38,7 @@ type testNode struct {
 	membership memory.Value[*Membership]
 	address    memory.Value[netip.Prefix]
 	clock      memory.Value[timesync.State]
+	system     memory.Value[*localstorage.BootedSystem]
 	svc        *Service
 	lt         *logtree.LogTree
 	stop       func()
@@ -70,10 +71,12 @@ func newTestNode(t testing.TB, curatorPort, peerPort, joinPeerPort, directoryPor
 	n := &testNode{key: identitytest.NewKey(t), ip: netip.MustParseAddr("127.0.0.1")}
 	n.address.Set(netip.PrefixFrom(n.ip, 8))
 	n.clock.Set(testClock)
+	n.system.Set(&localstorage.BootedSystem{Slot: localstorage.SlotB})
 	n.cfg = Config{
 		Membership:      &n.membership,
 		ExternalAddress: &n.address,
 		Clock:           &n.clock,
+		System:          &n.system,
 		Storage:         st,
 		Version:         "test",
 		Ports:           ports.Table{Curator: curatorPort, EtcdPeer: peerPort},

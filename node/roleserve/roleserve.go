@@ -43,6 +43,10 @@ type Config struct {
 	// Clock is the state of the node's clock (node/timesync), reported in
 	// its status. Nil leaves the clock out of the status.
 	Clock event.Watchable[timesync.State]
+	// System is the system slot the node booted (node/localstorage),
+	// set before the storage child lets anything else start: reported
+	// in the node's status. Nil leaves the slot out of the status.
+	System event.Watchable[*localstorage.BootedSystem]
 	// Ports are the ports this node's etcd and curator listen on; zero
 	// fields mean the fixed ones.
 	Ports ports.Table
@@ -184,6 +188,7 @@ func New(cfg Config) *Service {
 			curator:      &s.curator,
 			localCurator: &s.localCurator,
 			clock:        cfg.Clock,
+			system:       cfg.System,
 			version:      cfg.Version,
 		}).run,
 		"heartbeat": (&workerHeartbeat{curator: &s.curator}).run,

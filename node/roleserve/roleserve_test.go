@@ -69,6 +69,7 @@ func TestCluster(t *testing.T) {
 		want := &api.NodeStatus{
 			ExternalAddress: a.ip.String(),
 			Version:         "test",
+			SystemSlot:      "b",
 			RunningCurator:  &api.NodeStatus_RunningCurator{Port: int32(a.cfg.Ports.Curator)},
 			Clock: &api.ClockStatus{
 				State:             api.ClockState_CLOCK_STATE_SYNCHRONIZED,

@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/node/timesync"
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/supervisor"
@@ -28,15 +29,19 @@ const (
 )
 
 // workerStatuspush tells the curator what this node reports about itself
-// (its address, its version, its curator if it runs one, and its clock)
-// every time that changes.
+// (its address, its version and system slot, its curator if it runs one,
+// and its clock) every time that changes.
 type workerStatuspush struct {
 	address      event.Watchable[netip.Prefix]
 	credentials  event.Watchable[*identity.Node]
 	curator      event.Watchable[*curatorConn]
 	localCurator event.Watchable[netip.AddrPort]
 	// clock is the clock's state; nil leaves it out of the status.
-	clock   event.Watchable[timesync.State]
+	clock event.Watchable[timesync.State]
+	// system is the system slot the node booted; nil leaves it out of
+	// the status. It is set once, before the role server has anything
+	// to do.
+	system  event.Watchable[*localstorage.BootedSystem]
 	version string
 }
 
@@ -48,6 +53,14 @@ func (w *workerStatuspush) run(ctx context.Context) error {
 	cc, err := waitFor(ctx, w.curator, "a curator connection")
 	if err != nil {
 		return err
+	}
+	var slot localstorage.Slot
+	if w.system != nil {
+		booted, err := waitFor(ctx, w.system, "the booted system slot")
+		if err != nil {
+			return err
+		}
+		slot = booted.Slot
 	}
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -87,6 +100,7 @@ func (w *workerStatuspush) run(ctx context.Context) error {
 			Version:            w.version,
 			TimestampUnixNanos: time.Now().UnixNano(),
 			Clock:              clockStatus(clock),
+			SystemSlot:         string(slot),
 		}
 		if local.IsValid() {
 			st.RunningCurator = &api.NodeStatus_RunningCurator{Port: int32(local.Port())}

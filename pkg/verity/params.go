@@ -1,6 +1,8 @@
 package verity
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"strconv"
@@ -30,6 +32,32 @@ func (p Params) HashStartBlock() uint64 { return p.HashOffset / BlockSize }
 // End is the number of bytes the device must hold: the data and the tree
 // after it.
 func (p Params) End() uint64 { return p.HashOffset + HashBlocks(p.DataBlocks)*BlockSize }
+
+// TopOffset is where, on the device, the block lies whose salted digest
+// is the root hash: the top level of the tree, or the only data block of
+// an image of one block, which has no tree.
+func (p Params) TopOffset() uint64 {
+	if p.DataBlocks == 1 {
+		return 0
+	}
+	return p.HashOffset
+}
+
+// IsTop reports whether block, the BlockSize bytes read at TopOffset,
+// hashes to the root hash. It is the cheapest test of whether a device
+// holds the image at all, one block read and hashed: a device holding
+// another image, or nothing, fails it. One that passes may still hold
+// changed blocks below the top, which dm-verity refuses when they are
+// read.
+func (p Params) IsTop(block []byte) bool {
+	if len(block) != BlockSize {
+		return false
+	}
+	h := sha256.New()
+	h.Write(p.Salt)
+	h.Write(block)
+	return bytes.Equal(h.Sum(nil), p.RootHash)
+}
 
 // String returns the text form ParseParams reads:
 // "<root hash hex>,<salt hex>,<data blocks>,<hash offset>".

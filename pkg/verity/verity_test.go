@@ -191,6 +191,28 @@ func TestParams(t *testing.T) {
 	}
 }
 
+// TestIsTop reads the block at TopOffset of images with and without a
+// tree, and of another image, as a node does before it maps a slot.
+func TestIsTop(t *testing.T) {
+	for _, blocks := range []int{1, 2, 130} {
+		data := randomData(blocks, 5)
+		tree, err := Compute(bytes.NewReader(data), []byte{7})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := tree.Params([]byte{7})
+		device := append(append([]byte{}, data...), tree.Hashes...)
+		top := device[p.TopOffset() : p.TopOffset()+BlockSize]
+		if !p.IsTop(top) {
+			t.Errorf("%d blocks: IsTop(block at TopOffset %d) = false, want true", blocks, p.TopOffset())
+		}
+		other := randomData(blocks, 6)
+		if p.IsTop(other[:BlockSize]) || p.IsTop(make([]byte, BlockSize)) || p.IsTop(top[:100]) {
+			t.Errorf("%d blocks: IsTop accepted another image's block, zeros or a short block", blocks)
+		}
+	}
+}
+
 // FuzzParseParams feeds ParseParams command line text: it must never
 // panic, and what it accepts must check and survive a round trip.
 func FuzzParseParams(f *testing.F) {

@@ -305,7 +305,11 @@ type NodeStatus struct {
 	TimestampUnixNanos int64 `protobuf:"varint,4,opt,name=timestamp_unix_nanos,json=timestampUnixNanos,proto3" json:"timestamp_unix_nanos,omitempty"`
 	// The node's clock, as the node judges it. Unset from a node whose build
 	// does not keep time.
-	Clock         *ClockStatus `protobuf:"bytes,5,opt,name=clock,proto3" json:"clock,omitempty"`
+	Clock *ClockStatus `protobuf:"bytes,5,opt,name=clock,proto3" json:"clock,omitempty"`
+	// The system slot the node booted, "a" or "b": the one whose content
+	// matched the root hash on its kernel command line. An update writes the
+	// other. Empty from a node whose build does not say.
+	SystemSlot    string `protobuf:"bytes,6,opt,name=system_slot,json=systemSlot,proto3" json:"system_slot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -373,6 +377,13 @@ func (x *NodeStatus) GetClock() *ClockStatus {
 		return x.Clock
 	}
 	return nil
+}
+
+func (x *NodeStatus) GetSystemSlot() string {
+	if x != nil {
+		return x.SystemSlot
+	}
+	return ""
 }
 
 // ClockStatus is what a node says about its clock. A node pushes it when
@@ -741,14 +752,16 @@ const file_proto_api_node_proto_rawDesc = "" +
 	"\x11kubernetes_worker\x18\x03 \x01(\v2%.cairn.api.NodeRoles.KubernetesWorkerR\x10kubernetesWorker\x1a\x11\n" +
 	"\x0fConsensusMember\x1a\x16\n" +
 	"\x14KubernetesController\x1a\x12\n" +
-	"\x10KubernetesWorker\"\xa6\x02\n" +
+	"\x10KubernetesWorker\"\xc7\x02\n" +
 	"\n" +
 	"NodeStatus\x12)\n" +
 	"\x10external_address\x18\x01 \x01(\tR\x0fexternalAddress\x12M\n" +
 	"\x0frunning_curator\x18\x02 \x01(\v2$.cairn.api.NodeStatus.RunningCuratorR\x0erunningCurator\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\tR\aversion\x120\n" +
 	"\x14timestamp_unix_nanos\x18\x04 \x01(\x03R\x12timestampUnixNanos\x12,\n" +
-	"\x05clock\x18\x05 \x01(\v2\x16.cairn.api.ClockStatusR\x05clock\x1a$\n" +
+	"\x05clock\x18\x05 \x01(\v2\x16.cairn.api.ClockStatusR\x05clock\x12\x1f\n" +
+	"\vsystem_slot\x18\x06 \x01(\tR\n" +
+	"systemSlot\x1a$\n" +
 	"\x0eRunningCurator\x12\x12\n" +
 	"\x04port\x18\x01 \x01(\x05R\x04port\"\xbe\x01\n" +
 	"\vClockStatus\x12+\n" +
