@@ -115,6 +115,10 @@ func (testManagement) UpdateRegistries(ctx context.Context, _ *api.UpdateRegistr
 	return &api.UpdateRegistriesResponse{}, unaryPeer(ctx)
 }
 
+func (testManagement) UpdateReleaseKeys(ctx context.Context, _ *api.UpdateReleaseKeysRequest) (*api.UpdateReleaseKeysResponse, error) {
+	return &api.UpdateReleaseKeysResponse{}, unaryPeer(ctx)
+}
+
 func (testManagement) IssueMetricsCertificate(ctx context.Context, _ *api.IssueMetricsCertificateRequest) (*api.IssueMetricsCertificateResponse, error) {
 	return &api.IssueMetricsCertificateResponse{}, unaryPeer(ctx)
 }
