@@ -88,13 +88,20 @@ func ticketFingerprint(ticket []byte) string {
 	return fingerprint(ticket)[:16]
 }
 
-func (a *app) clusterInfo(ctx context.Context, o *owner) error {
+// getClusterInfo calls Management.GetClusterInfo; what says what for,
+// in errors.
+func getClusterInfo(ctx context.Context, o *owner, what string) (*api.GetClusterInfoResponse, error) {
 	var info *api.GetClusterInfoResponse
-	err := o.curator(ctx, "getting cluster info", func(ctx context.Context, conn *grpc.ClientConn) error {
+	err := o.curator(ctx, what, func(ctx context.Context, conn *grpc.ClientConn) error {
 		var err error
 		info, err = api.NewManagementClient(conn).GetClusterInfo(ctx, &api.GetClusterInfoRequest{})
 		return err
 	})
+	return info, err
+}
+
+func (a *app) clusterInfo(ctx context.Context, o *owner) error {
+	info, err := getClusterInfo(ctx, o, "getting cluster info")
 	if err != nil {
 		return err
 	}

@@ -115,12 +115,7 @@ func newReleaseKeysCommand(a *app) *cobra.Command {
 }
 
 func (a *app) listReleaseKeys(ctx context.Context, o *owner) error {
-	var info *api.GetClusterInfoResponse
-	err := o.curator(ctx, "getting the release keys", func(ctx context.Context, conn *grpc.ClientConn) error {
-		var err error
-		info, err = api.NewManagementClient(conn).GetClusterInfo(ctx, &api.GetClusterInfoRequest{})
-		return err
-	})
+	info, err := getClusterInfo(ctx, o, "getting the release keys")
 	if err != nil {
 		return err
 	}

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"crypto/ed25519"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -13,13 +11,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"cairn.dev/cairn/pkg/release"
+	"cairn.dev/cairn/pkg/release/releasetest"
 )
-
-// testReleaseKey is the release public key made from a seed of b bytes.
-func testReleaseKey(b byte) release.PublicKey {
-	priv := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{b}, ed25519.SeedSize))
-	return release.PublicKey(priv.Public().(ed25519.PublicKey))
-}
 
 // writeReleaseKey writes k's text form into a file, as make release
 // writes out/release.pub, and returns the file's path.
@@ -37,7 +30,7 @@ func writeReleaseKey(t *testing.T, k release.PublicKey) string {
 func TestParamsBootstrapReleaseKeys(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "cfg")
 	out := filepath.Join(t.TempDir(), "params.pb")
-	a, b := testReleaseKey(1), testReleaseKey(2)
+	a, b := releasetest.PublicKey(1), releasetest.PublicKey(2)
 	stdout := mustRun(t, dir, "params", "bootstrap", "--out", out, "--release-key", a.String(), "--release-key", "@"+writeReleaseKey(t, b))
 	for _, k := range []release.PublicKey{a, b} {
 		if !strings.Contains(stdout, "release key "+k.ID()) {
@@ -69,7 +62,7 @@ func TestParamsBootstrapReleaseKeys(t *testing.T) {
 // or dialled, naming the key.
 func TestReleaseKeyErrors(t *testing.T) {
 	dir := t.TempDir()
-	a := testReleaseKey(1).String()
+	a := releasetest.PublicKey(1).String()
 	bad := filepath.Join(t.TempDir(), "bad.pub")
 	if err := os.WriteFile(bad, []byte("ssh-ed25519 AAAA\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -98,7 +91,7 @@ func TestReleaseKeysAgainstCurator(t *testing.T) {
 	dir := t.TempDir()
 	c := ownedControlPlane(t, dir)
 	mustRun(t, dir, "--endpoint", c.Addr, "takeownership")
-	a, b := testReleaseKey(1), testReleaseKey(2)
+	a, b := releasetest.PublicKey(1), releasetest.PublicKey(2)
 
 	if out := runUntilOK(t, dir, "cluster", "release-keys", "list"); !strings.Contains(out, "none") {
 		t.Errorf("release-keys list on a new cluster printed %q, want none", out)
@@ -118,7 +111,7 @@ func TestReleaseKeysAgainstCurator(t *testing.T) {
 		t.Errorf("cluster info printed %q, want the release keys", out)
 	}
 
-	if _, err := run(t, dir, "cluster", "release-keys", "remove", testReleaseKey(3).String()); err == nil || !strings.Contains(err.Error(), "not trusted") {
+	if _, err := run(t, dir, "cluster", "release-keys", "remove", releasetest.PublicKey(3).String()); err == nil || !strings.Contains(err.Error(), "not trusted") {
 		t.Errorf("removing an untrusted key = %v, want an error saying it is not trusted", err)
 	}
 	mustRun(t, dir, "cluster", "release-keys", "remove", a.String())

@@ -2,24 +2,17 @@ package clusterconfig
 
 import (
 	"bytes"
-	"crypto/ed25519"
 	"encoding/base64"
 	"errors"
 	"strings"
 	"testing"
 
-	"cairn.dev/cairn/pkg/release"
+	"cairn.dev/cairn/pkg/release/releasetest"
 	"cairn.dev/cairn/proto/api"
 )
 
-// testReleaseKey is the release public key made from a seed of b bytes.
-func testReleaseKey(b byte) release.PublicKey {
-	priv := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{b}, ed25519.SeedSize))
-	return release.PublicKey(priv.Public().(ed25519.PublicKey))
-}
-
 func TestValidateReleaseKeys(t *testing.T) {
-	a, b := testReleaseKey(1).String(), testReleaseKey(2).String()
+	a, b := releasetest.PublicKey(1).String(), releasetest.PublicKey(2).String()
 	// a with a padding bit of its last base64 digit set: the same key,
 	// spelled otherwise.
 	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
@@ -27,7 +20,7 @@ func TestValidateReleaseKeys(t *testing.T) {
 	aAgain := a[:len(a)-2] + string(alphabet[last^1]) + "="
 	many := make([]string, MaxReleaseKeys+1)
 	for i := range many {
-		many[i] = testReleaseKey(byte(i)).String()
+		many[i] = releasetest.PublicKey(byte(i)).String()
 	}
 	for _, tc := range []struct {
 		name string
@@ -60,7 +53,7 @@ func TestValidateReleaseKeys(t *testing.T) {
 // TestReleaseKeys: the installer's view of the configuration is the
 // parsed keys in order; none, or a bad entry, is an error.
 func TestReleaseKeys(t *testing.T) {
-	a, b := testReleaseKey(1), testReleaseKey(2)
+	a, b := releasetest.PublicKey(1), releasetest.PublicKey(2)
 	got, err := ReleaseKeys(&api.ClusterConfiguration{ReleaseKeys: []string{b.String(), a.String()}})
 	if err != nil || len(got) != 2 || !bytes.Equal(got[0], b) || !bytes.Equal(got[1], a) {
 		t.Fatalf("ReleaseKeys = %v, %v, want [%s %s]", got, err, b.ID(), a.ID())
@@ -76,7 +69,7 @@ func TestReleaseKeys(t *testing.T) {
 }
 
 func TestDescribeReleaseKeys(t *testing.T) {
-	k := testReleaseKey(3)
+	k := releasetest.PublicKey(3)
 	got := DescribeReleaseKeys([]string{k.String(), "x"})
 	if len(got) != 2 || got[0] != k.ID()+"  "+k.String() || !strings.Contains(got[1], "not a release key") {
 		t.Errorf("DescribeReleaseKeys = %q, want the key's ID and text, then the bad entry", got)

@@ -1,7 +1,6 @@
 package curator
 
 import (
-	"bytes"
 	"crypto/ed25519"
 	"fmt"
 	"slices"
@@ -15,15 +14,9 @@ import (
 
 	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/pkg/fixture"
-	"cairn.dev/cairn/pkg/release"
+	"cairn.dev/cairn/pkg/release/releasetest"
 	"cairn.dev/cairn/proto/api"
 )
-
-// testReleaseKey is the release public key made from a seed of b bytes.
-func testReleaseKey(b byte) release.PublicKey {
-	priv := ed25519.NewKeyFromSeed(bytes.Repeat([]byte{b}, ed25519.SeedSize))
-	return release.PublicKey(priv.Public().(ed25519.PublicKey))
-}
 
 // TestReleaseKeys: the owner adds and removes release keys, a node
 // watching the configuration sees each change with the rest kept, bad
@@ -34,14 +27,11 @@ func TestReleaseKeys(t *testing.T) {
 	ctx := fixture.Context(t)
 	addr := c.nodes[0].addr.String()
 	m := c.mgmt(t, addr)
-	stream, err := c.nodes[0].client(t, addr).Watch(ctx, &api.WatchRequest{Kind: &api.WatchRequest_Configuration_{Configuration: &api.WatchRequest_Configuration{}}})
-	if err != nil {
-		t.Fatalf("Watch: %v", err)
+	stream, conf := watchConfiguration(t, c.nodes[0], addr)
+	if len(conf.GetReleaseKeys()) != 0 {
+		t.Fatalf("Watch backlog = %v, want no release key", conf)
 	}
-	if ev := recvEvent(t, stream); len(ev.Configuration.GetReleaseKeys()) != 0 {
-		t.Fatalf("Watch backlog = %v, want no release key", ev.Configuration)
-	}
-	a, b := testReleaseKey(1).String(), testReleaseKey(2).String()
+	a, b := releasetest.PublicKey(1).String(), releasetest.PublicKey(2).String()
 
 	update := func(add, remove []string) ([]string, error) {
 		t.Helper()
@@ -68,8 +58,8 @@ func TestReleaseKeys(t *testing.T) {
 	}{
 		{"not a key", []string{"cairn-release-ed25519:AAAA"}, nil, codes.InvalidArgument},
 		{"added and removed", []string{a}, []string{a}, codes.InvalidArgument},
-		{"added twice", []string{testReleaseKey(3).String(), testReleaseKey(3).String()}, nil, codes.InvalidArgument},
-		{"removing an untrusted key", nil, []string{a, testReleaseKey(4).String()}, codes.NotFound},
+		{"added twice", []string{releasetest.PublicKey(3).String(), releasetest.PublicKey(3).String()}, nil, codes.InvalidArgument},
+		{"removing an untrusted key", nil, []string{a, releasetest.PublicKey(4).String()}, codes.NotFound},
 	} {
 		if _, err := update(tc.add, tc.remove); status.Code(err) != tc.want {
 			t.Errorf("UpdateReleaseKeys %s = %v, want %v", tc.name, err, tc.want)
@@ -107,7 +97,7 @@ func TestReleaseKeysConcurrent(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := m.UpdateReleaseKeys(ctx, &api.UpdateReleaseKeysRequest{Add: []string{testReleaseKey(byte(i)).String()}}); err != nil {
+			if _, err := m.UpdateReleaseKeys(ctx, &api.UpdateReleaseKeysRequest{Add: []string{releasetest.PublicKey(byte(i)).String()}}); err != nil {
 				errs <- fmt.Errorf("adding key %d: %w", i, err)
 			}
 		}()
@@ -130,7 +120,7 @@ func TestReleaseKeysConcurrent(t *testing.T) {
 	}
 	conf := info.GetClusterConfiguration()
 	for i := range n {
-		if !slices.Contains(conf.GetReleaseKeys(), testReleaseKey(byte(i)).String()) {
+		if !slices.Contains(conf.GetReleaseKeys(), releasetest.PublicKey(byte(i)).String()) {
 			t.Errorf("release keys %q lack key %d", conf.GetReleaseKeys(), i)
 		}
 	}
@@ -142,7 +132,7 @@ func TestReleaseKeysConcurrent(t *testing.T) {
 // TestBootstrapRefusesBadReleaseKeys: a cluster is never created with a
 // release key that does not parse, whatever checked its parameters.
 func TestBootstrapRefusesBadReleaseKeys(t *testing.T) {
-	key := testReleaseKey(9)
+	key := releasetest.PublicKey(9)
 	b := BootstrapState{
 		OwnerPublicKey: ed25519.PublicKey(key), NodePublicKey: ed25519.PublicKey(key), JoinPublicKey: ed25519.PublicKey(key),
 		Configuration: &api.ClusterConfiguration{
