@@ -1,7 +1,6 @@
 package clusterconfig
 
 import (
-	"errors"
 	"fmt"
 
 	"cairn.dev/cairn/pkg/release"
@@ -13,24 +12,13 @@ import (
 // keeps the configuration, which every node watches, small.
 const MaxReleaseKeys = 16
 
-// ErrNoReleaseKey is ReleaseKeys' refusal of a configuration that trusts
-// no release key: such a cluster installs no release.
-var ErrNoReleaseKey = errors.New("the cluster trusts no release key")
-
-// ReleaseKeys returns the release keys c trusts, parsed, as
-// release.Policy.Keys takes them. It fails with an error wrapping
-// ErrNoReleaseKey when c trusts none, and names the entry when one does
-// not parse or repeats another, so that a node never reads a bad
-// configuration as a weaker one.
+// ReleaseKeys returns the release keys c trusts, parsed and in order, as
+// release.Policy.Keys and the installer's update.Trust take them; none
+// when c trusts none, which the installer refuses (update.ErrNoTrust). An
+// entry that does not parse or repeats another is an error naming it, so
+// that a node never reads a bad configuration as a weaker one.
 func ReleaseKeys(c *api.ClusterConfiguration) ([]release.PublicKey, error) {
-	keys, err := ParseReleaseKeys(c.GetReleaseKeys())
-	if err != nil {
-		return nil, err
-	}
-	if len(keys) == 0 {
-		return nil, fmt.Errorf("%w: add one with cairnctl cluster release-keys add", ErrNoReleaseKey)
-	}
-	return keys, nil
+	return ParseReleaseKeys(c.GetReleaseKeys())
 }
 
 // ValidateReleaseKeys checks the release_keys of a cluster
