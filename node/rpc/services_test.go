@@ -215,6 +215,17 @@ func (testNodeManagement) Recover(srv grpc.ClientStreamingServer[api.RecoverRequ
 	return srv.SendAndClose(&api.RecoverResponse{})
 }
 
+func (testNodeManagement) Update(_ *api.UpdateRequest, srv grpc.ServerStreamingServer[api.UpdateProgress]) error {
+	if err := streamPeer(srv); err != nil {
+		return err
+	}
+	return srv.Send(&api.UpdateProgress{})
+}
+
+func (testNodeManagement) GetSystemSlots(ctx context.Context, _ *api.GetSystemSlotsRequest) (*api.GetSystemSlotsResponse, error) {
+	return &api.GetSystemSlotsResponse{}, unaryPeer(ctx)
+}
+
 // registerTestServices registers every Cairn service on s.
 func registerTestServices(s *Server) {
 	api.RegisterAAAServer(s, testAAA{})
