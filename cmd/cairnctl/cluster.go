@@ -25,6 +25,8 @@ type clusterView struct {
 	Directory []directoryEntry `json:"directory"`
 	// Registries is where workers pull images from.
 	Registries registriesView `json:"registries"`
+	// ReleaseKeys are the keys whose signed releases nodes install.
+	ReleaseKeys []releaseKeyView `json:"release_keys"`
 }
 
 // directoryEntry is one curator of the cluster directory.
@@ -53,7 +55,7 @@ func newClusterCommand(a *app) *cobra.Command {
 			"SHA-256 fingerprints of the old and the new ticket, never the tickets.",
 		Args: cobra.NoArgs,
 		RunE: a.ownerRun(func(ctx context.Context, o *owner, _ []string) error { return a.rotateTicket(ctx, o) }),
-	}, newRegistriesCommand(a), newBackupCommand(a), newRecoverCommand(a))
+	}, newRegistriesCommand(a), newReleaseKeysCommand(a), newBackupCommand(a), newRecoverCommand(a))
 	return cmd
 }
 
@@ -86,13 +88,20 @@ func ticketFingerprint(ticket []byte) string {
 	return fingerprint(ticket)[:16]
 }
 
-func (a *app) clusterInfo(ctx context.Context, o *owner) error {
+// getClusterInfo calls Management.GetClusterInfo; what says what for,
+// in errors.
+func getClusterInfo(ctx context.Context, o *owner, what string) (*api.GetClusterInfoResponse, error) {
 	var info *api.GetClusterInfoResponse
-	err := o.curator(ctx, "getting cluster info", func(ctx context.Context, conn *grpc.ClientConn) error {
+	err := o.curator(ctx, what, func(ctx context.Context, conn *grpc.ClientConn) error {
 		var err error
 		info, err = api.NewManagementClient(conn).GetClusterInfo(ctx, &api.GetClusterInfoRequest{})
 		return err
 	})
+	return info, err
+}
+
+func (a *app) clusterInfo(ctx context.Context, o *owner) error {
+	info, err := getClusterInfo(ctx, o, "getting cluster info")
 	if err != nil {
 		return err
 	}
@@ -102,6 +111,7 @@ func (a *app) clusterInfo(ctx context.Context, o *owner) error {
 		TPM:             tpmName(info.GetClusterConfiguration().GetTpmMode()),
 		Directory:       []directoryEntry{},
 		Registries:      viewRegistries(info.GetClusterConfiguration().GetRegistries()),
+		ReleaseKeys:     viewReleaseKeys(info.GetClusterConfiguration().GetReleaseKeys()),
 	}
 	for _, n := range info.GetClusterDirectory().GetNodes() {
 		e := directoryEntry{ID: n.GetId(), Addresses: []string{}}
@@ -119,6 +129,11 @@ func (a *app) clusterInfo(ctx context.Context, o *owner) error {
 	fmt.Fprintf(tw, "TPM:\t%s\n", v.TPM)
 	label := "Registries:"
 	for _, l := range clusterconfig.DescribeRegistries(info.GetClusterConfiguration().GetRegistries()) {
+		fmt.Fprintf(tw, "%s\t%s\n", label, l)
+		label = ""
+	}
+	label = "Release keys:"
+	for _, l := range clusterconfig.DescribeReleaseKeys(info.GetClusterConfiguration().GetReleaseKeys()) {
 		fmt.Fprintf(tw, "%s\t%s\n", label, l)
 		label = ""
 	}

@@ -133,8 +133,9 @@ func TestCommandsAgainstServer(t *testing.T) {
 	}
 	wantInfo := clusterView{
 		CAFingerprint: fingerprint(s.ca.DER()), StorageSecurity: "encrypted", TPM: "best-effort",
-		Directory:  []directoryEntry{{ID: up.Id, Addresses: []string{"10.0.2.15"}}},
-		Registries: registriesView{Mirrors: map[string][]string{}, PlainHTTP: []string{}},
+		Directory:   []directoryEntry{{ID: up.Id, Addresses: []string{"10.0.2.15"}}},
+		Registries:  registriesView{Mirrors: map[string][]string{}, PlainHTTP: []string{}},
+		ReleaseKeys: []releaseKeyView{},
 	}
 	if diff := cmp.Diff(wantInfo, info); diff != "" {
 		t.Errorf("cluster info -o json (-want +got):\n%s", diff)

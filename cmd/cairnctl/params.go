@@ -63,6 +63,7 @@ func newParamsBootstrapCommand(a *app) *cobra.Command {
 	var t paramsTarget
 	var storage, tpm string
 	var registries registryFlags
+	var releaseKeys releaseKeyFlags
 	cmd := &cobra.Command{
 		Use:   "bootstrap (--image IMG | --out FILE)",
 		Short: "Write parameters that make a node create a new cluster",
@@ -78,6 +79,9 @@ func newParamsBootstrapCommand(a *app) *cobra.Command {
 			if cc.Registries, err = registries.registries(); err != nil {
 				return err
 			}
+			if cc.ReleaseKeys, err = releaseKeys.releaseKeys(); err != nil {
+				return err
+			}
 			return a.paramsBootstrap(&t, cc)
 		},
 	}
@@ -85,6 +89,7 @@ func newParamsBootstrapCommand(a *app) *cobra.Command {
 	cmd.Flags().StringVar(&storage, "storage-security", "encrypted", "data partition protection: encrypted or insecure")
 	cmd.Flags().StringVar(&tpm, "tpm", "required", "TPM use when sealing: required, best-effort or disabled")
 	registries.addFlags(cmd)
+	releaseKeys.addFlags(cmd)
 	return cmd
 }
 
@@ -140,6 +145,13 @@ func (a *app) paramsBootstrap(t *paramsTarget, cc *api.ClusterConfiguration) err
 		where, []byte(pub), dir, storageName(cc.GetStorageSecurityPolicy()), tpmName(cc.GetTpmMode()))
 	for _, l := range clusterconfig.DescribeRegistries(cc.GetRegistries()) {
 		a.printf("  %s\n", l)
+	}
+	if len(cc.GetReleaseKeys()) == 0 {
+		a.printf("  no release key: nodes install no release (trust one with --release-key)\n")
+		return nil
+	}
+	for _, l := range clusterconfig.DescribeReleaseKeys(cc.GetReleaseKeys()) {
+		a.printf("  release key %s\n", l)
 	}
 	return nil
 }

@@ -100,12 +100,7 @@ func newRegistriesCommand(a *app) *cobra.Command {
 }
 
 func (a *app) showRegistries(ctx context.Context, o *owner) error {
-	var info *api.GetClusterInfoResponse
-	err := o.curator(ctx, "getting the registry settings", func(ctx context.Context, conn *grpc.ClientConn) error {
-		var err error
-		info, err = api.NewManagementClient(conn).GetClusterInfo(ctx, &api.GetClusterInfoRequest{})
-		return err
-	})
+	info, err := getClusterInfo(ctx, o, "getting the registry settings")
 	if err != nil {
 		return err
 	}

@@ -1,13 +1,15 @@
 // Package clusterconfig resolves and validates the cluster configuration
 // (cairn.api.ClusterConfiguration): the cluster-wide policy a bootstrap
 // node starts with and the curator keeps, such as the storage security
-// policy, the TPM mode and the registry mirrors.
+// policy, the TPM mode, the registry mirrors and the release keys.
 //
-//	bootstrap parameters ─▶ Validate (node/parameters)
-//	                     ─▶ Resolve (node/cluster) ─▶ curator (etcd)
-//	cairnctl registries  ─▶ ParseMirror, ValidateRegistries
-//	                     ─▶ UpdateRegistries ─▶ ValidateRegistries (curator)
-//	curator Watch        ─▶ DescribeRegistries (node/kubernetes, cairnctl)
+//	bootstrap parameters  ─▶ Validate (node/parameters)
+//	                      ─▶ Resolve (node/cluster) ─▶ curator (etcd)
+//	cairnctl registries   ─▶ ParseMirror, ValidateRegistries
+//	                      ─▶ UpdateRegistries ─▶ ValidateRegistries (curator)
+//	cairnctl release-keys ─▶ UpdateReleaseKeys ─▶ ParseReleaseKeys (curator)
+//	curator Watch         ─▶ DescribeRegistries (node/kubernetes, cairnctl)
+//	                      ─▶ ReleaseKeys (the installer's release.Policy)
 //
 // It is a package of its own, apart from node/parameters, because the
 // configuration outlives the parameters that carry it at bootstrap: the
@@ -33,16 +35,21 @@ func Validate(c *api.ClusterConfiguration) error {
 	if err := ValidateRegistries(c.GetRegistries()); err != nil {
 		return fmt.Errorf("registries: %w", err)
 	}
+	if err := ValidateReleaseKeys(c.GetReleaseKeys()); err != nil {
+		return err
+	}
 	return nil
 }
 
 // Resolve returns c with every unset field at its strictest value, as the
-// curator stores it.
+// curator stores it. No release key is already the strictest: a cluster
+// without one installs no release.
 func Resolve(c *api.ClusterConfiguration) *api.ClusterConfiguration {
 	r := &api.ClusterConfiguration{
 		StorageSecurityPolicy: c.GetStorageSecurityPolicy(),
 		TpmMode:               c.GetTpmMode(),
 		Registries:            c.GetRegistries(),
+		ReleaseKeys:           c.GetReleaseKeys(),
 	}
 	if r.StorageSecurityPolicy == api.StorageSecurityPolicy_STORAGE_SECURITY_POLICY_UNSPECIFIED {
 		r.StorageSecurityPolicy = api.StorageSecurityPolicy_STORAGE_SECURITY_POLICY_ENCRYPTED

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"cairn.dev/cairn/pkg/release/releasetest"
 	api "cairn.dev/cairn/proto/api"
 )
 
@@ -18,6 +19,9 @@ func TestValidate(t *testing.T) {
 		{"unknown storage policy", &api.ClusterConfiguration{StorageSecurityPolicy: 7}, "unknown storage_security_policy 7"},
 		{"unknown tpm mode", &api.ClusterConfiguration{TpmMode: 42}, "unknown tpm_mode 42"},
 		{"bad registries", &api.ClusterConfiguration{Registries: &api.Registries{PlainHttp: []string{""}}}, "registries: plain_http"},
+		{"release key", &api.ClusterConfiguration{ReleaseKeys: []string{releasetest.PublicKey(1).String()}}, ""},
+		{"bad release key", &api.ClusterConfiguration{ReleaseKeys: []string{releasetest.PublicKey(1).String(), "cairn-release-ed25519:AAAA"}}, `release_keys[1]: release key "cairn-release-ed25519:AAAA" has 3 bytes`},
+		{"release key twice", &api.ClusterConfiguration{ReleaseKeys: []string{releasetest.PublicKey(1).String(), releasetest.PublicKey(1).String()}}, "release_keys[1]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := Validate(tc.c)
@@ -31,12 +35,16 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-// TestResolveKeepsRegistries: resolving the bootstrap configuration fills
-// in the policies and keeps the registry settings.
-func TestResolveKeepsRegistries(t *testing.T) {
+// TestResolveKeeps: resolving the bootstrap configuration fills in the
+// policies and keeps the registry settings and the release keys.
+func TestResolveKeeps(t *testing.T) {
 	r := &api.Registries{Mirrors: []*api.Registries_Mirror{{Registry: "docker.io", Endpoints: []string{"https://a.example"}}}}
-	got := Resolve(&api.ClusterConfiguration{Registries: r})
-	if got.GetRegistries() != r || got.GetTpmMode() != api.TPMMode_TPM_MODE_REQUIRED {
-		t.Fatalf("Resolve = %v, want the registries kept and TPM required", got)
+	keys := []string{releasetest.PublicKey(1).String()}
+	got := Resolve(&api.ClusterConfiguration{Registries: r, ReleaseKeys: keys})
+	if got.GetRegistries() != r || len(got.GetReleaseKeys()) != 1 || got.GetReleaseKeys()[0] != keys[0] || got.GetTpmMode() != api.TPMMode_TPM_MODE_REQUIRED {
+		t.Fatalf("Resolve = %v, want the registries and release keys kept and TPM required", got)
+	}
+	if got := Resolve(nil); len(got.GetReleaseKeys()) != 0 {
+		t.Fatalf("Resolve(nil) = %v, want no release key", got)
 	}
 }

@@ -141,6 +141,8 @@
 //	impl_management_owner.go    Management: owner key and certificates
 //	impl_management_backup.go   Management.Backup
 //	impl_management_metrics.go  Management.IssueMetricsCertificate
+//	impl_management_release.go  Management.UpdateReleaseKeys: the release
+//	                            keys the cluster trusts
 //	impl_curator.go             Curator: enrolment, status, certificates,
 //	                            consensus join, heartbeats
 //	impl_curator_watch.go       Curator's streams: Watch, WatchOwnerTrust,

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -209,6 +210,22 @@ func TestWatch(t *testing.T) {
 	if status.Code(err) != codes.InvalidArgument {
 		t.Errorf("Watch of nothing = %v, want InvalidArgument", err)
 	}
+}
+
+// watchConfiguration opens a Watch of the cluster configuration at addr
+// with n's node certificate, and returns the stream after its backlog
+// event, which it checks holds the configuration.
+func watchConfiguration(t *testing.T, n *testNode, addr string) (grpc.ServerStreamingClient[api.WatchEvent], *api.ClusterConfiguration) {
+	t.Helper()
+	stream, err := n.client(t, addr).Watch(fixture.Context(t), &api.WatchRequest{Kind: &api.WatchRequest_Configuration_{Configuration: &api.WatchRequest_Configuration{}}})
+	if err != nil {
+		t.Fatalf("Watch of the configuration: %v", err)
+	}
+	ev := recvEvent(t, stream)
+	if ev.Progress != api.WatchEvent_PROGRESS_LAST_BACKLOGGED || ev.Configuration == nil {
+		t.Fatalf("Watch backlog = %v, want the configuration, last of the backlog", ev)
+	}
+	return stream, ev.Configuration
 }
 
 func recvEvent(t *testing.T, s interface {

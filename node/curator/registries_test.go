@@ -20,13 +20,9 @@ func TestRegistries(t *testing.T) {
 	ctx := fixture.Context(t)
 	addr := c.nodes[0].addr.String()
 	m := c.mgmt(t, addr)
-	stream, err := c.nodes[0].client(t, addr).Watch(ctx, &api.WatchRequest{Kind: &api.WatchRequest_Configuration_{Configuration: &api.WatchRequest_Configuration{}}})
-	if err != nil {
-		t.Fatalf("Watch: %v", err)
-	}
-	ev := recvEvent(t, stream)
-	if ev.Progress != api.WatchEvent_PROGRESS_LAST_BACKLOGGED || !proto.Equal(ev.Configuration, c.config) {
-		t.Fatalf("Watch backlog = %v, want the bootstrap configuration %v", ev, c.config)
+	stream, conf := watchConfiguration(t, c.nodes[0], addr)
+	if !proto.Equal(conf, c.config) {
+		t.Fatalf("Watch backlog = %v, want the bootstrap configuration %v", conf, c.config)
 	}
 
 	want := &api.Registries{
@@ -37,7 +33,7 @@ func TestRegistries(t *testing.T) {
 	if err != nil || !proto.Equal(resp.Registries, want) {
 		t.Fatalf("UpdateRegistries = %v, %v, want %v", resp, err, want)
 	}
-	ev = recvEvent(t, stream)
+	ev := recvEvent(t, stream)
 	if !proto.Equal(ev.Configuration.GetRegistries(), want) || ev.Configuration.GetTpmMode() != c.config.TpmMode || ev.Configuration.GetStorageSecurityPolicy() != c.config.StorageSecurityPolicy {
 		t.Fatalf("Watch after UpdateRegistries = %v, want %v with the rest kept", ev.Configuration, want)
 	}

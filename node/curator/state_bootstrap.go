@@ -10,6 +10,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 
+	"cairn.dev/cairn/node/clusterconfig"
 	"cairn.dev/cairn/node/consensus"
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/localstorage"
@@ -58,6 +59,9 @@ func (b *BootstrapState) validate() error {
 	}
 	if c.StorageSecurityPolicy == api.StorageSecurityPolicy_STORAGE_SECURITY_POLICY_UNSPECIFIED || c.TpmMode == api.TPMMode_TPM_MODE_UNSPECIFIED {
 		return errors.New("cluster configuration is not resolved (has UNSPECIFIED fields)")
+	}
+	if err := clusterconfig.Validate(c); err != nil {
+		return fmt.Errorf("cluster configuration: %w", err)
 	}
 	want := localstorage.KeySize
 	if insecure(c) {

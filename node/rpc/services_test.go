@@ -115,6 +115,10 @@ func (testManagement) UpdateRegistries(ctx context.Context, _ *api.UpdateRegistr
 	return &api.UpdateRegistriesResponse{}, unaryPeer(ctx)
 }
 
+func (testManagement) UpdateReleaseKeys(ctx context.Context, _ *api.UpdateReleaseKeysRequest) (*api.UpdateReleaseKeysResponse, error) {
+	return &api.UpdateReleaseKeysResponse{}, unaryPeer(ctx)
+}
+
 func (testManagement) IssueMetricsCertificate(ctx context.Context, _ *api.IssueMetricsCertificateRequest) (*api.IssueMetricsCertificateResponse, error) {
 	return &api.IssueMetricsCertificateResponse{}, unaryPeer(ctx)
 }
@@ -209,6 +213,17 @@ func (testNodeManagement) Recover(srv grpc.ClientStreamingServer[api.RecoverRequ
 		return err
 	}
 	return srv.SendAndClose(&api.RecoverResponse{})
+}
+
+func (testNodeManagement) Update(_ *api.UpdateRequest, srv grpc.ServerStreamingServer[api.UpdateProgress]) error {
+	if err := streamPeer(srv); err != nil {
+		return err
+	}
+	return srv.Send(&api.UpdateProgress{})
+}
+
+func (testNodeManagement) GetSystemSlots(ctx context.Context, _ *api.GetSystemSlotsRequest) (*api.GetSystemSlotsResponse, error) {
+	return &api.GetSystemSlotsResponse{}, unaryPeer(ctx)
 }
 
 // registerTestServices registers every Cairn service on s.

@@ -151,8 +151,9 @@ func (TPMMode) EnumDescriptor() ([]byte, []int) {
 // bootstrap. The bootstrapping node writes it into etcd through the curator;
 // every enrolling node reads it from the curator before it prepares its
 // storage. Nodes never change it. The storage and TPM policies are fixed
-// for the cluster's life; the registry settings can be changed later
-// (Management.UpdateRegistries), and workers follow them (Curator.Watch).
+// for the cluster's life; the registry settings and the release keys can be
+// changed later by the owner (Management.UpdateRegistries,
+// Management.UpdateReleaseKeys), and nodes follow them (Curator.Watch).
 type ClusterConfiguration struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// How nodes protect their data partitions.
@@ -160,7 +161,13 @@ type ClusterConfiguration struct {
 	// Whether nodes seal their configuration with a TPM.
 	TpmMode TPMMode `protobuf:"varint,2,opt,name=tpm_mode,json=tpmMode,proto3,enum=cairn.api.TPMMode" json:"tpm_mode,omitempty"`
 	// Where workers pull container images from.
-	Registries    *Registries `protobuf:"bytes,3,opt,name=registries,proto3" json:"registries,omitempty"`
+	Registries *Registries `protobuf:"bytes,3,opt,name=registries,proto3" json:"registries,omitempty"`
+	// The release public keys whose signed OS releases nodes install, in
+	// pkg/release's text form: "cairn-release-ed25519:" and the standard
+	// base64 of the 32-byte ed25519 key. Each key at most once, at most 16
+	// keys. Empty means that the cluster trusts no release key: nodes
+	// install no release at all.
+	ReleaseKeys   []string `protobuf:"bytes,4,rep,name=release_keys,json=releaseKeys,proto3" json:"release_keys,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -212,6 +219,13 @@ func (x *ClusterConfiguration) GetTpmMode() TPMMode {
 func (x *ClusterConfiguration) GetRegistries() *Registries {
 	if x != nil {
 		return x.Registries
+	}
+	return nil
+}
+
+func (x *ClusterConfiguration) GetReleaseKeys() []string {
+	if x != nil {
+		return x.ReleaseKeys
 	}
 	return nil
 }
@@ -500,13 +514,14 @@ var File_proto_api_cluster_proto protoreflect.FileDescriptor
 
 const file_proto_api_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x17proto/api/cluster.proto\x12\tcairn.api\"\xd6\x01\n" +
+	"\x17proto/api/cluster.proto\x12\tcairn.api\"\xf9\x01\n" +
 	"\x14ClusterConfiguration\x12X\n" +
 	"\x17storage_security_policy\x18\x01 \x01(\x0e2 .cairn.api.StorageSecurityPolicyR\x15storageSecurityPolicy\x12-\n" +
 	"\btpm_mode\x18\x02 \x01(\x0e2\x12.cairn.api.TPMModeR\atpmMode\x125\n" +
 	"\n" +
 	"registries\x18\x03 \x01(\v2\x15.cairn.api.RegistriesR\n" +
-	"registries\"\xa7\x01\n" +
+	"registries\x12!\n" +
+	"\frelease_keys\x18\x04 \x03(\tR\vreleaseKeys\"\xa7\x01\n" +
 	"\n" +
 	"Registries\x126\n" +
 	"\amirrors\x18\x01 \x03(\v2\x1c.cairn.api.Registries.MirrorR\amirrors\x12\x1d\n" +

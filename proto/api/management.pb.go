@@ -238,6 +238,109 @@ func (x *UpdateRegistriesResponse) GetRegistries() *Registries {
 	return nil
 }
 
+// UpdateReleaseKeysRequest names the release keys to trust and to stop
+// trusting, each in pkg/release's text form
+// ("cairn-release-ed25519:<base64>").
+type UpdateReleaseKeysRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Keys to trust from now on.
+	Add []string `protobuf:"bytes,1,rep,name=add,proto3" json:"add,omitempty"`
+	// Keys to stop trusting.
+	Remove        []string `protobuf:"bytes,2,rep,name=remove,proto3" json:"remove,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateReleaseKeysRequest) Reset() {
+	*x = UpdateReleaseKeysRequest{}
+	mi := &file_proto_api_management_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateReleaseKeysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateReleaseKeysRequest) ProtoMessage() {}
+
+func (x *UpdateReleaseKeysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_management_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateReleaseKeysRequest.ProtoReflect.Descriptor instead.
+func (*UpdateReleaseKeysRequest) Descriptor() ([]byte, []int) {
+	return file_proto_api_management_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *UpdateReleaseKeysRequest) GetAdd() []string {
+	if x != nil {
+		return x.Add
+	}
+	return nil
+}
+
+func (x *UpdateReleaseKeysRequest) GetRemove() []string {
+	if x != nil {
+		return x.Remove
+	}
+	return nil
+}
+
+// UpdateReleaseKeysResponse returns the keys trusted now.
+type UpdateReleaseKeysResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The cluster configuration's release_keys as stored, in text form.
+	ReleaseKeys   []string `protobuf:"bytes,1,rep,name=release_keys,json=releaseKeys,proto3" json:"release_keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateReleaseKeysResponse) Reset() {
+	*x = UpdateReleaseKeysResponse{}
+	mi := &file_proto_api_management_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateReleaseKeysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateReleaseKeysResponse) ProtoMessage() {}
+
+func (x *UpdateReleaseKeysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_management_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateReleaseKeysResponse.ProtoReflect.Descriptor instead.
+func (*UpdateReleaseKeysResponse) Descriptor() ([]byte, []int) {
+	return file_proto_api_management_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *UpdateReleaseKeysResponse) GetReleaseKeys() []string {
+	if x != nil {
+		return x.ReleaseKeys
+	}
+	return nil
+}
+
 // IssueKubernetesCredentialRequest carries the key to certify.
 type IssueKubernetesCredentialRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -249,7 +352,7 @@ type IssueKubernetesCredentialRequest struct {
 
 func (x *IssueKubernetesCredentialRequest) Reset() {
 	*x = IssueKubernetesCredentialRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[4]
+	mi := &file_proto_api_management_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -261,7 +364,7 @@ func (x *IssueKubernetesCredentialRequest) String() string {
 func (*IssueKubernetesCredentialRequest) ProtoMessage() {}
 
 func (x *IssueKubernetesCredentialRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[4]
+	mi := &file_proto_api_management_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -274,7 +377,7 @@ func (x *IssueKubernetesCredentialRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueKubernetesCredentialRequest.ProtoReflect.Descriptor instead.
 func (*IssueKubernetesCredentialRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{4}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *IssueKubernetesCredentialRequest) GetPublicKey() []byte {
@@ -302,7 +405,7 @@ type IssueKubernetesCredentialResponse struct {
 
 func (x *IssueKubernetesCredentialResponse) Reset() {
 	*x = IssueKubernetesCredentialResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[5]
+	mi := &file_proto_api_management_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -314,7 +417,7 @@ func (x *IssueKubernetesCredentialResponse) String() string {
 func (*IssueKubernetesCredentialResponse) ProtoMessage() {}
 
 func (x *IssueKubernetesCredentialResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[5]
+	mi := &file_proto_api_management_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -327,7 +430,7 @@ func (x *IssueKubernetesCredentialResponse) ProtoReflect() protoreflect.Message 
 
 // Deprecated: Use IssueKubernetesCredentialResponse.ProtoReflect.Descriptor instead.
 func (*IssueKubernetesCredentialResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{5}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *IssueKubernetesCredentialResponse) GetCertificate() []byte {
@@ -360,7 +463,7 @@ type GetRegisterTicketRequest struct {
 
 func (x *GetRegisterTicketRequest) Reset() {
 	*x = GetRegisterTicketRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[6]
+	mi := &file_proto_api_management_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -372,7 +475,7 @@ func (x *GetRegisterTicketRequest) String() string {
 func (*GetRegisterTicketRequest) ProtoMessage() {}
 
 func (x *GetRegisterTicketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[6]
+	mi := &file_proto_api_management_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -385,7 +488,7 @@ func (x *GetRegisterTicketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRegisterTicketRequest.ProtoReflect.Descriptor instead.
 func (*GetRegisterTicketRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{6}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{8}
 }
 
 // GetRegisterTicketResponse carries the register ticket.
@@ -401,7 +504,7 @@ type GetRegisterTicketResponse struct {
 
 func (x *GetRegisterTicketResponse) Reset() {
 	*x = GetRegisterTicketResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[7]
+	mi := &file_proto_api_management_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -413,7 +516,7 @@ func (x *GetRegisterTicketResponse) String() string {
 func (*GetRegisterTicketResponse) ProtoMessage() {}
 
 func (x *GetRegisterTicketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[7]
+	mi := &file_proto_api_management_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -426,7 +529,7 @@ func (x *GetRegisterTicketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRegisterTicketResponse.ProtoReflect.Descriptor instead.
 func (*GetRegisterTicketResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{7}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetRegisterTicketResponse) GetTicket() []byte {
@@ -448,7 +551,7 @@ type RotateRegisterTicketRequest struct {
 
 func (x *RotateRegisterTicketRequest) Reset() {
 	*x = RotateRegisterTicketRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[8]
+	mi := &file_proto_api_management_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -460,7 +563,7 @@ func (x *RotateRegisterTicketRequest) String() string {
 func (*RotateRegisterTicketRequest) ProtoMessage() {}
 
 func (x *RotateRegisterTicketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[8]
+	mi := &file_proto_api_management_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -473,7 +576,7 @@ func (x *RotateRegisterTicketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateRegisterTicketRequest.ProtoReflect.Descriptor instead.
 func (*RotateRegisterTicketRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{8}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RotateRegisterTicketRequest) GetPreviousTicket() []byte {
@@ -495,7 +598,7 @@ type RotateRegisterTicketResponse struct {
 
 func (x *RotateRegisterTicketResponse) Reset() {
 	*x = RotateRegisterTicketResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[9]
+	mi := &file_proto_api_management_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -507,7 +610,7 @@ func (x *RotateRegisterTicketResponse) String() string {
 func (*RotateRegisterTicketResponse) ProtoMessage() {}
 
 func (x *RotateRegisterTicketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[9]
+	mi := &file_proto_api_management_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -520,7 +623,7 @@ func (x *RotateRegisterTicketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateRegisterTicketResponse.ProtoReflect.Descriptor instead.
 func (*RotateRegisterTicketResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{9}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RotateRegisterTicketResponse) GetTicket() []byte {
@@ -539,7 +642,7 @@ type GetClusterInfoRequest struct {
 
 func (x *GetClusterInfoRequest) Reset() {
 	*x = GetClusterInfoRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[10]
+	mi := &file_proto_api_management_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -551,7 +654,7 @@ func (x *GetClusterInfoRequest) String() string {
 func (*GetClusterInfoRequest) ProtoMessage() {}
 
 func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[10]
+	mi := &file_proto_api_management_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -564,7 +667,7 @@ func (x *GetClusterInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetClusterInfoRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{10}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{12}
 }
 
 // GetClusterInfoResponse describes the cluster.
@@ -582,7 +685,7 @@ type GetClusterInfoResponse struct {
 
 func (x *GetClusterInfoResponse) Reset() {
 	*x = GetClusterInfoResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[11]
+	mi := &file_proto_api_management_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -594,7 +697,7 @@ func (x *GetClusterInfoResponse) String() string {
 func (*GetClusterInfoResponse) ProtoMessage() {}
 
 func (x *GetClusterInfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[11]
+	mi := &file_proto_api_management_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -607,7 +710,7 @@ func (x *GetClusterInfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetClusterInfoResponse.ProtoReflect.Descriptor instead.
 func (*GetClusterInfoResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{11}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetClusterInfoResponse) GetClusterDirectory() *ClusterDirectory {
@@ -647,7 +750,7 @@ type NodeFilter struct {
 
 func (x *NodeFilter) Reset() {
 	*x = NodeFilter{}
-	mi := &file_proto_api_management_proto_msgTypes[12]
+	mi := &file_proto_api_management_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -659,7 +762,7 @@ func (x *NodeFilter) String() string {
 func (*NodeFilter) ProtoMessage() {}
 
 func (x *NodeFilter) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[12]
+	mi := &file_proto_api_management_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -672,7 +775,7 @@ func (x *NodeFilter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeFilter.ProtoReflect.Descriptor instead.
 func (*NodeFilter) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{12}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *NodeFilter) GetIds() []string {
@@ -707,7 +810,7 @@ type GetNodesRequest struct {
 
 func (x *GetNodesRequest) Reset() {
 	*x = GetNodesRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[13]
+	mi := &file_proto_api_management_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -719,7 +822,7 @@ func (x *GetNodesRequest) String() string {
 func (*GetNodesRequest) ProtoMessage() {}
 
 func (x *GetNodesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[13]
+	mi := &file_proto_api_management_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -732,7 +835,7 @@ func (x *GetNodesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodesRequest.ProtoReflect.Descriptor instead.
 func (*GetNodesRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{13}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetNodesRequest) GetFilter() *NodeFilter {
@@ -753,7 +856,7 @@ type GetNodesResponse struct {
 
 func (x *GetNodesResponse) Reset() {
 	*x = GetNodesResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[14]
+	mi := &file_proto_api_management_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -765,7 +868,7 @@ func (x *GetNodesResponse) String() string {
 func (*GetNodesResponse) ProtoMessage() {}
 
 func (x *GetNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[14]
+	mi := &file_proto_api_management_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -778,7 +881,7 @@ func (x *GetNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetNodesResponse.ProtoReflect.Descriptor instead.
 func (*GetNodesResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{14}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetNodesResponse) GetNodes() []*Node {
@@ -799,7 +902,7 @@ type ApproveNodeRequest struct {
 
 func (x *ApproveNodeRequest) Reset() {
 	*x = ApproveNodeRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[15]
+	mi := &file_proto_api_management_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -811,7 +914,7 @@ func (x *ApproveNodeRequest) String() string {
 func (*ApproveNodeRequest) ProtoMessage() {}
 
 func (x *ApproveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[15]
+	mi := &file_proto_api_management_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -824,7 +927,7 @@ func (x *ApproveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveNodeRequest.ProtoReflect.Descriptor instead.
 func (*ApproveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{15}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ApproveNodeRequest) GetNodeId() string {
@@ -843,7 +946,7 @@ type ApproveNodeResponse struct {
 
 func (x *ApproveNodeResponse) Reset() {
 	*x = ApproveNodeResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[16]
+	mi := &file_proto_api_management_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -855,7 +958,7 @@ func (x *ApproveNodeResponse) String() string {
 func (*ApproveNodeResponse) ProtoMessage() {}
 
 func (x *ApproveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[16]
+	mi := &file_proto_api_management_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -868,7 +971,7 @@ func (x *ApproveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveNodeResponse.ProtoReflect.Descriptor instead.
 func (*ApproveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{16}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{18}
 }
 
 // UpdateNodeRolesRequest names a node and the roles to change. Each role
@@ -891,7 +994,7 @@ type UpdateNodeRolesRequest struct {
 
 func (x *UpdateNodeRolesRequest) Reset() {
 	*x = UpdateNodeRolesRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[17]
+	mi := &file_proto_api_management_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -903,7 +1006,7 @@ func (x *UpdateNodeRolesRequest) String() string {
 func (*UpdateNodeRolesRequest) ProtoMessage() {}
 
 func (x *UpdateNodeRolesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[17]
+	mi := &file_proto_api_management_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -916,7 +1019,7 @@ func (x *UpdateNodeRolesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeRolesRequest.ProtoReflect.Descriptor instead.
 func (*UpdateNodeRolesRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{17}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *UpdateNodeRolesRequest) GetNodeId() string {
@@ -958,7 +1061,7 @@ type UpdateNodeRolesResponse struct {
 
 func (x *UpdateNodeRolesResponse) Reset() {
 	*x = UpdateNodeRolesResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[18]
+	mi := &file_proto_api_management_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -970,7 +1073,7 @@ func (x *UpdateNodeRolesResponse) String() string {
 func (*UpdateNodeRolesResponse) ProtoMessage() {}
 
 func (x *UpdateNodeRolesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[18]
+	mi := &file_proto_api_management_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -983,7 +1086,7 @@ func (x *UpdateNodeRolesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeRolesResponse.ProtoReflect.Descriptor instead.
 func (*UpdateNodeRolesResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{18}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *UpdateNodeRolesResponse) GetRoles() *NodeRoles {
@@ -1004,7 +1107,7 @@ type DecommissionNodeRequest struct {
 
 func (x *DecommissionNodeRequest) Reset() {
 	*x = DecommissionNodeRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[19]
+	mi := &file_proto_api_management_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1016,7 +1119,7 @@ func (x *DecommissionNodeRequest) String() string {
 func (*DecommissionNodeRequest) ProtoMessage() {}
 
 func (x *DecommissionNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[19]
+	mi := &file_proto_api_management_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1029,7 +1132,7 @@ func (x *DecommissionNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionNodeRequest.ProtoReflect.Descriptor instead.
 func (*DecommissionNodeRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{19}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DecommissionNodeRequest) GetNodeId() string {
@@ -1048,7 +1151,7 @@ type DecommissionNodeResponse struct {
 
 func (x *DecommissionNodeResponse) Reset() {
 	*x = DecommissionNodeResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[20]
+	mi := &file_proto_api_management_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1060,7 +1163,7 @@ func (x *DecommissionNodeResponse) String() string {
 func (*DecommissionNodeResponse) ProtoMessage() {}
 
 func (x *DecommissionNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[20]
+	mi := &file_proto_api_management_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1073,7 +1176,7 @@ func (x *DecommissionNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecommissionNodeResponse.ProtoReflect.Descriptor instead.
 func (*DecommissionNodeResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{20}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{22}
 }
 
 // DeleteNodeRequest names the node to delete.
@@ -1087,7 +1190,7 @@ type DeleteNodeRequest struct {
 
 func (x *DeleteNodeRequest) Reset() {
 	*x = DeleteNodeRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[21]
+	mi := &file_proto_api_management_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1099,7 +1202,7 @@ func (x *DeleteNodeRequest) String() string {
 func (*DeleteNodeRequest) ProtoMessage() {}
 
 func (x *DeleteNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[21]
+	mi := &file_proto_api_management_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1112,7 +1215,7 @@ func (x *DeleteNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteNodeRequest.ProtoReflect.Descriptor instead.
 func (*DeleteNodeRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{21}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DeleteNodeRequest) GetNodeId() string {
@@ -1131,7 +1234,7 @@ type DeleteNodeResponse struct {
 
 func (x *DeleteNodeResponse) Reset() {
 	*x = DeleteNodeResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[22]
+	mi := &file_proto_api_management_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1143,7 +1246,7 @@ func (x *DeleteNodeResponse) String() string {
 func (*DeleteNodeResponse) ProtoMessage() {}
 
 func (x *DeleteNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[22]
+	mi := &file_proto_api_management_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1156,7 +1259,7 @@ func (x *DeleteNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteNodeResponse.ProtoReflect.Descriptor instead.
 func (*DeleteNodeResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{22}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{24}
 }
 
 // RotateOwnerKeyRequest names the new owner key and proves its possession.
@@ -1185,7 +1288,7 @@ type RotateOwnerKeyRequest struct {
 
 func (x *RotateOwnerKeyRequest) Reset() {
 	*x = RotateOwnerKeyRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[23]
+	mi := &file_proto_api_management_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1197,7 +1300,7 @@ func (x *RotateOwnerKeyRequest) String() string {
 func (*RotateOwnerKeyRequest) ProtoMessage() {}
 
 func (x *RotateOwnerKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[23]
+	mi := &file_proto_api_management_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1210,7 +1313,7 @@ func (x *RotateOwnerKeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateOwnerKeyRequest.ProtoReflect.Descriptor instead.
 func (*RotateOwnerKeyRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{23}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RotateOwnerKeyRequest) GetNewOwnerPublicKey() []byte {
@@ -1241,7 +1344,7 @@ type RotateOwnerKeyResponse struct {
 
 func (x *RotateOwnerKeyResponse) Reset() {
 	*x = RotateOwnerKeyResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[24]
+	mi := &file_proto_api_management_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1253,7 +1356,7 @@ func (x *RotateOwnerKeyResponse) String() string {
 func (*RotateOwnerKeyResponse) ProtoMessage() {}
 
 func (x *RotateOwnerKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[24]
+	mi := &file_proto_api_management_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1266,7 +1369,7 @@ func (x *RotateOwnerKeyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateOwnerKeyResponse.ProtoReflect.Descriptor instead.
 func (*RotateOwnerKeyResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{24}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RotateOwnerKeyResponse) GetOwnerCertificate() []byte {
@@ -1297,7 +1400,7 @@ type RevokeOwnerCertificateRequest struct {
 
 func (x *RevokeOwnerCertificateRequest) Reset() {
 	*x = RevokeOwnerCertificateRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[25]
+	mi := &file_proto_api_management_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1309,7 +1412,7 @@ func (x *RevokeOwnerCertificateRequest) String() string {
 func (*RevokeOwnerCertificateRequest) ProtoMessage() {}
 
 func (x *RevokeOwnerCertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[25]
+	mi := &file_proto_api_management_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1322,7 +1425,7 @@ func (x *RevokeOwnerCertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeOwnerCertificateRequest.ProtoReflect.Descriptor instead.
 func (*RevokeOwnerCertificateRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{25}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *RevokeOwnerCertificateRequest) GetSerial() []byte {
@@ -1350,7 +1453,7 @@ type RevokeOwnerCertificateResponse struct {
 
 func (x *RevokeOwnerCertificateResponse) Reset() {
 	*x = RevokeOwnerCertificateResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[26]
+	mi := &file_proto_api_management_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1362,7 +1465,7 @@ func (x *RevokeOwnerCertificateResponse) String() string {
 func (*RevokeOwnerCertificateResponse) ProtoMessage() {}
 
 func (x *RevokeOwnerCertificateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[26]
+	mi := &file_proto_api_management_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1375,7 +1478,7 @@ func (x *RevokeOwnerCertificateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeOwnerCertificateResponse.ProtoReflect.Descriptor instead.
 func (*RevokeOwnerCertificateResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{26}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RevokeOwnerCertificateResponse) GetRevoked() *RevokedOwnerCertificate {
@@ -1394,7 +1497,7 @@ type GetOwnerTrustRequest struct {
 
 func (x *GetOwnerTrustRequest) Reset() {
 	*x = GetOwnerTrustRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[27]
+	mi := &file_proto_api_management_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1406,7 +1509,7 @@ func (x *GetOwnerTrustRequest) String() string {
 func (*GetOwnerTrustRequest) ProtoMessage() {}
 
 func (x *GetOwnerTrustRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[27]
+	mi := &file_proto_api_management_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1419,7 +1522,7 @@ func (x *GetOwnerTrustRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOwnerTrustRequest.ProtoReflect.Descriptor instead.
 func (*GetOwnerTrustRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{27}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{29}
 }
 
 // GetOwnerTrustResponse shows the owner's credentials as the cluster
@@ -1438,7 +1541,7 @@ type GetOwnerTrustResponse struct {
 
 func (x *GetOwnerTrustResponse) Reset() {
 	*x = GetOwnerTrustResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[28]
+	mi := &file_proto_api_management_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1450,7 +1553,7 @@ func (x *GetOwnerTrustResponse) String() string {
 func (*GetOwnerTrustResponse) ProtoMessage() {}
 
 func (x *GetOwnerTrustResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[28]
+	mi := &file_proto_api_management_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1463,7 +1566,7 @@ func (x *GetOwnerTrustResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetOwnerTrustResponse.ProtoReflect.Descriptor instead.
 func (*GetOwnerTrustResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{28}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetOwnerTrustResponse) GetTrust() *OwnerTrust {
@@ -1489,7 +1592,7 @@ type BackupRequest struct {
 
 func (x *BackupRequest) Reset() {
 	*x = BackupRequest{}
-	mi := &file_proto_api_management_proto_msgTypes[29]
+	mi := &file_proto_api_management_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1501,7 +1604,7 @@ func (x *BackupRequest) String() string {
 func (*BackupRequest) ProtoMessage() {}
 
 func (x *BackupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[29]
+	mi := &file_proto_api_management_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1514,7 +1617,7 @@ func (x *BackupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupRequest.ProtoReflect.Descriptor instead.
 func (*BackupRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{29}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{31}
 }
 
 // BackupResponse is one message of a Backup stream: a piece of the
@@ -1532,7 +1635,7 @@ type BackupResponse struct {
 
 func (x *BackupResponse) Reset() {
 	*x = BackupResponse{}
-	mi := &file_proto_api_management_proto_msgTypes[30]
+	mi := &file_proto_api_management_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1544,7 +1647,7 @@ func (x *BackupResponse) String() string {
 func (*BackupResponse) ProtoMessage() {}
 
 func (x *BackupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[30]
+	mi := &file_proto_api_management_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1557,7 +1660,7 @@ func (x *BackupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupResponse.ProtoReflect.Descriptor instead.
 func (*BackupResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{30}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *BackupResponse) GetData() []byte {
@@ -1592,7 +1695,7 @@ type BackupTrailer struct {
 
 func (x *BackupTrailer) Reset() {
 	*x = BackupTrailer{}
-	mi := &file_proto_api_management_proto_msgTypes[31]
+	mi := &file_proto_api_management_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1604,7 +1707,7 @@ func (x *BackupTrailer) String() string {
 func (*BackupTrailer) ProtoMessage() {}
 
 func (x *BackupTrailer) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_management_proto_msgTypes[31]
+	mi := &file_proto_api_management_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1617,7 +1720,7 @@ func (x *BackupTrailer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BackupTrailer.ProtoReflect.Descriptor instead.
 func (*BackupTrailer) Descriptor() ([]byte, []int) {
-	return file_proto_api_management_proto_rawDescGZIP(), []int{31}
+	return file_proto_api_management_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *BackupTrailer) GetSize() int64 {
@@ -1668,7 +1771,12 @@ const file_proto_api_management_proto_rawDesc = "" +
 	"\x18UpdateRegistriesResponse\x125\n" +
 	"\n" +
 	"registries\x18\x01 \x01(\v2\x15.cairn.api.RegistriesR\n" +
-	"registries\"A\n" +
+	"registries\"D\n" +
+	"\x18UpdateReleaseKeysRequest\x12\x10\n" +
+	"\x03add\x18\x01 \x03(\tR\x03add\x12\x16\n" +
+	"\x06remove\x18\x02 \x03(\tR\x06remove\">\n" +
+	"\x19UpdateReleaseKeysResponse\x12!\n" +
+	"\frelease_keys\x18\x01 \x03(\tR\vreleaseKeys\"A\n" +
 	" IssueKubernetesCredentialRequest\x12\x1d\n" +
 	"\n" +
 	"public_key\x18\x01 \x01(\fR\tpublicKey\"\x9d\x01\n" +
@@ -1739,7 +1847,7 @@ const file_proto_api_management_proto_rawDesc = "" +
 	"\x04size\x18\x01 \x01(\x03R\x04size\x12\x16\n" +
 	"\x06sha256\x18\x02 \x01(\fR\x06sha256\x12\x1a\n" +
 	"\brevision\x18\x03 \x01(\x03R\brevision\x12!\n" +
-	"\fetcd_version\x18\x04 \x01(\tR\vetcdVersion2\xbf\v\n" +
+	"\fetcd_version\x18\x04 \x01(\tR\vetcdVersion2\xa5\f\n" +
 	"\n" +
 	"Management\x12d\n" +
 	"\x11GetRegisterTicket\x12#.cairn.api.GetRegisterTicketRequest\x1a$.cairn.api.GetRegisterTicketResponse\"\x04\xd8\xe2\x18\x01\x12m\n" +
@@ -1756,7 +1864,8 @@ const file_proto_api_management_proto_rawDesc = "" +
 	"\x16RevokeOwnerCertificate\x12(.cairn.api.RevokeOwnerCertificateRequest\x1a).cairn.api.RevokeOwnerCertificateResponse\"\x04\xd8\xe2\x18\x01\x12X\n" +
 	"\rGetOwnerTrust\x12\x1f.cairn.api.GetOwnerTrustRequest\x1a .cairn.api.GetOwnerTrustResponse\"\x04\xd8\xe2\x18\x01\x12|\n" +
 	"\x19IssueKubernetesCredential\x12+.cairn.api.IssueKubernetesCredentialRequest\x1a,.cairn.api.IssueKubernetesCredentialResponse\"\x04\xd8\xe2\x18\x01\x12a\n" +
-	"\x10UpdateRegistries\x12\".cairn.api.UpdateRegistriesRequest\x1a#.cairn.api.UpdateRegistriesResponse\"\x04\xd8\xe2\x18\x01\x12v\n" +
+	"\x10UpdateRegistries\x12\".cairn.api.UpdateRegistriesRequest\x1a#.cairn.api.UpdateRegistriesResponse\"\x04\xd8\xe2\x18\x01\x12d\n" +
+	"\x11UpdateReleaseKeys\x12#.cairn.api.UpdateReleaseKeysRequest\x1a$.cairn.api.UpdateReleaseKeysResponse\"\x04\xd8\xe2\x18\x01\x12v\n" +
 	"\x17IssueMetricsCertificate\x12).cairn.api.IssueMetricsCertificateRequest\x1a*.cairn.api.IssueMetricsCertificateResponse\"\x04\xd8\xe2\x18\x01B\x1bZ\x19cairn.dev/cairn/proto/apib\x06proto3"
 
 var (
@@ -1771,96 +1880,100 @@ func file_proto_api_management_proto_rawDescGZIP() []byte {
 	return file_proto_api_management_proto_rawDescData
 }
 
-var file_proto_api_management_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_proto_api_management_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_proto_api_management_proto_goTypes = []any{
 	(*IssueMetricsCertificateRequest)(nil),    // 0: cairn.api.IssueMetricsCertificateRequest
 	(*IssueMetricsCertificateResponse)(nil),   // 1: cairn.api.IssueMetricsCertificateResponse
 	(*UpdateRegistriesRequest)(nil),           // 2: cairn.api.UpdateRegistriesRequest
 	(*UpdateRegistriesResponse)(nil),          // 3: cairn.api.UpdateRegistriesResponse
-	(*IssueKubernetesCredentialRequest)(nil),  // 4: cairn.api.IssueKubernetesCredentialRequest
-	(*IssueKubernetesCredentialResponse)(nil), // 5: cairn.api.IssueKubernetesCredentialResponse
-	(*GetRegisterTicketRequest)(nil),          // 6: cairn.api.GetRegisterTicketRequest
-	(*GetRegisterTicketResponse)(nil),         // 7: cairn.api.GetRegisterTicketResponse
-	(*RotateRegisterTicketRequest)(nil),       // 8: cairn.api.RotateRegisterTicketRequest
-	(*RotateRegisterTicketResponse)(nil),      // 9: cairn.api.RotateRegisterTicketResponse
-	(*GetClusterInfoRequest)(nil),             // 10: cairn.api.GetClusterInfoRequest
-	(*GetClusterInfoResponse)(nil),            // 11: cairn.api.GetClusterInfoResponse
-	(*NodeFilter)(nil),                        // 12: cairn.api.NodeFilter
-	(*GetNodesRequest)(nil),                   // 13: cairn.api.GetNodesRequest
-	(*GetNodesResponse)(nil),                  // 14: cairn.api.GetNodesResponse
-	(*ApproveNodeRequest)(nil),                // 15: cairn.api.ApproveNodeRequest
-	(*ApproveNodeResponse)(nil),               // 16: cairn.api.ApproveNodeResponse
-	(*UpdateNodeRolesRequest)(nil),            // 17: cairn.api.UpdateNodeRolesRequest
-	(*UpdateNodeRolesResponse)(nil),           // 18: cairn.api.UpdateNodeRolesResponse
-	(*DecommissionNodeRequest)(nil),           // 19: cairn.api.DecommissionNodeRequest
-	(*DecommissionNodeResponse)(nil),          // 20: cairn.api.DecommissionNodeResponse
-	(*DeleteNodeRequest)(nil),                 // 21: cairn.api.DeleteNodeRequest
-	(*DeleteNodeResponse)(nil),                // 22: cairn.api.DeleteNodeResponse
-	(*RotateOwnerKeyRequest)(nil),             // 23: cairn.api.RotateOwnerKeyRequest
-	(*RotateOwnerKeyResponse)(nil),            // 24: cairn.api.RotateOwnerKeyResponse
-	(*RevokeOwnerCertificateRequest)(nil),     // 25: cairn.api.RevokeOwnerCertificateRequest
-	(*RevokeOwnerCertificateResponse)(nil),    // 26: cairn.api.RevokeOwnerCertificateResponse
-	(*GetOwnerTrustRequest)(nil),              // 27: cairn.api.GetOwnerTrustRequest
-	(*GetOwnerTrustResponse)(nil),             // 28: cairn.api.GetOwnerTrustResponse
-	(*BackupRequest)(nil),                     // 29: cairn.api.BackupRequest
-	(*BackupResponse)(nil),                    // 30: cairn.api.BackupResponse
-	(*BackupTrailer)(nil),                     // 31: cairn.api.BackupTrailer
-	(*Registries)(nil),                        // 32: cairn.api.Registries
-	(*ClusterDirectory)(nil),                  // 33: cairn.api.ClusterDirectory
-	(*ClusterConfiguration)(nil),              // 34: cairn.api.ClusterConfiguration
-	(NodeState)(0),                            // 35: cairn.api.NodeState
-	(*NodeRoles)(nil),                         // 36: cairn.api.NodeRoles
-	(*Node)(nil),                              // 37: cairn.api.Node
-	(*RevokedOwnerCertificate)(nil),           // 38: cairn.api.RevokedOwnerCertificate
-	(*OwnerTrust)(nil),                        // 39: cairn.api.OwnerTrust
-	(*OwnerCertificate)(nil),                  // 40: cairn.api.OwnerCertificate
+	(*UpdateReleaseKeysRequest)(nil),          // 4: cairn.api.UpdateReleaseKeysRequest
+	(*UpdateReleaseKeysResponse)(nil),         // 5: cairn.api.UpdateReleaseKeysResponse
+	(*IssueKubernetesCredentialRequest)(nil),  // 6: cairn.api.IssueKubernetesCredentialRequest
+	(*IssueKubernetesCredentialResponse)(nil), // 7: cairn.api.IssueKubernetesCredentialResponse
+	(*GetRegisterTicketRequest)(nil),          // 8: cairn.api.GetRegisterTicketRequest
+	(*GetRegisterTicketResponse)(nil),         // 9: cairn.api.GetRegisterTicketResponse
+	(*RotateRegisterTicketRequest)(nil),       // 10: cairn.api.RotateRegisterTicketRequest
+	(*RotateRegisterTicketResponse)(nil),      // 11: cairn.api.RotateRegisterTicketResponse
+	(*GetClusterInfoRequest)(nil),             // 12: cairn.api.GetClusterInfoRequest
+	(*GetClusterInfoResponse)(nil),            // 13: cairn.api.GetClusterInfoResponse
+	(*NodeFilter)(nil),                        // 14: cairn.api.NodeFilter
+	(*GetNodesRequest)(nil),                   // 15: cairn.api.GetNodesRequest
+	(*GetNodesResponse)(nil),                  // 16: cairn.api.GetNodesResponse
+	(*ApproveNodeRequest)(nil),                // 17: cairn.api.ApproveNodeRequest
+	(*ApproveNodeResponse)(nil),               // 18: cairn.api.ApproveNodeResponse
+	(*UpdateNodeRolesRequest)(nil),            // 19: cairn.api.UpdateNodeRolesRequest
+	(*UpdateNodeRolesResponse)(nil),           // 20: cairn.api.UpdateNodeRolesResponse
+	(*DecommissionNodeRequest)(nil),           // 21: cairn.api.DecommissionNodeRequest
+	(*DecommissionNodeResponse)(nil),          // 22: cairn.api.DecommissionNodeResponse
+	(*DeleteNodeRequest)(nil),                 // 23: cairn.api.DeleteNodeRequest
+	(*DeleteNodeResponse)(nil),                // 24: cairn.api.DeleteNodeResponse
+	(*RotateOwnerKeyRequest)(nil),             // 25: cairn.api.RotateOwnerKeyRequest
+	(*RotateOwnerKeyResponse)(nil),            // 26: cairn.api.RotateOwnerKeyResponse
+	(*RevokeOwnerCertificateRequest)(nil),     // 27: cairn.api.RevokeOwnerCertificateRequest
+	(*RevokeOwnerCertificateResponse)(nil),    // 28: cairn.api.RevokeOwnerCertificateResponse
+	(*GetOwnerTrustRequest)(nil),              // 29: cairn.api.GetOwnerTrustRequest
+	(*GetOwnerTrustResponse)(nil),             // 30: cairn.api.GetOwnerTrustResponse
+	(*BackupRequest)(nil),                     // 31: cairn.api.BackupRequest
+	(*BackupResponse)(nil),                    // 32: cairn.api.BackupResponse
+	(*BackupTrailer)(nil),                     // 33: cairn.api.BackupTrailer
+	(*Registries)(nil),                        // 34: cairn.api.Registries
+	(*ClusterDirectory)(nil),                  // 35: cairn.api.ClusterDirectory
+	(*ClusterConfiguration)(nil),              // 36: cairn.api.ClusterConfiguration
+	(NodeState)(0),                            // 37: cairn.api.NodeState
+	(*NodeRoles)(nil),                         // 38: cairn.api.NodeRoles
+	(*Node)(nil),                              // 39: cairn.api.Node
+	(*RevokedOwnerCertificate)(nil),           // 40: cairn.api.RevokedOwnerCertificate
+	(*OwnerTrust)(nil),                        // 41: cairn.api.OwnerTrust
+	(*OwnerCertificate)(nil),                  // 42: cairn.api.OwnerCertificate
 }
 var file_proto_api_management_proto_depIdxs = []int32{
-	32, // 0: cairn.api.UpdateRegistriesRequest.registries:type_name -> cairn.api.Registries
-	32, // 1: cairn.api.UpdateRegistriesResponse.registries:type_name -> cairn.api.Registries
-	33, // 2: cairn.api.GetClusterInfoResponse.cluster_directory:type_name -> cairn.api.ClusterDirectory
-	34, // 3: cairn.api.GetClusterInfoResponse.cluster_configuration:type_name -> cairn.api.ClusterConfiguration
-	35, // 4: cairn.api.NodeFilter.states:type_name -> cairn.api.NodeState
-	36, // 5: cairn.api.NodeFilter.roles:type_name -> cairn.api.NodeRoles
-	12, // 6: cairn.api.GetNodesRequest.filter:type_name -> cairn.api.NodeFilter
-	37, // 7: cairn.api.GetNodesResponse.nodes:type_name -> cairn.api.Node
-	36, // 8: cairn.api.UpdateNodeRolesResponse.roles:type_name -> cairn.api.NodeRoles
-	38, // 9: cairn.api.RevokeOwnerCertificateResponse.revoked:type_name -> cairn.api.RevokedOwnerCertificate
-	39, // 10: cairn.api.GetOwnerTrustResponse.trust:type_name -> cairn.api.OwnerTrust
-	40, // 11: cairn.api.GetOwnerTrustResponse.certificates:type_name -> cairn.api.OwnerCertificate
-	31, // 12: cairn.api.BackupResponse.trailer:type_name -> cairn.api.BackupTrailer
-	6,  // 13: cairn.api.Management.GetRegisterTicket:input_type -> cairn.api.GetRegisterTicketRequest
-	8,  // 14: cairn.api.Management.RotateRegisterTicket:input_type -> cairn.api.RotateRegisterTicketRequest
-	10, // 15: cairn.api.Management.GetClusterInfo:input_type -> cairn.api.GetClusterInfoRequest
-	13, // 16: cairn.api.Management.GetNodes:input_type -> cairn.api.GetNodesRequest
-	15, // 17: cairn.api.Management.ApproveNode:input_type -> cairn.api.ApproveNodeRequest
-	17, // 18: cairn.api.Management.UpdateNodeRoles:input_type -> cairn.api.UpdateNodeRolesRequest
-	19, // 19: cairn.api.Management.DecommissionNode:input_type -> cairn.api.DecommissionNodeRequest
-	21, // 20: cairn.api.Management.DeleteNode:input_type -> cairn.api.DeleteNodeRequest
-	29, // 21: cairn.api.Management.Backup:input_type -> cairn.api.BackupRequest
-	23, // 22: cairn.api.Management.RotateOwnerKey:input_type -> cairn.api.RotateOwnerKeyRequest
-	25, // 23: cairn.api.Management.RevokeOwnerCertificate:input_type -> cairn.api.RevokeOwnerCertificateRequest
-	27, // 24: cairn.api.Management.GetOwnerTrust:input_type -> cairn.api.GetOwnerTrustRequest
-	4,  // 25: cairn.api.Management.IssueKubernetesCredential:input_type -> cairn.api.IssueKubernetesCredentialRequest
+	34, // 0: cairn.api.UpdateRegistriesRequest.registries:type_name -> cairn.api.Registries
+	34, // 1: cairn.api.UpdateRegistriesResponse.registries:type_name -> cairn.api.Registries
+	35, // 2: cairn.api.GetClusterInfoResponse.cluster_directory:type_name -> cairn.api.ClusterDirectory
+	36, // 3: cairn.api.GetClusterInfoResponse.cluster_configuration:type_name -> cairn.api.ClusterConfiguration
+	37, // 4: cairn.api.NodeFilter.states:type_name -> cairn.api.NodeState
+	38, // 5: cairn.api.NodeFilter.roles:type_name -> cairn.api.NodeRoles
+	14, // 6: cairn.api.GetNodesRequest.filter:type_name -> cairn.api.NodeFilter
+	39, // 7: cairn.api.GetNodesResponse.nodes:type_name -> cairn.api.Node
+	38, // 8: cairn.api.UpdateNodeRolesResponse.roles:type_name -> cairn.api.NodeRoles
+	40, // 9: cairn.api.RevokeOwnerCertificateResponse.revoked:type_name -> cairn.api.RevokedOwnerCertificate
+	41, // 10: cairn.api.GetOwnerTrustResponse.trust:type_name -> cairn.api.OwnerTrust
+	42, // 11: cairn.api.GetOwnerTrustResponse.certificates:type_name -> cairn.api.OwnerCertificate
+	33, // 12: cairn.api.BackupResponse.trailer:type_name -> cairn.api.BackupTrailer
+	8,  // 13: cairn.api.Management.GetRegisterTicket:input_type -> cairn.api.GetRegisterTicketRequest
+	10, // 14: cairn.api.Management.RotateRegisterTicket:input_type -> cairn.api.RotateRegisterTicketRequest
+	12, // 15: cairn.api.Management.GetClusterInfo:input_type -> cairn.api.GetClusterInfoRequest
+	15, // 16: cairn.api.Management.GetNodes:input_type -> cairn.api.GetNodesRequest
+	17, // 17: cairn.api.Management.ApproveNode:input_type -> cairn.api.ApproveNodeRequest
+	19, // 18: cairn.api.Management.UpdateNodeRoles:input_type -> cairn.api.UpdateNodeRolesRequest
+	21, // 19: cairn.api.Management.DecommissionNode:input_type -> cairn.api.DecommissionNodeRequest
+	23, // 20: cairn.api.Management.DeleteNode:input_type -> cairn.api.DeleteNodeRequest
+	31, // 21: cairn.api.Management.Backup:input_type -> cairn.api.BackupRequest
+	25, // 22: cairn.api.Management.RotateOwnerKey:input_type -> cairn.api.RotateOwnerKeyRequest
+	27, // 23: cairn.api.Management.RevokeOwnerCertificate:input_type -> cairn.api.RevokeOwnerCertificateRequest
+	29, // 24: cairn.api.Management.GetOwnerTrust:input_type -> cairn.api.GetOwnerTrustRequest
+	6,  // 25: cairn.api.Management.IssueKubernetesCredential:input_type -> cairn.api.IssueKubernetesCredentialRequest
 	2,  // 26: cairn.api.Management.UpdateRegistries:input_type -> cairn.api.UpdateRegistriesRequest
-	0,  // 27: cairn.api.Management.IssueMetricsCertificate:input_type -> cairn.api.IssueMetricsCertificateRequest
-	7,  // 28: cairn.api.Management.GetRegisterTicket:output_type -> cairn.api.GetRegisterTicketResponse
-	9,  // 29: cairn.api.Management.RotateRegisterTicket:output_type -> cairn.api.RotateRegisterTicketResponse
-	11, // 30: cairn.api.Management.GetClusterInfo:output_type -> cairn.api.GetClusterInfoResponse
-	14, // 31: cairn.api.Management.GetNodes:output_type -> cairn.api.GetNodesResponse
-	16, // 32: cairn.api.Management.ApproveNode:output_type -> cairn.api.ApproveNodeResponse
-	18, // 33: cairn.api.Management.UpdateNodeRoles:output_type -> cairn.api.UpdateNodeRolesResponse
-	20, // 34: cairn.api.Management.DecommissionNode:output_type -> cairn.api.DecommissionNodeResponse
-	22, // 35: cairn.api.Management.DeleteNode:output_type -> cairn.api.DeleteNodeResponse
-	30, // 36: cairn.api.Management.Backup:output_type -> cairn.api.BackupResponse
-	24, // 37: cairn.api.Management.RotateOwnerKey:output_type -> cairn.api.RotateOwnerKeyResponse
-	26, // 38: cairn.api.Management.RevokeOwnerCertificate:output_type -> cairn.api.RevokeOwnerCertificateResponse
-	28, // 39: cairn.api.Management.GetOwnerTrust:output_type -> cairn.api.GetOwnerTrustResponse
-	5,  // 40: cairn.api.Management.IssueKubernetesCredential:output_type -> cairn.api.IssueKubernetesCredentialResponse
-	3,  // 41: cairn.api.Management.UpdateRegistries:output_type -> cairn.api.UpdateRegistriesResponse
-	1,  // 42: cairn.api.Management.IssueMetricsCertificate:output_type -> cairn.api.IssueMetricsCertificateResponse
-	28, // [28:43] is the sub-list for method output_type
-	13, // [13:28] is the sub-list for method input_type
+	4,  // 27: cairn.api.Management.UpdateReleaseKeys:input_type -> cairn.api.UpdateReleaseKeysRequest
+	0,  // 28: cairn.api.Management.IssueMetricsCertificate:input_type -> cairn.api.IssueMetricsCertificateRequest
+	9,  // 29: cairn.api.Management.GetRegisterTicket:output_type -> cairn.api.GetRegisterTicketResponse
+	11, // 30: cairn.api.Management.RotateRegisterTicket:output_type -> cairn.api.RotateRegisterTicketResponse
+	13, // 31: cairn.api.Management.GetClusterInfo:output_type -> cairn.api.GetClusterInfoResponse
+	16, // 32: cairn.api.Management.GetNodes:output_type -> cairn.api.GetNodesResponse
+	18, // 33: cairn.api.Management.ApproveNode:output_type -> cairn.api.ApproveNodeResponse
+	20, // 34: cairn.api.Management.UpdateNodeRoles:output_type -> cairn.api.UpdateNodeRolesResponse
+	22, // 35: cairn.api.Management.DecommissionNode:output_type -> cairn.api.DecommissionNodeResponse
+	24, // 36: cairn.api.Management.DeleteNode:output_type -> cairn.api.DeleteNodeResponse
+	32, // 37: cairn.api.Management.Backup:output_type -> cairn.api.BackupResponse
+	26, // 38: cairn.api.Management.RotateOwnerKey:output_type -> cairn.api.RotateOwnerKeyResponse
+	28, // 39: cairn.api.Management.RevokeOwnerCertificate:output_type -> cairn.api.RevokeOwnerCertificateResponse
+	30, // 40: cairn.api.Management.GetOwnerTrust:output_type -> cairn.api.GetOwnerTrustResponse
+	7,  // 41: cairn.api.Management.IssueKubernetesCredential:output_type -> cairn.api.IssueKubernetesCredentialResponse
+	3,  // 42: cairn.api.Management.UpdateRegistries:output_type -> cairn.api.UpdateRegistriesResponse
+	5,  // 43: cairn.api.Management.UpdateReleaseKeys:output_type -> cairn.api.UpdateReleaseKeysResponse
+	1,  // 44: cairn.api.Management.IssueMetricsCertificate:output_type -> cairn.api.IssueMetricsCertificateResponse
+	29, // [29:45] is the sub-list for method output_type
+	13, // [13:29] is the sub-list for method input_type
 	13, // [13:13] is the sub-list for extension type_name
 	13, // [13:13] is the sub-list for extension extendee
 	0,  // [0:13] is the sub-list for field type_name
@@ -1875,14 +1988,14 @@ func file_proto_api_management_proto_init() {
 	file_proto_api_cluster_proto_init()
 	file_proto_api_node_proto_init()
 	file_proto_api_owner_proto_init()
-	file_proto_api_management_proto_msgTypes[17].OneofWrappers = []any{}
+	file_proto_api_management_proto_msgTypes[19].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_api_management_proto_rawDesc), len(file_proto_api_management_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   32,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -36,6 +36,7 @@ const (
 	Management_GetOwnerTrust_FullMethodName             = "/cairn.api.Management/GetOwnerTrust"
 	Management_IssueKubernetesCredential_FullMethodName = "/cairn.api.Management/IssueKubernetesCredential"
 	Management_UpdateRegistries_FullMethodName          = "/cairn.api.Management/UpdateRegistries"
+	Management_UpdateReleaseKeys_FullMethodName         = "/cairn.api.Management/UpdateReleaseKeys"
 	Management_IssueMetricsCertificate_FullMethodName   = "/cairn.api.Management/IssueMetricsCertificate"
 )
 
@@ -124,6 +125,16 @@ type ManagementClient interface {
 	// seconds. InvalidArgument names what is wrong with a bad entry, and
 	// nothing is stored then.
 	UpdateRegistries(ctx context.Context, in *UpdateRegistriesRequest, opts ...grpc.CallOption) (*UpdateRegistriesResponse, error)
+	// UpdateReleaseKeys adds release keys to, and removes them from, the
+	// release keys the cluster configuration trusts, in one compare-and-swap
+	// of the configuration; nodes follow through Curator.Watch. Adding a key
+	// already trusted keeps it; removing one that is not trusted is
+	// NotFound, and nothing changes then. A key that does not parse, a key
+	// both added and removed, or a result of more keys than the cluster
+	// configuration holds is InvalidArgument. An empty request changes
+	// nothing and returns the trusted keys. Removing the last key is
+	// allowed: the cluster then installs no release.
+	UpdateReleaseKeys(ctx context.Context, in *UpdateReleaseKeysRequest, opts ...grpc.CallOption) (*UpdateReleaseKeysResponse, error)
 	// IssueMetricsCertificate certifies an ed25519 key of a scraper for the
 	// nodes' metrics (port 7836, node/metrics) and nothing else: every other
 	// service of the cluster refuses a metrics certificate, so a scraper
@@ -293,6 +304,16 @@ func (c *managementClient) UpdateRegistries(ctx context.Context, in *UpdateRegis
 	return out, nil
 }
 
+func (c *managementClient) UpdateReleaseKeys(ctx context.Context, in *UpdateReleaseKeysRequest, opts ...grpc.CallOption) (*UpdateReleaseKeysResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateReleaseKeysResponse)
+	err := c.cc.Invoke(ctx, Management_UpdateReleaseKeys_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *managementClient) IssueMetricsCertificate(ctx context.Context, in *IssueMetricsCertificateRequest, opts ...grpc.CallOption) (*IssueMetricsCertificateResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(IssueMetricsCertificateResponse)
@@ -388,6 +409,16 @@ type ManagementServer interface {
 	// seconds. InvalidArgument names what is wrong with a bad entry, and
 	// nothing is stored then.
 	UpdateRegistries(context.Context, *UpdateRegistriesRequest) (*UpdateRegistriesResponse, error)
+	// UpdateReleaseKeys adds release keys to, and removes them from, the
+	// release keys the cluster configuration trusts, in one compare-and-swap
+	// of the configuration; nodes follow through Curator.Watch. Adding a key
+	// already trusted keeps it; removing one that is not trusted is
+	// NotFound, and nothing changes then. A key that does not parse, a key
+	// both added and removed, or a result of more keys than the cluster
+	// configuration holds is InvalidArgument. An empty request changes
+	// nothing and returns the trusted keys. Removing the last key is
+	// allowed: the cluster then installs no release.
+	UpdateReleaseKeys(context.Context, *UpdateReleaseKeysRequest) (*UpdateReleaseKeysResponse, error)
 	// IssueMetricsCertificate certifies an ed25519 key of a scraper for the
 	// nodes' metrics (port 7836, node/metrics) and nothing else: every other
 	// service of the cluster refuses a metrics certificate, so a scraper
@@ -446,6 +477,9 @@ func (UnimplementedManagementServer) IssueKubernetesCredential(context.Context, 
 }
 func (UnimplementedManagementServer) UpdateRegistries(context.Context, *UpdateRegistriesRequest) (*UpdateRegistriesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method UpdateRegistries not implemented")
+}
+func (UnimplementedManagementServer) UpdateReleaseKeys(context.Context, *UpdateReleaseKeysRequest) (*UpdateReleaseKeysResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateReleaseKeys not implemented")
 }
 func (UnimplementedManagementServer) IssueMetricsCertificate(context.Context, *IssueMetricsCertificateRequest) (*IssueMetricsCertificateResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method IssueMetricsCertificate not implemented")
@@ -705,6 +739,24 @@ func _Management_UpdateRegistries_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Management_UpdateReleaseKeys_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateReleaseKeysRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagementServer).UpdateReleaseKeys(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Management_UpdateReleaseKeys_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagementServer).UpdateReleaseKeys(ctx, req.(*UpdateReleaseKeysRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Management_IssueMetricsCertificate_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(IssueMetricsCertificateRequest)
 	if err := dec(in); err != nil {
@@ -777,6 +829,10 @@ var Management_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "UpdateRegistries",
 			Handler:    _Management_UpdateRegistries_Handler,
+		},
+		{
+			MethodName: "UpdateReleaseKeys",
+			Handler:    _Management_UpdateReleaseKeys_Handler,
 		},
 		{
 			MethodName: "IssueMetricsCertificate",

@@ -36,6 +36,8 @@ type Config struct {
 	Spare int
 	// Image is the raw disk image every node boots; each node gets a copy
 	// of its own, made on its first boot. The image is never written.
+	// When ReleaseKeyFile (make release's release.pub) lies beside it,
+	// the cluster trusts that release key from its bootstrap on.
 	Image string
 	// Cairnctl is the cairnctl binary run as the operator.
 	Cairnctl string

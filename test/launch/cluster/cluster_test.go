@@ -244,3 +244,20 @@ func TestNetChaosEnv(t *testing.T) {
 		t.Errorf("New with %s=loss=lots = %v, want an error naming the variable", NetChaosEnv, err)
 	}
 }
+
+// TestReleaseKeyBeside: the release key beside the image is trusted when
+// make release wrote it, and its absence is no error.
+func TestReleaseKeyBeside(t *testing.T) {
+	dir := t.TempDir()
+	image := filepath.Join(dir, "cairn.img")
+	if got, err := releaseKeyBeside(image); got != "" || err != nil {
+		t.Errorf("releaseKeyBeside without %s = %q, %v, want none", ReleaseKeyFile, got, err)
+	}
+	want := filepath.Join(dir, ReleaseKeyFile)
+	if err := os.WriteFile(want, []byte("cairn-release-ed25519:...\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := releaseKeyBeside(image); got != want || err != nil {
+		t.Errorf("releaseKeyBeside with %s = %q, %v, want %q", ReleaseKeyFile, got, err, want)
+	}
+}

@@ -29,6 +29,14 @@
 // its nodes by (10.42.0.x) mean nothing outside the namespace. Cairnctl
 // and CommandLine add those flags.
 //
+// # The release key
+//
+// When make release has written the image's release key beside the image
+// (ReleaseKeyFile, out/release.pub), the bootstrap parameters make the
+// cluster trust it (cairnctl params bootstrap --release-key @FILE), so
+// that its nodes accept the releases the same build signs. Without the
+// file the cluster trusts no release key, and everything else works alike.
+//
 // # An impaired network
 //
 // Nodes are on the kernel's bridge unless Config.Switch, or else

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -45,9 +46,15 @@ func (c *Cluster) Form(ctx context.Context) error {
 	return nil
 }
 
+// ReleaseKeyFile names the file beside Config.Image that holds the public
+// half of the release key the image's release is signed with, as make
+// release writes it (out/release.pub).
+const ReleaseKeyFile = "release.pub"
+
 // BootstrapParams writes bootstrap parameters with cairnctl (which makes
 // the owner key in the config directory if there is none) and returns
-// them.
+// them. The cluster trusts the release key of ReleaseKeyFile beside the
+// image when there is one, and no release key otherwise.
 func (c *Cluster) BootstrapParams(ctx context.Context) ([]byte, error) {
 	file := filepath.Join(c.cfg.Dir, "params", "bootstrap.pb")
 	args := []string{"--config", c.configDir, "params", "bootstrap", "--out", file,
@@ -55,7 +62,15 @@ func (c *Cluster) BootstrapParams(ctx context.Context) ([]byte, error) {
 	if c.cfg.Registry != "" {
 		args = append(args, registryFlags()...)
 	}
-	_, err := c.run(ctx, args)
+	key, err := releaseKeyBeside(c.cfg.Image)
+	if err != nil {
+		return nil, err
+	}
+	if key != "" {
+		c.logf("cluster: the cluster trusts the release key of %s", key)
+		args = append(args, "--release-key", "@"+key)
+	}
+	_, err = c.run(ctx, args)
 	if err != nil {
 		return nil, err
 	}
@@ -216,4 +231,17 @@ func Milestones(vm *launch.Node, from int, ms []Milestone) (phases []launch.Phas
 		phases = append(phases, launch.Phase{Name: m.Name, Duration: l.Time.Sub(vm.Started())})
 	}
 	return phases, missing
+}
+
+// releaseKeyBeside returns the path of ReleaseKeyFile beside image, or ""
+// when there is none, so that images built without make release still
+// form clusters (which then trust no release key).
+func releaseKeyBeside(image string) (string, error) {
+	path := filepath.Join(filepath.Dir(image), ReleaseKeyFile)
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	} else if err != nil {
+		return "", fmt.Errorf("when looking for the release key beside the image: %w", err)
+	}
+	return path, nil
 }
