@@ -81,17 +81,23 @@ func enrolmentRunnable(st *localstorage.Storage, dataReady event.Watchable[bool]
 // has its credentials, to the owner as owners, the owner trust, admits.
 // Reboot and Poweroff stop the node through request; Recover stages
 // backups in the etcd data directory of st; past boots' logs come from
-// ls, metrics from g.
-func nodeManagementRunnable(st *localstorage.Storage, creds event.Watchable[*identity.Node], owners event.Watchable[*api.OwnerTrust], lt *logtree.LogTree, ls *logstore.Store, g prometheus.Gatherer, request func(action)) supervisor.Runnable {
+// ls, metrics from g. Update installs releases into the system slot
+// that booted does not name, trusting what rs's cluster configuration
+// says.
+func nodeManagementRunnable(st *localstorage.Storage, rs *roleserve.Service, booted event.Watchable[*localstorage.BootedSystem], lt *logtree.LogTree, ls *logstore.Store, g prometheus.Gatherer, request func(action)) supervisor.Runnable {
 	return func(ctx context.Context) error {
-		w := creds.Watch()
+		w := rs.Credentials().Watch()
 		defer w.Close()
 		node, err := w.Get(ctx, event.NotNil[*identity.Node]())
 		if err != nil {
 			return err
 		}
+		installer, err := newInstaller(st, booted, rs.ClusterConfiguration)
+		if err != nil {
+			supervisor.Logger(ctx).Warningf("This node cannot install updates: %v", err)
+		}
 		srv := rpc.NewServer(node)
-		srv.JudgeOwners(owners)
+		srv.JudgeOwners(rs.OwnerTrust())
 		api.RegisterNodeManagementServer(srv, nodemanagement.New(nodemanagement.Config{
 			LogTree:        lt,
 			Reboot:         func() { request(reboot) },
@@ -101,6 +107,7 @@ func nodeManagementRunnable(st *localstorage.Storage, creds event.Watchable[*ide
 			Metrics:        g,
 			EtcdDataDir:    st.Root.Data.Etcd.FullPath(),
 			ClusterCA:      node.CACertificate().Raw,
+			Installer:      installer,
 		}))
 		var lc net.ListenConfig
 		lis, err := lc.Listen(ctx, "tcp", ":"+strconv.Itoa(ports.NodeManagement))

@@ -78,7 +78,7 @@ func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogg
 		{"timesync", timesyncRunnable(&ntp, &clock, printf)},
 		{"cluster", enrolmentRunnable(st, &dataReady, &address, &params, &membership, rs)},
 		{"roleserve", rs.Run},
-		{"nodemanagement", nodeManagementRunnable(st, rs.Credentials(), rs.OwnerTrust(), lt, ls, gatherer, request)},
+		{"nodemanagement", nodeManagementRunnable(st, rs, &booted, lt, ls, gatherer, request)},
 		{"logstore", logStoreRunnable(ls, &membership)},
 		{"metrics", func(ctx context.Context) error {
 			return metrics.Run(ctx, metrics.Config{Credentials: rs.Credentials(), Gatherer: gatherer, Port: ports.Metrics})

@@ -151,7 +151,7 @@ func (i *Installer) Install(ctx context.Context, req Request, progress func(Prog
 		return Result{}, ErrBusy
 	}
 	defer i.busy.Unlock()
-	target := other(i.cfg.Running)
+	target := i.cfg.Running.Other()
 
 	progress(Progress{Step: StepVerify})
 	trust, err := i.cfg.Trust(ctx)
@@ -241,14 +241,6 @@ func (i *Installer) Install(ctx context.Context, req Request, progress func(Prog
 	}
 	progress(Progress{Step: StepDone})
 	return Result{Slot: target, Version: rel.Version.String(), Digest: digest}, nil
-}
-
-// other is the slot that is not s.
-func other(s localstorage.Slot) localstorage.Slot {
-	if s == localstorage.SlotA {
-		return localstorage.SlotB
-	}
-	return localstorage.SlotA
 }
 
 // ukiPath is where slot's UKI lies, from the root of the ESP.

@@ -26,15 +26,15 @@ const RegistryPort = 5000
 // their node's cluster DNS.
 const RegistryName = "registry.cairn.test"
 
-// registryAddr is where nodes reach the harness's registry.
-func registryAddr() string {
+// RegistryAddr is where nodes reach the harness's registry.
+func RegistryAddr() string {
 	return fmt.Sprintf("%s:%d", netns.BridgeAddr, RegistryPort)
 }
 
 // registryFlags are the cairnctl params bootstrap flags that make the
 // harness's registry the mirror of docker.io, reached over plain HTTP.
 func registryFlags() []string {
-	return []string{"--registry-mirror", "docker.io=http://" + registryAddr(), "--plain-http-registry", registryAddr()}
+	return []string{"--registry-mirror", "docker.io=http://" + RegistryAddr(), "--plain-http-registry", RegistryAddr()}
 }
 
 // startRegistry runs the OCI distribution registry (Config.Registry) on
@@ -53,7 +53,7 @@ func (c *Cluster) startRegistry(ctx context.Context) error {
 	config := filepath.Join(dir, "config.yml")
 	yml := fmt.Sprintf("version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\n"+
 		"storage:\n  filesystem:\n    rootdirectory: %q\n  delete:\n    enabled: true\n"+
-		"http:\n  addr: %q\n  secret: %q\n", filepath.Join(dir, "data"), registryAddr(), hex.EncodeToString(secret))
+		"http:\n  addr: %q\n  secret: %q\n", filepath.Join(dir, "data"), RegistryAddr(), hex.EncodeToString(secret))
 	if err := os.WriteFile(config, []byte(yml), 0o644); err != nil {
 		return fmt.Errorf("when writing the registry's configuration: %w", err)
 	}
@@ -87,7 +87,7 @@ func (c *Cluster) startRegistry(ctx context.Context) error {
 		}
 		pushed = append(pushed, refs...)
 	}
-	c.logf("cluster: registry at %s for the nodes, %s for the host, mirror of docker.io; pushed %s", registryAddr(), c.registryHost, strings.Join(pushed, ", "))
+	c.logf("cluster: registry at %s for the nodes, %s for the host, mirror of docker.io; pushed %s", RegistryAddr(), c.registryHost, strings.Join(pushed, ", "))
 	return nil
 }
 
