@@ -74,9 +74,23 @@ func TestUpdateStaged(t *testing.T) {
 			{name: "changed in the registry", version: "1.0.1", arch: runtime.GOARCH, key: key, tamper: true, want: "does not match its digest"},
 		} {
 			before := slotB()
-			ref := rb.push(t, tc.name, tc.version, tc.arch, tc.key, tc.tamper)
+			ref := rb.push(t, tc.name, tc.version, tc.arch, tc.key)
+			var blob string
+			if tc.tamper {
+				// Every release here shares the build's system image,
+				// stored once: it is changed for this case alone.
+				blob = registryBlob(t, c, rb.systemDigest)
+				if err := flipByteAt(blob, 1000); err != nil {
+					t.Fatal(err)
+				}
+			}
 			start := time.Now()
 			out, err := s.updateNode(c, id, ref)
+			if tc.tamper {
+				if err := flipByteAt(blob, 1000); err != nil {
+					t.Fatal(err)
+				}
+			}
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("%s: node update %s: %v\n%s\nwant a refusal saying %q", tc.name, ref, err, out, tc.want)
 				continue
@@ -89,7 +103,7 @@ func TestUpdateStaged(t *testing.T) {
 	})
 
 	t.Run("s-staged", func(t *testing.T) {
-		ref := rb.push(t, "good", "1.0.0", runtime.GOARCH, key, false)
+		ref := rb.push(t, "good", "1.0.0", runtime.GOARCH, key)
 		start := time.Now()
 		out, err := s.updateNode(c, id, ref)
 		if err != nil {
@@ -146,6 +160,8 @@ type releaseBuilder struct {
 	verity     string
 	systemSize int64
 	systemHash [32]byte
+	// systemDigest is systemHash as a blob's digest.
+	systemDigest string
 }
 
 func newReleaseBuilder(t *testing.T, c *cluster.Cluster) *releaseBuilder {
@@ -161,32 +177,22 @@ func newReleaseBuilder(t *testing.T, c *cluster.Cluster) *releaseBuilder {
 		t.Fatal(err)
 	}
 	copy(rb.systemHash[:], h.Sum(nil))
+	rb.systemDigest = fmt.Sprintf("sha256:%x", rb.systemHash)
 	return rb
 }
 
 // push pushes the release of version for arch signed with key to the
 // repository cairn/<name>, and returns the reference nodes reach it by.
-// tamper pushes a system image one zero block longer (so that its blob is
-// its own) and then changes one byte of that blob in the registry's
-// storage, as a broken or hostile registry would serve it.
-func (rb *releaseBuilder) push(t *testing.T, name, version, arch string, key release.PrivateKey, tamper bool) string {
+func (rb *releaseBuilder) push(t *testing.T, name, version, arch string, key release.PrivateKey) string {
 	t.Helper()
 	repo := "cairn/" + strings.ReplaceAll(name, " ", "-")
-	var extra []byte
-	if tamper {
-		extra = make([]byte, 4096)
-	}
 	uki, err := os.ReadFile(rb.uki)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ukiD := ociimage.NewBlob(release.MediaTypeUKI, uki).Descriptor
-	sysD, err := describeFile(rb.system, extra)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sysD := ociimage.Descriptor{MediaType: release.MediaTypeSystem, Digest: rb.systemDigest, Size: rb.systemSize}
 	m := release.Metadata{Version: version, Commit: strings.Repeat("0", 40), Architecture: arch, Verity: rb.verity}
-	a, err := release.NewArtifact(m, ukiD, sysD, key)
+	a, err := release.NewArtifact(m, ociimage.NewBlob(release.MediaTypeUKI, uki).Descriptor, sysD, key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,9 +202,7 @@ func (rb *releaseBuilder) push(t *testing.T, name, version, arch string, key rel
 	}
 	defer sys.Close()
 	pr, pw := io.Pipe()
-	go func() {
-		pw.CloseWithError(a.WriteArchive(pw, repo, bytes.NewReader(uki), io.MultiReader(sys, bytes.NewReader(extra))))
-	}()
+	go func() { pw.CloseWithError(a.WriteArchive(pw, repo, bytes.NewReader(uki), sys)) }()
 	repoTag := func(name string) (string, string, error) {
 		r, tag, _ := strings.Cut(name, ":")
 		return r, tag, nil
@@ -209,28 +213,7 @@ func (rb *releaseBuilder) push(t *testing.T, name, version, arch string, key rel
 		pr.CloseWithError(err)
 		t.Fatalf("pushing release %s: %v", version, err)
 	}
-	if tamper {
-		blob := registryBlob(t, rb.c, sysD.Digest)
-		if err := flipByteAt(blob, 1000); err != nil {
-			t.Fatal(err)
-		}
-	}
 	return fmt.Sprintf("%s/%s:%s", cluster.RegistryAddr(), repo, a.Tag())
-}
-
-// describeFile describes the system image at path followed by extra.
-func describeFile(path string, extra []byte) (ociimage.Descriptor, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return ociimage.Descriptor{}, err
-	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, io.MultiReader(f, bytes.NewReader(extra)))
-	if err != nil {
-		return ociimage.Descriptor{}, err
-	}
-	return ociimage.Descriptor{MediaType: release.MediaTypeSystem, Digest: fmt.Sprintf("sha256:%x", h.Sum(nil)), Size: n}, nil
 }
 
 // registryBlob finds where the harness's registry stores the blob digest.
