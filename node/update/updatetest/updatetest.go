@@ -6,6 +6,7 @@ package updatetest
 
 import (
 	"context"
+	"crypto/sha256"
 	"os"
 	"path/filepath"
 	"sync"
@@ -100,7 +101,29 @@ func (n *Node) Trust(trusted bool) {
 // system image has 16 data blocks.
 func (n *Node) Push(t testing.TB, version string) *releasetest.Release {
 	t.Helper()
-	sys, params := releasetest.SystemImage(t, 16, []byte("salt"))
-	m := release.Metadata{Version: version, Architecture: "amd64", Verity: params.String()}
+	return n.PushFor(t, version, "amd64", 16)
+}
+
+// PushFor pushes a release of version for arch, signed with Key, whose
+// system image has dataBlocks data blocks (a slot holds SlotSize bytes).
+func (n *Node) PushFor(t testing.TB, version, arch string, dataBlocks int) *releasetest.Release {
+	t.Helper()
+	sys, params := releasetest.SystemImage(t, dataBlocks, []byte("salt"))
+	m := release.Metadata{Version: version, Architecture: arch, Verity: params.String()}
 	return releasetest.Push(t, n.Registry, n.Key, m, []byte("MZ the UKI of "+version), sys)
+}
+
+// Hashes returns the SHA-256 of each system slot's file, for tests that
+// nothing changed.
+func (n *Node) Hashes(t testing.TB) map[localstorage.Slot][32]byte {
+	t.Helper()
+	h := map[localstorage.Slot][32]byte{}
+	for s, p := range n.Slots {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h[s] = sha256.Sum256(b)
+	}
+	return h
 }
