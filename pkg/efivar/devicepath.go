@@ -90,14 +90,14 @@ func HardDriveFor(t *gpt.Table, i int) (HardDrive, error) {
 		PartitionNumber: uint32(i + 1),
 		PartitionStart:  p.FirstLBA,
 		PartitionSize:   p.Sectors(),
-		Signature:       mixedEndian(p.ID),
+		Signature:       gpt.GUIDToDisk(p.ID),
 		Format:          FormatGPT,
 		SignatureType:   SignatureGUID,
 	}, nil
 }
 
 // PartitionGUID returns the signature as a GUID, for SignatureGUID.
-func (h HardDrive) PartitionGUID() uuid.UUID { return fromMixedEndian(h.Signature) }
+func (h HardDrive) PartitionGUID() uuid.UUID { return gpt.GUIDFromDisk(h.Signature[:]) }
 
 func (h HardDrive) encode() (uint8, uint8, []byte) {
 	d := make([]byte, hardDriveLength-nodeHeaderLength)
@@ -297,21 +297,4 @@ func fromUTF16z(b []byte) (string, error) {
 		units = append(units, u)
 	}
 	return "", fmt.Errorf("%w: UTF-16 text without its NUL", ErrInvalid)
-}
-
-// mixedEndian and fromMixedEndian convert between a GUID in RFC 4122 byte
-// order and the order of GPT and UEFI, whose first three fields are
-// little-endian.
-func mixedEndian(g uuid.UUID) [16]byte {
-	var d [16]byte
-	d[0], d[1], d[2], d[3] = g[3], g[2], g[1], g[0]
-	d[4], d[5] = g[5], g[4]
-	d[6], d[7] = g[7], g[6]
-	copy(d[8:], g[8:])
-	return d
-}
-
-func fromMixedEndian(d [16]byte) uuid.UUID {
-	// The swap is its own inverse.
-	return uuid.UUID(mixedEndian(uuid.UUID(d)))
 }
