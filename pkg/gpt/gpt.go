@@ -98,9 +98,10 @@ type header struct {
 	entriesCRC              uint32
 }
 
-// guidToDisk and guidFromDisk convert between RFC 4122 byte order and the
-// GPT's, whose first three fields are little-endian.
-func guidToDisk(g uuid.UUID) [16]byte {
+// GUIDToDisk and GUIDFromDisk convert between RFC 4122 byte order and the
+// GPT's, whose first three fields are little-endian. UEFI stores every
+// GUID so (EFI_GUID), device paths' partition signatures among them.
+func GUIDToDisk(g uuid.UUID) [16]byte {
 	var d [16]byte
 	d[0], d[1], d[2], d[3] = g[3], g[2], g[1], g[0]
 	d[4], d[5] = g[5], g[4]
@@ -109,7 +110,7 @@ func guidToDisk(g uuid.UUID) [16]byte {
 	return d
 }
 
-func guidFromDisk(d []byte) uuid.UUID {
+func GUIDFromDisk(d []byte) uuid.UUID {
 	var g uuid.UUID
 	g[0], g[1], g[2], g[3] = d[3], d[2], d[1], d[0]
 	g[4], g[5] = d[5], d[4]
@@ -141,7 +142,7 @@ func parseHeader(sector []byte, lba, totalSectors uint64) (header, error) {
 		alternateLBA: le.Uint64(h[32:]),
 		firstUsable:  le.Uint64(h[40:]),
 		lastUsable:   le.Uint64(h[48:]),
-		diskID:       guidFromDisk(h[56:72]),
+		diskID:       GUIDFromDisk(h[56:72]),
 		entriesLBA:   le.Uint64(h[72:]),
 		numEntries:   le.Uint32(h[80:]),
 		entrySize:    le.Uint32(h[84:]),
@@ -173,7 +174,7 @@ func marshalHeader(h header, ss int) []byte {
 	le.PutUint64(b[32:], h.alternateLBA)
 	le.PutUint64(b[40:], h.firstUsable)
 	le.PutUint64(b[48:], h.lastUsable)
-	id := guidToDisk(h.diskID)
+	id := GUIDToDisk(h.diskID)
 	copy(b[56:72], id[:])
 	le.PutUint64(b[72:], h.entriesLBA)
 	le.PutUint32(b[80:], h.numEntries)
@@ -197,8 +198,8 @@ func parseEntries(b []byte, h header) ([]Partition, error) {
 	for i := range entries {
 		e := b[i*int(h.entrySize):]
 		p := Partition{
-			Type:       guidFromDisk(e[0:16]),
-			ID:         guidFromDisk(e[16:32]),
+			Type:       GUIDFromDisk(e[0:16]),
+			ID:         GUIDFromDisk(e[16:32]),
 			FirstLBA:   le.Uint64(e[32:]),
 			LastLBA:    le.Uint64(e[40:]),
 			Attributes: le.Uint64(e[48:]),
@@ -234,7 +235,7 @@ func (t *Table) marshalEntries() ([]byte, uint32, error) {
 			continue
 		}
 		e := b[i*entrySize:]
-		ty, id := guidToDisk(p.Type), guidToDisk(p.ID)
+		ty, id := GUIDToDisk(p.Type), GUIDToDisk(p.ID)
 		copy(e[0:16], ty[:])
 		copy(e[16:32], id[:])
 		le.PutUint64(e[32:], p.FirstLBA)

@@ -138,6 +138,16 @@ func TestArgs(t *testing.T) {
 				argsTail},
 		},
 		{
+			name:   "variable store kept across launches",
+			change: func(p *plan) { p.ovmfVars = "/c/node0.vars.fd" },
+			want: [][]string{argsHead, argsTCG,
+				{
+					"-drive", "if=pflash,format=raw,unit=0,readonly=on,file=/fw/CODE.fd",
+					"-drive", "if=pflash,format=raw,unit=1,file=/c/node0.vars.fd",
+				},
+				argsDisk, argsRNG, argsTail},
+		},
+		{
 			name: "direct boot replaces OVMF, keeps the disk",
 			change: func(p *plan) {
 				p.direct = &DirectBoot{Kernel: "/o/vmlinuz", Initrd: "/o/initramfs.img", Cmdline: "console=ttyS0 cairn.test.root-fail"}

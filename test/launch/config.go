@@ -142,6 +142,7 @@ type options struct {
 	cpu                  string
 	tpm                  bool
 	tpmState             string
+	varStore             string
 	parameters           []byte
 	fwcfg                []FWCfgFile
 	network              Network
@@ -171,7 +172,8 @@ func defaultOptions() options {
 type Option func(*options)
 
 // WithOVMF uses other firmware files than Debian's OVMF_CODE_4M/VARS_4M.
-// The variable store is copied; the node writes only to its own copy.
+// The variable store is a template: the node writes only to its own copy
+// (see WithVarStore).
 func WithOVMF(code, vars string) Option {
 	return func(o *options) { o.ovmfCode, o.ovmfVars = code, vars }
 }
@@ -186,6 +188,17 @@ func WithTPM() Option { return func(o *options) { o.tpm = true } }
 // time may use it.
 func WithTPMState(dir string) Option {
 	return func(o *options) { o.tpm, o.tpmState = true, dir }
+}
+
+// WithVarStore keeps the node's firmware variable store at path instead
+// of a fresh copy in its temporary state directory, so that it outlives
+// the node: the boot entries, BootOrder and BootNext it wrote are there
+// at its next launch, as in a machine's flash. path is copied from the
+// template (Debian's OVMF_VARS_4M, or WithOVMF's) only when it does not
+// exist; its directory is created if missing. Only one node at a time
+// may use it. A direct boot has no firmware and leaves it alone.
+func WithVarStore(path string) Option {
+	return func(o *options) { o.varStore = path }
 }
 
 // WithParameters hands the node its node parameters (a serialized

@@ -1,15 +1,17 @@
 // Package launch boots one Cairn node in qemu for tests, benchmarks and
 // people (cmd/launch-cluster). It owns everything a node needs on the host
 // and takes all of it away again: a throw-away disk overlay, a private copy
-// of the firmware's variable store, an optional software TPM, the files
-// handed to the guest through fw_cfg, and the qemu process itself.
+// of the firmware's variable store (or one kept across launches), an
+// optional software TPM, the files handed to the guest through fw_cfg, and
+// the qemu process itself.
 //
 //	                Launch(ctx, Config, options...)
 //	                             │
 //	state dir (temp) ────────────┼────────────────────────────────────┐
 //	│ disk.qcow2    overlay, backed by the raw image (never written), │
 //	│               DiskSize large: room for the data partition       │
-//	│ OVMF_VARS.fd  this node's own copy of the variable store        │
+//	│ OVMF_VARS.fd  this node's own copy of the variable store (or    │
+//	│               WithVarStore's file, kept across launches)        │
 //	│ fwcfg-N       node parameters and other fw_cfg files            │
 //	│ swtpm/        TPM state (or WithTPMState's) and control socket  │
 //	│               ◀── swtpm process                                 │
@@ -36,6 +38,13 @@
 // WithDirectBoot adds a fast path next to it for tests that need to change
 // the kernel command line: qemu's own BIOS loads a kernel and initramfs
 // given on its command line, and the disk, if any, is still attached.
+//
+// The firmware keeps its variables (boot entries, BootOrder, BootNext) in a
+// variable store that qemu maps as writable flash. Each launch gets a fresh
+// copy of the template, unless WithVarStore names a file that outlives the
+// node: then a node launched again finds the boot entries it wrote, as a
+// machine does after a power cut. A reboot inside one qemu process keeps
+// the flash either way.
 //
 // # Lifetime
 //

@@ -126,14 +126,13 @@ func (n *Node) start(ctx context.Context, cfg Config, o options) error {
 			}
 		}
 	}
+	var err error
 	if o.direct == nil {
 		p.ovmfCode = o.ovmfCode
-		p.ovmfVars = filepath.Join(n.dir, "OVMF_VARS.fd")
-		if err := copyFile(o.ovmfVars, p.ovmfVars); err != nil {
-			return fmt.Errorf("when copying OVMF variables: %w", err)
+		if p.ovmfVars, err = varStore(n.dir, o.ovmfVars, o.varStore); err != nil {
+			return err
 		}
 	}
-	var err error
 	if p.fwcfg, err = writeFWCfg(n.dir, o.fwcfg); err != nil {
 		return err
 	}
@@ -168,6 +167,46 @@ func createOverlay(ctx context.Context, qemuImg, image, path string) error {
 		return fmt.Errorf("when creating disk overlay: %w: %s", err, strings.TrimSpace(string(out)))
 	}
 	return nil
+}
+
+// varStore returns the firmware variable store for qemu to write: a
+// copy of template in the node's state directory dir, or the file keep
+// when WithVarStore named one. keep is copied from template only when it
+// does not exist yet, so the boot entries and BootOrder the node wrote
+// survive into its next launch; the copy goes through a temporary file,
+// so a launcher killed while copying leaves no half store behind.
+func varStore(dir, template, keep string) (string, error) {
+	if keep == "" {
+		path := filepath.Join(dir, "OVMF_VARS.fd")
+		if err := copyFile(template, path); err != nil {
+			return "", fmt.Errorf("when copying OVMF variables: %w", err)
+		}
+		return path, nil
+	}
+	path, err := filepath.Abs(keep)
+	if err != nil {
+		return "", fmt.Errorf("when resolving OVMF variable store path: %w", err)
+	}
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("when looking for the OVMF variable store: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return "", fmt.Errorf("when making the OVMF variable store's directory: %w", err)
+	}
+	tmp := path + ".tmp"
+	// A launcher killed while copying left this behind.
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("when removing a stale OVMF variable store: %w", err)
+	}
+	if err := copyFile(template, tmp); err != nil {
+		return "", fmt.Errorf("when copying OVMF variables: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return "", fmt.Errorf("when putting the OVMF variable store in place: %w", err)
+	}
+	return path, nil
 }
 
 func copyFile(from, to string) error {

@@ -215,12 +215,13 @@ func New(cfg Config) (*Cluster, error) {
 func (c *Cluster) newNode(i int, nn netns.Node) (*Node, error) {
 	name := fmt.Sprintf("node%d", i)
 	n := &Node{
-		cluster: c,
-		index:   i,
-		name:    name,
-		ip:      nn.IP,
-		disk:    filepath.Join(c.cfg.Dir, name+".img"),
-		tpmDir:  filepath.Join(c.cfg.Dir, name+".tpm"),
+		cluster:  c,
+		index:    i,
+		name:     name,
+		ip:       nn.IP,
+		disk:     filepath.Join(c.cfg.Dir, name+".img"),
+		tpmDir:   filepath.Join(c.cfg.Dir, name+".tpm"),
+		varStore: filepath.Join(c.cfg.Dir, name+".vars.fd"),
 	}
 	var err error
 	if n.curatorAddr, err = c.forward(i, nn, ports.Curator); err != nil {

@@ -14,7 +14,8 @@
 //	                                      │
 //	<Dir>/                                │   each node: qemu (OVMF, UKI on its own disk),
 //	  nodeI.img      writable disk copy   │   swtpm with state in <Dir>/nodeI.tpm,
-//	  nodeI.tpm/     TPM state            │   node parameters through fw_cfg
+//	  nodeI.tpm/     TPM state            │   node parameters through fw_cfg,
+//	  nodeI.vars.fd  OVMF variables       │   OVMF's variables in <Dir>/nodeI.vars.fd
 //	  params/        bootstrap, register  │
 //	  cairnctl/      owner key, cert, CA  │
 //
@@ -49,9 +50,11 @@
 //
 // # Lifetime
 //
-// A node's disk and TPM state live in Dir, so a node survives its own
-// reboots (the guest reboots inside the same qemu), a hard kill
-// (Node.Kill, then Node.Boot again) and a power cycle of the whole cluster.
+// A node's disk, TPM state and firmware variable store live in Dir, so a
+// node survives its own reboots (the guest reboots inside the same qemu,
+// whose flash keeps the variables anyway), a hard kill (Node.Kill, then
+// Node.Boot again) and a power cycle of the whole cluster, boot entries
+// included.
 // Close kills every node and removes the network; Dir stays for the caller
 // to inspect or remove.
 //

@@ -20,8 +20,8 @@ import (
 	"cairn.dev/cairn/test/launch"
 )
 
-// Node is one node of a cluster: its place on the network, its disk and
-// TPM state, and the qemu process of its current boot, if any.
+// Node is one node of a cluster: its place on the network, its disk, TPM
+// state and firmware variables, and the qemu process of its current boot, if any.
 type Node struct {
 	cluster        *Cluster
 	index          int
@@ -33,6 +33,7 @@ type Node struct {
 	metricsAddr    string
 	disk           string
 	tpmDir         string
+	varStore       string
 
 	mu     sync.Mutex
 	id     string
@@ -147,6 +148,11 @@ func (n *Node) Boot(ctx context.Context, params []byte, extra ...launch.Option) 
 	if c.cfg.TPM {
 		opts = append(opts, launch.WithTPMState(n.tpmDir))
 	}
+	// The firmware's boot entries live in its variable store, which a
+	// relaunch (Kill, then Boot) must keep, as a machine's flash does: a
+	// node that booted a system slot through a Boot#### entry boots it
+	// again.
+	opts = append(opts, launch.WithVarStore(n.varStore))
 	if c.cfg.Console != nil {
 		opts = append(opts, launch.WithConsoleCopy(&prefixWriter{w: c.cfg.Console, prefix: n.name + "| "}))
 	}
@@ -305,7 +311,8 @@ func (n *Node) noteID(l launch.Line) (string, error) {
 }
 
 // Kill ends the node's qemu at once, like pulling the power cord, and
-// releases its host resources. Disk and TPM state stay.
+// releases its host resources. Disk, TPM state and firmware variables
+// stay.
 func (n *Node) Kill() error {
 	vm := n.VM()
 	if vm == nil {
