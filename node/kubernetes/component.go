@@ -18,9 +18,10 @@ var errRenew = errors.New("certificates due for renewal")
 // layout's cgroup: its klog output goes into the runnable's log with each
 // line's severity, a crash is the runnable's death (the supervisor
 // restarts it with backoff), and at renewAt it is stopped and errRenew
-// returned. A zero renewAt never renews.
-func (l Layout) runComponent(ctx context.Context, cmd *exec.Cmd, renewAt time.Time) error {
-	opts := []supervisor.CommandOption{supervisor.ParseKlog()}
+// returned. A zero renewAt never renews. extra are more options for
+// supervisor.RunCommand.
+func (l Layout) runComponent(ctx context.Context, cmd *exec.Cmd, renewAt time.Time, extra ...supervisor.CommandOption) error {
+	opts := append([]supervisor.CommandOption{supervisor.ParseKlog()}, extra...)
 	if l.Cgroup != "" {
 		if err := prepareCgroup(l.Cgroup); err != nil {
 			return fmt.Errorf("when starting %s: %w", cmd.Path, err)

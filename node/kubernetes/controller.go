@@ -84,9 +84,17 @@ type Controller struct {
 
 // stopGrace bounds how long the apiserver and the etcd proxy wait, once
 // the control plane stops, for their users to stop first. Their users'
-// processes get SIGKILL two seconds after SIGTERM (supervisor.RunCommand),
-// so it is only reached by a user that does not stop at all.
+// processes get SIGKILL at most leaseHandOverGrace after SIGTERM, so it is
+// only reached by a user that does not stop at all.
 const stopGrace = 10 * time.Second
+
+// leaseHandOverGrace is how long the controller-manager and the scheduler
+// have, from SIGTERM to SIGKILL, to stop their controllers and give their
+// leader lease up through the apiserver. The supervisor's two seconds were
+// too few on a loaded emulated node: a controller-manager still stopping
+// was killed holding its lease, and the node the role moved to waited the
+// whole 60 s lease for it (TestKubernetes, h-controller-moves).
+const leaseHandOverGrace = 8 * time.Second
 
 // NewController returns a control plane for cfg. Nothing runs before Run.
 func NewController(cfg ControllerConfig) *Controller {
@@ -330,5 +338,5 @@ func (c *Controller) runClient(ctx context.Context, bin string, kind api.Certifi
 		"--leader-elect-retry-period=" + leaderRetry,
 	}, flags(cred)...)
 	defer c.apiserverUsers.Take()()
-	return c.cfg.Layout.runComponent(ctx, c.cfg.Layout.command(bin, args...), cred.renewAt)
+	return c.cfg.Layout.runComponent(ctx, c.cfg.Layout.command(bin, args...), cred.renewAt, supervisor.KillGrace(leaseHandOverGrace))
 }

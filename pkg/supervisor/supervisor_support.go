@@ -84,9 +84,13 @@ func RunCommand(ctx context.Context, cmd *exec.Cmd, opts ...CommandOption) error
 	// ends first.
 	exited := make(chan struct{})
 	stopperDone := make(chan struct{})
+	grace := n.sup.commandKillGrace
+	if o.killGrace > 0 {
+		grace = o.killGrace
+	}
 	go func() {
 		defer close(stopperDone)
-		stopCommand(ctx, cmd, group, n.sup.commandKillGrace, exited)
+		stopCommand(ctx, cmd, group, grace, exited)
 	}()
 	err = cmd.Wait()
 	close(exited)
@@ -112,6 +116,17 @@ type CommandOption func(*commandOptions)
 type commandOptions struct {
 	klog   bool
 	cgroup string
+	// killGrace, when not zero, replaces the supervisor's grace between
+	// SIGTERM and SIGKILL.
+	killGrace time.Duration
+}
+
+// KillGrace makes RunCommand wait d, instead of the supervisor's two
+// seconds, between SIGTERM and SIGKILL when the runnable stops: for a
+// process that has work to finish as it stops, such as handing a leader
+// lease over.
+func KillGrace(d time.Duration) CommandOption {
+	return func(o *commandOptions) { o.killGrace = d }
 }
 
 // InCgroup makes RunCommand start the command in the cgroup (v2) whose

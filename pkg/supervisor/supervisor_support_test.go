@@ -160,6 +160,26 @@ func TestRunCommandOutputTaken(t *testing.T) {
 	}
 }
 
+// TestRunCommandKillGrace checks that KillGrace replaces the supervisor's
+// grace: a process that ignores SIGTERM is killed only after it.
+func TestRunCommandKillGrace(t *testing.T) {
+	const grace = 700 * time.Millisecond
+	s, cancel, result := commandTreeWith(t, func() *exec.Cmd {
+		return exec.Command("sh", "-c", "trap '' TERM; echo ready; while :; do sleep 0.05; done")
+	}, []CommandOption{KillGrace(grace)}, withCommandKillGrace(50*time.Millisecond))
+	waitLog(t, s.LogTree(), "root.cmd", "ready")
+	start := time.Now()
+	cancel()
+	waitFor(t, s)
+	took := time.Since(start)
+	if err := <-result; err == nil || !strings.Contains(err.Error(), "signal: killed") {
+		t.Errorf("RunCommand = %v, want the process killed", err)
+	}
+	if took < grace {
+		t.Errorf("the process was killed %v after the runnable stopped, want at least KillGrace's %v", took, grace)
+	}
+}
+
 // TestRunCommandCancel checks that cancelling the runnable stops the
 // process: SIGTERM for a process that heeds it, SIGKILL after the grace
 // for one that does not. Either way no process is left behind.
