@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"cairn.dev/cairn/node/esp"
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/node/localstorage/declarative"
 	"cairn.dev/cairn/pkg/ociimage"
@@ -175,16 +176,9 @@ func (i *Installer) Install(ctx context.Context, req Request, progress func(Prog
 	if err != nil {
 		return Result{}, err
 	}
-	params, err := verity.ParseParams(rel.Metadata.Verity)
-	if err != nil {
-		return Result{}, fmt.Errorf("%w: its verity parameters: %w", release.ErrMalformed, err)
-	}
-	if err := params.Check(); err != nil {
-		return Result{}, fmt.Errorf("%w: its verity parameters: %w", release.ErrMalformed, err)
-	}
-	if params.End() > uint64(rel.System().Size) {
-		return Result{}, fmt.Errorf("%w: its verity tree ends at byte %d, beyond its %d-byte system image", release.ErrMalformed, params.End(), rel.System().Size)
-	}
+	// The release's own checks made its verity tree end where its
+	// system image does.
+	params := rel.Verity
 	device, size, err := i.cfg.Partition(target)
 	if err != nil {
 		return Result{}, fmt.Errorf("when finding system slot %s: %w", target, err)
@@ -235,17 +229,12 @@ func (i *Installer) Install(ctx context.Context, req Request, progress func(Prog
 		Version:       rel.Version.String(),
 		ReleaseDigest: digest,
 		Verity:        params.String(),
-		UkiPath:       ukiPath(target),
+		UkiPath:       esp.UKIDir + "/" + esp.UKIName(string(target)),
 	}); err != nil {
 		return Result{}, err
 	}
 	progress(Progress{Step: StepDone})
 	return Result{Slot: target, Version: rel.Version.String(), Digest: digest}, nil
-}
-
-// ukiPath is where slot's UKI lies, from the root of the ESP.
-func ukiPath(slot localstorage.Slot) string {
-	return "EFI/cairn/system-" + string(slot) + ".efi"
 }
 
 // download streams the blob d of reg into path, checked against d as it

@@ -64,38 +64,53 @@ var (
 // Check reports the first field of m that is malformed, so that a
 // release that decodes is one whose every field can be used.
 func (m Metadata) Check() error {
+	_, err := m.check()
+	return err
+}
+
+// check is Check, returning the system image's verity parameters, which it
+// parses to check them.
+func (m Metadata) check() (verity.Params, error) {
 	if _, err := ParseVersion(m.Version); err != nil {
-		return err
+		return verity.Params{}, err
 	}
 	if !commitPattern.MatchString(m.Commit) {
-		return fmt.Errorf("commit %q is not a full lowercase hex commit hash", m.Commit)
+		return verity.Params{}, fmt.Errorf("commit %q is not a full lowercase hex commit hash", m.Commit)
 	}
 	if !archPattern.MatchString(m.Architecture) {
-		return fmt.Errorf("architecture %q is not a GOARCH name", m.Architecture)
+		return verity.Params{}, fmt.Errorf("architecture %q is not a GOARCH name", m.Architecture)
 	}
 	p, err := verity.ParseParams(m.Verity)
 	if err != nil {
-		return err
+		return verity.Params{}, err
 	}
 	if m.UKISize <= 0 {
-		return fmt.Errorf("UKI size %d is not positive", m.UKISize)
+		return verity.Params{}, fmt.Errorf("UKI size %d is not positive", m.UKISize)
 	}
 	if m.SystemSize < 0 || uint64(m.SystemSize) != p.End() {
-		return fmt.Errorf("system image of %d bytes, but its verity parameters say %d", m.SystemSize, p.End())
+		return verity.Params{}, fmt.Errorf("system image of %d bytes, but its verity parameters say %d", m.SystemSize, p.End())
 	}
-	return nil
+	return p, nil
 }
 
 // DecodeMetadata reads a config blob and checks it.
 func DecodeMetadata(data []byte) (Metadata, error) {
+	m, _, err := decodeMetadata(data)
+	return m, err
+}
+
+// decodeMetadata is DecodeMetadata, returning the system image's verity
+// parameters too.
+func decodeMetadata(data []byte) (Metadata, verity.Params, error) {
 	var m Metadata
 	if err := json.Unmarshal(data, &m); err != nil {
-		return Metadata{}, fmt.Errorf("%w: when decoding the release metadata: %w", ErrMalformed, err)
+		return Metadata{}, verity.Params{}, fmt.Errorf("%w: when decoding the release metadata: %w", ErrMalformed, err)
 	}
-	if err := m.Check(); err != nil {
-		return Metadata{}, fmt.Errorf("%w: release metadata: %w", ErrMalformed, err)
+	p, err := m.check()
+	if err != nil {
+		return Metadata{}, verity.Params{}, fmt.Errorf("%w: release metadata: %w", ErrMalformed, err)
 	}
-	return m, nil
+	return m, p, nil
 }
 
 // Manifest is an OCI image manifest, the fields a release and its

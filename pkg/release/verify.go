@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"cairn.dev/cairn/pkg/ociimage"
+	"cairn.dev/cairn/pkg/verity"
 )
 
 // The refusals of verification, one per check, for errors.Is. Each error
@@ -47,9 +48,12 @@ type Release struct {
 	// Descriptor is the release manifest's.
 	Descriptor ociimage.Descriptor
 	Manifest   Manifest
-	// Metadata and Version are set by VerifyConfig.
+	// Metadata, Version and Verity are set by VerifyConfig. Verity is
+	// the system image's verity parameters (Metadata.Verity), checked:
+	// its tree ends where the system image does.
 	Metadata Metadata
 	Version  Version
+	Verity   verity.Params
 }
 
 // UKI and System are the descriptors of the release's two layers.
@@ -97,7 +101,7 @@ func (r *Release) VerifyConfig(config []byte, p Policy) error {
 	if err := checkBytes("release config", r.Manifest.Config, config); err != nil {
 		return err
 	}
-	m, err := DecodeMetadata(config)
+	m, params, err := decodeMetadata(config)
 	if err != nil {
 		return err
 	}
@@ -115,7 +119,7 @@ func (r *Release) VerifyConfig(config []byte, p Policy) error {
 	if v.Compare(p.Running) < 0 && !p.AllowDowngrade {
 		return fmt.Errorf("%w: release %s is older than the running %s; use --allow-downgrade", ErrDowngrade, v, p.Running)
 	}
-	r.Metadata, r.Version = m, v
+	r.Metadata, r.Version, r.Verity = m, v, params
 	return nil
 }
 
