@@ -152,13 +152,19 @@ func (s *Service) schedule(ctx context.Context, what string, action func()) erro
 		return status.Errorf(codes.FailedPrecondition, "the node is already going down for %s", s.going)
 	}
 	s.going = what
-	if s.cfg.LogTree != nil {
-		s.cfg.LogTree.LeveledFor(logDN).Warningf("%s requested by the owner, once the answer is sent", what)
-	}
+	s.logger().Warningf("%s requested by the owner, once the answer is sent", what)
 	var once sync.Once
 	act := func() { once.Do(action) }
 	grace := s.grace
 	context.AfterFunc(ctx, func() { time.AfterFunc(grace, act) })
 	time.AfterFunc(s.delay, act)
 	return nil
+}
+
+// logger is where the service logs: the node's log tree, or nowhere.
+func (s *Service) logger() logtree.LeveledLogger {
+	if s.cfg.LogTree == nil {
+		return logtree.New().LeveledFor(logDN)
+	}
+	return s.cfg.LogTree.LeveledFor(logDN)
 }

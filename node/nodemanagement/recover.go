@@ -54,9 +54,7 @@ func (s *Service) Recover(srv grpc.ClientStreamingServer[api.RecoverRequest, api
 	case len(h.Sha256) != sha256.Size:
 		return status.Errorf(codes.InvalidArgument, "header.sha256 is %d bytes, want %d", len(h.Sha256), sha256.Size)
 	}
-	if s.cfg.LogTree != nil {
-		s.cfg.LogTree.LeveledFor(logDN).Warningf("The owner sends a backup of %d bytes to rebuild the cluster from", h.Size)
-	}
+	s.logger().Warningf("The owner sends a backup of %d bytes to rebuild the cluster from", h.Size)
 	rev, err := consensus.StageRestore(s.cfg.EtcdDataDir, &recoverReader{srv: srv}, h.Size, h.Sha256, s.cfg.ClusterCA)
 	switch {
 	case errors.Is(err, consensus.ErrBadBackup):

@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"cairn.dev/cairn/node/update"
-	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/release"
 	"cairn.dev/cairn/proto/api"
 	"cairn.dev/cairn/proto/private"
@@ -64,8 +63,11 @@ func (s *Service) Update(req *api.UpdateRequest, srv api.NodeManagement_UpdateSe
 
 // updateCode is the status code of an install's error.
 func updateCode(err error) codes.Code {
-	if errors.Is(err, update.ErrBusy) {
+	switch {
+	case errors.Is(err, update.ErrBusy):
 		return codes.Aborted
+	case errors.Is(err, update.ErrReference):
+		return codes.InvalidArgument
 	}
 	for _, r := range refusals {
 		if errors.Is(err, r) {
@@ -74,9 +76,6 @@ func updateCode(err error) codes.Code {
 	}
 	if c := status.Code(err); c != codes.Unknown {
 		return c
-	}
-	if strings.HasPrefix(err.Error(), "when reading the image reference") {
-		return codes.InvalidArgument
 	}
 	return codes.Internal
 }
@@ -107,12 +106,4 @@ func (s *Service) GetSystemSlots(_ context.Context, _ *api.GetSystemSlotsRequest
 		resp.Slots = append(resp.Slots, &api.SystemSlot{Name: string(sl.Slot), Running: sl.Running, State: state, Version: sl.Version})
 	}
 	return resp, nil
-}
-
-// logger is where the service logs: the node's log tree, or nowhere.
-func (s *Service) logger() logtree.LeveledLogger {
-	if s.cfg.LogTree == nil {
-		return logtree.New().LeveledFor(logDN)
-	}
-	return s.cfg.LogTree.LeveledFor(logDN)
 }

@@ -47,6 +47,9 @@ func TestUpdate(t *testing.T) {
 	if _, err := call(&api.UpdateRequest{Image: r.Reference}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "--stage") {
 		t.Errorf("Update without stage: %v, want InvalidArgument naming --stage", err)
 	}
+	if _, err := call(&api.UpdateRequest{Image: "no-repository", Stage: true}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "not a release reference") {
+		t.Errorf("Update of a malformed reference: %v, want InvalidArgument saying so", err)
+	}
 	n.Trust(false)
 	if _, err := call(&api.UpdateRequest{Image: r.Reference, Stage: true}); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "trusts no release key") {
 		t.Errorf("Update with no trusted key: %v, want FailedPrecondition saying so", err)

@@ -112,6 +112,8 @@ var (
 	ErrTooLarge = errors.New("the system image does not fit the slot")
 	// ErrReadBack: the slot, read back, is not what was written.
 	ErrReadBack = errors.New("the written slot does not match the release")
+	// ErrReference: the request's reference names no release.
+	ErrReference = errors.New("not a release reference")
 )
 
 // Installer installs releases. Make it with New.
@@ -164,7 +166,7 @@ func (i *Installer) Install(ctx context.Context, req Request, progress func(Prog
 	}
 	ref, err := ociimage.ParseReference(req.Reference)
 	if err != nil {
-		return Result{}, fmt.Errorf("when reading the image reference: %w", err)
+		return Result{}, fmt.Errorf("%w: %w", ErrReference, err)
 	}
 	reg := ref.Registry(i.cfg.Client, slices.Contains(trust.PlainHTTP, ref.Host))
 	rel, err := release.Fetch(ctx, reg, ref.Name(), release.Policy{
