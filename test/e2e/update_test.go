@@ -36,7 +36,7 @@ var releaseKeyFlag = flag.String("release-key", "", "the release key the image's
 //	    by a key the cluster does not trust, older than the running one,
 //	    for another architecture, and one whose system image was changed
 //	    in the registry after it was pushed; the slot it does not run
-//	    (b) is read from its disk before and after each, and unchanged;
+//	    (b) is read from its disk before them and after each, and unchanged;
 //	(s) a good release, the build's own UKI and system image as version
 //	    1.0.0, is staged: node slots shows slot b staged at 1.0.0, and
 //	    slot b, read from the node's disk, holds the release's system
@@ -58,6 +58,8 @@ func TestUpdateStaged(t *testing.T) {
 
 	slotB := func() [32]byte { return hashSlot(t, n.Disk(), gpt.TypeCairnSystemB, 0) }
 	t.Run("d-refused", func(t *testing.T) {
+		// Slot b as the image left it, which no refusal may change.
+		before := slotB()
 		other, err := release.GenerateKey()
 		if err != nil {
 			t.Fatal(err)
@@ -73,13 +75,12 @@ func TestUpdateStaged(t *testing.T) {
 			{name: "other architecture", version: "1.0.0", arch: "arm64", key: key, want: "is for arm64"},
 			{name: "changed in the registry", version: "1.0.1", arch: runtime.GOARCH, key: key, tamper: true, want: "does not match its digest"},
 		} {
-			before := slotB()
 			ref := rb.push(t, tc.name, tc.version, tc.arch, tc.key)
 			var blob string
 			if tc.tamper {
 				// Every release here shares the build's system image,
 				// stored once: it is changed for this case alone.
-				blob = registryBlob(t, c, rb.systemDigest)
+				blob = registryBlob(t, c, rb.systemDigest())
 				if err := flipByteAt(blob, 1000); err != nil {
 					t.Fatal(err)
 				}
@@ -155,18 +156,23 @@ func readReleaseKey(t *testing.T) release.PrivateKey {
 // pushes them to the cluster's registry.
 type releaseBuilder struct {
 	c          *cluster.Cluster
-	uki        string
+	uki        []byte
 	system     string
 	verity     string
 	systemSize int64
 	systemHash [32]byte
-	// systemDigest is systemHash as a blob's digest.
-	systemDigest string
 }
+
+// systemDigest is the system image's digest as a blob's.
+func (rb *releaseBuilder) systemDigest() string { return fmt.Sprintf("sha256:%x", rb.systemHash) }
 
 func newReleaseBuilder(t *testing.T, c *cluster.Cluster) *releaseBuilder {
 	t.Helper()
-	rb := &releaseBuilder{c: c, uki: artifact(t, "cairn.efi"), system: artifact(t, "system.img"), verity: systemParams(t).String()}
+	uki, err := os.ReadFile(artifact(t, "cairn.efi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb := &releaseBuilder{c: c, uki: uki, system: artifact(t, "system.img"), verity: systemParams(t).String()}
 	f, err := os.Open(rb.system)
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +183,6 @@ func newReleaseBuilder(t *testing.T, c *cluster.Cluster) *releaseBuilder {
 		t.Fatal(err)
 	}
 	copy(rb.systemHash[:], h.Sum(nil))
-	rb.systemDigest = fmt.Sprintf("sha256:%x", rb.systemHash)
 	return rb
 }
 
@@ -186,13 +191,9 @@ func newReleaseBuilder(t *testing.T, c *cluster.Cluster) *releaseBuilder {
 func (rb *releaseBuilder) push(t *testing.T, name, version, arch string, key release.PrivateKey) string {
 	t.Helper()
 	repo := "cairn/" + strings.ReplaceAll(name, " ", "-")
-	uki, err := os.ReadFile(rb.uki)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sysD := ociimage.Descriptor{MediaType: release.MediaTypeSystem, Digest: rb.systemDigest, Size: rb.systemSize}
+	sysD := ociimage.Descriptor{MediaType: release.MediaTypeSystem, Digest: rb.systemDigest(), Size: rb.systemSize}
 	m := release.Metadata{Version: version, Commit: strings.Repeat("0", 40), Architecture: arch, Verity: rb.verity}
-	a, err := release.NewArtifact(m, ociimage.NewBlob(release.MediaTypeUKI, uki).Descriptor, sysD, key)
+	a, err := release.NewArtifact(m, ociimage.NewBlob(release.MediaTypeUKI, rb.uki).Descriptor, sysD, key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +203,7 @@ func (rb *releaseBuilder) push(t *testing.T, name, version, arch string, key rel
 	}
 	defer sys.Close()
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(a.WriteArchive(pw, repo, bytes.NewReader(uki), sys)) }()
+	go func() { pw.CloseWithError(a.WriteArchive(pw, repo, bytes.NewReader(rb.uki), sys)) }()
 	repoTag := func(name string) (string, string, error) {
 		r, tag, _ := strings.Cut(name, ":")
 		return r, tag, nil
