@@ -107,6 +107,11 @@ type Service struct {
 	// kubeNodes are the UP nodes and their Kubernetes roles
 	// (clusterwatch).
 	kubeNodes memory.Value[[]kubernetes.ClusterNode]
+	// statusPushed is set once the node's status reached the curator
+	// leader (statuspush).
+	statusPushed memory.Value[bool]
+	// health is the node's health (health).
+	health memory.Value[Health]
 
 	workers map[string]supervisor.Runnable
 }
@@ -190,6 +195,14 @@ func New(cfg Config) *Service {
 			clock:        cfg.Clock,
 			system:       cfg.System,
 			version:      cfg.Version,
+			pushed:       &s.statusPushed,
+		}).run,
+		"health": (&workerHealth{
+			statusPushed: &s.statusPushed,
+			roles:        &s.roles,
+			localEtcd:    &s.localEtcd,
+			localCurator: &s.localCurator,
+			health:       &s.health,
 		}).run,
 		"heartbeat": (&workerHeartbeat{curator: &s.curator}).run,
 		"renew": (&workerRenew{
@@ -233,6 +246,11 @@ func New(cfg Config) *Service {
 // bootstrap made on the boot that created the cluster. It is set once,
 // when known.
 func (s *Service) Credentials() event.Watchable[*identity.Node] { return &s.credentials }
+
+// Health is the node's health: whether it serves what its roles ask
+// for, and what it waits for while it does not. It holds no value until
+// the role server ran for a moment.
+func (s *Service) Health() event.Watchable[Health] { return &s.health }
 
 // StoredDirectory is the cluster directory that the role server last
 // wrote to the ESP: first Membership.ClusterDirectory, then what the

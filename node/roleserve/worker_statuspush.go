@@ -13,6 +13,7 @@ import (
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/node/timesync"
 	"cairn.dev/cairn/pkg/event"
+	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/pkg/supervisor"
 	api "cairn.dev/cairn/proto/api"
 )
@@ -43,6 +44,9 @@ type workerStatuspush struct {
 	// to do.
 	system  event.Watchable[*localstorage.BootedSystem]
 	version string
+	// pushed is set once a status reached the curator leader; nil in
+	// tests that do not care.
+	pushed *memory.Value[bool]
 }
 
 func (w *workerStatuspush) run(ctx context.Context) error {
@@ -116,6 +120,9 @@ func (w *workerStatuspush) run(ctx context.Context) error {
 			supervisor.Logger(ctx).Infof("Status pushed (address %s, curator %v)", st.ExternalAddress, local.IsValid())
 			supervisor.Signal(ctx, supervisor.SignalHealthy)
 			healthy = true
+			if w.pushed != nil {
+				w.pushed.Set(true)
+			}
 		}
 	}
 }
