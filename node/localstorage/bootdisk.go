@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"cairn.dev/cairn/pkg/efivar"
 	"cairn.dev/cairn/pkg/gpt"
 )
 
@@ -147,4 +148,19 @@ func (s *Storage) partitionDevice(disk string, index int) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("the kernel knows no partition %d of %s", index+1, disk)
+}
+
+// ESPFile is the device path by which the firmware finds file, a path
+// from the root of the boot disk's ESP ("EFI/cairn/system-b.efi"), for a
+// boot entry (pkg/efivar).
+func (s *Storage) ESPFile(file string) (efivar.DevicePath, error) {
+	d, err := s.findBootDisk()
+	if err != nil {
+		return nil, fmt.Errorf("when finding the boot disk: %w", err)
+	}
+	t, err := readTable(d)
+	if err != nil {
+		return nil, fmt.Errorf("when reading the partition table of %s: %w", d.path, err)
+	}
+	return efivar.ESPFile(t, d.esp, file)
 }

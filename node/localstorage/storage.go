@@ -100,3 +100,7 @@ func New(c Config) (*Storage, error) {
 	s.block = newKernelBlock(s)
 	return s, nil
 }
+
+// EFIVars is the efivarfs directory the node reads the firmware's
+// variables from.
+func (s *Storage) EFIVars() string { return s.c.EFIVars }

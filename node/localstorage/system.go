@@ -143,9 +143,12 @@ func (s *Storage) MountSystem(slot Slot, p verity.Params) (SystemMount, error) {
 }
 
 // MountMatchingSystem mounts the slot whose content is the image of p,
-// as MountSystem does, trying slot a, then slot b: a node finds the slot
-// it booted by content, so that one signed kernel image boots from
-// either. A slot that holds another image or none is passed over after
+// as MountSystem does, trying first (when set) and then the other slot,
+// else slot a, then slot b: a node finds the slot it booted by content, so
+// that one signed kernel image boots from either. first is the slot whose
+// unified kernel image the firmware booted, so that when both slots hold
+// the same system image (two releases that changed only the kernel
+// image), the slot mounted is the one booted. A slot that holds another image or none is passed over after
 // one block read and hashed (its hash tree's top), with no verity device
 // set up; one whose top matches but whose first blocks do not is
 // corrupt, and passed over too. The result's Passed says why each slot
@@ -153,14 +156,18 @@ func (s *Storage) MountSystem(slot Slot, p verity.Params) (SystemMount, error) {
 // ErrNoSystem and names both reasons; when a slot could not be checked at
 // all (the disk could not be read), it does not, and trying again may
 // help.
-func (s *Storage) MountMatchingSystem(p verity.Params) (SystemMount, error) {
+func (s *Storage) MountMatchingSystem(p verity.Params, first Slot) (SystemMount, error) {
 	if err := p.Check(); err != nil {
 		return SystemMount{}, fmt.Errorf("when checking the verity parameters: %w", err)
 	}
 	start := time.Now()
 	var passed []PassedSlot
 	lasting := true
-	for _, slot := range slots {
+	order := slots
+	if first == SlotB {
+		order = []Slot{SlotB, SlotA}
+	}
+	for _, slot := range order {
 		m, err := s.mountSlot(slot, p, start, false)
 		if err == nil {
 			m.Passed = passed

@@ -147,20 +147,24 @@ func TestMountMatchingSystem(t *testing.T) {
 		name string
 		// a and b prepare the slots; the image is of 40 blocks.
 		a, b func(t *testing.T, path string)
-		want Slot
+		// first is the slot the firmware booted.
+		first Slot
+		want  Slot
 		// passed are the slots passed over and what their reasons say.
 		passed map[Slot]string
 		// opened is how many verity devices were set up.
 		opened int
 	}{
-		{"a holds another image, b matches", otherImage, theImage, SlotB, map[Slot]string{SlotA: "holds another image"}, 1},
-		{"a is empty, b matches", emptySlot, theImage, SlotB, map[Slot]string{SlotA: "is empty"}, 1},
-		{"a is too small, b matches", smallSlot, theImage, SlotB, map[Slot]string{SlotA: "is too small"}, 1},
-		{"both match", theImage, theImage, SlotA, nil, 1},
-		{"a matches, b is empty", theImage, emptySlot, SlotA, nil, 1},
+		{"a holds another image, b matches", otherImage, theImage, "", SlotB, map[Slot]string{SlotA: "holds another image"}, 1},
+		{"a is empty, b matches", emptySlot, theImage, "", SlotB, map[Slot]string{SlotA: "is empty"}, 1},
+		{"a is too small, b matches", smallSlot, theImage, "", SlotB, map[Slot]string{SlotA: "is too small"}, 1},
+		{"both match", theImage, theImage, "", SlotA, nil, 1},
+		{"both match, b booted", theImage, theImage, SlotB, SlotB, nil, 1},
+		{"b booted, only a matches", theImage, otherImage, SlotB, SlotA, map[Slot]string{SlotB: "holds another image"}, 1},
+		{"a matches, b is empty", theImage, emptySlot, "", SlotA, nil, 1},
 	} {
 		t.Run(strings.ReplaceAll(tc.name, " ", "-"), func(t *testing.T) {
-			b, p, m, err := mountMatching(t, tc.a, tc.b)
+			b, p, m, err := mountMatchingFirst(t, tc.a, tc.b, tc.first)
 			if err != nil {
 				t.Fatalf("MountMatchingSystem: %v", err)
 			}
@@ -231,11 +235,11 @@ func TestMountMatchingSystemUnreadable(t *testing.T) {
 	s, b := newTestStorage(t)
 	emptySlot(t, b.slot(SlotB))
 	p := imageParams(t)
-	if _, err := s.MountMatchingSystem(p); err == nil || errors.Is(err, ErrNoSystem) || !strings.Contains(err.Error(), "slot a") {
+	if _, err := s.MountMatchingSystem(p, ""); err == nil || errors.Is(err, ErrNoSystem) || !strings.Contains(err.Error(), "slot a") {
 		t.Errorf("MountMatchingSystem without slot a = %v, want an error naming slot a that is not ErrNoSystem", err)
 	}
 	theImage(t, b.slot(SlotB))
-	if m, err := s.MountMatchingSystem(p); err != nil || m.Slot != SlotB {
+	if m, err := s.MountMatchingSystem(p, ""); err != nil || m.Slot != SlotB {
 		t.Errorf("MountMatchingSystem without slot a = %+v, %v; want slot b", m, err)
 	}
 }
@@ -290,11 +294,17 @@ func smallSlot(t *testing.T, path string) {
 // mountMatching prepares the slots with a and b and calls
 // MountMatchingSystem for theImage.
 func mountMatching(t *testing.T, a, b func(t *testing.T, path string)) (*fileBlock, verity.Params, SystemMount, error) {
+	return mountMatchingFirst(t, a, b, "")
+}
+
+// mountMatchingFirst is mountMatching with first the slot the firmware
+// booted.
+func mountMatchingFirst(t *testing.T, a, b func(t *testing.T, path string), first Slot) (*fileBlock, verity.Params, SystemMount, error) {
 	s, fb := newTestStorage(t)
 	a(t, fb.slot(SlotA))
 	b(t, fb.slot(SlotB))
 	p := imageParams(t)
-	m, err := s.MountMatchingSystem(p)
+	m, err := s.MountMatchingSystem(p, first)
 	return fb, p, m, err
 }
 

@@ -36,6 +36,17 @@ type ESPEFIDirectory struct {
 	// Cairn holds the unified kernel image of each system slot the
 	// installer wrote (node/update), in esp.UKIDir.
 	Cairn ESPUKIDirectory `dir:"cairn"`
+	// Boot holds the image the firmware boots when no boot entry names
+	// one: the image build's, then the default slot's (node/update).
+	Boot ESPBootDirectory `dir:"BOOT"`
+}
+
+// ESPBootDirectory is EFI/BOOT/ on the ESP, the removable media path.
+type ESPBootDirectory struct {
+	declarative.Directory
+	// BootX64 is the unified kernel image booted by path (build/disk's
+	// BootPath, node/kexec's image).
+	BootX64 declarative.File `file:"BOOTX64.EFI"`
 }
 
 // ESPUKIDirectory is esp.UKIDir: a unified kernel image per system slot,
