@@ -50,6 +50,16 @@ type Config struct {
 	Slots *declarative.File
 	// UKIs is where the slots' unified kernel images go on the ESP.
 	UKIs *localstorage.ESPUKIDirectory
+	// RunningVerity are the verity parameters of the running slot's
+	// system image, by which the installer knows the image that booted.
+	RunningVerity verity.Params
+	// Fallback is the unified kernel image at the ESP's removable media
+	// path: the image build's, then the default slot's.
+	Fallback *declarative.File
+	// Firmware sets the firmware's boot entries; nil when this boot
+	// cannot (no EFI variables): such a node stages releases, and tries
+	// none.
+	Firmware *Firmware
 	// Client is the HTTP client for registries; nil means one whose
 	// connections time out (a whole download does not).
 	Client *http.Client
@@ -155,6 +165,9 @@ func (i *Installer) Install(ctx context.Context, req Request, progress func(Prog
 	}
 	defer i.busy.Unlock()
 	target := i.cfg.Running.Other()
+	if rec, err := ReadSlots(i.cfg.Slots); err == nil && i.onTrial(rec) {
+		return Result{}, fmt.Errorf("%w: the other slot is the last good one, which nothing may write until this one is healthy", ErrOnTrial)
+	}
 
 	progress(Progress{Step: StepVerify})
 	trust, err := i.cfg.Trust(ctx)
@@ -210,6 +223,12 @@ func (i *Installer) Install(ctx context.Context, req Request, progress func(Prog
 	}
 
 	digest := rel.Descriptor.Digest
+	if i.cfg.Firmware != nil {
+		// The firmware must never fall back to a slot half written.
+		if err := i.cfg.Firmware.Forget(target); err != nil {
+			return Result{}, err
+		}
+	}
 	if err := i.record(target, &private.SystemSlots_Slot{State: private.SystemSlots_Slot_WRITING, Version: rel.Version.String(), ReleaseDigest: digest}); err != nil {
 		return Result{}, err
 	}

@@ -82,7 +82,7 @@ func TestInstall(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []update.SlotInfo{
-		{Slot: localstorage.SlotA, Running: true, Version: updatetest.Running},
+		{Slot: localstorage.SlotA, Running: true, State: private.SystemSlots_Slot_GOOD, Version: updatetest.Running},
 		{Slot: localstorage.SlotB, State: private.SystemSlots_Slot_STAGED, Version: newer},
 	}
 	if !slices.Equal(slots, want) {

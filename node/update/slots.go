@@ -60,11 +60,14 @@ type SlotInfo struct {
 	// Running is set on the slot the node booted.
 	Running bool
 	// State is the installer's record; unspecified for a slot it never
-	// wrote, and for the running slot, which it never writes.
+	// wrote. The running slot that has no record ran before the node's
+	// first update: GOOD.
 	State private.SystemSlots_Slot_State
 	// Version is the running version for the running slot, else the
 	// record's.
 	Version string
+	// Reason says why a BAD slot's trial failed.
+	Reason string
 }
 
 // Slots says what each system slot holds, a then b.
@@ -75,15 +78,16 @@ func (i *Installer) Slots() ([]SlotInfo, error) {
 	}
 	var out []SlotInfo
 	for _, s := range []localstorage.Slot{localstorage.SlotA, localstorage.SlotB} {
+		e := slotEntry(rec, s)
+		info := SlotInfo{Slot: s, State: e.GetState(), Version: e.GetVersion(), Reason: e.GetReason()}
 		if s == i.cfg.Running {
-			out = append(out, SlotInfo{Slot: s, Running: true, Version: i.cfg.Version.String()})
-			continue
+			info.Running, info.Version = true, i.cfg.Version.String()
+			if info.State == private.SystemSlots_Slot_STATE_UNSPECIFIED {
+				// The slot the node ran before its first update.
+				info.State = private.SystemSlots_Slot_GOOD
+			}
 		}
-		e := rec.GetA()
-		if s == localstorage.SlotB {
-			e = rec.GetB()
-		}
-		out = append(out, SlotInfo{Slot: s, State: e.GetState(), Version: e.GetVersion()})
+		out = append(out, info)
 	}
 	return out, nil
 }

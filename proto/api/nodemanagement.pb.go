@@ -96,9 +96,12 @@ type UpdateRequest struct {
 	// allow_downgrade accepts a release older than the running one.
 	AllowDowngrade bool `protobuf:"varint,2,opt,name=allow_downgrade,json=allowDowngrade,proto3" json:"allow_downgrade,omitempty"`
 	// stage installs the release without booting it.
-	Stage         bool `protobuf:"varint,3,opt,name=stage,proto3" json:"stage,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Stage bool `protobuf:"varint,3,opt,name=stage,proto3" json:"stage,omitempty"`
+	// trial_deadline_seconds is how long the trial boot has to become
+	// healthy; 0 means the default, 10 minutes.
+	TrialDeadlineSeconds uint32 `protobuf:"varint,4,opt,name=trial_deadline_seconds,json=trialDeadlineSeconds,proto3" json:"trial_deadline_seconds,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *UpdateRequest) Reset() {
@@ -150,6 +153,13 @@ func (x *UpdateRequest) GetStage() bool {
 		return x.Stage
 	}
 	return false
+}
+
+func (x *UpdateRequest) GetTrialDeadlineSeconds() uint32 {
+	if x != nil {
+		return x.TrialDeadlineSeconds
+	}
+	return 0
 }
 
 // UpdateProgress is one step of an update.
@@ -233,7 +243,9 @@ type UpdateResult struct {
 	// version is the release's version.
 	Version string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
 	// digest is the release manifest's digest.
-	Digest        string `protobuf:"bytes,3,opt,name=digest,proto3" json:"digest,omitempty"`
+	Digest string `protobuf:"bytes,3,opt,name=digest,proto3" json:"digest,omitempty"`
+	// rebooting is set when the node reboots into the slot for its trial.
+	Rebooting     bool `protobuf:"varint,4,opt,name=rebooting,proto3" json:"rebooting,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -289,6 +301,103 @@ func (x *UpdateResult) GetDigest() string {
 	return ""
 }
 
+func (x *UpdateResult) GetRebooting() bool {
+	if x != nil {
+		return x.Rebooting
+	}
+	return false
+}
+
+// RollbackRequest has no fields.
+type RollbackRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RollbackRequest) Reset() {
+	*x = RollbackRequest{}
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RollbackRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RollbackRequest) ProtoMessage() {}
+
+func (x *RollbackRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RollbackRequest.ProtoReflect.Descriptor instead.
+func (*RollbackRequest) Descriptor() ([]byte, []int) {
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{3}
+}
+
+// RollbackResponse says which slot the node reboots into.
+type RollbackResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Slot          string                 `protobuf:"bytes,1,opt,name=slot,proto3" json:"slot,omitempty"`
+	Version       string                 `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RollbackResponse) Reset() {
+	*x = RollbackResponse{}
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RollbackResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RollbackResponse) ProtoMessage() {}
+
+func (x *RollbackResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RollbackResponse.ProtoReflect.Descriptor instead.
+func (*RollbackResponse) Descriptor() ([]byte, []int) {
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RollbackResponse) GetSlot() string {
+	if x != nil {
+		return x.Slot
+	}
+	return ""
+}
+
+func (x *RollbackResponse) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
 // GetSystemSlotsRequest has no fields.
 type GetSystemSlotsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -298,7 +407,7 @@ type GetSystemSlotsRequest struct {
 
 func (x *GetSystemSlotsRequest) Reset() {
 	*x = GetSystemSlotsRequest{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[3]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -310,7 +419,7 @@ func (x *GetSystemSlotsRequest) String() string {
 func (*GetSystemSlotsRequest) ProtoMessage() {}
 
 func (x *GetSystemSlotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[3]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -323,7 +432,7 @@ func (x *GetSystemSlotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSystemSlotsRequest.ProtoReflect.Descriptor instead.
 func (*GetSystemSlotsRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{3}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{5}
 }
 
 // GetSystemSlotsResponse lists both system slots, a then b.
@@ -336,7 +445,7 @@ type GetSystemSlotsResponse struct {
 
 func (x *GetSystemSlotsResponse) Reset() {
 	*x = GetSystemSlotsResponse{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[4]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -348,7 +457,7 @@ func (x *GetSystemSlotsResponse) String() string {
 func (*GetSystemSlotsResponse) ProtoMessage() {}
 
 func (x *GetSystemSlotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[4]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -361,7 +470,7 @@ func (x *GetSystemSlotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetSystemSlotsResponse.ProtoReflect.Descriptor instead.
 func (*GetSystemSlotsResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{4}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetSystemSlotsResponse) GetSlots() []*SystemSlot {
@@ -380,18 +489,22 @@ type SystemSlot struct {
 	Running bool `protobuf:"varint,2,opt,name=running,proto3" json:"running,omitempty"`
 	// state is what the installer recorded: "" (never written by it),
 	// "writing" (being written, or cut short: not bootable), "staged"
-	// (written and read back, waiting to be tried).
+	// (written and read back, waiting to be tried), "trial" (booted once
+	// to prove itself), "good" (proved itself, or ran before the first
+	// update), "bad" (its trial failed; reason says why).
 	State string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
 	// version is the version it holds: the running version for the
 	// running slot, the installer's record for the other; "" when unknown.
-	Version       string `protobuf:"bytes,4,opt,name=version,proto3" json:"version,omitempty"`
+	Version string `protobuf:"bytes,4,opt,name=version,proto3" json:"version,omitempty"`
+	// reason says why a bad slot's trial failed.
+	Reason        string `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SystemSlot) Reset() {
 	*x = SystemSlot{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[5]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -403,7 +516,7 @@ func (x *SystemSlot) String() string {
 func (*SystemSlot) ProtoMessage() {}
 
 func (x *SystemSlot) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[5]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -416,7 +529,7 @@ func (x *SystemSlot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SystemSlot.ProtoReflect.Descriptor instead.
 func (*SystemSlot) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{5}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SystemSlot) GetName() string {
@@ -447,6 +560,13 @@ func (x *SystemSlot) GetVersion() string {
 	return ""
 }
 
+func (x *SystemSlot) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // GetMetricsRequest has no fields.
 type GetMetricsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -456,7 +576,7 @@ type GetMetricsRequest struct {
 
 func (x *GetMetricsRequest) Reset() {
 	*x = GetMetricsRequest{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[6]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -468,7 +588,7 @@ func (x *GetMetricsRequest) String() string {
 func (*GetMetricsRequest) ProtoMessage() {}
 
 func (x *GetMetricsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[6]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -481,7 +601,7 @@ func (x *GetMetricsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMetricsRequest.ProtoReflect.Descriptor instead.
 func (*GetMetricsRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{6}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{8}
 }
 
 // GetMetricsResponse carries the metrics.
@@ -495,7 +615,7 @@ type GetMetricsResponse struct {
 
 func (x *GetMetricsResponse) Reset() {
 	*x = GetMetricsResponse{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[7]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -507,7 +627,7 @@ func (x *GetMetricsResponse) String() string {
 func (*GetMetricsResponse) ProtoMessage() {}
 
 func (x *GetMetricsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[7]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -520,7 +640,7 @@ func (x *GetMetricsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetMetricsResponse.ProtoReflect.Descriptor instead.
 func (*GetMetricsResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{7}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetMetricsResponse) GetText() []byte {
@@ -539,7 +659,7 @@ type GetResourcesRequest struct {
 
 func (x *GetResourcesRequest) Reset() {
 	*x = GetResourcesRequest{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[8]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -551,7 +671,7 @@ func (x *GetResourcesRequest) String() string {
 func (*GetResourcesRequest) ProtoMessage() {}
 
 func (x *GetResourcesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[8]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -564,7 +684,7 @@ func (x *GetResourcesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResourcesRequest.ProtoReflect.Descriptor instead.
 func (*GetResourcesRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{8}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{10}
 }
 
 // GetResourcesResponse is the node's memory and its processes.
@@ -582,7 +702,7 @@ type GetResourcesResponse struct {
 
 func (x *GetResourcesResponse) Reset() {
 	*x = GetResourcesResponse{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[9]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -594,7 +714,7 @@ func (x *GetResourcesResponse) String() string {
 func (*GetResourcesResponse) ProtoMessage() {}
 
 func (x *GetResourcesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[9]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -607,7 +727,7 @@ func (x *GetResourcesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResourcesResponse.ProtoReflect.Descriptor instead.
 func (*GetResourcesResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{9}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetResourcesResponse) GetMemoryTotalBytes() uint64 {
@@ -658,7 +778,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[10]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -670,7 +790,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[10]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -683,7 +803,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{10}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *LogEntry) GetTimeUnixNanos() int64 {
@@ -762,7 +882,7 @@ type LogsRequest struct {
 
 func (x *LogsRequest) Reset() {
 	*x = LogsRequest{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[11]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -774,7 +894,7 @@ func (x *LogsRequest) String() string {
 func (*LogsRequest) ProtoMessage() {}
 
 func (x *LogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[11]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -787,7 +907,7 @@ func (x *LogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsRequest.ProtoReflect.Descriptor instead.
 func (*LogsRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{11}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *LogsRequest) GetDn() string {
@@ -843,7 +963,7 @@ type LogsResponse struct {
 
 func (x *LogsResponse) Reset() {
 	*x = LogsResponse{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[12]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -855,7 +975,7 @@ func (x *LogsResponse) String() string {
 func (*LogsResponse) ProtoMessage() {}
 
 func (x *LogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[12]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -868,7 +988,7 @@ func (x *LogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsResponse.ProtoReflect.Descriptor instead.
 func (*LogsResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{12}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LogsResponse) GetEntries() []*LogEntry {
@@ -891,7 +1011,7 @@ type RebootRequest struct {
 
 func (x *RebootRequest) Reset() {
 	*x = RebootRequest{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[13]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -903,7 +1023,7 @@ func (x *RebootRequest) String() string {
 func (*RebootRequest) ProtoMessage() {}
 
 func (x *RebootRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[13]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -916,7 +1036,7 @@ func (x *RebootRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebootRequest.ProtoReflect.Descriptor instead.
 func (*RebootRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{13}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RebootRequest) GetFirmware() bool {
@@ -935,7 +1055,7 @@ type RebootResponse struct {
 
 func (x *RebootResponse) Reset() {
 	*x = RebootResponse{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[14]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -947,7 +1067,7 @@ func (x *RebootResponse) String() string {
 func (*RebootResponse) ProtoMessage() {}
 
 func (x *RebootResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[14]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -960,7 +1080,7 @@ func (x *RebootResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebootResponse.ProtoReflect.Descriptor instead.
 func (*RebootResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{14}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{16}
 }
 
 // PoweroffRequest has no fields.
@@ -972,7 +1092,7 @@ type PoweroffRequest struct {
 
 func (x *PoweroffRequest) Reset() {
 	*x = PoweroffRequest{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[15]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -984,7 +1104,7 @@ func (x *PoweroffRequest) String() string {
 func (*PoweroffRequest) ProtoMessage() {}
 
 func (x *PoweroffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[15]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -997,7 +1117,7 @@ func (x *PoweroffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoweroffRequest.ProtoReflect.Descriptor instead.
 func (*PoweroffRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{15}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{17}
 }
 
 // PoweroffResponse has no fields.
@@ -1009,7 +1129,7 @@ type PoweroffResponse struct {
 
 func (x *PoweroffResponse) Reset() {
 	*x = PoweroffResponse{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[16]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1021,7 +1141,7 @@ func (x *PoweroffResponse) String() string {
 func (*PoweroffResponse) ProtoMessage() {}
 
 func (x *PoweroffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[16]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1034,7 +1154,7 @@ func (x *PoweroffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoweroffResponse.ProtoReflect.Descriptor instead.
 func (*PoweroffResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{16}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{18}
 }
 
 // RecoverRequest is one message of a Recover stream.
@@ -1050,7 +1170,7 @@ type RecoverRequest struct {
 
 func (x *RecoverRequest) Reset() {
 	*x = RecoverRequest{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[17]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1062,7 +1182,7 @@ func (x *RecoverRequest) String() string {
 func (*RecoverRequest) ProtoMessage() {}
 
 func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[17]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1075,7 +1195,7 @@ func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverRequest.ProtoReflect.Descriptor instead.
 func (*RecoverRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{17}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RecoverRequest) GetHeader() *RecoverHeader {
@@ -1106,7 +1226,7 @@ type RecoverHeader struct {
 
 func (x *RecoverHeader) Reset() {
 	*x = RecoverHeader{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[18]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1118,7 +1238,7 @@ func (x *RecoverHeader) String() string {
 func (*RecoverHeader) ProtoMessage() {}
 
 func (x *RecoverHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[18]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1131,7 +1251,7 @@ func (x *RecoverHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverHeader.ProtoReflect.Descriptor instead.
 func (*RecoverHeader) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{18}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RecoverHeader) GetSize() int64 {
@@ -1159,7 +1279,7 @@ type RecoverResponse struct {
 
 func (x *RecoverResponse) Reset() {
 	*x = RecoverResponse{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[19]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1171,7 +1291,7 @@ func (x *RecoverResponse) String() string {
 func (*RecoverResponse) ProtoMessage() {}
 
 func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[19]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1184,7 +1304,7 @@ func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverResponse.ProtoReflect.Descriptor instead.
 func (*RecoverResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{19}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RecoverResponse) GetRevision() int64 {
@@ -1210,7 +1330,7 @@ type GetResourcesResponse_Process struct {
 
 func (x *GetResourcesResponse_Process) Reset() {
 	*x = GetResourcesResponse_Process{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[20]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1222,7 +1342,7 @@ func (x *GetResourcesResponse_Process) String() string {
 func (*GetResourcesResponse_Process) ProtoMessage() {}
 
 func (x *GetResourcesResponse_Process) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[20]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1235,7 +1355,7 @@ func (x *GetResourcesResponse_Process) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResourcesResponse_Process.ProtoReflect.Descriptor instead.
 func (*GetResourcesResponse_Process) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{9, 0}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{11, 0}
 }
 
 func (x *GetResourcesResponse_Process) GetPid() int32 {
@@ -1270,31 +1390,38 @@ var File_proto_api_nodemanagement_proto protoreflect.FileDescriptor
 
 const file_proto_api_nodemanagement_proto_rawDesc = "" +
 	"\n" +
-	"\x1eproto/api/nodemanagement.proto\x12\tcairn.api\x1a\x1dproto/api/authorization.proto\"d\n" +
+	"\x1eproto/api/nodemanagement.proto\x12\tcairn.api\x1a\x1dproto/api/authorization.proto\"\x9a\x01\n" +
 	"\rUpdateRequest\x12\x14\n" +
 	"\x05image\x18\x01 \x01(\tR\x05image\x12'\n" +
 	"\x0fallow_downgrade\x18\x02 \x01(\bR\x0eallowDowngrade\x12\x14\n" +
-	"\x05stage\x18\x03 \x01(\bR\x05stage\"\x95\x01\n" +
+	"\x05stage\x18\x03 \x01(\bR\x05stage\x124\n" +
+	"\x16trial_deadline_seconds\x18\x04 \x01(\rR\x14trialDeadlineSeconds\"\x95\x01\n" +
 	"\x0eUpdateProgress\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\tR\x04step\x12\x1d\n" +
 	"\n" +
 	"done_bytes\x18\x02 \x01(\x03R\tdoneBytes\x12\x1f\n" +
 	"\vtotal_bytes\x18\x03 \x01(\x03R\n" +
 	"totalBytes\x12/\n" +
-	"\x06result\x18\x04 \x01(\v2\x17.cairn.api.UpdateResultR\x06result\"T\n" +
+	"\x06result\x18\x04 \x01(\v2\x17.cairn.api.UpdateResultR\x06result\"r\n" +
 	"\fUpdateResult\x12\x12\n" +
 	"\x04slot\x18\x01 \x01(\tR\x04slot\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12\x16\n" +
-	"\x06digest\x18\x03 \x01(\tR\x06digest\"\x17\n" +
+	"\x06digest\x18\x03 \x01(\tR\x06digest\x12\x1c\n" +
+	"\trebooting\x18\x04 \x01(\bR\trebooting\"\x11\n" +
+	"\x0fRollbackRequest\"@\n" +
+	"\x10RollbackResponse\x12\x12\n" +
+	"\x04slot\x18\x01 \x01(\tR\x04slot\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\"\x17\n" +
 	"\x15GetSystemSlotsRequest\"E\n" +
 	"\x16GetSystemSlotsResponse\x12+\n" +
-	"\x05slots\x18\x01 \x03(\v2\x15.cairn.api.SystemSlotR\x05slots\"j\n" +
+	"\x05slots\x18\x01 \x03(\v2\x15.cairn.api.SystemSlotR\x05slots\"\x82\x01\n" +
 	"\n" +
 	"SystemSlot\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\arunning\x18\x02 \x01(\bR\arunning\x12\x14\n" +
 	"\x05state\x18\x03 \x01(\tR\x05state\x12\x18\n" +
-	"\aversion\x18\x04 \x01(\tR\aversion\"\x13\n" +
+	"\aversion\x18\x04 \x01(\tR\aversion\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"\x13\n" +
 	"\x11GetMetricsRequest\"(\n" +
 	"\x12GetMetricsResponse\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\fR\x04text\"\x15\n" +
@@ -1343,7 +1470,7 @@ const file_proto_api_nodemanagement_proto_rawDesc = "" +
 	"\x11LOG_SEVERITY_INFO\x10\x01\x12\x18\n" +
 	"\x14LOG_SEVERITY_WARNING\x10\x02\x12\x16\n" +
 	"\x12LOG_SEVERITY_ERROR\x10\x03\x12\x16\n" +
-	"\x12LOG_SEVERITY_FATAL\x10\x042\xf7\x04\n" +
+	"\x12LOG_SEVERITY_FATAL\x10\x042\xc2\x05\n" +
 	"\x0eNodeManagement\x12?\n" +
 	"\x04Logs\x12\x16.cairn.api.LogsRequest\x1a\x17.cairn.api.LogsResponse\"\x04\xd8\xe2\x18\x010\x01\x12C\n" +
 	"\x06Reboot\x12\x18.cairn.api.RebootRequest\x1a\x19.cairn.api.RebootResponse\"\x04\xd8\xe2\x18\x01\x12I\n" +
@@ -1352,7 +1479,8 @@ const file_proto_api_nodemanagement_proto_rawDesc = "" +
 	"\fGetResources\x12\x1e.cairn.api.GetResourcesRequest\x1a\x1f.cairn.api.GetResourcesResponse\"\x04\xd8\xe2\x18\x01\x12O\n" +
 	"\n" +
 	"GetMetrics\x12\x1c.cairn.api.GetMetricsRequest\x1a\x1d.cairn.api.GetMetricsResponse\"\x04\xd8\xe2\x18\x01\x12E\n" +
-	"\x06Update\x12\x18.cairn.api.UpdateRequest\x1a\x19.cairn.api.UpdateProgress\"\x04\xd8\xe2\x18\x010\x01\x12[\n" +
+	"\x06Update\x12\x18.cairn.api.UpdateRequest\x1a\x19.cairn.api.UpdateProgress\"\x04\xd8\xe2\x18\x010\x01\x12I\n" +
+	"\bRollback\x12\x1a.cairn.api.RollbackRequest\x1a\x1b.cairn.api.RollbackResponse\"\x04\xd8\xe2\x18\x01\x12[\n" +
 	"\x0eGetSystemSlots\x12 .cairn.api.GetSystemSlotsRequest\x1a!.cairn.api.GetSystemSlotsResponse\"\x04\xd8\xe2\x18\x01B\x1bZ\x19cairn.dev/cairn/proto/apib\x06proto3"
 
 var (
@@ -1368,57 +1496,61 @@ func file_proto_api_nodemanagement_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_api_nodemanagement_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_proto_api_nodemanagement_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_proto_api_nodemanagement_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_proto_api_nodemanagement_proto_goTypes = []any{
 	(LogSeverity)(0),                     // 0: cairn.api.LogSeverity
 	(*UpdateRequest)(nil),                // 1: cairn.api.UpdateRequest
 	(*UpdateProgress)(nil),               // 2: cairn.api.UpdateProgress
 	(*UpdateResult)(nil),                 // 3: cairn.api.UpdateResult
-	(*GetSystemSlotsRequest)(nil),        // 4: cairn.api.GetSystemSlotsRequest
-	(*GetSystemSlotsResponse)(nil),       // 5: cairn.api.GetSystemSlotsResponse
-	(*SystemSlot)(nil),                   // 6: cairn.api.SystemSlot
-	(*GetMetricsRequest)(nil),            // 7: cairn.api.GetMetricsRequest
-	(*GetMetricsResponse)(nil),           // 8: cairn.api.GetMetricsResponse
-	(*GetResourcesRequest)(nil),          // 9: cairn.api.GetResourcesRequest
-	(*GetResourcesResponse)(nil),         // 10: cairn.api.GetResourcesResponse
-	(*LogEntry)(nil),                     // 11: cairn.api.LogEntry
-	(*LogsRequest)(nil),                  // 12: cairn.api.LogsRequest
-	(*LogsResponse)(nil),                 // 13: cairn.api.LogsResponse
-	(*RebootRequest)(nil),                // 14: cairn.api.RebootRequest
-	(*RebootResponse)(nil),               // 15: cairn.api.RebootResponse
-	(*PoweroffRequest)(nil),              // 16: cairn.api.PoweroffRequest
-	(*PoweroffResponse)(nil),             // 17: cairn.api.PoweroffResponse
-	(*RecoverRequest)(nil),               // 18: cairn.api.RecoverRequest
-	(*RecoverHeader)(nil),                // 19: cairn.api.RecoverHeader
-	(*RecoverResponse)(nil),              // 20: cairn.api.RecoverResponse
-	(*GetResourcesResponse_Process)(nil), // 21: cairn.api.GetResourcesResponse.Process
+	(*RollbackRequest)(nil),              // 4: cairn.api.RollbackRequest
+	(*RollbackResponse)(nil),             // 5: cairn.api.RollbackResponse
+	(*GetSystemSlotsRequest)(nil),        // 6: cairn.api.GetSystemSlotsRequest
+	(*GetSystemSlotsResponse)(nil),       // 7: cairn.api.GetSystemSlotsResponse
+	(*SystemSlot)(nil),                   // 8: cairn.api.SystemSlot
+	(*GetMetricsRequest)(nil),            // 9: cairn.api.GetMetricsRequest
+	(*GetMetricsResponse)(nil),           // 10: cairn.api.GetMetricsResponse
+	(*GetResourcesRequest)(nil),          // 11: cairn.api.GetResourcesRequest
+	(*GetResourcesResponse)(nil),         // 12: cairn.api.GetResourcesResponse
+	(*LogEntry)(nil),                     // 13: cairn.api.LogEntry
+	(*LogsRequest)(nil),                  // 14: cairn.api.LogsRequest
+	(*LogsResponse)(nil),                 // 15: cairn.api.LogsResponse
+	(*RebootRequest)(nil),                // 16: cairn.api.RebootRequest
+	(*RebootResponse)(nil),               // 17: cairn.api.RebootResponse
+	(*PoweroffRequest)(nil),              // 18: cairn.api.PoweroffRequest
+	(*PoweroffResponse)(nil),             // 19: cairn.api.PoweroffResponse
+	(*RecoverRequest)(nil),               // 20: cairn.api.RecoverRequest
+	(*RecoverHeader)(nil),                // 21: cairn.api.RecoverHeader
+	(*RecoverResponse)(nil),              // 22: cairn.api.RecoverResponse
+	(*GetResourcesResponse_Process)(nil), // 23: cairn.api.GetResourcesResponse.Process
 }
 var file_proto_api_nodemanagement_proto_depIdxs = []int32{
 	3,  // 0: cairn.api.UpdateProgress.result:type_name -> cairn.api.UpdateResult
-	6,  // 1: cairn.api.GetSystemSlotsResponse.slots:type_name -> cairn.api.SystemSlot
-	21, // 2: cairn.api.GetResourcesResponse.processes:type_name -> cairn.api.GetResourcesResponse.Process
+	8,  // 1: cairn.api.GetSystemSlotsResponse.slots:type_name -> cairn.api.SystemSlot
+	23, // 2: cairn.api.GetResourcesResponse.processes:type_name -> cairn.api.GetResourcesResponse.Process
 	0,  // 3: cairn.api.LogEntry.severity:type_name -> cairn.api.LogSeverity
 	0,  // 4: cairn.api.LogsRequest.minimum_severity:type_name -> cairn.api.LogSeverity
-	11, // 5: cairn.api.LogsResponse.entries:type_name -> cairn.api.LogEntry
-	19, // 6: cairn.api.RecoverRequest.header:type_name -> cairn.api.RecoverHeader
-	12, // 7: cairn.api.NodeManagement.Logs:input_type -> cairn.api.LogsRequest
-	14, // 8: cairn.api.NodeManagement.Reboot:input_type -> cairn.api.RebootRequest
-	16, // 9: cairn.api.NodeManagement.Poweroff:input_type -> cairn.api.PoweroffRequest
-	18, // 10: cairn.api.NodeManagement.Recover:input_type -> cairn.api.RecoverRequest
-	9,  // 11: cairn.api.NodeManagement.GetResources:input_type -> cairn.api.GetResourcesRequest
-	7,  // 12: cairn.api.NodeManagement.GetMetrics:input_type -> cairn.api.GetMetricsRequest
+	13, // 5: cairn.api.LogsResponse.entries:type_name -> cairn.api.LogEntry
+	21, // 6: cairn.api.RecoverRequest.header:type_name -> cairn.api.RecoverHeader
+	14, // 7: cairn.api.NodeManagement.Logs:input_type -> cairn.api.LogsRequest
+	16, // 8: cairn.api.NodeManagement.Reboot:input_type -> cairn.api.RebootRequest
+	18, // 9: cairn.api.NodeManagement.Poweroff:input_type -> cairn.api.PoweroffRequest
+	20, // 10: cairn.api.NodeManagement.Recover:input_type -> cairn.api.RecoverRequest
+	11, // 11: cairn.api.NodeManagement.GetResources:input_type -> cairn.api.GetResourcesRequest
+	9,  // 12: cairn.api.NodeManagement.GetMetrics:input_type -> cairn.api.GetMetricsRequest
 	1,  // 13: cairn.api.NodeManagement.Update:input_type -> cairn.api.UpdateRequest
-	4,  // 14: cairn.api.NodeManagement.GetSystemSlots:input_type -> cairn.api.GetSystemSlotsRequest
-	13, // 15: cairn.api.NodeManagement.Logs:output_type -> cairn.api.LogsResponse
-	15, // 16: cairn.api.NodeManagement.Reboot:output_type -> cairn.api.RebootResponse
-	17, // 17: cairn.api.NodeManagement.Poweroff:output_type -> cairn.api.PoweroffResponse
-	20, // 18: cairn.api.NodeManagement.Recover:output_type -> cairn.api.RecoverResponse
-	10, // 19: cairn.api.NodeManagement.GetResources:output_type -> cairn.api.GetResourcesResponse
-	8,  // 20: cairn.api.NodeManagement.GetMetrics:output_type -> cairn.api.GetMetricsResponse
-	2,  // 21: cairn.api.NodeManagement.Update:output_type -> cairn.api.UpdateProgress
-	5,  // 22: cairn.api.NodeManagement.GetSystemSlots:output_type -> cairn.api.GetSystemSlotsResponse
-	15, // [15:23] is the sub-list for method output_type
-	7,  // [7:15] is the sub-list for method input_type
+	4,  // 14: cairn.api.NodeManagement.Rollback:input_type -> cairn.api.RollbackRequest
+	6,  // 15: cairn.api.NodeManagement.GetSystemSlots:input_type -> cairn.api.GetSystemSlotsRequest
+	15, // 16: cairn.api.NodeManagement.Logs:output_type -> cairn.api.LogsResponse
+	17, // 17: cairn.api.NodeManagement.Reboot:output_type -> cairn.api.RebootResponse
+	19, // 18: cairn.api.NodeManagement.Poweroff:output_type -> cairn.api.PoweroffResponse
+	22, // 19: cairn.api.NodeManagement.Recover:output_type -> cairn.api.RecoverResponse
+	12, // 20: cairn.api.NodeManagement.GetResources:output_type -> cairn.api.GetResourcesResponse
+	10, // 21: cairn.api.NodeManagement.GetMetrics:output_type -> cairn.api.GetMetricsResponse
+	2,  // 22: cairn.api.NodeManagement.Update:output_type -> cairn.api.UpdateProgress
+	5,  // 23: cairn.api.NodeManagement.Rollback:output_type -> cairn.api.RollbackResponse
+	7,  // 24: cairn.api.NodeManagement.GetSystemSlots:output_type -> cairn.api.GetSystemSlotsResponse
+	16, // [16:25] is the sub-list for method output_type
+	7,  // [7:16] is the sub-list for method input_type
 	7,  // [7:7] is the sub-list for extension type_name
 	7,  // [7:7] is the sub-list for extension extendee
 	0,  // [0:7] is the sub-list for field type_name
@@ -1436,7 +1568,7 @@ func file_proto_api_nodemanagement_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_api_nodemanagement_proto_rawDesc), len(file_proto_api_nodemanagement_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -29,6 +29,7 @@ const (
 	NodeManagement_GetResources_FullMethodName   = "/cairn.api.NodeManagement/GetResources"
 	NodeManagement_GetMetrics_FullMethodName     = "/cairn.api.NodeManagement/GetMetrics"
 	NodeManagement_Update_FullMethodName         = "/cairn.api.NodeManagement/Update"
+	NodeManagement_Rollback_FullMethodName       = "/cairn.api.NodeManagement/Rollback"
 	NodeManagement_GetSystemSlots_FullMethodName = "/cairn.api.NodeManagement/GetSystemSlots"
 )
 
@@ -77,10 +78,17 @@ type NodeManagementClient interface {
 	// Every check is made, and both images are downloaded and checked
 	// against their digests, before anything is written; the running slot
 	// is never written. The refusal of a check is FailedPrecondition and
-	// names the check. Booting the new slot is not built yet: stage must be
-	// set (InvalidArgument otherwise). One update at a time: a second
-	// while one runs is Aborted.
+	// names the check. Unless stage is set, the node then reboots through
+	// the firmware into the new slot for a trial: the slot becomes the
+	// default once the node is healthy within the trial deadline, and
+	// otherwise the node comes back on the slot it ran (docs/updates.md).
+	// While the running slot is on trial, updates are FailedPrecondition.
+	// One update at a time: a second while one runs is Aborted.
 	Update(ctx context.Context, in *UpdateRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[UpdateProgress], error)
+	// Rollback makes the other system slot, which must have proved itself
+	// before (state "good"), the default again, and reboots the node into
+	// it. FailedPrecondition when it is not good.
+	Rollback(ctx context.Context, in *RollbackRequest, opts ...grpc.CallOption) (*RollbackResponse, error)
 	// GetSystemSlots says what each system slot holds: the slot the node
 	// runs, and what the installer wrote to the other.
 	GetSystemSlots(ctx context.Context, in *GetSystemSlotsRequest, opts ...grpc.CallOption) (*GetSystemSlotsResponse, error)
@@ -185,6 +193,16 @@ func (c *nodeManagementClient) Update(ctx context.Context, in *UpdateRequest, op
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type NodeManagement_UpdateClient = grpc.ServerStreamingClient[UpdateProgress]
 
+func (c *nodeManagementClient) Rollback(ctx context.Context, in *RollbackRequest, opts ...grpc.CallOption) (*RollbackResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RollbackResponse)
+	err := c.cc.Invoke(ctx, NodeManagement_Rollback_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *nodeManagementClient) GetSystemSlots(ctx context.Context, in *GetSystemSlotsRequest, opts ...grpc.CallOption) (*GetSystemSlotsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetSystemSlotsResponse)
@@ -240,10 +258,17 @@ type NodeManagementServer interface {
 	// Every check is made, and both images are downloaded and checked
 	// against their digests, before anything is written; the running slot
 	// is never written. The refusal of a check is FailedPrecondition and
-	// names the check. Booting the new slot is not built yet: stage must be
-	// set (InvalidArgument otherwise). One update at a time: a second
-	// while one runs is Aborted.
+	// names the check. Unless stage is set, the node then reboots through
+	// the firmware into the new slot for a trial: the slot becomes the
+	// default once the node is healthy within the trial deadline, and
+	// otherwise the node comes back on the slot it ran (docs/updates.md).
+	// While the running slot is on trial, updates are FailedPrecondition.
+	// One update at a time: a second while one runs is Aborted.
 	Update(*UpdateRequest, grpc.ServerStreamingServer[UpdateProgress]) error
+	// Rollback makes the other system slot, which must have proved itself
+	// before (state "good"), the default again, and reboots the node into
+	// it. FailedPrecondition when it is not good.
+	Rollback(context.Context, *RollbackRequest) (*RollbackResponse, error)
 	// GetSystemSlots says what each system slot holds: the slot the node
 	// runs, and what the installer wrote to the other.
 	GetSystemSlots(context.Context, *GetSystemSlotsRequest) (*GetSystemSlotsResponse, error)
@@ -277,6 +302,9 @@ func (UnimplementedNodeManagementServer) GetMetrics(context.Context, *GetMetrics
 }
 func (UnimplementedNodeManagementServer) Update(*UpdateRequest, grpc.ServerStreamingServer[UpdateProgress]) error {
 	return status.Error(codes.Unimplemented, "method Update not implemented")
+}
+func (UnimplementedNodeManagementServer) Rollback(context.Context, *RollbackRequest) (*RollbackResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Rollback not implemented")
 }
 func (UnimplementedNodeManagementServer) GetSystemSlots(context.Context, *GetSystemSlotsRequest) (*GetSystemSlotsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetSystemSlots not implemented")
@@ -403,6 +431,24 @@ func _NodeManagement_Update_Handler(srv interface{}, stream grpc.ServerStream) e
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type NodeManagement_UpdateServer = grpc.ServerStreamingServer[UpdateProgress]
 
+func _NodeManagement_Rollback_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RollbackRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeManagementServer).Rollback(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: NodeManagement_Rollback_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeManagementServer).Rollback(ctx, req.(*RollbackRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _NodeManagement_GetSystemSlots_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetSystemSlotsRequest)
 	if err := dec(in); err != nil {
@@ -443,6 +489,10 @@ var NodeManagement_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetMetrics",
 			Handler:    _NodeManagement_GetMetrics_Handler,
+		},
+		{
+			MethodName: "Rollback",
+			Handler:    _NodeManagement_Rollback_Handler,
 		},
 		{
 			MethodName: "GetSystemSlots",

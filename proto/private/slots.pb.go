@@ -36,6 +36,17 @@ const (
 	// Written and read back against its verity root hash, with its UKI
 	// on the ESP: ready to be tried.
 	SystemSlots_Slot_STAGED SystemSlots_Slot_State = 2
+	// The firmware was asked to boot it once (BootNext): the boot must
+	// prove the slot healthy within trial_deadline_millis, or the next
+	// boot runs the last good slot, which records this one BAD.
+	SystemSlots_Slot_TRIAL SystemSlots_Slot_State = 3
+	// It booted through the firmware and proved itself healthy, or it
+	// is the slot the node ran before its first update: the firmware's
+	// default, or the fallback behind it.
+	SystemSlots_Slot_GOOD SystemSlots_Slot_State = 4
+	// Its trial failed (reason says how): it is never booted again,
+	// and the next install writes over it.
+	SystemSlots_Slot_BAD SystemSlots_Slot_State = 5
 )
 
 // Enum value maps for SystemSlots_Slot_State.
@@ -44,11 +55,17 @@ var (
 		0: "STATE_UNSPECIFIED",
 		1: "WRITING",
 		2: "STAGED",
+		3: "TRIAL",
+		4: "GOOD",
+		5: "BAD",
 	}
 	SystemSlots_Slot_State_value = map[string]int32{
 		"STATE_UNSPECIFIED": 0,
 		"WRITING":           1,
 		"STAGED":            2,
+		"TRIAL":             3,
+		"GOOD":              4,
+		"BAD":               5,
 	}
 )
 
@@ -150,8 +167,16 @@ type SystemSlots_Slot struct {
 	// When the installer last changed this record: milliseconds since the
 	// Unix epoch, UTC.
 	ChangedUnixMillis int64 `protobuf:"varint,6,opt,name=changed_unix_millis,json=changedUnixMillis,proto3" json:"changed_unix_millis,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// How long a trial boot of it has to prove itself healthy, in
+	// milliseconds; set with TRIAL.
+	TrialDeadlineMillis int64 `protobuf:"varint,7,opt,name=trial_deadline_millis,json=trialDeadlineMillis,proto3" json:"trial_deadline_millis,omitempty"`
+	// Why its trial failed: written by the trial boot itself when it
+	// gives up (a missed deadline), or by the last good slot's boot that
+	// finds the trial unfinished. Set with BAD, and on a TRIAL whose boot
+	// gave up.
+	Reason        string `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SystemSlots_Slot) Reset() {
@@ -226,26 +251,45 @@ func (x *SystemSlots_Slot) GetChangedUnixMillis() int64 {
 	return 0
 }
 
+func (x *SystemSlots_Slot) GetTrialDeadlineMillis() int64 {
+	if x != nil {
+		return x.TrialDeadlineMillis
+	}
+	return 0
+}
+
+func (x *SystemSlots_Slot) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 var File_proto_private_slots_proto protoreflect.FileDescriptor
 
 const file_proto_private_slots_proto_rawDesc = "" +
 	"\n" +
-	"\x19proto/private/slots.proto\x12\rcairn.private\"\x8e\x03\n" +
+	"\x19proto/private/slots.proto\x12\rcairn.private\"\xf8\x03\n" +
 	"\vSystemSlots\x12-\n" +
 	"\x01a\x18\x01 \x01(\v2\x1f.cairn.private.SystemSlots.SlotR\x01a\x12-\n" +
-	"\x01b\x18\x02 \x01(\v2\x1f.cairn.private.SystemSlots.SlotR\x01b\x1a\xa0\x02\n" +
+	"\x01b\x18\x02 \x01(\v2\x1f.cairn.private.SystemSlots.SlotR\x01b\x1a\x8a\x03\n" +
 	"\x04Slot\x12;\n" +
 	"\x05state\x18\x01 \x01(\x0e2%.cairn.private.SystemSlots.Slot.StateR\x05state\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12%\n" +
 	"\x0erelease_digest\x18\x03 \x01(\tR\rreleaseDigest\x12\x16\n" +
 	"\x06verity\x18\x04 \x01(\tR\x06verity\x12\x19\n" +
 	"\buki_path\x18\x05 \x01(\tR\aukiPath\x12.\n" +
-	"\x13changed_unix_millis\x18\x06 \x01(\x03R\x11changedUnixMillis\"7\n" +
+	"\x13changed_unix_millis\x18\x06 \x01(\x03R\x11changedUnixMillis\x122\n" +
+	"\x15trial_deadline_millis\x18\a \x01(\x03R\x13trialDeadlineMillis\x12\x16\n" +
+	"\x06reason\x18\b \x01(\tR\x06reason\"U\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aWRITING\x10\x01\x12\n" +
 	"\n" +
-	"\x06STAGED\x10\x02B\x1fZ\x1dcairn.dev/cairn/proto/privateb\x06proto3"
+	"\x06STAGED\x10\x02\x12\t\n" +
+	"\x05TRIAL\x10\x03\x12\b\n" +
+	"\x04GOOD\x10\x04\x12\a\n" +
+	"\x03BAD\x10\x05B\x1fZ\x1dcairn.dev/cairn/proto/privateb\x06proto3"
 
 var (
 	file_proto_private_slots_proto_rawDescOnce sync.Once

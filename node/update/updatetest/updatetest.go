@@ -9,11 +9,13 @@ import (
 	"crypto/sha256"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/node/update"
+	"cairn.dev/cairn/pkg/efivar"
 	"cairn.dev/cairn/pkg/ociimage/ocitest"
 	"cairn.dev/cairn/pkg/release"
 	"cairn.dev/cairn/pkg/release/releasetest"
@@ -35,6 +37,9 @@ type Node struct {
 	Registry *ocitest.Registry
 	// Key signs what Push pushes; the node trusts it unless Distrust.
 	Key release.PrivateKey
+	// Vars is the directory that stands for efivarfs, where the
+	// installer's firmware keeps its boot entries.
+	Vars string
 
 	mu      sync.Mutex
 	trusted bool
@@ -55,19 +60,42 @@ func New(t testing.TB) *Node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &Node{Storage: st, Slots: map[localstorage.Slot]string{}, Registry: ocitest.New(t, "cairn/release"), Key: key, trusted: true}
+	n := &Node{Storage: st, Slots: map[localstorage.Slot]string{}, Registry: ocitest.New(t, "cairn/release"), Key: key, trusted: true,
+		Vars: filepath.Join(dir, "efivars")}
+	if err := os.Mkdir(n.Vars, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// The image build's UKI, already kept at slot a's place, and at the
+	// removable media path.
+	for _, f := range []interface{ FullPath() string }{st.Root.ESP.EFI.Cairn.For(localstorage.SlotA), &st.Root.ESP.EFI.Boot.BootX64} {
+		if err := os.MkdirAll(filepath.Dir(f.FullPath()), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f.FullPath(), []byte("MZ the UKI of "+Running), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, s := range []localstorage.Slot{localstorage.SlotA, localstorage.SlotB} {
 		n.Slots[s] = filepath.Join(dir, "system-"+string(s))
 		if err := os.WriteFile(n.Slots[s], make([]byte, SlotSize), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	v, err := release.ParseVersion(Running)
+	n.Installer = n.Boot(t, localstorage.SlotA, Running)
+	return n
+}
+
+// Boot returns the installer of the node as if it had booted slot,
+// running version: what a reboot into the slot gives.
+func (n *Node) Boot(t testing.TB, slot localstorage.Slot, version string) *update.Installer {
+	t.Helper()
+	v, err := release.ParseVersion(version)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n.Installer = update.New(update.Config{
-		Running:      localstorage.SlotA,
+	st := n.Storage
+	return update.New(update.Config{
+		Running:      slot,
 		Version:      v,
 		Architecture: "amd64",
 		Partition:    func(s localstorage.Slot) (string, uint64, error) { return n.Slots[s], SlotSize, nil },
@@ -75,9 +103,12 @@ func New(t testing.TB) *Node {
 		Spool:        &st.Root.Data.Update,
 		Slots:        &st.Root.ESP.Cairn.SystemSlots,
 		UKIs:         &st.Root.ESP.EFI.Cairn,
-		Client:       n.Registry.Client(),
+		Fallback:     &st.Root.ESP.EFI.Boot.BootX64,
+		Firmware: &update.Firmware{Vars: n.Vars, Path: func(file string) (efivar.DevicePath, error) {
+			return efivar.DevicePath{efivar.FilePath{Path: `\` + strings.ReplaceAll(file, "/", `\`)}}, nil
+		}},
+		Client: n.Registry.Client(),
 	})
-	return n
 }
 
 func (n *Node) trust(context.Context) (update.Trust, error) {
