@@ -52,6 +52,7 @@ func newNodeCommand(a *app) *cobra.Command {
 		newRebootCommand(a),
 		newNodeUpdateCommand(a),
 		newNodeSlotsCommand(a),
+		newNodeRollbackCommand(a),
 		a.powerCommand("poweroff", "Power a node off", "Powering off",
 			func(ctx context.Context, c api.NodeManagementClient) error {
 				_, err := c.Poweroff(ctx, &api.PoweroffRequest{})

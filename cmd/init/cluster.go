@@ -83,8 +83,8 @@ func enrolmentRunnable(st *localstorage.Storage, dataReady event.Watchable[bool]
 // backups in the etcd data directory of st; past boots' logs come from
 // ls, metrics from g. Update installs releases into the system slot
 // that booted does not name, trusting what rs's cluster configuration
-// says.
-func nodeManagementRunnable(st *localstorage.Storage, rs *roleserve.Service, booted event.Watchable[*localstorage.BootedSystem], lt *logtree.LogTree, ls *logstore.Store, g prometheus.Gatherer, request func(action)) supervisor.Runnable {
+// says, once the update child made the installer.
+func nodeManagementRunnable(st *localstorage.Storage, rs *roleserve.Service, installers event.Watchable[*installer], lt *logtree.LogTree, ls *logstore.Store, g prometheus.Gatherer, request func(action)) supervisor.Runnable {
 	return func(ctx context.Context) error {
 		w := rs.Credentials().Watch()
 		defer w.Close()
@@ -92,9 +92,11 @@ func nodeManagementRunnable(st *localstorage.Storage, rs *roleserve.Service, boo
 		if err != nil {
 			return err
 		}
-		installer, err := newInstaller(st, booted, rs.ClusterConfiguration)
+		iw := installers.Watch()
+		defer iw.Close()
+		inst, err := iw.Get(ctx, event.NotNil[*installer]())
 		if err != nil {
-			supervisor.Logger(ctx).Warningf("This node cannot install updates: %v", err)
+			return err
 		}
 		srv := rpc.NewServer(node)
 		srv.JudgeOwners(rs.OwnerTrust())
@@ -107,7 +109,7 @@ func nodeManagementRunnable(st *localstorage.Storage, rs *roleserve.Service, boo
 			Metrics:        g,
 			EtcdDataDir:    st.Root.Data.Etcd.FullPath(),
 			ClusterCA:      node.CACertificate().Raw,
-			Installer:      installer,
+			Installer:      inst.i,
 		}))
 		var lc net.ListenConfig
 		lis, err := lc.Listen(ctx, "tcp", ":"+strconv.Itoa(ports.NodeManagement))

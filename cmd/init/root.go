@@ -41,7 +41,8 @@ type child struct {
 //	              node management ◀─credentials, owner trust─ roleserve
 //
 //	network ─NTP servers─▶ timesync ─clock state─▶ roleserve (node status)
-//	storage ─booted system slot─▶ roleserve (node status)
+//	storage ─booted system slot─▶ roleserve (node status), update
+//	update ─installer─▶ node management; roleserve ─health─▶ update
 //	enrolment ─membership (data partition mounted)─▶ logstore
 //	roleserve ─credentials─▶ metrics (port 7836, to metrics certificates)
 func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogger, lt *logtree.LogTree, restarts *metrics.Restarts, request func(action)) []child {
@@ -54,6 +55,7 @@ func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogg
 		dataReady  memory.Value[bool]
 		membership memory.Value[*roleserve.Membership]
 		params     memory.Value[*parameters.Loaded]
+		installers memory.Value[*installer]
 	)
 	st, err := localstorage.New(localstorage.Config{})
 	if err != nil {
@@ -72,13 +74,14 @@ func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogg
 	ls := logstore.New(logstore.Config{Tree: lt, Dir: st.Root.Data.Logs.FullPath()})
 	gatherer := metrics.Gatherer("/proc", append(curator.Metrics(), restarts)...)
 	cs := []child{
-		{"storage", newStorage(st, fl, &booted, &mounted, &dataReady, printf).run},
+		{"storage", newStorage(st, fl, &booted, &mounted, &dataReady, printf, func() { request(firmwareReboot) }).run},
 		{"parameters", parametersRunnable(st, &mounted, &params)},
 		{"network", networkRunnable(&params, &address, &ntp, printf)},
 		{"timesync", timesyncRunnable(&ntp, &clock, printf)},
 		{"cluster", enrolmentRunnable(st, &dataReady, &address, &params, &membership, rs)},
 		{"roleserve", rs.Run},
-		{"nodemanagement", nodeManagementRunnable(st, rs, &booted, lt, ls, gatherer, request)},
+		{"update", updateRunnable(st, &booted, &mounted, rs, &installers, request, printf)},
+		{"nodemanagement", nodeManagementRunnable(st, rs, &installers, lt, ls, gatherer, request)},
 		{"logstore", logStoreRunnable(ls, &membership)},
 		{"metrics", func(ctx context.Context) error {
 			return metrics.Run(ctx, metrics.Config{Credentials: rs.Credentials(), Gatherer: gatherer, Port: ports.Metrics})

@@ -7,6 +7,7 @@ import (
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/node/modules"
 	"cairn.dev/cairn/node/testhooks"
+	"cairn.dev/cairn/node/update"
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/supervisor"
@@ -17,7 +18,7 @@ import (
 // *localstorage.Storage, and a fake in tests.
 type nodeStorage interface {
 	MountSystem(slot localstorage.Slot, p verity.Params) (localstorage.SystemMount, error)
-	MountMatchingSystem(p verity.Params) (localstorage.SystemMount, error)
+	MountMatchingSystem(p verity.Params, first localstorage.Slot) (localstorage.SystemMount, error)
 	MountESP() error
 	MountEphemeral() error
 	MountNew(ctx context.Context, nodeKey, clusterKey []byte) error
@@ -44,6 +45,14 @@ type storage struct {
 	// the role server reports it, an installer writes the other slot.
 	// Nil in tests that do not care.
 	booted event.Value[*localstorage.BootedSystem]
+	// firmware says which slot's unified kernel image the firmware
+	// booted; nil when the node cannot ask it (tests).
+	firmware *update.Firmware
+	// trialBoot is set when the firmware booted a slot's image once
+	// (BootNext): a trial, which goes back to the default slot through
+	// reboot when its system slot cannot be used.
+	trialBoot bool
+	reboot    func()
 	// hooks are the storage child's test hooks (node/testhooks); they do
 	// nothing in production builds, nor when zero.
 	hooks testhooks.Storage
@@ -72,8 +81,9 @@ type storage struct {
 
 // newStorage returns the storage child for the node's disks s, which sets
 // booted to the system slot it mounted, and mounted once the system
-// partition, the ESP and /ephemeral are mounted.
-func newStorage(s *localstorage.Storage, fl flags, booted event.Value[*localstorage.BootedSystem], mounted, dataReady event.Value[bool], printf func(string, ...any)) *storage {
+// partition, the ESP and /ephemeral are mounted; reboot reboots through
+// the firmware.
+func newStorage(s *localstorage.Storage, fl flags, booted event.Value[*localstorage.BootedSystem], mounted, dataReady event.Value[bool], printf func(string, ...any), reboot func()) *storage {
 	st := &storage{
 		disks:      s,
 		booted:     booted,
@@ -84,6 +94,8 @@ func newStorage(s *localstorage.Storage, fl flags, booted event.Value[*localstor
 		dataRoot:   s.Root.Data.FullPath(),
 		systemRoot: s.Root.System.FullPath(),
 		system:     fl.system,
+		firmware:   &update.Firmware{Vars: s.EFIVars(), Path: s.ESPFile},
+		reboot:     reboot,
 	}
 	st.hooks = fl.test.Storage(s, st.espCairn, st.dataRoot, printf)
 	m := modules.NewSteps(s.Root.System.FullPath(), printf)

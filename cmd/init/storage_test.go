@@ -55,7 +55,7 @@ func (f *fakeDisks) MountSystem(slot localstorage.Slot, p verity.Params) (locals
 	return localstorage.SystemMount{BootedSystem: localstorage.BootedSystem{Slot: slot, Params: p, Partition: "/dev/vda2"}}, f.systemErr
 }
 
-func (f *fakeDisks) MountMatchingSystem(p verity.Params) (localstorage.SystemMount, error) {
+func (f *fakeDisks) MountMatchingSystem(p verity.Params, _ localstorage.Slot) (localstorage.SystemMount, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.matchingCalls++

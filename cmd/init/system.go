@@ -84,7 +84,7 @@ func (s *storage) mountSystem(log logtree.LeveledLogger) error {
 			m.Passed = []localstorage.PassedSlot{{Slot: sys.slot, Err: err}}
 		}
 	} else {
-		m, err = s.disks.MountMatchingSystem(sys.verity)
+		m, err = s.disks.MountMatchingSystem(sys.verity, s.firmwareSlot(log))
 	}
 	lasting := errors.Is(err, localstorage.ErrSystemCorrupt) || errors.Is(err, localstorage.ErrNoSystem)
 	if err != nil && !lasting {
@@ -103,6 +103,10 @@ func (s *storage) mountSystem(log logtree.LeveledLogger) error {
 		if sys.slot == "" {
 			s.printf("no verified system partition: %v", err)
 		}
+		if lasting && s.trialBoot && s.reboot != nil {
+			s.printf("the firmware booted this image once, for a trial, and its system slot cannot be used: rebooting into the default slot")
+			s.reboot()
+		}
 		return err
 	}
 	s.printf("system partition %s mounted at %s (verity %v, mount %v)",
@@ -113,4 +117,28 @@ func (s *storage) mountSystem(log logtree.LeveledLogger) error {
 		s.booted.Set(&booted)
 	}
 	return nil
+}
+
+// firmwareSlot is the slot whose unified kernel image the firmware booted
+// (node/update.Firmware.Booted), or "" when it booted another image or
+// cannot say.
+func (s *storage) firmwareSlot(log logtree.LeveledLogger) localstorage.Slot {
+	if s.firmware == nil {
+		return ""
+	}
+	slot, isDefault, ok, err := s.firmware.Booted()
+	if err != nil {
+		log.Warningf("Cannot tell which image the firmware booted: %v", err)
+		return ""
+	}
+	if !ok {
+		return ""
+	}
+	how := "once (BootNext), for a trial"
+	if isDefault {
+		how = "as its default"
+	}
+	s.trialBoot = !isDefault
+	log.Infof("The firmware booted slot %s's unified kernel image %s", slot, how)
+	return slot
 }

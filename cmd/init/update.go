@@ -4,21 +4,67 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 
 	"cairn.dev/cairn/node/clusterconfig"
 	"cairn.dev/cairn/node/localstorage"
+	"cairn.dev/cairn/node/roleserve"
 	"cairn.dev/cairn/node/update"
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/release"
+	"cairn.dev/cairn/pkg/supervisor"
 	api "cairn.dev/cairn/proto/api"
 )
+
+// installer is the node's installer of releases, or why it has none.
+type installer struct {
+	i   *update.Installer
+	err error
+}
+
+// updateRunnable is the update child. Once the storage child has mounted
+// the system slot and the ESP, it makes the node's installer
+// (node/update), once per boot, and hands it to node management through
+// out; then it judges this boot (update.Installer.JudgeBoot): a trial of
+// the other slot that never proved itself is recorded bad, and a trial
+// boot of this slot waits for the role server's health, then becomes the
+// firmware's default, or reboots through the firmware into the last good
+// slot.
+func updateRunnable(st *localstorage.Storage, booted event.Watchable[*localstorage.BootedSystem], mounted event.Watchable[bool], rs *roleserve.Service, out event.Value[*installer], request func(action), printf func(string, ...any)) supervisor.Runnable {
+	var made *installer
+	return func(ctx context.Context) error {
+		if err := waitMounted(ctx, mounted); err != nil {
+			return err
+		}
+		if made == nil {
+			i, err := newInstaller(st, booted, rs.ClusterConfiguration)
+			made = &installer{i: i, err: err}
+			out.Set(made)
+		}
+		if made.err != nil {
+			supervisor.Logger(ctx).Warningf("This node cannot install updates: %v", made.err)
+			supervisor.Signal(ctx, supervisor.SignalHealthy)
+			supervisor.Signal(ctx, supervisor.SignalDone)
+			return nil
+		}
+		supervisor.Signal(ctx, supervisor.SignalHealthy)
+		v, err := made.i.JudgeBoot(ctx, rs.Health(), func() { request(firmwareReboot) }, printf)
+		if err != nil {
+			return fmt.Errorf("when judging this boot's system slot: %w", err)
+		}
+		if v.RolledBack != "" {
+			supervisor.Logger(ctx).Warningf("%s", v.RolledBack)
+		}
+		supervisor.Signal(ctx, supervisor.SignalDone)
+		return nil
+	}
+}
 
 // newInstaller is the installer of releases (node/update) for node
 // management, or an error saying why this node cannot install any: it did
 // not boot from a verified system slot, or its own version is not a
-// release version. booted is read as it is, without waiting: node
-// management starts once the node is enrolled, long after the system
-// slot was mounted, if it ever was.
+// release version. booted is read as it is, without waiting: it is set,
+// if ever, before the storage child says the ESP is mounted.
 func newInstaller(st *localstorage.Storage, booted event.Watchable[*localstorage.BootedSystem], config func(context.Context) (*api.ClusterConfiguration, error)) (*update.Installer, error) {
 	w := booted.Watch()
 	defer w.Close()
@@ -33,10 +79,15 @@ func newInstaller(st *localstorage.Storage, booted event.Watchable[*localstorage
 	if err != nil {
 		return nil, fmt.Errorf("the node's own version is not a release version: %w", err)
 	}
+	var fw *update.Firmware
+	if _, err := os.Stat(st.EFIVars()); err == nil {
+		fw = &update.Firmware{Vars: st.EFIVars(), Path: st.ESPFile}
+	}
 	return update.New(update.Config{
-		Running:   sys.Slot,
-		Version:   v,
-		Partition: st.SystemPartition,
+		Running:       sys.Slot,
+		RunningVerity: sys.Params,
+		Version:       v,
+		Partition:     st.SystemPartition,
 		Trust: func(ctx context.Context) (update.Trust, error) {
 			c, err := config(ctx)
 			if err != nil {
@@ -48,8 +99,10 @@ func newInstaller(st *localstorage.Storage, booted event.Watchable[*localstorage
 			}
 			return update.Trust{Keys: keys, PlainHTTP: c.GetRegistries().GetPlainHttp()}, nil
 		},
-		Spool: &st.Root.Data.Update,
-		Slots: &st.Root.ESP.Cairn.SystemSlots,
-		UKIs:  &st.Root.ESP.EFI.Cairn,
+		Spool:    &st.Root.Data.Update,
+		Slots:    &st.Root.ESP.Cairn.SystemSlots,
+		UKIs:     &st.Root.ESP.EFI.Cairn,
+		Fallback: &st.Root.ESP.EFI.Boot.BootX64,
+		Firmware: fw,
 	}), nil
 }

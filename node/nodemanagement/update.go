@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -18,7 +19,8 @@ import (
 // refusals are the installer's errors that say the release, or what the
 // cluster trusts, fails a check: FailedPrecondition, with the check named.
 var refusals = []error{
-	update.ErrNoTrust, update.ErrTooLarge,
+	update.ErrNoTrust, update.ErrTooLarge, update.ErrNotStaged, update.ErrOnTrial,
+	update.ErrNoFirmware, update.ErrNotGood,
 	release.ErrMalformed, release.ErrDigestMismatch, release.ErrUnsigned,
 	release.ErrUnknownKey, release.ErrBadSignature, release.ErrArchitecture,
 	release.ErrDowngrade,
@@ -30,17 +32,22 @@ func (s *Service) Update(req *api.UpdateRequest, srv api.NodeManagement_UpdateSe
 	if s.cfg.Installer == nil {
 		return status.Error(codes.Unimplemented, "this node cannot install updates")
 	}
-	switch {
-	case req.GetImage() == "":
+	if req.GetImage() == "" {
 		return status.Error(codes.InvalidArgument, "image is empty: name the release to install")
-	case !req.GetStage():
-		return status.Error(codes.InvalidArgument, "booting an installed release is not built yet: stage it (cairnctl node update --stage)")
 	}
 	if going := s.goingDown(); going != "" {
 		return status.Errorf(codes.FailedPrecondition, "the node is going down for %s", going)
 	}
+	if !req.GetStage() {
+		if s.cfg.RebootFirmware == nil {
+			return status.Error(codes.Unimplemented, "this node cannot reboot through the firmware for a trial: install the release with stage only")
+		}
+		if err := s.cfg.Installer.CanTry(); err != nil {
+			return status.Errorf(codes.FailedPrecondition, "%v: install the release with stage only", err)
+		}
+	}
 	log := s.logger()
-	log.Infof("The owner asks to stage release %s (allow downgrade: %v)", req.GetImage(), req.GetAllowDowngrade())
+	log.Infof("The owner asks to install release %s (allow downgrade: %v, stage only: %v)", req.GetImage(), req.GetAllowDowngrade(), req.GetStage())
 	res, err := s.cfg.Installer.Install(srv.Context(), update.Request{
 		Reference:      req.GetImage(),
 		AllowDowngrade: req.GetAllowDowngrade(),
@@ -56,9 +63,44 @@ func (s *Service) Update(req *api.UpdateRequest, srv api.NodeManagement_UpdateSe
 		return status.Error(updateCode(err), err.Error())
 	}
 	log.Infof("Release %s staged in system slot %s", res.Version, res.Slot)
-	return srv.Send(&api.UpdateProgress{Step: update.StepDone, Result: &api.UpdateResult{
-		Slot: string(res.Slot), Version: res.Version, Digest: res.Digest,
-	}})
+	result := &api.UpdateResult{Slot: string(res.Slot), Version: res.Version, Digest: res.Digest}
+	if req.GetStage() {
+		return srv.Send(&api.UpdateProgress{Step: update.StepDone, Result: result})
+	}
+	deadline := time.Duration(req.GetTrialDeadlineSeconds()) * time.Second
+	if _, err := s.cfg.Installer.Activate(deadline); err != nil {
+		log.Warningf("Release %s staged, but its trial could not be set up: %v", res.Version, err)
+		return status.Error(updateCode(err), err.Error())
+	}
+	if err := s.schedule(srv.Context(), "reboot into slot "+string(res.Slot)+" for its trial", s.cfg.RebootFirmware); err != nil {
+		return err
+	}
+	log.Infof("Rebooting through the firmware into slot %s for the trial of %s", res.Slot, res.Version)
+	result.Rebooting = true
+	return srv.Send(&api.UpdateProgress{Step: StepTrial, Result: result})
+}
+
+// StepTrial is the last step of an update that boots the new slot.
+const StepTrial = "rebooting into the new slot for its trial"
+
+// Rollback makes the other slot, which proved itself before, the
+// firmware's default, and reboots into it through the firmware.
+func (s *Service) Rollback(ctx context.Context, _ *api.RollbackRequest) (*api.RollbackResponse, error) {
+	if s.cfg.Installer == nil {
+		return nil, status.Error(codes.Unimplemented, "this node cannot switch system slots")
+	}
+	if going := s.goingDown(); going != "" {
+		return nil, status.Errorf(codes.FailedPrecondition, "the node is going down for %s", going)
+	}
+	res, err := s.cfg.Installer.Rollback()
+	if err != nil {
+		return nil, status.Error(updateCode(err), err.Error())
+	}
+	if err := s.schedule(ctx, "reboot into slot "+string(res.Slot), s.cfg.RebootFirmware); err != nil {
+		return nil, err
+	}
+	s.logger().Infof("The owner rolls back to slot %s (%s): rebooting through the firmware", res.Slot, res.Version)
+	return &api.RollbackResponse{Slot: string(res.Slot), Version: res.Version}, nil
 }
 
 // updateCode is the status code of an install's error.
@@ -103,7 +145,7 @@ func (s *Service) GetSystemSlots(_ context.Context, _ *api.GetSystemSlotsRequest
 		if sl.State != private.SystemSlots_Slot_STATE_UNSPECIFIED {
 			state = strings.ToLower(sl.State.String())
 		}
-		resp.Slots = append(resp.Slots, &api.SystemSlot{Name: string(sl.Slot), Running: sl.Running, State: state, Version: sl.Version})
+		resp.Slots = append(resp.Slots, &api.SystemSlot{Name: string(sl.Slot), Running: sl.Running, State: state, Version: sl.Version, Reason: sl.Reason})
 	}
 	return resp, nil
 }
