@@ -58,7 +58,7 @@ E2E_FLAGS ?=
 E2E_SERIAL := ^TestKubernetes$$
 E2E_RUN = $(if $(CHAOS),CAIRN_NET_CHAOS='$(CHAOS)') $(GO) test -tags e2e -count=1 -v -timeout $(E2E_TIMEOUT) ./test/e2e/... \
 	  -image-dir $(abspath $(OUT)) -cairnctl $(abspath $(OUT))/cairnctl -release-key $(abspath $(RELEASE_KEY)) $(E2E_FLAGS)
-e2e: deps image test-image cairnctl kube-payload-test registry testagent-image node-tests release
+e2e: deps image test-image cairnctl kube-payload-test registry testagent-image node-tests release test-ukis
 	@start=$$(date +%s); rm -f $(OUT)/e2e/*.failed.txt; \
 	  $(E2E_RUN) -skip '$(E2E_SERIAL)'; rc=$$?; \
 	  echo "e2e: the parallel suites took $$(( $$(date +%s) - start )) s"; mid=$$(date +%s); \
