@@ -58,7 +58,7 @@ E2E_FLAGS ?=
 E2E_SERIAL := ^TestKubernetes$$
 E2E_RUN = $(if $(CHAOS),CAIRN_NET_CHAOS='$(CHAOS)') $(GO) test -tags e2e -count=1 -v -timeout $(E2E_TIMEOUT) ./test/e2e/... \
 	  -image-dir $(abspath $(OUT)) -cairnctl $(abspath $(OUT))/cairnctl -release-key $(abspath $(RELEASE_KEY)) $(E2E_FLAGS)
-e2e: deps image test-image cairnctl kube-payload-test registry testagent-image node-tests release
+e2e: deps image test-image cairnctl kube-payload-test registry testagent-image node-tests release test-ukis
 	@start=$$(date +%s); rm -f $(OUT)/e2e/*.failed.txt; \
 	  $(E2E_RUN) -skip '$(E2E_SERIAL)'; rc=$$?; \
 	  echo "e2e: the parallel suites took $$(( $$(date +%s) - start )) s"; mid=$$(date +%s); \
@@ -290,6 +290,68 @@ $(OUT)/release.oci.tar $(OUT)/release.pub &: $(RELEASE_TOOL) $(RELEASE_KEY) $(OU
 	@$(RELEASE_TOOL) -key $(RELEASE_KEY) -uki $(OUT)/cairn.efi -system $(OUT)/system.img -cmdline $(OUT)/cmdline \
 	  -version-file $(VERSION_FILE) -pub $(OUT)/release.pub -o $(OUT)/release.oci.tar \
 	  $(if $(KUBE_ON),-kubernetes-version "$$(cd build/kubernetes && $(GO) list -m -f '{{.Version}}' k8s.io/kubernetes)")
+
+# The unified kernel images of the OS-update suites (test/e2e), in
+# out/test-ukis: cairn-1.0.0.efi and cairn-1.1.0.efi are out/cairn.efi but
+# for the version stamped into /init and .osrel; cairn-panic.efi is the
+# 1.0.0 one with a command line on which the kernel panics before /init
+# can run. All three carry the image's vmlinuz, kernel modules and
+# out/cmdline, so the image's out/system.img verifies under them. They are
+# made from those pieces, and no rule here is a prerequisite of the
+# image's. Each /init differs from the image's in its -X flag alone, so Go
+# links it from the build cache without compiling a package again.
+#
+# Why cairn-panic.efi panics: its command line is out/cmdline with an
+# rdinit= that names no file of the initramfs. The kernel then does not
+# run the initramfs at all but looks for a root device to mount, and the
+# command line names none, so it panics ("VFS: Unable to mount root fs");
+# panic=-1 resets the machine at once, which ends qemu under -no-reboot.
+#
+# test-ukis prints how long its own steps took, from the first one that
+# ran; the image's steps before it are the image's cost. A step notes the
+# start in TEST_UKI_RUN once per make run, keyed by make's process ID
+# (the recipe shell's $PPID), so that a run cut short leaves nothing that
+# a later one would count.
+TEST_UKIS := $(OUT)/test-ukis
+TEST_UKI_CACHE := $(IMAGE_CACHE)/test-ukis
+TEST_UKI_VERSIONS := 1.0.0 1.1.0
+TEST_UKI_FILES := $(TEST_UKI_VERSIONS:%=$(TEST_UKIS)/cairn-%.efi) $(TEST_UKIS)/cairn-panic.efi
+TEST_UKI_RUN := $(TEST_UKI_CACHE)/run
+test-uki-step = mkdir -p $(TEST_UKI_CACHE) && \
+	{ grep -qs "^$$PPID start " $(TEST_UKI_RUN) || echo "$$PPID start $$(date +%s)" >$(TEST_UKI_RUN); }
+# test-uki makes $@ as out/cairn.efi is made, from the initramfs $(1) and
+# the command line file $(2), with the version $(3).
+test-uki = mkdir -p $(@D) && $(MKIMAGE) uki -stub $(EFI_STUB) -kernel $(OUT)/vmlinuz -initramfs $(1) \
+	-cmdline $(2) -release "$(KREL)" -version $(3) -o $@ && echo "$$PPID built $@" >>$(TEST_UKI_RUN)
+
+.PHONY: test-ukis
+test-ukis: $(TEST_UKI_FILES)
+	@set -- $$(grep -s "^$$PPID start " $(TEST_UKI_RUN)); \
+	  if [ $$# -eq 3 ]; then \
+	  echo "test-ukis: built $$(grep -c "^$$PPID built " $(TEST_UKI_RUN)) of $(words $^) UKIs in $$(( $$(date +%s) - $$3 )) s"; \
+	  else echo "test-ukis: the $(words $^) UKIs are up to date"; fi
+
+$(TEST_UKI_VERSIONS:%=$(TEST_UKI_CACHE)/init-%): $(TEST_UKI_CACHE)/init-%: $(NODE_GO) go.mod go.sum
+	@$(test-uki-step) && echo "test-ukis: building /init $*" && \
+	  CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.buildVersion=$*" -o $@ ./cmd/init
+
+$(TEST_UKI_VERSIONS:%=$(TEST_UKI_CACHE)/initramfs-%.img): $(TEST_UKI_CACHE)/initramfs-%.img: \
+	  $(MKIMAGE) $(KERNEL_VERSION) $(TEST_UKI_CACHE)/init-%
+	@$(test-uki-step) && $(MKIMAGE) initramfs -kernel "$(KDIR)" -release "$(KREL)" -init $(TEST_UKI_CACHE)/init-$* \
+	  -name "initramfs $*" -o $@
+
+$(TEST_UKI_CACHE)/cmdline-panic: $(OUT)/cmdline
+	@$(test-uki-step) && echo "$$(cat $<) rdinit=/cairn-test-no-such-init" >$@
+
+# The image's pieces come first, so that a serial make has made them
+# before the first step of test-ukis starts its clock.
+$(TEST_UKI_VERSIONS:%=$(TEST_UKIS)/cairn-%.efi): $(TEST_UKIS)/cairn-%.efi: \
+	  $(MKIMAGE) $(EFI_STUB) $(OUT)/vmlinuz $(OUT)/cmdline $(TEST_UKI_CACHE)/initramfs-%.img
+	@$(test-uki-step) && $(call test-uki,$(TEST_UKI_CACHE)/initramfs-$*.img,$(OUT)/cmdline,$*)
+
+$(TEST_UKIS)/cairn-panic.efi: $(MKIMAGE) $(EFI_STUB) $(OUT)/vmlinuz \
+	  $(TEST_UKI_CACHE)/cmdline-panic $(TEST_UKI_CACHE)/initramfs-1.0.0.img
+	@$(test-uki-step) && $(call test-uki,$(TEST_UKI_CACHE)/initramfs-1.0.0.img,$(TEST_UKI_CACHE)/cmdline-panic,1.0.0)
 
 # The Kubernetes payload of the system image (build/kubernetes), built from
 # source through the module proxy: hyperkube (apiserver, controller manager,
