@@ -1,0 +1,185 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"cairn.dev/cairn/pkg/release"
+	"cairn.dev/cairn/test/launch"
+	"cairn.dev/cairn/test/launch/cluster"
+)
+
+// TestUpdateTrial updates one node booted through OVMF, whose firmware
+// variables the harness keeps, with releases that differ from the build
+// only in their /init's version stamp (make test-ukis):
+//
+//	(a) the build's version to 1.0.0: installed into slot b, booted once
+//	    by the firmware (the console says BootNext booted slot b's UKI),
+//	    healthy, then the default; a release key the owner added before
+//	    the update reads back after it, from etcd on the data partition;
+//	(b) 1.0.1, whose kernel panics at boot: the firmware's default brings
+//	    the node back on 1.0.0 by itself, and it reports "rolled back from
+//	    1.0.1" and why; the update command fails saying so;
+//	(k) a reboot kexecs into the default slot's UKI: 1.0.0 again.
+func TestUpdateTrial(t *testing.T) {
+	s := newSuite(t, 30*time.Minute)
+	cfg := s.clusterConfig(1, 0)
+	cfg.Registry = artifact(t, "registry")
+	c := s.startCluster(cfg)
+	if err := c.Form(s.ctx); err != nil {
+		t.Fatalf("forming the one-node cluster: %v", err)
+	}
+	n := c.Node(0)
+	id := n.ID()
+	key := readReleaseKey(t)
+	rb := newReleaseBuilder(t, c)
+	built := readVersion(t)
+
+	// Data written before the updates, read back after each.
+	extra, err := release.GenerateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.cairnctl(t, c, "cluster", "release-keys", "add", extra.Public().String())
+	keptKey := func(t *testing.T) {
+		t.Helper()
+		if out := s.cairnctl(t, c, "cluster", "release-keys", "list"); !strings.Contains(out, extra.Public().ID()) {
+			t.Errorf("cluster release-keys list printed\n%s\nwithout the key added before the update, %s", out, extra.Public().ID())
+		}
+	}
+
+	t.Run("a-firmware-trial", func(t *testing.T) {
+		ref := rb.pushUKI(t, "trial-1.0.0", "1.0.0", testUKI(t, "1.0.0"), key)
+		from := n.Mark()
+		start := time.Now()
+		out, err := s.updateTrial(c, id, ref)
+		if err != nil {
+			t.Fatalf("node update %s: %v\n%s", ref, err, out)
+		}
+		s.step("update command → 1.0.0 proved itself (firmware trial)", time.Since(start))
+		if want := "runs release 1.0.0 from slot b, which proved itself"; !strings.Contains(out, want) {
+			t.Errorf("node update printed\n%s\nwant %q", out, want)
+		}
+		s.waitNode(t, n, from, launch.Substring("The firmware booted slot b's unified kernel image once (BootNext), for a trial"))
+		s.waitNode(t, n, from, launch.Substring("proved itself healthy"))
+		s.checkSlots(t, c, id, slotView{"a", false, "good", built, ""}, slotView{"b", true, "good", "1.0.0", ""})
+		keptKey(t)
+	})
+
+	t.Run("b-panic-rolls-back", func(t *testing.T) {
+		ref := rb.pushUKI(t, "trial-panic", "1.0.1", testUKI(t, "panic"), key)
+		from := n.Mark()
+		start := time.Now()
+		out, err := s.updateTrial(c, id, ref)
+		if err == nil || !strings.Contains(err.Error(), "rolled back from 1.0.1: its trial boot ended before it was healthy") {
+			t.Fatalf("node update of a release that panics: %v\n%s\nwant it to fail saying the node rolled back from 1.0.1", err, out)
+		}
+		s.step("update command → panic → 1.0.0 serving again", time.Since(start))
+		s.waitNode(t, n, from, launch.Substring("Kernel panic"))
+		s.waitNode(t, n, from, launch.Substring("rolled back from 1.0.1"))
+		s.checkSlots(t, c, id, slotView{"a", false, "bad", "1.0.1", "its trial boot ended before it was healthy (a panic, a hang, a reset or a power cut)"}, slotView{"b", true, "good", "1.0.0", ""})
+		keptKey(t)
+	})
+
+	t.Run("k-kexec-reboot", func(t *testing.T) {
+		from := n.Mark()
+		start := time.Now()
+		s.cairnctl(t, c, "node", "reboot", id)
+		s.waitNode(t, n, from, launch.Substring("rebooting (kexec into the ESP's image"))
+		ctx, cancel := context.WithTimeout(s.ctx, 5*time.Minute)
+		defer cancel()
+		if _, err := n.WaitFor(ctx, from, launch.Substring("Node management serving")); err != nil {
+			t.Fatalf("node %s did not come back after a kexec reboot: %v", id, err)
+		}
+		s.step("kexec reboot → 1.0.0 serving", time.Since(start))
+		if _, found := n.VM().Console().Find(from, launch.Substring("The firmware booted")); found {
+			t.Errorf("the reboot went through the firmware, not kexec")
+		}
+		s.checkSlots(t, c, id, slotView{Name: "a", State: "bad", Version: "1.0.1"}, slotView{"b", true, "good", "1.0.0", ""})
+		keptKey(t)
+	})
+}
+
+// updateTrial runs cairnctl node update on node id, waiting for the trial's
+// outcome, and returns its output.
+func (s *suite) updateTrial(c *cluster.Cluster, id, ref string) (string, error) {
+	ctx, cancel := context.WithTimeout(s.ctx, 15*time.Minute)
+	defer cancel()
+	out, err := c.Cairnctl(ctx, "node", "update", id, "--image", ref, "--trial-deadline", "5m")
+	return string(out), err
+}
+
+// slotView is one slot as cairnctl -o json node slots prints it.
+type slotView struct {
+	Name    string `json:"name"`
+	Running bool   `json:"running"`
+	State   string `json:"state"`
+	Version string `json:"version"`
+	Reason  string `json:"reason"`
+}
+
+// checkSlots checks that node slots says want of node id's slots; a
+// want's empty Reason accepts any.
+func (s *suite) checkSlots(t *testing.T, c *cluster.Cluster, id string, want ...slotView) {
+	t.Helper()
+	out := s.cairnctl(t, c, "-o", "json", "node", "slots", id)
+	t.Logf("cairnctl node slots: %s", strings.TrimSpace(out))
+	var got []slotView
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("node slots printed %q: %v", out, err)
+	}
+	for _, w := range want {
+		found := false
+		for _, g := range got {
+			if g.Name == w.Name {
+				found = true
+				if w.Reason == "" {
+					g.Reason = ""
+				}
+				if g != w {
+					t.Errorf("slot %s is %+v, want %+v", w.Name, g, w)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("node slots lists no slot %s: %s", w.Name, out)
+		}
+	}
+}
+
+// testUKI reads the UKI make test-ukis built for name ("1.0.0", "panic").
+func testUKI(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(artifact(t, filepath.Join("test-ukis", "cairn-"+name+".efi")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// readVersion is the build's version (out/version).
+func readVersion(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(artifact(t, "version"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// pushUKI pushes, as push does, a release of version for this machine's
+// architecture whose UKI is uki.
+func (rb *releaseBuilder) pushUKI(t *testing.T, name, version string, uki []byte, key release.PrivateKey) string {
+	t.Helper()
+	own := *rb
+	own.uki = uki
+	return own.push(t, name, version, runtime.GOARCH, key)
+}
