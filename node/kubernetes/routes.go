@@ -20,6 +20,8 @@ type podRange struct {
 	Node    string
 	Range   netip.Prefix
 	Address netip.Addr
+	// Ready is the Node's Ready condition.
+	Ready bool
 }
 
 // syncPodRoutes makes the routes of nl to other nodes' pod ranges those of

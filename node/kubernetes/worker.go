@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -46,6 +47,9 @@ type WorkerConfig struct {
 	APIServers event.Watchable[[]string]
 	// Ports are the node's ports: the kubelet's, and the balancer's.
 	Ports ports.Table
+	// Ready is set to the Ready condition of the node's Node object, as
+	// the pod network reads it every 10 s; nil in tests that do not care.
+	Ready event.Value[bool]
 }
 
 // Worker runs what makes a node take pods: containerd, the kubelet, the
@@ -410,6 +414,9 @@ func (w *Worker) apply(ranges []podRange, written *netip.Prefix, nl *netlink.Han
 	for _, r := range ranges {
 		if r.Node == w.cfg.NodeID {
 			own = r.Range
+			if w.cfg.Ready != nil {
+				w.cfg.Ready.Set(r.Ready)
+			}
 		}
 	}
 	if !own.IsValid() {
@@ -436,7 +443,8 @@ func podRanges(ctx context.Context, cl *apiClient) ([]podRange, error) {
 	}
 	var out []podRange
 	for _, n := range list.Items {
-		r := podRange{Node: n.Metadata.Name, Address: n.internalIPv4()}
+		r := podRange{Node: n.Metadata.Name, Address: n.internalIPv4(),
+			Ready: slices.Contains(n.Status.Conditions, nodeCondition{Type: "Ready", Status: "True"})}
 		if p, err := netip.ParsePrefix(n.Spec.PodCIDR); err == nil {
 			r.Range = p
 		}

@@ -110,6 +110,9 @@ type Service struct {
 	// statusPushed is set once the node's status reached the curator
 	// leader (statuspush).
 	statusPushed memory.Value[bool]
+	// kubeletReady is the Ready condition of the node's Node object
+	// (kubeworker).
+	kubeletReady memory.Value[bool]
 	// health is the node's health (health).
 	health memory.Value[Health]
 
@@ -202,6 +205,7 @@ func New(cfg Config) *Service {
 			roles:        &s.roles,
 			localEtcd:    &s.localEtcd,
 			localCurator: &s.localCurator,
+			kubeletReady: &s.kubeletReady,
 			health:       &s.health,
 		}).run,
 		"heartbeat": (&workerHeartbeat{curator: &s.curator}).run,
@@ -236,7 +240,7 @@ func New(cfg Config) *Service {
 			localEtcd: &s.localEtcd,
 			kubeNodes: &s.kubeNodes,
 		}).run,
-		"kubeworker":   (&workerKubeWorker{kubeUnit: kube, apiservers: &s.apiservers}).run,
+		"kubeworker":   (&workerKubeWorker{kubeUnit: kube, apiservers: &s.apiservers, ready: &s.kubeletReady}).run,
 		"kubeservices": (&workerKubeServices{kubeUnit: kube, localEtcd: &s.localEtcd}).run,
 	}
 	return s

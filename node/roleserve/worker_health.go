@@ -32,6 +32,7 @@ type workerHealth struct {
 	// curator serves on it.
 	localEtcd    event.Watchable[*consensus.Status]
 	localCurator event.Watchable[netip.AddrPort]
+	kubeletReady event.Watchable[bool]
 	health       *memory.Value[Health]
 }
 
@@ -40,15 +41,17 @@ func (w *workerHealth) run(ctx context.Context) error {
 	rolesC := make(chan *api.NodeRoles)
 	etcdC := make(chan *consensus.Status)
 	curatorC := make(chan netip.AddrPort)
+	readyC := make(chan bool)
 	event.Pipe(ctx, w.statusPushed, pushedC)
 	event.Pipe(ctx, w.roles, rolesC)
 	event.Pipe(ctx, w.localEtcd, etcdC)
 	event.Pipe(ctx, w.localCurator, curatorC)
+	event.Pipe(ctx, w.kubeletReady, readyC)
 	var (
-		pushed  bool
-		roles   *api.NodeRoles
-		etcd    *consensus.Status
-		curator netip.AddrPort
+		pushed, ready bool
+		roles         *api.NodeRoles
+		etcd          *consensus.Status
+		curator       netip.AddrPort
 	)
 	for {
 		select {
@@ -58,13 +61,15 @@ func (w *workerHealth) run(ctx context.Context) error {
 		case roles = <-rolesC:
 		case etcd = <-etcdC:
 		case curator = <-curatorC:
+		case ready = <-readyC:
 		}
-		w.health.Set(judgeHealth(pushed, roles, etcd, curator))
+		w.health.Set(judgeHealth(pushed, roles, etcd, curator, ready))
 	}
 }
 
-// judgeHealth is the node's health from its parts.
-func judgeHealth(pushed bool, roles *api.NodeRoles, etcd *consensus.Status, curator netip.AddrPort) Health {
+// judgeHealth is the node's health from its parts; kubeletReady is the
+// Ready condition of its Node object.
+func judgeHealth(pushed bool, roles *api.NodeRoles, etcd *consensus.Status, curator netip.AddrPort, kubeletReady bool) Health {
 	switch {
 	case !pushed:
 		return Health{Waiting: "its status to reach the curator leader"}
@@ -74,6 +79,8 @@ func judgeHealth(pushed bool, roles *api.NodeRoles, etcd *consensus.Status, cura
 		return Health{Waiting: "its etcd member to vote"}
 	case roles.GetConsensusMember() != nil && !curator.IsValid():
 		return Health{Waiting: "its curator to serve"}
+	case roles.GetKubernetesWorker() != nil && !kubeletReady:
+		return Health{Waiting: "its Kubernetes node to be Ready"}
 	}
 	return Health{Healthy: true}
 }

@@ -19,6 +19,7 @@ func TestJudgeHealth(t *testing.T) {
 		roles   *api.NodeRoles
 		etcd    *consensus.Status
 		curator netip.AddrPort
+		ready   bool
 		want    Health
 	}{
 		"status not pushed":      {roles: worker, want: Health{Waiting: "its status to reach the curator leader"}},
@@ -26,9 +27,11 @@ func TestJudgeHealth(t *testing.T) {
 		"member without etcd":    {pushed: true, roles: member, curator: serving, want: Health{Waiting: "its etcd member to vote"}},
 		"member without curator": {pushed: true, roles: member, etcd: &consensus.Status{}, want: Health{Waiting: "its curator to serve"}},
 		"member":                 {pushed: true, roles: member, etcd: &consensus.Status{}, curator: serving, want: Health{Healthy: true}},
-		"worker":                 {pushed: true, roles: worker, want: Health{Healthy: true}},
+		"worker not Ready":       {pushed: true, roles: worker, want: Health{Waiting: "its Kubernetes node to be Ready"}},
+		"worker":                 {pushed: true, roles: worker, ready: true, want: Health{Healthy: true}},
+		"no Kubernetes role":     {pushed: true, roles: &api.NodeRoles{}, want: Health{Healthy: true}},
 	} {
-		if got := judgeHealth(c.pushed, c.roles, c.etcd, c.curator); got != c.want {
+		if got := judgeHealth(c.pushed, c.roles, c.etcd, c.curator, c.ready); got != c.want {
 			t.Errorf("%s: %+v, want %+v", name, got, c.want)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/kubernetes"
 	"cairn.dev/cairn/pkg/event"
+	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/pkg/supervisor"
 )
 
@@ -16,6 +17,9 @@ type workerKubeWorker struct {
 	// apiservers are the controllers' apiservers (clusterwatch), which
 	// the kubelet reaches through a balancer.
 	apiservers event.Watchable[[]string]
+	// ready is the Ready condition of the node's Node object, false
+	// while the worker does not run.
+	ready *memory.Value[bool]
 }
 
 func (w *workerKubeWorker) run(ctx context.Context) error {
@@ -29,7 +33,9 @@ func (w *workerKubeWorker) inputs(s nodeState) kubernetesInputs {
 }
 
 func (w *workerKubeWorker) start(ctx context.Context, creds *identity.Node, cc *curatorConn, in kubernetesInputs) error {
+	w.ready.Set(false)
 	wk := kubernetes.NewWorker(kubernetes.WorkerConfig{
+		Ready:      w.ready,
 		Layout:     w.layout,
 		NodeID:     creds.ID(),
 		IP:         in.ip,
