@@ -76,6 +76,8 @@ var Carried = []Prefix{
 	// Platform.
 	{"drivers/char/tpm/", "TPM 2.0 (tpm_tis, tpm_crb) for sealing"},
 	{"drivers/acpi/button.ko", "ACPI power button: clean shutdown from the host"},
+	{"drivers/watchdog/i6300esb.ko", "qemu's watchdog, fed by PID 1: a hung trial boot is reset"},
+	{"drivers/watchdog/iTCO_wdt.ko", "Intel chipsets' watchdog, fed by PID 1"},
 
 	// Kubernetes networking and container storage.
 	{"fs/overlayfs/", "container image layers"},

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"cairn.dev/cairn/node/kexec"
+	"cairn.dev/cairn/node/update"
 	"cairn.dev/cairn/pkg/reaper"
 )
 
@@ -74,7 +76,9 @@ func finish(con *consoles, a action, failed bool) {
 	viaKexec := false
 	if a == reboot && !failed {
 		start := time.Now()
-		if how, err := kexec.Load(); err != nil {
+		if trial := trialBoot(); trial != "" {
+			con.Printf("rebooting through the firmware: %s", trial)
+		} else if how, err := kexec.Load(); err != nil {
 			con.Printf("rebooting through the firmware: %v", err)
 		} else {
 			viaKexec = true
@@ -106,4 +110,17 @@ func finish(con *consoles, a action, failed bool) {
 	for {
 		time.Sleep(time.Hour)
 	}
+}
+
+// trialBoot says, when the firmware booted this machine once (BootNext)
+// to try a system slot, that a reboot must go through the firmware: kexec
+// loads the removable media path's image, the default slot's, and the
+// firmware's default is what follows a trial that did not prove itself.
+func trialBoot() string {
+	fw := update.Firmware{Vars: efiVars.target}
+	slot, isDefault, ok, err := fw.Booted()
+	if err != nil || !ok || isDefault {
+		return ""
+	}
+	return fmt.Sprintf("the firmware booted slot %s once, for a trial, and its default follows it", slot)
 }

@@ -28,10 +28,14 @@ func runPID1() {
 	if err := unix.Reboot(unix.LINUX_REBOOT_CMD_CAD_OFF); err != nil {
 		con.Printf("when disabling ctrl-alt-del: %v", err)
 	}
-	a, pause := superviseCore(con)
+	wd := newWatchdogFeeder(con)
+	a, pause := superviseCore(con, wd)
 	if pause {
 		con.Printf("rebooting in %v", failurePause)
 		time.Sleep(failurePause)
+	}
+	if a == poweroff {
+		wd.disarm()
 	}
 	finish(con, a, pause)
 }
@@ -40,8 +44,8 @@ func runPID1() {
 // core has ended. SIGTERM and SIGINT are passed on to the core, which
 // stops the node for a poweroff or reboot; should it not end within
 // coreStopGrace after that, it is killed. It returns what to do next, and
-// whether to pause first because something failed.
-func superviseCore(con *consoles) (action, bool) {
+// whether to pause first because something failed. It feeds wd meanwhile.
+func superviseCore(con *consoles, wd *watchdogFeeder) (action, bool) {
 	sigs := make(chan os.Signal, 32)
 	// Before the core starts, so that its SIGCHLD cannot come too early.
 	signal.Notify(sigs, unix.SIGCHLD, unix.SIGTERM, unix.SIGINT)
@@ -54,8 +58,12 @@ func superviseCore(con *consoles) (action, bool) {
 	}
 	var requested *action
 	var kill <-chan time.Time
+	feed := time.NewTicker(watchdogFeed)
+	defer feed.Stop()
 	for {
 		select {
+		case <-feed.C:
+			wd.tick()
 		case s := <-sigs:
 			switch s {
 			case unix.SIGCHLD:

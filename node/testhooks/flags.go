@@ -53,7 +53,19 @@ const (
 	// cairn.test.storage-keys), their output on the consoles:
 	// "cairn.test.run=<directory>".
 	flagTestRun = Prefix + "run"
+	// flagTestStarveWatchdog makes PID 1 stop feeding the hardware
+	// watchdog once it armed it, so that the machine is reset as a hung
+	// one would be: "cairn.test.starve-watchdog".
+	flagTestStarveWatchdog = Prefix + "starve-watchdog"
 )
+
+// StarveWatchdog says whether c asks PID 1 to stop feeding the watchdog
+// (flagTestStarveWatchdog). PID 1 reads it itself: it parses no other
+// flag.
+func StarveWatchdog(c cmdline.Cmdline) bool {
+	_, ok := c.Lookup(flagTestStarveWatchdog)
+	return ok
+}
 
 // Flags are the test-only flags of the kernel command line.
 type Flags struct {

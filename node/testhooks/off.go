@@ -56,3 +56,6 @@ func (Flags) Storage(Disks, string, string, func(string, ...any)) Storage { retu
 
 // Run does nothing.
 func (*Storage) Run(context.Context, logtree.LeveledLogger) error { return nil }
+
+// StarveWatchdog is false: PID 1 always feeds the watchdog.
+func StarveWatchdog(cmdline.Cmdline) bool { return false }

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"time"
+
+	"cairn.dev/cairn/node/testhooks"
+	"cairn.dev/cairn/pkg/cmdline"
+	"cairn.dev/cairn/pkg/watchdog"
+)
+
+// PID 1 feeds the machine's hardware watchdog, once its driver is loaded
+// (qemu's i6300esb, Intel's iTCO on real boards; the storage child loads
+// it with the system partition's modules). A kernel or a PID 1 that hangs
+// stops feeding it, and the device resets the machine through the
+// firmware: during the trial of a system slot, the firmware's default is
+// the last good slot (docs/updates.md). A hang before the driver is
+// loaded, a few seconds into the boot, is not caught.
+const (
+	watchdogPath = "/dev/watchdog0"
+	// watchdogTimeout is how long, in seconds, the device waits for PID 1
+	// before it resets the machine: long enough for a PID 1 starved of
+	// CPU under emulation, short enough that a hung trial comes back
+	// within a couple of minutes.
+	watchdogTimeout = 60
+	// watchdogFeed is how often PID 1 feeds it, and looks for it until
+	// it appears.
+	watchdogFeed = 10 * time.Second
+)
+
+// watchdogFeeder arms the watchdog when it appears and feeds it.
+type watchdogFeeder struct {
+	con  *consoles
+	path string
+	dev *watchdog.Device
+	// starve stops the feeding once armed: a test hook, a hang as the
+	// watchdog sees it.
+	starve bool
+	// said is set once an error opening the device was said.
+	said bool
+}
+
+func newWatchdogFeeder(con *consoles) *watchdogFeeder {
+	c, _ := cmdline.Read()
+	return &watchdogFeeder{con: con, path: watchdogPath, starve: testhooks.StarveWatchdog(c)}
+}
+
+// tick arms the device if it is there and was not armed yet, or feeds it.
+func (w *watchdogFeeder) tick() {
+	if w.dev != nil {
+		if w.starve {
+			return
+		}
+		if err := w.dev.Feed(); err != nil && !w.said {
+			w.con.Printf("%v", err)
+			w.said = true
+		}
+		return
+	}
+	d, err := watchdog.Open(w.path, watchdogTimeout)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return
+	case err != nil:
+		if !w.said {
+			w.con.Printf("watchdog %s not armed: %v", w.path, err)
+			w.said = true
+		}
+		return
+	}
+	w.dev = d
+	w.con.Printf("watchdog armed (%s): the machine resets when PID 1 is not heard for %d s", d.Identity, d.Timeout)
+	if w.starve {
+		w.con.Printf("test hook: PID 1 stops feeding the watchdog, as a hung machine would")
+	}
+}
+
+// disarm stops the device before a poweroff, where a slow end must not
+// turn into a reset. A reboot leaves it armed until the kernel's own
+// reboot stops it: a machine that hangs on its way down is reset all the
+// same.
+func (w *watchdogFeeder) disarm() {
+	if w.dev == nil {
+		return
+	}
+	if err := w.dev.Disarm(); err != nil {
+		w.con.Printf("when disarming the watchdog: %v", err)
+	}
+	w.dev = nil
+}
