@@ -307,6 +307,11 @@ $(OUT)/release.oci.tar $(OUT)/release.pub &: $(RELEASE_TOOL) $(RELEASE_KEY) $(OU
 # command line names none, so it panics ("VFS: Unable to mount root fs");
 # panic=-1 resets the machine at once, which ends qemu under -no-reboot.
 #
+# cairn-hang.efi is the test image's initramfs (the /init with test hooks)
+# with cairn.test.starve-watchdog on its command line: its PID 1 arms the
+# hardware watchdog and never feeds it, so the machine is reset as a hung
+# one would be.
+#
 # test-ukis prints how long its own steps took, from the first one that
 # ran; the image's steps before it are the image's cost. A step notes the
 # start in TEST_UKI_RUN once per make run, keyed by make's process ID
@@ -315,7 +320,7 @@ $(OUT)/release.oci.tar $(OUT)/release.pub &: $(RELEASE_TOOL) $(RELEASE_KEY) $(OU
 TEST_UKIS := $(OUT)/test-ukis
 TEST_UKI_CACHE := $(IMAGE_CACHE)/test-ukis
 TEST_UKI_VERSIONS := 1.0.0 1.1.0
-TEST_UKI_FILES := $(TEST_UKI_VERSIONS:%=$(TEST_UKIS)/cairn-%.efi) $(TEST_UKIS)/cairn-panic.efi
+TEST_UKI_FILES := $(TEST_UKI_VERSIONS:%=$(TEST_UKIS)/cairn-%.efi) $(TEST_UKIS)/cairn-panic.efi $(TEST_UKIS)/cairn-hang.efi
 TEST_UKI_RUN := $(TEST_UKI_CACHE)/run
 test-uki-step = mkdir -p $(TEST_UKI_CACHE) && \
 	{ grep -qs "^$$PPID start " $(TEST_UKI_RUN) || echo "$$PPID start $$(date +%s)" >$(TEST_UKI_RUN); }
@@ -352,6 +357,13 @@ $(TEST_UKI_VERSIONS:%=$(TEST_UKIS)/cairn-%.efi): $(TEST_UKIS)/cairn-%.efi: \
 $(TEST_UKIS)/cairn-panic.efi: $(MKIMAGE) $(EFI_STUB) $(OUT)/vmlinuz \
 	  $(TEST_UKI_CACHE)/cmdline-panic $(TEST_UKI_CACHE)/initramfs-1.0.0.img
 	@$(test-uki-step) && $(call test-uki,$(TEST_UKI_CACHE)/initramfs-1.0.0.img,$(TEST_UKI_CACHE)/cmdline-panic,1.0.0)
+
+$(TEST_UKI_CACHE)/cmdline-hang: $(OUT)/cmdline
+	@$(test-uki-step) && echo "$$(cat $<) cairn.test.starve-watchdog" >$@
+
+$(TEST_UKIS)/cairn-hang.efi: $(MKIMAGE) $(EFI_STUB) $(OUT)/vmlinuz $(VERSION_FILE) \
+	  $(TEST_UKI_CACHE)/cmdline-hang $(OUT)/initramfs-test.img
+	@$(test-uki-step) && $(call test-uki,$(OUT)/initramfs-test.img,$(TEST_UKI_CACHE)/cmdline-hang,$$(cat $(VERSION_FILE)))
 
 # The Kubernetes payload of the system image (build/kubernetes), built from
 # source through the module proxy: hyperkube (apiserver, controller manager,

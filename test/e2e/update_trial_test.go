@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"cairn.dev/cairn/node/marker"
 	"cairn.dev/cairn/pkg/release"
 	"cairn.dev/cairn/test/launch"
 	"cairn.dev/cairn/test/launch/cluster"
@@ -28,10 +29,15 @@ import (
 //	(b) 1.0.1, whose kernel panics at boot: the firmware's default brings
 //	    the node back on 1.0.0 by itself, and it reports "rolled back from
 //	    1.0.1" and why; the update command fails saying so;
+//	(c) 1.0.2, whose PID 1 (the test build's, cairn.test.starve-watchdog)
+//	    arms qemu's i6300esb watchdog and never feeds it, as a hung node:
+//	    the watchdog resets the machine, the firmware's default brings
+//	    1.0.0 back, and the node reports the rollback;
 //	(k) a reboot kexecs into the default slot's UKI: 1.0.0 again.
 func TestUpdateTrial(t *testing.T) {
 	s := newSuite(t, 30*time.Minute)
-	cfg := s.clusterConfig(1, 0)
+	// qemu's watchdog resets the machine when it is not fed.
+	cfg := s.clusterConfig(1, 0, launch.WithExtraArgs("-device", "i6300esb", "-action", "watchdog=reset"))
 	cfg.Registry = artifact(t, "registry")
 	c := s.startCluster(cfg)
 	if err := c.Form(s.ctx); err != nil {
@@ -68,8 +74,12 @@ func TestUpdateTrial(t *testing.T) {
 		if want := "runs release 1.0.0 from slot b, which proved itself"; !strings.Contains(out, want) {
 			t.Errorf("node update printed\n%s\nwant %q", out, want)
 		}
-		s.waitNode(t, n, from, launch.Substring("The firmware booted slot b's unified kernel image once (BootNext), for a trial"))
-		s.waitNode(t, n, from, launch.Substring("proved itself healthy"))
+		staged := s.waitNode(t, n, from, launch.Substring("Release 1.0.0 staged in system slot b"))
+		booted := s.waitNode(t, n, staged.Index, launch.Substring("The firmware booted slot b's unified kernel image once (BootNext), for a trial"))
+		proved := s.waitNode(t, n, booted.Index, launch.Substring("proved itself healthy"))
+		s.step("  update command → staged (download, write, read back)", staged.Time.Sub(start))
+		s.step("  staged → trial boot mounts slot b (reboot, firmware, kernel)", booted.Time.Sub(staged.Time))
+		s.step("  slot b mounted → healthy, the default", proved.Time.Sub(booted.Time))
 		s.checkSlots(t, c, id, slotView{"a", false, "good", built, ""}, slotView{"b", true, "good", "1.0.0", ""})
 		keptKey(t)
 	})
@@ -82,10 +92,32 @@ func TestUpdateTrial(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "rolled back from 1.0.1: its trial boot ended before it was healthy") {
 			t.Fatalf("node update of a release that panics: %v\n%s\nwant it to fail saying the node rolled back from 1.0.1", err, out)
 		}
-		s.step("update command → panic → 1.0.0 serving again", time.Since(start))
-		s.waitNode(t, n, from, launch.Substring("Kernel panic"))
-		s.waitNode(t, n, from, launch.Substring("rolled back from 1.0.1"))
+		s.step("update command → panic → rollback reported", time.Since(start))
+		panicked := s.waitNode(t, n, from, launch.Substring("Kernel panic"))
+		back := s.waitNode(t, n, panicked.Index, launch.Substring("rolled back from 1.0.1"))
+		serving := s.waitNode(t, n, back.Index, launch.Mark(marker.CuratorServing))
+		s.step("update command → panic → 1.0.0's curator serving", serving.Time.Sub(start))
 		s.checkSlots(t, c, id, slotView{"a", false, "bad", "1.0.1", "its trial boot ended before it was healthy (a panic, a hang, a reset or a power cut)"}, slotView{"b", true, "good", "1.0.0", ""})
+		keptKey(t)
+	})
+
+	t.Run("c-hang-rolls-back", func(t *testing.T) {
+		if _, ok := n.VM().Console().Find(0, launch.Substring("cairn: watchdog armed")); !ok {
+			t.Errorf("PID 1 never armed the watchdog")
+		}
+		ref := rb.pushUKI(t, "trial-hang", "1.0.2", testUKI(t, "hang"), key)
+		from := n.Mark()
+		start := time.Now()
+		out, err := s.updateTrial(c, id, ref)
+		if err == nil || !strings.Contains(err.Error(), "rolled back from 1.0.2: its trial boot ended before it was healthy") {
+			t.Fatalf("node update of a release that hangs: %v\n%s\nwant it to fail saying the node rolled back from 1.0.2", err, out)
+		}
+		starved := s.waitNode(t, n, from, launch.Substring("PID 1 stops feeding the watchdog"))
+		back := s.waitNode(t, n, starved.Index, launch.Substring("rolled back from 1.0.2"))
+		serving := s.waitNode(t, n, back.Index, launch.Mark(marker.CuratorServing))
+		s.step("update command → hang, watchdog reset → 1.0.0's curator serving", serving.Time.Sub(start))
+		s.step("  watchdog starved → rollback reported (reset, firmware, boot)", back.Time.Sub(starved.Time))
+		s.checkSlots(t, c, id, slotView{"a", false, "bad", "1.0.2", ""}, slotView{"b", true, "good", "1.0.0", ""})
 		keptKey(t)
 	})
 
@@ -93,17 +125,17 @@ func TestUpdateTrial(t *testing.T) {
 		from := n.Mark()
 		start := time.Now()
 		s.cairnctl(t, c, "node", "reboot", id)
-		s.waitNode(t, n, from, launch.Substring("rebooting (kexec into the ESP's image"))
-		ctx, cancel := context.WithTimeout(s.ctx, 5*time.Minute)
-		defer cancel()
-		if _, err := n.WaitFor(ctx, from, launch.Substring("Node management serving")); err != nil {
-			t.Fatalf("node %s did not come back after a kexec reboot: %v", id, err)
+		s.waitNode(t, n, from, launch.Substring("cairn: stopping for reboot"))
+		boot := s.waitNode(t, n, from, launch.CairnBoot.Init)
+		serving := s.waitNode(t, n, boot.Index, launch.Mark(marker.CuratorServing))
+		s.step("kexec reboot → 1.0.0's curator serving", serving.Time.Sub(start))
+		// Proved and the default, the slot's boot entry is BootOrder's
+		// first: the reboot kexecs into the removable media path, which
+		// holds that slot's UKI.
+		if _, ok := n.VM().Console().Find(from, kexecLine); !ok {
+			t.Errorf("the reboot did not kexec into the ESP's image: %s", s.lineAfter(n, from, "cairn: rebooting"))
 		}
-		s.step("kexec reboot → 1.0.0 serving", time.Since(start))
-		if _, found := n.VM().Console().Find(from, launch.Substring("The firmware booted")); found {
-			t.Errorf("the reboot went through the firmware, not kexec")
-		}
-		s.checkSlots(t, c, id, slotView{Name: "a", State: "bad", Version: "1.0.1"}, slotView{"b", true, "good", "1.0.0", ""})
+		s.checkSlots(t, c, id, slotView{Name: "a", State: "bad"}, slotView{"b", true, "good", "1.0.0", ""})
 		keptKey(t)
 	})
 }
@@ -127,7 +159,7 @@ type slotView struct {
 }
 
 // checkSlots checks that node slots says want of node id's slots; a
-// want's empty Reason accepts any.
+// want's empty Reason or Version accepts any.
 func (s *suite) checkSlots(t *testing.T, c *cluster.Cluster, id string, want ...slotView) {
 	t.Helper()
 	out := s.cairnctl(t, c, "-o", "json", "node", "slots", id)
@@ -143,6 +175,9 @@ func (s *suite) checkSlots(t *testing.T, c *cluster.Cluster, id string, want ...
 				found = true
 				if w.Reason == "" {
 					g.Reason = ""
+				}
+				if w.Version == "" {
+					g.Version = ""
 				}
 				if g != w {
 					t.Errorf("slot %s is %+v, want %+v", w.Name, g, w)
