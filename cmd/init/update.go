@@ -48,7 +48,7 @@ func updateRunnable(st *localstorage.Storage, booted event.Watchable[*localstora
 			return nil
 		}
 		supervisor.Signal(ctx, supervisor.SignalHealthy)
-		v, err := made.i.JudgeBoot(ctx, rs.Health(), func() { request(firmwareReboot) }, printf)
+		v, err := made.i.JudgeBoot(ctx, healthWait(rs.Health()), func() { request(firmwareReboot) }, printf)
 		if err != nil {
 			return fmt.Errorf("when judging this boot's system slot: %w", err)
 		}
@@ -57,6 +57,25 @@ func updateRunnable(st *localstorage.Storage, booted event.Watchable[*localstora
 		}
 		supervisor.Signal(ctx, supervisor.SignalDone)
 		return nil
+	}
+}
+
+// healthWait waits on the role server's health, for a trial boot.
+func healthWait(health event.Watchable[roleserve.Health]) update.HealthWait {
+	return func(ctx context.Context) (string, bool) {
+		w := health.Watch()
+		defer w.Close()
+		waiting := "the role server to start"
+		for {
+			h, err := w.Get(ctx)
+			if err != nil {
+				return waiting, false
+			}
+			if h.Healthy {
+				return "", true
+			}
+			waiting = h.Waiting
+		}
 	}
 }
 

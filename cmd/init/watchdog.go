@@ -33,7 +33,7 @@ const (
 type watchdogFeeder struct {
 	con  *consoles
 	path string
-	dev *watchdog.Device
+	dev  *watchdog.Device
 	// starve stops the feeding once armed: a test hook, a hang as the
 	// watchdog sees it.
 	starve bool

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"cairn.dev/cairn/node/localstorage"
-	"cairn.dev/cairn/node/roleserve"
-	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/uki"
 	"cairn.dev/cairn/proto/private"
 )
@@ -220,7 +218,7 @@ type Verdict struct {
 // default and GOOD; not, it records why and calls reboot, which must go
 // through the firmware, whose default is still the last good slot. say
 // writes a line on the consoles.
-func (i *Installer) JudgeBoot(ctx context.Context, health event.Watchable[roleserve.Health], reboot func(), say func(string, ...any)) (Verdict, error) {
+func (i *Installer) JudgeBoot(ctx context.Context, healthy HealthWait, reboot func(), say func(string, ...any)) (Verdict, error) {
 	var v Verdict
 	rec, err := ReadSlots(i.cfg.Slots)
 	if err != nil {
@@ -249,11 +247,13 @@ func (i *Installer) JudgeBoot(ctx context.Context, health event.Watchable[rolese
 	}
 	say("trial boot of %s in slot %s: it becomes the default once healthy, within %v", i.cfg.Version, i.cfg.Running, deadline)
 	start := time.Now()
-	waiting, healthy := waitHealthy(ctx, health, deadline)
+	wctx, cancel := context.WithTimeout(ctx, deadline)
+	waiting, ok := healthy(wctx)
+	cancel()
 	if err := ctx.Err(); err != nil {
 		return v, err
 	}
-	if !healthy {
+	if !ok {
 		run.Reason = fmt.Sprintf("not healthy within %v: waiting for %s", deadline, waiting)
 		if err := i.record(i.cfg.Running, run); err != nil {
 			return v, err
@@ -276,25 +276,10 @@ func (i *Installer) JudgeBoot(ctx context.Context, health event.Watchable[rolese
 	return v, nil
 }
 
-// waitHealthy waits up to deadline for health to say healthy, and
-// returns what it still waited for when it did not.
-func waitHealthy(ctx context.Context, health event.Watchable[roleserve.Health], deadline time.Duration) (string, bool) {
-	ctx, cancel := context.WithTimeout(ctx, deadline)
-	defer cancel()
-	w := health.Watch()
-	defer w.Close()
-	waiting := "the role server to start"
-	for {
-		h, err := w.Get(ctx)
-		if err != nil {
-			return waiting, false
-		}
-		if h.Healthy {
-			return "", true
-		}
-		waiting = h.Waiting
-	}
-}
+// HealthWait waits until the node is healthy (the role server's health:
+// enrolled, and serving what its roles ask for) and returns true, or
+// until ctx ends and returns what it still waited for.
+type HealthWait func(ctx context.Context) (waiting string, healthy bool)
 
 // stateName is a state's name for people: "staged", "bad", "empty".
 func stateName(s private.SystemSlots_Slot_State) string {

@@ -9,11 +9,9 @@ import (
 	"time"
 
 	"cairn.dev/cairn/node/localstorage"
-	"cairn.dev/cairn/node/roleserve"
 	"cairn.dev/cairn/node/update"
 	"cairn.dev/cairn/node/update/updatetest"
 	"cairn.dev/cairn/pkg/efivar"
-	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/proto/private"
 )
 
@@ -37,11 +35,9 @@ func entryOf(t *testing.T, n *updatetest.Node, slot localstorage.Slot) uint16 {
 	return num
 }
 
-// healthy is a health value that says healthy.
-func healthy() *memory.Value[roleserve.Health] {
-	var h memory.Value[roleserve.Health]
-	h.Set(roleserve.Health{Healthy: true})
-	return &h
+// healthy is a node that is healthy.
+func healthy() update.HealthWait {
+	return func(context.Context) (string, bool) { return "", true }
 }
 
 // stateOf is slot's recorded state in n.
@@ -167,11 +163,14 @@ func TestTrialMissesDeadline(t *testing.T) {
 	if _, err := n.Installer.Activate(50 * time.Millisecond); err != nil {
 		t.Fatalf("Activate: %v", err)
 	}
-	var h memory.Value[roleserve.Health]
-	h.Set(roleserve.Health{Waiting: "its roles"})
+	// A node that never gets its roles.
+	unhealthy := func(ctx context.Context) (string, bool) {
+		<-ctx.Done()
+		return "its roles", false
+	}
 	rebooted := false
 	onB := n.Boot(t, localstorage.SlotB, newer)
-	if _, err := onB.JudgeBoot(context.Background(), &h, func() { rebooted = true }, func(string, ...any) {}); err != nil {
+	if _, err := onB.JudgeBoot(context.Background(), unhealthy, func() { rebooted = true }, func(string, ...any) {}); err != nil {
 		t.Fatalf("JudgeBoot: %v", err)
 	}
 	const reason = "not healthy within 50ms: waiting for its roles"
