@@ -23,6 +23,7 @@ import (
 	"cairn.dev/cairn/pkg/gpt"
 	"cairn.dev/cairn/pkg/ociimage"
 	"cairn.dev/cairn/pkg/release"
+	"cairn.dev/cairn/test/launch"
 	"cairn.dev/cairn/test/launch/cluster"
 )
 
@@ -45,16 +46,8 @@ var releaseKeyFlag = flag.String("release-key", "", "the release key the image's
 // Booting a staged slot is TestUpdateTrial's.
 func TestUpdateStaged(t *testing.T) {
 	s := newSuite(t, 25*time.Minute)
-	cfg := s.clusterConfig(1, 0)
-	cfg.Registry = artifact(t, "registry")
-	c := s.startCluster(cfg)
-	if err := c.Form(s.ctx); err != nil {
-		t.Fatalf("forming the one-node cluster: %v", err)
-	}
-	n := c.Node(0)
+	c, n, key, rb := s.updateCluster(t)
 	id := n.ID()
-	key := readReleaseKey(t)
-	rb := newReleaseBuilder(t, c)
 
 	slotB := func() [32]byte { return hashSlot(t, n.Disk(), gpt.TypeCairnSystemB, 0) }
 	t.Run("d-refused", func(t *testing.T) {
@@ -119,6 +112,21 @@ func TestUpdateStaged(t *testing.T) {
 			t.Errorf("slot b on node %s's disk does not hold the release's system image", id)
 		}
 	})
+}
+
+// updateCluster forms the update suites' cluster: one node booted through
+// OVMF with opts, the harness's registry, the build's release key
+// trusted. It returns the cluster, its node, that key to sign releases
+// with, and a builder of releases pushed to the registry.
+func (s *suite) updateCluster(t *testing.T, opts ...launch.Option) (*cluster.Cluster, *cluster.Node, release.PrivateKey, *releaseBuilder) {
+	t.Helper()
+	cfg := s.clusterConfig(1, 0, opts...)
+	cfg.Registry = artifact(t, "registry")
+	c := s.startCluster(cfg)
+	if err := c.Form(s.ctx); err != nil {
+		t.Fatalf("forming the one-node cluster: %v", err)
+	}
+	return c, c.Node(0), readReleaseKey(t), newReleaseBuilder(t, c)
 }
 
 // updateNode runs cairnctl node update --stage on node id and returns its

@@ -33,20 +33,16 @@ import (
 //	    arms qemu's i6300esb watchdog and never feeds it, as a hung node:
 //	    the watchdog resets the machine, the firmware's default brings
 //	    1.0.0 back, and the node reports the rollback;
-//	(k) a reboot kexecs into the default slot's UKI: 1.0.0 again.
+//	(k) a reboot kexecs into the default slot's UKI: 1.0.0 again;
+//	(e) with -long (make test-long): the power cut while slot a is
+//	    written, then during the trial boot of 1.1.0: each time the node
+//	    comes back on 1.0.0 by itself, and the update, tried again, ends on
+//	    1.1.0.
 func TestUpdateTrial(t *testing.T) {
 	s := newSuite(t, 30*time.Minute)
 	// qemu's watchdog resets the machine when it is not fed.
-	cfg := s.clusterConfig(1, 0, launch.WithExtraArgs("-device", "i6300esb", "-action", "watchdog=reset"))
-	cfg.Registry = artifact(t, "registry")
-	c := s.startCluster(cfg)
-	if err := c.Form(s.ctx); err != nil {
-		t.Fatalf("forming the one-node cluster: %v", err)
-	}
-	n := c.Node(0)
+	c, n, key, rb := s.updateCluster(t, launch.WithExtraArgs("-device", "i6300esb", "-action", "watchdog=reset"))
 	id := n.ID()
-	key := readReleaseKey(t)
-	rb := newReleaseBuilder(t, c)
 	built := readVersion(t)
 
 	// Data written before the updates, read back after each.
@@ -138,6 +134,55 @@ func TestUpdateTrial(t *testing.T) {
 		s.checkSlots(t, c, id, slotView{Name: "a", State: "bad"}, slotView{"b", true, "good", "1.0.0", ""})
 		keptKey(t)
 	})
+
+	if !*longFlag {
+		t.Log("the power cuts during an update run with -long (make test-long)")
+		return
+	}
+	t.Run("e-power-cuts", func(t *testing.T) {
+		ref := rb.pushUKI(t, "trial-1.1.0", "1.1.0", testUKI(t, "1.1.0"), key)
+		s.cutDuring(t, c, n, ref, launch.Substring("Update: writing slot a"))
+		s.checkSlots(t, c, id, slotView{Name: "a", State: "writing", Version: "1.1.0"}, slotView{"b", true, "good", "1.0.0", ""})
+		keptKey(t)
+
+		back := s.cutDuring(t, c, n, ref, launch.Substring("The firmware booted slot a's unified kernel image once (BootNext), for a trial"))
+		if _, ok := n.VM().Console().Find(0, launch.Substring("rolled back from 1.1.0")); !ok {
+			t.Errorf("after the cut during the trial the node did not report the rollback (curator serving: %s)", cluster.Message(back.Text))
+		}
+		s.checkSlots(t, c, id, slotView{Name: "a", State: "bad", Version: "1.1.0"}, slotView{"b", true, "good", "1.0.0", ""})
+
+		start := time.Now()
+		out, err := s.updateTrial(c, id, ref)
+		if err != nil || !strings.Contains(out, "runs release 1.1.0 from slot a, which proved itself") {
+			t.Fatalf("node update %s after the cuts: %v\n%s", ref, err, out)
+		}
+		s.step("after two cuts, update command → 1.1.0 proved itself", time.Since(start))
+		s.checkSlots(t, c, id, slotView{"a", true, "good", "1.1.0", ""}, slotView{"b", false, "good", "1.0.0", ""})
+		keptKey(t)
+	})
+}
+
+// cutDuring starts an update of node n to ref, cuts the node's power when
+// its console shows cut, boots it again and waits until its curator
+// serves, which it returns the line of.
+func (s *suite) cutDuring(t *testing.T, c *cluster.Cluster, n *cluster.Node, ref string, cut launch.Matcher) launch.Line {
+	t.Helper()
+	from := n.Mark()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// The cut ends the command with an error: the node went away.
+		s.updateTrial(c, n.ID(), ref)
+	}()
+	s.waitNode(t, n, from, cut)
+	if err := n.Kill(); err != nil {
+		t.Fatalf("cutting the power of %s: %v", n.Name(), err)
+	}
+	<-done
+	if _, err := n.Boot(s.ctx, nil); err != nil {
+		t.Fatalf("booting %s again: %v", n.Name(), err)
+	}
+	return s.waitNode(t, n, 0, launch.Mark(marker.CuratorServing))
 }
 
 // updateTrial runs cairnctl node update on node id, waiting for the trial's
