@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
@@ -157,11 +158,40 @@ func (a *app) nodeDescribe(ctx context.Context, o *owner, id string) error {
 	if err != nil {
 		return err
 	}
-	if a.output == outputJSON {
-		return writeJSON(a.out, newNodeView(n))
+	v := newNodeView(n)
+	if v.State == "UP" {
+		// The slots are the node's own word, from its management port.
+		sctx, cancel := context.WithTimeout(ctx, describeSlotsTimeout)
+		defer cancel()
+		err := a.nodeManagement(sctx, o, id, "reading the system slots of node "+id, func(c api.NodeManagementClient) error {
+			res, err := c.GetSystemSlots(sctx, &api.GetSystemSlotsRequest{})
+			v.Slots = slotViews(res)
+			return err
+		})
+		if err != nil {
+			v.SlotsError = err.Error()
+		}
 	}
-	return writeNodeDescription(a.out, a.now(), newNodeView(n))
+	if a.output == outputJSON {
+		return writeJSON(a.out, v)
+	}
+	if err := writeNodeDescription(a.out, a.now(), v); err != nil {
+		return err
+	}
+	switch {
+	case v.SlotsError != "":
+		_, err := fmt.Fprintf(a.out, "System slots:   unknown: %s\n", v.SlotsError)
+		return err
+	case len(v.Slots) > 0:
+		fmt.Fprintf(a.out, "System slots:\n")
+		return writeSlots(a.out, v.Slots)
+	}
+	return nil
 }
+
+// describeSlotsTimeout bounds node describe's call to the node's
+// management port, which a node that is down never answers.
+const describeSlotsTimeout = 10 * time.Second
 
 // nodeChangeCommand is a command "VERB ID" that makes one Management call
 // about a node and reports it done.

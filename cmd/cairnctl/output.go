@@ -44,6 +44,10 @@ type nodeView struct {
 	// Clock is the node's clock as the node reports it, null if it
 	// reports none.
 	Clock *clockView `json:"clock"`
+	// Slots are the node's system slots, from its management port
+	// (node describe only); SlotsError says why they are missing.
+	Slots      []slotView `json:"slots,omitempty"`
+	SlotsError string     `json:"slots_error,omitempty"`
 }
 
 // clockView is a node's clock as the node reports it.

@@ -231,6 +231,15 @@ type slotView struct {
 }
 
 func (a *app) printSlots(res *api.GetSystemSlotsResponse) error {
+	v := slotViews(res)
+	if a.output == outputJSON {
+		return writeJSON(a.out, v)
+	}
+	return writeSlots(a.out, v)
+}
+
+// slotViews are the slots of res as cairnctl prints them.
+func slotViews(res *api.GetSystemSlotsResponse) []slotView {
 	var v []slotView
 	for _, s := range res.GetSlots() {
 		state := s.GetState()
@@ -239,10 +248,12 @@ func (a *app) printSlots(res *api.GetSystemSlotsResponse) error {
 		}
 		v = append(v, slotView{Name: s.GetName(), Running: s.GetRunning(), State: state, Version: s.GetVersion(), Reason: s.GetReason()})
 	}
-	if a.output == outputJSON {
-		return writeJSON(a.out, v)
-	}
-	tw := tabwriter.NewWriter(a.out, 0, 8, 2, ' ', 0)
+	return v
+}
+
+// writeSlots writes v as a table.
+func writeSlots(w io.Writer, v []slotView) error {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintf(tw, "SLOT\tRUNNING\tSTATE\tVERSION\tREASON\n")
 	for _, s := range v {
 		running := ""

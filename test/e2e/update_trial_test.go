@@ -77,6 +77,10 @@ func TestUpdateTrial(t *testing.T) {
 		s.step("  staged → trial boot mounts slot b (reboot, firmware, kernel)", booted.Time.Sub(staged.Time))
 		s.step("  slot b mounted → healthy, the default", proved.Time.Sub(booted.Time))
 		s.checkSlots(t, c, id, slotView{"a", false, "good", built, ""}, slotView{"b", true, "good", "1.0.0", ""})
+		desc := s.cairnctl(t, c, "node", "describe", id)
+		if !strings.Contains(desc, "System slots:") || !strings.Contains(desc, "1.0.0") {
+			t.Errorf("node describe printed\n%s\nwithout the system slots", desc)
+		}
 		keptKey(t)
 	})
 
