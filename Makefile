@@ -309,8 +309,8 @@ $(OUT)/release.oci.tar $(OUT)/release.pub &: $(RELEASE_TOOL) $(RELEASE_KEY) $(OU
 #
 # cairn-hang.efi is the test image's initramfs (the /init with test hooks)
 # with cairn.test.starve-watchdog on its command line: its PID 1 arms the
-# hardware watchdog and never feeds it, so the machine is reset as a hung
-# one would be.
+# hardware watchdog, never feeds it and freezes the core, so the machine
+# hangs and is reset as a hung one would be.
 #
 # test-ukis prints how long its own steps took, from the first one that
 # ran; the image's steps before it are the image's cost. A step notes the

@@ -56,14 +56,16 @@ func superviseCore(con *consoles, wd *watchdogFeeder) (action, bool) {
 		con.Printf("%v", err)
 		return reboot, true
 	}
+	wd.core = pid
 	var requested *action
 	var kill <-chan time.Time
-	feed := time.NewTicker(watchdogFeed)
+	feed := time.NewTimer(wd.interval())
 	defer feed.Stop()
 	for {
 		select {
 		case <-feed.C:
 			wd.tick()
+			feed.Reset(wd.interval())
 		case s := <-sigs:
 			switch s {
 			case unix.SIGCHLD:

@@ -5,6 +5,8 @@ import (
 	"os"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"cairn.dev/cairn/node/testhooks"
 	"cairn.dev/cairn/pkg/cmdline"
 	"cairn.dev/cairn/pkg/watchdog"
@@ -24,9 +26,11 @@ const (
 	// CPU under emulation, short enough that a hung trial comes back
 	// within a couple of minutes.
 	watchdogTimeout = 60
-	// watchdogFeed is how often PID 1 feeds it, and looks for it until
-	// it appears.
+	// watchdogFeed is how often PID 1 feeds it.
 	watchdogFeed = 10 * time.Second
+	// watchdogLook is how often PID 1 looks for it until it appears: a
+	// hang soon after the driver is loaded must find it armed.
+	watchdogLook = time.Second
 )
 
 // watchdogFeeder arms the watchdog when it appears and feeds it.
@@ -34,9 +38,11 @@ type watchdogFeeder struct {
 	con  *consoles
 	path string
 	dev  *watchdog.Device
-	// starve stops the feeding once armed: a test hook, a hang as the
-	// watchdog sees it.
+	// starve stops the feeding once armed and freezes the core (pid
+	// core): a test hook, a hung machine as the watchdog and the cluster
+	// see it.
 	starve bool
+	core   int
 	// said is set once an error opening the device was said.
 	said bool
 }
@@ -44,6 +50,14 @@ type watchdogFeeder struct {
 func newWatchdogFeeder(con *consoles) *watchdogFeeder {
 	c, _ := cmdline.Read()
 	return &watchdogFeeder{con: con, path: watchdogPath, starve: testhooks.StarveWatchdog(c)}
+}
+
+// interval is how long until the next tick.
+func (w *watchdogFeeder) interval() time.Duration {
+	if w.dev == nil {
+		return watchdogLook
+	}
+	return watchdogFeed
 }
 
 // tick arms the device if it is there and was not armed yet, or feeds it.
@@ -72,7 +86,10 @@ func (w *watchdogFeeder) tick() {
 	w.dev = d
 	w.con.Printf("watchdog armed (%s): the machine resets when PID 1 is not heard for %d s", d.Identity, d.Timeout)
 	if w.starve {
-		w.con.Printf("test hook: PID 1 stops feeding the watchdog, as a hung machine would")
+		w.con.Printf("test hook: PID 1 stops feeding the watchdog and freezes the core, as a hung machine would")
+		if w.core > 0 {
+			unix.Kill(w.core, unix.SIGSTOP)
+		}
 	}
 }
 

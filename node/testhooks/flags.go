@@ -54,8 +54,9 @@ const (
 	// "cairn.test.run=<directory>".
 	flagTestRun = Prefix + "run"
 	// flagTestStarveWatchdog makes PID 1 stop feeding the hardware
-	// watchdog once it armed it, so that the machine is reset as a hung
-	// one would be: "cairn.test.starve-watchdog".
+	// watchdog once it armed it and freeze the core (SIGSTOP), so that
+	// the machine hangs and is reset as a hung one would be:
+	// "cairn.test.starve-watchdog".
 	flagTestStarveWatchdog = Prefix + "starve-watchdog"
 )
 

@@ -30,7 +30,8 @@ import (
 //	    the node back on 1.0.0 by itself, and it reports "rolled back from
 //	    1.0.1" and why; the update command fails saying so;
 //	(c) 1.0.2, whose PID 1 (the test build's, cairn.test.starve-watchdog)
-//	    arms qemu's i6300esb watchdog and never feeds it, as a hung node:
+//	    arms qemu's i6300esb watchdog, never feeds it and freezes the
+//	    core, as a hung node:
 //	    the watchdog resets the machine, the firmware's default brings
 //	    1.0.0 back, and the node reports the rollback;
 //	(k) a reboot kexecs into the default slot's UKI: 1.0.0 again;
