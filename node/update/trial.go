@@ -222,7 +222,10 @@ func (i *Installer) JudgeBoot(ctx context.Context, healthy HealthWait, reboot fu
 	var v Verdict
 	rec, err := ReadSlots(i.cfg.Slots)
 	if err != nil {
-		return v, err
+		// Reading it again cannot help: this boot stays as the firmware
+		// booted it, and the next install writes the record anew.
+		say("the record of the system slots is unreadable, so this boot is not judged: %v", err)
+		return v, nil
 	}
 	other := slotEntry(rec, i.cfg.Running.Other())
 	if other.GetState() == private.SystemSlots_Slot_TRIAL {

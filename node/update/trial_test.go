@@ -197,3 +197,19 @@ func TestCannotTryWithoutFirmware(t *testing.T) {
 		t.Errorf("Activate = %v, want ErrNoFirmware", err)
 	}
 }
+
+// TestJudgeBootUnreadableRecord: a record that does not decode is said
+// and left; the boot is not judged, and nothing fails or reboots.
+func TestJudgeBootUnreadableRecord(t *testing.T) {
+	n := updatetest.New(t)
+	if err := n.Storage.Root.ESP.Cairn.SystemSlots.Write([]byte("not a record")); err != nil {
+		t.Fatal(err)
+	}
+	var said []string
+	v, err := n.Installer.JudgeBoot(context.Background(), healthy(), func() { t.Error("rebooted") }, func(f string, a ...any) {
+		said = append(said, f)
+	})
+	if err != nil || v != (update.Verdict{}) || len(said) != 1 {
+		t.Errorf("JudgeBoot = %+v, %v, said %q; want nothing judged, one line said", v, err, said)
+	}
+}
