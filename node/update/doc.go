@@ -1,7 +1,9 @@
 // Package update installs signed Cairn releases (pkg/release) into the
-// system slot the node is not running. It is the first half of an OS
-// update; booting the new slot for a trial, and making it the default once
-// it has proved itself, are not built yet (docs/updates.md).
+// system slot the node is not running (Install), boots it once through the
+// firmware for a trial (Activate: BootNext), and makes it the default once
+// the node is healthy on it, or records it bad when its trial did not end
+// healthy (JudgeBoot, at every boot); docs/updates.md tells the whole
+// path.
 //
 //	Install(reference)
 //	  │ 1. policy: the release keys the cluster trusts, the running version,
@@ -17,6 +19,17 @@
 //	  │    and the stored tree must be the release's
 //	  │ 6. its UKI to EFI/cairn/system-<slot>.efi (atomic)
 //	  ▼ 7. record: the other slot is STAGED, with the release's version
+//
+// Then, unless only staging:
+//
+//	Activate        running slot GOOD, its UKI kept in EFI/cairn; a boot
+//	  │             entry for the new slot's UKI, BootNext = it; TRIAL
+//	  ▼ (reboot through the firmware, which clears BootNext)
+//	JudgeBoot       trial boot: healthy within the deadline ─▶ BootOrder
+//	                first, its UKI to EFI/BOOT/BOOTX64.EFI, GOOD; else
+//	                the reason recorded, reboot
+//	                any other boot: the other slot on TRIAL ─▶ BAD, with
+//	                the reason: "rolled back from <version>: <reason>"
 //
 // The running slot is never written. Every refusal says which check
 // failed. A power cut at any step leaves the running slot and its UKI as
