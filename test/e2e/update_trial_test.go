@@ -173,16 +173,20 @@ func TestUpdateTrial(t *testing.T) {
 func (s *suite) cutDuring(t *testing.T, c *cluster.Cluster, n *cluster.Node, ref string, cut launch.Matcher) launch.Line {
 	t.Helper()
 	from := n.Mark()
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		// The cut ends the command with an error: the node went away.
-		s.updateTrial(c, n.ID(), ref)
+		// The cut ends the command with an error: the node went away,
+		// or, waiting for the trial, the command is stopped.
+		c.Cairnctl(ctx, "node", "update", n.ID(), "--image", ref, "--trial-deadline", "5m")
 	}()
 	s.waitNode(t, n, from, cut)
 	if err := n.Kill(); err != nil {
 		t.Fatalf("cutting the power of %s: %v", n.Name(), err)
 	}
+	cancel()
 	<-done
 	if _, err := n.Boot(s.ctx, nil); err != nil {
 		t.Fatalf("booting %s again: %v", n.Name(), err)
