@@ -28,9 +28,12 @@ const (
 	watchdogTimeout = 60
 	// watchdogFeed is how often PID 1 feeds it.
 	watchdogFeed = 10 * time.Second
-	// watchdogLook is how often PID 1 looks for it until it appears: a
-	// hang soon after the driver is loaded must find it armed.
-	watchdogLook = time.Second
+	// watchdogLook is how often PID 1 looks for it until it appears,
+	// for the first watchdogEarly of the boot, when the driver is loaded:
+	// a hang soon after must find it armed. Later, and on machines
+	// without one, it looks at every watchdogFeed.
+	watchdogLook  = time.Second
+	watchdogEarly = 2 * time.Minute
 )
 
 // watchdogFeeder arms the watchdog when it appears and feeds it.
@@ -45,16 +48,18 @@ type watchdogFeeder struct {
 	core   int
 	// said is set once an error opening the device was said.
 	said bool
+	// start is when the feeder was made, at PID 1's start.
+	start time.Time
 }
 
 func newWatchdogFeeder(con *consoles) *watchdogFeeder {
 	c, _ := cmdline.Read()
-	return &watchdogFeeder{con: con, path: watchdogPath, starve: testhooks.StarveWatchdog(c)}
+	return &watchdogFeeder{con: con, path: watchdogPath, starve: testhooks.StarveWatchdog(c), start: time.Now()}
 }
 
 // interval is how long until the next tick.
 func (w *watchdogFeeder) interval() time.Duration {
-	if w.dev == nil {
+	if w.dev == nil && time.Since(w.start) < watchdogEarly {
 		return watchdogLook
 	}
 	return watchdogFeed

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestWatchdogFeederAbsent: with no device, the feeder says nothing and
@@ -18,6 +19,14 @@ func TestWatchdogFeederAbsent(t *testing.T) {
 	w.tick()
 	if w.dev != nil || out.Len() != 0 {
 		t.Errorf("without a device: armed %v, said %q; want neither", w.dev != nil, out.String())
+	}
+	w.start = time.Now()
+	if got := w.interval(); got != watchdogLook {
+		t.Errorf("early in the boot it looks every %v, want %v", got, watchdogLook)
+	}
+	w.start = time.Now().Add(-watchdogEarly)
+	if got := w.interval(); got != watchdogFeed {
+		t.Errorf("later it looks every %v, want %v", got, watchdogFeed)
 	}
 	w.disarm()
 }

@@ -119,8 +119,8 @@ var handlerAnswers = map[string][]struct {
 	// The node column is a worker, which may not join etcd.
 	"/cairn.api.Curator/JoinConsensus": {{codes.FailedPrecondition, "does not hold the ConsensusMember role"}},
 	// The suites' nodes have never installed a release: no slot to go
-	// back to, or (booted without firmware) no installer at all.
-	"/cairn.api.NodeManagement/Rollback": {{codes.FailedPrecondition, "is not a good one"}, {codes.Unimplemented, "cannot switch system slots"}},
+	// back to; booted without firmware, no boot entries to set.
+	"/cairn.api.NodeManagement/Rollback": {{codes.FailedPrecondition, "is not a good one"}, {codes.FailedPrecondition, "cannot set the firmware's boot entries"}, {codes.Unimplemented, "cannot switch system slots"}},
 	// Nor may it sign service account tokens.
 	"/cairn.api.Curator/GetKubernetesServiceAccountKey": {{codes.PermissionDenied, "does not hold the KubernetesController role"}},
 }
