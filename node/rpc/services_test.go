@@ -226,6 +226,10 @@ func (testNodeManagement) GetSystemSlots(ctx context.Context, _ *api.GetSystemSl
 	return &api.GetSystemSlotsResponse{}, unaryPeer(ctx)
 }
 
+func (testNodeManagement) Rollback(ctx context.Context, _ *api.RollbackRequest) (*api.RollbackResponse, error) {
+	return &api.RollbackResponse{}, unaryPeer(ctx)
+}
+
 // registerTestServices registers every Cairn service on s.
 func registerTestServices(s *Server) {
 	api.RegisterAAAServer(s, testAAA{})
