@@ -31,14 +31,24 @@ func ukiPath(slot localstorage.Slot) string {
 	return esp.UKIDir + "/" + esp.UKIName(string(slot))
 }
 
-// entry writes the boot entry of slot's unified kernel image, in place of
-// the one that boots it already if there is one, and returns its number.
-func (f *Firmware) entry(slot localstorage.Slot) (uint16, error) {
+// find returns the device path of slot's unified kernel image and the
+// number of the boot entry that boots it, with found; or, when none does,
+// the lowest free number (efivar.BootEntryFor).
+func (f *Firmware) find(slot localstorage.Slot) (efivar.DevicePath, uint16, bool, error) {
 	p, err := f.Path(ukiPath(slot))
 	if err != nil {
-		return 0, fmt.Errorf("when finding the ESP for slot %s's boot entry: %w", slot, err)
+		return nil, 0, false, fmt.Errorf("when finding the ESP for slot %s's boot entry: %w", slot, err)
 	}
-	n, _, err := efivar.BootEntryFor(f.Vars, p)
+	n, found, err := efivar.BootEntryFor(f.Vars, p)
+	return p, n, found, err
+}
+
+// entry makes sure a boot entry boots slot's unified kernel image, and
+// returns its number. An entry that already does, active and named as
+// Cairn names it, is left as it is: every write wears the firmware's
+// flash.
+func (f *Firmware) entry(slot localstorage.Slot) (uint16, error) {
+	p, n, found, err := f.find(slot)
 	if err != nil {
 		return 0, err
 	}
@@ -46,6 +56,11 @@ func (f *Firmware) entry(slot localstorage.Slot) (uint16, error) {
 		Attributes:  efivar.LoadOptionActive,
 		Description: "Cairn system-" + string(slot),
 		FilePath:    p,
+	}
+	if found {
+		if old, err := efivar.ReadBootEntry(f.Vars, n); err == nil && old.Attributes == o.Attributes && old.Description == o.Description {
+			return n, nil
+		}
 	}
 	if err := efivar.WriteBootEntry(f.Vars, n, o); err != nil {
 		return 0, fmt.Errorf("when writing slot %s's boot entry: %w", slot, err)
@@ -66,21 +81,25 @@ func (f *Firmware) TryOnce(slot localstorage.Slot) error {
 	return nil
 }
 
-// MakeDefault puts slot's boot entry first in BootOrder, so that every
-// boot runs it; the entries after it stay in their order, the fallback
-// when it cannot be loaded.
-func (f *Firmware) MakeDefault(slot localstorage.Slot) error {
-	n, err := f.entry(slot)
-	if err != nil {
-		return err
+// MakeDefault puts the boot entries of slots first in BootOrder, in that
+// order, so that every boot runs the first and falls back to the next;
+// the other entries stay behind them in their order.
+func (f *Firmware) MakeDefault(slots ...localstorage.Slot) error {
+	first := make([]uint16, 0, len(slots))
+	for _, slot := range slots {
+		n, err := f.entry(slot)
+		if err != nil {
+			return err
+		}
+		first = append(first, n)
 	}
 	order, err := f.order()
 	if err != nil {
 		return err
 	}
-	order = append([]uint16{n}, slices.DeleteFunc(order, func(m uint16) bool { return m == n })...)
+	order = append(first, slices.DeleteFunc(order, func(m uint16) bool { return slices.Contains(first, m) })...)
 	if err := efivar.WriteBootOrder(f.Vars, order); err != nil {
-		return fmt.Errorf("when making slot %s the default (BootOrder): %w", slot, err)
+		return fmt.Errorf("when making slot %s the default (BootOrder): %w", slots[0], err)
 	}
 	return nil
 }
@@ -89,11 +108,7 @@ func (f *Firmware) MakeDefault(slot localstorage.Slot) error {
 // the slot is written: the firmware must not fall back to a slot half
 // written. The entry itself stays, to be used again.
 func (f *Firmware) Forget(slot localstorage.Slot) error {
-	p, err := f.Path(ukiPath(slot))
-	if err != nil {
-		return fmt.Errorf("when finding the ESP for slot %s's boot entry: %w", slot, err)
-	}
-	n, found, err := efivar.BootEntryFor(f.Vars, p)
+	_, n, found, err := f.find(slot)
 	if err != nil || !found {
 		return err
 	}
@@ -143,7 +158,7 @@ func (f *Firmware) Booted() (slot localstorage.Slot, isDefault, ok bool, err err
 	if err != nil {
 		return "", false, false, fmt.Errorf("when reading the entry the firmware booted: %w", err)
 	}
-	slot, ok = SlotOfEntry(o)
+	slot, ok = slotOfEntry(o)
 	if !ok {
 		return "", false, false, nil
 	}
@@ -154,9 +169,9 @@ func (f *Firmware) Booted() (slot localstorage.Slot, isDefault, ok bool, err err
 	return slot, len(order) > 0 && order[0] == cur, true, nil
 }
 
-// SlotOfEntry is the system slot whose unified kernel image a boot entry
+// slotOfEntry is the system slot whose unified kernel image a boot entry
 // loads, by the file its device path ends in.
-func SlotOfEntry(o *efivar.LoadOption) (localstorage.Slot, bool) {
+func slotOfEntry(o *efivar.LoadOption) (localstorage.Slot, bool) {
 	for _, node := range o.FilePath {
 		fp, ok := node.(efivar.FilePath)
 		if !ok {

@@ -16,7 +16,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"cairn.dev/cairn/node/esp"
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/node/localstorage/declarative"
 	"cairn.dev/cairn/pkg/ociimage"
@@ -250,7 +249,7 @@ func (i *Installer) Install(ctx context.Context, req Request, progress func(Prog
 		Version:       rel.Version.String(),
 		ReleaseDigest: digest,
 		Verity:        params.String(),
-		UkiPath:       esp.UKIDir + "/" + esp.UKIName(string(target)),
+		UkiPath:       ukiPath(target),
 	}); err != nil {
 		return Result{}, err
 	}

@@ -177,15 +177,14 @@ func (i *Installer) Rollback() (Result, error) {
 // to the removable media path, which the firmware boots when it has lost
 // its entries and which a kexec reboot loads (node/kexec).
 func (i *Installer) makeDefault(slot localstorage.Slot, rec *private.SystemSlots) error {
+	order := []localstorage.Slot{slot}
 	other := slot.Other()
 	if slotEntry(rec, other).GetState() == private.SystemSlots_Slot_GOOD {
 		if _, err := os.Stat(i.cfg.UKIs.For(other).FullPath()); err == nil {
-			if err := i.cfg.Firmware.MakeDefault(other); err != nil {
-				return err
-			}
+			order = append(order, other)
 		}
 	}
-	if err := i.cfg.Firmware.MakeDefault(slot); err != nil {
+	if err := i.cfg.Firmware.MakeDefault(order...); err != nil {
 		return err
 	}
 	f, err := os.Open(i.cfg.UKIs.For(slot).FullPath())
