@@ -134,7 +134,13 @@ func (s *suite) updateCluster(t *testing.T, opts ...launch.Option) (*cluster.Clu
 func (s *suite) updateNode(c *cluster.Cluster, id, ref string) (string, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, 10*time.Minute)
 	defer cancel()
-	out, err := c.Cairnctl(ctx, "node", "update", id, "--image", ref, "--stage")
+	return runUpdate(ctx, c, id, ref, "--stage")
+}
+
+// runUpdate runs cairnctl node update of ref on node id with flags, and
+// returns its output.
+func runUpdate(ctx context.Context, c *cluster.Cluster, id, ref string, flags ...string) (string, error) {
+	out, err := c.Cairnctl(ctx, append([]string{"node", "update", id, "--image", ref}, flags...)...)
 	return string(out), err
 }
 

@@ -180,7 +180,7 @@ func (s *suite) cutDuring(t *testing.T, c *cluster.Cluster, n *cluster.Node, ref
 		defer close(done)
 		// The cut ends the command with an error: the node went away,
 		// or, waiting for the trial, the command is stopped.
-		c.Cairnctl(ctx, "node", "update", n.ID(), "--image", ref, "--trial-deadline", "5m")
+		runUpdate(ctx, c, n.ID(), ref, trialFlags...)
 	}()
 	s.waitNode(t, n, from, cut)
 	if err := n.Kill(); err != nil {
@@ -199,9 +199,11 @@ func (s *suite) cutDuring(t *testing.T, c *cluster.Cluster, n *cluster.Node, ref
 func (s *suite) updateTrial(c *cluster.Cluster, id, ref string) (string, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, 15*time.Minute)
 	defer cancel()
-	out, err := c.Cairnctl(ctx, "node", "update", id, "--image", ref, "--trial-deadline", "5m")
-	return string(out), err
+	return runUpdate(ctx, c, id, ref, trialFlags...)
 }
+
+// trialFlags are the flags of the suite's updates that boot the release.
+var trialFlags = []string{"--trial-deadline", "5m"}
 
 // slotView is one slot as cairnctl -o json node slots prints it.
 type slotView struct {
