@@ -148,10 +148,10 @@ func (s *Storage) MountSystem(slot Slot, p verity.Params) (SystemMount, error) {
 // that one signed kernel image boots from either. first is the slot whose
 // unified kernel image the firmware booted, so that when both slots hold
 // the same system image (two releases that changed only the kernel
-// image), the slot mounted is the one booted. A slot that holds another image or none is passed over after
-// one block read and hashed (its hash tree's top), with no verity device
-// set up; one whose top matches but whose first blocks do not is
-// corrupt, and passed over too. The result's Passed says why each slot
+// image), the slot mounted is the one booted. A slot that holds another
+// image or none is passed over after one block read and hashed (its hash
+// tree's top), with no verity device set up; one whose top matches but
+// whose first blocks do not is corrupt, and passed over too. The result's Passed says why each slot
 // tried was not mounted. When no slot matches, the error wraps
 // ErrNoSystem and names both reasons; when a slot could not be checked at
 // all (the disk could not be read), it does not, and trying again may
