@@ -47,8 +47,9 @@ func Open(path string, timeout int) (*Device, error) {
 		d.Timeout = t
 	}
 	if err := d.Feed(); err != nil {
-		f.Close()
-		return nil, err
+		// Closed without the magic character, the device would go on
+		// counting toward a reset nobody prevents.
+		return nil, errors.Join(err, d.Disarm())
 	}
 	return d, nil
 }
