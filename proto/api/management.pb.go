@@ -1755,7 +1755,7 @@ var File_proto_api_management_proto protoreflect.FileDescriptor
 
 const file_proto_api_management_proto_rawDesc = "" +
 	"\n" +
-	"\x1aproto/api/management.proto\x12\tcairn.api\x1a\x1dproto/api/authorization.proto\x1a\x17proto/api/cluster.proto\x1a\x14proto/api/node.proto\x1a\x15proto/api/owner.proto\"~\n" +
+	"\x1aproto/api/management.proto\x12\tcairn.api\x1a\x1dproto/api/authorization.proto\x1a\x17proto/api/cluster.proto\x1a\x14proto/api/node.proto\x1a\x15proto/api/owner.proto\x1a\x17proto/api/rollout.proto\"~\n" +
 	"\x1eIssueMetricsCertificateRequest\x12\x1d\n" +
 	"\n" +
 	"public_key\x18\x01 \x01(\fR\tpublicKey\x12\x12\n" +
@@ -1847,7 +1847,7 @@ const file_proto_api_management_proto_rawDesc = "" +
 	"\x04size\x18\x01 \x01(\x03R\x04size\x12\x16\n" +
 	"\x06sha256\x18\x02 \x01(\fR\x06sha256\x12\x1a\n" +
 	"\brevision\x18\x03 \x01(\x03R\brevision\x12!\n" +
-	"\fetcd_version\x18\x04 \x01(\tR\vetcdVersion2\xa5\f\n" +
+	"\fetcd_version\x18\x04 \x01(\tR\vetcdVersion2\xea\x0e\n" +
 	"\n" +
 	"Management\x12d\n" +
 	"\x11GetRegisterTicket\x12#.cairn.api.GetRegisterTicketRequest\x1a$.cairn.api.GetRegisterTicketResponse\"\x04\xd8\xe2\x18\x01\x12m\n" +
@@ -1866,7 +1866,12 @@ const file_proto_api_management_proto_rawDesc = "" +
 	"\x19IssueKubernetesCredential\x12+.cairn.api.IssueKubernetesCredentialRequest\x1a,.cairn.api.IssueKubernetesCredentialResponse\"\x04\xd8\xe2\x18\x01\x12a\n" +
 	"\x10UpdateRegistries\x12\".cairn.api.UpdateRegistriesRequest\x1a#.cairn.api.UpdateRegistriesResponse\"\x04\xd8\xe2\x18\x01\x12d\n" +
 	"\x11UpdateReleaseKeys\x12#.cairn.api.UpdateReleaseKeysRequest\x1a$.cairn.api.UpdateReleaseKeysResponse\"\x04\xd8\xe2\x18\x01\x12v\n" +
-	"\x17IssueMetricsCertificate\x12).cairn.api.IssueMetricsCertificateRequest\x1a*.cairn.api.IssueMetricsCertificateResponse\"\x04\xd8\xe2\x18\x01B\x1bZ\x19cairn.dev/cairn/proto/apib\x06proto3"
+	"\x17IssueMetricsCertificate\x12).cairn.api.IssueMetricsCertificateRequest\x1a*.cairn.api.IssueMetricsCertificateResponse\"\x04\xd8\xe2\x18\x01\x12H\n" +
+	"\fStartRollout\x12\x1e.cairn.api.StartRolloutRequest\x1a\x12.cairn.api.Rollout\"\x04\xd8\xe2\x18\x01\x12O\n" +
+	"\n" +
+	"GetRollout\x12\x1c.cairn.api.GetRolloutRequest\x1a\x1d.cairn.api.GetRolloutResponse\"\x04\xd8\xe2\x18\x01\x12H\n" +
+	"\fAbortRollout\x12\x1e.cairn.api.AbortRolloutRequest\x1a\x12.cairn.api.Rollout\"\x04\xd8\xe2\x18\x01\x12^\n" +
+	"\x0fClearBadRelease\x12!.cairn.api.ClearBadReleaseRequest\x1a\".cairn.api.ClearBadReleaseResponse\"\x04\xd8\xe2\x18\x01B\x1bZ\x19cairn.dev/cairn/proto/apib\x06proto3"
 
 var (
 	file_proto_api_management_proto_rawDescOnce sync.Once
@@ -1925,6 +1930,13 @@ var file_proto_api_management_proto_goTypes = []any{
 	(*RevokedOwnerCertificate)(nil),           // 40: cairn.api.RevokedOwnerCertificate
 	(*OwnerTrust)(nil),                        // 41: cairn.api.OwnerTrust
 	(*OwnerCertificate)(nil),                  // 42: cairn.api.OwnerCertificate
+	(*StartRolloutRequest)(nil),               // 43: cairn.api.StartRolloutRequest
+	(*GetRolloutRequest)(nil),                 // 44: cairn.api.GetRolloutRequest
+	(*AbortRolloutRequest)(nil),               // 45: cairn.api.AbortRolloutRequest
+	(*ClearBadReleaseRequest)(nil),            // 46: cairn.api.ClearBadReleaseRequest
+	(*Rollout)(nil),                           // 47: cairn.api.Rollout
+	(*GetRolloutResponse)(nil),                // 48: cairn.api.GetRolloutResponse
+	(*ClearBadReleaseResponse)(nil),           // 49: cairn.api.ClearBadReleaseResponse
 }
 var file_proto_api_management_proto_depIdxs = []int32{
 	34, // 0: cairn.api.UpdateRegistriesRequest.registries:type_name -> cairn.api.Registries
@@ -1956,24 +1968,32 @@ var file_proto_api_management_proto_depIdxs = []int32{
 	2,  // 26: cairn.api.Management.UpdateRegistries:input_type -> cairn.api.UpdateRegistriesRequest
 	4,  // 27: cairn.api.Management.UpdateReleaseKeys:input_type -> cairn.api.UpdateReleaseKeysRequest
 	0,  // 28: cairn.api.Management.IssueMetricsCertificate:input_type -> cairn.api.IssueMetricsCertificateRequest
-	9,  // 29: cairn.api.Management.GetRegisterTicket:output_type -> cairn.api.GetRegisterTicketResponse
-	11, // 30: cairn.api.Management.RotateRegisterTicket:output_type -> cairn.api.RotateRegisterTicketResponse
-	13, // 31: cairn.api.Management.GetClusterInfo:output_type -> cairn.api.GetClusterInfoResponse
-	16, // 32: cairn.api.Management.GetNodes:output_type -> cairn.api.GetNodesResponse
-	18, // 33: cairn.api.Management.ApproveNode:output_type -> cairn.api.ApproveNodeResponse
-	20, // 34: cairn.api.Management.UpdateNodeRoles:output_type -> cairn.api.UpdateNodeRolesResponse
-	22, // 35: cairn.api.Management.DecommissionNode:output_type -> cairn.api.DecommissionNodeResponse
-	24, // 36: cairn.api.Management.DeleteNode:output_type -> cairn.api.DeleteNodeResponse
-	32, // 37: cairn.api.Management.Backup:output_type -> cairn.api.BackupResponse
-	26, // 38: cairn.api.Management.RotateOwnerKey:output_type -> cairn.api.RotateOwnerKeyResponse
-	28, // 39: cairn.api.Management.RevokeOwnerCertificate:output_type -> cairn.api.RevokeOwnerCertificateResponse
-	30, // 40: cairn.api.Management.GetOwnerTrust:output_type -> cairn.api.GetOwnerTrustResponse
-	7,  // 41: cairn.api.Management.IssueKubernetesCredential:output_type -> cairn.api.IssueKubernetesCredentialResponse
-	3,  // 42: cairn.api.Management.UpdateRegistries:output_type -> cairn.api.UpdateRegistriesResponse
-	5,  // 43: cairn.api.Management.UpdateReleaseKeys:output_type -> cairn.api.UpdateReleaseKeysResponse
-	1,  // 44: cairn.api.Management.IssueMetricsCertificate:output_type -> cairn.api.IssueMetricsCertificateResponse
-	29, // [29:45] is the sub-list for method output_type
-	13, // [13:29] is the sub-list for method input_type
+	43, // 29: cairn.api.Management.StartRollout:input_type -> cairn.api.StartRolloutRequest
+	44, // 30: cairn.api.Management.GetRollout:input_type -> cairn.api.GetRolloutRequest
+	45, // 31: cairn.api.Management.AbortRollout:input_type -> cairn.api.AbortRolloutRequest
+	46, // 32: cairn.api.Management.ClearBadRelease:input_type -> cairn.api.ClearBadReleaseRequest
+	9,  // 33: cairn.api.Management.GetRegisterTicket:output_type -> cairn.api.GetRegisterTicketResponse
+	11, // 34: cairn.api.Management.RotateRegisterTicket:output_type -> cairn.api.RotateRegisterTicketResponse
+	13, // 35: cairn.api.Management.GetClusterInfo:output_type -> cairn.api.GetClusterInfoResponse
+	16, // 36: cairn.api.Management.GetNodes:output_type -> cairn.api.GetNodesResponse
+	18, // 37: cairn.api.Management.ApproveNode:output_type -> cairn.api.ApproveNodeResponse
+	20, // 38: cairn.api.Management.UpdateNodeRoles:output_type -> cairn.api.UpdateNodeRolesResponse
+	22, // 39: cairn.api.Management.DecommissionNode:output_type -> cairn.api.DecommissionNodeResponse
+	24, // 40: cairn.api.Management.DeleteNode:output_type -> cairn.api.DeleteNodeResponse
+	32, // 41: cairn.api.Management.Backup:output_type -> cairn.api.BackupResponse
+	26, // 42: cairn.api.Management.RotateOwnerKey:output_type -> cairn.api.RotateOwnerKeyResponse
+	28, // 43: cairn.api.Management.RevokeOwnerCertificate:output_type -> cairn.api.RevokeOwnerCertificateResponse
+	30, // 44: cairn.api.Management.GetOwnerTrust:output_type -> cairn.api.GetOwnerTrustResponse
+	7,  // 45: cairn.api.Management.IssueKubernetesCredential:output_type -> cairn.api.IssueKubernetesCredentialResponse
+	3,  // 46: cairn.api.Management.UpdateRegistries:output_type -> cairn.api.UpdateRegistriesResponse
+	5,  // 47: cairn.api.Management.UpdateReleaseKeys:output_type -> cairn.api.UpdateReleaseKeysResponse
+	1,  // 48: cairn.api.Management.IssueMetricsCertificate:output_type -> cairn.api.IssueMetricsCertificateResponse
+	47, // 49: cairn.api.Management.StartRollout:output_type -> cairn.api.Rollout
+	48, // 50: cairn.api.Management.GetRollout:output_type -> cairn.api.GetRolloutResponse
+	47, // 51: cairn.api.Management.AbortRollout:output_type -> cairn.api.Rollout
+	49, // 52: cairn.api.Management.ClearBadRelease:output_type -> cairn.api.ClearBadReleaseResponse
+	33, // [33:53] is the sub-list for method output_type
+	13, // [13:33] is the sub-list for method input_type
 	13, // [13:13] is the sub-list for extension type_name
 	13, // [13:13] is the sub-list for extension extendee
 	0,  // [0:13] is the sub-list for field type_name
@@ -1988,6 +2008,7 @@ func file_proto_api_management_proto_init() {
 	file_proto_api_cluster_proto_init()
 	file_proto_api_node_proto_init()
 	file_proto_api_owner_proto_init()
+	file_proto_api_rollout_proto_init()
 	file_proto_api_management_proto_msgTypes[19].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

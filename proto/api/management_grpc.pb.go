@@ -38,6 +38,10 @@ const (
 	Management_UpdateRegistries_FullMethodName          = "/cairn.api.Management/UpdateRegistries"
 	Management_UpdateReleaseKeys_FullMethodName         = "/cairn.api.Management/UpdateReleaseKeys"
 	Management_IssueMetricsCertificate_FullMethodName   = "/cairn.api.Management/IssueMetricsCertificate"
+	Management_StartRollout_FullMethodName              = "/cairn.api.Management/StartRollout"
+	Management_GetRollout_FullMethodName                = "/cairn.api.Management/GetRollout"
+	Management_AbortRollout_FullMethodName              = "/cairn.api.Management/AbortRollout"
+	Management_ClearBadRelease_FullMethodName           = "/cairn.api.Management/ClearBadRelease"
 )
 
 // ManagementClient is the client API for Management service.
@@ -142,6 +146,22 @@ type ManagementClient interface {
 	// cannot be revoked: it ends with its lifetime. `cairnctl metrics
 	// credential` calls it.
 	IssueMetricsCertificate(ctx context.Context, in *IssueMetricsCertificateRequest, opts ...grpc.CallOption) (*IssueMetricsCertificateResponse, error)
+	// StartRollout checks a release (its signature by a trusted release key,
+	// its architecture, that it is not recorded bad) and starts updating the
+	// cluster's UP nodes to it, one step per node (docs/updates.md). It
+	// returns the new rollout. FailedPrecondition while another runs, for a
+	// bad release, or when the release fails a check.
+	StartRollout(ctx context.Context, in *StartRolloutRequest, opts ...grpc.CallOption) (*Rollout, error)
+	// GetRollout returns the rollout last started, with its steps, and the
+	// releases recorded bad.
+	GetRollout(ctx context.Context, in *GetRolloutRequest, opts ...grpc.CallOption) (*GetRolloutResponse, error)
+	// AbortRollout stops the running rollout: no further node is touched,
+	// and a drained node that was not yet given the release is uncordoned.
+	// FailedPrecondition when none runs.
+	AbortRollout(ctx context.Context, in *AbortRolloutRequest, opts ...grpc.CallOption) (*Rollout, error)
+	// ClearBadRelease forgets that a release is bad, so that a rollout may
+	// install it again. NotFound when it is not recorded bad.
+	ClearBadRelease(ctx context.Context, in *ClearBadReleaseRequest, opts ...grpc.CallOption) (*ClearBadReleaseResponse, error)
 }
 
 type managementClient struct {
@@ -324,6 +344,46 @@ func (c *managementClient) IssueMetricsCertificate(ctx context.Context, in *Issu
 	return out, nil
 }
 
+func (c *managementClient) StartRollout(ctx context.Context, in *StartRolloutRequest, opts ...grpc.CallOption) (*Rollout, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Rollout)
+	err := c.cc.Invoke(ctx, Management_StartRollout_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *managementClient) GetRollout(ctx context.Context, in *GetRolloutRequest, opts ...grpc.CallOption) (*GetRolloutResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetRolloutResponse)
+	err := c.cc.Invoke(ctx, Management_GetRollout_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *managementClient) AbortRollout(ctx context.Context, in *AbortRolloutRequest, opts ...grpc.CallOption) (*Rollout, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Rollout)
+	err := c.cc.Invoke(ctx, Management_AbortRollout_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *managementClient) ClearBadRelease(ctx context.Context, in *ClearBadReleaseRequest, opts ...grpc.CallOption) (*ClearBadReleaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ClearBadReleaseResponse)
+	err := c.cc.Invoke(ctx, Management_ClearBadRelease_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ManagementServer is the server API for Management service.
 // All implementations must embed UnimplementedManagementServer
 // for forward compatibility.
@@ -426,6 +486,22 @@ type ManagementServer interface {
 	// cannot be revoked: it ends with its lifetime. `cairnctl metrics
 	// credential` calls it.
 	IssueMetricsCertificate(context.Context, *IssueMetricsCertificateRequest) (*IssueMetricsCertificateResponse, error)
+	// StartRollout checks a release (its signature by a trusted release key,
+	// its architecture, that it is not recorded bad) and starts updating the
+	// cluster's UP nodes to it, one step per node (docs/updates.md). It
+	// returns the new rollout. FailedPrecondition while another runs, for a
+	// bad release, or when the release fails a check.
+	StartRollout(context.Context, *StartRolloutRequest) (*Rollout, error)
+	// GetRollout returns the rollout last started, with its steps, and the
+	// releases recorded bad.
+	GetRollout(context.Context, *GetRolloutRequest) (*GetRolloutResponse, error)
+	// AbortRollout stops the running rollout: no further node is touched,
+	// and a drained node that was not yet given the release is uncordoned.
+	// FailedPrecondition when none runs.
+	AbortRollout(context.Context, *AbortRolloutRequest) (*Rollout, error)
+	// ClearBadRelease forgets that a release is bad, so that a rollout may
+	// install it again. NotFound when it is not recorded bad.
+	ClearBadRelease(context.Context, *ClearBadReleaseRequest) (*ClearBadReleaseResponse, error)
 	mustEmbedUnimplementedManagementServer()
 }
 
@@ -483,6 +559,18 @@ func (UnimplementedManagementServer) UpdateReleaseKeys(context.Context, *UpdateR
 }
 func (UnimplementedManagementServer) IssueMetricsCertificate(context.Context, *IssueMetricsCertificateRequest) (*IssueMetricsCertificateResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method IssueMetricsCertificate not implemented")
+}
+func (UnimplementedManagementServer) StartRollout(context.Context, *StartRolloutRequest) (*Rollout, error) {
+	return nil, status.Error(codes.Unimplemented, "method StartRollout not implemented")
+}
+func (UnimplementedManagementServer) GetRollout(context.Context, *GetRolloutRequest) (*GetRolloutResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetRollout not implemented")
+}
+func (UnimplementedManagementServer) AbortRollout(context.Context, *AbortRolloutRequest) (*Rollout, error) {
+	return nil, status.Error(codes.Unimplemented, "method AbortRollout not implemented")
+}
+func (UnimplementedManagementServer) ClearBadRelease(context.Context, *ClearBadReleaseRequest) (*ClearBadReleaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ClearBadRelease not implemented")
 }
 func (UnimplementedManagementServer) mustEmbedUnimplementedManagementServer() {}
 func (UnimplementedManagementServer) testEmbeddedByValue()                    {}
@@ -775,6 +863,78 @@ func _Management_IssueMetricsCertificate_Handler(srv interface{}, ctx context.Co
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Management_StartRollout_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartRolloutRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagementServer).StartRollout(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Management_StartRollout_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagementServer).StartRollout(ctx, req.(*StartRolloutRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Management_GetRollout_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetRolloutRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagementServer).GetRollout(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Management_GetRollout_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagementServer).GetRollout(ctx, req.(*GetRolloutRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Management_AbortRollout_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AbortRolloutRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagementServer).AbortRollout(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Management_AbortRollout_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagementServer).AbortRollout(ctx, req.(*AbortRolloutRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Management_ClearBadRelease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClearBadReleaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ManagementServer).ClearBadRelease(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Management_ClearBadRelease_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ManagementServer).ClearBadRelease(ctx, req.(*ClearBadReleaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Management_ServiceDesc is the grpc.ServiceDesc for Management service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -837,6 +997,22 @@ var Management_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "IssueMetricsCertificate",
 			Handler:    _Management_IssueMetricsCertificate_Handler,
+		},
+		{
+			MethodName: "StartRollout",
+			Handler:    _Management_StartRollout_Handler,
+		},
+		{
+			MethodName: "GetRollout",
+			Handler:    _Management_GetRollout_Handler,
+		},
+		{
+			MethodName: "AbortRollout",
+			Handler:    _Management_AbortRollout_Handler,
+		},
+		{
+			MethodName: "ClearBadRelease",
+			Handler:    _Management_ClearBadRelease_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

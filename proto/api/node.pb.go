@@ -94,6 +94,68 @@ func (NodeState) EnumDescriptor() ([]byte, []int) {
 	return file_proto_api_node_proto_rawDescGZIP(), []int{0}
 }
 
+// UpdatePhase is where a node is in carrying out its desired release.
+type UpdatePhase int32
+
+const (
+	// Not said.
+	UpdatePhase_UPDATE_PHASE_UNSPECIFIED UpdatePhase = 0
+	// The node downloads, checks and writes the release.
+	UpdatePhase_UPDATE_PHASE_INSTALLING UpdatePhase = 1
+	// The release is written; the node reboots into it for its trial.
+	UpdatePhase_UPDATE_PHASE_TRIAL UpdatePhase = 2
+	// The node runs the release, which proved itself healthy.
+	UpdatePhase_UPDATE_PHASE_DONE UpdatePhase = 3
+	// The install was refused or failed, or the trial failed and the node
+	// rolled back; reason says why.
+	UpdatePhase_UPDATE_PHASE_FAILED UpdatePhase = 4
+)
+
+// Enum value maps for UpdatePhase.
+var (
+	UpdatePhase_name = map[int32]string{
+		0: "UPDATE_PHASE_UNSPECIFIED",
+		1: "UPDATE_PHASE_INSTALLING",
+		2: "UPDATE_PHASE_TRIAL",
+		3: "UPDATE_PHASE_DONE",
+		4: "UPDATE_PHASE_FAILED",
+	}
+	UpdatePhase_value = map[string]int32{
+		"UPDATE_PHASE_UNSPECIFIED": 0,
+		"UPDATE_PHASE_INSTALLING":  1,
+		"UPDATE_PHASE_TRIAL":       2,
+		"UPDATE_PHASE_DONE":        3,
+		"UPDATE_PHASE_FAILED":      4,
+	}
+)
+
+func (x UpdatePhase) Enum() *UpdatePhase {
+	p := new(UpdatePhase)
+	*p = x
+	return p
+}
+
+func (x UpdatePhase) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (UpdatePhase) Descriptor() protoreflect.EnumDescriptor {
+	return file_proto_api_node_proto_enumTypes[1].Descriptor()
+}
+
+func (UpdatePhase) Type() protoreflect.EnumType {
+	return &file_proto_api_node_proto_enumTypes[1]
+}
+
+func (x UpdatePhase) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use UpdatePhase.Descriptor instead.
+func (UpdatePhase) EnumDescriptor() ([]byte, []int) {
+	return file_proto_api_node_proto_rawDescGZIP(), []int{1}
+}
+
 // ClockState is how far a node can trust its clock (node/timesync).
 type ClockState int32
 
@@ -141,11 +203,11 @@ func (x ClockState) String() string {
 }
 
 func (ClockState) Descriptor() protoreflect.EnumDescriptor {
-	return file_proto_api_node_proto_enumTypes[1].Descriptor()
+	return file_proto_api_node_proto_enumTypes[2].Descriptor()
 }
 
 func (ClockState) Type() protoreflect.EnumType {
-	return &file_proto_api_node_proto_enumTypes[1]
+	return &file_proto_api_node_proto_enumTypes[2]
 }
 
 func (x ClockState) Number() protoreflect.EnumNumber {
@@ -154,7 +216,7 @@ func (x ClockState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ClockState.Descriptor instead.
 func (ClockState) EnumDescriptor() ([]byte, []int) {
-	return file_proto_api_node_proto_rawDescGZIP(), []int{1}
+	return file_proto_api_node_proto_rawDescGZIP(), []int{2}
 }
 
 // NodeHealth is the curator leader's judgement of an UP node's heartbeats.
@@ -205,11 +267,11 @@ func (x NodeHealth) String() string {
 }
 
 func (NodeHealth) Descriptor() protoreflect.EnumDescriptor {
-	return file_proto_api_node_proto_enumTypes[2].Descriptor()
+	return file_proto_api_node_proto_enumTypes[3].Descriptor()
 }
 
 func (NodeHealth) Type() protoreflect.EnumType {
-	return &file_proto_api_node_proto_enumTypes[2]
+	return &file_proto_api_node_proto_enumTypes[3]
 }
 
 func (x NodeHealth) Number() protoreflect.EnumNumber {
@@ -218,7 +280,7 @@ func (x NodeHealth) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use NodeHealth.Descriptor instead.
 func (NodeHealth) EnumDescriptor() ([]byte, []int) {
-	return file_proto_api_node_proto_rawDescGZIP(), []int{2}
+	return file_proto_api_node_proto_rawDescGZIP(), []int{3}
 }
 
 // NodeRoles are the roles the owner gave a node (cairnctl node add-role).
@@ -309,7 +371,10 @@ type NodeStatus struct {
 	// The system slot the node booted, "a" or "b": the one whose content
 	// matched the root hash on its kernel command line. An update writes the
 	// other. Empty from a node whose build does not say.
-	SystemSlot    string `protobuf:"bytes,6,opt,name=system_slot,json=systemSlot,proto3" json:"system_slot,omitempty"`
+	SystemSlot string `protobuf:"bytes,6,opt,name=system_slot,json=systemSlot,proto3" json:"system_slot,omitempty"`
+	// How the node carries out the release a cluster rollout gave it
+	// (Node.desired_release); unset before it was given one.
+	Update        *UpdateStatus `protobuf:"bytes,7,opt,name=update,proto3" json:"update,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -386,6 +451,172 @@ func (x *NodeStatus) GetSystemSlot() string {
 	return ""
 }
 
+func (x *NodeStatus) GetUpdate() *UpdateStatus {
+	if x != nil {
+		return x.Update
+	}
+	return nil
+}
+
+// DesiredRelease is the release a cluster rollout (Management.StartRollout)
+// gives one node to install and boot. The node acts on it once: it
+// installs the release, boots it for a trial, and reports the outcome in
+// NodeStatus.update.
+type DesiredRelease struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The rollout that gives it; a node acts once per rollout.
+	RolloutId string `protobuf:"bytes,1,opt,name=rollout_id,json=rolloutId,proto3" json:"rollout_id,omitempty"`
+	// The release, pinned by digest: "HOST/REPO@sha256:<hex>".
+	Reference string `protobuf:"bytes,2,opt,name=reference,proto3" json:"reference,omitempty"`
+	// The release's version, as its signed metadata says.
+	Version string `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
+	// Whether the release may be older than the one the node runs.
+	AllowDowngrade bool `protobuf:"varint,4,opt,name=allow_downgrade,json=allowDowngrade,proto3" json:"allow_downgrade,omitempty"`
+	// How long the trial boot may take to become healthy, in seconds; zero
+	// means the node's default.
+	TrialDeadlineSeconds int64 `protobuf:"varint,5,opt,name=trial_deadline_seconds,json=trialDeadlineSeconds,proto3" json:"trial_deadline_seconds,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *DesiredRelease) Reset() {
+	*x = DesiredRelease{}
+	mi := &file_proto_api_node_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DesiredRelease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DesiredRelease) ProtoMessage() {}
+
+func (x *DesiredRelease) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_node_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DesiredRelease.ProtoReflect.Descriptor instead.
+func (*DesiredRelease) Descriptor() ([]byte, []int) {
+	return file_proto_api_node_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *DesiredRelease) GetRolloutId() string {
+	if x != nil {
+		return x.RolloutId
+	}
+	return ""
+}
+
+func (x *DesiredRelease) GetReference() string {
+	if x != nil {
+		return x.Reference
+	}
+	return ""
+}
+
+func (x *DesiredRelease) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *DesiredRelease) GetAllowDowngrade() bool {
+	if x != nil {
+		return x.AllowDowngrade
+	}
+	return false
+}
+
+func (x *DesiredRelease) GetTrialDeadlineSeconds() int64 {
+	if x != nil {
+		return x.TrialDeadlineSeconds
+	}
+	return 0
+}
+
+// UpdateStatus is what a node says about its desired release.
+type UpdateStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The rollout the desired release came from.
+	RolloutId string `protobuf:"bytes,1,opt,name=rollout_id,json=rolloutId,proto3" json:"rollout_id,omitempty"`
+	// The release's version.
+	Version string `protobuf:"bytes,2,opt,name=version,proto3" json:"version,omitempty"`
+	// Where the node is.
+	Phase UpdatePhase `protobuf:"varint,3,opt,name=phase,proto3,enum=cairn.api.UpdatePhase" json:"phase,omitempty"`
+	// Why it failed, in words; empty otherwise.
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateStatus) Reset() {
+	*x = UpdateStatus{}
+	mi := &file_proto_api_node_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateStatus) ProtoMessage() {}
+
+func (x *UpdateStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_node_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateStatus.ProtoReflect.Descriptor instead.
+func (*UpdateStatus) Descriptor() ([]byte, []int) {
+	return file_proto_api_node_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *UpdateStatus) GetRolloutId() string {
+	if x != nil {
+		return x.RolloutId
+	}
+	return ""
+}
+
+func (x *UpdateStatus) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
+func (x *UpdateStatus) GetPhase() UpdatePhase {
+	if x != nil {
+		return x.Phase
+	}
+	return UpdatePhase_UPDATE_PHASE_UNSPECIFIED
+}
+
+func (x *UpdateStatus) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 // ClockStatus is what a node says about its clock. A node pushes it when
 // the state or the server changes, and with a newer answer at most every
 // 15 minutes otherwise, so last_sync may lag the node's latest answer by
@@ -411,7 +642,7 @@ type ClockStatus struct {
 
 func (x *ClockStatus) Reset() {
 	*x = ClockStatus{}
-	mi := &file_proto_api_node_proto_msgTypes[2]
+	mi := &file_proto_api_node_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -423,7 +654,7 @@ func (x *ClockStatus) String() string {
 func (*ClockStatus) ProtoMessage() {}
 
 func (x *ClockStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_node_proto_msgTypes[2]
+	mi := &file_proto_api_node_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -436,7 +667,7 @@ func (x *ClockStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockStatus.ProtoReflect.Descriptor instead.
 func (*ClockStatus) Descriptor() ([]byte, []int) {
-	return file_proto_api_node_proto_rawDescGZIP(), []int{2}
+	return file_proto_api_node_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ClockStatus) GetState() ClockState {
@@ -500,14 +731,17 @@ type Node struct {
 	// heartbeats. Only UP nodes beat: the others are UNSPECIFIED. GetNodes
 	// judges at the call; Watch sends the node again when its health
 	// changes, at most a quarter heartbeat interval later.
-	Health        NodeHealth `protobuf:"varint,7,opt,name=health,proto3,enum=cairn.api.NodeHealth" json:"health,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Health NodeHealth `protobuf:"varint,7,opt,name=health,proto3,enum=cairn.api.NodeHealth" json:"health,omitempty"`
+	// The release a cluster rollout gave the node to install; unset when
+	// none did.
+	DesiredRelease *DesiredRelease `protobuf:"bytes,8,opt,name=desired_release,json=desiredRelease,proto3" json:"desired_release,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_proto_api_node_proto_msgTypes[3]
+	mi := &file_proto_api_node_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -519,7 +753,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_node_proto_msgTypes[3]
+	mi := &file_proto_api_node_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -532,7 +766,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_proto_api_node_proto_rawDescGZIP(), []int{3}
+	return file_proto_api_node_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Node) GetId() string {
@@ -584,6 +818,13 @@ func (x *Node) GetHealth() NodeHealth {
 	return NodeHealth_NODE_HEALTH_UNSPECIFIED
 }
 
+func (x *Node) GetDesiredRelease() *DesiredRelease {
+	if x != nil {
+		return x.DesiredRelease
+	}
+	return nil
+}
+
 // ConsensusMember: the node runs an etcd member and a curator.
 type NodeRoles_ConsensusMember struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -593,7 +834,7 @@ type NodeRoles_ConsensusMember struct {
 
 func (x *NodeRoles_ConsensusMember) Reset() {
 	*x = NodeRoles_ConsensusMember{}
-	mi := &file_proto_api_node_proto_msgTypes[4]
+	mi := &file_proto_api_node_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -605,7 +846,7 @@ func (x *NodeRoles_ConsensusMember) String() string {
 func (*NodeRoles_ConsensusMember) ProtoMessage() {}
 
 func (x *NodeRoles_ConsensusMember) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_node_proto_msgTypes[4]
+	mi := &file_proto_api_node_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -630,7 +871,7 @@ type NodeRoles_KubernetesController struct {
 
 func (x *NodeRoles_KubernetesController) Reset() {
 	*x = NodeRoles_KubernetesController{}
-	mi := &file_proto_api_node_proto_msgTypes[5]
+	mi := &file_proto_api_node_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -642,7 +883,7 @@ func (x *NodeRoles_KubernetesController) String() string {
 func (*NodeRoles_KubernetesController) ProtoMessage() {}
 
 func (x *NodeRoles_KubernetesController) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_node_proto_msgTypes[5]
+	mi := &file_proto_api_node_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -667,7 +908,7 @@ type NodeRoles_KubernetesWorker struct {
 
 func (x *NodeRoles_KubernetesWorker) Reset() {
 	*x = NodeRoles_KubernetesWorker{}
-	mi := &file_proto_api_node_proto_msgTypes[6]
+	mi := &file_proto_api_node_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -679,7 +920,7 @@ func (x *NodeRoles_KubernetesWorker) String() string {
 func (*NodeRoles_KubernetesWorker) ProtoMessage() {}
 
 func (x *NodeRoles_KubernetesWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_node_proto_msgTypes[6]
+	mi := &file_proto_api_node_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -706,7 +947,7 @@ type NodeStatus_RunningCurator struct {
 
 func (x *NodeStatus_RunningCurator) Reset() {
 	*x = NodeStatus_RunningCurator{}
-	mi := &file_proto_api_node_proto_msgTypes[7]
+	mi := &file_proto_api_node_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -718,7 +959,7 @@ func (x *NodeStatus_RunningCurator) String() string {
 func (*NodeStatus_RunningCurator) ProtoMessage() {}
 
 func (x *NodeStatus_RunningCurator) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_node_proto_msgTypes[7]
+	mi := &file_proto_api_node_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -752,7 +993,7 @@ const file_proto_api_node_proto_rawDesc = "" +
 	"\x11kubernetes_worker\x18\x03 \x01(\v2%.cairn.api.NodeRoles.KubernetesWorkerR\x10kubernetesWorker\x1a\x11\n" +
 	"\x0fConsensusMember\x1a\x16\n" +
 	"\x14KubernetesController\x1a\x12\n" +
-	"\x10KubernetesWorker\"\xc7\x02\n" +
+	"\x10KubernetesWorker\"\xf8\x02\n" +
 	"\n" +
 	"NodeStatus\x12)\n" +
 	"\x10external_address\x18\x01 \x01(\tR\x0fexternalAddress\x12M\n" +
@@ -761,15 +1002,29 @@ const file_proto_api_node_proto_rawDesc = "" +
 	"\x14timestamp_unix_nanos\x18\x04 \x01(\x03R\x12timestampUnixNanos\x12,\n" +
 	"\x05clock\x18\x05 \x01(\v2\x16.cairn.api.ClockStatusR\x05clock\x12\x1f\n" +
 	"\vsystem_slot\x18\x06 \x01(\tR\n" +
-	"systemSlot\x1a$\n" +
+	"systemSlot\x12/\n" +
+	"\x06update\x18\a \x01(\v2\x17.cairn.api.UpdateStatusR\x06update\x1a$\n" +
 	"\x0eRunningCurator\x12\x12\n" +
-	"\x04port\x18\x01 \x01(\x05R\x04port\"\xbe\x01\n" +
+	"\x04port\x18\x01 \x01(\x05R\x04port\"\xc6\x01\n" +
+	"\x0eDesiredRelease\x12\x1d\n" +
+	"\n" +
+	"rollout_id\x18\x01 \x01(\tR\trolloutId\x12\x1c\n" +
+	"\treference\x18\x02 \x01(\tR\treference\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\tR\aversion\x12'\n" +
+	"\x0fallow_downgrade\x18\x04 \x01(\bR\x0eallowDowngrade\x124\n" +
+	"\x16trial_deadline_seconds\x18\x05 \x01(\x03R\x14trialDeadlineSeconds\"\x8d\x01\n" +
+	"\fUpdateStatus\x12\x1d\n" +
+	"\n" +
+	"rollout_id\x18\x01 \x01(\tR\trolloutId\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\tR\aversion\x12,\n" +
+	"\x05phase\x18\x03 \x01(\x0e2\x16.cairn.api.UpdatePhaseR\x05phase\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xbe\x01\n" +
 	"\vClockStatus\x12+\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x15.cairn.api.ClockStateR\x05state\x12\x16\n" +
 	"\x06server\x18\x02 \x01(\tR\x06server\x12!\n" +
 	"\foffset_nanos\x18\x03 \x01(\x03R\voffsetNanos\x12/\n" +
 	"\x14last_sync_unix_nanos\x18\x04 \x01(\x03R\x11lastSyncUnixNanos\x12\x16\n" +
-	"\x06reason\x18\x05 \x01(\tR\x06reason\"\xa6\x02\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"\xea\x02\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -778,13 +1033,20 @@ const file_proto_api_node_proto_rawDesc = "" +
 	"\x05roles\x18\x04 \x01(\v2\x14.cairn.api.NodeRolesR\x05roles\x12-\n" +
 	"\x06status\x18\x05 \x01(\v2\x15.cairn.api.NodeStatusR\x06status\x129\n" +
 	"\x19last_heartbeat_unix_nanos\x18\x06 \x01(\x03R\x16lastHeartbeatUnixNanos\x12-\n" +
-	"\x06health\x18\a \x01(\x0e2\x15.cairn.api.NodeHealthR\x06health*\x81\x01\n" +
+	"\x06health\x18\a \x01(\x0e2\x15.cairn.api.NodeHealthR\x06health\x12B\n" +
+	"\x0fdesired_release\x18\b \x01(\v2\x19.cairn.api.DesiredReleaseR\x0edesiredRelease*\x81\x01\n" +
 	"\tNodeState\x12\x16\n" +
 	"\x12NODE_STATE_UNKNOWN\x10\x00\x12\x12\n" +
 	"\x0eNODE_STATE_NEW\x10\x01\x12\x16\n" +
 	"\x12NODE_STATE_STANDBY\x10\x02\x12\x11\n" +
 	"\rNODE_STATE_UP\x10\x03\x12\x1d\n" +
-	"\x19NODE_STATE_DECOMMISSIONED\x10\x04*\x84\x01\n" +
+	"\x19NODE_STATE_DECOMMISSIONED\x10\x04*\x90\x01\n" +
+	"\vUpdatePhase\x12\x1c\n" +
+	"\x18UPDATE_PHASE_UNSPECIFIED\x10\x00\x12\x1b\n" +
+	"\x17UPDATE_PHASE_INSTALLING\x10\x01\x12\x16\n" +
+	"\x12UPDATE_PHASE_TRIAL\x10\x02\x12\x15\n" +
+	"\x11UPDATE_PHASE_DONE\x10\x03\x12\x17\n" +
+	"\x13UPDATE_PHASE_FAILED\x10\x04*\x84\x01\n" +
 	"\n" +
 	"ClockState\x12\x1b\n" +
 	"\x17CLOCK_STATE_UNSPECIFIED\x10\x00\x12\x1e\n" +
@@ -810,37 +1072,43 @@ func file_proto_api_node_proto_rawDescGZIP() []byte {
 	return file_proto_api_node_proto_rawDescData
 }
 
-var file_proto_api_node_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_proto_api_node_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_proto_api_node_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_proto_api_node_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_proto_api_node_proto_goTypes = []any{
 	(NodeState)(0),                         // 0: cairn.api.NodeState
-	(ClockState)(0),                        // 1: cairn.api.ClockState
-	(NodeHealth)(0),                        // 2: cairn.api.NodeHealth
-	(*NodeRoles)(nil),                      // 3: cairn.api.NodeRoles
-	(*NodeStatus)(nil),                     // 4: cairn.api.NodeStatus
-	(*ClockStatus)(nil),                    // 5: cairn.api.ClockStatus
-	(*Node)(nil),                           // 6: cairn.api.Node
-	(*NodeRoles_ConsensusMember)(nil),      // 7: cairn.api.NodeRoles.ConsensusMember
-	(*NodeRoles_KubernetesController)(nil), // 8: cairn.api.NodeRoles.KubernetesController
-	(*NodeRoles_KubernetesWorker)(nil),     // 9: cairn.api.NodeRoles.KubernetesWorker
-	(*NodeStatus_RunningCurator)(nil),      // 10: cairn.api.NodeStatus.RunningCurator
+	(UpdatePhase)(0),                       // 1: cairn.api.UpdatePhase
+	(ClockState)(0),                        // 2: cairn.api.ClockState
+	(NodeHealth)(0),                        // 3: cairn.api.NodeHealth
+	(*NodeRoles)(nil),                      // 4: cairn.api.NodeRoles
+	(*NodeStatus)(nil),                     // 5: cairn.api.NodeStatus
+	(*DesiredRelease)(nil),                 // 6: cairn.api.DesiredRelease
+	(*UpdateStatus)(nil),                   // 7: cairn.api.UpdateStatus
+	(*ClockStatus)(nil),                    // 8: cairn.api.ClockStatus
+	(*Node)(nil),                           // 9: cairn.api.Node
+	(*NodeRoles_ConsensusMember)(nil),      // 10: cairn.api.NodeRoles.ConsensusMember
+	(*NodeRoles_KubernetesController)(nil), // 11: cairn.api.NodeRoles.KubernetesController
+	(*NodeRoles_KubernetesWorker)(nil),     // 12: cairn.api.NodeRoles.KubernetesWorker
+	(*NodeStatus_RunningCurator)(nil),      // 13: cairn.api.NodeStatus.RunningCurator
 }
 var file_proto_api_node_proto_depIdxs = []int32{
-	7,  // 0: cairn.api.NodeRoles.consensus_member:type_name -> cairn.api.NodeRoles.ConsensusMember
-	8,  // 1: cairn.api.NodeRoles.kubernetes_controller:type_name -> cairn.api.NodeRoles.KubernetesController
-	9,  // 2: cairn.api.NodeRoles.kubernetes_worker:type_name -> cairn.api.NodeRoles.KubernetesWorker
-	10, // 3: cairn.api.NodeStatus.running_curator:type_name -> cairn.api.NodeStatus.RunningCurator
-	5,  // 4: cairn.api.NodeStatus.clock:type_name -> cairn.api.ClockStatus
-	1,  // 5: cairn.api.ClockStatus.state:type_name -> cairn.api.ClockState
-	0,  // 6: cairn.api.Node.state:type_name -> cairn.api.NodeState
-	3,  // 7: cairn.api.Node.roles:type_name -> cairn.api.NodeRoles
-	4,  // 8: cairn.api.Node.status:type_name -> cairn.api.NodeStatus
-	2,  // 9: cairn.api.Node.health:type_name -> cairn.api.NodeHealth
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	10, // 0: cairn.api.NodeRoles.consensus_member:type_name -> cairn.api.NodeRoles.ConsensusMember
+	11, // 1: cairn.api.NodeRoles.kubernetes_controller:type_name -> cairn.api.NodeRoles.KubernetesController
+	12, // 2: cairn.api.NodeRoles.kubernetes_worker:type_name -> cairn.api.NodeRoles.KubernetesWorker
+	13, // 3: cairn.api.NodeStatus.running_curator:type_name -> cairn.api.NodeStatus.RunningCurator
+	8,  // 4: cairn.api.NodeStatus.clock:type_name -> cairn.api.ClockStatus
+	7,  // 5: cairn.api.NodeStatus.update:type_name -> cairn.api.UpdateStatus
+	1,  // 6: cairn.api.UpdateStatus.phase:type_name -> cairn.api.UpdatePhase
+	2,  // 7: cairn.api.ClockStatus.state:type_name -> cairn.api.ClockState
+	0,  // 8: cairn.api.Node.state:type_name -> cairn.api.NodeState
+	4,  // 9: cairn.api.Node.roles:type_name -> cairn.api.NodeRoles
+	5,  // 10: cairn.api.Node.status:type_name -> cairn.api.NodeStatus
+	3,  // 11: cairn.api.Node.health:type_name -> cairn.api.NodeHealth
+	6,  // 12: cairn.api.Node.desired_release:type_name -> cairn.api.DesiredRelease
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_proto_api_node_proto_init() }
@@ -853,8 +1121,8 @@ func file_proto_api_node_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_api_node_proto_rawDesc), len(file_proto_api_node_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   8,
+			NumEnums:      4,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

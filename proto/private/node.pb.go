@@ -48,9 +48,12 @@ type Node struct {
 	Status *api.NodeStatus `protobuf:"bytes,6,opt,name=status,proto3" json:"status,omitempty"`
 	// Whether the node said, when it committed (or bootstrapped the
 	// cluster), that it seals its configuration with its TPM.
-	SealsWithTpm  bool `protobuf:"varint,7,opt,name=seals_with_tpm,json=sealsWithTpm,proto3" json:"seals_with_tpm,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SealsWithTpm bool `protobuf:"varint,7,opt,name=seals_with_tpm,json=sealsWithTpm,proto3" json:"seals_with_tpm,omitempty"`
+	// The release a cluster rollout gave the node to install (the curator
+	// leader's rollout sets it when the node's turn comes).
+	DesiredRelease *api.DesiredRelease `protobuf:"bytes,8,opt,name=desired_release,json=desiredRelease,proto3" json:"desired_release,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -132,11 +135,18 @@ func (x *Node) GetSealsWithTpm() bool {
 	return false
 }
 
+func (x *Node) GetDesiredRelease() *api.DesiredRelease {
+	if x != nil {
+		return x.DesiredRelease
+	}
+	return nil
+}
+
 var File_proto_private_node_proto protoreflect.FileDescriptor
 
 const file_proto_private_node_proto_rawDesc = "" +
 	"\n" +
-	"\x18proto/private/node.proto\x12\rcairn.private\x1a\x14proto/api/node.proto\"\xa2\x02\n" +
+	"\x18proto/private/node.proto\x12\rcairn.private\x1a\x14proto/api/node.proto\"\xe6\x02\n" +
 	"\x04Node\x12\x1d\n" +
 	"\n" +
 	"public_key\x18\x01 \x01(\fR\tpublicKey\x12\x19\n" +
@@ -145,7 +155,8 @@ const file_proto_private_node_proto_rawDesc = "" +
 	"\tfsm_state\x18\x04 \x01(\x0e2\x14.cairn.api.NodeStateR\bfsmState\x12*\n" +
 	"\x05roles\x18\x05 \x01(\v2\x14.cairn.api.NodeRolesR\x05roles\x12-\n" +
 	"\x06status\x18\x06 \x01(\v2\x15.cairn.api.NodeStatusR\x06status\x12$\n" +
-	"\x0eseals_with_tpm\x18\a \x01(\bR\fsealsWithTpmB\x1fZ\x1dcairn.dev/cairn/proto/privateb\x06proto3"
+	"\x0eseals_with_tpm\x18\a \x01(\bR\fsealsWithTpm\x12B\n" +
+	"\x0fdesired_release\x18\b \x01(\v2\x19.cairn.api.DesiredReleaseR\x0edesiredReleaseB\x1fZ\x1dcairn.dev/cairn/proto/privateb\x06proto3"
 
 var (
 	file_proto_private_node_proto_rawDescOnce sync.Once
@@ -161,20 +172,22 @@ func file_proto_private_node_proto_rawDescGZIP() []byte {
 
 var file_proto_private_node_proto_msgTypes = make([]protoimpl.MessageInfo, 1)
 var file_proto_private_node_proto_goTypes = []any{
-	(*Node)(nil),           // 0: cairn.private.Node
-	(api.NodeState)(0),     // 1: cairn.api.NodeState
-	(*api.NodeRoles)(nil),  // 2: cairn.api.NodeRoles
-	(*api.NodeStatus)(nil), // 3: cairn.api.NodeStatus
+	(*Node)(nil),               // 0: cairn.private.Node
+	(api.NodeState)(0),         // 1: cairn.api.NodeState
+	(*api.NodeRoles)(nil),      // 2: cairn.api.NodeRoles
+	(*api.NodeStatus)(nil),     // 3: cairn.api.NodeStatus
+	(*api.DesiredRelease)(nil), // 4: cairn.api.DesiredRelease
 }
 var file_proto_private_node_proto_depIdxs = []int32{
 	1, // 0: cairn.private.Node.fsm_state:type_name -> cairn.api.NodeState
 	2, // 1: cairn.private.Node.roles:type_name -> cairn.api.NodeRoles
 	3, // 2: cairn.private.Node.status:type_name -> cairn.api.NodeStatus
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	4, // 3: cairn.private.Node.desired_release:type_name -> cairn.api.DesiredRelease
+	4, // [4:4] is the sub-list for method output_type
+	4, // [4:4] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_proto_private_node_proto_init() }
