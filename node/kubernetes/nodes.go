@@ -87,54 +87,32 @@ func reconcileNodes(ctx context.Context, cl *apiClient, nodes []ClusterNode, log
 // budget protects stay until the next round) and deletes it once none is
 // left.
 func removeNode(ctx context.Context, cl *apiClient, name string, logf func(string, ...any)) error {
-	cordon := map[string]any{"spec": map[string]any{"unschedulable": true}}
-	if err := cl.do(ctx, http.MethodPatch, "/api/v1/nodes/"+name, "application/merge-patch+json", cordon, nil); err != nil {
-		return fmt.Errorf("when cordoning node %s: %w", name, err)
+	if err := cordon(ctx, cl, name, true); err != nil {
+		return err
 	}
-	var pods struct {
-		Items []struct {
-			Metadata struct {
-				Name            string `json:"name"`
-				Namespace       string `json:"namespace"`
-				OwnerReferences []struct {
-					Kind string `json:"kind"`
-				} `json:"ownerReferences"`
-			} `json:"metadata"`
-		} `json:"items"`
-	}
-	if err := cl.get(ctx, "/api/v1/pods?fieldSelector=spec.nodeName%3D"+name, &pods); err != nil {
-		return fmt.Errorf("when listing the pods of node %s: %w", name, err)
+	pods, err := listPods(ctx, cl, name)
+	if err != nil {
+		return err
 	}
 	left := 0
-	for _, p := range pods.Items {
-		if slices.ContainsFunc(p.Metadata.OwnerReferences, func(o struct {
-			Kind string `json:"kind"`
-		}) bool {
-			return o.Kind == "DaemonSet"
-		}) {
+	for _, p := range pods {
+		if p.daemon() {
 			continue
 		}
-		eviction := map[string]any{
-			"apiVersion": "policy/v1",
-			"kind":       "Eviction",
-			"metadata":   map[string]string{"name": p.Metadata.Name, "namespace": p.Metadata.Namespace},
+		held, err := evict(ctx, cl, p.Metadata.Namespace, p.Metadata.Name)
+		if err != nil {
+			return err
 		}
-		path := "/api/v1/namespaces/" + p.Metadata.Namespace + "/pods/" + p.Metadata.Name + "/eviction"
-		err := cl.do(ctx, http.MethodPost, path, "application/json", eviction, nil)
-		switch {
-		case err == nil, answered(err, http.StatusNotFound):
-		case answered(err, http.StatusTooManyRequests):
+		if held {
 			// A disruption budget holds it: try again next round.
 			left++
-		default:
-			return fmt.Errorf("when evicting pod %s/%s: %w", p.Metadata.Namespace, p.Metadata.Name, err)
 		}
 	}
 	if left > 0 {
 		logf("Node %s lost KubernetesWorker: %d pods wait for their disruption budget", name, left)
 		return nil
 	}
-	err := cl.do(ctx, http.MethodDelete, "/api/v1/nodes/"+name, "", nil, nil)
+	err = cl.do(ctx, http.MethodDelete, "/api/v1/nodes/"+name, "", nil, nil)
 	if err != nil && !answered(err, http.StatusNotFound) {
 		return fmt.Errorf("when deleting node %s: %w", name, err)
 	}
