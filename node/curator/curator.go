@@ -84,6 +84,12 @@ type options struct {
 	// clock says whether this node's clock is known wrong; the curator
 	// issues no certificate while it is.
 	clock *timesync.Clock
+	// rolloutInterval is how often the leader looks at a running
+	// rollout (rollout.go).
+	rolloutInterval time.Duration
+	// drainer replaces, in tests, the Kubernetes API client that drains
+	// workers in a rollout.
+	drainer drainer
 }
 
 // WithClock makes the curator ask clock, before it issues a certificate,
@@ -157,6 +163,7 @@ func New(cfg Config, opts ...Option) *Service {
 
 		kubernetesLifetime:      DefaultKubernetesCertificateLifetime,
 		kubernetesOwnerLifetime: DefaultKubernetesOwnerLifetime,
+		rolloutInterval:         DefaultRolloutInterval,
 	}
 	for _, opt := range opts {
 		opt(&o)

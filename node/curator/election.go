@@ -109,6 +109,9 @@ func (c *curator) runElection(ctx context.Context) error {
 	if err := supervisor.Run(ctx, "health", c.judgeHealth); err != nil {
 		return fmt.Errorf("when starting to judge health: %w", err)
 	}
+	if err := supervisor.Run(ctx, "rollout", c.driveRollouts); err != nil {
+		return fmt.Errorf("when starting to drive rollouts: %w", err)
+	}
 	e := concurrency.NewElection(session, electionName)
 	// The session's context ends with its lease too: a campaign must not
 	// win on a lease that expired while it waited.

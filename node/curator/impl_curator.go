@@ -384,7 +384,28 @@ func checkNodeStatus(st *api.NodeStatus) error {
 	if err := checkStatusTime("status.timestamp_unix_nanos", st.TimestampUnixNanos, now); err != nil {
 		return err
 	}
+	if err := checkUpdateStatus(st.Update); err != nil {
+		return err
+	}
 	return checkClockStatus(st.Clock, now)
+}
+
+// maxUpdateReason is the longest reason of a failed update the curator
+// stores.
+const maxUpdateReason = 512
+
+// checkUpdateStatus refuses an update status with values no node sends.
+func checkUpdateStatus(u *api.UpdateStatus) error {
+	if u == nil {
+		return nil
+	}
+	if _, ok := api.UpdatePhase_name[int32(u.Phase)]; !ok {
+		return status.Errorf(codes.InvalidArgument, "status.update.phase %d is not an update phase", u.Phase)
+	}
+	if len(u.Reason) > maxUpdateReason {
+		return status.Errorf(codes.InvalidArgument, "status.update.reason is %d bytes, more than %d", len(u.Reason), maxUpdateReason)
+	}
+	return nil
 }
 
 // checkClockStatus refuses a clock status with values no node sends.

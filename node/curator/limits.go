@@ -58,8 +58,9 @@ const (
 	statusWriteBurst    = 5
 
 	// maxStatusSize bounds a status as stored, unknown fields included;
-	// a real one is under 100 bytes.
-	maxStatusSize = 1 << 10
+	// a real one is under 100 bytes, or some 600 with the reason of a
+	// failed update (maxUpdateReason).
+	maxStatusSize = 2 << 10
 	// maxVersionLength bounds the version a node reports ("dev-" and a
 	// commit hash is 44 bytes).
 	maxVersionLength = 128

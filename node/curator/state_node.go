@@ -132,11 +132,12 @@ func (c *curator) updateNodeGuarded(ctx context.Context, id string, change func(
 func (c *curator) publicNode(n *private.Node, health func(id string) api.NodeHealth) *api.Node {
 	id := identity.NodeID(n.PublicKey)
 	out := &api.Node{
-		Id:        id,
-		PublicKey: n.PublicKey,
-		State:     n.FsmState,
-		Roles:     n.Roles,
-		Status:    n.Status,
+		Id:             id,
+		PublicKey:      n.PublicKey,
+		State:          n.FsmState,
+		Roles:          n.Roles,
+		Status:         n.Status,
+		DesiredRelease: n.DesiredRelease,
 	}
 	if out.Roles == nil {
 		out.Roles = &api.NodeRoles{}

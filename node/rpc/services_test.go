@@ -123,6 +123,22 @@ func (testManagement) IssueMetricsCertificate(ctx context.Context, _ *api.IssueM
 	return &api.IssueMetricsCertificateResponse{}, unaryPeer(ctx)
 }
 
+func (testManagement) StartRollout(ctx context.Context, _ *api.StartRolloutRequest) (*api.Rollout, error) {
+	return &api.Rollout{}, unaryPeer(ctx)
+}
+
+func (testManagement) GetRollout(ctx context.Context, _ *api.GetRolloutRequest) (*api.GetRolloutResponse, error) {
+	return &api.GetRolloutResponse{}, unaryPeer(ctx)
+}
+
+func (testManagement) AbortRollout(ctx context.Context, _ *api.AbortRolloutRequest) (*api.Rollout, error) {
+	return &api.Rollout{}, unaryPeer(ctx)
+}
+
+func (testManagement) ClearBadRelease(ctx context.Context, _ *api.ClearBadReleaseRequest) (*api.ClearBadReleaseResponse, error) {
+	return &api.ClearBadReleaseResponse{}, unaryPeer(ctx)
+}
+
 type testCurator struct{ api.UnimplementedCuratorServer }
 
 func (testCurator) WatchOwnerTrust(_ *api.WatchOwnerTrustRequest, srv grpc.ServerStreamingServer[api.WatchOwnerTrustResponse]) error {

@@ -120,7 +120,11 @@ var handlerAnswers = map[string][]struct {
 	"/cairn.api.Curator/JoinConsensus": {{codes.FailedPrecondition, "does not hold the ConsensusMember role"}},
 	// The suites' nodes have never installed a release: no slot to go
 	// back to; booted without firmware, no boot entries to set.
-	"/cairn.api.NodeManagement/Rollback": {{codes.FailedPrecondition, "is not a good one"}, {codes.FailedPrecondition, "cannot set the firmware's boot entries"}, {codes.Unimplemented, "cannot switch system slots"}},
+	// The matrix starts no rollout (deferredCells): none runs to abort,
+	// and no release is recorded bad.
+	"/cairn.api.Management/AbortRollout":    {{codes.FailedPrecondition, "no rollout runs"}},
+	"/cairn.api.Management/ClearBadRelease": {{codes.NotFound, "is not recorded bad"}},
+	"/cairn.api.NodeManagement/Rollback":    {{codes.FailedPrecondition, "is not a good one"}, {codes.FailedPrecondition, "cannot set the firmware's boot entries"}, {codes.Unimplemented, "cannot switch system slots"}},
 	// Nor may it sign service account tokens.
 	"/cairn.api.Curator/GetKubernetesServiceAccountKey": {{codes.PermissionDenied, "does not hold the KubernetesController role"}},
 }
@@ -233,6 +237,7 @@ var deferredCells = map[string]string{
 	"/cairn.api.NodeManagement/Poweroff|owner":           "made with the owner certificate at the end of the suite",
 	"/cairn.api.NodeManagement/Recover|owner":            "not made: it rebuilds the cluster from a backup; node/curator's TestRecovery and node/nodemanagement's TestRecover cover it",
 	"/cairn.api.NodeManagement/Update|owner":             "not made: a valid request installs a release into the node's other system slot; TestUpdateStaged makes it as the owner through cairnctl, node/nodemanagement's TestUpdate through the API",
+	"/cairn.api.Management/StartRollout|owner":           "not made: a valid request updates the cluster's nodes to a release; node/curator's TestRollout makes it against a real curator, TestUpdateRollout through cairnctl",
 	"/cairn.api.Management/RotateOwnerKey|owner":         "not made: a valid request replaces the owner key the suite holds; node/curator's TestOwnerKeyRotation and cmd/cairnctl's tests make it against real curators",
 	"/cairn.api.Management/RevokeOwnerCertificate|owner": "not made: the suite's owner holds one certificate, and revoking it would lock the suite out; node/curator's TestOwnerCertificateRevocation makes it",
 }

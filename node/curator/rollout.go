@@ -1,0 +1,512 @@
+package curator
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/kubernetes"
+	"cairn.dev/cairn/node/ports"
+	"cairn.dev/cairn/pkg/event"
+	"cairn.dev/cairn/pkg/supervisor"
+	"cairn.dev/cairn/proto/api"
+	"cairn.dev/cairn/proto/private"
+)
+
+// A cluster rollout updates the cluster's nodes to one release, one step
+// per node, driven by the curator leader a round at a time. Everything it
+// knows is in etcd (the rollout, the nodes' records and statuses), so a
+// new leader, after the old one rebooted into the release, goes on where
+// it stopped.
+//
+//	PENDING ──turn──▶ DRAINING ──no pods left──▶ UPDATING ──node DONE, healthy──▶ DONE
+//	                     │ drain timeout            │ node FAILED, or no word in time
+//	                     ▼                          ▼
+//	                  rollout HALTED            FAILED, release bad, rollout HALTED
+//
+// A step's turn comes in order: the consensus members one at a time, and
+// only while every other member is healthy (the leader's own node last);
+// then the others, up to max_unavailable at once. A node's part is its
+// own (node/update): it installs the release it was given, boots it for a
+// trial and reports how it went in its status.
+const (
+	// DefaultRolloutInterval is how often the leader looks at a running
+	// rollout.
+	DefaultRolloutInterval = 2 * time.Second
+	// DefaultDrainTimeout is how long a drain may wait for disruption
+	// budgets.
+	DefaultDrainTimeout = 10 * time.Minute
+	// defaultTrialDeadline is the nodes' own default trial deadline
+	// (node/update), which the leader's patience adds to.
+	defaultTrialDeadline = 10 * time.Minute
+	// installAllowance is how long a node may take, beyond its trial
+	// deadline, to download and write a release and reboot.
+	installAllowance = 30 * time.Minute
+)
+
+// WithRolloutInterval sets how often the leader looks at a running
+// rollout; tests shorten it.
+func WithRolloutInterval(d time.Duration) Option {
+	return func(o *options) { o.rolloutInterval = d }
+}
+
+// A drainer drains Kubernetes Nodes (kubernetes.Drainer).
+type drainer interface {
+	Drain(ctx context.Context, node string) (kubernetes.DrainRound, error)
+	Cordon(ctx context.Context, node string, on bool) error
+}
+
+// driveRollouts runs the rounds of the rollout while this curator leads.
+// It is a runnable of the election.
+func (c *curator) driveRollouts(ctx context.Context) error {
+	leaders := make(chan leader)
+	event.Pipe(ctx, &c.leaders, leaders)
+	tick := time.NewTicker(c.opts.rolloutInterval)
+	defer tick.Stop()
+	supervisor.Signal(ctx, supervisor.SignalHealthy)
+	leading := false
+	lastErr := ""
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case l := <-leaders:
+			leading = l.Local
+		case <-tick.C:
+		}
+		if !leading {
+			continue
+		}
+		// A failed round is tried again at the next tick; the same
+		// failure is logged once.
+		err := c.rolloutRound(ctx)
+		switch {
+		case err != nil && err.Error() != lastErr:
+			supervisor.Logger(ctx).Warningf("Rollout: %v", err)
+			lastErr = err.Error()
+		case err == nil:
+			lastErr = ""
+		}
+	}
+}
+
+// rolloutRound moves the rollout on by what the nodes did since the last
+// round, and stores it if anything changed.
+func (c *curator) rolloutRound(ctx context.Context) error {
+	r, rev, err := c.getRollout(ctx)
+	if err != nil || r == nil || !rolloutActive(r) {
+		return err
+	}
+	nodes, _, err := c.listNodes(ctx)
+	if err != nil {
+		return err
+	}
+	before := proto.Clone(r).(*api.Rollout)
+	d := &rolloutDriver{c: c, r: r, nodes: map[string]*private.Node{}, now: time.Now()}
+	for _, n := range nodes {
+		d.nodes[identity.NodeID(n.PublicKey)] = n
+	}
+	defer d.close()
+	d.round(ctx)
+	if proto.Equal(before, r) {
+		return nil
+	}
+	ok, err := c.putRollout(ctx, r, rev)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		// The owner aborted or started one in between: the next round
+		// reads it. What this round did to nodes is in their records.
+		return nil
+	}
+	if r.State != before.State {
+		supervisor.Logger(ctx).Infof("Rollout %s of %s: %s: %s", r.Id, r.Version, stateName(r.State), r.Reason)
+	}
+	return nil
+}
+
+// rolloutActive says the rollout still has work: it runs, or it was
+// aborted while nodes were under way.
+func rolloutActive(r *api.Rollout) bool {
+	if r.State == api.RolloutState_ROLLOUT_STATE_RUNNING {
+		return true
+	}
+	return r.State == api.RolloutState_ROLLOUT_STATE_ABORTED && slices.ContainsFunc(r.Steps, stepActive)
+}
+
+// stepActive says a step holds its node out of service.
+func stepActive(s *api.RolloutStep) bool {
+	return s.Phase == api.StepPhase_STEP_PHASE_DRAINING || s.Phase == api.StepPhase_STEP_PHASE_UPDATING
+}
+
+// rolloutDriver is one round of a rollout.
+type rolloutDriver struct {
+	c     *curator
+	r     *api.Rollout
+	nodes map[string]*private.Node
+	now   time.Time
+	// kube drains workers; made on first use in the round.
+	kube    drainer
+	kubeErr error
+	closer  func()
+}
+
+func (d *rolloutDriver) close() {
+	if d.closer != nil {
+		d.closer()
+	}
+}
+
+func (d *rolloutDriver) round(ctx context.Context) {
+	for _, s := range d.r.Steps {
+		switch s.Phase {
+		case api.StepPhase_STEP_PHASE_DRAINING:
+			d.drain(ctx, s)
+		case api.StepPhase_STEP_PHASE_UPDATING:
+			d.watchUpdate(ctx, s)
+		}
+	}
+	if d.r.State != api.RolloutState_ROLLOUT_STATE_RUNNING {
+		return
+	}
+	d.startSteps()
+	if !slices.ContainsFunc(d.r.Steps, func(s *api.RolloutStep) bool { return s.Phase != api.StepPhase_STEP_PHASE_DONE }) {
+		d.r.State = api.RolloutState_ROLLOUT_STATE_DONE
+		d.r.Reason = fmt.Sprintf("every node runs %s", d.r.Version)
+		d.r.EndedUnixNanos = d.now.UnixNano()
+	}
+}
+
+// startSteps starts the steps whose turn came.
+func (d *rolloutDriver) startSteps() {
+	active := 0
+	for _, s := range d.r.Steps {
+		if stepActive(s) {
+			active++
+		}
+	}
+	for _, s := range d.r.Steps {
+		if s.Phase != api.StepPhase_STEP_PHASE_PENDING {
+			continue
+		}
+		n := d.nodes[s.NodeId]
+		switch {
+		case n == nil || n.FsmState != api.NodeState_NODE_STATE_UP:
+			d.finish(s, api.StepPhase_STEP_PHASE_DONE, "skipped: the node is no longer UP")
+			continue
+		case n.GetStatus().GetVersion() == d.r.Version:
+			d.finish(s, api.StepPhase_STEP_PHASE_DONE, "already runs "+d.r.Version)
+			continue
+		}
+		member := n.GetRoles().GetConsensusMember() != nil
+		if member && active > 0 {
+			// Members go alone.
+			return
+		}
+		if !member && (active >= int(max(1, d.r.MaxUnavailable)) || d.memberActive()) {
+			return
+		}
+		if why := d.unhealthy(s.NodeId, member); why != "" {
+			s.Message = "waiting: " + why
+			return
+		}
+		s.Phase = api.StepPhase_STEP_PHASE_DRAINING
+		s.StartedUnixNanos = d.now.UnixNano()
+		s.Message = "draining"
+		active++
+		if member {
+			return
+		}
+	}
+}
+
+// memberActive says a consensus member's step is under way.
+func (d *rolloutDriver) memberActive() bool {
+	return slices.ContainsFunc(d.r.Steps, func(s *api.RolloutStep) bool {
+		return stepActive(s) && d.nodes[s.NodeId].GetRoles().GetConsensusMember() != nil
+	})
+}
+
+// unhealthy says why node id may not go out of service now, "" when it
+// may: it must be healthy itself, and when it is a member, so must every
+// other member, so that etcd keeps its quorum while it reboots.
+func (d *rolloutDriver) unhealthy(id string, member bool) string {
+	if h := d.c.heartbeats.health(id, d.now); h != api.NodeHealth_NODE_HEALTH_HEALTHY {
+		return fmt.Sprintf("node %s is %s", id, healthName(h))
+	}
+	if !member {
+		return ""
+	}
+	for other, n := range d.nodes {
+		if other == id || n.FsmState != api.NodeState_NODE_STATE_UP || n.GetRoles().GetConsensusMember() == nil {
+			continue
+		}
+		if h := d.c.heartbeats.health(other, d.now); h != api.NodeHealth_NODE_HEALTH_HEALTHY {
+			return fmt.Sprintf("consensus member %s is %s", other, healthName(h))
+		}
+	}
+	return ""
+}
+
+// drain runs one round of draining step s's node, and gives it the
+// release once no pod is left.
+func (d *rolloutDriver) drain(ctx context.Context, s *api.RolloutStep) {
+	if d.r.State == api.RolloutState_ROLLOUT_STATE_ABORTED {
+		d.uncordon(ctx, s)
+		s.Phase = api.StepPhase_STEP_PHASE_PENDING
+		s.Message = "not started: the rollout was aborted"
+		return
+	}
+	n := d.nodes[s.NodeId]
+	if n == nil {
+		d.finish(s, api.StepPhase_STEP_PHASE_DONE, "skipped: the node left the cluster")
+		return
+	}
+	if n.GetRoles().GetKubernetesWorker() != nil {
+		kube, err := d.drainer(ctx)
+		if err != nil {
+			s.Message = "draining: " + err.Error()
+			d.drainTimedOut(ctx, s)
+			return
+		}
+		if kube != nil {
+			round, err := kube.Drain(ctx, s.NodeId)
+			s.EvictedPods += int32(round.Evicted)
+			switch {
+			case err != nil:
+				s.Message = "draining: " + err.Error()
+				d.drainTimedOut(ctx, s)
+				return
+			case round.Remaining > 0:
+				s.Message = fmt.Sprintf("draining: %d pods left, %d held by their disruption budgets", round.Remaining, round.Held)
+				d.drainTimedOut(ctx, s)
+				return
+			}
+		}
+	}
+	if err := d.c.setDesiredRelease(ctx, s.NodeId, &api.DesiredRelease{
+		RolloutId:            d.r.Id,
+		Reference:            d.r.Reference,
+		Version:              d.r.Version,
+		AllowDowngrade:       d.r.AllowDowngrade,
+		TrialDeadlineSeconds: d.r.TrialDeadlineSeconds,
+	}); err != nil {
+		s.Message = "giving the node the release: " + err.Error()
+		return
+	}
+	s.Phase = api.StepPhase_STEP_PHASE_UPDATING
+	s.Message = "installing " + d.r.Version
+}
+
+// drainTimedOut halts the rollout when step s drained for longer than the
+// drain timeout, and uncordons its node.
+func (d *rolloutDriver) drainTimedOut(ctx context.Context, s *api.RolloutStep) {
+	timeout := time.Duration(d.r.DrainTimeoutSeconds) * time.Second
+	if d.now.Sub(time.Unix(0, s.StartedUnixNanos)) < timeout {
+		return
+	}
+	d.uncordon(ctx, s)
+	why := fmt.Sprintf("drain timed out after %s (%s)", timeout, s.Message)
+	d.finish(s, api.StepPhase_STEP_PHASE_FAILED, why)
+	d.halt(fmt.Sprintf("node %s: %s", s.NodeId, why))
+}
+
+// watchUpdate follows step s's node through its install and trial.
+func (d *rolloutDriver) watchUpdate(ctx context.Context, s *api.RolloutStep) {
+	n := d.nodes[s.NodeId]
+	if n == nil {
+		d.finish(s, api.StepPhase_STEP_PHASE_DONE, "skipped: the node left the cluster")
+		return
+	}
+	st := n.GetStatus()
+	u := st.GetUpdate()
+	health := d.c.heartbeats.health(s.NodeId, d.now)
+	if u.GetRolloutId() == d.r.Id {
+		switch u.Phase {
+		case api.UpdatePhase_UPDATE_PHASE_FAILED:
+			d.fail(ctx, s, u.Reason)
+			return
+		case api.UpdatePhase_UPDATE_PHASE_DONE:
+			if st.GetVersion() == d.r.Version && health == api.NodeHealth_NODE_HEALTH_HEALTHY {
+				d.succeed(ctx, s)
+				return
+			}
+			s.Message = "runs " + d.r.Version + ", waiting for its heartbeats"
+		case api.UpdatePhase_UPDATE_PHASE_INSTALLING:
+			s.Message = "installing " + d.r.Version
+		case api.UpdatePhase_UPDATE_PHASE_TRIAL:
+			s.Message = "trial boot of " + d.r.Version
+		}
+	}
+	if health == api.NodeHealth_NODE_HEALTH_HEARTBEAT_TIMEOUT {
+		s.Message = "not heard from (rebooting?) after: " + s.Message
+	}
+	deadline := time.Duration(d.r.TrialDeadlineSeconds) * time.Second
+	if deadline == 0 {
+		deadline = defaultTrialDeadline
+	}
+	if d.now.Sub(time.Unix(0, s.StartedUnixNanos)) > deadline+installAllowance+time.Duration(d.r.DrainTimeoutSeconds)*time.Second {
+		d.fail(ctx, s, fmt.Sprintf("no outcome within %s (last: %s)", deadline+installAllowance, s.Message))
+	}
+}
+
+// succeed ends step s: its node runs the release and is uncordoned.
+func (d *rolloutDriver) succeed(ctx context.Context, s *api.RolloutStep) {
+	if !d.uncordon(ctx, s) {
+		return
+	}
+	if err := d.c.setDesiredRelease(ctx, s.NodeId, nil); err != nil {
+		s.Message = err.Error()
+		return
+	}
+	d.finish(s, api.StepPhase_STEP_PHASE_DONE, "runs "+d.r.Version)
+}
+
+// fail ends step s with why, records the release bad and halts the
+// rollout. The node, back on its last good slot, is uncordoned.
+func (d *rolloutDriver) fail(ctx context.Context, s *api.RolloutStep, why string) {
+	err := d.c.changeBadReleases(ctx, func(b *api.BadReleases) error {
+		if slices.ContainsFunc(b.Releases, func(r *api.BadRelease) bool { return r.Digest == d.r.Digest }) {
+			return errUnchanged
+		}
+		b.Releases = append(b.Releases, &api.BadRelease{
+			Digest: d.r.Digest, Version: d.r.Version, NodeId: s.NodeId, Reason: why, RecordedUnixNanos: d.now.UnixNano(),
+		})
+		return nil
+	})
+	if err != nil {
+		s.Message = "recording the release bad: " + err.Error()
+		return
+	}
+	if err := d.c.setDesiredRelease(ctx, s.NodeId, nil); err != nil {
+		s.Message = err.Error()
+		return
+	}
+	d.uncordon(ctx, s)
+	d.finish(s, api.StepPhase_STEP_PHASE_FAILED, why)
+	d.halt(fmt.Sprintf("node %s failed to update to %s: %s", s.NodeId, d.r.Version, why))
+}
+
+// finish ends step s in phase with message.
+func (d *rolloutDriver) finish(s *api.RolloutStep, phase api.StepPhase, message string) {
+	s.Phase = phase
+	s.Message = message
+	s.FinishedUnixNanos = d.now.UnixNano()
+}
+
+// halt stops a running rollout for reason.
+func (d *rolloutDriver) halt(reason string) {
+	if d.r.State != api.RolloutState_ROLLOUT_STATE_RUNNING {
+		return
+	}
+	d.r.State = api.RolloutState_ROLLOUT_STATE_HALTED
+	d.r.Reason = reason
+	d.r.EndedUnixNanos = d.now.UnixNano()
+}
+
+// uncordon makes step s's node schedulable again, if it is a Kubernetes
+// worker, and says whether it is (a failure is the step's message, tried
+// again next round).
+func (d *rolloutDriver) uncordon(ctx context.Context, s *api.RolloutStep) bool {
+	if d.nodes[s.NodeId].GetRoles().GetKubernetesWorker() == nil {
+		return true
+	}
+	kube, err := d.drainer(ctx)
+	if err == nil && kube != nil {
+		err = kube.Cordon(ctx, s.NodeId, false)
+	}
+	if err != nil {
+		s.Message = "uncordoning: " + err.Error()
+		return false
+	}
+	return true
+}
+
+// drainer returns the round's drainer: the test's, else a client of an
+// apiserver of the cluster with a certificate the curator issues itself.
+// nil and no error when the cluster runs no Kubernetes controller: there
+// is nothing to drain.
+func (d *rolloutDriver) drainer(ctx context.Context) (drainer, error) {
+	if d.kube != nil || d.kubeErr != nil {
+		return d.kube, d.kubeErr
+	}
+	if d.c.opts.drainer != nil {
+		d.kube = d.c.opts.drainer
+		return d.kube, nil
+	}
+	var servers []string
+	for _, id := range slices.Sorted(maps.Keys(d.nodes)) {
+		n := d.nodes[id]
+		addr := n.GetStatus().GetExternalAddress()
+		if n.FsmState == api.NodeState_NODE_STATE_UP && n.GetRoles().GetKubernetesController() != nil && addr != "" &&
+			d.c.heartbeats.health(id, d.now) == api.NodeHealth_NODE_HEALTH_HEALTHY {
+			servers = append(servers, "https://"+net.JoinHostPort(addr, strconv.Itoa(ports.KubernetesAPI)))
+		}
+	}
+	if len(servers) == 0 {
+		d.kubeErr = errors.New("no healthy Kubernetes controller to drain through")
+		return nil, d.kubeErr
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		d.kubeErr = fmt.Errorf("when making a key for the Kubernetes API: %w", err)
+		return nil, d.kubeErr
+	}
+	certDER, caDER, err := d.c.signKubernetes(ctx, kubeClient("cairn:curator", "system:masters"), key.Public(), time.Hour)
+	if err != nil {
+		d.kubeErr = fmt.Errorf("when issuing the curator's Kubernetes credential: %w", err)
+		return nil, d.kubeErr
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		d.kubeErr = fmt.Errorf("when reading the Kubernetes CA: %w", err)
+		return nil, d.kubeErr
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	kd := kubernetes.NewDrainer(servers[0], tls.Certificate{Certificate: [][]byte{certDER}, PrivateKey: key}, pool)
+	d.kube, d.closer = kd, kd.Close
+	return d.kube, nil
+}
+
+// setDesiredRelease sets (or, with nil, clears) the release node id is to
+// install.
+func (c *curator) setDesiredRelease(ctx context.Context, id string, want *api.DesiredRelease) error {
+	_, err := c.updateNode(ctx, id, func(n *private.Node) error {
+		if proto.Equal(n.DesiredRelease, want) {
+			return errUnchanged
+		}
+		n.DesiredRelease = want
+		return nil
+	})
+	if err != nil && !errors.Is(err, errUnchanged) {
+		return fmt.Errorf("when setting node %s's desired release: %w", id, err)
+	}
+	return nil
+}
+
+// stateName and phaseName name a rollout's state and a step's phase in
+// lower case, as cairnctl shows them.
+func stateName(s api.RolloutState) string {
+	return strings.ToLower(strings.TrimPrefix(s.String(), "ROLLOUT_STATE_"))
+}
+
+// healthName names a node's health in lower case.
+func healthName(h api.NodeHealth) string {
+	return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(h.String(), "NODE_HEALTH_")), "_", " ")
+}
