@@ -55,7 +55,7 @@ func newClusterCommand(a *app) *cobra.Command {
 			"SHA-256 fingerprints of the old and the new ticket, never the tickets.",
 		Args: cobra.NoArgs,
 		RunE: a.ownerRun(func(ctx context.Context, o *owner, _ []string) error { return a.rotateTicket(ctx, o) }),
-	}, newRegistriesCommand(a), newReleaseKeysCommand(a), newBackupCommand(a), newRecoverCommand(a))
+	}, newRegistriesCommand(a), newReleaseKeysCommand(a), newClusterUpdateCommand(a), newBackupCommand(a), newRecoverCommand(a))
 	return cmd
 }
 

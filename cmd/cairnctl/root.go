@@ -37,6 +37,9 @@ type app struct {
 	connectTimeout time.Duration
 	attemptTimeout time.Duration
 	hedgeDelay     time.Duration
+	// rolloutPoll is how often a followed rollout is polled (rollout.go);
+	// tests shorten it.
+	rolloutPoll time.Duration
 }
 
 func newApp(out, errOut io.Writer) *app {
@@ -45,6 +48,7 @@ func newApp(out, errOut io.Writer) *app {
 		connectTimeout: defaultConnectTimeout,
 		attemptTimeout: defaultAttemptTimeout,
 		hedgeDelay:     defaultHedgeDelay,
+		rolloutPoll:    defaultRolloutPoll,
 	}
 }
 
