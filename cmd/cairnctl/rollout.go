@@ -397,7 +397,7 @@ func rolloutOutcome(r *api.Rollout) error {
 	case api.RolloutState_ROLLOUT_STATE_DONE:
 		return nil
 	case api.RolloutState_ROLLOUT_STATE_HALTED:
-		return fmt.Errorf("rollout %s halted: %s; release %s is recorded bad", r.GetId(), dash(r.GetReason()), r.GetDigest())
+		return fmt.Errorf("rollout %s halted: %s", r.GetId(), dash(r.GetReason()))
 	case api.RolloutState_ROLLOUT_STATE_ABORTED:
 		return fmt.Errorf("rollout %s was %s", r.GetId(), withReason("aborted", r.GetReason()))
 	}

@@ -36,14 +36,19 @@ func (m management) StartRollout(ctx context.Context, req *api.StartRolloutReque
 	if req.MaxUnavailable < 0 || req.DrainTimeoutSeconds < 0 || req.TrialDeadlineSeconds < 0 {
 		return nil, status.Error(codes.InvalidArgument, "max_unavailable, drain_timeout_seconds and trial_deadline_seconds may not be negative")
 	}
-	if r, _, err := m.getRollout(ctx); err != nil {
-		return nil, err
-	} else if r != nil && rolloutActive(r) {
-		return nil, status.Errorf(codes.FailedPrecondition, "rollout %s of %s is %s: abort it first (cairnctl cluster update abort)", r.Id, r.Version, stateName(r.State))
-	}
 	rel, err := m.checkRelease(ctx, ref)
 	if err != nil {
 		return nil, err
+	}
+	if r, _, err := m.getRollout(ctx); err != nil {
+		return nil, err
+	} else if r != nil && rolloutActive(r) {
+		// A call retried after its answer was lost finds the rollout it
+		// started.
+		if r.State == api.RolloutState_ROLLOUT_STATE_RUNNING && r.Digest == rel.Descriptor.Digest {
+			return r, nil
+		}
+		return nil, status.Errorf(codes.FailedPrecondition, "rollout %s of %s is %s: abort it first (cairnctl cluster update abort)", r.Id, r.Version, stateName(r.State))
 	}
 	bad, _, err := m.getBadReleases(ctx)
 	if err != nil {
@@ -180,6 +185,11 @@ func (m management) AbortRollout(ctx context.Context, _ *api.AbortRolloutRequest
 		r, rev, err := m.getRollout(ctx)
 		if err != nil {
 			return nil, err
+		}
+		if r != nil && r.State == api.RolloutState_ROLLOUT_STATE_ABORTED && rolloutActive(r) {
+			// Aborted already, maybe by this call retried: its nodes
+			// under way are still followed.
+			return r, nil
 		}
 		if r == nil || r.State != api.RolloutState_ROLLOUT_STATE_RUNNING {
 			return nil, status.Error(codes.FailedPrecondition, "no rollout runs")

@@ -399,7 +399,7 @@ func (d *rolloutDriver) fail(ctx context.Context, s *api.RolloutStep, why string
 	}
 	d.uncordon(ctx, s)
 	d.finish(s, api.StepPhase_STEP_PHASE_FAILED, why)
-	d.halt(fmt.Sprintf("node %s failed to update to %s: %s", s.NodeId, d.r.Version, why))
+	d.halt(fmt.Sprintf("node %s failed to update to %s: %s; the release is recorded bad", s.NodeId, d.r.Version, why))
 }
 
 // finish ends step s in phase with message.

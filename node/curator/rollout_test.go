@@ -99,8 +99,12 @@ func TestRollout(t *testing.T) {
 		if got := stepNodes(r); !slices.Equal(got, order) {
 			t.Errorf("steps in order %v, want the member first, then by ID: %v", got, order)
 		}
-		if _, err := m.StartRollout(ctx, &api.StartRolloutRequest{Reference: good.Reference}); status.Code(err) != codes.FailedPrecondition {
-			t.Errorf("StartRollout while one runs = %v, want FailedPrecondition", err)
+		if again, err := m.StartRollout(ctx, &api.StartRolloutRequest{Reference: good.Reference}); err != nil || again.Id != r.Id {
+			t.Errorf("StartRollout of the same release while it runs = %v, %v, want rollout %s", again, err, r.Id)
+		}
+		other := push("1.2.1", key)
+		if _, err := m.StartRollout(ctx, &api.StartRolloutRequest{Reference: other.Reference}); status.Code(err) != codes.FailedPrecondition {
+			t.Errorf("StartRollout of another release while one runs = %v, want FailedPrecondition", err)
 		}
 		end := waitRollout(t, m, r.Id)
 		if end.Rollout.State != api.RolloutState_ROLLOUT_STATE_DONE {
@@ -174,6 +178,9 @@ func TestRollout(t *testing.T) {
 		log.waitGiven(t, r.Id, order[0])
 		if a, err := m.AbortRollout(ctx, &api.AbortRolloutRequest{}); err != nil || a.State != api.RolloutState_ROLLOUT_STATE_ABORTED {
 			t.Fatalf("AbortRollout = %v, %v", a, err)
+		}
+		if a, err := m.AbortRollout(ctx, &api.AbortRolloutRequest{}); err != nil || a.Id != r.Id {
+			t.Errorf("AbortRollout again while its node is under way = %v, %v, want rollout %s as it is", a, err, r.Id)
 		}
 		close(hold)
 		deadline := time.Now().Add(20 * time.Second)

@@ -149,15 +149,17 @@ type ManagementClient interface {
 	// StartRollout checks a release (its signature by a trusted release key,
 	// its architecture, that it is not recorded bad) and starts updating the
 	// cluster's UP nodes to it, one step per node (docs/updates.md). It
-	// returns the new rollout. FailedPrecondition while another runs, for a
-	// bad release, or when the release fails a check.
+	// returns the new rollout; the same release asked for again while its
+	// rollout runs returns that rollout. FailedPrecondition while another
+	// runs, for a bad release, or when the release fails a check.
 	StartRollout(ctx context.Context, in *StartRolloutRequest, opts ...grpc.CallOption) (*Rollout, error)
 	// GetRollout returns the rollout last started, with its steps, and the
 	// releases recorded bad.
 	GetRollout(ctx context.Context, in *GetRolloutRequest, opts ...grpc.CallOption) (*GetRolloutResponse, error)
 	// AbortRollout stops the running rollout: no further node is touched,
 	// and a drained node that was not yet given the release is uncordoned.
-	// FailedPrecondition when none runs.
+	// An aborted rollout whose nodes are still under way is returned as it
+	// is; FailedPrecondition when none runs.
 	AbortRollout(ctx context.Context, in *AbortRolloutRequest, opts ...grpc.CallOption) (*Rollout, error)
 	// ClearBadRelease forgets that a release is bad, so that a rollout may
 	// install it again. NotFound when it is not recorded bad.
@@ -489,15 +491,17 @@ type ManagementServer interface {
 	// StartRollout checks a release (its signature by a trusted release key,
 	// its architecture, that it is not recorded bad) and starts updating the
 	// cluster's UP nodes to it, one step per node (docs/updates.md). It
-	// returns the new rollout. FailedPrecondition while another runs, for a
-	// bad release, or when the release fails a check.
+	// returns the new rollout; the same release asked for again while its
+	// rollout runs returns that rollout. FailedPrecondition while another
+	// runs, for a bad release, or when the release fails a check.
 	StartRollout(context.Context, *StartRolloutRequest) (*Rollout, error)
 	// GetRollout returns the rollout last started, with its steps, and the
 	// releases recorded bad.
 	GetRollout(context.Context, *GetRolloutRequest) (*GetRolloutResponse, error)
 	// AbortRollout stops the running rollout: no further node is touched,
 	// and a drained node that was not yet given the release is uncordoned.
-	// FailedPrecondition when none runs.
+	// An aborted rollout whose nodes are still under way is returned as it
+	// is; FailedPrecondition when none runs.
 	AbortRollout(context.Context, *AbortRolloutRequest) (*Rollout, error)
 	// ClearBadRelease forgets that a release is bad, so that a rollout may
 	// install it again. NotFound when it is not recorded bad.

@@ -113,7 +113,7 @@ type rolloutView struct {
 		Version string `json:"version"`
 		Digest  string `json:"digest"`
 		Steps   []struct {
-			Node    string `json:"node"`
+			Node    string `json:"node_id"`
 			Phase   string `json:"phase"`
 			Message string `json:"message"`
 		} `json:"steps"`
@@ -121,7 +121,7 @@ type rolloutView struct {
 	BadReleases []struct {
 		Digest  string `json:"digest"`
 		Version string `json:"version"`
-		Node    string `json:"node"`
+		Node    string `json:"node_id"`
 		Reason  string `json:"reason"`
 	} `json:"bad_releases"`
 }
