@@ -7,7 +7,7 @@
 //	takeownership ──AAA.Escrow (trust on first use)──────────────▶│ curator :7833
 //	     │  owner certificate + CA ◀──────────────────────────────┤
 //	     ▼                                                        │
-//	config dir ──owner mTLS──▶ cluster info|rotate-ticket|backup, node ..., params register
+//	config dir ──owner mTLS──▶ cluster info|rotate-ticket|backup|update, node ..., params register
 //	           ──owner mTLS──▶ owner show|rotate-key|revoke (renew: AAA.Escrow)
 //	           ──owner mTLS──▶ logs ID, node reboot|poweroff|update|slots ID ──▶ node ID :7835
 //	                           cluster recover --node ID

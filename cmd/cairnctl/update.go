@@ -23,7 +23,7 @@ func newNodeUpdateCommand(a *app) *cobra.Command {
 		Use:   "update ID --image REF [--stage] [--trial-deadline D] [--no-wait]",
 		Short: "Install a signed Cairn release on a node and boot it for a trial",
 		Long: "update asks node ID to install the release REF (HOST[:PORT]/REPOSITORY:TAG or\n" +
-			"@sha256:DIGEST, as `make release` pushes it) into the system slot it does not\n" +
+			"HOST[:PORT]/REPOSITORY@sha256:DIGEST, as `make release` pushes it) into the system slot it does not\n" +
 			"run, and shows its progress. The node checks, before it writes anything, that\n" +
 			"the release is signed by a key the cluster trusts, is for its architecture,\n" +
 			"is not older than what it runs (unless --allow-downgrade), and that both\n" +
@@ -59,7 +59,7 @@ func newNodeUpdateCommand(a *app) *cobra.Command {
 			})(cmd, args)
 		},
 	}
-	cmd.Flags().StringVar(&image, "image", "", "the release to install, HOST[:PORT]/REPOSITORY:TAG or @sha256:DIGEST")
+	cmd.Flags().StringVar(&image, "image", "", "the release to install, HOST[:PORT]/REPOSITORY:TAG or HOST[:PORT]/REPOSITORY@sha256:DIGEST")
 	cmd.Flags().BoolVar(&stage, "stage", false, "install the release without booting it")
 	cmd.Flags().BoolVar(&allowDowngrade, "allow-downgrade", false, "accept a release older than the one the node runs")
 	cmd.Flags().DurationVar(&deadline, "trial-deadline", 0, "how long the trial boot has to become healthy (0: the node's default, 10m)")
