@@ -36,6 +36,8 @@
 //
 //	ownertrust ── OwnerTrust (owner_trust.pb) ──▶ node management
 //
+//	rolefetch ── DesiredRelease ──▶ installer (cmd/init's update child)
+//
 // On the boot that creates the cluster, Membership carries the bootstrap
 // data (owner key, configuration, keys) instead of credentials: the
 // controlplane starts etcd as a new cluster, writes the cluster's initial
@@ -71,6 +73,14 @@
 // arrives. It keeps a copy in data/node/owner_trust.pb and starts from it (or,
 // on the boot that creates the cluster, from the bootstrap owner key), so
 // that the owner can read the logs of a node that no curator answers.
+//
+// # Rollouts
+//
+// A cluster rollout gives each node in turn a desired release
+// (Node.desired_release). rolefetch reads it from the stream that brings
+// the node's roles and publishes it; the role server does not act on it.
+// What installs releases (the update child of cmd/init, through
+// node/update) does.
 //
 // # Leaving consensus
 //

@@ -115,6 +115,9 @@ type Service struct {
 	kubeletReady memory.Value[bool]
 	// health is the node's health (health).
 	health memory.Value[Health]
+	// desiredRelease is the release a cluster rollout gave the node, nil
+	// when none did (rolefetch).
+	desiredRelease memory.Value[*api.DesiredRelease]
 
 	workers map[string]supervisor.Runnable
 }
@@ -173,6 +176,7 @@ func New(cfg Config) *Service {
 			curator:     &s.curator,
 			paths:       paths,
 			roles:       &s.roles,
+			release:     &s.desiredRelease,
 		}).run,
 		"controlplane": (&workerControlplane{
 			membership:     cfg.Membership,
@@ -270,6 +274,13 @@ func (s *Service) StoredDirectory() event.Watchable[*api.ClusterDirectory] {
 // partition or the bootstrap owner key at first, then what the curators
 // say. It holds no value while the node knows neither.
 func (s *Service) OwnerTrust() event.Watchable[*api.OwnerTrust] { return &s.ownerTrust }
+
+// DesiredRelease is the release a cluster rollout gave this node to
+// install and boot (Node.desired_release), nil when none did. It holds no
+// value until a curator told the node about itself.
+func (s *Service) DesiredRelease() event.Watchable[*api.DesiredRelease] {
+	return &s.desiredRelease
+}
 
 // ClusterConfiguration reads the cluster configuration from the curator
 // leader, waiting for the node's connection to the curators: for what
