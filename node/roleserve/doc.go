@@ -37,6 +37,7 @@
 //	ownertrust ── OwnerTrust (owner_trust.pb) ──▶ node management
 //
 //	rolefetch ── DesiredRelease ──▶ installer (cmd/init's update child)
+//	installer ── SetUpdateStatus ──▶ statuspush ── UpdatePushed ──▶ installer
 //
 // On the boot that creates the cluster, Membership carries the bootstrap
 // data (owner key, configuration, keys) instead of credentials: the
@@ -80,7 +81,11 @@
 // (Node.desired_release). rolefetch reads it from the stream that brings
 // the node's roles and publishes it; the role server does not act on it.
 // What installs releases (the update child of cmd/init, through
-// node/update) does.
+// node/update) does, and tells the role server how it goes
+// (SetUpdateStatus); statuspush pushes that in the node's status, where
+// the curator leader reads it to end the node's step. Before the node
+// reboots for a trial, the installer waits for UpdatePushed to show the
+// cluster heard that the trial begins.
 //
 // # Leaving consensus
 //

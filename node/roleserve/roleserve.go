@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	"cairn.dev/cairn/node/consensus"
 	"cairn.dev/cairn/node/curator"
@@ -118,6 +119,12 @@ type Service struct {
 	// desiredRelease is the release a cluster rollout gave the node, nil
 	// when none did (rolefetch).
 	desiredRelease memory.Value[*api.DesiredRelease]
+	// updateStatus is what the node says about its desired release
+	// (SetUpdateStatus).
+	updateStatus memory.Value[*api.UpdateStatus]
+	// updatePushed is the update status (as set) of the node's status
+	// last pushed to the curator leader (statuspush).
+	updatePushed memory.Value[*api.UpdateStatus]
 
 	workers map[string]supervisor.Runnable
 }
@@ -201,8 +208,10 @@ func New(cfg Config) *Service {
 			localCurator: &s.localCurator,
 			clock:        cfg.Clock,
 			system:       cfg.System,
+			update:       &s.updateStatus,
 			version:      cfg.Version,
 			pushed:       &s.statusPushed,
+			updatePushed: &s.updatePushed,
 		}).run,
 		"health": (&workerHealth{
 			statusPushed: &s.statusPushed,
@@ -281,6 +290,23 @@ func (s *Service) OwnerTrust() event.Watchable[*api.OwnerTrust] { return &s.owne
 func (s *Service) DesiredRelease() event.Watchable[*api.DesiredRelease] {
 	return &s.desiredRelease
 }
+
+// SetUpdateStatus sets what the node says about its desired release: the
+// role server pushes it in the node's status (NodeStatus.update), its
+// reason cut to what the curator stores; nil leaves it out. Only what acts
+// on DesiredRelease calls it.
+func (s *Service) SetUpdateStatus(st *api.UpdateStatus) {
+	if st != nil {
+		st = proto.Clone(st).(*api.UpdateStatus)
+	}
+	s.updateStatus.Set(st)
+}
+
+// UpdatePushed is the update status, as SetUpdateStatus set it, of the
+// node's status that last reached the curator leader (nil: one without
+// any), so that what sets it can wait for the cluster to hear it before
+// the node reboots. It holds no value until a status reached the leader.
+func (s *Service) UpdatePushed() event.Watchable[*api.UpdateStatus] { return &s.updatePushed }
 
 // ClusterConfiguration reads the cluster configuration from the curator
 // leader, waiting for the node's connection to the curators: for what
