@@ -89,6 +89,10 @@
 //	timesync.go  the timesync child: the clock's state on the consoles
 //	cluster.go   the parameters, enrolment, node management and log
 //	             store children
+//	update.go    the update child: the installer, the judgement of this
+//	             boot's system slot
+//	rollout.go   the update child's part in cluster rollouts: install the
+//	             desired release, reboot for its trial, report how it went
 //
 // The test hooks (cairn.test.* flags, test services) are node/testhooks',
 // built in only with the tag cairntest; the core wires them in.

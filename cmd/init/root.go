@@ -43,6 +43,7 @@ type child struct {
 //	network ─NTP servers─▶ timesync ─clock state─▶ roleserve (node status)
 //	storage ─booted system slot─▶ roleserve (node status), update
 //	update ─installer─▶ node management; roleserve ─health─▶ update
+//	roleserve ─desired release─▶ update ─update status─▶ roleserve
 //	enrolment ─membership (data partition mounted)─▶ logstore
 //	roleserve ─credentials─▶ metrics (port 7836, to metrics certificates)
 func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogger, lt *logtree.LogTree, restarts *metrics.Restarts, request func(action)) []child {

@@ -29,35 +29,90 @@ type installer struct {
 // the other slot that never proved itself is recorded bad, and a trial
 // boot of this slot waits for the role server's health, then becomes the
 // firmware's default, or reboots through the firmware into the last good
-// slot.
+// slot. From then on it carries out the releases cluster rollouts give
+// the node (rolloutFollower), and tells the role server how it goes.
 func updateRunnable(st *localstorage.Storage, booted event.Watchable[*localstorage.BootedSystem], mounted event.Watchable[bool], rs *roleserve.Service, out event.Value[*installer], request func(action), printf func(string, ...any)) supervisor.Runnable {
-	var made *installer
-	return func(ctx context.Context) error {
-		if err := waitMounted(ctx, mounted); err != nil {
-			return err
+	c := &updateChild{st: st, booted: booted, mounted: mounted, rs: rs, out: out, request: request, printf: printf}
+	return c.run
+}
+
+// updateChild is the update child's state, kept across its restarts: the
+// installer and the judgement of this boot are made once per boot, and a
+// rollout is acted on once per boot.
+type updateChild struct {
+	st      *localstorage.Storage
+	booted  event.Watchable[*localstorage.BootedSystem]
+	mounted event.Watchable[bool]
+	rs      *roleserve.Service
+	out     event.Value[*installer]
+	request func(action)
+	printf  func(string, ...any)
+
+	// made is the installer, or why there is none.
+	made *installer
+	// judged is set once JudgeBoot judged this boot.
+	judged bool
+	// follow acts on the node's desired releases.
+	follow *rolloutFollower
+}
+
+func (c *updateChild) run(ctx context.Context) error {
+	if err := waitMounted(ctx, c.mounted); err != nil {
+		return err
+	}
+	if c.made == nil {
+		i, err := newInstaller(c.st, c.booted, c.rs.ClusterConfiguration)
+		c.made = &installer{i: i, err: err}
+		c.out.Set(c.made)
+		if err != nil {
+			supervisor.Logger(ctx).Warningf("This node cannot install updates: %v", err)
 		}
-		if made == nil {
-			i, err := newInstaller(st, booted, rs.ClusterConfiguration)
-			made = &installer{i: i, err: err}
-			out.Set(made)
+	}
+	if c.follow == nil {
+		c.follow = &rolloutFollower{
+			desired:   c.rs.DesiredRelease(),
+			report:    c.rs.SetUpdateStatus,
+			pushed:    c.rs.UpdatePushed(),
+			installer: c.made.i,
+			cannot:    cannotTry(c.made),
+			running:   version(),
+			reboot:    func() { c.request(firmwareReboot) },
+			printf:    c.printf,
 		}
-		if made.err != nil {
-			supervisor.Logger(ctx).Warningf("This node cannot install updates: %v", made.err)
-			supervisor.Signal(ctx, supervisor.SignalHealthy)
-			supervisor.Signal(ctx, supervisor.SignalDone)
-			return nil
-		}
-		supervisor.Signal(ctx, supervisor.SignalHealthy)
-		v, err := made.i.JudgeBoot(ctx, healthWait(rs.Health()), func() { request(firmwareReboot) }, printf)
+	}
+	supervisor.Signal(ctx, supervisor.SignalHealthy)
+	if c.made.err == nil && !c.judged {
+		rebooting := false
+		v, err := c.made.i.JudgeBoot(ctx, healthWait(c.rs.Health()), func() {
+			rebooting = true
+			c.request(firmwareReboot)
+		}, c.printf)
 		if err != nil {
 			return fmt.Errorf("when judging this boot's system slot: %w", err)
+		}
+		if rebooting {
+			// A trial that failed: nothing more to do in this boot.
+			<-ctx.Done()
+			return ctx.Err()
 		}
 		if v.RolledBack != "" {
 			supervisor.Logger(ctx).Warningf("%s", v.RolledBack)
 		}
-		supervisor.Signal(ctx, supervisor.SignalDone)
-		return nil
+		c.judged, c.follow.rolledBack = true, v.RolledBack != ""
 	}
+	return c.follow.run(ctx)
+}
+
+// cannotTry says why the node cannot install a release and boot it for a
+// trial, or nil.
+func cannotTry(made *installer) error {
+	if made.err != nil {
+		return fmt.Errorf("this node cannot install releases: %w", made.err)
+	}
+	if err := made.i.CanTry(); err != nil {
+		return fmt.Errorf("this node cannot boot a release for a trial: %w", err)
+	}
+	return nil
 }
 
 // healthWait waits on the role server's health, for a trial boot.

@@ -36,6 +36,9 @@
 //
 //	ownertrust ── OwnerTrust (owner_trust.pb) ──▶ node management
 //
+//	rolefetch ── DesiredRelease ──▶ installer (cmd/init's update child)
+//	installer ── SetUpdateStatus ──▶ statuspush ── UpdatePushed ──▶ installer
+//
 // On the boot that creates the cluster, Membership carries the bootstrap
 // data (owner key, configuration, keys) instead of credentials: the
 // controlplane starts etcd as a new cluster, writes the cluster's initial
@@ -71,6 +74,18 @@
 // arrives. It keeps a copy in data/node/owner_trust.pb and starts from it (or,
 // on the boot that creates the cluster, from the bootstrap owner key), so
 // that the owner can read the logs of a node that no curator answers.
+//
+// # Rollouts
+//
+// A cluster rollout gives each node in turn a desired release
+// (Node.desired_release). rolefetch reads it from the stream that brings
+// the node's roles and publishes it; the role server does not act on it.
+// What installs releases (the update child of cmd/init, through
+// node/update) does, and tells the role server how it goes
+// (SetUpdateStatus); statuspush pushes that in the node's status, where
+// the curator leader reads it to end the node's step. Before the node
+// reboots for a trial, the installer waits for UpdatePushed to show the
+// cluster heard that the trial begins.
 //
 // # Leaving consensus
 //

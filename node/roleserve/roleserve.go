@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
 
 	"cairn.dev/cairn/node/consensus"
 	"cairn.dev/cairn/node/curator"
@@ -115,6 +116,15 @@ type Service struct {
 	kubeletReady memory.Value[bool]
 	// health is the node's health (health).
 	health memory.Value[Health]
+	// desiredRelease is the release a cluster rollout gave the node, nil
+	// when none did (rolefetch).
+	desiredRelease memory.Value[*api.DesiredRelease]
+	// updateStatus is what the node says about its desired release
+	// (SetUpdateStatus).
+	updateStatus memory.Value[*api.UpdateStatus]
+	// updatePushed is the update status (as set) of the node's status
+	// last pushed to the curator leader (statuspush).
+	updatePushed memory.Value[*api.UpdateStatus]
 
 	workers map[string]supervisor.Runnable
 }
@@ -173,6 +183,7 @@ func New(cfg Config) *Service {
 			curator:     &s.curator,
 			paths:       paths,
 			roles:       &s.roles,
+			release:     &s.desiredRelease,
 		}).run,
 		"controlplane": (&workerControlplane{
 			membership:     cfg.Membership,
@@ -197,8 +208,10 @@ func New(cfg Config) *Service {
 			localCurator: &s.localCurator,
 			clock:        cfg.Clock,
 			system:       cfg.System,
+			update:       &s.updateStatus,
 			version:      cfg.Version,
 			pushed:       &s.statusPushed,
+			updatePushed: &s.updatePushed,
 		}).run,
 		"health": (&workerHealth{
 			statusPushed: &s.statusPushed,
@@ -270,6 +283,30 @@ func (s *Service) StoredDirectory() event.Watchable[*api.ClusterDirectory] {
 // partition or the bootstrap owner key at first, then what the curators
 // say. It holds no value while the node knows neither.
 func (s *Service) OwnerTrust() event.Watchable[*api.OwnerTrust] { return &s.ownerTrust }
+
+// DesiredRelease is the release a cluster rollout gave this node to
+// install and boot (Node.desired_release), nil when none did. It holds no
+// value until a curator told the node about itself.
+func (s *Service) DesiredRelease() event.Watchable[*api.DesiredRelease] {
+	return &s.desiredRelease
+}
+
+// SetUpdateStatus sets what the node says about its desired release: the
+// role server pushes it in the node's status (NodeStatus.update), its
+// reason cut to what the curator stores; nil leaves it out. Only what acts
+// on DesiredRelease calls it.
+func (s *Service) SetUpdateStatus(st *api.UpdateStatus) {
+	if st != nil {
+		st = proto.Clone(st).(*api.UpdateStatus)
+	}
+	s.updateStatus.Set(st)
+}
+
+// UpdatePushed is the update status, as SetUpdateStatus set it, of the
+// node's status that last reached the curator leader (nil: one without
+// any), so that what sets it can wait for the cluster to hear it before
+// the node reboots. It holds no value until a status reached the leader.
+func (s *Service) UpdatePushed() event.Watchable[*api.UpdateStatus] { return &s.updatePushed }
 
 // ClusterConfiguration reads the cluster configuration from the curator
 // leader, waiting for the node's connection to the curators: for what

@@ -17,6 +17,7 @@ import (
 	"cairn.dev/cairn/node/identity/identitytest"
 	"cairn.dev/cairn/node/marker"
 	"cairn.dev/cairn/node/rpc"
+	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/fixture"
 	api "cairn.dev/cairn/proto/api"
 )
@@ -91,6 +92,21 @@ func TestCluster(t *testing.T) {
 		return nil
 	})
 	tStatus := time.Since(t0)
+
+	// What A says about its desired release reaches the curator in its
+	// status.
+	done := &api.UpdateStatus{RolloutId: "r1", Version: "test", Phase: api.UpdatePhase_UPDATE_PHASE_DONE}
+	a.svc.SetUpdateStatus(done)
+	if _, err := get(ctx, a.svc.UpdatePushed(), event.Filter(func(u *api.UpdateStatus) bool { return proto.Equal(u, done) })); err != nil {
+		t.Fatalf("waiting for A's update status to be pushed: %v", err)
+	}
+	n, err := getNode(ctx, mgmt, a.id())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(done, n.GetStatus().GetUpdate(), protocmp.Transform()); diff != "" {
+		t.Errorf("update status of A as the curator has it (-want +got):\n%s", diff)
+	}
 
 	fixture.Eventually(t, 30*time.Second, "roles.pb of A", func() error {
 		return wantRolesFile(a, &api.NodeRoles{ConsensusMember: &api.NodeRoles_ConsensusMember{}})

@@ -20,7 +20,8 @@ import (
 
 // workerRolefetch publishes the node's roles: first the local copy (or
 // the initial roles of the Membership), then what the curator says,
-// keeping the copy in step.
+// keeping the copy in step. From the same stream it publishes the release
+// a cluster rollout gave the node.
 type workerRolefetch struct {
 	membership  event.Watchable[*Membership]
 	credentials event.Watchable[*identity.Node]
@@ -28,9 +29,16 @@ type workerRolefetch struct {
 	paths       nodePaths
 
 	roles event.Value[*api.NodeRoles]
+	// release is the node's desired release, nil when it has none; set
+	// only when it changes.
+	release event.Value[*api.DesiredRelease]
 	// cur is the roles last published, kept across restarts of run so
 	// that the local copy is published once per boot.
 	cur *api.NodeRoles
+	// curRelease is the desired release last published, once
+	// releaseKnown; both are kept across restarts of run.
+	curRelease   *api.DesiredRelease
+	releaseKnown bool
 }
 
 func (w *workerRolefetch) run(ctx context.Context) error {
@@ -85,6 +93,9 @@ func (w *workerRolefetch) run(ctx context.Context) error {
 			if !proto.Equal(roles, w.cur) {
 				w.publish(ctx, roles)
 			}
+			if d := n.GetDesiredRelease(); !w.releaseKnown || !proto.Equal(d, w.curRelease) {
+				w.publishRelease(ctx, d)
+			}
 		}
 		if !healthy {
 			supervisor.Signal(ctx, supervisor.SignalHealthy)
@@ -98,6 +109,18 @@ func (w *workerRolefetch) publish(ctx context.Context, roles *api.NodeRoles) {
 	w.roles.Set(roles)
 	w.cur = roles
 	marker.Log(supervisor.Logger(ctx), marker.Roles, "roles", roleNames(roles))
+}
+
+// publishRelease sets the node's desired release, and logs a change.
+func (w *workerRolefetch) publishRelease(ctx context.Context, d *api.DesiredRelease) {
+	switch {
+	case d != nil:
+		supervisor.Logger(ctx).Infof("Rollout %s gives this node release %s (%s)", d.RolloutId, d.Version, d.Reference)
+	case w.curRelease != nil:
+		supervisor.Logger(ctx).Infof("Rollout %s no longer gives this node a release", w.curRelease.RolloutId)
+	}
+	w.release.Set(d)
+	w.curRelease, w.releaseKnown = d, true
 }
 
 // readRoles returns the copy of the roles in roles.pb, nil when there is

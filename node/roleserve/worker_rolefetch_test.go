@@ -1,13 +1,111 @@
 package roleserve
 
 import (
+	"strings"
+	"sync"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
 
+	"cairn.dev/cairn/node/identity"
+	"cairn.dev/cairn/node/identity/identitytest"
 	"cairn.dev/cairn/node/marker"
+	"cairn.dev/cairn/pkg/event"
+	"cairn.dev/cairn/pkg/event/memory"
+	"cairn.dev/cairn/pkg/fixture"
 	api "cairn.dev/cairn/proto/api"
 )
+
+// recordingValue is a Value that records every Set.
+type recordingValue[T any] struct {
+	memory.Value[T]
+	mu   sync.Mutex
+	sets []T
+}
+
+func (v *recordingValue[T]) Set(x T) {
+	v.mu.Lock()
+	v.sets = append(v.sets, x)
+	v.mu.Unlock()
+	v.Value.Set(x)
+}
+
+func (v *recordingValue[T]) recorded() []T {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return append([]T(nil), v.sets...)
+}
+
+// TestRolefetchPublishesDesiredRelease feeds workerRolefetch its node as a
+// curator's Watch sends it: without a desired release, with one, with
+// other roles but the same release, with the release of another rollout,
+// and without one again. The desired release is published at first and
+// then only when it changes.
+func TestRolefetchPublishesDesiredRelease(t *testing.T) {
+	ctx := fixture.Context(t)
+	ca := identitytest.NewCA(t, "test CA")
+	creds := ca.Node(t)
+	st := newTestNode(t, 0, 0, 0, 0).cfg.Storage
+	first := &api.DesiredRelease{
+		RolloutId:            "r1",
+		Reference:            "10.42.0.1:5000/cairn@sha256:" + strings.Repeat("a", 64),
+		Version:              "1.2.3",
+		TrialDeadlineSeconds: 300,
+	}
+	second := &api.DesiredRelease{
+		RolloutId:      "r2",
+		Reference:      "10.42.0.1:5000/cairn@sha256:" + strings.Repeat("b", 64),
+		Version:        "1.2.2",
+		AllowDowngrade: true,
+	}
+	worker := &api.NodeRoles{KubernetesWorker: &api.NodeRoles_KubernetesWorker{}}
+	node := func(roles *api.NodeRoles, d *api.DesiredRelease) *api.WatchEvent {
+		return &api.WatchEvent{Nodes: []*api.Node{{Id: creds.ID(), State: api.NodeState_NODE_STATE_UP, Roles: roles, DesiredRelease: d}}}
+	}
+	cur := &watchingCurator{events: make(chan *api.WatchEvent, 8)}
+	var (
+		membership  memory.Value[*Membership]
+		credentials memory.Value[*identity.Node]
+		cc          memory.Value[*curatorConn]
+	)
+	membership.Set(&Membership{NodeKey: creds.PrivateKey(), InitialRoles: &api.NodeRoles{}})
+	credentials.Set(creds)
+	cc.Set(fakeCurator(t, cur))
+	release := &recordingValue[*api.DesiredRelease]{}
+	w := &workerRolefetch{
+		membership:  &membership,
+		credentials: &credentials,
+		curator:     &cc,
+		paths:       nodePaths{etcd: st.Root.Data.Etcd.FullPath(), node: &st.Root.Data.Node},
+		roles:       &memory.Value[*api.NodeRoles]{},
+		release:     release,
+	}
+	runWorker(t, w.run)
+
+	// wait waits until the desired release is want.
+	wait := func(want *api.DesiredRelease) {
+		t.Helper()
+		if _, err := get(ctx, w.release, event.Filter(func(d *api.DesiredRelease) bool { return proto.Equal(d, want) })); err != nil {
+			t.Fatalf("waiting for desired release %v: %v", want, err)
+		}
+	}
+	cur.events <- node(&api.NodeRoles{}, nil)
+	wait(nil)
+	cur.events <- node(&api.NodeRoles{}, first)
+	wait(first)
+	cur.events <- node(worker, first)
+	cur.events <- node(worker, second)
+	wait(second)
+	cur.events <- node(worker, nil)
+	wait(nil)
+
+	want := []*api.DesiredRelease{nil, first, second, nil}
+	if diff := cmp.Diff(want, release.recorded(), protocmp.Transform()); diff != "" {
+		t.Errorf("desired releases published (-want +got):\n%s", diff)
+	}
+}
 
 // FuzzParseRoles feeds parseRoles what a damaged or tampered roles.pb might
 // hold: it must return roles or an error, never panic, and roles it

@@ -9,6 +9,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/proto"
+
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/node/timesync"
@@ -24,14 +26,17 @@ const (
 	// service polls every minute or so at first, and a write of the
 	// node's record goes to every node of the cluster.
 	clockRefresh = 15 * time.Minute
-	// maxClockReason is the longest reason for a clock known wrong that
-	// the curator stores; longer ones are cut.
-	maxClockReason = 256
+	// maxReason is the longest reason (for a clock known wrong, for a
+	// failed update) that the node puts in its status; longer ones are
+	// cut. The curator stores no longer clock reasons, and the whole
+	// status must stay small.
+	maxReason = 256
 )
 
 // workerStatuspush tells the curator what this node reports about itself
 // (its address, its version and system slot, its curator if it runs one,
-// and its clock) every time that changes.
+// its clock, and how it carries out its desired release) every time that
+// changes.
 type workerStatuspush struct {
 	address      event.Watchable[netip.Prefix]
 	credentials  event.Watchable[*identity.Node]
@@ -42,11 +47,18 @@ type workerStatuspush struct {
 	// system is the system slot the node booted; nil leaves it out of
 	// the status. It is set once, before the role server has anything
 	// to do.
-	system  event.Watchable[*localstorage.BootedSystem]
+	system event.Watchable[*localstorage.BootedSystem]
+	// update is what the node says about its desired release; nil, or
+	// no value, leaves it out of the status.
+	update  event.Watchable[*api.UpdateStatus]
 	version string
 	// pushed is set once a status reached the curator leader; nil in
 	// tests that do not care.
 	pushed *memory.Value[bool]
+	// updatePushed is set to the update status, as update held it, of
+	// each status that reached the curator leader; nil in tests that do
+	// not care.
+	updatePushed *memory.Value[*api.UpdateStatus]
 }
 
 func (w *workerStatuspush) run(ctx context.Context) error {
@@ -71,10 +83,14 @@ func (w *workerStatuspush) run(ctx context.Context) error {
 	addrC := make(chan netip.Prefix)
 	localC := make(chan netip.AddrPort)
 	clockC := make(chan timesync.State)
+	updateC := make(chan *api.UpdateStatus)
 	event.Pipe(pctx, w.address, addrC)
 	event.Pipe(pctx, w.localCurator, localC)
 	if w.clock != nil {
 		event.Pipe(pctx, w.clock, clockC)
+	}
+	if w.update != nil {
+		event.Pipe(pctx, w.update, updateC)
 	}
 
 	var (
@@ -83,6 +99,9 @@ func (w *workerStatuspush) run(ctx context.Context) error {
 		healthy bool
 		// clock is the clock's latest state, pushed the one last sent.
 		clock, pushed *timesync.State
+		// update is the latest update status, pushedUpdate the one last
+		// sent.
+		update, pushedUpdate *api.UpdateStatus
 	)
 	for {
 		select {
@@ -95,6 +114,10 @@ func (w *workerStatuspush) run(ctx context.Context) error {
 			if !clockNews(pushed, c) {
 				continue
 			}
+		case update = <-updateC:
+			if proto.Equal(update, pushedUpdate) {
+				continue
+			}
 		}
 		if !addr.IsValid() {
 			continue
@@ -105,6 +128,7 @@ func (w *workerStatuspush) run(ctx context.Context) error {
 			TimestampUnixNanos: time.Now().UnixNano(),
 			Clock:              clockStatus(clock),
 			SystemSlot:         string(slot),
+			Update:             updateStatus(update),
 		}
 		if local.IsValid() {
 			st.RunningCurator = &api.NodeStatus_RunningCurator{Port: int32(local.Port())}
@@ -115,7 +139,10 @@ func (w *workerStatuspush) run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("when updating the node's status: %w", err)
 		}
-		pushed = clock
+		pushed, pushedUpdate = clock, update
+		if w.updatePushed != nil {
+			w.updatePushed.Set(update)
+		}
 		if !healthy {
 			supervisor.Logger(ctx).Infof("Status pushed (address %s, curator %v)", st.ExternalAddress, local.IsValid())
 			supervisor.Signal(ctx, supervisor.SignalHealthy)
@@ -162,8 +189,19 @@ func clockStatus(st *timesync.State) *api.ClockStatus {
 	return c
 }
 
+// updateStatus is u as the node's status says it: a copy, with a reason
+// the curator stores; nil for nil.
+func updateStatus(u *api.UpdateStatus) *api.UpdateStatus {
+	if u == nil {
+		return nil
+	}
+	u = proto.Clone(u).(*api.UpdateStatus)
+	u.Reason = printableReason(u.Reason)
+	return u
+}
+
 // printableReason makes s what the curator stores: printable, at most
-// maxClockReason bytes, cut at a character.
+// maxReason bytes, cut at a character.
 func printableReason(s string) string {
 	s = strings.Map(func(r rune) rune {
 		if r == utf8.RuneError || !unicode.IsPrint(r) {
@@ -171,10 +209,10 @@ func printableReason(s string) string {
 		}
 		return r
 	}, s)
-	if len(s) <= maxClockReason {
+	if len(s) <= maxReason {
 		return s
 	}
-	cut := maxClockReason
+	cut := maxReason
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
