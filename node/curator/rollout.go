@@ -21,7 +21,6 @@ import (
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/kubernetes"
 	"cairn.dev/cairn/node/ports"
-	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/supervisor"
 	"cairn.dev/cairn/proto/api"
 	"cairn.dev/cairn/proto/private"
@@ -71,28 +70,11 @@ type drainer interface {
 }
 
 // driveRollouts runs the rounds of the rollout while this curator leads.
-// It is a runnable of the election.
+// It is a runnable of the election. A failed round is tried again at the
+// next tick; the same failure is logged once.
 func (c *curator) driveRollouts(ctx context.Context) error {
-	leaders := make(chan leader)
-	event.Pipe(ctx, &c.leaders, leaders)
-	tick := time.NewTicker(c.opts.rolloutInterval)
-	defer tick.Stop()
-	supervisor.Signal(ctx, supervisor.SignalHealthy)
-	leading := false
 	lastErr := ""
-	for {
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case l := <-leaders:
-			leading = l.Local
-		case <-tick.C:
-		}
-		if !leading {
-			continue
-		}
-		// A failed round is tried again at the next tick; the same
-		// failure is logged once.
+	return c.whileLeading(ctx, c.opts.rolloutInterval, func(ctx context.Context) error {
 		err := c.rolloutRound(ctx)
 		switch {
 		case err != nil && err.Error() != lastErr:
@@ -101,7 +83,8 @@ func (c *curator) driveRollouts(ctx context.Context) error {
 		case err == nil:
 			lastErr = ""
 		}
-	}
+		return nil
+	})
 }
 
 // rolloutRound moves the rollout on by what the nodes did since the last

@@ -210,9 +210,16 @@ func (h *heartbeats) term() (epoch int, loaded bool) {
 // the lead unnoticed unable to undo a newer leader's write: it reads that
 // write instead and merges it. It is a runnable of the election.
 func (c *curator) keepHeartbeats(ctx context.Context) error {
+	return c.whileLeading(ctx, c.opts.heartbeatInterval, c.syncHeartbeats)
+}
+
+// whileLeading calls round at every tick of interval while this curator
+// leads, until ctx ends or round fails. It signals the runnable healthy
+// first.
+func (c *curator) whileLeading(ctx context.Context, interval time.Duration, round func(context.Context) error) error {
 	leaders := make(chan leader)
 	event.Pipe(ctx, &c.leaders, leaders)
-	tick := time.NewTicker(c.opts.heartbeatInterval)
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
 	leading := false
@@ -227,7 +234,7 @@ func (c *curator) keepHeartbeats(ctx context.Context) error {
 		if !leading {
 			continue
 		}
-		if err := c.syncHeartbeats(ctx); err != nil {
+		if err := round(ctx); err != nil {
 			return err
 		}
 	}
