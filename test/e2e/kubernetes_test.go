@@ -52,7 +52,12 @@ import (
 //	(h) the controller moves: node 1 becomes ConsensusMember and
 //	    KubernetesController, then node 0 loses KubernetesController; the
 //	    workers keep reaching an apiserver (their balancer), and kubectl,
-//	    with a kubeconfig written after the change, schedules new pods.
+//	    with a kubeconfig written after the change, schedules new pods;
+//	(i) a cluster rollout to 1.0.0 (cairnctl cluster update): the two
+//	    consensus members one at a time, then the worker; each worker
+//	    drained first, its pods evicted as the agents' disruption budget
+//	    (one of two available) allows, and uncordoned once it proved the
+//	    release; every pod runs again after.
 func TestKubernetes(t *testing.T) {
 	s := newSuite(t, 35*time.Minute)
 	cfg := s.clusterConfig(3, 0)
@@ -638,6 +643,77 @@ func TestKubernetes(t *testing.T) {
 			return k1.deploymentAvailable(t, "agent")
 		})
 		s.step("KubernetesController removed from node 0 → a new replica ready", time.Since(removed))
+	})
+	t.Run("i-rollout-drains", func(t *testing.T) {
+		// Node 1 is now the controller, a consensus member and a worker.
+		k1 := &kube{s: s, kubectl: k.kubectl, config: filepath.Join(t.TempDir(), "kubeconfig")}
+		s.cairnctl(t, c, "kubeconfig", "--out", k1.config, "--apiserver", "https://"+n1.KubernetesAddr())
+		// Two agents under a budget that keeps one of them available.
+		k1.mustRun(t, "scale", "deployment", "agent", "--replicas=2")
+		k1.apply(t, `{"apiVersion":"policy/v1","kind":"PodDisruptionBudget","metadata":{"name":"agent"},"spec":{
+			"minAvailable":1,"selector":{"matchLabels":{"app":"agent"}}}}`)
+		k1.waitFor(t, "two agents available", 5*time.Minute, func() error {
+			return k1.deploymentAvailable(t, "agent")
+		})
+		pods, err := k1.agentPods(t)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("agents before the rollout: %+v", pods)
+
+		rb := newReleaseBuilder(t, c)
+		ref := rb.pushUKI(t, "kube-rollout-1.0.0", "1.0.0", testUKI(t, "1.0.0"), readReleaseKey(t))
+		start := time.Now()
+		out, err := s.rollout(c, "--image", ref, "--trial-deadline", "10m")
+		if err != nil {
+			t.Fatalf("cluster update start %s: %v\n%s", ref, err, out)
+		}
+		s.step("rollout over the Kubernetes cluster's 3 nodes → done", time.Since(start))
+		st := s.rolloutStatus(t, c)
+		order := map[string]int{}
+		for i, step := range st.Rollout.Steps {
+			order[step.Node] = i
+			t.Logf("step %d: %s %s, %d pods evicted: %s", i, step.Node, step.Phase, step.Evicted, step.Message)
+			if step.Phase != "done" {
+				t.Errorf("step of %s is %s, want done", step.Node, step.Phase)
+			}
+		}
+		if order[n2.ID()] != 2 {
+			t.Errorf("the worker that is no consensus member went at %d, want last", order[n2.ID()])
+		}
+		evicted := 0
+		for _, step := range st.Rollout.Steps {
+			evicted += step.Evicted
+		}
+		if evicted == 0 {
+			t.Errorf("the rollout evicted no pod from the workers")
+		}
+		for _, n := range []*cluster.Node{n1, n2} {
+			k1.waitFor(t, n.Name()+" schedulable and Ready after the rollout", 5*time.Minute, func() error {
+				var node struct {
+					Spec struct {
+						Unschedulable bool `json:"unschedulable"`
+					} `json:"spec"`
+				}
+				if err := k1.getJSON(t, &node, "node", n.ID()); err != nil {
+					return err
+				}
+				if node.Spec.Unschedulable {
+					return fmt.Errorf("node %s is still cordoned", n.ID())
+				}
+				return k1.nodeReady(t, n.ID())
+			})
+		}
+		k1.waitFor(t, "the agents and the pinned Deployment available again", 10*time.Minute, func() error {
+			if err := k1.deploymentAvailable(t, "agent"); err != nil {
+				return err
+			}
+			return k1.deploymentAvailable(t, "keep")
+		})
+		s.step("rollout started → every pod available again", time.Since(start))
+		for _, n := range []*cluster.Node{n0, n1, n2} {
+			s.checkSlots(t, c, n.ID(), slotView{Name: "b", Running: true, State: "good", Version: "1.0.0"})
+		}
 	})
 	if t.Failed() {
 		s.dumpKubernetes(t, c, k)

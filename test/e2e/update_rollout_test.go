@@ -116,6 +116,7 @@ type rolloutView struct {
 			Node    string `json:"node_id"`
 			Phase   string `json:"phase"`
 			Message string `json:"message"`
+			Evicted int    `json:"evicted_pods"`
 		} `json:"steps"`
 	} `json:"rollout"`
 	BadReleases []struct {
