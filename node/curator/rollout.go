@@ -117,8 +117,14 @@ func (c *curator) rolloutRound(ctx context.Context) error {
 		// reads it. What this round did to nodes is in their records.
 		return nil
 	}
+	log := supervisor.Logger(ctx)
+	for i, s := range r.Steps {
+		if was := before.Steps[i]; s.Phase != was.Phase || s.Message != was.Message {
+			log.Infof("Rollout %s: node %s: %s: %s", r.Id, s.NodeId, phaseName(s.Phase), s.Message)
+		}
+	}
 	if r.State != before.State {
-		supervisor.Logger(ctx).Infof("Rollout %s of %s: %s: %s", r.Id, r.Version, stateName(r.State), r.Reason)
+		log.Infof("Rollout %s of %s: %s: %s", r.Id, r.Version, stateName(r.State), r.Reason)
 	}
 	return nil
 }
@@ -210,7 +216,7 @@ func (d *rolloutDriver) startSteps() {
 		}
 		s.Phase = api.StepPhase_STEP_PHASE_DRAINING
 		s.StartedUnixNanos = d.now.UnixNano()
-		s.Message = "draining"
+		s.Message = "cordoned, evicting its pods"
 		active++
 		if member {
 			return
@@ -263,7 +269,7 @@ func (d *rolloutDriver) drain(ctx context.Context, s *api.RolloutStep) {
 	if n.GetRoles().GetKubernetesWorker() != nil {
 		kube, err := d.drainer(ctx)
 		if err != nil {
-			s.Message = "draining: " + err.Error()
+			s.Message = err.Error()
 			d.drainTimedOut(ctx, s)
 			return
 		}
@@ -272,11 +278,11 @@ func (d *rolloutDriver) drain(ctx context.Context, s *api.RolloutStep) {
 			s.EvictedPods += int32(round.Evicted)
 			switch {
 			case err != nil:
-				s.Message = "draining: " + err.Error()
+				s.Message = err.Error()
 				d.drainTimedOut(ctx, s)
 				return
 			case round.Remaining > 0:
-				s.Message = fmt.Sprintf("draining: %d pods left, %d held by their disruption budgets", round.Remaining, round.Held)
+				s.Message = fmt.Sprintf("%d pods left, %d held by their disruption budgets", round.Remaining, round.Held)
 				d.drainTimedOut(ctx, s)
 				return
 			}
@@ -487,6 +493,10 @@ func (c *curator) setDesiredRelease(ctx context.Context, id string, want *api.De
 // lower case, as cairnctl shows them.
 func stateName(s api.RolloutState) string {
 	return strings.ToLower(strings.TrimPrefix(s.String(), "ROLLOUT_STATE_"))
+}
+
+func phaseName(p api.StepPhase) string {
+	return strings.ToLower(strings.TrimPrefix(p.String(), "STEP_PHASE_"))
 }
 
 // healthName names a node's health in lower case.

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,29 +44,9 @@ func TestRollout(t *testing.T) {
 		t.Fatalf("UpdateNodeRoles: %v", err)
 	}
 
-	reg := ocitest.New(t, "cairn/release")
-	key := releasetest.PrivateKey(1)
-	if _, err := m.UpdateReleaseKeys(ctx, &api.UpdateReleaseKeysRequest{Add: []string{key.Public().String()}}); err != nil {
-		t.Fatalf("UpdateReleaseKeys: %v", err)
-	}
-	if _, err := m.UpdateRegistries(ctx, &api.UpdateRegistriesRequest{Registries: &api.Registries{PlainHttp: []string{reg.Host()}}}); err != nil {
-		t.Fatalf("UpdateRegistries: %v", err)
-	}
-	push := func(version string, key release.PrivateKey) *releasetest.Release {
-		system, params := releasetest.SystemImage(t, 4, nil)
-		return releasetest.Push(t, reg, key, release.Metadata{Version: version, Architecture: runtime.GOARCH, Verity: params.String()}, []byte("uki "+version), system)
-	}
-
+	reg, key, push := releaseRegistry(t, m)
 	log := &agentLog{}
-	agents := map[string]*agent{}
-	for _, n := range []*testNode{c.nodes[0], n1, n2} {
-		a := &agent{t: t, n: n, addr: addr, version: "1.0.0", log: log}
-		if n == c.nodes[0] {
-			a.curatorPort = int32(n.addr.Port())
-		}
-		agents[n.id()] = a
-		go a.run(ctx)
-	}
+	agents := startAgents(t, addr, log, c.nodes[0], n1, n2)
 	others := []string{n1.id(), n2.id()}
 	slices.Sort(others)
 	order := append([]string{c.nodes[0].id()}, others...)
@@ -223,6 +204,97 @@ func TestRollout(t *testing.T) {
 	})
 }
 
+// TestRolloutMembers rolls a release out over three consensus members:
+// one at a time, the leader's own node last, and no member's turn comes
+// while another member is not heard from.
+func TestRolloutMembers(t *testing.T) {
+	ports := &peerPorts{}
+	c := newTestCluster(t, ports.option(), WithHeartbeatInterval(400*time.Millisecond), WithRolloutInterval(100*time.Millisecond))
+	ctx := fixture.Context(t)
+	n0 := c.nodes[0]
+	ports.set(n0.id(), n0.member.Config.Ports.EtcdPeer)
+	addr := n0.addr.String()
+	for range 2 {
+		c.addMember(t, addr, newTestNode(t), ports)
+	}
+	m := c.mgmt(t, addr)
+	_, key, push := releaseRegistry(t, m)
+	log := &agentLog{}
+	agents := startAgents(t, addr, log, c.nodes...)
+	others := []string{c.nodes[1].id(), c.nodes[2].id()}
+	slices.Sort(others)
+	order := append(others, n0.id())
+
+	// The member whose turn would come second falls silent.
+	silent := agents[order[1]]
+	silent.silence(true)
+	time.Sleep(2 * time.Second)
+	r, err := m.StartRollout(ctx, &api.StartRolloutRequest{Reference: push("1.2.0", key).Reference})
+	if err != nil {
+		t.Fatalf("StartRollout: %v", err)
+	}
+	if got := stepNodes(r); !slices.Equal(got, order) {
+		t.Errorf("steps in order %v, want the members by ID, the leader's own node last: %v", got, order)
+	}
+	time.Sleep(2 * time.Second)
+	got, err := m.GetRollout(ctx, &api.GetRolloutRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if given := log.given(r.Id); len(given) != 0 {
+		t.Errorf("members were given the release while %s was silent: %v", order[1], given)
+	}
+	if msg := got.Rollout.Steps[0].Message; !strings.Contains(msg, "waiting: consensus member "+order[1]) {
+		t.Errorf("the first step says %q, want it waiting for the silent member", msg)
+	}
+	silent.silence(false)
+	end := waitRollout(t, m, r.Id)
+	if end.Rollout.State != api.RolloutState_ROLLOUT_STATE_DONE {
+		t.Fatalf("the rollout ended %v: %s", end.Rollout.State, end.Rollout.Reason)
+	}
+	if given := log.given(r.Id); !slices.Equal(given, order) {
+		t.Errorf("members were given the release in order %v, want %v", given, order)
+	}
+	log.checkOneAtATime(t, r.Id)
+}
+
+// releaseRegistry starts a registry that the cluster of m reaches over
+// plain HTTP and whose releases signed by key it trusts, and returns a
+// function that pushes a release of a version signed by a key.
+func releaseRegistry(t *testing.T, m api.ManagementClient) (*ocitest.Registry, release.PrivateKey, func(string, release.PrivateKey) *releasetest.Release) {
+	t.Helper()
+	ctx := fixture.Context(t)
+	reg := ocitest.New(t, "cairn/release")
+	key := releasetest.PrivateKey(1)
+	if _, err := m.UpdateReleaseKeys(ctx, &api.UpdateReleaseKeysRequest{Add: []string{key.Public().String()}}); err != nil {
+		t.Fatalf("UpdateReleaseKeys: %v", err)
+	}
+	if _, err := m.UpdateRegistries(ctx, &api.UpdateRegistriesRequest{Registries: &api.Registries{PlainHttp: []string{reg.Host()}}}); err != nil {
+		t.Fatalf("UpdateRegistries: %v", err)
+	}
+	push := func(version string, key release.PrivateKey) *releasetest.Release {
+		system, params := releasetest.SystemImage(t, 4, nil)
+		return releasetest.Push(t, reg, key, release.Metadata{Version: version, Architecture: runtime.GOARCH, Verity: params.String()}, []byte("uki "+version), system)
+	}
+	return reg, key, push
+}
+
+// startAgents starts an agent, running 1.0.0, for each of nodes, which
+// call the curator at addr; the agents of consensus members say their
+// curators serve.
+func startAgents(t *testing.T, addr string, log *agentLog, nodes ...*testNode) map[string]*agent {
+	agents := map[string]*agent{}
+	for _, n := range nodes {
+		a := &agent{t: t, n: n, addr: addr, version: "1.0.0", log: log}
+		if n.stopCurator != nil {
+			a.curatorPort = int32(n.addr.Port())
+		}
+		agents[n.id()] = a
+		go a.run(fixture.Context(t))
+	}
+	return agents
+}
+
 // waitRollout waits until rollout id is no longer running.
 func waitRollout(t *testing.T, m api.ManagementClient, id string) *api.GetRolloutResponse {
 	t.Helper()
@@ -363,12 +435,18 @@ type agent struct {
 	curatorPort int32
 	log         *agentLog
 
+	// quiet stops the agent's heartbeats while set.
+	quiet atomic.Bool
+
 	mu      sync.Mutex
 	version string
 	update  *api.UpdateStatus
 	failure string
 	holdC   chan struct{}
 }
+
+// silence stops (or starts again) the agent's heartbeats.
+func (a *agent) silence(on bool) { a.quiet.Store(on) }
 
 func (a *agent) setFail(why string) {
 	a.mu.Lock()
@@ -389,7 +467,9 @@ func (a *agent) run(ctx context.Context) {
 	cl := a.n.client(a.t, a.addr)
 	go func() {
 		for ctx.Err() == nil {
-			_, _ = cl.Heartbeat(ctx, &api.HeartbeatRequest{})
+			if !a.quiet.Load() {
+				_, _ = cl.Heartbeat(ctx, &api.HeartbeatRequest{})
+			}
 			time.Sleep(100 * time.Millisecond)
 		}
 	}()
