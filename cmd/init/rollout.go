@@ -142,8 +142,8 @@ func (f *rolloutFollower) install(ctx context.Context, d *api.DesiredRelease) (l
 	res, err := f.installer.Install(ctx, update.Request{Reference: d.Reference, AllowDowngrade: d.AllowDowngrade}, func(p update.Progress) {
 		// Each step once, and the bytes a step moves at its start and
 		// end only.
-		if p.Total == 0 || p.Done == 0 || p.Done == p.Total {
-			log.Infof("Rollout %s: %s", d.RolloutId, describeProgress(p))
+		if p.Milestone() {
+			log.Infof("Rollout %s: %s", d.RolloutId, p)
 		}
 	})
 	if err != nil {
@@ -229,12 +229,4 @@ func sameVersion(a, b string) bool {
 		return a == b
 	}
 	return va.Compare(vb) == 0
-}
-
-// describeProgress is p in words, for the log.
-func describeProgress(p update.Progress) string {
-	if p.Total == 0 {
-		return p.Step
-	}
-	return fmt.Sprintf("%s: %.1f of %.1f MiB", p.Step, float64(p.Done)/(1<<20), float64(p.Total)/(1<<20))
 }

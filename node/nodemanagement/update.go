@@ -3,7 +3,6 @@ package nodemanagement
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -52,8 +51,8 @@ func (s *Service) Update(req *api.UpdateRequest, srv api.NodeManagement_UpdateSe
 		Reference:      req.GetImage(),
 		AllowDowngrade: req.GetAllowDowngrade(),
 	}, func(p update.Progress) {
-		if p.Total == 0 || p.Done == 0 || p.Done == p.Total {
-			log.Infof("Update: %s", describeProgress(p))
+		if p.Milestone() {
+			log.Infof("Update: %s", p)
 		}
 		// A failed send ends the call's context, which ends the install.
 		_ = srv.Send(&api.UpdateProgress{Step: p.Step, DoneBytes: p.Done, TotalBytes: p.Total})
@@ -120,14 +119,6 @@ func updateCode(err error) codes.Code {
 		return c
 	}
 	return codes.Internal
-}
-
-// describeProgress is p in words, for the log.
-func describeProgress(p update.Progress) string {
-	if p.Total == 0 {
-		return p.Step
-	}
-	return fmt.Sprintf("%s: %.1f of %.1f MiB", p.Step, float64(p.Done)/(1<<20), float64(p.Total)/(1<<20))
 }
 
 // GetSystemSlots says what each system slot holds.

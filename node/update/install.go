@@ -92,6 +92,21 @@ type Progress struct {
 	Done, Total int64
 }
 
+// String is p in words, for logs: the step, and the MiB through it of a
+// step that moves bytes.
+func (p Progress) String() string {
+	if p.Total == 0 {
+		return p.Step
+	}
+	return fmt.Sprintf("%s: %.1f of %.1f MiB", p.Step, float64(p.Done)/(1<<20), float64(p.Total)/(1<<20))
+}
+
+// Milestone says p is worth a log line: a step that moves no bytes, or
+// the start or the end of one that does.
+func (p Progress) Milestone() bool {
+	return p.Total == 0 || p.Done == 0 || p.Done == p.Total
+}
+
 // The steps of Progress.
 const (
 	StepVerify   = "verifying"
