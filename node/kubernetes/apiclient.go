@@ -38,11 +38,17 @@ func newAPIClient(server string, cred *credential) (*apiClient, error) {
 	if !pool.AppendCertsFromPEM(caPEM) {
 		return nil, fmt.Errorf("no certificate in %s", cred.CA)
 	}
+	return apiClientWith(server, pair, pool), nil
+}
+
+// apiClientWith returns a client of the apiserver at server that presents
+// cert and trusts only ca.
+func apiClientWith(server string, cert tls.Certificate, ca *x509.CertPool) *apiClient {
 	tr := &http.Transport{
-		TLSClientConfig:     &tls.Config{Certificates: []tls.Certificate{pair}, RootCAs: pool, MinVersion: tls.VersionTLS12},
+		TLSClientConfig:     &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: ca, MinVersion: tls.VersionTLS12},
 		TLSHandshakeTimeout: 10 * time.Second,
 	}
-	return &apiClient{server: server, http: &http.Client{Transport: tr, Timeout: 30 * time.Second}}, nil
+	return &apiClient{server: server, http: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
 }
 
 // statusError is an answer of the apiserver other than 2xx.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"time"
 )
 
 // A Drainer cordons Nodes and evicts their pods through the Eviction API,
@@ -20,11 +19,7 @@ type Drainer struct {
 // NewDrainer returns a Drainer that calls the apiserver at server
 // (https://...) presenting cert, trusting only ca.
 func NewDrainer(server string, cert tls.Certificate, ca *x509.CertPool) *Drainer {
-	tr := &http.Transport{
-		TLSClientConfig:     &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: ca, MinVersion: tls.VersionTLS12},
-		TLSHandshakeTimeout: 10 * time.Second,
-	}
-	return &Drainer{cl: &apiClient{server: server, http: &http.Client{Transport: tr, Timeout: 30 * time.Second}}}
+	return &Drainer{cl: apiClientWith(server, cert, ca)}
 }
 
 // Close drops the Drainer's idle connections.
