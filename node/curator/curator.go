@@ -205,6 +205,8 @@ type curator struct {
 	registering chan struct{}
 	// leaders publishes who leads, for GetCurrentLeader.
 	leaders memory.Value[leader]
+	// drain is the rollout's client of an apiserver (rollout.go).
+	drain drainClient
 	// ownerTrust follows the owner trust in etcd (state_owner.go), by which
 	// this curator judges owner callers and which WatchOwnerTrust streams.
 	ownerTrust event.Watchable[*api.OwnerTrust]

@@ -103,7 +103,6 @@ func (c *curator) rolloutRound(ctx context.Context) error {
 	for _, n := range nodes {
 		d.nodes[identity.NodeID(n.PublicKey)] = n
 	}
-	defer d.close()
 	d.round(ctx)
 	if proto.Equal(before, r) {
 		return nil
@@ -149,16 +148,6 @@ type rolloutDriver struct {
 	r     *api.Rollout
 	nodes map[string]*private.Node
 	now   time.Time
-	// kube drains workers; made on first use in the round.
-	kube    drainer
-	kubeErr error
-	closer  func()
-}
-
-func (d *rolloutDriver) close() {
-	if d.closer != nil {
-		d.closer()
-	}
 }
 
 func (d *rolloutDriver) round(ctx context.Context) {
@@ -273,19 +262,17 @@ func (d *rolloutDriver) drain(ctx context.Context, s *api.RolloutStep) {
 			d.drainTimedOut(ctx, s)
 			return
 		}
-		if kube != nil {
-			round, err := kube.Drain(ctx, s.NodeId)
-			s.EvictedPods += int32(round.Evicted)
-			switch {
-			case err != nil:
-				s.Message = err.Error()
-				d.drainTimedOut(ctx, s)
-				return
-			case round.Remaining > 0:
-				s.Message = fmt.Sprintf("%d pods left, %d held by their disruption budgets", round.Remaining, round.Held)
-				d.drainTimedOut(ctx, s)
-				return
-			}
+		round, err := kube.Drain(ctx, s.NodeId)
+		s.EvictedPods += int32(round.Evicted)
+		switch {
+		case err != nil:
+			s.Message = err.Error()
+			d.drainTimedOut(ctx, s)
+			return
+		case round.Remaining > 0:
+			s.Message = fmt.Sprintf("%d pods left, %d held by their disruption budgets", round.Remaining, round.Held)
+			d.drainTimedOut(ctx, s)
+			return
 		}
 	}
 	if err := d.c.setDesiredRelease(ctx, s.NodeId, &api.DesiredRelease{
@@ -416,7 +403,7 @@ func (d *rolloutDriver) uncordon(ctx context.Context, s *api.RolloutStep) bool {
 		return true
 	}
 	kube, err := d.drainer(ctx)
-	if err == nil && kube != nil {
+	if err == nil {
 		err = kube.Cordon(ctx, s.NodeId, false)
 	}
 	if err != nil {
@@ -426,17 +413,28 @@ func (d *rolloutDriver) uncordon(ctx context.Context, s *api.RolloutStep) bool {
 	return true
 }
 
-// drainer returns the round's drainer: the test's, else a client of an
-// apiserver of the cluster with a certificate the curator issues itself.
-// nil and no error when the cluster runs no Kubernetes controller: there
-// is nothing to drain.
+// kubeCredentialReuse is how long the leader drains through one
+// credential (of one hour) and its connection, before it issues another.
+const kubeCredentialReuse = 30 * time.Minute
+
+// drainClient is the leader's client of an apiserver, for draining: kept
+// across rounds, so that a drain's rounds every few seconds do not each
+// issue a credential and open a connection. Only the rollout runnable
+// uses it.
+type drainClient struct {
+	drainer *kubernetes.Drainer
+	server  string
+	made    time.Time
+}
+
+// drainer returns the test's drainer, else a client of the apiserver of a
+// healthy Kubernetes controller, with a credential the curator issues
+// itself; the one of an earlier round while it is young enough and its
+// apiserver still healthy. It fails when the cluster has no healthy
+// controller.
 func (d *rolloutDriver) drainer(ctx context.Context) (drainer, error) {
-	if d.kube != nil || d.kubeErr != nil {
-		return d.kube, d.kubeErr
-	}
 	if d.c.opts.drainer != nil {
-		d.kube = d.c.opts.drainer
-		return d.kube, nil
+		return d.c.opts.drainer, nil
 	}
 	var servers []string
 	for _, id := range slices.Sorted(maps.Keys(d.nodes)) {
@@ -448,29 +446,35 @@ func (d *rolloutDriver) drainer(ctx context.Context) (drainer, error) {
 		}
 	}
 	if len(servers) == 0 {
-		d.kubeErr = errors.New("no healthy Kubernetes controller to drain through")
-		return nil, d.kubeErr
+		return nil, errors.New("no healthy Kubernetes controller to drain through")
+	}
+	kc := &d.c.drain
+	if kc.drainer != nil && slices.Contains(servers, kc.server) && d.now.Sub(kc.made) < kubeCredentialReuse {
+		return kc.drainer, nil
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		d.kubeErr = fmt.Errorf("when making a key for the Kubernetes API: %w", err)
-		return nil, d.kubeErr
+		return nil, fmt.Errorf("when making a key for the Kubernetes API: %w", err)
 	}
 	certDER, caDER, err := d.c.signKubernetes(ctx, kubeClient("cairn:curator", "system:masters"), key.Public(), time.Hour)
 	if err != nil {
-		d.kubeErr = fmt.Errorf("when issuing the curator's Kubernetes credential: %w", err)
-		return nil, d.kubeErr
+		return nil, fmt.Errorf("when issuing the curator's Kubernetes credential: %w", err)
 	}
 	ca, err := x509.ParseCertificate(caDER)
 	if err != nil {
-		d.kubeErr = fmt.Errorf("when reading the Kubernetes CA: %w", err)
-		return nil, d.kubeErr
+		return nil, fmt.Errorf("when reading the Kubernetes CA: %w", err)
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(ca)
-	kd := kubernetes.NewDrainer(servers[0], tls.Certificate{Certificate: [][]byte{certDER}, PrivateKey: key}, pool)
-	d.kube, d.closer = kd, kd.Close
-	return d.kube, nil
+	if kc.drainer != nil {
+		kc.drainer.Close()
+	}
+	*kc = drainClient{
+		drainer: kubernetes.NewDrainer(servers[0], tls.Certificate{Certificate: [][]byte{certDER}, PrivateKey: key}, pool),
+		server:  servers[0],
+		made:    d.now,
+	}
+	return kc.drainer, nil
 }
 
 // setDesiredRelease sets (or, with nil, clears) the release node id is to
