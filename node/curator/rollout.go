@@ -336,8 +336,11 @@ func (d *rolloutDriver) watchUpdate(ctx context.Context, s *api.RolloutStep) {
 	if deadline == 0 {
 		deadline = defaultTrialDeadline
 	}
-	if d.now.Sub(time.Unix(0, s.StartedUnixNanos)) > deadline+installAllowance+time.Duration(d.r.DrainTimeoutSeconds)*time.Second {
-		d.fail(ctx, s, fmt.Sprintf("no outcome within %s (last: %s)", deadline+installAllowance, s.Message))
+	// The step started with its drain, which may have taken up to its
+	// timeout.
+	limit := time.Duration(d.r.DrainTimeoutSeconds)*time.Second + deadline + installAllowance
+	if d.now.Sub(time.Unix(0, s.StartedUnixNanos)) > limit {
+		d.fail(ctx, s, fmt.Sprintf("no outcome within %s of the step's start (last: %s)", limit, s.Message))
 	}
 }
 
