@@ -202,6 +202,31 @@ func TestRollout(t *testing.T) {
 			t.Errorf("the Kubernetes API saw %v, want the worker uncordoned last", calls)
 		}
 	})
+
+	t.Run("two unavailable at once", func(t *testing.T) {
+		drains.holdPods(0)
+		// Both nodes that are no members stay installing until both
+		// were given the release: only two under way at once gets there.
+		holds := []chan struct{}{agents[others[0]].hold(), agents[others[1]].hold()}
+		r, err := m.StartRollout(ctx, &api.StartRolloutRequest{Reference: push("1.5.0", key).Reference, MaxUnavailable: 2})
+		if err != nil {
+			t.Fatalf("StartRollout: %v", err)
+		}
+		log.waitGiven(t, r.Id, others[0])
+		log.waitGiven(t, r.Id, others[1])
+		for _, h := range holds {
+			close(h)
+		}
+		end := waitRollout(t, m, r.Id)
+		if end.Rollout.State != api.RolloutState_ROLLOUT_STATE_DONE {
+			t.Fatalf("the rollout ended %v: %s", end.Rollout.State, end.Rollout.Reason)
+		}
+		// The member still went alone, before the others.
+		member := c.nodes[0].id()
+		if got := log.history(r.Id); len(got) < 2 || !slices.Equal(got[:2], []string{member + " given", member + " done"}) {
+			t.Errorf("the release's events were %v, want the member given it and done first, alone", got)
+		}
+	})
 }
 
 // TestRolloutMembers rolls a release out over three consensus members:
@@ -412,6 +437,20 @@ func (l *agentLog) checkOneAtATime(t *testing.T, rollout string) {
 			busy = ""
 		}
 	}
+}
+
+// history lists what happened to rollout's release, in order, as "node
+// what".
+func (l *agentLog) history(rollout string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var list []string
+	for _, e := range l.events {
+		if e.rollout == rollout {
+			list = append(list, e.node+" "+e.what)
+		}
+	}
+	return list
 }
 
 func (l *agentLog) waitGiven(t *testing.T, rollout, node string) {
