@@ -172,7 +172,9 @@ KDIR = $(KERNEL_CACHE)/$$(tr ' ' _ <$(KERNEL_VERSION))
 # $(wildcard) drops files deleted from the work tree but not yet from git.
 # build/kubernetes is a module of its own that mkimage does not import.
 # build/release is a tool of its own, which mkimage does not import either.
-BUILD_GO := $(wildcard $(shell git ls-files -co --exclude-standard 'build/*.go' | grep -v -e '_test\.go$$' -e '^build/kubernetes/' -e '^build/release/'))
+# mkimage imports packages of pkg (the GPT and verity writers): a change
+# there builds it again.
+BUILD_GO := $(wildcard $(shell git ls-files -co --exclude-standard 'build/*.go' 'pkg/*.go' | grep -v -e '_test\.go$$' -e '^build/kubernetes/' -e '^build/release/'))
 NODE_GO := $(wildcard $(shell git ls-files -co --exclude-standard '*.go' | grep -v -e '_test\.go$$' -e '^build/' -e '^test/'))
 
 .PHONY: null-image test-image FORCE
