@@ -53,13 +53,23 @@ import (
 //	    KubernetesController, then node 0 loses KubernetesController; the
 //	    workers keep reaching an apiserver (their balancer), and kubectl,
 //	    with a kubeconfig written after the change, schedules new pods;
-//	(i) a cluster rollout to 1.0.0 (cairnctl cluster update): the two
-//	    consensus members one at a time, then the worker; each worker
-//	    drained first, its pods evicted as the agents' disruption budget
-//	    (one of two available) allows, and uncordoned once it proved the
-//	    release; every pod runs again after.
+//	(i) a cluster rollout to 1.0.0 (cairnctl cluster update) over the
+//	    consensus members one at a time, the curator leader's node last,
+//	    then the worker; each worker is drained first, its pods evicted
+//	    as the agents' disruption budget (one of two available) allows,
+//	    and uncordoned once it proved the release. No node goes away
+//	    before the one before it proved the release, the budget is never
+//	    seen broken, and every pod runs again after; the pods evicted and
+//	    etcd's elections are reported. With -long node 2 first becomes a
+//	    consensus member too: Management answers while each node is
+//	    away, and its longest outage is reported.
 func TestKubernetes(t *testing.T) {
-	s := newSuite(t, 35*time.Minute)
+	// With -long, (i) goes over a third consensus member: minutes more.
+	deadline := 35 * time.Minute
+	if *longFlag {
+		deadline = 50 * time.Minute
+	}
+	s := newSuite(t, deadline)
 	cfg := s.clusterConfig(3, 0)
 	cfg.Registry = artifact(t, "registry")
 	cfg.Images = []string{artifact(t, "testagent.oci.tar")}
@@ -645,7 +655,19 @@ func TestKubernetes(t *testing.T) {
 		s.step("KubernetesController removed from node 0 → a new replica ready", time.Since(removed))
 	})
 	t.Run("i-rollout-drains", func(t *testing.T) {
-		// Node 1 is now the controller, a consensus member and a worker.
+		// Node 1 is now the controller, a consensus member and a worker,
+		// node 0 a consensus member. With -long node 2 becomes one too:
+		// the rollout goes over three members, etcd keeps its quorum
+		// while any one of them is away, and Management answers
+		// throughout. (Two members lose etcd's quorum while either is
+		// away; make test rolls out over three members without
+		// Kubernetes in TestUpdateRollout, as a third etcd member on a
+		// worker costs this suite minutes under emulation.)
+		members := 2
+		if *longFlag {
+			s.addConsensusMembers(t, c, []*cluster.Node{n2})
+			members = 3
+		}
 		k1 := &kube{s: s, kubectl: k.kubectl, config: filepath.Join(t.TempDir(), "kubeconfig")}
 		s.cairnctl(t, c, "kubeconfig", "--out", k1.config, "--apiserver", "https://"+n1.KubernetesAddr())
 		// Two agents under a budget that keeps one of them available.
@@ -663,12 +685,21 @@ func TestKubernetes(t *testing.T) {
 
 		rb := newReleaseBuilder(t, c)
 		ref := rb.pushUKI(t, "kube-rollout-1.0.0", "1.0.0", testUKI(t, "1.0.0"), readReleaseKey(t))
+		nodes := []*cluster.Node{n0, n1, n2}
+		marks := marksOf(nodes)
+		lead, _ := leader(c)
+		var p *prober
+		if members == 3 {
+			p = startProber(t, c, readOwner(t, c.ConfigDir()))
+		}
+		budget := k1.watchBudget(t, "agent")
 		start := time.Now()
 		out, err := s.rollout(c, "--image", ref, "--trial-deadline", "10m")
 		if err != nil {
 			t.Fatalf("cluster update start %s: %v\n%s", ref, err, out)
 		}
-		s.step("rollout over the Kubernetes cluster's 3 nodes → done", time.Since(start))
+		end := time.Now()
+		s.step(fmt.Sprintf("rollout over the Kubernetes cluster's 3 nodes, %d members → done", members), end.Sub(start))
 		st := s.rolloutStatus(t, c)
 		order := map[string]int{}
 		for i, step := range st.Rollout.Steps {
@@ -678,7 +709,12 @@ func TestKubernetes(t *testing.T) {
 				t.Errorf("step of %s is %s, want done", step.Node, step.Phase)
 			}
 		}
-		if order[n2.ID()] != 2 {
+		if lead == nil {
+			t.Errorf("no node said it led the curators before the rollout")
+		} else if order[lead.ID()] != members-1 {
+			t.Errorf("the curator leader's node %s went at %d, want last of the %d members", lead.Name(), order[lead.ID()], members)
+		}
+		if members == 2 && order[n2.ID()] != 2 {
 			t.Errorf("the worker that is no consensus member went at %d, want last", order[n2.ID()])
 		}
 		evicted := 0
@@ -688,6 +724,15 @@ func TestKubernetes(t *testing.T) {
 		if evicted == 0 {
 			t.Errorf("the rollout evicted no pod from the workers")
 		}
+		t.Logf("rollout: %d pods evicted", evicted)
+
+		if p != nil {
+			s.checkRolloutAway(t, p, nodes, marks, start, end)
+		} else {
+			s.checkOneAway(t, nodes, marks)
+			reportElections(t, nodes, marks)
+		}
+
 		for _, n := range []*cluster.Node{n1, n2} {
 			k1.waitFor(t, n.Name()+" schedulable and Ready after the rollout", 5*time.Minute, func() error {
 				var node struct {
@@ -711,7 +756,25 @@ func TestKubernetes(t *testing.T) {
 			return k1.deploymentAvailable(t, "keep")
 		})
 		s.step("rollout started → every pod available again", time.Since(start))
-		for _, n := range []*cluster.Node{n0, n1, n2} {
+
+		// The budget held throughout, as far as its watches saw.
+		failed := budget.failedWatches()
+		seen := budget.stop()
+		if len(seen) == 0 {
+			t.Errorf("no status of the agents' disruption budget was seen during the rollout")
+		}
+		lowest := -1
+		for _, b := range seen {
+			if lowest < 0 || b.healthy < lowest {
+				lowest = b.healthy
+			}
+			if b.healthy < b.desired {
+				t.Errorf("at %s the agents' disruption budget was broken: %d healthy, %d wanted", b.at.Format(time.TimeOnly), b.healthy, b.desired)
+			}
+		}
+		t.Logf("rollout: the disruption budget changed %d times (%d watches ended in an error), never fewer than %d agents healthy", len(seen), failed, lowest)
+
+		for _, n := range nodes {
 			s.checkSlots(t, c, n.ID(), slotView{Name: "b", Running: true, State: "good", Version: "1.0.0"})
 		}
 	})
