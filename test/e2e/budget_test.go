@@ -49,7 +49,7 @@ func (k *kube) watchBudget(t *testing.T, name string) *budgetWatch {
 			}
 		}
 	}()
-	t.Cleanup(func() { w.stop() })
+	t.Cleanup(func() { _, _ = w.stop() })
 	return w
 }
 
@@ -78,18 +78,12 @@ func (w *budgetWatch) follow(ctx context.Context, k *kube, name string) error {
 	return cmd.Wait()
 }
 
-// stop ends the watch and returns every status it saw.
-func (w *budgetWatch) stop() []budgetSeen {
+// stop ends the watch and returns every status it saw, and how many
+// watches ended in an error (an apiserver away).
+func (w *budgetWatch) stop() ([]budgetSeen, int) {
 	w.cancel()
 	<-w.done
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.seen
-}
-
-// failedWatches is how many watches ended in an error (an apiserver away).
-func (w *budgetWatch) failedWatches() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.errs
+	return w.seen, w.errs
 }
