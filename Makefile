@@ -312,7 +312,10 @@ $(OUT)/release.oci.tar $(OUT)/release.pub &: $(RELEASE_TOOL) $(RELEASE_KEY) $(OU
 # cairn-hang.efi is the test image's initramfs (the /init with test hooks)
 # with cairn.test.starve-watchdog on its command line: its PID 1 arms the
 # hardware watchdog, never feeds it and freezes the core, so the machine
-# hangs and is reset as a hung one would be.
+# hangs and is reset as a hung one would be. cairn-unhealthy.efi is the
+# same initramfs with cairn.test.hold-curator-port: a test service holds
+# the curator's port from the start, so the node boots and enrols but its
+# curator never serves, and a trial boot never proves itself healthy.
 #
 # test-ukis prints how long its own steps took, from the first one that
 # ran; the image's steps before it are the image's cost. A step notes the
@@ -322,7 +325,8 @@ $(OUT)/release.oci.tar $(OUT)/release.pub &: $(RELEASE_TOOL) $(RELEASE_KEY) $(OU
 TEST_UKIS := $(OUT)/test-ukis
 TEST_UKI_CACHE := $(IMAGE_CACHE)/test-ukis
 TEST_UKI_VERSIONS := 1.0.0 1.1.0
-TEST_UKI_FILES := $(TEST_UKI_VERSIONS:%=$(TEST_UKIS)/cairn-%.efi) $(TEST_UKIS)/cairn-panic.efi $(TEST_UKIS)/cairn-hang.efi
+TEST_UKI_HOOKED := hang unhealthy
+TEST_UKI_FILES := $(TEST_UKI_VERSIONS:%=$(TEST_UKIS)/cairn-%.efi) $(TEST_UKIS)/cairn-panic.efi $(TEST_UKI_HOOKED:%=$(TEST_UKIS)/cairn-%.efi)
 TEST_UKI_RUN := $(TEST_UKI_CACHE)/run
 test-uki-step = mkdir -p $(TEST_UKI_CACHE) && \
 	{ grep -qs "^$$PPID start " $(TEST_UKI_RUN) || echo "$$PPID start $$(date +%s)" >$(TEST_UKI_RUN); }
@@ -360,12 +364,15 @@ $(TEST_UKIS)/cairn-panic.efi: $(MKIMAGE) $(EFI_STUB) $(OUT)/vmlinuz \
 	  $(TEST_UKI_CACHE)/cmdline-panic $(TEST_UKI_CACHE)/initramfs-1.0.0.img
 	@$(test-uki-step) && $(call test-uki,$(TEST_UKI_CACHE)/initramfs-1.0.0.img,$(TEST_UKI_CACHE)/cmdline-panic,1.0.0)
 
-$(TEST_UKI_CACHE)/cmdline-hang: $(OUT)/cmdline
-	@$(test-uki-step) && echo "$$(cat $<) cairn.test.starve-watchdog" >$@
+# The UKIs of the test initramfs: out/cmdline and the test hook of each.
+test-uki-hook-hang := cairn.test.starve-watchdog
+test-uki-hook-unhealthy := cairn.test.hold-curator-port
+$(TEST_UKI_HOOKED:%=$(TEST_UKI_CACHE)/cmdline-%): $(TEST_UKI_CACHE)/cmdline-%: $(OUT)/cmdline
+	@$(test-uki-step) && echo "$$(cat $<) $(test-uki-hook-$*)" >$@
 
-$(TEST_UKIS)/cairn-hang.efi: $(MKIMAGE) $(EFI_STUB) $(OUT)/vmlinuz $(VERSION_FILE) \
-	  $(TEST_UKI_CACHE)/cmdline-hang $(OUT)/initramfs-test.img
-	@$(test-uki-step) && $(call test-uki,$(OUT)/initramfs-test.img,$(TEST_UKI_CACHE)/cmdline-hang,$$(cat $(VERSION_FILE)))
+$(TEST_UKI_HOOKED:%=$(TEST_UKIS)/cairn-%.efi): $(TEST_UKIS)/cairn-%.efi: $(MKIMAGE) $(EFI_STUB) $(OUT)/vmlinuz $(VERSION_FILE) \
+	  $(TEST_UKI_CACHE)/cmdline-% $(OUT)/initramfs-test.img
+	@$(test-uki-step) && $(call test-uki,$(OUT)/initramfs-test.img,$(TEST_UKI_CACHE)/cmdline-$*,$$(cat $(VERSION_FILE)))
 
 # The Kubernetes payload of the system image (build/kubernetes), built from
 # source through the module proxy: hyperkube (apiserver, controller manager,

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"cairn.dev/cairn/node/localstorage"
+	"cairn.dev/cairn/node/ports"
 	"cairn.dev/cairn/node/testpoint"
 	"cairn.dev/cairn/pkg/cmdline"
 	"cairn.dev/cairn/pkg/event"
@@ -58,6 +59,11 @@ const (
 	// the machine hangs and is reset as a hung one would be:
 	// "cairn.test.starve-watchdog".
 	flagTestStarveWatchdog = Prefix + "starve-watchdog"
+	// flagTestHoldCuratorPort listens on the curator's port on every
+	// address from the start, so that the node's own curator can never
+	// serve: a release that boots and enrols but never becomes healthy.
+	// "cairn.test.hold-curator-port".
+	flagTestHoldCuratorPort = Prefix + "hold-curator-port"
 )
 
 // StarveWatchdog says whether c asks PID 1 to stop feeding the watchdog
@@ -86,12 +92,15 @@ type Flags struct {
 	stopAt testpoint.Step
 	// run is the directory of test binaries to run; "" for none.
 	run string
+	// holdCuratorPort keeps the curator's port from the curator.
+	holdCuratorPort bool
 }
 
 // Parse reads the test-only flags from c; a flag it cannot use is left
 // unset and named in a note.
 func Parse(c cmdline.Cmdline) (f Flags, notes []string) {
 	f.rootFail = c.Flag(flagTestRootFail)
+	f.holdCuratorPort = c.Flag(flagTestHoldCuratorPort)
 	if p, ok := c.Lookup(flagTestStorageKeys); ok {
 		if err := parseStorageKeys(p.Value, &f.nodeKey, &f.clusterKey); err != nil {
 			notes = append(notes, fmt.Sprintf("ignoring %s: %v", flagTestStorageKeys, err))
@@ -187,6 +196,9 @@ func (f Flags) Services(address event.Watchable[netip.Prefix], printf func(strin
 	}
 	if f.dial.IsValid() {
 		ss = append(ss, Service{"test-dial", dialRunnable(f.dial, address, printf)})
+	}
+	if f.holdCuratorPort {
+		ss = append(ss, Service{"test-hold-curator-port", holdRunnable(ports.Curator, printf)})
 	}
 	return ss
 }

@@ -56,3 +56,20 @@ func TestParseTestFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestParseHoldCuratorPort(t *testing.T) {
+	for cl, want := range map[string]bool{
+		"cairn.test.hold-curator-port":   true,
+		"cairn.test.hold_curator_port=1": true,
+		"cairn.test.hold-curator-port=0": false,
+		"console=ttyS0":                  false,
+	} {
+		f, notes := Parse(cmdline.Parse(cl))
+		if f.holdCuratorPort != want || len(notes) != 0 {
+			t.Errorf("Parse(%q) hold-curator-port = %v, %q, want %v and no notes", cl, f.holdCuratorPort, notes, want)
+		}
+		if got := len(f.Services(nil, nil)); got != map[bool]int{true: 1, false: 0}[want] {
+			t.Errorf("Parse(%q).Services() are %d, want the holder only when the flag is on", cl, got)
+		}
+	}
+}

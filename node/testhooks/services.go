@@ -100,3 +100,37 @@ func dialRunnable(target netip.AddrPort, address event.Watchable[netip.Prefix], 
 		return nil
 	}
 }
+
+// holdRunnable is the test-only service of cairn.test.hold-curator-port:
+// it listens on port on every address, which keeps a service that wants
+// the port on the node's own address from listening (Linux refuses that
+// bind while a wildcard socket listens), and closes every connection it
+// accepts at once, so that clients fail fast instead of waiting for a
+// handshake. It starts with the supervision tree, long before enrolment
+// lets the curator start.
+func holdRunnable(port int, printf func(string, ...any)) supervisor.Runnable {
+	return func(ctx context.Context) error {
+		var lc net.ListenConfig
+		ln, err := lc.Listen(ctx, "tcp", ":"+strconv.Itoa(port))
+		if err != nil {
+			return fmt.Errorf("when holding port %d: %w", port, err)
+		}
+		defer ln.Close()
+		printf("holding port %d, so that the service that needs it cannot serve (test-only)", port)
+		supervisor.Signal(ctx, supervisor.SignalHealthy)
+		go func() {
+			<-ctx.Done()
+			ln.Close()
+		}()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				return fmt.Errorf("when accepting on the held port %d: %w", port, err)
+			}
+			c.Close()
+		}
+	}
+}

@@ -35,6 +35,11 @@ import (
 //	    the watchdog resets the machine, the firmware's default brings
 //	    1.0.0 back, and the node reports the rollback;
 //	(k) a reboot kexecs into the default slot's UKI: 1.0.0 again;
+//	(c2) with -long (make test-long): 1.0.3, whose curator never serves
+//	    (the test build's cairn.test.hold-curator-port holds its port), so
+//	    the trial boot misses its deadline of one minute and reboots through
+//	    the firmware, whose default brings 1.0.0 back; the node reports the
+//	    rollback and what its health still waited for;
 //	(e) with -long (make test-long): the power cut while slot a is
 //	    written, then during the trial boot of 1.1.0: each time the node
 //	    comes back on 1.0.0 by itself, and the update, tried again, ends on
@@ -141,9 +146,33 @@ func TestUpdateTrial(t *testing.T) {
 	})
 
 	if !*longFlag {
-		t.Log("the power cuts during an update run with -long (make test-long)")
+		t.Log("the release that never becomes healthy and the power cuts during an update run with -long (make test-long)")
 		return
 	}
+	t.Run("c2-unhealthy-rolls-back", func(t *testing.T) {
+		ref := rb.pushUKI(t, "trial-unhealthy", "1.0.3", testUKI(t, "unhealthy"), key)
+		from := n.Mark()
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(s.ctx, 15*time.Minute)
+		defer cancel()
+		out, err := runUpdate(ctx, c, id, ref, "--trial-deadline", unhealthyDeadline.String())
+		want := "rolled back from 1.0.3: not healthy within " + unhealthyDeadline.String() + ": waiting for "
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("node update of a release that never becomes healthy: %v\n%s\nwant it to fail saying %q", err, out, want)
+		}
+		s.step("update command → never healthy, deadline missed → rollback reported", time.Since(start))
+		booted := s.waitNode(t, n, from, launch.Substring("The firmware booted slot a's unified kernel image once (BootNext), for a trial"))
+		s.waitNode(t, n, booted.Index, launch.Substring("holding port"))
+		missed := s.waitNode(t, n, booted.Index, launch.Substring("; rebooting into the last good slot"))
+		back := s.waitNode(t, n, missed.Index, launch.Substring("rolled back from 1.0.3"))
+		serving := s.waitNode(t, n, back.Index, launch.Mark(marker.CuratorServing))
+		s.step("  slot a mounted → deadline missed", missed.Time.Sub(booted.Time))
+		s.step("  deadline missed → 1.0.0's curator serving (reboot, firmware, boot)", serving.Time.Sub(missed.Time))
+		t.Logf("the trial boot gave up: %s", cluster.Message(missed.Text))
+		s.checkSlots(t, c, id, slotView{"a", false, "bad", "1.0.3", ""}, slotView{"b", true, "good", "1.0.0", ""})
+		keptKey(t)
+	})
+
 	t.Run("e-power-cuts", func(t *testing.T) {
 		ref := rb.pushUKI(t, "trial-1.1.0", "1.1.0", testUKI(t, "1.1.0"), key)
 		s.cutDuring(t, c, n, ref, launch.Substring("Update: writing slot a"))
@@ -201,6 +230,10 @@ func (s *suite) updateTrial(c *cluster.Cluster, id, ref string) (string, error) 
 	defer cancel()
 	return runUpdate(ctx, c, id, ref, trialFlags...)
 }
+
+// unhealthyDeadline is the trial deadline of the release that never
+// becomes healthy: it only has to run out, after the slot was mounted.
+const unhealthyDeadline = time.Minute
 
 // trialFlags are the flags of the suite's updates that boot the release.
 var trialFlags = []string{"--trial-deadline", "5m"}
