@@ -162,7 +162,9 @@ func TestUpdateTrial(t *testing.T) {
 		}
 		s.step("update command → never healthy, deadline missed → rollback reported", time.Since(start))
 		booted := s.waitNode(t, n, from, launch.Substring("The firmware booted slot a's unified kernel image once (BootNext), for a trial"))
-		s.waitNode(t, n, booted.Index, launch.Substring("holding port"))
+		// The holder starts with the supervision tree, before the update
+		// child says which slot the firmware booted.
+		s.waitNode(t, n, from, launch.Substring("holding port"))
 		missed := s.waitNode(t, n, booted.Index, launch.Substring("; rebooting into the last good slot"))
 		back := s.waitNode(t, n, missed.Index, launch.Substring("rolled back from 1.0.3"))
 		serving := s.waitNode(t, n, back.Index, launch.Mark(marker.CuratorServing))
