@@ -16,10 +16,8 @@
 // as strangers.
 //
 // The image directory defaults to out/ at the repository's root (or
-// $CAIRN_IMAGE_DIR). The suites run in parallel, -suites at a time (the
-// machine's cores by default), longest deadline first (queue, in
-// harness_test.go); each runs under a deadline of its own, from its start,
-// and logs its duration and a table of phase timings;
+// $CAIRN_IMAGE_DIR). Every suite runs in parallel with the others, under a
+// deadline of its own, and logs its duration and a table of phase timings;
 // each node's raw console is kept in out/e2e/<suite>.console.log.
 // Timings are reported, never asserted.
 package e2e

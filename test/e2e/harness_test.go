@@ -10,10 +10,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"text/tabwriter"
 	"time"
@@ -26,24 +24,7 @@ var (
 	memoryFlag   = flag.Int("memory", 2048, "memory of each node in MiB")
 	cairnctlFlag = flag.String("cairnctl", "", "the cairnctl binary the suites run as the operator (default <image dir>/cairnctl)")
 	longFlag     = flag.Bool("long", false, "run the full matrix of the suites that have one (make test-long), not only their representative cases")
-	suitesFlag   = flag.Int("suites", runtime.GOMAXPROCS(0), "how many suites run at once, longest deadline first (their nodes share the machine's cores)")
 )
-
-// TestMain lifts go test's own limit on parallel tests unless -test.parallel
-// was given: the suites' queue (admit) decides which run at once, and in
-// which order.
-func TestMain(m *testing.M) {
-	flag.Parse()
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
-	if !set {
-		if err := flag.Set("test.parallel", "1000"); err != nil {
-			fmt.Fprintf(os.Stderr, "e2e: lifting go test's limit on parallel tests: %v\n", err)
-			os.Exit(2)
-		}
-	}
-	os.Exit(m.Run())
-}
 
 // repoRoot returns the directory above the working directory (the test's
 // package directory) that holds go.mod.
@@ -125,7 +106,6 @@ type suite struct {
 // it ends it logs its duration and its timings.
 func newSuite(t *testing.T, deadline time.Duration) *suite {
 	t.Parallel()
-	suites.admit(t, deadline)
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	s := &suite{t: t, ctx: ctx, start: time.Now()}
 	t.Cleanup(func() {
@@ -133,83 +113,6 @@ func newSuite(t *testing.T, deadline time.Duration) *suite {
 		s.report()
 	})
 	return s
-}
-
-// suites is the queue of the parallel suites.
-var suites queue
-
-// queue admits the parallel suites, at most -suites at a time, longest
-// deadline first. A suite's deadline is what it expects to need, so the
-// long suites start first and the short ones fill in beside them, instead
-// of a long one starting last and running alone at the end.
-type queue struct {
-	mu sync.Mutex
-	// gathering is set once the first suite arrived; gathered once the
-	// others had time to arrive too: go test releases every parallel
-	// test at once, in no set order.
-	gathering, gathered bool
-	running             int
-	waiting             []*ticket
-}
-
-// ticket is one suite in the queue; start is closed when it may run.
-type ticket struct {
-	name     string
-	deadline time.Duration
-	start    chan struct{}
-}
-
-// gatherFor is how long the queue waits after the first suite arrived
-// before it starts any.
-const gatherFor = time.Second
-
-// admit waits until suite t, with deadline, may run; the slot is given
-// back once t and its cleanups (its nodes closed) ended.
-func (q *queue) admit(t *testing.T, deadline time.Duration) {
-	tk := &ticket{name: t.Name(), deadline: deadline, start: make(chan struct{})}
-	arrived := time.Now()
-	q.mu.Lock()
-	q.waiting = append(q.waiting, tk)
-	if !q.gathering {
-		q.gathering = true
-		time.AfterFunc(gatherFor, func() {
-			q.mu.Lock()
-			defer q.mu.Unlock()
-			q.gathered = true
-			q.next()
-		})
-	} else if q.gathered {
-		q.next()
-	}
-	q.mu.Unlock()
-	// Registered first, this cleanup runs last.
-	t.Cleanup(func() {
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		q.running--
-		q.next()
-	})
-	<-tk.start
-	if waited := time.Since(arrived); waited > gatherFor+time.Second {
-		t.Logf("started after %v in the queue of suites (-suites %d)", waited.Round(time.Second), *suitesFlag)
-	}
-}
-
-// next starts the waiting suites with the longest deadlines (then by
-// name) while fewer than -suites run; q.mu is held.
-func (q *queue) next() {
-	for q.running < max(*suitesFlag, 1) && len(q.waiting) > 0 {
-		i := 0
-		for j, w := range q.waiting {
-			if w.deadline > q.waiting[i].deadline || (w.deadline == q.waiting[i].deadline && w.name < q.waiting[i].name) {
-				i = j
-			}
-		}
-		tk := q.waiting[i]
-		q.waiting = slices.Delete(q.waiting, i, i+1)
-		q.running++
-		close(tk.start)
-	}
 }
 
 // launch boots a node whose console goes to out/e2e/<suite>.console.log;
