@@ -115,20 +115,26 @@ func holdRunnable(port int, printf func(string, ...any)) supervisor.Runnable {
 		if err != nil {
 			return fmt.Errorf("when holding port %d: %w", port, err)
 		}
+		// Closing the listener is what ends the accept loop.
 		defer ln.Close()
+		if err := supervisor.Run(ctx, "accept", refuseAll(ln)); err != nil {
+			return fmt.Errorf("when starting the held port's accept loop: %w", err)
+		}
 		printf("holding port %d, so that the service that needs it cannot serve (test-only)", port)
 		supervisor.Signal(ctx, supervisor.SignalHealthy)
-		go func() {
-			<-ctx.Done()
-			ln.Close()
-		}()
+		<-ctx.Done()
+		return ctx.Err()
+	}
+}
+
+// refuseAll closes every connection ln accepts, until ln is closed.
+func refuseAll(ln net.Listener) supervisor.Runnable {
+	return func(ctx context.Context) error {
+		supervisor.Signal(ctx, supervisor.SignalHealthy)
 		for {
 			c, err := ln.Accept()
 			if err != nil {
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				return fmt.Errorf("when accepting on the held port %d: %w", port, err)
+				return fmt.Errorf("when accepting on the held port: %w", err)
 			}
 			c.Close()
 		}
