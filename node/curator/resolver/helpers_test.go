@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"testing"
 
 	"cairn.dev/cairn/node/identity"
@@ -28,9 +29,12 @@ type fakeCurator struct {
 	addr   string
 	// blind curators name no leader, like one whose node was cut off.
 	blind bool
+	// streams counts the GetCurrentLeader streams opened.
+	streams atomic.Int32
 }
 
 func (f *fakeCurator) GetCurrentLeader(_ *api.GetCurrentLeaderRequest, srv api.Curator_GetCurrentLeaderServer) error {
+	f.streams.Add(1)
 	w := f.leader.Watch()
 	defer w.Close()
 	for {

@@ -195,6 +195,18 @@ func TestStaysWithOnlyCurator(t *testing.T) {
 	r := New(ca.Node(t), nil)
 	r.SetLocal(c.curators[0].addr)
 	start(t, c, r)
+	// A session may fail before the fake curator listens; what counts is
+	// that the one that reached it is kept past leaderlessFor.
+	deadline := time.Now().Add(20 * time.Second)
+	for c.curators[0].streams.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the resolver never opened a GetCurrentLeader stream to the only curator")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r.mu.Lock()
+	r.failed = ""
+	r.mu.Unlock()
 	time.Sleep(leaderlessFor + time.Second)
 	r.mu.Lock()
 	failed := r.failed
