@@ -28,41 +28,52 @@ const echoTimeout = 10 * time.Second
 // sends every byte a client sends straight back, one client at a time.
 func echoRunnable(port int) supervisor.Runnable {
 	return func(ctx context.Context) error {
-		var lc net.ListenConfig
-		ln, err := lc.Listen(ctx, "tcp", ":"+strconv.Itoa(port))
-		if err != nil {
-			return fmt.Errorf("when listening for echo: %w", err)
-		}
-		// Closing the listener is what ends the accept loop.
-		defer ln.Close()
-		if err := supervisor.Run(ctx, "accept", acceptEcho(ln)); err != nil {
-			return fmt.Errorf("when starting the echo accept loop: %w", err)
-		}
-		supervisor.Logger(ctx).Infof("Echo server on %s (test-only)", ln.Addr())
-		supervisor.Signal(ctx, supervisor.SignalHealthy)
-		<-ctx.Done()
-		return ctx.Err()
+		return serveTCP(ctx, port, "echo", echo, func(addr net.Addr) {
+			supervisor.Logger(ctx).Infof("Echo server on %s (test-only)", addr)
+		})
 	}
 }
 
-// acceptEcho serves the connections of ln until ln is closed.
-func acceptEcho(ln net.Listener) supervisor.Runnable {
-	return func(ctx context.Context) error {
+// echo sends what c sends back until c closes or echoTimeout passes.
+func echo(ctx context.Context, c net.Conn) {
+	log := supervisor.Logger(ctx)
+	log.Infof("Echo connection from %s", c.RemoteAddr())
+	c.SetDeadline(time.Now().Add(echoTimeout))
+	if _, err := io.Copy(c, c); err != nil {
+		log.Warningf("Echo connection from %s: %v", c.RemoteAddr(), err)
+	}
+}
+
+// serveTCP listens on port on every address and hands the connections
+// it accepts, one at a time, to handle, in an accept loop under the
+// supervisor; each is closed once handled. Listening, it calls
+// listening, then holds the port until ctx ends, when closing the
+// listener ends the loop. what names the service in errors.
+func serveTCP(ctx context.Context, port int, what string, handle func(context.Context, net.Conn), listening func(net.Addr)) error {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", ":"+strconv.Itoa(port))
+	if err != nil {
+		return fmt.Errorf("when listening for %s on port %d: %w", what, port, err)
+	}
+	defer ln.Close()
+	accept := func(ctx context.Context) error {
 		supervisor.Signal(ctx, supervisor.SignalHealthy)
-		log := supervisor.Logger(ctx)
 		for {
 			c, err := ln.Accept()
 			if err != nil {
-				return fmt.Errorf("when accepting echo connections: %w", err)
+				return fmt.Errorf("when accepting %s connections: %w", what, err)
 			}
-			log.Infof("Echo connection from %s", c.RemoteAddr())
-			c.SetDeadline(time.Now().Add(echoTimeout))
-			if _, err := io.Copy(c, c); err != nil {
-				log.Warningf("Echo connection from %s: %v", c.RemoteAddr(), err)
-			}
+			handle(ctx, c)
 			c.Close()
 		}
 	}
+	if err := supervisor.Run(ctx, "accept", accept); err != nil {
+		return fmt.Errorf("when starting the %s accept loop: %w", what, err)
+	}
+	listening(ln.Addr())
+	supervisor.Signal(ctx, supervisor.SignalHealthy)
+	<-ctx.Done()
+	return ctx.Err()
 }
 
 // dialRunnable is the test-only client of cairn.test.dial: once the node
@@ -110,33 +121,8 @@ func dialRunnable(target netip.AddrPort, address event.Watchable[netip.Prefix], 
 // lets the curator start.
 func holdRunnable(port int, printf func(string, ...any)) supervisor.Runnable {
 	return func(ctx context.Context) error {
-		var lc net.ListenConfig
-		ln, err := lc.Listen(ctx, "tcp", ":"+strconv.Itoa(port))
-		if err != nil {
-			return fmt.Errorf("when holding port %d: %w", port, err)
-		}
-		// Closing the listener is what ends the accept loop.
-		defer ln.Close()
-		if err := supervisor.Run(ctx, "accept", refuseAll(ln)); err != nil {
-			return fmt.Errorf("when starting the held port's accept loop: %w", err)
-		}
-		printf("holding port %d, so that the service that needs it cannot serve (test-only)", port)
-		supervisor.Signal(ctx, supervisor.SignalHealthy)
-		<-ctx.Done()
-		return ctx.Err()
-	}
-}
-
-// refuseAll closes every connection ln accepts, until ln is closed.
-func refuseAll(ln net.Listener) supervisor.Runnable {
-	return func(ctx context.Context) error {
-		supervisor.Signal(ctx, supervisor.SignalHealthy)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return fmt.Errorf("when accepting on the held port: %w", err)
-			}
-			c.Close()
-		}
+		return serveTCP(ctx, port, "the held port", func(context.Context, net.Conn) {}, func(net.Addr) {
+			printf("holding port %d, so that the service that needs it cannot serve (test-only)", port)
+		})
 	}
 }
