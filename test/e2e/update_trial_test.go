@@ -68,7 +68,7 @@ func TestUpdateTrial(t *testing.T) {
 		ref := rb.pushUKI(t, "trial-1.0.0", "1.0.0", testUKI(t, "1.0.0"), key)
 		from := n.Mark()
 		start := time.Now()
-		out, err := s.updateTrial(c, id, ref)
+		out, err := s.updateTrial(c, id, ref, trialDeadline)
 		if err != nil {
 			t.Fatalf("node update %s: %v\n%s", ref, err, out)
 		}
@@ -94,7 +94,7 @@ func TestUpdateTrial(t *testing.T) {
 		ref := rb.pushUKI(t, "trial-panic", "1.0.1", testUKI(t, "panic"), key)
 		from := n.Mark()
 		start := time.Now()
-		out, err := s.updateTrial(c, id, ref)
+		out, err := s.updateTrial(c, id, ref, trialDeadline)
 		if err == nil || !strings.Contains(err.Error(), "rolled back from 1.0.1: its trial boot ended before it was healthy") {
 			t.Fatalf("node update of a release that panics: %v\n%s\nwant it to fail saying the node rolled back from 1.0.1", err, out)
 		}
@@ -114,7 +114,7 @@ func TestUpdateTrial(t *testing.T) {
 		ref := rb.pushUKI(t, "trial-hang", "1.0.2", testUKI(t, "hang"), key)
 		from := n.Mark()
 		start := time.Now()
-		out, err := s.updateTrial(c, id, ref)
+		out, err := s.updateTrial(c, id, ref, trialDeadline)
 		if err == nil || !strings.Contains(err.Error(), "rolled back from 1.0.2: its trial boot ended before it was healthy") {
 			t.Fatalf("node update of a release that hangs: %v\n%s\nwant it to fail saying the node rolled back from 1.0.2", err, out)
 		}
@@ -153,9 +153,7 @@ func TestUpdateTrial(t *testing.T) {
 		ref := rb.pushUKI(t, "trial-unhealthy", "1.0.3", testUKI(t, "unhealthy"), key)
 		from := n.Mark()
 		start := time.Now()
-		ctx, cancel := context.WithTimeout(s.ctx, 15*time.Minute)
-		defer cancel()
-		out, err := runUpdate(ctx, c, id, ref, "--trial-deadline", unhealthyDeadline.String())
+		out, err := s.updateTrial(c, id, ref, unhealthyDeadline)
 		want := "rolled back from 1.0.3: not healthy within " + unhealthyDeadline.String() + ": waiting for "
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Fatalf("node update of a release that never becomes healthy: %v\n%s\nwant it to fail saying %q", err, out, want)
@@ -188,7 +186,7 @@ func TestUpdateTrial(t *testing.T) {
 		s.checkSlots(t, c, id, slotView{Name: "a", State: "bad", Version: "1.1.0"}, slotView{"b", true, "good", "1.0.0", ""})
 
 		start := time.Now()
-		out, err := s.updateTrial(c, id, ref)
+		out, err := s.updateTrial(c, id, ref, trialDeadline)
 		if err != nil || !strings.Contains(out, "runs release 1.1.0 from slot a, which proved itself") {
 			t.Fatalf("node update %s after the cuts: %v\n%s", ref, err, out)
 		}
@@ -211,7 +209,7 @@ func (s *suite) cutDuring(t *testing.T, c *cluster.Cluster, n *cluster.Node, ref
 		defer close(done)
 		// The cut ends the command with an error: the node went away,
 		// or, waiting for the trial, the command is stopped.
-		runUpdate(ctx, c, n.ID(), ref, trialFlags...)
+		runUpdate(ctx, c, n.ID(), ref, trialFlags(trialDeadline)...)
 	}()
 	s.waitNode(t, n, from, cut)
 	if err := n.Kill(); err != nil {
@@ -225,20 +223,27 @@ func (s *suite) cutDuring(t *testing.T, c *cluster.Cluster, n *cluster.Node, ref
 	return s.waitNode(t, n, 0, launch.Mark(marker.CuratorServing))
 }
 
-// updateTrial runs cairnctl node update on node id, waiting for the trial's
-// outcome, and returns its output.
-func (s *suite) updateTrial(c *cluster.Cluster, id, ref string) (string, error) {
+// updateTrial runs cairnctl node update on node id with the trial
+// deadline, waiting for the trial's outcome, and returns its output.
+func (s *suite) updateTrial(c *cluster.Cluster, id, ref string, deadline time.Duration) (string, error) {
 	ctx, cancel := context.WithTimeout(s.ctx, 15*time.Minute)
 	defer cancel()
-	return runUpdate(ctx, c, id, ref, trialFlags...)
+	return runUpdate(ctx, c, id, ref, trialFlags(deadline)...)
 }
 
 // unhealthyDeadline is the trial deadline of the release that never
 // becomes healthy: it only has to run out, after the slot was mounted.
 const unhealthyDeadline = time.Minute
 
-// trialFlags are the flags of the suite's updates that boot the release.
-var trialFlags = []string{"--trial-deadline", "5m"}
+// trialDeadline is the trial deadline of the suite's other updates that
+// boot the release.
+const trialDeadline = 5 * time.Minute
+
+// trialFlags are the flags of an update that boots the release, with
+// deadline for its trial.
+func trialFlags(deadline time.Duration) []string {
+	return []string{"--trial-deadline", deadline.String()}
+}
 
 // slotView is one slot as cairnctl -o json node slots prints it.
 type slotView struct {
