@@ -1,6 +1,7 @@
 package nodemanagement
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -65,8 +66,17 @@ func (s *Service) Logs(req *api.LogsRequest, stream grpc.ServerStreamingServer[a
 // follow sends entries from ch as they come until the caller goes away.
 // After each entry it takes whatever else is already waiting, up to a
 // batch, so that bursts travel in few messages and single entries at once.
+// A send that fails because the caller has gone is the end of the stream,
+// not an error.
 func follow(stream grpc.ServerStreamingServer[api.LogsResponse], ch <-chan *logtree.LogEntry, b *batcher) error {
 	ctx := stream.Context()
+	if err := followUntilError(ctx, ch, b); err != nil && ctx.Err() == nil {
+		return err
+	}
+	return nil
+}
+
+func followUntilError(ctx context.Context, ch <-chan *logtree.LogEntry, b *batcher) error {
 	for {
 		select {
 		case <-ctx.Done():
