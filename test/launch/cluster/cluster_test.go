@@ -121,6 +121,8 @@ func TestProgressLine(t *testing.T) {
 		"I1123 x.go:1] " + marker.Format(marker.CuratorLeading):              true,
 		"I1123 x.go:1] " + marker.Format(marker.Roles, "roles", ""):          true,
 		"panic: runtime error":                                               true,
+		"[ 1234.21] reboot: machine restart":                                 true,
+		`BdsDxe: starting Boot0003 "Cairn system-b" from HD(1,GPT,...)`:      true,
 		"I1123 x.go:1] following leader cairn-0123456789abcdef":              false,
 		"I1123 x.go:1] etcd member 8e9e05c52164694d (cairn-01) running, ...": false,
 	} {

@@ -195,8 +195,11 @@ func (n *Node) ensureDisk(ctx context.Context) error {
 var progressLine progressMatcher
 
 // initProgress are the lines of /init's console protocol that progressLine
-// picks, and panics.
-var initProgress = regexp.MustCompile(`cairn: init started|cairn: network address|cairn: stopping for|panic:|cairn: root runnable failed`)
+// picks, panics, and the two ends of a reboot through the firmware (the
+// kernel resetting the machine, the firmware starting a boot entry), so
+// that the firmware's share of a reboot shows apart from the kernel's and
+// /init's.
+var initProgress = regexp.MustCompile(`cairn: init started|cairn: network address|cairn: stopping for|panic:|cairn: root runnable failed|reboot: machine restart|BdsDxe: starting`)
 
 type progressMatcher struct{}
 
