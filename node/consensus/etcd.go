@@ -95,8 +95,10 @@ func (s *Service) baseConfig(peer url.URL) *embed.Config {
 	cfg.InitialCluster = fmt.Sprintf("%s=%s", s.cfg.Name, peer.String())
 	cfg.ClusterState = embed.ClusterStateFlagNew
 	cfg.EnableGRPCGateway = false
-	// Keep an hour of history for watchers that reconnect; compact the
-	// rest so the database does not grow without bound.
+	// Cairn's watchers need no history: each starts from a read and
+	// reads again when its revision was compacted. With Kubernetes, the
+	// apiserver compacts every five minutes (node/kubernetes); this
+	// hourly compaction bounds the database of a cluster without one.
 	cfg.AutoCompactionMode = "periodic"
 	cfg.AutoCompactionRetention = "1h"
 	// Not set by NewConfig; zero would log every request as slow.

@@ -201,9 +201,9 @@ func (c *Controller) runAPIServer(ctx context.Context) error {
 		"--advertise-address="+c.cfg.IP.String(),
 		"--secure-port="+strconv.Itoa(c.cfg.Ports.KubernetesAPI),
 		"--etcd-servers=unix://"+c.dir("etcd.sock"),
-		// etcd compacts its history itself (node/consensus), for every
-		// key at once; the apiserver must not compact Cairn's.
-		"--etcd-compaction-interval=0",
+		// The apiserver compacts etcd, as upstream's does: its watch
+		// cache learns of compactions only from its own (EtcdProxy).
+		"--etcd-compaction-interval=5m",
 		"--tls-cert-file="+serving.Cert,
 		"--tls-private-key-file="+serving.Key,
 		"--client-ca-file="+serving.CA,

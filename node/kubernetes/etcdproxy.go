@@ -34,8 +34,13 @@ import (
 //	                          └▶ Maintenance.Status, Cluster.MemberList
 //	                            (read-only); anything else is refused
 //
-// Compaction is refused: it would drop the history of every key, Cairn's
-// too, and etcd compacts on its own schedule (node/consensus).
+// Compaction goes through. The apiserver compacts every five minutes, as
+// upstream's does, and learns the compacted revision from the key it
+// keeps for that, which its watch cache needs: a continue token older
+// than the compaction must expire, as clients of Kubernetes expect. A
+// compaction drops the history of every key, Cairn's too; Cairn's
+// watchers need none, as each starts from a read and reads again when
+// its revision was compacted (pkg/event/etcd, node/curator).
 type EtcdProxy struct {
 	etcd   *clientv3.Client
 	prefix string
@@ -87,7 +92,7 @@ func (p *EtcdProxy) Run(ctx context.Context) error {
 		MinTime:             5 * time.Second,
 		PermitWithoutStream: true,
 	}))
-	pb.RegisterKVServer(srv, noCompaction{kv})
+	pb.RegisterKVServer(srv, kv)
 	pb.RegisterWatchServer(srv, watch)
 	pb.RegisterLeaseServer(srv, lease)
 	pb.RegisterMaintenanceServer(srv, &statusOnly{etcd: cl})
@@ -121,15 +126,6 @@ func (p *EtcdProxy) Run(ctx context.Context) error {
 // errRefused answers what the proxy does not let through.
 func errRefused(what string) error {
 	return status.Errorf(codes.PermissionDenied, "the Kubernetes etcd proxy does not allow %s", what)
-}
-
-// noCompaction is a KV server that refuses Compact.
-type noCompaction struct {
-	pb.KVServer
-}
-
-func (noCompaction) Compact(context.Context, *pb.CompactionRequest) (*pb.CompactionResponse, error) {
-	return nil, errRefused("compaction: etcd compacts itself")
 }
 
 // statusOnly serves Maintenance.Status of the local member and refuses
