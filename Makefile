@@ -6,7 +6,7 @@ OUT ?= out
 # Tools fetched through the Go module proxy, pinned here and nowhere else.
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all deps build test test-long unit e2e lint bench image cluster proto clean cairnctl release
+.PHONY: all deps build test test-long unit e2e lint bench image cluster proto clean cairnctl release conformance
 
 all: build
 
@@ -397,6 +397,27 @@ kube-payload: deps-kubernetes
 kube-payload-test: kube-payload
 	cd build/kubernetes && $(GO) test -tags payload -count=1 -v . \
 	  -bin $(abspath $(KUBE_BIN)) -kubectl $(abspath $(OUT))/kubectl
+
+# conformance runs the [Conformance] tests of Kubernetes' own e2e suite,
+# e2e.test built from the payload's release, against the cluster of
+# CONFORMANCE_KUBECONFIG: by default make cluster's, so start make cluster
+# in another terminal first. test/conformance runs it in shards, one per
+# SIG and then the serial tests, two at a time; SHARDS=network,apps picks
+# some; FOCUS=REGEXP runs only the conformance tests whose names match,
+# as the shard focus. Each shard's log and JUnit report stay in out/conformance/SHARD,
+# with out/conformance/summary.md over all; a shard that ended is not run
+# again at the same version, so a run that stopped resumes where it was.
+# BACKGROUND=1 detaches the run, logging to out/conformance/runner.log.
+CONFORMANCE_DIR := $(OUT)/conformance
+CONFORMANCE_KUBECONFIG ?= $(OUT)/cluster/kubeconfig
+.PHONY: conformance
+conformance: deps-kubernetes $(VERSION_FILE)
+	@mkdir -p $(CONFORMANCE_DIR)
+	@echo "conformance: building e2e.test (Kubernetes $$(cd build/kubernetes && $(GO) list -m -f '{{.Version}}' k8s.io/kubernetes))"
+	@cd build/kubernetes && $(GO) test -c -o $(abspath $(CONFORMANCE_DIR))/e2e.test k8s.io/kubernetes/test/e2e
+	@$(GO) build -o $(CONFORMANCE_DIR)/runner ./test/conformance
+	$(CONFORMANCE_DIR)/runner -e2e $(CONFORMANCE_DIR)/e2e.test -kubeconfig $(CONFORMANCE_KUBECONFIG) \
+	  -dir $(CONFORMANCE_DIR) -commit "$$(cat $(VERSION_FILE))" $(if $(SHARDS),-shards $(SHARDS)) $(if $(FOCUS),-focus '$(FOCUS)') $(if $(filter 1,$(BACKGROUND)),-background)
 
 # Protocol buffers. `make proto` regenerates the committed Go code beside the
 # .proto files of proto/; `make proto-check` (part of lint) regenerates into a

@@ -1,0 +1,253 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// fakeE2E, set in the environment, makes this test binary play e2e.test:
+// see playE2E.
+const fakeE2E = "CAIRN_CONFORMANCE_FAKE_E2E"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(fakeE2E) != "" {
+		os.Exit(playE2E(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+// playE2E is a stand-in for e2e.test with the flags the runner passes:
+// it notes its label filter in the file $fakeE2E names, and writes a
+// JUnit report in ginkgo's form, with one spec of its shard that passes
+// (or fails, when the filter names sig-failing), a spec of another shard
+// that its filter left out, and its suite nodes. With sig-noreport it
+// writes no report.
+func playE2E(args []string) int {
+	fs := flag.NewFlagSet("e2e.test", flag.ContinueOnError)
+	reportDir := fs.String("report-dir", "", "")
+	labels := fs.String("ginkgo.label-filter", "", "")
+	focus := fs.String("ginkgo.focus", "", "")
+	fs.String("kubeconfig", "", "")
+	fs.String("provider", "", "")
+	fs.String("ginkgo.timeout", "", "")
+	fs.Bool("ginkgo.no-color", false, "")
+	fs.Bool("ginkgo.v", false, "")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	f, err := os.OpenFile(os.Getenv(fakeE2E), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return 3
+	}
+	fmt.Fprintf(f, "%s|%s\n", *labels, *focus)
+	f.Close()
+	if strings.Contains(*labels, "sig-noreport") {
+		return 1
+	}
+	sig := "sig-focus"
+	if fields := strings.Fields(*labels); len(fields) > 2 {
+		sig = fields[2]
+	}
+	status, body, code := `status="passed">`, "", 0
+	if sig == "sig-failing" {
+		status, body, code = `status="failed">`, `<failure type="failed">[FAILED] it broke
+at here</failure>`, 1
+	}
+	report := `<?xml version="1.0" encoding="UTF-8"?>
+<testsuites tests="4">
+  <testsuite name="Kubernetes e2e suite">
+    <testcase name="[SynchronizedBeforeSuite]" classname="Kubernetes e2e suite" status="passed" time="0.5"></testcase>
+    <testcase name="[` + sig + `] Things should work [Conformance]" classname="Kubernetes e2e suite" ` + status + body + `</testcase>
+    <testcase name="[sig-other] Others should work [Conformance]" classname="Kubernetes e2e suite" status="skipped" time="0"><skipped message="skipped"></skipped></testcase>
+  </testsuite>
+</testsuites>
+`
+	if err := os.WriteFile(filepath.Join(*reportDir, "junit_01.xml"), []byte(report), 0o644); err != nil {
+		return 4
+	}
+	return code
+}
+
+// TestReadJUnit reads a report of every outcome ginkgo writes: the specs
+// of the shard count, with the reason of a failure or a skip; specs its
+// filter left out and suite nodes that passed do not; a suite node that
+// failed does, as it lost every spec after it.
+func TestReadJUnit(t *testing.T) {
+	report := `<?xml version="1.0" encoding="UTF-8"?>
+<testsuites>
+  <testsuite name="Kubernetes e2e suite">
+    <testcase name="[ReportBeforeSuite]" status="passed"></testcase>
+    <testcase name="[SynchronizedBeforeSuite]" status="failed"><failure type="failed">[FAILED] nodes not ready
+more</failure></testcase>
+    <testcase name="[sig-apps] A should pass [Conformance]" status="passed"></testcase>
+    <testcase name="[sig-network] B should fail [Conformance]" status="failed"><failure type="failed">
+  [FAILED] timed out
+  details</failure></testcase>
+    <testcase name="[sig-node] C should time out [Conformance]" status="timedout"></testcase>
+    <testcase name="[sig-storage] D is skipped [Conformance]" status="skipped"><skipped message="skipped - Only supported for providers [gce]"></skipped></testcase>
+    <testcase name="[sig-auth] E is another shard's [Conformance]" status="skipped"><skipped message="skipped"></skipped></testcase>
+  </testsuite>
+</testsuites>`
+	got, err := readJUnit(strings.NewReader(report))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []spec{
+		{Name: "[SynchronizedBeforeSuite]", Outcome: "failed", Reason: "[FAILED] nodes not ready"},
+		{Name: "[sig-apps] A should pass [Conformance]", SIG: "sig-apps", Outcome: "passed"},
+		{Name: "[sig-network] B should fail [Conformance]", SIG: "sig-network", Outcome: "failed", Reason: "[FAILED] timed out"},
+		{Name: "[sig-node] C should time out [Conformance]", SIG: "sig-node", Outcome: "failed", Reason: "timedout"},
+		{Name: "[sig-storage] D is skipped [Conformance]", SIG: "sig-storage", Outcome: "skipped", Reason: "Only supported for providers [gce]"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("readJUnit (-want +got):\n%s", diff)
+	}
+	if _, err := readJUnit(strings.NewReader("<testsuites><testsuite>")); err == nil {
+		t.Errorf("readJUnit of a truncated report = nil error, want one")
+	}
+}
+
+func TestSelectShards(t *testing.T) {
+	all := defaultShards()
+	got, err := selectShards(all, "serial, network")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff("network, serial", shardNames(got)); diff != "" {
+		t.Errorf("selectShards(serial, network) (-want +got):\n%s", diff)
+	}
+	if got, _ := selectShards(all, ""); len(got) != len(all) {
+		t.Errorf("selectShards(\"\") = %d shards, want all %d", len(got), len(all))
+	}
+	if _, err := selectShards(all, "network,nosuch,zzz"); err == nil || !strings.Contains(err.Error(), "no shard named nosuch, zzz") {
+		t.Errorf("selectShards with unknown names = %v, want an error naming them", err)
+	}
+}
+
+// TestRunnerResumes runs shards through a stand-in e2e.test: each shard
+// ends with a result; a second run at the same commit runs only the shard
+// whose result is missing (as after an interrupted run); another commit,
+// or -again, runs them all; a focus shard passes its focus, and another
+// focus is another shard; a shard whose e2e.test leaves no report is an
+// error, not a result. The summary counts the outcomes by SIG.
+func TestRunnerResumes(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := filepath.Join(t.TempDir(), "calls")
+	t.Setenv(fakeE2E, calls)
+	dir := t.TempDir()
+	shards := []shard{
+		{Name: "a", Labels: "Conformance && sig-apps && !Serial"},
+		{Name: "f", Labels: "Conformance && sig-failing && !Serial"},
+		{Name: "s", Labels: "Conformance && sig-serial && Serial", Serial: true},
+	}
+	var log bytes.Buffer
+	newRunner := func(commit string, again bool) *runner {
+		return &runner{
+			e2e: self, kubeconfig: "kubeconfig", dir: dir, commit: commit,
+			parallel: 2, timeout: time.Minute, again: again, progress: time.Hour,
+			logf: func(format string, args ...any) { fmt.Fprintf(&log, format+"\n", args...) },
+		}
+	}
+	ran := func() []string {
+		b, _ := os.ReadFile(calls)
+		os.Remove(calls)
+		var out []string
+		for l := range strings.Lines(string(b)) {
+			labels, focus, _ := strings.Cut(strings.TrimSpace(l), "|")
+			if focus != "" {
+				out = append(out, "focus "+focus)
+			} else {
+				out = append(out, strings.Fields(labels)[2])
+			}
+		}
+		return out
+	}
+	ctx := t.Context()
+
+	results, err := newRunner("c1", false).run(ctx, shards)
+	if err != nil {
+		t.Fatalf("first run: %v\n%s", err, log.String())
+	}
+	if got := ran(); len(got) != 3 || got[2] != "sig-serial" {
+		t.Errorf("first run ran %v, want the three shards, the serial one last", got)
+	}
+	var sum bytes.Buffer
+	summary(&sum, results)
+	for _, want := range []string{
+		"| sig-apps | 1 | 0 | 0 |",
+		"| sig-failing | 0 | 1 | 0 |",
+		"| all | 2 | 1 | 0 |",
+		"- [sig-failing] Things should work [Conformance]: [FAILED] it broke",
+	} {
+		if !strings.Contains(sum.String(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, sum.String())
+		}
+	}
+
+	if err := os.Remove(filepath.Join(dir, "f", "result.json")); err != nil {
+		t.Fatal(err)
+	}
+	results, err = newRunner("c1", false).run(ctx, shards)
+	if err != nil {
+		t.Fatalf("second run: %v", err)
+	}
+	if diff := cmp.Diff([]string{"sig-failing"}, ran()); diff != "" {
+		t.Errorf("second run at the same commit ran (-want +got):\n%s", diff)
+	}
+	if n := len(results[0].Specs) + len(results[1].Specs) + len(results[2].Specs); n != 3 {
+		t.Errorf("second run's results hold %d specs, want the 3 of all shards, kept ones too", n)
+	}
+
+	if _, err := newRunner("c2", false).run(ctx, shards); err != nil {
+		t.Fatal(err)
+	}
+	if got := ran(); len(got) != 3 {
+		t.Errorf("run at another commit ran %v, want all three shards", got)
+	}
+	if _, err := newRunner("c2", true).run(ctx, shards[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"sig-apps"}, ran()); diff != "" {
+		t.Errorf("run with again ran (-want +got):\n%s", diff)
+	}
+
+	if _, err := newRunner("c2", false).run(ctx, []shard{focusShard("Things should")}); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"focus Things should"}, ran()); diff != "" {
+		t.Errorf("run of a focus shard ran (-want +got):\n%s", diff)
+	}
+	if _, err := newRunner("c2", false).run(ctx, []shard{focusShard("Other things")}); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"focus Other things"}, ran()); diff != "" {
+		t.Errorf("a focus shard with another focus at the same commit ran (-want +got):\n%s", diff)
+	}
+
+	_, err = newRunner("c2", false).run(ctx, []shard{{Name: "n", Labels: "Conformance && sig-noreport"}})
+	if err == nil || !strings.Contains(err.Error(), "left no readable report") {
+		t.Errorf("run of a shard without a report = %v, want an error saying so", err)
+	}
+	if _, statErr := os.Stat(filepath.Join(dir, "n", "result.json")); statErr == nil {
+		t.Errorf("a shard without a report has a result.json, so it would never run again")
+	}
+
+	// Interrupted before it starts, a run says how to resume.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := newRunner("c3", false).run(cctx, shards); err == nil || !strings.Contains(err.Error(), "run again to resume") {
+		t.Errorf("cancelled run = %v, want an error saying how to resume", err)
+	}
+}
