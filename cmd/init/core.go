@@ -56,6 +56,9 @@ func runCore() int {
 		initLog.Errorf("%v", err)
 		con.Printf("%v", err)
 	}
+	if err := writeOSRelease(osReleasePath, version()); err != nil {
+		initLog.Errorf("%v", err)
+	}
 
 	buttons := openPowerButtons("/sys/class/input", "/dev/input", true, lt.LeveledFor("init.power"))
 	defer buttons.Close()

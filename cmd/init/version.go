@@ -1,6 +1,11 @@
 package main
 
-import "runtime/debug"
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+)
 
 // buildVersion is Cairn's version, set by the image build with
 // -ldflags "-X main.buildVersion=<version>".
@@ -23,4 +28,28 @@ func version() string {
 		}
 	}
 	return "dev"
+}
+
+// osReleasePath is where programs look for what OS they run on: the
+// kubelet reports its PRETTY_NAME as the Node's OS image.
+const osReleasePath = "/etc/os-release"
+
+// osRelease returns the os-release(5) file of Cairn at version v.
+func osRelease(v string) string {
+	return fmt.Sprintf("NAME=Cairn\nID=cairn\nVERSION=%q\nVERSION_ID=%q\nPRETTY_NAME=%q\n", v, v, "Cairn "+v)
+}
+
+// writeOSRelease writes Cairn's os-release file at path, atomically.
+func writeOSRelease(path, v string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("when making the directory of %s: %w", path, err)
+	}
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, []byte(osRelease(v)), 0o644); err != nil {
+		return fmt.Errorf("when writing %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("when putting %s in place: %w", path, err)
+	}
+	return nil
 }

@@ -32,7 +32,8 @@ import (
 // drives it with a kubeconfig that cairnctl wrote:
 //
 //	(a) the owner's kubeconfig reaches the apiserver, and both workers'
-//	    Nodes turn Ready, labelled for their roles;
+//	    Nodes turn Ready, labelled for their roles, their OS image
+//	    "Cairn <version>";
 //	(b) a pod of the pause image, which the node imported itself, runs
 //	    on node 1;
 //	(c) two test agents, pulled through the mirror, one on each worker,
@@ -116,6 +117,21 @@ func TestKubernetes(t *testing.T) {
 			}
 			return k.nodeLabel(t, n2.ID(), "node-role.kubernetes.io/worker")
 		})
+		// Each kubelet names the OS it runs on, from /etc/os-release.
+		want := "Cairn " + readVersion(t)
+		for _, n := range []*cluster.Node{n1, n2} {
+			var node struct {
+				Status struct {
+					NodeInfo struct{ OSImage string }
+				}
+			}
+			if err := k.getJSON(t, &node, "node", n.ID()); err != nil {
+				t.Fatal(err)
+			}
+			if got := node.Status.NodeInfo.OSImage; got != want {
+				t.Errorf("the Node of %s says its OS image is %q, want %q", n.Name(), got, want)
+			}
+		}
 	})
 	if t.Failed() {
 		s.dumpKubernetes(t, c, k)
