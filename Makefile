@@ -411,12 +411,12 @@ kube-payload-test: kube-payload
 CONFORMANCE_DIR := $(OUT)/conformance
 CONFORMANCE_KUBECONFIG ?= $(OUT)/cluster/kubeconfig
 .PHONY: conformance
-conformance: deps-kubernetes $(VERSION_FILE)
+conformance: kube-payload $(VERSION_FILE)
 	@mkdir -p $(CONFORMANCE_DIR)
 	@echo "conformance: building e2e.test (Kubernetes $$(cd build/kubernetes && $(GO) list -m -f '{{.Version}}' k8s.io/kubernetes))"
 	@cd build/kubernetes && $(GO) test -c -o $(abspath $(CONFORMANCE_DIR))/e2e.test k8s.io/kubernetes/test/e2e
 	@$(GO) build -o $(CONFORMANCE_DIR)/runner ./test/conformance
-	$(CONFORMANCE_DIR)/runner -e2e $(CONFORMANCE_DIR)/e2e.test -kubeconfig $(CONFORMANCE_KUBECONFIG) \
+	$(CONFORMANCE_DIR)/runner -e2e $(CONFORMANCE_DIR)/e2e.test -kubeconfig $(CONFORMANCE_KUBECONFIG) -kubectl $(OUT)/kubectl \
 	  -dir $(CONFORMANCE_DIR) -commit "$$(cat $(VERSION_FILE))" $(if $(SHARDS),-shards $(SHARDS)) $(if $(FOCUS),-focus '$(FOCUS)') $(if $(filter 1,$(BACKGROUND)),-background)
 
 # Protocol buffers. `make proto` regenerates the committed Go code beside the

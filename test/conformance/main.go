@@ -33,6 +33,7 @@ import (
 func main() {
 	e2e := flag.String("e2e", "out/conformance/e2e.test", "Kubernetes' e2e.test, built from the payload's release")
 	kubeconfig := flag.String("kubeconfig", "out/cluster/kubeconfig", "kubeconfig of the cluster, as its administrator")
+	kubectl := flag.String("kubectl", "out/kubectl", "kubectl, to check that the cluster answers before the shards start")
 	dir := flag.String("dir", "out/conformance", "directory of the results, one per shard")
 	commit := flag.String("commit", "", "Cairn's version the cluster runs (results of another are run again)")
 	shardList := flag.String("shards", "", "comma-separated shards to run (default: all)")
@@ -52,23 +53,17 @@ func main() {
 		}
 		return
 	}
+	shards, err := checkArgs(all, *shardList, *focus, *kubeconfig, *commit)
+	if err == nil {
+		// Checked before detaching, so that a run against a cluster
+		// that is not up fails where its caller sees it.
+		err = clusterAnswers(context.Background(), *kubectl, *kubeconfig)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "conformance: %v\n", err)
+		os.Exit(2)
+	}
 	if err := run(*background, *dir, func(ctx context.Context) error {
-		shards, err := selectShards(all, *shardList)
-		if err != nil {
-			return err
-		}
-		if *focus != "" {
-			if *shardList != "" {
-				return errors.New("-focus and -shards do not go together: -focus is a shard of its own")
-			}
-			shards = []shard{focusShard(*focus)}
-		}
-		if _, err := os.Stat(*kubeconfig); err != nil {
-			return fmt.Errorf("no kubeconfig of a cluster (start one with make cluster in another terminal): %w", err)
-		}
-		if *commit == "" {
-			return errors.New("-commit is required: results are kept per commit")
-		}
 		r := &runner{
 			e2e: *e2e, kubeconfig: *kubeconfig, dir: *dir, commit: *commit,
 			parallel: *parallel, timeout: *timeout, repoList: *repoList, again: *again,
@@ -91,6 +86,27 @@ func main() {
 		fmt.Fprintf(os.Stderr, "conformance: %v\n", err)
 		os.Exit(1)
 	}
+}
+
+// checkArgs returns the shards to run, or what is wrong with the flags.
+func checkArgs(all []shard, shardList, focus, kubeconfig, commit string) ([]shard, error) {
+	shards, err := selectShards(all, shardList)
+	if err != nil {
+		return nil, err
+	}
+	if focus != "" {
+		if shardList != "" {
+			return nil, errors.New("-focus and -shards do not go together: -focus is a shard of its own")
+		}
+		shards = []shard{focusShard(focus)}
+	}
+	if _, err := os.Stat(kubeconfig); err != nil {
+		return nil, fmt.Errorf("no kubeconfig of a cluster (start one with make cluster in another terminal): %w", err)
+	}
+	if commit == "" {
+		return nil, errors.New("-commit is required: results are kept per commit")
+	}
+	return shards, nil
 }
 
 // run runs f under a lock of dir, so that two runners never share one
@@ -141,4 +157,20 @@ func detach(dir string) error {
 	}
 	fmt.Printf("conformance: running in the background (pid %d); follow it with\n  tail -f %s\nand stop it with kill %d; running it again resumes.\n", cmd.Process.Pid, logPath, cmd.Process.Pid)
 	return cmd.Process.Release()
+}
+
+// clusterAnswers returns nil once the cluster of kubeconfig lists its
+// nodes, so that a run against a cluster that is not up fails at once,
+// not after each shard has waited half an hour for nodes.
+func clusterAnswers(ctx context.Context, kubectl, kubeconfig string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", kubeconfig, "--request-timeout=50s", "get", "nodes", "-o", "name").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("the cluster of %s does not list its nodes (is make cluster running?): %w: %s", kubeconfig, err, bytes.TrimSpace(out))
+	}
+	if len(bytes.TrimSpace(out)) == 0 {
+		return fmt.Errorf("the cluster of %s has no nodes: nothing to run the tests on", kubeconfig)
+	}
+	return nil
 }
