@@ -66,8 +66,9 @@ at here</failure>`, 1
 <testsuites tests="4">
   <testsuite name="Kubernetes e2e suite">
     <testcase name="[SynchronizedBeforeSuite]" classname="Kubernetes e2e suite" status="passed" time="0.5"></testcase>
-    <testcase name="[` + sig + `] Things should work [Conformance]" classname="Kubernetes e2e suite" ` + status + body + `</testcase>
-    <testcase name="[sig-other] Others should work [Conformance]" classname="Kubernetes e2e suite" status="skipped" time="0"><skipped message="skipped"></skipped></testcase>
+    <testcase name="[It] [` + sig + `] Things should work [Conformance]" classname="Kubernetes e2e suite" ` + status + body + `</testcase>
+    <testcase name="[ReportAfterSuite] [sig-testing] Log Check" classname="Kubernetes e2e suite" status="passed"></testcase>
+    <testcase name="[It] [sig-other] Others should work [Conformance]" classname="Kubernetes e2e suite" status="skipped" time="0"><skipped message="skipped"></skipped></testcase>
   </testsuite>
 </testsuites>
 `
@@ -88,13 +89,15 @@ func TestReadJUnit(t *testing.T) {
     <testcase name="[ReportBeforeSuite]" status="passed"></testcase>
     <testcase name="[SynchronizedBeforeSuite]" status="failed"><failure type="failed">[FAILED] nodes not ready
 more</failure></testcase>
-    <testcase name="[sig-apps] A should pass [Conformance]" status="passed"></testcase>
-    <testcase name="[sig-network] B should fail [Conformance]" status="failed"><failure type="failed">
+    <testcase name="[It] [sig-apps] A should pass [Conformance]" status="passed"></testcase>
+    <testcase name="[It] [sig-network] B should fail [Conformance]" status="failed"><failure type="failed">
   [FAILED] timed out
   details</failure></testcase>
-    <testcase name="[sig-node] C should time out [Conformance]" status="timedout"></testcase>
-    <testcase name="[sig-storage] D is skipped [Conformance]" status="skipped"><skipped message="skipped - Only supported for providers [gce]"></skipped></testcase>
-    <testcase name="[sig-auth] E is another shard's [Conformance]" status="skipped"><skipped message="skipped"></skipped></testcase>
+    <testcase name="[It] [sig-node] C should time out [Conformance]" status="timedout"></testcase>
+    <testcase name="[It] [sig-storage] D is skipped [Conformance]" status="skipped"><skipped message="skipped - Only supported for providers [gce]"></skipped></testcase>
+    <testcase name="[It] [sig-auth] E is another shard's [Conformance]" status="skipped"><skipped message="skipped"></skipped></testcase>
+    <testcase name="[ReportAfterSuite] [sig-testing] Log Check" status="passed"></testcase>
+    <testcase name="[ReportAfterSuite] Kubernetes e2e suite report" status="failed"><failure type="failed">could not write</failure></testcase>
   </testsuite>
 </testsuites>`
 	got, err := readJUnit(strings.NewReader(report))
@@ -107,6 +110,7 @@ more</failure></testcase>
 		{Name: "[sig-network] B should fail [Conformance]", SIG: "sig-network", Outcome: "failed", Reason: "[FAILED] timed out"},
 		{Name: "[sig-node] C should time out [Conformance]", SIG: "sig-node", Outcome: "failed", Reason: "timedout"},
 		{Name: "[sig-storage] D is skipped [Conformance]", SIG: "sig-storage", Outcome: "skipped", Reason: "Only supported for providers [gce]"},
+		{Name: "[ReportAfterSuite] Kubernetes e2e suite report", Outcome: "failed", Reason: "could not write"},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("readJUnit (-want +got):\n%s", diff)

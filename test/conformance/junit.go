@@ -61,7 +61,11 @@ func readJUnit(r io.Reader) ([]spec, error) {
 	var out []spec
 	for _, s := range doc.Suites {
 		for _, c := range s.Cases {
-			sp := spec{Name: c.Name, SIG: sigOf(c.Name)}
+			suiteNode := isSuiteNode(c.Name)
+			sp := spec{Name: strings.TrimPrefix(c.Name, "[It] "), SIG: sigOf(c.Name)}
+			if suiteNode {
+				sp.SIG = ""
+			}
 			switch {
 			case c.Failure != nil || c.Error != nil || c.Status == "failed" || c.Status == "panicked" || c.Status == "timedout" || c.Status == "interrupted" || c.Status == "aborted":
 				sp.Outcome = "failed"
@@ -83,7 +87,7 @@ func readJUnit(r io.Reader) ([]spec, error) {
 				sp.Outcome = "skipped"
 				sp.Reason = strings.TrimPrefix(msg, "skipped - ")
 			default:
-				if strings.HasPrefix(c.Name, "[") && sp.SIG == "" {
+				if suiteNode {
 					// A suite node that passed: not a test.
 					continue
 				}
@@ -107,6 +111,14 @@ func readJUnitFile(path string) ([]spec, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return specs, nil
+}
+
+// isSuiteNode says whether a JUnit test case is one of Ginkgo's suite
+// nodes ([SynchronizedBeforeSuite], [ReportAfterSuite] Log Check, ...)
+// rather than a spec, whose name starts with [It].
+func isSuiteNode(name string) bool {
+	first, _, _ := strings.Cut(name, " ")
+	return strings.HasPrefix(first, "[") && strings.Contains(first, "Suite")
 }
 
 var sigTag = regexp.MustCompile(`\[(sig-[a-z-]+)\]`)
