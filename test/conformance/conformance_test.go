@@ -255,3 +255,26 @@ func TestRunnerResumes(t *testing.T) {
 		t.Errorf("cancelled run = %v, want an error saying how to resume", err)
 	}
 }
+
+func TestVersionOfNodes(t *testing.T) {
+	for _, tc := range []struct {
+		nodes, want, err string
+	}{
+		{nodes: "a=Cairn 1.2.3\nb=Cairn 1.2.3\n", want: "1.2.3"},
+		{nodes: "a=Cairn 1.2.3\nb=Cairn 1.2.4\n", err: "different versions of Cairn (a: 1.2.3; b: 1.2.4)"},
+		{nodes: "a=Debian GNU/Linux 12 (bookworm)\n", err: `node a runs "Debian GNU/Linux 12 (bookworm)", not Cairn`},
+		{nodes: "a=Unknown\n", err: "not Cairn"},
+		{nodes: "", err: "no nodes"},
+	} {
+		got, err := versionOfNodes(tc.nodes)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("versionOfNodes(%q) = %q, %v, want an error with %q", tc.nodes, got, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("versionOfNodes(%q) = %q, %v, want %q", tc.nodes, got, err, tc.want)
+		}
+	}
+}

@@ -3,12 +3,12 @@
 // against a Cairn cluster, in shards: one per SIG for the tests that may
 // run beside others, a few at once, then the serial ones alone. Each
 // shard's JUnit report and log stay in its directory; a shard that ended
-// is not run again at the same commit, so a run that stopped resumes
+// is not run again at the same version of Cairn, so a run that stopped resumes
 // where it was. At the end it prints, and writes to DIR/summary.md, the
 // outcomes by SIG and every failed or skipped test with its reason.
 //
 //	go run ./test/conformance -e2e out/conformance/e2e.test \
-//	    -kubeconfig out/cluster/kubeconfig -dir out/conformance -commit VERSION \
+//	    -kubeconfig out/cluster/kubeconfig -dir out/conformance \
 //	    [-shards network,apps | -focus REGEXP] [-background]
 //
 // `make conformance` builds e2e.test and runs it against `make cluster`'s
@@ -26,6 +26,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -35,7 +36,7 @@ func main() {
 	kubeconfig := flag.String("kubeconfig", "out/cluster/kubeconfig", "kubeconfig of the cluster, as its administrator")
 	kubectl := flag.String("kubectl", "out/kubectl", "kubectl, to check that the cluster answers before the shards start")
 	dir := flag.String("dir", "out/conformance", "directory of the results, one per shard")
-	commit := flag.String("commit", "", "Cairn's version the cluster runs (results of another are run again)")
+	commit := flag.String("commit", "", "Cairn's version the cluster runs, if its Nodes do not say it (results of another are run again)")
 	shardList := flag.String("shards", "", "comma-separated shards to run (default: all)")
 	focus := flag.String("focus", "", "run only the conformance tests whose names match this regular expression, as the shard focus")
 	parallel := flag.Int("parallel", 2, "shards that run at once")
@@ -53,11 +54,11 @@ func main() {
 		}
 		return
 	}
-	shards, err := checkArgs(all, *shardList, *focus, *kubeconfig, *commit)
-	if err == nil {
-		// Checked before detaching, so that a run against a cluster
-		// that is not up fails where its caller sees it.
-		err = clusterAnswers(context.Background(), *kubectl, *kubeconfig)
+	shards, err := checkArgs(all, *shardList, *focus, *kubeconfig)
+	if err == nil && *commit == "" {
+		// Asked before detaching, so that a run against a cluster that
+		// is not up fails where its caller sees it.
+		*commit, err = clusterVersion(context.Background(), *kubectl, *kubeconfig)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "conformance: %v\n", err)
@@ -89,7 +90,7 @@ func main() {
 }
 
 // checkArgs returns the shards to run, or what is wrong with the flags.
-func checkArgs(all []shard, shardList, focus, kubeconfig, commit string) ([]shard, error) {
+func checkArgs(all []shard, shardList, focus, kubeconfig string) ([]shard, error) {
 	shards, err := selectShards(all, shardList)
 	if err != nil {
 		return nil, err
@@ -102,9 +103,6 @@ func checkArgs(all []shard, shardList, focus, kubeconfig, commit string) ([]shar
 	}
 	if _, err := os.Stat(kubeconfig); err != nil {
 		return nil, fmt.Errorf("no kubeconfig of a cluster (start one with make cluster in another terminal): %w", err)
-	}
-	if commit == "" {
-		return nil, errors.New("-commit is required: results are kept per commit")
 	}
 	return shards, nil
 }
@@ -159,18 +157,45 @@ func detach(dir string) error {
 	return cmd.Process.Release()
 }
 
-// clusterAnswers returns nil once the cluster of kubeconfig lists its
-// nodes, so that a run against a cluster that is not up fails at once,
-// not after each shard has waited half an hour for nodes.
-func clusterAnswers(ctx context.Context, kubectl, kubeconfig string) error {
+// clusterVersion returns the version of Cairn that every Node of the
+// cluster of kubeconfig runs, from the OS image its kubelet reports
+// ("Cairn <version>"): the results are kept per version. It fails at once
+// when the cluster is not up, rather than each shard waiting half an hour
+// for nodes, and when the Nodes run different versions (a rollout half
+// done).
+func clusterVersion(ctx context.Context, kubectl, kubeconfig string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", kubeconfig, "--request-timeout=50s", "get", "nodes", "-o", "name").CombinedOutput()
+	out, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", kubeconfig, "--request-timeout=50s",
+		"get", "nodes", "-o", `jsonpath={range .items[*]}{.metadata.name}={.status.nodeInfo.osImage}{"\n"}{end}`).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("the cluster of %s does not list its nodes (is make cluster running?): %w: %s", kubeconfig, err, bytes.TrimSpace(out))
+		return "", fmt.Errorf("the cluster of %s does not list its nodes (is make cluster running?): %w: %s", kubeconfig, err, bytes.TrimSpace(out))
 	}
-	if len(bytes.TrimSpace(out)) == 0 {
-		return fmt.Errorf("the cluster of %s has no nodes: nothing to run the tests on", kubeconfig)
+	return versionOfNodes(string(out))
+}
+
+// versionOfNodes returns the version of Cairn that every line of nodes
+// (NAME=OS image) names.
+func versionOfNodes(nodes string) (string, error) {
+	var version string
+	var seen []string
+	for line := range strings.Lines(nodes) {
+		name, image, _ := strings.Cut(strings.TrimSpace(line), "=")
+		if name == "" {
+			continue
+		}
+		v, ok := strings.CutPrefix(image, "Cairn ")
+		if !ok || v == "" {
+			return "", fmt.Errorf("node %s runs %q, not Cairn: say its version with -commit", name, image)
+		}
+		if version != "" && v != version {
+			return "", fmt.Errorf("the nodes run different versions of Cairn (%s: %s; %s: %s): finish the rollout first, or say the version with -commit", seen[0], version, name, v)
+		}
+		version = v
+		seen = append(seen, name)
 	}
-	return nil
+	if version == "" {
+		return "", errors.New("the cluster has no nodes: nothing to run the tests on")
+	}
+	return version, nil
 }
