@@ -36,13 +36,13 @@ type junitCase struct {
 
 // A spec is one test's outcome in a shard.
 type spec struct {
-	Name string
-	SIG  string
+	Name string `json:"name"`
+	SIG  string `json:"sig,omitempty"`
 	// Outcome is passed, failed or skipped.
-	Outcome string
+	Outcome string `json:"outcome"`
 	// Reason is why a spec was skipped, or the first line of its
 	// failure.
-	Reason string
+	Reason string `json:"reason,omitempty"`
 }
 
 // filteredOut is the skip message of the specs a shard's filter left
