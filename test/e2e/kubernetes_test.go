@@ -659,7 +659,7 @@ func TestKubernetes(t *testing.T) {
 				}
 				return nil
 			})
-			expiry := old.Renewed.Add(time.Duration(old.Seconds) * time.Second)
+			expiry := old.expiry()
 			switch {
 			case released[name]:
 				t.Logf("%s's lease was released by %s, then taken at %s", name, n0.Name(), now.Acquired.Format(time.TimeOnly))
@@ -933,7 +933,7 @@ func (k *kube) watchRelease(t *testing.T, olds map[string]leaderLease) map[strin
 			if decided[name] {
 				continue
 			}
-			if time.Now().After(old.Renewed.Add(time.Duration(old.Seconds)*time.Second + 10*time.Second)) {
+			if time.Now().After(old.expiry().Add(10 * time.Second)) {
 				decided[name] = true
 				continue
 			}
@@ -954,6 +954,11 @@ func (k *kube) watchRelease(t *testing.T, olds map[string]leaderLease) map[strin
 		}
 	}
 	return released
+}
+
+// expiry is when the lease runs out unless its holder renews it.
+func (l leaderLease) expiry() time.Time {
+	return l.Renewed.Add(time.Duration(l.Seconds) * time.Second)
 }
 
 // leaderLease reads the leader lease name in kube-system.
