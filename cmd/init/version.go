@@ -39,17 +39,15 @@ func osRelease(v string) string {
 	return fmt.Sprintf("NAME=Cairn\nID=cairn\nVERSION=%q\nVERSION_ID=%q\nPRETTY_NAME=%q\n", v, v, "Cairn "+v)
 }
 
-// writeOSRelease writes Cairn's os-release file at path, atomically.
+// writeOSRelease writes Cairn's os-release file at path. The core writes
+// it into the in-memory root once per boot, before anything that reads it
+// starts.
 func writeOSRelease(path, v string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("when making the directory of %s: %w", path, err)
 	}
-	tmp := path + ".new"
-	if err := os.WriteFile(tmp, []byte(osRelease(v)), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(osRelease(v)), 0o644); err != nil {
 		return fmt.Errorf("when writing %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("when putting %s in place: %w", path, err)
 	}
 	return nil
 }
