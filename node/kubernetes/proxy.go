@@ -12,6 +12,7 @@ import (
 // reads Services and EndpointSlices as the node's kubelet identity, which
 // the reconciler binds to system:node-proxier.
 func (w *Worker) runProxy(ctx context.Context) error {
+	defer w.cfg.Routing.hold(ctx)()
 	dir := w.dir("proxy")
 	client, kubeconfig, err := w.nodeKubeconfig(ctx, dir)
 	if err != nil {

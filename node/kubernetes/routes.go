@@ -36,9 +36,9 @@ func syncPodRoutes(nl *netlink.Handle, self string, ranges []podRange) error {
 		}
 		want[r.Range.Masked()] = r.Address
 	}
-	have, err := nl.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Protocol: podRouteProtocol, Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
+	have, err := listPodRoutes(nl)
 	if err != nil {
-		return fmt.Errorf("when listing pod routes: %w", err)
+		return err
 	}
 	var errs []error
 	for _, rt := range have {
@@ -62,6 +62,16 @@ func syncPodRoutes(nl *netlink.Handle, self string, ranges []podRange) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// listPodRoutes lists the routes Cairn programmed to other nodes' pod
+// ranges.
+func listPodRoutes(nl *netlink.Handle) ([]netlink.Route, error) {
+	rs, err := nl.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Protocol: podRouteProtocol, Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return nil, fmt.Errorf("when listing pod routes: %w", err)
+	}
+	return rs, nil
 }
 
 // prefixOf converts a route destination.

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 
 	"cairn.dev/cairn/pkg/netnstest"
 )
@@ -15,48 +16,8 @@ import (
 // other nodes' ranges through their addresses, none to the node's own,
 // stale ones of Cairn's removed and other routes left alone.
 func TestSyncPodRoutes(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for a network namespace")
-	}
-	nl, err := netlink.NewHandleAt(netnstest.New(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nl.Close()
-	pair := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "peer0"}
-	if err := nl.LinkAdd(pair); err != nil {
-		t.Fatal(err)
-	}
-	peer, _ := nl.LinkByName("peer0")
-	if err := nl.LinkSetUp(peer); err != nil {
-		t.Fatal(err)
-	}
-	link, _ := nl.LinkByName("eth0")
-	addr, _ := netlink.ParseAddr("10.42.0.10/24")
-	if err := nl.AddrAdd(link, addr); err != nil {
-		t.Fatal(err)
-	}
-	if err := nl.LinkSetUp(link); err != nil {
-		t.Fatal(err)
-	}
-	// A route that is not Cairn's.
-	_, other, _ := net.ParseCIDR("172.16.0.0/16")
-	if err := nl.RouteAdd(&netlink.Route{Dst: other, Gw: net.ParseIP("10.42.0.1")}); err != nil {
-		t.Fatal(err)
-	}
-	routes := func() map[string]string {
-		rs, err := nl.RouteList(nil, netlink.FAMILY_V4)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := map[string]string{}
-		for _, r := range rs {
-			if r.Dst != nil && r.Gw != nil {
-				m[r.Dst.String()] = r.Gw.String()
-			}
-		}
-		return m
-	}
+	_, nl := routedNamespace(t)
+	routes := func() map[string]string { return routeMap(t, nl) }
 	r := func(node, rng, addr string) podRange {
 		return podRange{Node: node, Range: netip.MustParsePrefix(rng), Address: netip.MustParseAddr(addr)}
 	}
@@ -76,4 +37,59 @@ func TestSyncPodRoutes(t *testing.T) {
 	if got["10.192.1.0/24"] != "10.42.0.21" || got["10.192.2.0/24"] != "" || got["172.16.0.0/16"] != "10.42.0.1" {
 		t.Errorf("routes = %v, want b's through its new address, c's gone, the other route kept", got)
 	}
+}
+
+// routedNamespace makes a network namespace, for a test that needs root,
+// where the node is 10.42.0.10/24 on eth0 and 172.16.0.0/16 is routed
+// through 10.42.0.1 by a route that is not Cairn's. nl is closed when t
+// ends.
+func routedNamespace(t *testing.T) (netns.NsHandle, *netlink.Handle) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for a network namespace")
+	}
+	ns := netnstest.New(t)
+	nl, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nl.Close)
+	pair := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}, PeerName: "peer0"}
+	if err := nl.LinkAdd(pair); err != nil {
+		t.Fatal(err)
+	}
+	peer, _ := nl.LinkByName("peer0")
+	if err := nl.LinkSetUp(peer); err != nil {
+		t.Fatal(err)
+	}
+	link, _ := nl.LinkByName("eth0")
+	addr, _ := netlink.ParseAddr("10.42.0.10/24")
+	if err := nl.AddrAdd(link, addr); err != nil {
+		t.Fatal(err)
+	}
+	if err := nl.LinkSetUp(link); err != nil {
+		t.Fatal(err)
+	}
+	_, other, _ := net.ParseCIDR("172.16.0.0/16")
+	if err := nl.RouteAdd(&netlink.Route{Dst: other, Gw: net.ParseIP("10.42.0.1")}); err != nil {
+		t.Fatal(err)
+	}
+	return ns, nl
+}
+
+// routeMap maps the destination of each gateway route of nl to its
+// gateway.
+func routeMap(t *testing.T, nl *netlink.Handle) map[string]string {
+	t.Helper()
+	rs, err := nl.RouteList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]string{}
+	for _, r := range rs {
+		if r.Dst != nil && r.Gw != nil {
+			m[r.Dst.String()] = r.Gw.String()
+		}
+	}
+	return m
 }

@@ -29,6 +29,9 @@ type ServicesConfig struct {
 	IP netip.Addr
 	// Curator issues the credential (cairn:proxy:<node>).
 	Curator api.CuratorClient
+	// Routing is the node's one Routing, which the Services' kube-proxy
+	// and pod routes program.
+	Routing *Routing
 	// Ports are the node's ports: its apiserver's, which Services reach.
 	Ports ports.Table
 }
@@ -81,6 +84,7 @@ func (s *Services) Run(ctx context.Context) error {
 }
 
 func (s *Services) runProxy(ctx context.Context) error {
+	defer s.cfg.Routing.hold(ctx)()
 	dir := s.dir("proxy")
 	cred, kubeconfig, err := issueKubeconfig(ctx, s.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_PROXY, dir, s.apiserverURL())
 	if err != nil {
@@ -91,6 +95,7 @@ func (s *Services) runProxy(ctx context.Context) error {
 
 // runRoutes keeps the routes to the workers' pod ranges.
 func (s *Services) runRoutes(ctx context.Context) error {
+	defer s.cfg.Routing.hold(ctx)()
 	cl, cred, err := issueClient(ctx, s.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_PROXY, s.dir("routes"), s.apiserverURL())
 	if err != nil {
 		return err

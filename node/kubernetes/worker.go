@@ -47,6 +47,9 @@ type WorkerConfig struct {
 	APIServers event.Watchable[[]string]
 	// Ports are the node's ports: the kubelet's, and the balancer's.
 	Ports ports.Table
+	// Routing is the node's one Routing, which the worker's kube-proxy
+	// and pod routes program.
+	Routing *Routing
 	// Ready is set to the Ready condition of the node's Node object, as
 	// the pod network reads it every 10 s; nil in tests that do not care.
 	Ready event.Value[bool]
@@ -343,6 +346,7 @@ func (w *Worker) kubeletConfig(serving *credential) map[string]any {
 // and it keeps the routes to the other nodes' pod ranges, from their Node
 // objects.
 func (w *Worker) runPodNetwork(ctx context.Context) error {
+	defer w.cfg.Routing.hold(ctx)()
 	dir := w.dir("podnetwork")
 	cl, cred, err := w.nodeAPIClient(ctx, dir)
 	if err != nil {

@@ -161,6 +161,7 @@ func New(cfg Config) *Service {
 		credentials: &s.credentials,
 		curator:     &s.curator,
 		layout:      kubernetesLayout(cfg),
+		routing:     kubernetes.NewRouting(),
 		ports:       cfg.Ports,
 	}
 	s.workers = map[string]supervisor.Runnable{

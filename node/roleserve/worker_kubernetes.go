@@ -36,7 +36,9 @@ type kubeUnit struct {
 	credentials event.Watchable[*identity.Node]
 	curator     event.Watchable[*curatorConn]
 	layout      kubernetes.Layout
-	ports       ports.Table
+	// routing is the node's one, shared by the worker and the Services.
+	routing *kubernetes.Routing
+	ports   ports.Table
 }
 
 // kubeRunner is one Kubernetes worker's own part.

@@ -37,6 +37,7 @@ func (w *workerKubeServices) start(ctx context.Context, creds *identity.Node, cc
 		IP:      in.ip,
 		Curator: cc.client(),
 		Ports:   w.ports,
+		Routing: w.routing,
 	})
 	return supervisor.Run(ctx, "services", s.Run)
 }

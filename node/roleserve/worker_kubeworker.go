@@ -42,6 +42,7 @@ func (w *workerKubeWorker) start(ctx context.Context, creds *identity.Node, cc *
 		Curator:    cc.client(),
 		APIServers: w.apiservers,
 		Ports:      w.ports,
+		Routing:    w.routing,
 	})
 	return supervisor.Run(ctx, "worker", wk.Run)
 }

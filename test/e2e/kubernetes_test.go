@@ -46,14 +46,17 @@ import (
 //	    cluster DNS, and reach the apiserver by its Service name with
 //	    their service-account token;
 //	(e) a pod whose image does not exist says why it cannot start;
-//	(f) node 1 loses KubernetesWorker: its Node is deleted and its agent
-//	    moves to node 2; it gets the role back: its Node is Ready again;
+//	(f) node 1 loses KubernetesWorker: its Node is deleted, its agent
+//	    moves to node 2, and its NodePort is refused (its kube-proxy rules
+//	    and pod routes are gone); it gets the role back: its Node is Ready
+//	    again;
 //	(g) node 1 reboots: its Node is Ready again and a Deployment's pod on
 //	    it runs again;
 //	(h) the controller moves: node 1 becomes ConsensusMember and
 //	    KubernetesController, then node 0 loses KubernetesController; the
 //	    workers keep reaching an apiserver (their balancer), and kubectl,
 //	    with a kubeconfig written after the change, schedules new pods;
+//	    node 0, with no Kubernetes role left, refuses the NodePort;
 //	(i) a cluster rollout to 1.0.0 (cairnctl cluster update) over the
 //	    consensus members one at a time, the curator leader's node last,
 //	    then the worker; each worker is drained first, its pods evicted
@@ -488,7 +491,14 @@ func TestKubernetes(t *testing.T) {
 			if !strings.Contains(out, "no pod, shim or mount left") {
 				return fmt.Errorf("no word of the stopped worker yet")
 			}
+			if !strings.Contains(out, "removed nftables table ip kube-proxy") {
+				return fmt.Errorf("no word of kube-proxy's rules removed yet")
+			}
 			return nil
+		})
+		// Its kube-proxy's rules and pod routes went with the role.
+		k.waitFor(t, n1.Name()+"'s NodePort closed with its worker", 2*time.Minute, func() error {
+			return k.nodePortClosed(t, n1)
 		})
 		start = time.Now()
 		s.cairnctl(t, c, "node", "add-role", n1.ID(), "KubernetesWorker")
@@ -676,6 +686,11 @@ func TestKubernetes(t *testing.T) {
 			return k1.deploymentAvailable(t, "agent")
 		})
 		s.step("KubernetesController removed from node 0 → a new replica ready", time.Since(removed))
+		// Node 0 runs no Kubernetes role now: its Services' kube-proxy
+		// rules and pod routes are gone.
+		k1.waitFor(t, n0.Name()+"'s NodePort closed with its controller", 2*time.Minute, func() error {
+			return k1.nodePortClosed(t, n0)
+		})
 	})
 	t.Run("i-rollout-drains", func(t *testing.T) {
 		// Node 1 is now the controller, a consensus member and a worker,
@@ -862,6 +877,43 @@ func (k *kube) portForward(t *testing.T, pod string, port int, path string) (str
 // An agentPod is a running pod of the agent Deployment.
 type agentPod struct {
 	Name, Node, IP string
+}
+
+// nodePortClosed checks that n no longer serves the agent Service's
+// NodePort: a connection to it from an agent pod is refused, as a node's
+// kernel refuses a port nothing listens on once kube-proxy's rules are
+// gone. (Rules left behind would still forward it to the agents.)
+func (k *kube) nodePortClosed(t *testing.T, n *cluster.Node) error {
+	t.Helper()
+	var svc struct {
+		Spec struct {
+			Ports []struct {
+				NodePort int `json:"nodePort"`
+			}
+		}
+	}
+	if err := k.getJSON(t, &svc, "service", "agent"); err != nil {
+		return err
+	}
+	if len(svc.Spec.Ports) == 0 {
+		return fmt.Errorf("the agent Service has no port")
+	}
+	pods, err := k.agentPods(t)
+	if err != nil {
+		return err
+	}
+	if len(pods) == 0 {
+		return fmt.Errorf("no agent pod to connect from")
+	}
+	u := fmt.Sprintf("http://%s:%d/", n.IP(), svc.Spec.Ports[0].NodePort)
+	out, err := k.run(t, "exec", pods[0].Name, "--", "/agent", "get", u)
+	switch {
+	case err == nil:
+		return fmt.Errorf("%s still answers, as %q", u, strings.TrimSpace(string(out)))
+	case !strings.Contains(err.Error(), "connection refused"):
+		return err
+	}
+	return nil
 }
 
 // agentPods lists the agent Deployment's pods.
