@@ -407,18 +407,26 @@ kube-payload-test: kube-payload
 # as the shard focus. Each shard's log and JUnit report stay in out/conformance/SHARD,
 # with out/conformance/summary.md over all; a shard that ended is not run
 # again at the same version of Cairn (the one the cluster's Nodes report),
-# so a run that stopped resumes where it was.
+# so a run that stopped resumes where it was. First the test images the
+# suite's pods run are built here (build/testimages) and pushed to the
+# cluster's registry, and e2e.test is pointed at it (KUBE_TEST_REPO_LIST).
 # AGAIN=1 runs the shards that are done too. BACKGROUND=1 detaches the
 # run, logging to out/conformance/runner.log.
 CONFORMANCE_DIR := $(OUT)/conformance
 CONFORMANCE_KUBECONFIG ?= $(OUT)/cluster/kubeconfig
+# Where this machine pushes the test images (build/testimages): make
+# cluster's registry, which the nodes reach at 10.42.0.1:5000.
+CONFORMANCE_REGISTRY ?= 127.0.0.1:5000
 .PHONY: conformance
 conformance: kube-payload
+	@./build/deps.sh conformance
 	@mkdir -p $(CONFORMANCE_DIR)
 	@echo "conformance: building e2e.test (Kubernetes $$(cd build/kubernetes && $(GO) list -m -f '{{.Version}}' k8s.io/kubernetes))"
 	@cd build/kubernetes && $(GO) test -c -o $(abspath $(CONFORMANCE_DIR))/e2e.test k8s.io/kubernetes/test/e2e
 	@$(GO) build -o $(CONFORMANCE_DIR)/runner ./test/conformance
+	@$(GO) run ./build/testimages -kube build/kubernetes -push $(CONFORMANCE_REGISTRY) -repo-list $(CONFORMANCE_DIR)/repo-list.yaml
 	$(CONFORMANCE_DIR)/runner -e2e $(CONFORMANCE_DIR)/e2e.test -kubeconfig $(CONFORMANCE_KUBECONFIG) -kubectl $(OUT)/kubectl \
+	  -repo-list $(abspath $(CONFORMANCE_DIR))/repo-list.yaml \
 	  -dir $(CONFORMANCE_DIR) $(if $(SHARDS),-shards $(SHARDS)) $(if $(FOCUS),-focus '$(FOCUS)') $(if $(filter 1,$(AGAIN)),-again) $(if $(filter 1,$(BACKGROUND)),-background)
 
 # Protocol buffers. `make proto` regenerates the committed Go code beside the

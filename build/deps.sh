@@ -5,7 +5,9 @@
 #
 # build/deps.sh kubernetes installs instead what building the Kubernetes
 # payload needs besides Go (build/kubernetes): runc is the one program of it
-# built with cgo, linking Debian's libseccomp statically.
+# built with cgo, linking Debian's libseccomp statically. build/deps.sh
+# conformance installs the programs that the conformance tests' images
+# carry from Debian (build/testimages).
 set -euo pipefail
 
 packages=(
@@ -24,6 +26,9 @@ packages=(
 )
 if [ "${1:-}" = kubernetes ]; then
   packages=(gcc libc6-dev pkg-config libseccomp-dev)
+fi
+if [ "${1:-}" = conformance ]; then
+  packages=(busybox curl bind9-dnsutils netcat-openbsd netcat-traditional wget socat bash iproute2)
 fi
 
 missing=()

@@ -41,12 +41,24 @@ const (
 	AnnotationRefName = "org.opencontainers.image.ref.name"
 )
 
-// A File is one regular file of an image's only layer.
+// A File is one entry of an image's only layer: a regular file, or a
+// directory or a symlink as its Mode says.
 type File struct {
 	// Path is the file's absolute path in the image, like "/pause".
 	Path string
+	// Mode is the permission bits, and fs.ModeDir for a directory (with
+	// fs.ModeSticky if it has the sticky bit) or fs.ModeSymlink for a
+	// symlink to Link. Parent directories not listed are 0755.
 	Mode fs.FileMode
 	Data []byte
+	// Link is a symlink's target.
+	Link string
+}
+
+// A Config is how an image runs, when a pod does not say otherwise: its
+// entrypoint, the arguments it gets (Cmd), its environment ("NAME=value").
+type Config struct {
+	Entrypoint, Cmd, Env []string
 }
 
 // A Descriptor points at a blob.
@@ -94,15 +106,27 @@ func NewBlob(mediaType string, data []byte) Blob {
 
 // Build makes a linux/amd64 image of files that runs entrypoint.
 func Build(entrypoint []string, files []File) (*Image, error) {
+	return BuildConfig(Config{Entrypoint: entrypoint}, files)
+}
+
+// BuildConfig makes a linux/amd64 image of files that runs as c says.
+func BuildConfig(c Config, files []File) (*Image, error) {
 	layer, err := layerTar(files)
 	if err != nil {
 		return nil, err
 	}
 	img := &Image{Layer: NewBlob(MediaTypeLayer, layer)}
+	run := map[string]any{"Entrypoint": c.Entrypoint}
+	if c.Cmd != nil {
+		run["Cmd"] = c.Cmd
+	}
+	if c.Env != nil {
+		run["Env"] = c.Env
+	}
 	config, err := json.Marshal(map[string]any{
 		"architecture": "amd64",
 		"os":           "linux",
-		"config":       map[string]any{"Entrypoint": entrypoint},
+		"config":       run,
 		"rootfs":       map[string]any{"type": "layers", "diff_ids": []string{img.Layer.Descriptor.Digest}},
 	})
 	if err != nil {
@@ -123,16 +147,19 @@ func Build(entrypoint []string, files []File) (*Image, error) {
 }
 
 // layerTar is an uncompressed tar of files and their parent directories,
-// sorted, owned by root, dated epoch.
+// sorted, owned by root, dated epoch. Two files of one path are an error.
 func layerTar(files []File) ([]byte, error) {
 	sorted := append([]File(nil), files...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Path < sorted[j].Path })
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	dirs := map[string]bool{}
-	for _, f := range sorted {
+	for i, f := range sorted {
 		if !path.IsAbs(f.Path) || path.Clean(f.Path) != f.Path {
 			return nil, fmt.Errorf("image file path %q is not absolute and clean", f.Path)
+		}
+		if f.Path == "/" {
+			return nil, fmt.Errorf("image file path %q is the root", f.Path)
 		}
 		name := strings.TrimPrefix(f.Path, "/")
 		for d := path.Dir(name); d != "."; d = path.Dir(d) {
@@ -144,9 +171,25 @@ func layerTar(files []File) ([]byte, error) {
 				return nil, fmt.Errorf("when writing the layer: %w", err)
 			}
 		}
+		if dirs[name] || (i > 0 && sorted[i-1].Path == f.Path) {
+			return nil, fmt.Errorf("image file path %s is listed twice, or as a file and a directory", f.Path)
+		}
 		h := &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: int64(f.Mode.Perm()), Size: int64(len(f.Data)), ModTime: epoch, Format: tar.FormatPAX}
+		switch {
+		case f.Mode.IsDir():
+			dirs[name] = true
+			h.Typeflag, h.Name, h.Size = tar.TypeDir, name+"/", 0
+			if f.Mode&fs.ModeSticky != 0 {
+				h.Mode |= 0o1000
+			}
+		case f.Mode&fs.ModeSymlink != 0:
+			h.Typeflag, h.Linkname, h.Size = tar.TypeSymlink, f.Link, 0
+		}
 		if err := tw.WriteHeader(h); err != nil {
 			return nil, fmt.Errorf("when writing the layer: %w", err)
+		}
+		if h.Typeflag != tar.TypeReg {
+			continue
 		}
 		if _, err := tw.Write(f.Data); err != nil {
 			return nil, fmt.Errorf("when writing the layer: %w", err)

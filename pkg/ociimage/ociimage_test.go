@@ -6,7 +6,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
+	"io/fs"
+	"maps"
+	"slices"
 	"testing"
 )
 
@@ -119,5 +123,58 @@ func TestArchiveRoundTrip(t *testing.T) {
 func TestBuildRefusesRelativePaths(t *testing.T) {
 	if _, err := Build(nil, []File{{Path: "pause"}}); err == nil {
 		t.Error("Build took a relative path")
+	}
+}
+
+// TestBuildConfigEntries builds an image of a directory with the sticky
+// bit, a symlink and a file, run by a command with an environment, and
+// reads them back from its layer and config.
+func TestBuildConfigEntries(t *testing.T) {
+	img, err := BuildConfig(Config{Cmd: []string{"sh"}, Env: []string{"PATH=/bin"}}, []File{
+		{Path: "/bin/sh", Mode: fs.ModeSymlink | 0o777, Link: "busybox"},
+		{Path: "/bin/busybox", Mode: 0o755, Data: []byte("\x7fELF")},
+		{Path: "/tmp", Mode: fs.ModeDir | fs.ModeSticky | 0o777},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var config struct {
+		Config struct{ Entrypoint, Cmd, Env []string }
+	}
+	if err := json.Unmarshal(img.Config.Data, &config); err != nil {
+		t.Fatal(err)
+	}
+	if config.Config.Entrypoint != nil || !slices.Equal(config.Config.Cmd, []string{"sh"}) || !slices.Equal(config.Config.Env, []string{"PATH=/bin"}) {
+		t.Errorf("config = %+v, want no entrypoint, Cmd sh, Env PATH=/bin", config.Config)
+	}
+	tr := tar.NewReader(bytes.NewReader(img.Layer.Data))
+	got := map[string]string{}
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[h.Name] = fmt.Sprintf("%c %o %s", h.Typeflag, h.Mode, h.Linkname)
+	}
+	want := map[string]string{
+		"bin/":        fmt.Sprintf("%c 755 ", tar.TypeDir),
+		"bin/busybox": fmt.Sprintf("%c 755 ", tar.TypeReg),
+		"bin/sh":      fmt.Sprintf("%c 777 busybox", tar.TypeSymlink),
+		"tmp/":        fmt.Sprintf("%c 1777 ", tar.TypeDir),
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("layer entries = %q, want %q", got, want)
+	}
+	for _, files := range [][]File{
+		{{Path: "/a", Mode: 0o644}, {Path: "/a", Mode: 0o644}},
+		{{Path: "/a", Mode: fs.ModeDir | 0o755}, {Path: "/a", Mode: 0o644}},
+		{{Path: "/", Mode: fs.ModeDir | 0o755}},
+	} {
+		if _, err := Build(nil, files); err == nil {
+			t.Errorf("Build of %+v = nil error, want one: a path twice, or the root", files)
+		}
 	}
 }

@@ -1,0 +1,267 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"cairn.dev/cairn/build/elfdeps"
+	"cairn.dev/cairn/pkg/ociimage"
+)
+
+// An image is one of the suite's images: its repository below the
+// registry, its tags (the first is pushed with the image, the others name
+// the same manifest) and how it is built.
+type image struct {
+	repository string
+	tags       []string
+	build      func(*builder) (*ociimage.Image, error)
+}
+
+// ref is the image's name below registry, with its first tag; without a
+// registry, the repository and tag alone.
+func (i image) ref(registry string) string {
+	if registry == "" {
+		return i.repository + ":" + i.tags[0]
+	}
+	return registry + "/" + i.repository + ":" + i.tags[0]
+}
+
+// images are the suite's images that can be built here, named and tagged
+// as the payload's release of k8s.io/kubernetes/test/utils/image names
+// them.
+var images = []image{
+	{"pause", []string{"3.10.2"}, (*builder).pause},
+	{"e2e-test-images/busybox", []string{"1.37.0-2"}, (*builder).busybox},
+	// 2.55 is the suite's previous agnhost, which tests that change a
+	// workload's image start from: here it is the same build.
+	{"e2e-test-images/agnhost", []string{"2.66.1", "2.55"}, (*builder).agnhost},
+}
+
+// path is the PATH of every image, as upstream's Alpine and busybox
+// images set it.
+const path = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// A tool is a program of the build machine that an image carries with
+// its libraries, in place of busybox's applet of its name: at each path
+// where busybox would link the applet, or at /usr/bin/NAME if busybox has
+// none, a link to it.
+type tool struct {
+	name, path string
+}
+
+// busyboxTools stand in for busybox 1.35's applets (Debian's) where
+// they do not behave as upstream's busybox 1.37, which the suite assumes:
+//   - sh is bash, as ash drops the environment variables whose names are
+//     not identifiers (a test gives a container "1-" and "$_-" prefixed
+//     ones) and 1.37's keeps them;
+//   - wget is GNU's, as busybox 1.35's crashes with -T;
+//   - nc is netcat 1.10 (netcat-traditional), which 1.37's nc copies,
+//     -v included.
+var busyboxTools = []tool{
+	{"sh", "/usr/bin/bash"}, {"bash", "/usr/bin/bash"}, {"wget", "/usr/bin/wget"}, {"nc", "/bin/nc.traditional"},
+}
+
+// agnhostTools are the busybox image's tools, but OpenBSD's nc, and the
+// programs agnhost's image carries from Alpine as upstream builds it:
+// tests run them in agnhost pods (curl and nc most of all).
+var agnhostTools = []tool{
+	{"sh", "/usr/bin/bash"}, {"bash", "/usr/bin/bash"}, {"wget", "/usr/bin/wget"}, {"nc", "/bin/nc.openbsd"},
+	{"curl", "/usr/bin/curl"}, {"dig", "/usr/bin/dig"}, {"socat", "/usr/bin/socat"}, {"ip", "/usr/sbin/ip"},
+}
+
+// A builder builds the images.
+type builder struct {
+	// kube is the module of the Kubernetes payload (build/kubernetes).
+	kube string
+}
+
+// pause is Cairn's pause program (build/pause), which the suite's pods
+// run as registry.k8s.io/pause.
+func (b *builder) pause() (*ociimage.Image, error) {
+	prog, err := goBuild(".", "./build/pause")
+	if err != nil {
+		return nil, err
+	}
+	return ociimage.Build([]string{"/pause"}, []ociimage.File{{Path: "/pause", Mode: 0o755, Data: prog}})
+}
+
+// busybox is Debian's busybox with every applet it has linked to it but
+// those busyboxTools replace, root and nobody in its user database, and
+// /tmp, as upstream's busybox image; it runs sh.
+func (b *builder) busybox() (*ociimage.Image, error) {
+	files, err := rootfs(busyboxTools)
+	if err != nil {
+		return nil, err
+	}
+	files = append(files, users("")...)
+	return ociimage.BuildConfig(ociimage.Config{Cmd: []string{"sh"}, Env: []string{path}}, files)
+}
+
+// agnhost is agnhost built at the payload's release, on the busybox
+// image with agnhostTools, the porter's certificate and key, /uploads,
+// and the user and group its Dockerfile adds; it runs agnhost pause.
+func (b *builder) agnhost() (*ociimage.Image, error) {
+	prog, err := goBuild(b.kube, "k8s.io/kubernetes/test/images/agnhost")
+	if err != nil {
+		return nil, err
+	}
+	source, err := moduleDir(b.kube, "k8s.io/kubernetes")
+	if err != nil {
+		return nil, err
+	}
+	files, err := rootfs(agnhostTools)
+	if err != nil {
+		return nil, err
+	}
+	files = append(files,
+		ociimage.File{Path: "/agnhost", Mode: 0o755, Data: prog},
+		ociimage.File{Path: "/agnhost-2", Mode: fs.ModeSymlink | 0o777, Link: "agnhost"},
+		ociimage.File{Path: "/uploads", Mode: fs.ModeDir | 0o755},
+	)
+	for _, name := range []string{"localhost.crt", "localhost.key"} {
+		data, err := os.ReadFile(filepath.Join(source, "test/images/agnhost/porter", name))
+		if err != nil {
+			return nil, fmt.Errorf("when reading the porter's %s: %w", name, err)
+		}
+		files = append(files, ociimage.File{Path: "/" + name, Mode: 0o644, Data: data})
+	}
+	files = append(files, users("user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n")...)
+	return ociimage.BuildConfig(ociimage.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, Env: []string{path}}, files)
+}
+
+// rootfs is the build machine's /bin/busybox (Debian's) and tools, with
+// everything the loader needs to start them (elfdeps), each at its own
+// path; a link at each path busybox's applet list names, to busybox or
+// to the tool that replaces the applet; and /tmp and /root.
+func rootfs(tools []tool) ([]ociimage.File, error) {
+	const busybox = "/bin/busybox"
+	programs := []string{busybox}
+	replaced := map[string]string{}
+	for _, t := range tools {
+		programs = append(programs, t.path)
+		replaced[t.name] = t.path
+	}
+	files, err := hostFiles(programs)
+	if err != nil {
+		return nil, err
+	}
+	list, err := exec.Command(busybox, "--list-full").Output()
+	if err != nil {
+		return nil, fmt.Errorf("when listing busybox's applets: %w", err)
+	}
+	have := map[string]bool{}
+	for _, f := range files {
+		have[f.Path] = true
+	}
+	link := func(at, to string) {
+		if !have[at] {
+			have[at] = true
+			files = append(files, ociimage.File{Path: at, Mode: fs.ModeSymlink | 0o777, Link: to})
+		}
+	}
+	linked := map[string]bool{}
+	for _, applet := range strings.Fields(string(list)) {
+		at, name := "/"+applet, filepath.Base(applet)
+		if to, ok := replaced[name]; ok {
+			link(at, to)
+			linked[name] = true
+			continue
+		}
+		link(at, busybox)
+	}
+	for _, t := range tools {
+		if !linked[t.name] {
+			link("/usr/bin/"+t.name, t.path)
+		}
+	}
+	return append(files,
+		ociimage.File{Path: "/tmp", Mode: fs.ModeDir | fs.ModeSticky | 0o777},
+		ociimage.File{Path: "/root", Mode: fs.ModeDir | 0o700},
+	), nil
+}
+
+// users are /etc/passwd and /etc/group with root and nobody, and more
+// (passwd lines; each user has a group of its own ID and name, and
+// belongs to group-defined-in-image too).
+func users(more string) []ociimage.File {
+	passwd := "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/home:/bin/false\n" + more
+	group := "root:x:0:\nnobody:x:65534:\n"
+	var members []string
+	for _, line := range strings.Split(strings.TrimSpace(more), "\n") {
+		if f := strings.Split(line, ":"); len(f) == 7 {
+			group += f[0] + ":x:" + f[3] + ":\n"
+			members = append(members, f[0])
+		}
+	}
+	if len(members) > 0 {
+		group += "group-defined-in-image:x:50000:" + strings.Join(members, ",") + "\n"
+	}
+	return []ociimage.File{
+		{Path: "/etc/passwd", Mode: 0o644, Data: []byte(passwd)},
+		{Path: "/etc/group", Mode: 0o644, Data: []byte(group)},
+	}
+}
+
+// hostFiles are the build machine's programs at paths, with everything
+// the loader needs to start them (elfdeps), each at its own path.
+func hostFiles(paths []string) ([]ociimage.File, error) {
+	closure, err := elfdeps.Resolve(paths)
+	if err != nil {
+		return nil, fmt.Errorf("when resolving %s (build/deps.sh conformance installs them): %w", strings.Join(paths, " "), err)
+	}
+	var files []ociimage.File
+	for _, f := range closure.Files {
+		if f.Link != "" {
+			files = append(files, ociimage.File{Path: f.Path, Mode: fs.ModeSymlink | 0o777, Link: f.Link})
+			continue
+		}
+		data, err := os.ReadFile(f.Path)
+		if err != nil {
+			return nil, fmt.Errorf("when reading %s: %w", f.Path, err)
+		}
+		files = append(files, ociimage.File{Path: f.Path, Mode: f.Mode.Perm(), Data: data})
+	}
+	return files, nil
+}
+
+// goBuild builds the package pkg of the module in dir, static, and
+// returns the program.
+func goBuild(dir, pkg string) ([]byte, error) {
+	tmp, err := os.MkdirTemp("", "testimages")
+	if err != nil {
+		return nil, fmt.Errorf("when making a build directory: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	out := filepath.Join(tmp, "program")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w -buildid=", "-o", out, pkg)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("when building %s: %w", pkg, err)
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		return nil, fmt.Errorf("when reading the built %s: %w", pkg, err)
+	}
+	return data, nil
+}
+
+// moduleDir is the directory of module mod as the module in dir
+// requires it.
+func moduleDir(dir, mod string) (string, error) {
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", mod)
+	cmd.Dir = dir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("when finding the source of %s: %w: %s", mod, err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	return strings.TrimSpace(string(out)), nil
+}
