@@ -25,8 +25,8 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// playE2E is a stand-in for e2e.test with the flags the runner passes:
-// it notes its label filter in the file $fakeE2E names, and writes a
+// playE2E is a stand-in for e2e.test with the flags the runner passes
+// (it fails unless its kubectl is the runner's, /payload/kubectl): it notes its label filter in the file $fakeE2E names, and writes a
 // JUnit report in ginkgo's form, with one spec of its shard that passes
 // (or fails, when the filter names sig-failing), a spec of another shard
 // that its filter left out, and its suite nodes. With sig-noreport it
@@ -37,12 +37,16 @@ func playE2E(args []string) int {
 	labels := fs.String("ginkgo.label-filter", "", "")
 	focus := fs.String("ginkgo.focus", "", "")
 	fs.String("kubeconfig", "", "")
+	kubectl := fs.String("kubectl-path", "", "")
 	fs.String("provider", "", "")
 	fs.String("ginkgo.timeout", "", "")
 	fs.Bool("ginkgo.no-color", false, "")
 	fs.Bool("ginkgo.v", false, "")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *kubectl != "/payload/kubectl" {
+		return 4 // not the kubectl the runner was given
 	}
 	f, err := os.OpenFile(os.Getenv(fakeE2E), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -159,7 +163,7 @@ func TestRunnerResumes(t *testing.T) {
 	var log bytes.Buffer
 	newRunner := func(commit string, again bool) *runner {
 		return &runner{
-			e2e: self, kubeconfig: "kubeconfig", dir: dir, commit: commit,
+			e2e: self, kubeconfig: "kubeconfig", kubectl: "/payload/kubectl", dir: dir, commit: commit,
 			parallel: 2, timeout: time.Minute, again: again, progress: time.Hour,
 			logf: func(format string, args ...any) { fmt.Fprintf(&log, format+"\n", args...) },
 		}

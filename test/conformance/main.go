@@ -34,7 +34,7 @@ import (
 func main() {
 	e2e := flag.String("e2e", "out/conformance/e2e.test", "Kubernetes' e2e.test, built from the payload's release")
 	kubeconfig := flag.String("kubeconfig", "out/cluster/kubeconfig", "kubeconfig of the cluster, as its administrator")
-	kubectl := flag.String("kubectl", "out/kubectl", "kubectl, to check that the cluster answers before the shards start")
+	kubectl := flag.String("kubectl", "out/kubectl", "kubectl, built from the payload's release: the suite's kubectl tests run it, and it checks that the cluster answers before the shards start")
 	dir := flag.String("dir", "out/conformance", "directory of the results, one per shard")
 	commit := flag.String("commit", "", "Cairn's version the cluster runs, if its Nodes do not say it (results of another are run again)")
 	shardList := flag.String("shards", "", "comma-separated shards to run (default: all)")
@@ -60,13 +60,17 @@ func main() {
 		// is not up fails where its caller sees it.
 		*commit, err = clusterVersion(context.Background(), *kubectl, *kubeconfig)
 	}
+	var kubectlPath string
+	if err == nil {
+		kubectlPath, err = filepath.Abs(*kubectl)
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "conformance: %v\n", err)
 		os.Exit(2)
 	}
 	if err := run(*background, *dir, func(ctx context.Context) error {
 		r := &runner{
-			e2e: *e2e, kubeconfig: *kubeconfig, dir: *dir, commit: *commit,
+			e2e: *e2e, kubeconfig: *kubeconfig, kubectl: kubectlPath, dir: *dir, commit: *commit,
 			parallel: *parallel, timeout: *timeout, repoList: *repoList, again: *again,
 			progress: 5 * time.Minute,
 			logf: func(format string, args ...any) {

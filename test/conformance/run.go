@@ -31,6 +31,9 @@ type runner struct {
 	e2e string
 	// kubeconfig reaches the cluster as its administrator.
 	kubeconfig string
+	// kubectl is the kubectl the suite's kubectl tests run: the one
+	// built from the payload's release, not whatever PATH finds.
+	kubectl string
 	// dir holds the results.
 	dir string
 	// commit is Cairn's version the cluster runs: results of another
@@ -187,6 +190,7 @@ func (r *runner) runShard(ctx context.Context, s shard, running *runningSet) (sh
 	defer cancel()
 	args := []string{
 		"--kubeconfig=" + r.kubeconfig,
+		"--kubectl-path=" + r.kubectl,
 		"--provider=skeleton",
 		"--report-dir=" + dir,
 		"--ginkgo.label-filter=" + s.Labels,
