@@ -102,17 +102,8 @@ func TestArchiveRoundTrip(t *testing.T) {
 	if len(manifest.Layers) != 1 || len(config.RootFS.DiffIDs) != 1 || config.RootFS.DiffIDs[0] != manifest.Layers[0].Digest {
 		t.Fatalf("layers %+v, diff IDs %q: want one uncompressed layer whose digest is its diff ID", manifest.Layers, config.RootFS.DiffIDs)
 	}
-	layer := blobOf(t, got, manifest.Layers[0])
-	tr := tar.NewReader(bytes.NewReader(layer))
 	modes := map[string]int64{}
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, h := range layerHeaders(t, blobOf(t, got, manifest.Layers[0])) {
 		modes[h.Name] = h.Mode
 	}
 	if modes["pause"] != 0o755 || modes["etc/x/y"] != 0o600 || modes["etc/"] != 0o755 || modes["etc/x/"] != 0o755 {
@@ -147,16 +138,8 @@ func TestBuildConfigEntries(t *testing.T) {
 	if config.Config.Entrypoint != nil || !slices.Equal(config.Config.Cmd, []string{"sh"}) || !slices.Equal(config.Config.Env, []string{"PATH=/bin"}) {
 		t.Errorf("config = %+v, want no entrypoint, Cmd sh, Env PATH=/bin", config.Config)
 	}
-	tr := tar.NewReader(bytes.NewReader(img.Layer.Data))
 	got := map[string]string{}
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, h := range layerHeaders(t, img.Layer.Data) {
 		got[h.Name] = fmt.Sprintf("%c %o %s", h.Typeflag, h.Mode, h.Linkname)
 	}
 	want := map[string]string{
@@ -176,5 +159,23 @@ func TestBuildConfigEntries(t *testing.T) {
 		if _, err := Build(nil, files); err == nil {
 			t.Errorf("Build of %+v = nil error, want one: a path twice, or the root", files)
 		}
+	}
+}
+
+// layerHeaders returns the headers of the entries of a layer's tar, in
+// order.
+func layerHeaders(t *testing.T, layer []byte) []*tar.Header {
+	t.Helper()
+	var hs []*tar.Header
+	tr := tar.NewReader(bytes.NewReader(layer))
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return hs
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs = append(hs, h)
 	}
 }
