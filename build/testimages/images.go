@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"cairn.dev/cairn/build/elfdeps"
@@ -40,6 +41,10 @@ var images = []image{
 	// 2.55 is the suite's previous agnhost, which tests that change a
 	// workload's image start from: here it is the same build.
 	{"e2e-test-images/agnhost", []string{"2.66.1", "2.55"}, (*builder).agnhost},
+	// Debian's nginx 1.22, under the suite's two tags of nginx.
+	{"e2e-test-images/nginx", []string{"1.27.0-2", "1.28.0-2"}, (*builder).nginx},
+	{"e2e-test-images/kitten", []string{"1.8"}, func(b *builder) (*ociimage.Image, error) { return b.webserver("kitten") }},
+	{"e2e-test-images/nautilus", []string{"1.8"}, func(b *builder) (*ociimage.Image, error) { return b.webserver("nautilus") }},
 }
 
 // path is the PATH of every image, as upstream's Alpine and busybox
@@ -78,6 +83,11 @@ var agnhostTools = []tool{
 type builder struct {
 	// kube is the module of the Kubernetes payload (build/kubernetes).
 	kube string
+	// agnhostFiles, once built, are the files of agnhost's image.
+	agnhostFiles []ociimage.File
+	// source is the directory of the Kubernetes release's source, once
+	// found.
+	source string
 }
 
 // pause is Cairn's pause program (build/pause), which the suite's pods
@@ -106,12 +116,139 @@ func (b *builder) busybox() (*ociimage.Image, error) {
 // image with agnhostTools, the porter's certificate and key, /uploads,
 // and the user and group its Dockerfile adds; it runs agnhost pause.
 func (b *builder) agnhost() (*ociimage.Image, error) {
+	files, err := b.agnhostImageFiles()
+	if err != nil {
+		return nil, err
+	}
+	return ociimage.BuildConfig(ociimage.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, Env: []string{path}}, files)
+}
+
+// webserver is the kitten or nautilus image: agnhost's with the
+// picture and data.json of test/images/NAME/html, running agnhost
+// test-webserver, which serves them.
+func (b *builder) webserver(name string) (*ociimage.Image, error) {
+	files, err := b.agnhostImageFiles()
+	if err != nil {
+		return nil, err
+	}
+	files = slices.Clone(files)
+	for _, f := range []string{name + ".jpg", "data.json"} {
+		data, err := os.ReadFile(filepath.Join(b.source, "test/images", name, "html", f))
+		if err != nil {
+			return nil, fmt.Errorf("when reading %s's %s: %w", name, f, err)
+		}
+		files = append(files, ociimage.File{Path: "/" + f, Mode: 0o644, Data: data})
+	}
+	return ociimage.BuildConfig(ociimage.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"test-webserver"}, Env: []string{path}}, files)
+}
+
+// nginx is Debian's nginx on the busybox image, serving a welcome page on
+// port 80 with its logs on the container's output, as upstream's nginx
+// image does. The package is downloaded and unpacked, not installed:
+// installing it would start nginx on this machine.
+func (b *builder) nginx() (*ociimage.Image, error) {
+	dir, err := os.MkdirTemp("", "testimages-nginx")
+	if err != nil {
+		return nil, fmt.Errorf("when making a download directory: %w", err)
+	}
+	defer os.RemoveAll(dir)
+	download := exec.Command("apt-get", "download", "nginx")
+	download.Dir = dir
+	if out, err := download.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("when downloading Debian's nginx: %w: %s", err, bytes.TrimSpace(out))
+	}
+	debs, _ := filepath.Glob(filepath.Join(dir, "nginx_*.deb"))
+	if len(debs) != 1 {
+		return nil, fmt.Errorf("apt-get download nginx left %q, want one package", debs)
+	}
+	if out, err := exec.Command("dpkg-deb", "-x", debs[0], filepath.Join(dir, "root")).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("when unpacking %s: %w: %s", debs[0], err, bytes.TrimSpace(out))
+	}
+	unpacked := filepath.Join(dir, "root/usr/sbin/nginx")
+	program, err := hostFiles([]string{unpacked})
+	if err != nil {
+		return nil, err
+	}
+	for i := range program {
+		if program[i].Path == unpacked {
+			program[i].Path = "/usr/sbin/nginx"
+		}
+	}
+	base, err := rootfs(busyboxTools)
+	if err != nil {
+		return nil, err
+	}
+	files := union(base, users(""), program, []ociimage.File{
+		{Path: "/etc/nginx/nginx.conf", Mode: 0o644, Data: []byte(nginxConf)},
+		{Path: "/usr/share/nginx/html/index.html", Mode: 0o644, Data: []byte(nginxWelcome)},
+		{Path: "/var/lib/nginx", Mode: fs.ModeDir | 0o755},
+		{Path: "/var/log/nginx", Mode: fs.ModeDir | 0o755},
+		{Path: "/run", Mode: fs.ModeDir | 0o755},
+	})
+	return ociimage.BuildConfig(ociimage.Config{Cmd: []string{"nginx", "-g", "daemon off;"}, Env: []string{path}}, files)
+}
+
+// nginxConf serves /usr/share/nginx/html on port 80, as upstream's
+// image's default configuration does.
+const nginxConf = `user nobody nobody;
+worker_processes 1;
+pid /run/nginx.pid;
+events {
+	worker_connections 1024;
+}
+http {
+	types {
+		text/html html;
+		text/plain txt;
+		application/json json;
+		image/jpeg jpg;
+	}
+	default_type application/octet-stream;
+	access_log /dev/stdout;
+	server {
+		listen 80;
+		location / {
+			root /usr/share/nginx/html;
+			index index.html;
+		}
+	}
+}
+`
+
+// nginxWelcome is the page nginx serves, titled as upstream's is.
+const nginxWelcome = `<!DOCTYPE html>
+<html>
+<head><title>Welcome to nginx!</title></head>
+<body><h1>Welcome to nginx!</h1><p>Debian's nginx, in a test image of Cairn.</p></body>
+</html>
+`
+
+// union joins sets of files; a path already there is not added again
+// (the libraries two programs share).
+func union(sets ...[]ociimage.File) []ociimage.File {
+	have := map[string]bool{}
+	var out []ociimage.File
+	for _, set := range sets {
+		for _, f := range set {
+			if !have[f.Path] {
+				have[f.Path] = true
+				out = append(out, f)
+			}
+		}
+	}
+	return out
+}
+
+// agnhostImageFiles are the files of agnhost's image, built once.
+func (b *builder) agnhostImageFiles() ([]ociimage.File, error) {
+	if b.agnhostFiles != nil {
+		return b.agnhostFiles, nil
+	}
 	prog, err := goBuild(b.kube, "k8s.io/kubernetes/test/images/agnhost")
 	if err != nil {
 		return nil, err
 	}
-	source, err := moduleDir(b.kube, "k8s.io/kubernetes")
-	if err != nil {
+	if b.source, err = moduleDir(b.kube, "k8s.io/kubernetes"); err != nil {
 		return nil, err
 	}
 	files, err := rootfs(agnhostTools)
@@ -124,14 +261,14 @@ func (b *builder) agnhost() (*ociimage.Image, error) {
 		ociimage.File{Path: "/uploads", Mode: fs.ModeDir | 0o755},
 	)
 	for _, name := range []string{"localhost.crt", "localhost.key"} {
-		data, err := os.ReadFile(filepath.Join(source, "test/images/agnhost/porter", name))
+		data, err := os.ReadFile(filepath.Join(b.source, "test/images/agnhost/porter", name))
 		if err != nil {
 			return nil, fmt.Errorf("when reading the porter's %s: %w", name, err)
 		}
 		files = append(files, ociimage.File{Path: "/" + name, Mode: 0o644, Data: data})
 	}
-	files = append(files, users("user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n")...)
-	return ociimage.BuildConfig(ociimage.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, Env: []string{path}}, files)
+	b.agnhostFiles = append(files, users("user-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\n")...)
+	return b.agnhostFiles, nil
 }
 
 // rootfs is the build machine's /bin/busybox (Debian's) and tools, with

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"cairn.dev/cairn/pkg/ociimage"
 )
 
 // TestUsers: the user database has root and nobody, and each user added
@@ -92,4 +94,20 @@ func toolPaths(tools []tool) []string {
 		paths = append(paths, t.path)
 	}
 	return paths
+}
+
+// TestUnion: a path already there is not added again, and the rest keep
+// their order.
+func TestUnion(t *testing.T) {
+	got := union(
+		[]ociimage.File{{Path: "/bin/busybox"}, {Path: "/lib/libc.so.6", Data: []byte("a")}},
+		[]ociimage.File{{Path: "/lib/libc.so.6", Data: []byte("b")}, {Path: "/usr/sbin/nginx"}},
+	)
+	var paths []string
+	for _, f := range got {
+		paths = append(paths, f.Path+"="+string(f.Data))
+	}
+	if want := []string{"/bin/busybox=", "/lib/libc.so.6=a", "/usr/sbin/nginx="}; !slices.Equal(paths, want) {
+		t.Errorf("union = %q, want %q", paths, want)
+	}
 }
