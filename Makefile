@@ -422,7 +422,7 @@ conformance: kube-payload
 	@./build/deps.sh conformance
 	@mkdir -p $(CONFORMANCE_DIR)
 	@echo "conformance: building e2e.test (Kubernetes $$(cd build/kubernetes && $(GO) list -m -f '{{.Version}}' k8s.io/kubernetes))"
-	@cd build/kubernetes && $(GO) test -c -o $(abspath $(CONFORMANCE_DIR))/e2e.test k8s.io/kubernetes/test/e2e
+	@GO=$(GO) build/kubernetes/build.sh -e2e $(CONFORMANCE_DIR)/e2e.test
 	@$(GO) build -o $(CONFORMANCE_DIR)/runner ./test/conformance
 	@$(GO) run ./build/testimages -kube build/kubernetes -push $(CONFORMANCE_REGISTRY) -repo-list $(CONFORMANCE_DIR)/repo-list.yaml
 	$(CONFORMANCE_DIR)/runner -e2e $(CONFORMANCE_DIR)/e2e.test -kubeconfig $(CONFORMANCE_KUBECONFIG) -kubectl $(OUT)/kubectl \

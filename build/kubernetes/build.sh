@@ -12,9 +12,11 @@
 #   runc                      with seccomp (cgo, Debian's libseccomp.a)
 #   ptp host-local loopback   the CNI plugins the pod network uses
 #
-# and kubectl, for the host's tests, into KUBECTL.
+# and kubectl, for the host's tests, into KUBECTL. With -e2e it builds
+# Kubernetes' e2e.test instead (make conformance).
 #
 #   build/kubernetes/build.sh BINDIR KUBECTL
+#   build/kubernetes/build.sh -e2e E2E_TEST
 #
 # Kubernetes is pinned by this directory's go.mod, the others here. Each is
 # built the way its own Makefile builds a static release: the same build
@@ -34,9 +36,30 @@ containerd=github.com/containerd/containerd/v2@v2.4.2
 runc=github.com/opencontainers/runc@v1.5.2
 cni_plugins=github.com/containernetworking/plugins@v1.9.1
 
-[ $# -eq 2 ] || { echo "usage: $0 BINDIR KUBECTL" >&2; exit 2; }
+[ $# -eq 2 ] || { echo "usage: $0 BINDIR KUBECTL | $0 -e2e E2E_TEST" >&2; exit 2; }
 GO=${GO:-go}
 here=$(cd "$(dirname "$0")" && pwd)
+
+# Kubernetes' version stamps (hack/lib/version.sh), from the module
+# proxy's answer: the release's version and time, which keeps the build
+# reproducible. The proxy does not know the commit, so none is claimed.
+read -r kversion ktime < <(cd "$here" &&
+  $GO list -m -f '{{.Version}} {{.Time.UTC.Format "2006-01-02T15:04:05Z"}}' k8s.io/kubernetes)
+kminor=${kversion#v1.}
+kminor=${kminor%%.*}
+kldflags="-s -w"
+for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
+  kldflags+=" -X $pkg.gitVersion=$kversion -X $pkg.gitMajor=1 -X $pkg.gitMinor=$kminor"
+  kldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$ktime -X $pkg.gitCommit="
+done
+
+# -e2e builds Kubernetes' end-to-end suite instead, for make conformance:
+# stamped as the payload is, since tests pick fixtures by the version
+# the suite says it is.
+if [ "$1" = -e2e ]; then
+  e2e=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
+  cd "$here" && exec $GO test -c -trimpath -ldflags "$kldflags" -o "$e2e" k8s.io/kubernetes/test/e2e
+fi
 mkdir -p "$1" "$(dirname "$2")"
 out=$(cd "$1" && pwd)
 kubectl=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
@@ -59,18 +82,6 @@ step() {
   echo "kubernetes: built $name in $((SECONDS - start)) s"
 }
 
-# Kubernetes' version stamps (hack/lib/version.sh), from the module
-# proxy's answer: the release's version and time, which keeps the build
-# reproducible. The proxy does not know the commit, so none is claimed.
-read -r kversion ktime < <(cd "$here" &&
-  $GO list -m -f '{{.Version}} {{.Time.UTC.Format "2006-01-02T15:04:05Z"}}' k8s.io/kubernetes)
-kminor=${kversion#v1.}
-kminor=${kminor%%.*}
-kldflags="-s -w"
-for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
-  kldflags+=" -X $pkg.gitVersion=$kversion -X $pkg.gitMajor=1 -X $pkg.gitMinor=$kminor"
-  kldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$ktime -X $pkg.gitCommit="
-done
 # Kubernetes' release tags: SELinux labels, no test-only code paths, no
 # x/net/trace in gRPC.
 ktags=selinux,notest,grpcnotrace
