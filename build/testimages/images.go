@@ -47,9 +47,9 @@ var images = []image{
 	{"e2e-test-images/nautilus", []string{"1.8"}, func(b *builder) (*ociimage.Image, error) { return b.webserver("nautilus") }},
 }
 
-// path is the PATH of every image, as upstream's Alpine and busybox
+// pathEnv is the PATH of every image, as upstream's Alpine and busybox
 // images set it.
-const path = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+const pathEnv = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // A tool is a program of the build machine that an image carries with
 // its libraries, in place of busybox's applet of its name: at each path
@@ -109,7 +109,7 @@ func (b *builder) busybox() (*ociimage.Image, error) {
 		return nil, err
 	}
 	files = append(files, users("")...)
-	return ociimage.BuildConfig(ociimage.Config{Cmd: []string{"sh"}, Env: []string{path}}, files)
+	return ociimage.BuildConfig(ociimage.Config{Cmd: []string{"sh"}, Env: []string{pathEnv}}, files)
 }
 
 // agnhost is agnhost built at the payload's release, on the busybox
@@ -120,7 +120,7 @@ func (b *builder) agnhost() (*ociimage.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	return ociimage.BuildConfig(ociimage.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, Env: []string{path}}, files)
+	return ociimage.BuildConfig(ociimage.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, Env: []string{pathEnv}}, files)
 }
 
 // webserver is the kitten or nautilus image: agnhost's with the
@@ -139,7 +139,7 @@ func (b *builder) webserver(name string) (*ociimage.Image, error) {
 		}
 		files = append(files, ociimage.File{Path: "/" + f, Mode: 0o644, Data: data})
 	}
-	return ociimage.BuildConfig(ociimage.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"test-webserver"}, Env: []string{path}}, files)
+	return ociimage.BuildConfig(ociimage.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"test-webserver"}, Env: []string{pathEnv}}, files)
 }
 
 // nginx is Debian's nginx on the busybox image, serving a welcome page on
@@ -185,7 +185,7 @@ func (b *builder) nginx() (*ociimage.Image, error) {
 		{Path: "/var/log/nginx", Mode: fs.ModeDir | 0o755},
 		{Path: "/run", Mode: fs.ModeDir | 0o755},
 	})
-	return ociimage.BuildConfig(ociimage.Config{Cmd: []string{"nginx", "-g", "daemon off;"}, Env: []string{path}}, files)
+	return ociimage.BuildConfig(ociimage.Config{Cmd: []string{"nginx", "-g", "daemon off;"}, Env: []string{pathEnv}}, files)
 }
 
 // nginxConf serves /usr/share/nginx/html on port 80, as upstream's

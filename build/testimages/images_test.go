@@ -53,7 +53,7 @@ func TestBusyboxImage(t *testing.T) {
 	if err := json.Unmarshal(img.Config.Data, &config); err != nil {
 		t.Fatal(err)
 	}
-	if config.Config.Entrypoint != nil || !slices.Equal(config.Config.Cmd, []string{"sh"}) || !slices.Equal(config.Config.Env, []string{path}) {
+	if config.Config.Entrypoint != nil || !slices.Equal(config.Config.Cmd, []string{"sh"}) || !slices.Equal(config.Config.Env, []string{pathEnv}) {
 		t.Errorf("config = %+v, want sh with the PATH", config.Config)
 	}
 	entries := map[string]*tar.Header{}

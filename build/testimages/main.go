@@ -9,9 +9,10 @@
 // Each image is pushed under the name the suite gives it, below the
 // registry the nodes reach (-registry, 10.42.0.1:5000), and -repo-list is
 // written: the KUBE_TEST_REPO_LIST file that points the suite's registries
-// there. The images (images.go) are busybox, agnhost and pause; the
-// programs they carry from Debian come from the build machine, installed
-// by build/deps.sh conformance.
+// there. The images (images.go) are pause, busybox, agnhost, nginx,
+// kitten and nautilus; the programs they carry from Debian come from the
+// build machine, installed by build/deps.sh conformance, but nginx,
+// whose package is downloaded and unpacked.
 package main
 
 import (
