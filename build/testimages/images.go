@@ -45,6 +45,12 @@ var images = []image{
 	{"e2e-test-images/nginx", []string{"1.27.0-2", "1.28.0-2"}, (*builder).nginx},
 	{"e2e-test-images/kitten", []string{"1.8"}, func(b *builder) (*ociimage.Image, error) { return b.webserver("kitten") }},
 	{"e2e-test-images/nautilus", []string{"1.8"}, func(b *builder) (*ociimage.Image, error) { return b.webserver("nautilus") }},
+	// The aggregator test's pair: the sample apiserver at the payload's
+	// release, and etcd at the release the payload requires (3.7.0).
+	{"e2e-test-images/sample-apiserver", []string{"1.29.2"}, func(b *builder) (*ociimage.Image, error) {
+		return b.program("k8s.io/sample-apiserver", "/sample-apiserver")
+	}},
+	{"etcd", []string{"3.7.0-0"}, func(b *builder) (*ociimage.Image, error) { return b.program("./etcd", "/usr/local/bin/etcd") }},
 }
 
 // pathEnv is the PATH of every image, as upstream's Alpine and busybox
@@ -237,6 +243,21 @@ func union(sets ...[]ociimage.File) []ociimage.File {
 		}
 	}
 	return out
+}
+
+// program is the package pkg of the payload's module, built, at path on
+// the busybox image; it runs the program.
+func (b *builder) program(pkg, path string) (*ociimage.Image, error) {
+	prog, err := goBuild(b.kube, pkg)
+	if err != nil {
+		return nil, err
+	}
+	files, err := rootfs(busyboxTools)
+	if err != nil {
+		return nil, err
+	}
+	files = append(append(files, users("")...), ociimage.File{Path: path, Mode: 0o755, Data: prog})
+	return ociimage.BuildConfig(ociimage.Config{Entrypoint: []string{path}, Env: []string{pathEnv}}, files)
 }
 
 // agnhostImageFiles are the files of agnhost's image, built once.

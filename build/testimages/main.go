@@ -10,7 +10,7 @@
 // registry the nodes reach (-registry, 10.42.0.1:5000), and -repo-list is
 // written: the KUBE_TEST_REPO_LIST file that points the suite's registries
 // there. The images (images.go) are pause, busybox, agnhost, nginx,
-// kitten and nautilus; the programs they carry from Debian come from the
+// kitten, nautilus, sample-apiserver and etcd; the programs they carry from Debian come from the
 // build machine, installed by build/deps.sh conformance, but nginx,
 // whose package is downloaded and unpacked.
 package main
@@ -83,7 +83,8 @@ func run(ctx context.Context, kube, registry, push, repoList string) error {
 	list := fmt.Sprintf("# KUBE_TEST_REPO_LIST of e2e.test: the registries of the images build/testimages\n"+
 		"# built, mapped to the cluster's registry at %[1]s.\n"+
 		"promoterE2eRegistry: %[1]s/e2e-test-images\n"+
-		"gcRegistry: %[1]s\n", registry)
+		"gcRegistry: %[1]s\n"+
+		"gcEtcdRegistry: %[1]s\n", registry)
 	if err := os.WriteFile(repoList, []byte(list), 0o644); err != nil {
 		return fmt.Errorf("when writing the repository list: %w", err)
 	}
