@@ -45,6 +45,9 @@ var images = []image{
 	{"e2e-test-images/nginx", []string{"1.27.0-2", "1.28.0-2"}, (*builder).nginx},
 	{"e2e-test-images/kitten", []string{"1.8"}, func(b *builder) (*ociimage.Image, error) { return b.webserver("kitten") }},
 	{"e2e-test-images/nautilus", []string{"1.8"}, func(b *builder) (*ociimage.Image, error) { return b.webserver("nautilus") }},
+	// The DNS tests' glibc resolver: the busybox image with agnhost's
+	// tools, dig among them, all linked against Debian's glibc.
+	{"e2e-test-images/glibc-dns-testing", []string{"2.1.1"}, (*builder).glibcDNS},
 	// The aggregator test's pair: the sample apiserver at the payload's
 	// release, and etcd at the release the payload requires (3.7.0).
 	{"e2e-test-images/sample-apiserver", []string{"1.29.2"}, func(b *builder) (*ociimage.Image, error) {
@@ -79,10 +82,12 @@ var busyboxTools = []tool{
 
 // agnhostTools are the busybox image's tools, but OpenBSD's nc, and the
 // programs agnhost's image carries from Alpine as upstream builds it:
-// tests run them in agnhost pods (curl and nc most of all).
+// tests run them in agnhost pods (curl and nc most of all), and getent,
+// which Alpine's musl has and the DNS tests run.
 var agnhostTools = []tool{
 	{"sh", "/usr/bin/bash"}, {"bash", "/usr/bin/bash"}, {"wget", "/usr/bin/wget"}, {"nc", "/bin/nc.openbsd"},
 	{"curl", "/usr/bin/curl"}, {"dig", "/usr/bin/dig"}, {"socat", "/usr/bin/socat"}, {"ip", "/usr/sbin/ip"},
+	{"getent", "/usr/bin/getent"},
 }
 
 // A builder builds the images.
@@ -243,6 +248,17 @@ func union(sets ...[]ociimage.File) []ociimage.File {
 		}
 	}
 	return out
+}
+
+// glibcDNS is the busybox image with agnhostTools: the DNS tests run dig
+// in it, with glibc's resolver (upstream's is Debian with dnsutils).
+func (b *builder) glibcDNS() (*ociimage.Image, error) {
+	files, err := rootfs(agnhostTools)
+	if err != nil {
+		return nil, err
+	}
+	files = append(files, users("")...)
+	return ociimage.BuildConfig(ociimage.Config{Cmd: []string{"sh"}, Env: []string{pathEnv}}, files)
 }
 
 // program is the package pkg of the payload's module, built, at path on
