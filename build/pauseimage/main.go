@@ -17,9 +17,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 
+	"cairn.dev/cairn/build/goprog"
 	"cairn.dev/cairn/pkg/ociimage"
 )
 
@@ -40,21 +39,9 @@ func main() {
 }
 
 func run(out, ref, pkg, file string) error {
-	dir, err := os.MkdirTemp("", "pauseimage")
+	data, err := goprog.Static("", pkg)
 	if err != nil {
-		return fmt.Errorf("when making a build directory: %w", err)
-	}
-	defer os.RemoveAll(dir)
-	bin := filepath.Join(dir, "program")
-	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w -buildid=", "-o", bin, pkg)
-	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
-	build.Stderr = os.Stderr
-	if err := build.Run(); err != nil {
-		return fmt.Errorf("when building %s: %w", pkg, err)
-	}
-	data, err := os.ReadFile(bin)
-	if err != nil {
-		return fmt.Errorf("when reading the built program: %w", err)
+		return err
 	}
 	img, err := ociimage.Build([]string{file}, []ociimage.File{{Path: file, Mode: 0o755, Data: data}})
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"cairn.dev/cairn/build/elfdeps"
+	"cairn.dev/cairn/build/goprog"
 	"cairn.dev/cairn/pkg/ociimage"
 )
 
@@ -104,7 +105,7 @@ type builder struct {
 // pause is Cairn's pause program (build/pause), which the suite's pods
 // run as registry.k8s.io/pause.
 func (b *builder) pause() (*ociimage.Image, error) {
-	prog, err := goBuild(".", "./build/pause")
+	prog, err := goprog.Static("", "./build/pause")
 	if err != nil {
 		return nil, err
 	}
@@ -264,7 +265,7 @@ func (b *builder) glibcDNS() (*ociimage.Image, error) {
 // program is the package pkg of the payload's module, built, at path on
 // the busybox image; it runs the program.
 func (b *builder) program(pkg, path string) (*ociimage.Image, error) {
-	prog, err := goBuild(b.kube, pkg)
+	prog, err := goprog.Static(b.kube, pkg)
 	if err != nil {
 		return nil, err
 	}
@@ -281,7 +282,7 @@ func (b *builder) agnhostImageFiles() ([]ociimage.File, error) {
 	if b.agnhostFiles != nil {
 		return b.agnhostFiles, nil
 	}
-	prog, err := goBuild(b.kube, "k8s.io/kubernetes/test/images/agnhost")
+	prog, err := goprog.Static(b.kube, "k8s.io/kubernetes/test/images/agnhost")
 	if err != nil {
 		return nil, err
 	}
@@ -401,29 +402,6 @@ func hostFiles(paths []string) ([]ociimage.File, error) {
 		files = append(files, ociimage.File{Path: f.Path, Mode: f.Mode.Perm(), Data: data})
 	}
 	return files, nil
-}
-
-// goBuild builds the package pkg of the module in dir, static, and
-// returns the program.
-func goBuild(dir, pkg string) ([]byte, error) {
-	tmp, err := os.MkdirTemp("", "testimages")
-	if err != nil {
-		return nil, fmt.Errorf("when making a build directory: %w", err)
-	}
-	defer os.RemoveAll(tmp)
-	out := filepath.Join(tmp, "program")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w -buildid=", "-o", out, pkg)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
-	cmd.Stderr = os.Stderr
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("when building %s: %w", pkg, err)
-	}
-	data, err := os.ReadFile(out)
-	if err != nil {
-		return nil, fmt.Errorf("when reading the built %s: %w", pkg, err)
-	}
-	return data, nil
 }
 
 // moduleDir is the directory of module mod as the module in dir
