@@ -34,7 +34,10 @@ test-long: deps
 	@$(MAKE) --no-print-directory e2e E2E_FLAGS=-long E2E_TIMEOUT=90m
 
 # The test hooks of /init (build tag cairntest) are tested on their own.
+# The programs the conformance test images carry are installed first, so
+# that build/testimages' tests build the busybox image rather than skip.
 unit: deps
+	@./build/deps.sh conformance
 	$(GO) test -race -count=1 ./...
 	$(GO) test -race -count=1 -tags cairntest ./cmd/init ./node/testhooks ./node/testpoint
 
