@@ -189,8 +189,9 @@ type curator struct {
 	// ca is the cluster CA, kept for the run so that its certificate and
 	// key are read from etcd once, not on every certificate issued.
 	ca *pki.Certificate
-	// kubeCA is the Kubernetes CA, kept likewise.
-	kubeCA *pki.Certificate
+	// kubeCA is the Kubernetes CA and frontProxyCA the aggregation
+	// layer's, kept likewise.
+	kubeCA, frontProxyCA *pki.Certificate
 	// nodeCredentials dial the leader.
 	nodeCredentials credentials.TransportCredentials
 
@@ -246,6 +247,7 @@ func (s *Service) Run(ctx context.Context) error {
 		etcd:            etcd,
 		ca:              consensus.ClusterCA(),
 		kubeCA:          kubernetesCA(),
+		frontProxyCA:    frontProxyCA(),
 		nodeCredentials: rpc.NodeCredentials(s.cfg.Node),
 		log:             supervisor.Logger(ctx),
 		registering:     make(chan struct{}, registerInFlight),

@@ -34,6 +34,8 @@ import (
 //	apiserver, controller-manager,    ├─ IssueCertificate ─▶ Kubernetes CA
 //	scheduler, reconciler (Controller)┘                      (kubernetes-pki/ca)
 //	cairnctl kubernetes credential ──── IssueKubernetesCredential ─┘
+//	apiserver's front proxy client ──── IssueCertificate ─▶ front proxy CA
+//	                                                 (kubernetes-pki/front-proxy-ca)
 
 // The lifetimes of Kubernetes certificates. The apiserver does not read
 // CRLs, so a lifetime is what bounds the access of a node that lost its
@@ -68,9 +70,17 @@ type kubernetesKind struct {
 	// controller says the kind is for KubernetesController, else for
 	// KubernetesWorker.
 	controller bool
+	// frontProxy says the front proxy CA signs the kind, not the
+	// Kubernetes CA.
+	frontProxy bool
 	// template returns the certificate's template for node id at addr.
 	template func(id string, addr netip.Addr) x509.Certificate
 }
+
+// frontProxyClient is the name of the apiserver's client certificate
+// towards aggregated apiservers, the one name the apiserver lets them
+// accept request headers from (--requestheader-allowed-names).
+const frontProxyClient = "cairn:front-proxy-client"
 
 var kubernetesKinds = map[api.CertificateKind]kubernetesKind{
 	api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_KUBELET_CLIENT: {
@@ -103,6 +113,11 @@ var kubernetesKinds = map[api.CertificateKind]kubernetesKind{
 	api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_APISERVER_KUBELET_CLIENT: {
 		controller: true,
 		template:   func(string, netip.Addr) x509.Certificate { return kubeClient("cairn:apiserver-kubelet-client") },
+	},
+	api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_FRONT_PROXY_CLIENT: {
+		controller: true,
+		frontProxy: true,
+		template:   func(string, netip.Addr) x509.Certificate { return kubeClient(frontProxyClient) },
 	},
 	api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_CONTROLLER_MANAGER: {
 		controller: true,
@@ -194,11 +209,15 @@ func (c *curator) issueKubernetes(ctx context.Context, id string, kind api.Certi
 	if err := c.checkClock(); err != nil {
 		return nil, err
 	}
-	cert, ca, err := c.signKubernetes(ctx, k.template(id, addr), pub, c.opts.kubernetesLifetime)
+	ca := c.kubeCA
+	if k.frontProxy {
+		ca = c.frontProxyCA
+	}
+	cert, caDER, err := c.signWith(ctx, ca, k.template(id, addr), pub, c.opts.kubernetesLifetime)
 	if err != nil {
 		return nil, err
 	}
-	return &api.IssueCertificateResponse{Certificate: cert, CaCertificate: ca}, nil
+	return &api.IssueCertificateResponse{Certificate: cert, CaCertificate: caDER}, nil
 }
 
 func (a nodeAPI) GetKubernetesServiceAccountKey(ctx context.Context, _ *api.GetKubernetesServiceAccountKeyRequest) (*api.GetKubernetesServiceAccountKeyResponse, error) {

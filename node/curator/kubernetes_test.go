@@ -155,6 +155,28 @@ func TestKubernetesCertificates(t *testing.T) {
 		t.Errorf("the Kubernetes CA is %q, want its own CA apart from the cluster CA", kubeCA.Subject.CommonName)
 	}
 
+	// The front proxy client: of a CA of its own, apart from the
+	// Kubernetes CA, whose certificates must not speak for other users to
+	// aggregated apiservers.
+	fp, fpCA, err := issue(api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_FRONT_PROXY_CLIENT, newKubeKey(t))
+	if err != nil {
+		t.Fatalf("front proxy client: %v", err)
+	}
+	if err := fp.CheckSignatureFrom(fpCA); err != nil {
+		t.Errorf("the front proxy client is not signed by the CA it came with: %v", err)
+	}
+	if fpCA.Subject.CommonName != "Cairn Kubernetes front proxy CA" || (kubeCA != nil && fpCA.Equal(kubeCA)) || slices.Equal(fpCA.Raw, c.ca) {
+		t.Errorf("the front proxy CA is %q, want its own CA apart from the Kubernetes and cluster CAs", fpCA.Subject.CommonName)
+	}
+	if fp.Subject.CommonName != "cairn:front-proxy-client" || len(fp.Subject.Organization) != 0 ||
+		!slices.Equal(fp.ExtKeyUsage, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}) {
+		t.Errorf("front proxy client for %q in %q with usages %v, want cairn:front-proxy-client, no group, client auth",
+			fp.Subject.CommonName, fp.Subject.Organization, fp.ExtKeyUsage)
+	}
+	if _, again, err := issue(api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_FRONT_PROXY_CLIENT, newKubeKey(t)); err != nil || !again.Equal(fpCA) {
+		t.Errorf("a second front proxy client came with another CA (%v)", err)
+	}
+
 	// The owner's credential: the same CA, the owner's group, the
 	// controllers' endpoints.
 	res, err := mgmt.IssueKubernetesCredential(ctx, &api.IssueKubernetesCredentialRequest{PublicKey: newKubeKey(t)})

@@ -31,6 +31,23 @@ func kubernetesCA() *pki.Certificate {
 	}
 }
 
+// frontProxyCA describes the CA of the aggregation layer's front proxy,
+// created on first use. The apiserver proxies requests to aggregated
+// apiservers (metrics-server, say) with a client certificate of this CA
+// and the caller's name in request headers, and those apiservers believe
+// the headers of whoever holds one. A CA of its own keeps that trust apart
+// from the Kubernetes CA's: no kubelet, controller or owner certificate
+// can speak for another user to them.
+func frontProxyCA() *pki.Certificate {
+	return &pki.Certificate{
+		Namespace: KubernetesPKINamespace,
+		Issuer:    pki.SelfSigned,
+		Name:      "front-proxy-ca",
+		Template:  pki.CA("Cairn Kubernetes front proxy CA"),
+		Mode:      pki.ManagedKey,
+	}
+}
+
 // serviceAccountKeyKey is the etcd key (in the curator's namespace) of the
 // service account signing key, PKCS #8 DER.
 const serviceAccountKeyKey = "kubernetes/service-account-key"
@@ -38,10 +55,15 @@ const serviceAccountKeyKey = "kubernetes/service-account-key"
 // signKubernetes signs tmpl for pub with the Kubernetes CA, creating the
 // CA on first use, and returns the certificate and the CA's, DER.
 func (c *curator) signKubernetes(ctx context.Context, tmpl x509.Certificate, pub crypto.PublicKey, lifetime time.Duration) (cert, caDER []byte, err error) {
-	ca := c.kubeCA
+	return c.signWith(ctx, c.kubeCA, tmpl, pub, lifetime)
+}
+
+// signWith signs tmpl for pub with ca, creating ca on first use, and
+// returns the certificate and ca's, DER.
+func (c *curator) signWith(ctx context.Context, ca *pki.Certificate, tmpl x509.Certificate, pub crypto.PublicKey, lifetime time.Duration) (cert, caDER []byte, err error) {
 	caDER, err = ca.Ensure(ctx, c.root)
 	if err != nil {
-		return nil, nil, fmt.Errorf("when loading the Kubernetes CA: %w", err)
+		return nil, nil, fmt.Errorf("when loading the CA %s: %w", ca.Name, err)
 	}
 	cert, err = ca.Sign(ctx, c.root, tmpl, pub, lifetime)
 	if err != nil {

@@ -34,6 +34,11 @@ const (
 	// etcdPrefix is the apiserver's part of etcd: the proxy confines it
 	// there.
 	etcdPrefix = "kubernetes/"
+	// frontProxyClient is the name in the apiserver's front proxy client
+	// certificate, as the curator issues it (CERTIFICATE_KIND_KUBERNETES_
+	// FRONT_PROXY_CLIENT): aggregated apiservers accept request headers
+	// from that name alone.
+	frontProxyClient = "cairn:front-proxy-client"
 	// serviceAccountIssuer names the cluster in service account tokens.
 	serviceAccountIssuer = "https://kubernetes.default.svc." + ClusterDomain
 )
@@ -189,6 +194,12 @@ func (c *Controller) runAPIServer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The aggregation layer's front proxy client, in a directory of its
+	// own: its ca.crt is the front proxy CA's, not the Kubernetes CA's.
+	frontProxy, err := issue(ctx, c.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_FRONT_PROXY_CLIENT, dir+"/front-proxy", "client")
+	if err != nil {
+		return err
+	}
 	sa, err := c.serviceAccountKey(ctx, dir)
 	if err != nil {
 		return err
@@ -211,6 +222,17 @@ func (c *Controller) runAPIServer(ctx context.Context) error {
 		"--kubelet-client-key="+kubelet.Key,
 		"--kubelet-certificate-authority="+serving.CA,
 		"--kubelet-preferred-address-types=InternalIP",
+		// The aggregation layer: the apiserver proxies to aggregated
+		// apiservers (metrics-server, say) as the front proxy client,
+		// naming the caller in these headers, and publishes the front
+		// proxy CA and the one name it certifies for them to check.
+		"--requestheader-client-ca-file="+frontProxy.CA,
+		"--requestheader-allowed-names="+frontProxyClient,
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file="+frontProxy.Cert,
+		"--proxy-client-key-file="+frontProxy.Key,
 		"--service-account-issuer="+serviceAccountIssuer,
 		"--service-account-key-file="+sa,
 		"--service-account-signing-key-file="+sa,
@@ -225,7 +247,7 @@ func (c *Controller) runAPIServer(ctx context.Context) error {
 	defer c.proxyUsers.Take()()
 	ctx, stop := c.apiserverUsers.Outlive(ctx, stopGrace)
 	defer stop()
-	return c.cfg.Layout.runComponent(ctx, cmd, soonest(serving, kubelet))
+	return c.cfg.Layout.runComponent(ctx, cmd, soonest(serving, kubelet, frontProxy))
 }
 
 // admissionConfiguration enforces Pod Security's baseline level in every

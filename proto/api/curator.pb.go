@@ -70,6 +70,12 @@ const (
 	// reconciler binds to system:node-proxier and lets read Nodes.
 	// KubernetesController.
 	CertificateKind_CERTIFICATE_KIND_KUBERNETES_PROXY CertificateKind = 10
+	// The apiserver's client certificate towards aggregated apiservers
+	// (cairn:front-proxy-client), of the cluster's front proxy CA, not of
+	// the Kubernetes CA: the aggregated apiservers believe the caller's
+	// name in the request headers of whoever holds it. The response's
+	// ca_certificate is the front proxy CA's. KubernetesController.
+	CertificateKind_CERTIFICATE_KIND_KUBERNETES_FRONT_PROXY_CLIENT CertificateKind = 11
 )
 
 // Enum value maps for CertificateKind.
@@ -86,6 +92,7 @@ var (
 		8:  "CERTIFICATE_KIND_KUBERNETES_RECONCILER",
 		9:  "CERTIFICATE_KIND_KUBERNETES_VOLUMES",
 		10: "CERTIFICATE_KIND_KUBERNETES_PROXY",
+		11: "CERTIFICATE_KIND_KUBERNETES_FRONT_PROXY_CLIENT",
 	}
 	CertificateKind_value = map[string]int32{
 		"CERTIFICATE_KIND_UNSPECIFIED":                         0,
@@ -99,6 +106,7 @@ var (
 		"CERTIFICATE_KIND_KUBERNETES_RECONCILER":               8,
 		"CERTIFICATE_KIND_KUBERNETES_VOLUMES":                  9,
 		"CERTIFICATE_KIND_KUBERNETES_PROXY":                    10,
+		"CERTIFICATE_KIND_KUBERNETES_FRONT_PROXY_CLIENT":       11,
 	}
 )
 
@@ -1576,7 +1584,7 @@ const file_proto_api_curator_proto_rawDesc = "" +
 	"public_key\x18\x02 \x01(\fR\tpublicKey\"c\n" +
 	"\x18IssueCertificateResponse\x12 \n" +
 	"\vcertificate\x18\x01 \x01(\fR\vcertificate\x12%\n" +
-	"\x0eca_certificate\x18\x02 \x01(\fR\rcaCertificate*\xf7\x03\n" +
+	"\x0eca_certificate\x18\x02 \x01(\fR\rcaCertificate*\xab\x04\n" +
 	"\x0fCertificateKind\x12 \n" +
 	"\x1cCERTIFICATE_KIND_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15CERTIFICATE_KIND_NODE\x10\x01\x12.\n" +
@@ -1589,7 +1597,8 @@ const file_proto_api_curator_proto_rawDesc = "" +
 	"&CERTIFICATE_KIND_KUBERNETES_RECONCILER\x10\b\x12'\n" +
 	"#CERTIFICATE_KIND_KUBERNETES_VOLUMES\x10\t\x12%\n" +
 	"!CERTIFICATE_KIND_KUBERNETES_PROXY\x10\n" +
-	"2\x80\b\n" +
+	"\x122\n" +
+	".CERTIFICATE_KIND_KUBERNETES_FRONT_PROXY_CLIENT\x10\v2\x80\b\n" +
 	"\aCurator\x12?\n" +
 	"\x05Watch\x12\x17.cairn.api.WatchRequest\x1a\x15.cairn.api.WatchEvent\"\x04\xd8\xe2\x18\x020\x01\x12a\n" +
 	"\x10UpdateNodeStatus\x12\".cairn.api.UpdateNodeStatusRequest\x1a#.cairn.api.UpdateNodeStatusResponse\"\x04\xd8\xe2\x18\x02\x12L\n" +
