@@ -19,6 +19,14 @@
 //	agent blockwrite DEV write a sector at the end of DEV and read it back
 //	agent write PATH TEXT  write TEXT to PATH and sync it
 //	agent cat PATH       print the file PATH
+//	agent aggregated ADDR CA
+//	                     serve the API group test.cairn.dev/v1 over TLS on
+//	                     ADDR, as an aggregated apiserver behind the
+//	                     cluster's apiserver: its discovery to anyone, and
+//	                     GET /apis/test.cairn.dev/v1/whoami, to a client
+//	                     certificate of the CA in the file CA alone, with
+//	                     the proxy's name and the user and groups it names
+//	                     in its request headers
 package main
 
 import (
@@ -66,13 +74,15 @@ func main() {
 		err = blockwrite(args[1])
 	case args[0] == "write" && len(args) == 3:
 		err = writeSynced(args[1], args[2])
+	case args[0] == "aggregated" && len(args) == 3:
+		err = aggregated(args[1], args[2])
 	case args[0] == "cat" && len(args) == 2:
 		var b []byte
 		if b, err = os.ReadFile(args[1]); err == nil {
 			_, err = os.Stdout.Write(b)
 		}
 	default:
-		fmt.Fprintln(os.Stderr, "usage: agent serve [ADDR] | agent get URL | agent resolve NAME | agent api PATH | agent statfs PATH | agent fill PATH N | agent blocksize DEV | agent blockwrite DEV | agent write PATH TEXT | agent cat PATH")
+		fmt.Fprintln(os.Stderr, "usage: agent serve [ADDR] | agent get URL | agent resolve NAME | agent api PATH | agent statfs PATH | agent fill PATH N | agent blocksize DEV | agent blockwrite DEV | agent write PATH TEXT | agent cat PATH | agent aggregated ADDR CA")
 		os.Exit(2)
 	}
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -44,7 +45,9 @@ import (
 //	    each worker's NodePort, from pods on both workers (kube-proxy);
 //	    pods resolve Service, pod and outside names through their node's
 //	    cluster DNS, and reach the apiserver by its Service name with
-//	    their service-account token;
+//	    their service-account token; an aggregated apiserver (an agent)
+//	    answers through the apiserver, given the owner's name by the
+//	    apiserver's front proxy client certificate;
 //	(e) a pod whose image does not exist says why it cannot start;
 //	(f) node 1 loses KubernetesWorker: its Node is deleted, its agent
 //	    moves to node 2, and its NodePort is refused (its kube-proxy rules
@@ -258,6 +261,62 @@ func TestKubernetes(t *testing.T) {
 			}
 		}
 		s.step("Service created → ClusterIP and every node's NodePort answer from both workers' pods", time.Since(start))
+	})
+
+	t.Run("d-aggregated-api", func(t *testing.T) {
+		// The aggregation layer: an agent serves the API group
+		// test.cairn.dev as an aggregated apiserver, trusting only the
+		// front proxy CA the apiserver publishes, and tells whom a
+		// request it was given through the apiserver came from.
+		start := time.Now()
+		var auth struct{ Data map[string]string }
+		if err := k.getJSON(t, &auth, "-n", "kube-system", "configmap", "extension-apiserver-authentication"); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := auth.Data["requestheader-allowed-names"], `["cairn:front-proxy-client"]`; got != want {
+			t.Errorf("the apiserver lets %s name users to aggregated apiservers, want %s", got, want)
+		}
+		ca := auth.Data["requestheader-client-ca-file"]
+		if !strings.Contains(ca, "BEGIN CERTIFICATE") {
+			t.Fatalf("the apiserver publishes no front proxy CA: %q", ca)
+		}
+		caJSON, err := json.Marshal(ca)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k.apply(t, `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"front-proxy-ca"},"data":{"ca.crt":`+string(caJSON)+`}}`)
+		k.apply(t, `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"aggregated","labels":{"app":"aggregated"}},"spec":{
+			"terminationGracePeriodSeconds":1,
+			"containers":[{"name":"agent","image":"cairn/agent:1","args":["aggregated",":8443","/ca/ca.crt"],
+				"volumeMounts":[{"name":"ca","mountPath":"/ca"}]}],
+			"volumes":[{"name":"ca","configMap":{"name":"front-proxy-ca"}}]}}`)
+		k.apply(t, `{"apiVersion":"v1","kind":"Service","metadata":{"name":"aggregated"},"spec":{
+			"selector":{"app":"aggregated"},"ports":[{"port":443,"targetPort":8443}]}}`)
+		k.apply(t, `{"apiVersion":"apiregistration.k8s.io/v1","kind":"APIService","metadata":{"name":"v1.test.cairn.dev"},"spec":{
+			"group":"test.cairn.dev","version":"v1","service":{"namespace":"default","name":"aggregated","port":443},
+			"insecureSkipTLSVerify":true,"groupPriorityMinimum":1000,"versionPriority":15}}`)
+		// Gone at the end, the APIService first, so that no later
+		// step's discovery meets an APIService without its server.
+		defer k.run(t, "delete", "pod/aggregated", "service/aggregated", "configmap/front-proxy-ca", "--wait=false")
+		defer k.run(t, "delete", "apiservice", "v1.test.cairn.dev", "--wait=false")
+		k.waitFor(t, "the aggregated API answering through the apiserver", 5*time.Minute, func() error {
+			out, err := k.run(t, "get", "--raw", "/apis/test.cairn.dev/v1/whoami")
+			if err != nil {
+				return err
+			}
+			var who struct {
+				Proxy, User string
+				Groups      []string
+			}
+			if err := json.Unmarshal(out, &who); err != nil {
+				return fmt.Errorf("decoding %q: %w", out, err)
+			}
+			if who.Proxy != "cairn:front-proxy-client" || who.User != "cairn:owner" || !slices.Contains(who.Groups, "cairn:owners") {
+				return fmt.Errorf("the aggregated apiserver was given %+v, want the front proxy client speaking for cairn:owner in cairn:owners", who)
+			}
+			return nil
+		})
+		s.step("APIService created → its apiserver answers through the apiserver, as the owner", time.Since(start))
 	})
 
 	t.Run("d-dns", func(t *testing.T) {
