@@ -19,7 +19,7 @@ import (
 // mounted, then presses the power button and checks that the node shuts
 // down cleanly and powers off by itself.
 func TestBootAndPowerOff(t *testing.T) {
-	s := newSuite(t, 10*time.Minute)
+	s := newSuite(t, 1, 10*time.Minute)
 	n := s.launch(launch.Config{Name: "boot", Image: artifact(t, "cairn.img")}, launch.WithTPM())
 
 	started := s.waitFor(n, launch.Substring("cairn: init started"))
@@ -72,7 +72,7 @@ func TestBootAndPowerOff(t *testing.T) {
 // makes the root runnable fail: the node must say so and reboot, not panic.
 // -no-reboot turns the reboot into qemu exiting.
 func TestRootFailureReboots(t *testing.T) {
-	s := newSuite(t, 10*time.Minute)
+	s := newSuite(t, 1, 10*time.Minute)
 	cmdline, err := os.ReadFile(artifact(t, "cmdline"))
 	if err != nil {
 		t.Fatal(err)

@@ -49,7 +49,7 @@ func TestNetworkChaos(t *testing.T) {
 	if *longFlag {
 		deadline = 45 * time.Minute
 	}
-	s := newSuite(t, deadline)
+	s := newSuite(t, 3, deadline)
 	profile, err := l2switch.ParseProfile(chaosProfile)
 	if env := os.Getenv(cluster.NetChaosEnv); env != "" {
 		profile, err = l2switch.ParseProfile(env)

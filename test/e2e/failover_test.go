@@ -40,7 +40,7 @@ func TestFailoverSoak(t *testing.T) {
 	if *soakFlag <= 0 {
 		t.Skip("the failover soak runs for minutes: make bench-failover runs it (or pass -soak)")
 	}
-	s := newSuite(t, *soakFlag+25*time.Minute)
+	s := newSuite(t, 3, *soakFlag+25*time.Minute)
 	c := s.newCluster(3, 0)
 	nodes := c.Nodes()
 	if err := c.Form(s.ctx); err != nil {

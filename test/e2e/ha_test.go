@@ -46,7 +46,7 @@ import (
 //	(g) node 2 loses the ConsensusMember role: its etcd member and
 //	    curator stop, and the cluster directory shrinks to two.
 func TestHACluster(t *testing.T) {
-	s := newSuite(t, 35*time.Minute)
+	s := newSuite(t, 3, 35*time.Minute)
 	c := s.newCluster(3, 1)
 	nodes := c.Nodes()
 	wrongTicketNode := c.Node(3)

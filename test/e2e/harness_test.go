@@ -102,12 +102,19 @@ type suite struct {
 	steps []launch.Phase
 }
 
-// newSuite starts a parallel suite that must finish within deadline. When
-// it ends it logs its duration and its timings.
-func newSuite(t *testing.T, deadline time.Duration) *suite {
+// newSuite starts a parallel suite that runs up to nodes nodes at once
+// and must finish within deadline, counted from when the node budget lets
+// it start. When it ends it logs its duration, its wait and
+// its timings.
+func newSuite(t *testing.T, nodes int, deadline time.Duration) *suite {
 	t.Parallel()
+	asked := time.Now()
+	t.Cleanup(budget.take(nodes)) // runs last: after the nodes are closed
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	s := &suite{t: t, ctx: ctx, start: time.Now()}
+	if waited := s.start.Sub(asked); waited > budgetGathers {
+		t.Logf("waited %.0f s for %d nodes' room in the node budget", waited.Seconds(), nodes)
+	}
 	t.Cleanup(func() {
 		cancel()
 		s.report()

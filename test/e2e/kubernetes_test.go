@@ -77,7 +77,7 @@ func TestKubernetes(t *testing.T) {
 	if *longFlag {
 		deadline = 65 * time.Minute
 	}
-	s := newSuite(t, deadline)
+	s := newSuite(t, 3, deadline)
 	cfg := s.clusterConfig(3, 0)
 	cfg.Registry = artifact(t, "registry")
 	cfg.Images = []string{artifact(t, "testagent.oci.tar")}

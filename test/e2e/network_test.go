@@ -26,7 +26,7 @@ const echoPort = 7900
 // 0 reaches node 1's echo server (cairn.test.dial), and the host reaches
 // both echo servers through the harness's port forwards.
 func TestTwoNodesNetwork(t *testing.T) {
-	s := newSuite(t, 15*time.Minute)
+	s := newSuite(t, 2, 15*time.Minute)
 	nw := netns.NewForTest(t, netns.Config{Nodes: 2, Logf: t.Logf})
 	peer := nw.Node(1).IP
 	flags := []string{

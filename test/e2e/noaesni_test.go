@@ -31,7 +31,7 @@ var ecbServed = regexp.MustCompile(`cairn-modprobe: loaded (\S+ )*ecb( \S+)* \(f
 // ownership. Printed: the boot phases and every request served, with
 // how long its modprobe run took.
 func TestNoAESNI(t *testing.T) {
-	s := newSuite(t, 20*time.Minute)
+	s := newSuite(t, 1, 20*time.Minute)
 	c := s.newCluster(1, 0, launch.WithCPU("qemu64"))
 	n0 := c.Node(0)
 

@@ -23,7 +23,7 @@ import (
 // data partition (cairn.test.storage-keys). Every binary must pass, and
 // none of their tests may skip.
 func TestPackagesInNode(t *testing.T) {
-	s := newSuite(t, 15*time.Minute)
+	s := newSuite(t, 1, 15*time.Minute)
 	dir := artifact(t, "nodetests")
 	bins, err := filepath.Glob(filepath.Join(dir, "*.test"))
 	if err != nil || len(bins) == 0 {

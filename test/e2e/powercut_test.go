@@ -57,7 +57,7 @@ func TestPowerCut(t *testing.T) {
 	if *longFlag {
 		steps, deadline = testpoint.Steps(), 45*time.Minute
 	}
-	s := newSuite(t, deadline)
+	s := newSuite(t, 2, deadline)
 	c := s.newCluster(1, len(steps))
 	if err := c.Form(s.ctx); err != nil {
 		t.Fatalf("forming the one-node cluster: %v", err)

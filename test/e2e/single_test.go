@@ -65,7 +65,7 @@ const singleNodeMemoryMiB = 512
 //	    others);
 //	(e) the owner powers the node off through NodeManagement.Poweroff.
 func TestSingleNodeCluster(t *testing.T) {
-	s := newSuite(t, 20*time.Minute)
+	s := newSuite(t, 1, 20*time.Minute)
 	// A one-node cluster must work in a VM of 512 MiB; this suite is it.
 	cfg := s.clusterConfig(1, 1)
 	cfg.MemoryMiB = singleNodeMemoryMiB

@@ -33,7 +33,7 @@ import (
 // The kernel is booted directly to pass the flags, so the node has no
 // LoaderDevicePartUUID and finds its disk as the only one with an ESP.
 func TestDataPartition(t *testing.T) {
-	s := newSuite(t, 20*time.Minute)
+	s := newSuite(t, 1, 20*time.Minute)
 	disk := copyImage(t)
 	nodeKey, clusterKey, wrongKey := randomHex(t, 64), randomHex(t, 64), randomHex(t, 64)
 	marker := "cairn-e2e-marker-" + randomHex(t, 8)

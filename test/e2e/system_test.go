@@ -25,7 +25,7 @@ import (
 // mount nothing after it, stay up, and power off cleanly when the power
 // button is pressed.
 func TestSystemPartitionCorrupt(t *testing.T) {
-	s := newSuite(t, 10*time.Minute)
+	s := newSuite(t, 1, 10*time.Minute)
 	disk, slot := corruptCopy(t, func(f *os.File, slot gpt.Partition, p verity.Params) error {
 		return flipByte(f, int64(slot.FirstLBA)*512+100)
 	})
@@ -74,7 +74,7 @@ func TestSystemPartitionCorrupt(t *testing.T) {
 // slot a over without a verity device (no kernel line about corruption),
 // mount slot b, and call nothing corrupt.
 func TestSystemSlotB(t *testing.T) {
-	s := newSuite(t, 10*time.Minute)
+	s := newSuite(t, 1, 10*time.Minute)
 	disk := copyImage(t)
 	f, err := os.OpenFile(disk, os.O_RDWR, 0)
 	if err != nil {
@@ -127,7 +127,7 @@ func TestSystemSlotB(t *testing.T) {
 // system partition's module directory, which it binds over the
 // initramfs's: the child fails there, saying why, and goes no further.
 func TestSystemPartitionTamperedLater(t *testing.T) {
-	s := newSuite(t, 10*time.Minute)
+	s := newSuite(t, 1, 10*time.Minute)
 	disk, _ := corruptCopy(t, func(f *os.File, slot gpt.Partition, p verity.Params) error {
 		start := int64(slot.FirstLBA) * 512
 		for b := int64(16); b < int64(p.DataBlocks); b++ {

@@ -34,7 +34,7 @@ import (
 //	    no other node acts on it, a new rollout of it is refused until
 //	    the owner clears it.
 func TestUpdateRollout(t *testing.T) {
-	s := newSuite(t, 30*time.Minute)
+	s := newSuite(t, 3, 30*time.Minute)
 	cfg := s.clusterConfig(3, 0)
 	cfg.Registry = artifact(t, "registry")
 	c := s.startCluster(cfg)

@@ -45,7 +45,7 @@ var releaseKeyFlag = flag.String("release-key", "", "the release key the image's
 //
 // Booting a staged slot is TestUpdateTrial's.
 func TestUpdateStaged(t *testing.T) {
-	s := newSuite(t, 25*time.Minute)
+	s := newSuite(t, 1, 25*time.Minute)
 	c, n, key, rb := s.updateCluster(t)
 	id := n.ID()
 

@@ -45,7 +45,7 @@ import (
 //	    comes back on 1.0.0 by itself, and the update, tried again, ends on
 //	    1.1.0.
 func TestUpdateTrial(t *testing.T) {
-	s := newSuite(t, 30*time.Minute)
+	s := newSuite(t, 1, 30*time.Minute)
 	// qemu's watchdog resets the machine when it is not fed.
 	c, n, key, rb := s.updateCluster(t, launch.WithExtraArgs("-device", "i6300esb", "-action", "watchdog=reset"))
 	id := n.ID()
