@@ -34,7 +34,7 @@ import (
 //	    no other node acts on it, a new rollout of it is refused until
 //	    the owner clears it.
 func TestUpdateRollout(t *testing.T) {
-	s := newSuite(t, 3, 30*time.Minute)
+	s := newSuite(t, 3, 35*time.Minute)
 	cfg := s.clusterConfig(3, 0)
 	cfg.Registry = artifact(t, "registry")
 	c := s.startCluster(cfg)
@@ -148,7 +148,9 @@ func (s *suite) checkRolloutAway(t *testing.T, p *prober, nodes []*cluster.Node,
 // rollout runs cairnctl cluster update start with args and returns its
 // output.
 func (s *suite) rollout(c *cluster.Cluster, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(s.ctx, 20*time.Minute)
+	// Three members took 514 s here; 20 minutes were not enough on a
+	// machine that ran another update suite's node beside them.
+	ctx, cancel := context.WithTimeout(s.ctx, 25*time.Minute)
 	defer cancel()
 	out, err := c.Cairnctl(ctx, append([]string{"cluster", "update", "start", "--trial-deadline", "5m"}, args...)...)
 	return string(out), err
