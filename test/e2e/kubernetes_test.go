@@ -302,14 +302,7 @@ func TestKubernetes(t *testing.T) {
 			k.mustRun(t, "delete", "apiservice", "v1.test.cairn.dev", "--wait=false")
 			k.mustRun(t, "delete", "pod/aggregated", "service/aggregated", "configmap/front-proxy-ca", "--wait=false")
 			k.waitFor(t, "APIService v1.test.cairn.dev gone", 2*time.Minute, func() error {
-				_, err := k.run(t, "get", "apiservice", "v1.test.cairn.dev")
-				if err == nil {
-					return fmt.Errorf("APIService v1.test.cairn.dev is still there")
-				}
-				if !strings.Contains(err.Error(), "NotFound") {
-					return err
-				}
-				return nil
+				return k.gone(t, "apiservice", "v1.test.cairn.dev")
 			})
 		}()
 		k.waitFor(t, "the aggregated API answering through the apiserver", 5*time.Minute, func() error {
@@ -528,14 +521,7 @@ func TestKubernetes(t *testing.T) {
 		start := time.Now()
 		s.cairnctl(t, c, "node", "remove-role", n1.ID(), "KubernetesWorker")
 		k.waitFor(t, n1.Name()+"'s Node deleted", 5*time.Minute, func() error {
-			_, err := k.run(t, "get", "node", n1.ID())
-			if err == nil {
-				return fmt.Errorf("node %s still exists", n1.ID())
-			}
-			if !strings.Contains(err.Error(), "NotFound") {
-				return err
-			}
-			return nil
+			return k.gone(t, "node", n1.ID())
 		})
 		s.step("KubernetesWorker removed → Node deleted", time.Since(start))
 		k.waitFor(t, "both agents running on "+n2.Name(), 5*time.Minute, func() error {
@@ -1215,6 +1201,19 @@ func (k *kube) waitFor(t *testing.T, what string, d time.Duration, check func() 
 		}
 		time.Sleep(2 * time.Second)
 	}
+}
+
+// gone returns nil once the object of kind named name is not there:
+// kubectl get answers NotFound.
+func (k *kube) gone(t *testing.T, kind, name string) error {
+	_, err := k.run(t, "get", kind, name)
+	switch {
+	case err == nil:
+		return fmt.Errorf("%s %s is still there", kind, name)
+	case !strings.Contains(err.Error(), "NotFound"):
+		return err
+	}
+	return nil
 }
 
 // getJSON decodes kubectl get ... -o json into out.
