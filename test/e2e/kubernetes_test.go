@@ -60,22 +60,27 @@ import (
 //	    workers keep reaching an apiserver (their balancer), and kubectl,
 //	    with a kubeconfig written after the change, schedules new pods;
 //	    node 0, with no Kubernetes role left, refuses the NodePort;
-//	(i) a cluster rollout to 1.0.0 (cairnctl cluster update) over the
-//	    consensus members one at a time, the curator leader's node last,
-//	    then the worker; each worker is drained first, its pods evicted
-//	    as the agents' disruption budget (one of two available) allows,
-//	    and uncordoned once it proved the release. No node goes away
-//	    before the one before it proved the release, the budget is never
-//	    seen broken, and every pod runs again after; the pods evicted and
-//	    etcd's elections are reported. With -long node 2 first becomes a
-//	    consensus member too: Management answers while each node is
-//	    away, and its longest outage is reported.
+//	(i) node 2 becomes a consensus member too, and a cluster rollout to
+//	    1.0.0 (cairnctl cluster update) goes over the three members one
+//	    at a time, the curator leader's node last; each worker is drained
+//	    first, its pods evicted as the agents' disruption budget (one of
+//	    two available) allows, and uncordoned once it proved the release.
+//	    No node goes away before the one before it proved the release,
+//	    Management answers while each node is away, the budget is never
+//	    seen broken, and every pod runs again after; the longest
+//	    Management outage, the pods evicted and etcd's elections are
+//	    reported.
+//
+// (h) and (i) run with -long only (make test-long): on two emulated CPUs
+// they took more than half an hour beyond the rest, which alone took 24
+// minutes in one run, while another took 24 minutes to reach g.
 func TestKubernetes(t *testing.T) {
-	// With -long, (i) goes over a third consensus member: its rollout
-	// took more than 20 minutes here, and 50 were not enough for the suite.
-	deadline := 35 * time.Minute
+	// Steps a to g took 24 minutes here, and one run took as long for a
+	// to f. With -long, h took more than 15 minutes (node 1's apiserver
+	// not ready for 15) and i's rollout over three members more than 20.
+	deadline := 40 * time.Minute
 	if *longFlag {
-		deadline = 65 * time.Minute
+		deadline = 85 * time.Minute
 	}
 	s := newSuite(t, 3, deadline)
 	cfg := s.clusterConfig(3, 0)
@@ -90,6 +95,11 @@ func TestKubernetes(t *testing.T) {
 	}
 	n0, n1, n2 := c.Node(0), c.Node(1), c.Node(2)
 	k := &kube{s: s, kubectl: artifact(t, "kubectl"), config: filepath.Join(t.TempDir(), "kubeconfig")}
+	defer func() {
+		if t.Failed() {
+			s.dumpKubernetes(t, c, k)
+		}
+	}()
 
 	rolesGiven := time.Now()
 	s.cairnctl(t, c, "node", "add-role", n0.ID(), "KubernetesController")
@@ -299,8 +309,8 @@ func TestKubernetes(t *testing.T) {
 		// step's discovery (a controller-manager's, kubectl's) meets an
 		// APIService without its server.
 		defer func() {
-			k.mustRun(t, "delete", "apiservice", "v1.test.cairn.dev", "--wait=false")
-			k.mustRun(t, "delete", "pod/aggregated", "service/aggregated", "configmap/front-proxy-ca", "--wait=false")
+			k.retry(t, "delete", "apiservice", "v1.test.cairn.dev", "--wait=false", "--ignore-not-found")
+			k.retry(t, "delete", "pod/aggregated", "service/aggregated", "configmap/front-proxy-ca", "--wait=false", "--ignore-not-found")
 			k.waitFor(t, "APIService v1.test.cairn.dev gone", 2*time.Minute, func() error {
 				return k.gone(t, "apiservice", "v1.test.cairn.dev")
 			})
@@ -398,7 +408,8 @@ func TestKubernetes(t *testing.T) {
 	})
 
 	t.Run("e-missing-image", func(t *testing.T) {
-		k.mustRun(t, "run", "missing", "--image=10.42.0.1:5999/cairn/does-not-exist:1", "--restart=Never")
+		k.apply(t, `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"missing"},"spec":{"restartPolicy":"Never",
+			"containers":[{"name":"missing","image":"10.42.0.1:5999/cairn/does-not-exist:1"}]}}`)
 		k.waitFor(t, "the missing image's pull error", 5*time.Minute, func() error {
 			reason, msg, err := k.waitingReason(t, "missing")
 			if err != nil {
@@ -659,6 +670,10 @@ func TestKubernetes(t *testing.T) {
 		}
 		t.Errorf("%s's log tells of no deleted volume of %v:\n%s", n1.Name(), names, out)
 	})
+	if !*longFlag {
+		t.Log("the controller's move (h) and the rollout that drains the workers (i) run with -long (make test-long)")
+		return
+	}
 	t.Run("h-controller-moves", func(t *testing.T) {
 		start := time.Now()
 		s.cairnctl(t, c, "node", "add-role", n1.ID(), "ConsensusMember")
@@ -768,18 +783,11 @@ func TestKubernetes(t *testing.T) {
 	})
 	t.Run("i-rollout-drains", func(t *testing.T) {
 		// Node 1 is now the controller, a consensus member and a worker,
-		// node 0 a consensus member. With -long node 2 becomes one too:
-		// the rollout goes over three members, etcd keeps its quorum
-		// while any one of them is away, and Management answers
-		// throughout. (Two members lose etcd's quorum while either is
-		// away; make test rolls out over three members without
-		// Kubernetes in TestUpdateRollout, as a third etcd member on a
-		// worker costs this suite minutes under emulation.)
-		members := 2
-		if *longFlag {
-			s.addConsensusMembers(t, c, []*cluster.Node{n2})
-			members = 3
-		}
+		// node 0 a consensus member, and node 2 becomes one too: the
+		// rollout goes over three members, etcd keeps its quorum while
+		// any one of them is away, and Management answers throughout.
+		const members = 3
+		s.addConsensusMembers(t, c, []*cluster.Node{n2})
 		k1 := &kube{s: s, kubectl: k.kubectl, config: filepath.Join(t.TempDir(), "kubeconfig")}
 		s.cairnctl(t, c, "kubeconfig", "--out", k1.config, "--apiserver", "https://"+n1.KubernetesAddr())
 		// Two agents under a budget that keeps one of them available.
@@ -800,10 +808,7 @@ func TestKubernetes(t *testing.T) {
 		nodes := []*cluster.Node{n0, n1, n2}
 		marks := marksOf(nodes)
 		lead, _ := leader(c)
-		var p *prober
-		if members == 3 {
-			p = startProber(t, c, readOwner(t, c.ConfigDir()))
-		}
+		p := startProber(t, c, readOwner(t, c.ConfigDir()))
 		budget := k1.watchBudget(t, "agent")
 		start := time.Now()
 		out, err := s.rollout(c, "--image", ref, "--trial-deadline", "10m")
@@ -825,9 +830,6 @@ func TestKubernetes(t *testing.T) {
 			t.Errorf("no node said it led the curators before the rollout")
 		} else if order[lead.ID()] != members-1 {
 			t.Errorf("the curator leader's node %s went at %d, want last of the %d members", lead.Name(), order[lead.ID()], members)
-		}
-		if members == 2 && order[n2.ID()] != 2 {
-			t.Errorf("the worker that is no consensus member went at %d, want last", order[n2.ID()])
 		}
 		evicted := 0
 		for _, step := range st.Rollout.Steps {
@@ -884,9 +886,6 @@ func TestKubernetes(t *testing.T) {
 			s.checkSlots(t, c, n.ID(), slotView{Name: "b", Running: true, State: "good", Version: "1.0.0"})
 		}
 	})
-	if t.Failed() {
-		s.dumpKubernetes(t, c, k)
-	}
 }
 
 // agentDeployment runs the test agent on two nodes (required
@@ -1176,14 +1175,30 @@ func (k *kube) mustRun(t *testing.T, args ...string) []byte {
 	return out
 }
 
-// apply applies the object manifest (JSON or YAML).
+// apply applies the object manifest (JSON or YAML). Applying again is
+// harmless, so a failed apply is tried again for two minutes: a busy
+// emulated apiserver times out now and then, and the next call is
+// answered.
 func (k *kube) apply(t *testing.T, manifest string) {
 	t.Helper()
 	f := filepath.Join(t.TempDir(), "manifest.json")
 	if err := os.WriteFile(f, []byte(manifest), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	k.mustRun(t, "apply", "-f", f)
+	k.retry(t, "apply", "-f", f)
+}
+
+// retry runs kubectl with args, which must be safe to repeat, until it
+// succeeds, for two minutes, logging each failure.
+func (k *kube) retry(t *testing.T, args ...string) {
+	t.Helper()
+	k.waitFor(t, "kubectl "+strings.Join(args, " "), 2*time.Minute, func() error {
+		_, err := k.run(t, args...)
+		if err != nil {
+			t.Logf("%v; trying again", err)
+		}
+		return err
+	})
 }
 
 // waitFor calls check every two seconds until it succeeds, failing t with

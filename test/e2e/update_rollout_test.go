@@ -124,17 +124,14 @@ func marksOf(nodes []*cluster.Node) []int {
 }
 
 // checkRolloutAway checks a rollout that went over nodes, between start
-// and end, from their consoles after marks: one node away at a time, and,
-// unless p is nil, Management answering the prober p while each was (etcd
-// kept its quorum and a curator led). It reports each node's time away,
-// etcd's elections and, with p, the longest Management outage.
+// and end, from their consoles after marks: one node away at a time, and
+// Management answering the prober p while each was (etcd kept its quorum
+// and a curator led). It reports each node's time away, etcd's elections
+// and the longest Management outage.
 func (s *suite) checkRolloutAway(t *testing.T, p *prober, nodes []*cluster.Node, marks []int, start, end time.Time) {
 	t.Helper()
 	aways := s.checkOneAway(t, nodes, marks)
 	reportElections(t, nodes, marks)
-	if p == nil {
-		return
-	}
 	for _, a := range aways {
 		if st := p.between(a.down.Time, a.up.Time); st.ok == 0 {
 			t.Errorf("no Management call succeeded while %s was away: %v, last error %v", a.node.Name(), st, st.lastErr)
