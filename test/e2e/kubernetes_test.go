@@ -1231,7 +1231,6 @@ func (k *kube) gone(t *testing.T, kind, name string) error {
 	return nil
 }
 
-// getJSON decodes kubectl get ... -o json into out.
 // volumeRoom is what node publishes it has left for local volumes: the
 // largest volume its CSIStorageCapacity lets the scheduler give it, in an
 // object its Node owns.
@@ -1257,6 +1256,7 @@ func (k *kube) volumeRoom(t *testing.T, node string) (int64, error) {
 	return int64(n), err
 }
 
+// getJSON decodes kubectl get ... -o json into out.
 func (k *kube) getJSON(t *testing.T, out any, args ...string) error {
 	t.Helper()
 	b, err := k.run(t, append(append([]string{"get"}, args...), "-o", "json")...)
