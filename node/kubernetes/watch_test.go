@@ -166,3 +166,100 @@ func TestHealthyAfterKeepsBackoff(t *testing.T) {
 		t.Errorf("the failing follower was restarted %d times in 1.6 s, want 1 to 6 (a doubling delay from 100 ms)", restarts)
 	}
 }
+
+// nodesServer plays an apiserver's Nodes for followPodRanges: the list has
+// node "me" without a pod range yet and node "b" with one; the watch
+// gives "me" its range once told to (give), then stays open.
+type nodesServer struct {
+	give  chan struct{}
+	mu    sync.Mutex
+	lists int
+}
+
+func (s *nodesServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	node := func(name, cidr, rv string) string {
+		return fmt.Sprintf(`{"metadata":{"name":%q,"resourceVersion":%q},"spec":{"podCIDR":%q},`+
+			`"status":{"addresses":[{"type":"InternalIP","address":"10.42.0.%d"}],"conditions":[{"type":"Ready","status":"True"}]}}`,
+			name, rv, cidr, len(name))
+	}
+	if r.URL.Query().Get("watch") == "" {
+		s.mu.Lock()
+		s.lists++
+		s.mu.Unlock()
+		fmt.Fprintf(w, `{"metadata":{"resourceVersion":"10"},"items":[%s,%s]}`, node("me", "", "8"), node("b", "10.192.1.0/24", "9"))
+		return
+	}
+	w.(http.Flusher).Flush()
+	select {
+	case <-s.give:
+		fmt.Fprintln(w, `{"type":"MODIFIED","object":`+node("me", "10.192.0.0/24", "11")+`}`)
+		w.(http.Flusher).Flush()
+	case <-r.Context().Done():
+		return
+	}
+	<-r.Context().Done()
+}
+
+// TestFollowPodRanges checks that the pod ranges come from one list and a
+// watch: a Node's new range is applied as soon as the watch reports it,
+// and meanwhile the ranges already known are applied again without
+// asking the apiserver.
+func TestFollowPodRanges(t *testing.T) {
+	srv := &nodesServer{give: make(chan struct{})}
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	cl := &apiClient{server: ts.URL, http: &http.Client{Timeout: time.Second}}
+	type call struct {
+		at     time.Time
+		ranges string
+	}
+	calls := make(chan call, 16)
+	apply := func(ranges []podRange) (bool, error) {
+		var s []string
+		for _, r := range ranges {
+			s = append(s, fmt.Sprintf("%s=%v@%v", r.Node, r.Range, r.Address))
+		}
+		calls <- call{time.Now(), strings.Join(s, ",")}
+		return ranges[slices.IndexFunc(ranges, func(r podRange) bool { return r.Node == "me" })].Range.IsValid(), nil
+	}
+	ctx, cancel := context.WithCancel(fixture.Context(t))
+	defer cancel()
+	sup := supervisor.New(ctx, func(ctx context.Context) error {
+		return followPodRanges(ctx, cl, time.Now().Add(time.Hour), apply)
+	})
+	defer sup.Wait()
+	defer cancel()
+
+	const before = "b=10.192.1.0/24@10.42.0.1,me=invalid Prefix@10.42.0.2"
+	const after = "b=10.192.1.0/24@10.42.0.1,me=10.192.0.0/24@10.42.0.2"
+	// Applied after the list, then again from what is known.
+	for i := range 2 {
+		select {
+		case c := <-calls:
+			if c.ranges != before {
+				t.Fatalf("apply %d got %s, want %s", i, c.ranges, before)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("apply was called %d times in 10 s, want 2 before the Node changes", i)
+		}
+	}
+	gave := time.Now()
+	close(srv.give)
+	select {
+	case c := <-calls:
+		if c.ranges != after {
+			t.Errorf("apply after the watch's event got %s, want %s", c.ranges, after)
+		}
+		// The next pass from the known ranges is 2 s away.
+		if d := c.at.Sub(gave); d > time.Second {
+			t.Errorf("the watched change was applied after %s, want it at once", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watched change was not applied within 10 s")
+	}
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	if srv.lists != 1 {
+		t.Errorf("the Nodes were listed %d times, want once: the rest comes from the watch", srv.lists)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/google/nftables"
@@ -372,21 +373,51 @@ func (w *Worker) runPodNetwork(ctx context.Context) error {
 	})
 }
 
-// followPodRanges calls apply with every node's pod range, every 10 s
-// (2 s until apply reports it is ready), until ctx ends or renewAt. It
-// logs what fails once, until it changes, and reports the runnable
-// healthy once apply is ready.
+// followPodRanges calls apply with every node's pod range: at once when
+// a Node changes, which it learns from a watch, and again every 10 s (2 s
+// until apply reports it is ready) with the ranges it last learned, so
+// that a route lost meanwhile comes back without asking the apiserver.
+// It runs until ctx ends or renewAt. It logs what fails once, until it
+// changes, and reports the runnable healthy once apply is ready.
 func followPodRanges(ctx context.Context, cl *apiClient, renewAt time.Time, apply func([]podRange) (ready bool, err error)) error {
 	lg := supervisor.Logger(ctx)
 	rctx, cancel := context.WithDeadlineCause(ctx, renewAt, errRenew)
 	defer cancel()
+	// The follower leaves only the latest ranges here; a change it
+	// reports replaces one this loop has not taken yet.
+	latest := make(chan []podRange, 1)
+	err := supervisor.Run(ctx, "nodes", func(ctx context.Context) error {
+		return follow(ctx, cl, "/api/v1/nodes", healthyAfter(ctx, func(nodes map[string]kubeNode) error {
+			select {
+			case <-latest:
+			default:
+			}
+			latest <- podRanges(nodes)
+			return nil
+		}))
+	})
+	if err != nil {
+		return fmt.Errorf("when starting to follow the Nodes: %w", err)
+	}
+	var ranges []podRange
+	known := false
 	lastErr := ""
+	wait := 2 * time.Second
 	for {
-		ready := false
-		ranges, err := podRanges(rctx, cl)
-		if err == nil {
-			ready, err = apply(ranges)
+		select {
+		case <-rctx.Done():
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return errRenew
+		case ranges = <-latest:
+			known = true
+		case <-time.After(wait):
 		}
+		if !known {
+			continue
+		}
+		ready, err := apply(ranges)
 		if err != nil {
 			if msg := err.Error(); msg != lastErr {
 				lg.Infof("Pod network: %v", err)
@@ -395,18 +426,10 @@ func followPodRanges(ctx context.Context, cl *apiClient, renewAt time.Time, appl
 		} else {
 			lastErr = ""
 		}
-		wait := 2 * time.Second
+		wait = 2 * time.Second
 		if ready {
 			supervisor.Signal(ctx, supervisor.SignalHealthy)
 			wait = 10 * time.Second
-		}
-		select {
-		case <-rctx.Done():
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return errRenew
-		case <-time.After(wait):
 		}
 	}
 }
@@ -436,17 +459,11 @@ func (w *Worker) apply(ranges []podRange, written *netip.Prefix, nl *netlink.Han
 	return syncPodRoutes(nl, w.cfg.NodeID, ranges)
 }
 
-// podRanges lists every node's pod range and internal address from the
-// Node objects.
-func podRanges(ctx context.Context, cl *apiClient) ([]podRange, error) {
-	var list struct {
-		Items []kubeNode `json:"items"`
-	}
-	if err := cl.get(ctx, "/api/v1/nodes", &list); err != nil {
-		return nil, err
-	}
-	var out []podRange
-	for _, n := range list.Items {
+// podRanges is every node's pod range and internal address, from their
+// Node objects, in the order of the nodes' names.
+func podRanges(nodes map[string]kubeNode) []podRange {
+	out := make([]podRange, 0, len(nodes))
+	for _, n := range nodes {
 		r := podRange{Node: n.Metadata.Name, Address: n.internalIPv4(),
 			Ready: slices.Contains(n.Status.Conditions, nodeCondition{Type: "Ready", Status: "True"})}
 		if p, err := netip.ParsePrefix(n.Spec.PodCIDR); err == nil {
@@ -454,7 +471,8 @@ func podRanges(ctx context.Context, cl *apiClient) ([]podRange, error) {
 		}
 		out = append(out, r)
 	}
-	return out, nil
+	slices.SortFunc(out, func(a, b podRange) int { return strings.Compare(a.Node, b.Node) })
+	return out
 }
 
 // cniConfig is the pod network's CNI configuration on the node's pod
