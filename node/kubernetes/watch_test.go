@@ -169,7 +169,8 @@ func TestHealthyAfterKeepsBackoff(t *testing.T) {
 
 // nodesServer plays an apiserver's Nodes for followPodRanges: the list has
 // node "me" without a pod range yet and node "b" with one; the watch
-// gives "me" its range once told to (give), then stays open.
+// gives "me" its range once told to (give), then stays open. It is
+// always ready.
 type nodesServer struct {
 	give  chan struct{}
 	mu    sync.Mutex
@@ -181,6 +182,10 @@ func (s *nodesServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return fmt.Sprintf(`{"metadata":{"name":%q,"resourceVersion":%q},"spec":{"podCIDR":%q},`+
 			`"status":{"addresses":[{"type":"InternalIP","address":"10.42.0.%d"}],"conditions":[{"type":"Ready","status":"True"}]}}`,
 			name, rv, cidr, len(name))
+	}
+	if r.URL.Path == "/readyz" {
+		fmt.Fprint(w, "ok")
+		return
 	}
 	if r.URL.Query().Get("watch") == "" {
 		s.mu.Lock()

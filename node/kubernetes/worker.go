@@ -387,6 +387,13 @@ func followPodRanges(ctx context.Context, cl *apiClient, renewAt time.Time, appl
 	// reports replaces one this loop has not taken yet.
 	latest := make(chan []podRange, 1)
 	err := supervisor.Run(ctx, "nodes", func(ctx context.Context) error {
+		// Until the apiserver is ready, a failed list would restart
+		// the follower with a backoff of up to 30 s; asked every
+		// second instead, a new cluster's nodes learn their ranges
+		// as soon as it can tell them.
+		if err := cl.waitReady(ctx, supervisor.Logger(ctx).Infof); err != nil {
+			return err
+		}
 		return follow(ctx, cl, "/api/v1/nodes", healthyAfter(ctx, func(nodes map[string]kubeNode) error {
 			select {
 			case <-latest:
