@@ -83,7 +83,7 @@ func (c *curator) unaryInterceptor(ctx context.Context, req any, info *grpc.Unar
 	serve := func() (any, error) {
 		if !forwarded(ctx) {
 			if err := c.checkCaller(ctx); err != nil {
-				return nil, err
+				return nil, statusError(ctx, err)
 			}
 		}
 		resp, err := handler(ctx, req)
@@ -130,7 +130,7 @@ func (c *curator) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.St
 	c.nameLeader(ss.SetTrailer)
 	ctx, release, err := c.whileHonoured(ss.Context())
 	if err != nil {
-		return err
+		return statusError(ss.Context(), err)
 	}
 	defer release()
 	return streamEnd(ctx, c.serveStream(srv, &honouredStream{ServerStream: ss, ctx: ctx}, info, handler))
@@ -249,7 +249,9 @@ func (c *curator) trustForwarder(ctx context.Context, forwarder, caller identity
 	// A transaction of reads only is one linearizable read.
 	resp, err := c.etcd.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
-		return fmt.Errorf("when reading the records of node %s and of its caller: %w", forwarder.NodeID, err)
+		// Not a refusal: etcd did not answer (it may be electing a
+		// leader), and the caller may try again.
+		return statusError(ctx, fmt.Errorf("when reading the records of node %s and of its caller: %w", forwarder.NodeID, err))
 	}
 	n, _, err := nodeFrom(forwarder.NodeID, resp.Responses[0].GetResponseRange().GetKvs())
 	if err := judgeRead(forwarder, n, err); err != nil {

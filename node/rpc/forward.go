@@ -48,8 +48,11 @@ const ForwardedCertificateHeader = "cairn-forwarded-certificate"
 // forwarder holds a node certificate and the header named caller. It may
 // judge caller too, in the same look at its records (the curators read
 // both in one etcd read): a refusal of the caller is returned as
-// CallerRefused, which ends the call with its Err as it is, where any
-// other error refuses the forwarder.
+// CallerRefused, which ends the call with its Err as it is. A status
+// error of code Unavailable, Canceled or DeadlineExceeded says that the
+// trust could not be judged (its records could not be read, say while
+// etcd elects a leader): it ends the call as it is, for the caller to
+// try again. Any other error refuses the forwarder.
 type ForwarderTrust func(ctx context.Context, forwarder, caller identity.Peer) error
 
 // CallerRefused is a ForwarderTrust's refusal of the caller a call is
@@ -256,7 +259,24 @@ func (s *Server) forwardedPeer(ctx context.Context, method string, conn identity
 		if refused, ok := errors.AsType[CallerRefused](err); ok {
 			return identity.Peer{}, refused.Err
 		}
+		if unjudged(err) {
+			return identity.Peer{}, err
+		}
 		return identity.Peer{}, status.Errorf(codes.PermissionDenied, "%s: node %s may not forward calls: %v", method, conn.NodeID, err)
 	}
 	return p, nil
+}
+
+// unjudged says whether err, a ForwarderTrust's, is not a judgement but
+// the failure to reach one, which the caller may retry.
+func unjudged(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok {
+		return false
+	}
+	switch st.Code() {
+	case codes.Unavailable, codes.Canceled, codes.DeadlineExceeded:
+		return true
+	}
+	return false
 }

@@ -30,12 +30,17 @@ func TestForwardedPeer(t *testing.T) {
 
 	revoked := ca.Node(t)
 	revokedErr := status.Errorf(codes.PermissionDenied, "node %s is DECOMMISSIONED", revoked.ID())
+	unread := ca.Node(t)
+	unreadErr := status.Errorf(codes.Unavailable, "when reading the records of node %s and of its caller: etcdserver: leader changed", forwarder.ID())
 	trust := func(_ context.Context, p, caller identity.Peer) error {
 		if p.NodeID != forwarder.ID() {
 			return errors.New("not a consensus member")
 		}
 		if caller.NodeID == revoked.ID() {
 			return CallerRefused{Err: revokedErr}
+		}
+		if caller.NodeID == unread.ID() {
+			return unreadErr
 		}
 		return nil
 	}
@@ -103,6 +108,13 @@ func TestForwardedPeer(t *testing.T) {
 	revokedPeer := identity.Peer{Kind: identity.PeerNode, NodeID: revoked.ID(), PublicKey: revoked.PublicKey()}
 	if _, err := forwardCall(fromForwarder, revokedPeer); status.Code(err) != codes.PermissionDenied || status.Convert(err).Message() != status.Convert(revokedErr).Message() {
 		t.Errorf("forwarding for a caller the trust refuses = %v, want %v", err, revokedErr)
+	}
+
+	// A trust that could not read its records refuses nobody: the
+	// caller is told to try again, as the trust said.
+	unreadPeer := identity.Peer{Kind: identity.PeerNode, NodeID: unread.ID(), PublicKey: unread.PublicKey()}
+	if _, err := forwardCall(fromForwarder, unreadPeer); status.Code(err) != codes.Unavailable || status.Convert(err).Message() != status.Convert(unreadErr).Message() {
+		t.Errorf("forwarding when the trust cannot read its records = %v, want %v", err, unreadErr)
 	}
 
 	// Nobody else may claim to forward: the header is refused from an
