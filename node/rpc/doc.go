@@ -80,7 +80,8 @@
 // method's class is then applied to the named caller, and PeerFromContext
 // returns it. The trust sees the caller too, and may refuse it
 // (CallerRefused): the curators judge a forwarded call's caller there, in
-// the same etcd read as its forwarder. From anyone else (the owner, a
+// the same etcd read as its forwarder. A trust that cannot judge (its
+// read failed) ends the call Unavailable, not refused. From anyone else (the owner, a
 // self-signed or untrusted node) and on a server without a trust, the
 // header is refused with PermissionDenied: a node cannot pose as another
 // caller.
