@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -21,7 +22,9 @@ import (
 //
 //	[server.go:123] raft.node: became leader at term 2 id=8e9e05c52164694d
 //
-// Debug entries are dropped. The file and line in brackets are etcd's; the
+// Debug entries are dropped, and so are the traces of requests that took
+// less than slowRequest: etcd traces every request past 100 ms, which under
+// emulation is most of them. The file and line in brackets are etcd's; the
 // logtree entry itself is attributed to this adapter.
 type logCore struct {
 	lg     logtree.LeveledLogger
@@ -43,6 +46,9 @@ func (c *logCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.Chec
 }
 
 func (c *logCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
+	if e.Level == zapcore.InfoLevel && path.Base(e.Caller.File) == "trace.go" && quickTrace(fields) {
+		return nil
+	}
 	if c.trap != nil && e.Level >= zapcore.WarnLevel {
 		c.trap.spotRemoval(fields)
 	}
@@ -62,6 +68,17 @@ func (c *logCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
 }
 
 func (c *logCore) Sync() error { return nil }
+
+// quickTrace tells whether the fields of one of etcd's request traces give
+// a duration shorter than slowRequest.
+func quickTrace(fields []zapcore.Field) bool {
+	for _, f := range fields {
+		if f.Key == "duration" && f.Type == zapcore.DurationType {
+			return time.Duration(f.Integer) < slowRequest
+		}
+	}
+	return false
+}
 
 func formatEntry(e zapcore.Entry, sets ...[]zapcore.Field) string {
 	var b bytes.Buffer
