@@ -484,7 +484,20 @@ func TestKubernetes(t *testing.T) {
 		// 64 MiB less left.
 		start = time.Now()
 		k.mustRun(t, "patch", "pvc", "data-"+volPod, "-p", `{"spec":{"resources":{"requests":{"storage":"128Mi"}}}}`)
-		k.waitFor(t, volPod+" seeing its grown volume", 5*time.Minute, func() error {
+		// The claim says it has grown once the kubelet grew the volume;
+		// only then does the pod look, as every exec is work for the
+		// apiserver, the kubelet and the runtime of an emulated node.
+		k.waitFor(t, "the claim of "+volPod+" grown", 5*time.Minute, func() error {
+			out, err := k.run(t, "get", "pvc", "data-"+volPod, "-o", "jsonpath={.status.capacity.storage}")
+			if err != nil {
+				return err
+			}
+			if got := strings.TrimSpace(string(out)); got != "128Mi" {
+				return fmt.Errorf("the claim's capacity is %q, want 128Mi", got)
+			}
+			return nil
+		})
+		k.waitFor(t, volPod+" seeing its grown volume", time.Minute, func() error {
 			out, err := k.run(t, "exec", volPod, "--", "/agent", "statfs", "/data")
 			if err != nil {
 				return err
