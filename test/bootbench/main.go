@@ -3,11 +3,15 @@
 // kernel and firmware, an init that only powers off) several times each
 // through OVMF, one boot at a time, and prints min / median / max of every
 // boot phase for both, then Cairn's cost against the null image's floor.
-// For Cairn it also times the steps after the supervisor starts, up to
-// where a node without parameters waits: the system partition mounted,
-// the network address, the data partition's modules loaded.
+// Each boot is a node as make cluster boots it: a fresh copy of the image,
+// written in place, and a new TPM 2.0 (swtpm) that the firmware and the
+// UKI's stub measure into; every image is also booted without the TPM, to
+// show what measuring costs. For Cairn it also times the steps after the
+// supervisor starts, up to where a node without parameters waits: the
+// system partition mounted, the network address, the data partition's
+// modules loaded.
 //
-//	go run ./test/bootbench [-image-dir out] [-boots 5]
+//	go run ./test/bootbench [-image-dir out] [-boots 5] [-tpm both|on|off]
 //
 // `make bench-boot` runs it after building the images.
 package main
@@ -17,6 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -26,28 +31,43 @@ import (
 
 func main() {
 	dir := flag.String("image-dir", "out", "directory with cairn.img and null.img")
-	boots := flag.Int("boots", 5, "boots of each image")
+	boots := flag.Int("boots", 5, "boots of each image in each setup")
 	memory := flag.Int("memory", 2048, "memory of the node in MiB")
-	tpm := flag.Bool("tpm", false, "give the node a TPM 2.0 (swtpm)")
+	tpm := flag.String("tpm", "both", "boot with a TPM 2.0 (swtpm), as make cluster does: on, off or both")
 	timeout := flag.Duration("timeout", 5*time.Minute, "deadline of each boot")
 	flag.Parse()
 
-	b := bench{memoryMiB: *memory, tpm: *tpm, timeout: *timeout}
+	var tpms []bool
+	switch *tpm {
+	case "both":
+		tpms = []bool{true, false}
+	case "on":
+		tpms = []bool{true}
+	case "off":
+		tpms = []bool{false}
+	default:
+		fmt.Fprintf(os.Stderr, "bootbench: -tpm %q: want on, off or both\n", *tpm)
+		os.Exit(2)
+	}
+	b := bench{memoryMiB: *memory, timeout: *timeout}
 	cairn := subject{name: "cairn.img", image: filepath.Join(*dir, "cairn.img"), marks: launch.CairnBoot, milestones: cairnMilestones}
 	null := subject{name: "null.img", image: filepath.Join(*dir, "null.img"), marks: launch.NullBoot}
 	load := loadAverage()
-	results := map[string][][]launch.Phase{}
-	// The boots alternate between the images, so that a change in what
-	// else the machine runs weighs on both alike.
+	results := map[setup][][]launch.Phase{}
+	// The boots alternate between the images and the setups, so that a
+	// change in what else the machine runs weighs on all alike.
 	for i := range *boots {
-		for _, s := range []subject{cairn, null} {
-			phases, err := b.boot(s, i)
-			if err != nil {
-				fmt.Fprintf(os.Stderr, "bootbench: %s boot %d: %v\n", s.name, i+1, err)
-				os.Exit(1)
+		for _, t := range tpms {
+			for _, s := range []subject{cairn, null} {
+				st := setup{s.name, t}
+				phases, err := b.boot(s, t, i)
+				if err != nil {
+					fmt.Fprintf(os.Stderr, "bootbench: %s boot %d: %v\n", st, i+1, err)
+					os.Exit(1)
+				}
+				fmt.Fprintf(os.Stderr, "bootbench: %s boot %d/%d: %.3f s\n", st, i+1, *boots, phases[len(launch.PhaseNames)-1].Duration.Seconds())
+				results[st] = append(results[st], phases)
 			}
-			fmt.Fprintf(os.Stderr, "bootbench: %s boot %d/%d: %.3f s\n", s.name, i+1, *boots, phases[len(launch.PhaseNames)-1].Duration.Seconds())
-			results[s.name] = append(results[s.name], phases)
 		}
 	}
 	accel, err := launch.ChooseAccel(launch.AccelAuto)
@@ -55,14 +75,45 @@ func main() {
 		fmt.Fprintf(os.Stderr, "bootbench: %v\n", err)
 		os.Exit(1)
 	}
-	fmt.Printf("boot phases over %d boots of each image through OVMF, %s, %d MiB\n", *boots, accel, *memory)
+	fmt.Printf("boot phases over %d boots of each image through OVMF, %s, %d MiB, each from a fresh copy of its image written in place (as make cluster)\n", *boots, accel, *memory)
 	fmt.Printf("host load average (1 min) %s before, %s after\n\n", load, loadAverage())
-	for _, s := range []subject{cairn, null} {
-		fmt.Print(summaryTable(s.name, summarize(results[s.name])))
+	for _, t := range tpms {
+		for _, s := range []subject{cairn, null} {
+			st := setup{s.name, t}
+			fmt.Print(summaryTable(st.String(), summarize(results[st])))
+			fmt.Println()
+		}
+	}
+	for _, t := range tpms {
+		c, n := setup{cairn.name, t}, setup{null.name, t}
+		fmt.Print(costTable(fmt.Sprintf("Cairn's cost against the null image's floor, %s (medians)", c.tpmText()), "cairn", "null",
+			summarize(results[c]), summarize(results[n])))
 		fmt.Println()
 	}
-	fmt.Print(costTable(summarize(results[cairn.name]), summarize(results[null.name])))
+	if len(tpms) == 2 {
+		for _, s := range []subject{cairn, null} {
+			with, without := setup{s.name, true}, setup{s.name, false}
+			fmt.Print(costTable(fmt.Sprintf("What the TPM costs %s (medians)", s.name), "TPM", "none",
+				summarize(results[with]), summarize(results[without])))
+			fmt.Println()
+		}
+	}
 }
+
+// A setup is an image booted with or without a TPM.
+type setup struct {
+	image string
+	tpm   bool
+}
+
+func (s setup) tpmText() string {
+	if s.tpm {
+		return "with a TPM"
+	}
+	return "without a TPM"
+}
+
+func (s setup) String() string { return s.image + ", " + s.tpmText() }
 
 // loadAverage returns the host's one-minute load average, which says how
 // much the other work on the machine may have slowed the boots.
@@ -105,20 +156,25 @@ var cairnMilestones = []milestone{
 
 type bench struct {
 	memoryMiB int
-	tpm       bool
 	timeout   time.Duration
 }
 
-// boot boots s once and returns its phases. Power-off is the end-to-end
-// suites' business: once booted, the node is stopped at once.
-func (b bench) boot(s subject, i int) ([]launch.Phase, error) {
+// boot boots s once, with a new TPM or none, and returns its phases.
+// Power-off is the end-to-end suites' business: once booted, the node is
+// stopped at once.
+func (b bench) boot(s subject, tpm bool, i int) ([]launch.Phase, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 	defer cancel()
-	var opts []launch.Option
-	if b.tpm {
+	disk, err := freshCopy(ctx, s.image)
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(filepath.Dir(disk))
+	opts := []launch.Option{launch.WithWritableImage()}
+	if tpm {
 		opts = append(opts, launch.WithTPM())
 	}
-	cfg := launch.Config{Name: fmt.Sprintf("bench%d", i), Image: s.image, MemoryMiB: b.memoryMiB}
+	cfg := launch.Config{Name: fmt.Sprintf("bench%d", i), Image: disk, MemoryMiB: b.memoryMiB}
 	n, err := launch.Launch(ctx, cfg, opts...)
 	if err != nil {
 		return nil, err
@@ -152,4 +208,19 @@ func (b bench) boot(s subject, i int) ([]launch.Phase, error) {
 		phases = append(phases, launch.Phase{Name: m.name, Duration: to - from})
 	}
 	return phases, nil
+}
+
+// freshCopy copies image as make cluster gives each node its disk (sparse,
+// into a directory of its own), and returns the copy's path.
+func freshCopy(ctx context.Context, image string) (string, error) {
+	dir, err := os.MkdirTemp("", "bootbench-")
+	if err != nil {
+		return "", fmt.Errorf("when making a directory for the disk: %w", err)
+	}
+	disk := filepath.Join(dir, filepath.Base(image))
+	if out, err := exec.CommandContext(ctx, "cp", "--sparse=always", image, disk).CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return "", fmt.Errorf("when copying %s: %w: %s", image, err, strings.TrimSpace(string(out)))
+	}
+	return disk, nil
 }

@@ -53,17 +53,18 @@ func summaryTable(title string, stats []stat) string {
 	return b.String()
 }
 
-// costTable sets Cairn's medians against the null image's, phase by phase:
-// the ratio and the seconds Cairn adds. A floor of zero has no ratio.
-func costTable(cairn, null []stat) string {
+// costTable, titled title, sets the medians of a against those of the
+// floor b, phase by phase: the ratio and the seconds a adds. The columns
+// are named after aName and bName. A floor of zero has no ratio.
+func costTable(title, aName, bName string, a, b []stat) string {
 	floor := map[string]time.Duration{}
-	for _, s := range null {
+	for _, s := range b {
 		floor[s.name] = s.median
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "Cairn's cost against the null image's floor (medians)\n")
-	fmt.Fprintf(&b, "  %-26s %8s %8s %7s %8s\n", "phase", "cairn s", "null s", "ratio", "added s")
-	for _, s := range cairn {
+	var w strings.Builder
+	fmt.Fprintf(&w, "%s\n", title)
+	fmt.Fprintf(&w, "  %-26s %8s %8s %7s %8s\n", "phase", aName+" s", bName+" s", "ratio", "added s")
+	for _, s := range a {
 		f, ok := floor[s.name]
 		if !ok {
 			continue
@@ -72,7 +73,7 @@ func costTable(cairn, null []stat) string {
 		if f > 0 {
 			ratio = fmt.Sprintf("%.2fx", s.median.Seconds()/f.Seconds())
 		}
-		fmt.Fprintf(&b, "  %-26s %8.3f %8.3f %7s %+8.3f\n", s.name, s.median.Seconds(), f.Seconds(), ratio, (s.median - f).Seconds())
+		fmt.Fprintf(&w, "  %-26s %8.3f %8.3f %7s %+8.3f\n", s.name, s.median.Seconds(), f.Seconds(), ratio, (s.median - f).Seconds())
 	}
-	return b.String()
+	return w.String()
 }

@@ -44,8 +44,8 @@ func TestCostTable(t *testing.T) {
 	s := time.Second
 	cairn := []stat{{"total", 0, 12 * s, 0}, {"init", 0, 2 * s, 0}, {"only cairn", 0, s, 0}}
 	null := []stat{{"total", 0, 8 * s, 0}, {"init", 0, 0, 0}}
-	got := costTable(cairn, null)
-	for _, want := range []string{"1.50x", "+4.000", "+2.000"} {
+	got := costTable("Cairn against null", "cairn", "null", cairn, null)
+	for _, want := range []string{"Cairn against null", "cairn s", "null s", "1.50x", "+4.000", "+2.000"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("costTable lacks %q:\n%s", want, got)
 		}
