@@ -12,8 +12,10 @@ import (
 )
 
 // reconcileInterval is how often the reconciler applies its objects again,
-// undoing what others changed of them.
-const reconcileInterval = time.Minute
+// undoing what others changed of them. Each round is a dozen server-side
+// applies, work for a busy controller's apiserver even when nothing
+// changed; a change of the nodes' roles starts a round at once.
+const reconcileInterval = 5 * time.Minute
 
 // runReconciler keeps in the cluster the objects Cairn needs (who the owner
 // is and what Cairn's own components may do) and makes the Node objects
