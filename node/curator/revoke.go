@@ -27,16 +27,20 @@ import (
 // by the next call that starts after the change is committed, and its open
 // streams end within one etcd watch delivery.
 
-// honoured returns the record of the node whose certificate p is, or
-// PermissionDenied when the cluster no longer honours that certificate: the
-// node was deleted, is not UP (decommissioned), or is on record with
-// another key.
+// honoured returns the record of the node whose certificate p is and the
+// revision of etcd it was read at, or PermissionDenied when the cluster no
+// longer honours that certificate: the node was deleted, is not UP
+// (decommissioned), or is on record with another key.
 func (c *curator) honoured(ctx context.Context, p identity.Peer) (*private.Node, int64, error) {
-	n, rev, err := c.getNode(ctx, p.NodeID)
+	resp, err := c.etcd.Get(ctx, nodeKey(p.NodeID))
+	if err != nil {
+		return nil, 0, fmt.Errorf("when reading node %s: %w", p.NodeID, err)
+	}
+	n, _, err := nodeFrom(p.NodeID, resp.Kvs)
 	if err := judgeRead(p, n, err); err != nil {
 		return nil, 0, err
 	}
-	return n, rev, nil
+	return n, resp.Header.Revision, nil
 }
 
 // judgeRead is honoured's judgement of a read of p's record: n and err as
@@ -87,6 +91,10 @@ func (c *curator) whileHonoured(ctx context.Context) (context.Context, func(), e
 	if err != nil {
 		return nil, nil, err
 	}
+	// From the revision of the read, not from the record's last change:
+	// etcd compacts (every five minutes with Kubernetes, whose apiserver
+	// compacts), and a record unchanged since would be watched from a
+	// compacted revision, ending every stream of its node at once.
 	open := func(ctx context.Context) <-chan clientv3.WatchResponse {
 		return c.etcd.Watch(ctx, nodeKey(p.NodeID), clientv3.WithRev(rev+1))
 	}

@@ -2,6 +2,7 @@ package curator
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -92,6 +93,66 @@ func TestRevocation(t *testing.T) {
 	// The members' own calls still pass.
 	if _, err := c.nodes[1].client(t, followerAddr).Heartbeat(ctx, &api.HeartbeatRequest{}); err != nil {
 		t.Errorf("Heartbeat of a member via the follower: %v", err)
+	}
+}
+
+// TestStreamsAfterCompaction opens a node's streams after etcd compacted
+// past the last change of its record, as the apiserver's compaction every
+// five minutes does on a cluster with Kubernetes: they are served, and a
+// revocation still ends them with PermissionDenied.
+func TestStreamsAfterCompaction(t *testing.T) {
+	c := newTestCluster(t)
+	ctx := fixture.Context(t)
+	addr := c.nodes[0].addr.String()
+	n := newTestNode(t)
+	if err := setIdentity(n, c.enrol(t, addr, n)); err != nil {
+		t.Fatal(err)
+	}
+	// Writes of another key move etcd past the record's last change,
+	// and the compaction drops every revision before the last.
+	raw := c.nodes[0].member.WaitVoter(t).RawClient()
+	var rev int64
+	for i := range 3 {
+		resp, err := raw.Put(ctx, "test/compaction", strconv.Itoa(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev = resp.Header.Revision
+	}
+	if _, err := raw.Compact(ctx, rev); err != nil {
+		t.Fatalf("compacting etcd at %d: %v", rev, err)
+	}
+
+	cur := n.client(t, addr)
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	watch, err := cur.Watch(sctx, &api.WatchRequest{Kind: &api.WatchRequest_NodeInCluster_{NodeInCluster: &api.WatchRequest_NodeInCluster{NodeId: n.id()}}})
+	if err != nil {
+		t.Fatalf("Watch: %v", err)
+	}
+	recvEvent(t, watch)
+	leader, err := cur.GetCurrentLeader(sctx, &api.GetCurrentLeaderRequest{})
+	if err != nil {
+		t.Fatalf("GetCurrentLeader: %v", err)
+	}
+	if _, err := leader.Recv(); err != nil {
+		t.Fatalf("GetCurrentLeader's first answer: %v", err)
+	}
+
+	if _, err := c.mgmt(t, addr).DecommissionNode(ctx, &api.DecommissionNodeRequest{NodeId: n.id()}); err != nil {
+		t.Fatalf("DecommissionNode: %v", err)
+	}
+	for name, recv := range map[string]func() error{
+		"Watch":            func() error { _, err := watch.Recv(); return err },
+		"GetCurrentLeader": func() error { _, err := leader.Recv(); return err },
+	} {
+		var err error
+		for err == nil {
+			err = recv() // changes that came before the revocation
+		}
+		if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "DECOMMISSIONED") {
+			t.Errorf("%s opened after the compaction ended with %v, want PermissionDenied once the node was decommissioned", name, err)
+		}
 	}
 }
 
