@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strconv"
 	"time"
 
 	"cairn.dev/cairn/node/kubernetes/csiplugin"
@@ -224,7 +223,7 @@ func (p *provisioner) provision(ctx context.Context, c claim) error {
 			"annotations": map[string]string{"pv.kubernetes.io/provisioned-by": csiplugin.DriverName},
 		},
 		"spec": map[string]any{
-			"capacity":                      map[string]string{"storage": strconv.FormatUint(v.Bytes, 10)},
+			"capacity":                      map[string]string{"storage": quantity.FormatBytes(v.Bytes)},
 			"accessModes":                   c.Spec.AccessModes,
 			"volumeMode":                    map[localvolume.Mode]string{localvolume.Filesystem: "Filesystem", localvolume.Block: "Block"}[v.Mode],
 			"persistentVolumeReclaimPolicy": "Delete",
@@ -308,7 +307,7 @@ func (p *provisioner) grow(ctx context.Context, c claim) error {
 		return p.refuse(ctx, c, "VolumeResizeFailed", fmt.Sprintf("volume %s cannot grow from %s to %s: node %s has %s left for volumes",
 			v.Name, localvolume.SizeText(v.Bytes), localvolume.SizeText(want), p.node, localvolume.SizeText(room.Free())))
 	}
-	size := strconv.FormatUint(want, 10)
+	size := quantity.FormatBytes(want)
 	if err := p.cl.do(ctx, http.MethodPatch, "/api/v1/persistentvolumes/"+c.Spec.VolumeName, "application/merge-patch+json",
 		map[string]any{"spec": map[string]any{"capacity": map[string]string{"storage": size}}}, nil); err != nil {
 		return fmt.Errorf("when growing the PersistentVolume %s: %w", c.Spec.VolumeName, err)

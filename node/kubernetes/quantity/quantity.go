@@ -1,12 +1,14 @@
 // Package quantity reads Kubernetes resource quantities of bytes ("64Mi",
 // "1.5G", "129e6"), as claims ask for storage and as the apiserver writes
-// capacities back, without linking the apimachinery module.
+// capacities back, and writes them, without linking the apimachinery
+// module.
 package quantity
 
 import (
 	"fmt"
 	"math/big"
 	"regexp"
+	"strconv"
 )
 
 // quantityRE is a Kubernetes resource quantity: a decimal number with a
@@ -68,6 +70,20 @@ func ParseBytes(q string) (uint64, error) {
 		return 0, fmt.Errorf("%q is more bytes than a volume can have", q)
 	}
 	return n.Uint64(), nil
+}
+
+// FormatBytes writes n bytes as a quantity with the largest binary suffix
+// that divides n exactly: 128Mi, not 134217728, as kubectl shows it.
+func FormatBytes(n uint64) string {
+	for _, s := range []struct {
+		suffix string
+		shift  uint
+	}{{"Ei", 60}, {"Pi", 50}, {"Ti", 40}, {"Gi", 30}, {"Mi", 20}, {"Ki", 10}} {
+		if n != 0 && n%(1<<s.shift) == 0 {
+			return strconv.FormatUint(n>>s.shift, 10) + s.suffix
+		}
+	}
+	return strconv.FormatUint(n, 10)
 }
 
 func abs(n int64) int64 {

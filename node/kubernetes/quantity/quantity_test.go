@@ -34,3 +34,26 @@ func TestParseBytes(t *testing.T) {
 		}
 	}
 }
+
+func TestFormatBytes(t *testing.T) {
+	for n, want := range map[uint64]string{
+		0:             "0",
+		1:             "1",
+		1000:          "1000",
+		1024:          "1Ki",
+		1536:          "1536",
+		64 << 20:      "64Mi",
+		3 << 30:       "3Gi",
+		1<<30 + 1<<20: "1025Mi",
+		(1 << 62) - 1: "4611686018427387903",
+		1 << 62:       "4Ei",
+	} {
+		got := FormatBytes(n)
+		if got != want {
+			t.Errorf("FormatBytes(%d) = %q, want %q", n, got, want)
+		}
+		if back, err := ParseBytes(got); err != nil || back != n {
+			t.Errorf("ParseBytes(%q) = %d, %v, want %d", got, back, err, n)
+		}
+	}
+}
