@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"cairn.dev/cairn/node/kubernetes"
 	"cairn.dev/cairn/node/ports"
 	"cairn.dev/cairn/pkg/pki"
 	api "cairn.dev/cairn/proto/api"
@@ -77,11 +78,6 @@ type kubernetesKind struct {
 	template func(id string, addr netip.Addr) x509.Certificate
 }
 
-// frontProxyClient is the name of the apiserver's client certificate
-// towards aggregated apiservers, the one name the apiserver lets them
-// accept request headers from (--requestheader-allowed-names).
-const frontProxyClient = "cairn:front-proxy-client"
-
 var kubernetesKinds = map[api.CertificateKind]kubernetesKind{
 	api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_KUBELET_CLIENT: {
 		template: func(id string, _ netip.Addr) x509.Certificate {
@@ -117,7 +113,15 @@ var kubernetesKinds = map[api.CertificateKind]kubernetesKind{
 	api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_FRONT_PROXY_CLIENT: {
 		controller: true,
 		frontProxy: true,
-		template:   func(string, netip.Addr) x509.Certificate { return kubeClient(frontProxyClient) },
+		template:   func(string, netip.Addr) x509.Certificate { return kubeClient(kubernetes.FrontProxyClient) },
+	},
+	api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_METRICS: {
+		controller: true,
+		template: func(string, netip.Addr) x509.Certificate {
+			t := pki.Peer(kubernetes.MetricsServiceName, nil)
+			t.Subject = pkix.Name{CommonName: kubernetes.MetricsUser}
+			return t
+		},
 	},
 	api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_CONTROLLER_MANAGER: {
 		controller: true,

@@ -155,6 +155,22 @@ func TestKubernetesCertificates(t *testing.T) {
 		t.Errorf("the Kubernetes CA is %q, want its own CA apart from the cluster CA", kubeCA.Subject.CommonName)
 	}
 
+	// The resource metrics API's certificate: the Kubernetes CA's, a
+	// client towards the kubelets and the apiserver, and a server under
+	// its Service's name, which the aggregation layer checks.
+	m, mCA, err := issue(api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_METRICS, newKubeKey(t))
+	if err != nil {
+		t.Fatalf("metrics: %v", err)
+	}
+	if kubeCA != nil && !mCA.Equal(kubeCA) {
+		t.Error("the metrics certificate came with another CA than the Kubernetes CA")
+	}
+	if m.Subject.CommonName != "cairn:metrics" || !slices.Equal(m.DNSNames, []string{"cairn-metrics.kube-system.svc"}) ||
+		!slices.Equal(m.ExtKeyUsage, []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}) {
+		t.Errorf("metrics certificate for %q, names %v, usages %v; want cairn:metrics, cairn-metrics.kube-system.svc, server and client",
+			m.Subject.CommonName, m.DNSNames, m.ExtKeyUsage)
+	}
+
 	// The front proxy client: of a CA of its own, apart from the
 	// Kubernetes CA, whose certificates must not speak for other users to
 	// aggregated apiservers.

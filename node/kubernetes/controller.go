@@ -34,11 +34,11 @@ const (
 	// etcdPrefix is the apiserver's part of etcd: the proxy confines it
 	// there.
 	etcdPrefix = "kubernetes/"
-	// frontProxyClient is the name in the apiserver's front proxy client
-	// certificate, as the curator issues it (CERTIFICATE_KIND_KUBERNETES_
-	// FRONT_PROXY_CLIENT): aggregated apiservers accept request headers
-	// from that name alone.
-	frontProxyClient = "cairn:front-proxy-client"
+	// FrontProxyClient is the name in the apiserver's front proxy client
+	// certificate, which the curator issues
+	// (CERTIFICATE_KIND_KUBERNETES_FRONT_PROXY_CLIENT): aggregated
+	// apiservers accept request headers from that name alone.
+	FrontProxyClient = "cairn:front-proxy-client"
 	// serviceAccountIssuer names the cluster in service account tokens.
 	serviceAccountIssuer = "https://kubernetes.default.svc." + ClusterDomain
 )
@@ -141,6 +141,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		{"controller-manager", c.runControllerManager},
 		{"scheduler", c.runScheduler},
 		{"reconciler", c.runReconciler},
+		{"metrics", c.runMetrics},
 	} {
 		if err := supervisor.Run(ctx, r.name, r.run); err != nil {
 			return fmt.Errorf("when starting the %s: %w", r.name, err)
@@ -227,7 +228,7 @@ func (c *Controller) runAPIServer(ctx context.Context) error {
 		// naming the caller in these headers, and publishes the front
 		// proxy CA and the one name it certifies for them to check.
 		"--requestheader-client-ca-file="+frontProxy.CA,
-		"--requestheader-allowed-names="+frontProxyClient,
+		"--requestheader-allowed-names="+FrontProxyClient,
 		"--requestheader-username-headers=X-Remote-User",
 		"--requestheader-group-headers=X-Remote-Group",
 		"--requestheader-extra-headers-prefix=X-Remote-Extra-",

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 )
@@ -15,6 +16,8 @@ type ClusterNode struct {
 	ID         string
 	Controller bool
 	Worker     bool
+	// Addr is the node's address in the cluster.
+	Addr netip.Addr
 }
 
 // Role labels of Node objects, which follow the nodes' Cairn roles. The

@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	"cairn.dev/cairn/node/kubernetes/csiplugin"
@@ -30,6 +31,11 @@ func (c *Controller) runReconciler(ctx context.Context) error {
 	if err := cl.waitReady(ctx, lg.Infof); err != nil {
 		return err
 	}
+	kubeCA, err := os.ReadFile(cred.CA)
+	if err != nil {
+		return fmt.Errorf("when reading the Kubernetes CA: %w", err)
+	}
+	objects := append(clusterObjects(), metricsObjects(kubeCA)...)
 	rctx, cancel := context.WithDeadlineCause(ctx, cred.renewAt, errRenew)
 	defer cancel()
 	if err := supervisor.Run(rctx, "dns-endpoints", func(ctx context.Context) error { return runDNSEndpoints(ctx, cl) }); err != nil {
@@ -40,12 +46,17 @@ func (c *Controller) runReconciler(ctx context.Context) error {
 	var nodes []ClusterNode
 	healthy := false
 	for {
-		for _, o := range clusterObjects() {
+		for _, o := range objects {
 			if err := cl.apply(rctx, o.path, o.body); err != nil {
 				return fmt.Errorf("when applying %s: %w", o.path, err)
 			}
 		}
 		if nodes != nil {
+			// The resource metrics API's endpoints: the controllers.
+			slice := metricsEndpointSlice(nodes)
+			if err := cl.apply(rctx, slice.path, slice.body); err != nil {
+				return fmt.Errorf("when applying %s: %w", slice.path, err)
+			}
 			if err := reconcileNodes(rctx, cl, nodes, lg.Infof); err != nil {
 				// The next round tries again; the objects above are
 				// in place already.
@@ -53,7 +64,7 @@ func (c *Controller) runReconciler(ctx context.Context) error {
 			}
 		}
 		if !healthy {
-			lg.Infof("Applied %d cluster objects", len(clusterObjects()))
+			lg.Infof("Applied %d cluster objects", len(objects))
 			supervisor.Signal(ctx, supervisor.SignalHealthy)
 			healthy = true
 		}

@@ -35,6 +35,11 @@ const (
 	// KubernetesAPIBalancer is where a worker's kubelet reaches the
 	// controllers' apiservers, on the node's loopback only.
 	KubernetesAPIBalancer = 6444
+	// ResourceMetrics is where a controller serves the resource metrics
+	// API (metrics.k8s.io) to the apiserver's aggregation layer, on the
+	// node's IP: the port of the cairn-metrics Service's endpoints, the
+	// same on every node, so not in the Table.
+	ResourceMetrics = 7837
 	// ClusterDNS is where a worker serves the cluster's DNS, UDP and
 	// TCP, on the node's IP: the port of the kube-dns Service's
 	// endpoints, the same on every node, so not in the Table.

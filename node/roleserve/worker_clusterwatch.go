@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"sort"
 	"strconv"
 
@@ -138,10 +139,12 @@ func kubeNodes(nodes map[string]*api.Node) []kubernetes.ClusterNode {
 		if n.GetState() != api.NodeState_NODE_STATE_UP {
 			continue
 		}
+		addr, _ := netip.ParseAddr(n.GetStatus().GetExternalAddress())
 		out = append(out, kubernetes.ClusterNode{
 			ID:         id,
 			Controller: n.GetRoles().GetKubernetesController() != nil,
 			Worker:     n.GetRoles().GetKubernetesWorker() != nil,
+			Addr:       addr,
 		})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })

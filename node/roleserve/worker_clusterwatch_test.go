@@ -2,6 +2,7 @@ package roleserve
 
 import (
 	"context"
+	"net/netip"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -83,6 +84,7 @@ func TestClusterwatchPublishes(t *testing.T) {
 		kubeNodes:  &memory.Value[[]kubernetes.ClusterNode]{},
 	}
 	runWorker(t, w.run)
+	addrs := cmp.Comparer(func(a, b netip.Addr) bool { return a == b })
 
 	// The directory is set last: once it is, the others hold the same
 	// state of the cluster.
@@ -108,11 +110,11 @@ func TestClusterwatchPublishes(t *testing.T) {
 		}}},
 		APIServers: []string{"10.42.0.11:6443"},
 		KubeNodes: []kubernetes.ClusterNode{
-			{ID: member.Id},
-			{ID: kube.Id, Controller: true, Worker: true},
+			{ID: member.Id, Addr: netip.MustParseAddr("10.42.0.10")},
+			{ID: kube.Id, Controller: true, Worker: true, Addr: netip.MustParseAddr("10.42.0.11")},
 		},
 	}
-	if diff := cmp.Diff(want, view(1), protocmp.Transform()); diff != "" {
+	if diff := cmp.Diff(want, view(1), protocmp.Transform(), addrs); diff != "" {
 		t.Errorf("after the backlog (-want +got):\n%s", diff)
 	}
 
@@ -120,9 +122,9 @@ func TestClusterwatchPublishes(t *testing.T) {
 	want = clusterView{
 		Directory:  &api.ClusterDirectory{},
 		APIServers: []string{"10.42.0.11:6443"},
-		KubeNodes:  []kubernetes.ClusterNode{{ID: kube.Id, Controller: true, Worker: true}},
+		KubeNodes:  []kubernetes.ClusterNode{{ID: kube.Id, Controller: true, Worker: true, Addr: netip.MustParseAddr("10.42.0.11")}},
 	}
-	if diff := cmp.Diff(want, view(0), protocmp.Transform()); diff != "" {
+	if diff := cmp.Diff(want, view(0), protocmp.Transform(), addrs); diff != "" {
 		t.Errorf("after the consensus member went (-want +got):\n%s", diff)
 	}
 }

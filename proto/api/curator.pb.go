@@ -76,6 +76,13 @@ const (
 	// name in the request headers of whoever holds it. The response's
 	// ca_certificate is the front proxy CA's. KubernetesController.
 	CertificateKind_CERTIFICATE_KIND_KUBERNETES_FRONT_PROXY_CLIENT CertificateKind = 11
+	// The certificate of a controller's resource metrics API
+	// (node/kubernetes/metricsapi): cairn:metrics, which the reconciler
+	// lets read the kubelets' metrics and ask the apiserver who may read
+	// them, and the serving name of its Service,
+	// cairn-metrics.kube-system.svc, which the aggregation layer checks.
+	// Client and server. KubernetesController.
+	CertificateKind_CERTIFICATE_KIND_KUBERNETES_METRICS CertificateKind = 12
 )
 
 // Enum value maps for CertificateKind.
@@ -93,6 +100,7 @@ var (
 		9:  "CERTIFICATE_KIND_KUBERNETES_VOLUMES",
 		10: "CERTIFICATE_KIND_KUBERNETES_PROXY",
 		11: "CERTIFICATE_KIND_KUBERNETES_FRONT_PROXY_CLIENT",
+		12: "CERTIFICATE_KIND_KUBERNETES_METRICS",
 	}
 	CertificateKind_value = map[string]int32{
 		"CERTIFICATE_KIND_UNSPECIFIED":                         0,
@@ -107,6 +115,7 @@ var (
 		"CERTIFICATE_KIND_KUBERNETES_VOLUMES":                  9,
 		"CERTIFICATE_KIND_KUBERNETES_PROXY":                    10,
 		"CERTIFICATE_KIND_KUBERNETES_FRONT_PROXY_CLIENT":       11,
+		"CERTIFICATE_KIND_KUBERNETES_METRICS":                  12,
 	}
 )
 
@@ -1584,7 +1593,7 @@ const file_proto_api_curator_proto_rawDesc = "" +
 	"public_key\x18\x02 \x01(\fR\tpublicKey\"c\n" +
 	"\x18IssueCertificateResponse\x12 \n" +
 	"\vcertificate\x18\x01 \x01(\fR\vcertificate\x12%\n" +
-	"\x0eca_certificate\x18\x02 \x01(\fR\rcaCertificate*\xab\x04\n" +
+	"\x0eca_certificate\x18\x02 \x01(\fR\rcaCertificate*\xd4\x04\n" +
 	"\x0fCertificateKind\x12 \n" +
 	"\x1cCERTIFICATE_KIND_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15CERTIFICATE_KIND_NODE\x10\x01\x12.\n" +
@@ -1598,7 +1607,8 @@ const file_proto_api_curator_proto_rawDesc = "" +
 	"#CERTIFICATE_KIND_KUBERNETES_VOLUMES\x10\t\x12%\n" +
 	"!CERTIFICATE_KIND_KUBERNETES_PROXY\x10\n" +
 	"\x122\n" +
-	".CERTIFICATE_KIND_KUBERNETES_FRONT_PROXY_CLIENT\x10\v2\x80\b\n" +
+	".CERTIFICATE_KIND_KUBERNETES_FRONT_PROXY_CLIENT\x10\v\x12'\n" +
+	"#CERTIFICATE_KIND_KUBERNETES_METRICS\x10\f2\x80\b\n" +
 	"\aCurator\x12?\n" +
 	"\x05Watch\x12\x17.cairn.api.WatchRequest\x1a\x15.cairn.api.WatchEvent\"\x04\xd8\xe2\x18\x020\x01\x12a\n" +
 	"\x10UpdateNodeStatus\x12\".cairn.api.UpdateNodeStatusRequest\x1a#.cairn.api.UpdateNodeStatusResponse\"\x04\xd8\xe2\x18\x02\x12L\n" +

@@ -408,6 +408,55 @@ func TestKubernetes(t *testing.T) {
 		}
 	})
 
+	t.Run("d-top", func(t *testing.T) {
+		// The resource metrics API: kubectl top reads what the
+		// controller scraped from both kubelets, through the
+		// aggregation layer, and a user RBAC does not let read metrics
+		// is refused by it.
+		start := time.Now()
+		var nodes, pods string
+		k.waitFor(t, "kubectl top nodes to show both workers", 4*time.Minute, func() error {
+			out, err := k.run(t, "top", "nodes", "--no-headers")
+			if err != nil {
+				return err
+			}
+			nodes = string(out)
+			for _, n := range []*cluster.Node{n1, n2} {
+				if err := topLine(nodes, n.ID()); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		s.step("roles given → kubectl top nodes shows both workers", time.Since(rolesGiven))
+		k.waitFor(t, "kubectl top pods to show both agents", 2*time.Minute, func() error {
+			out, err := k.run(t, "top", "pods", "-l", "app=agent", "--no-headers")
+			if err != nil {
+				return err
+			}
+			pods = string(out)
+			agents, err := k.agentPods(t)
+			if err != nil {
+				return err
+			}
+			for _, a := range agents {
+				if err := topLine(pods, a.Name); err != nil {
+					return err
+				}
+			}
+			if strings.Count(strings.TrimSpace(pods), "\n")+1 != len(agents) {
+				return fmt.Errorf("kubectl top pods -l app=agent shows other pods than the %d agents:\n%s", len(agents), pods)
+			}
+			return nil
+		})
+		t.Logf("kubectl top nodes:\n%skubectl top pods -l app=agent:\n%s", nodes, pods)
+		out, err := k.run(t, "top", "pods", "--as", "system:serviceaccount:default:default")
+		if err == nil || !strings.Contains(err.Error(), "forbidden") {
+			t.Errorf("kubectl top pods as the default service account: %v\n%s, want it forbidden", err, out)
+		}
+		s.step("d-top: the metrics API answers kubectl top", time.Since(start))
+	})
+
 	t.Run("e-missing-image", func(t *testing.T) {
 		k.apply(t, `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"missing"},"spec":{"restartPolicy":"Never",
 			"containers":[{"name":"missing","image":"10.42.0.1:5999/cairn/does-not-exist:1"}]}}`)
@@ -1403,4 +1452,25 @@ func (s *suite) dumpKubernetes(t *testing.T, c *cluster.Cluster, k *kube) {
 			t.Logf("%s's %s logs (%v):\n%s", n.Name(), dn, err, out)
 		}
 	}
+}
+
+// topLine checks that the output of kubectl top --no-headers has a line of
+// name with a CPU usage in millicores and a memory usage above zero.
+func topLine(out, name string) error {
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 3 || f[0] != name {
+			continue
+		}
+		// NAME CPU(cores) [CPU%] MEMORY(bytes) [MEMORY%]
+		mem := f[2]
+		if len(f) >= 5 {
+			mem = f[3]
+		}
+		if !strings.HasSuffix(f[1], "m") || !strings.HasSuffix(mem, "Mi") || strings.TrimSuffix(mem, "Mi") == "0" {
+			return fmt.Errorf("kubectl top shows %s as %q: want millicores and some MiB", name, line)
+		}
+		return nil
+	}
+	return fmt.Errorf("kubectl top shows no line of %s:\n%s", name, out)
 }

@@ -1,0 +1,55 @@
+package kubernetes
+
+import (
+	"encoding/json"
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+// TestMetricsEndpointSlice checks that the resource metrics API's
+// endpoints are the controllers, at their addresses, and nothing else.
+func TestMetricsEndpointSlice(t *testing.T) {
+	nodes := []ClusterNode{
+		{ID: "cairn-a", Controller: true, Addr: netip.MustParseAddr("10.42.0.10")},
+		{ID: "cairn-b", Worker: true, Addr: netip.MustParseAddr("10.42.0.11")},
+		{ID: "cairn-c", Controller: true, Worker: true, Addr: netip.MustParseAddr("10.42.0.12")},
+		{ID: "cairn-d", Controller: true}, // no address known yet
+	}
+	o := metricsEndpointSlice(nodes)
+	if !strings.HasSuffix(o.path, "/namespaces/kube-system/endpointslices/cairn-metrics") {
+		t.Errorf("path %s", o.path)
+	}
+	b, err := json.Marshal(o.body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var slice struct {
+		Metadata struct {
+			Labels map[string]string
+		}
+		Endpoints []struct {
+			Addresses []string
+		}
+		Ports []struct {
+			Name string
+			Port int
+		}
+	}
+	if err := json.Unmarshal(b, &slice); err != nil {
+		t.Fatal(err)
+	}
+	var addrs []string
+	for _, e := range slice.Endpoints {
+		addrs = append(addrs, e.Addresses...)
+	}
+	if strings.Join(addrs, ",") != "10.42.0.10,10.42.0.12" {
+		t.Errorf("endpoints %v, want the two controllers with an address", addrs)
+	}
+	if slice.Metadata.Labels["kubernetes.io/service-name"] != "cairn-metrics" {
+		t.Errorf("labels %v: the slice does not name its Service", slice.Metadata.Labels)
+	}
+	if len(slice.Ports) != 1 || slice.Ports[0].Name != "https" || slice.Ports[0].Port != 7837 {
+		t.Errorf("ports %+v, want https 7837 (the Service's port name)", slice.Ports)
+	}
+}
