@@ -2,16 +2,13 @@ package metricsapi
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
+	"crypto/ed25519"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +16,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"cairn.dev/cairn/node/identity/identitytest"
 )
 
 // kubeletAnswer is a kubelet's /metrics/resource answer as kubelets of
@@ -139,56 +138,31 @@ func TestStoreUsage(t *testing.T) {
 	}
 }
 
-// testCA is a certificate authority for the tests.
+// testCA is a CA of the tests, with the pool that trusts it.
 type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
+	*identitytest.CA
 	pool *x509.CertPool
 }
 
-func newTestCA(t *testing.T, name string) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
+func newTestCA(t *testing.T, name string) testCA {
+	ca := identitytest.NewCA(t, name)
 	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &testCA{cert: cert, key: key, pool: pool}
+	pool.AddCert(ca.Cert)
+	return testCA{CA: ca, pool: pool}
 }
 
 // issue returns a certificate of ca named cn, for usage, valid for ip.
-func (ca *testCA) issue(t *testing.T, cn string, usage x509.ExtKeyUsage, ip net.IP) tls.Certificate {
+func (ca testCA) issue(t *testing.T, cn string, usage x509.ExtKeyUsage, ip net.IP) tls.Certificate {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+	key := identitytest.NewKey(t)
+	tmpl := x509.Certificate{
+		Subject:  pkix.Name{CommonName: cn},
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
 	}
 	if ip != nil {
 		tmpl.IPAddresses = []net.IP{ip}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	der := ca.Issue(t, tmpl, key.Public().(ed25519.PublicKey))
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
 
