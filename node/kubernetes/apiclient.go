@@ -30,13 +30,9 @@ func newAPIClient(server string, cred *credential) (*apiClient, error) {
 	if err != nil {
 		return nil, fmt.Errorf("when loading %s: %w", cred.Cert, err)
 	}
-	caPEM, err := os.ReadFile(cred.CA)
+	pool, err := loadPool(cred.CA)
 	if err != nil {
-		return nil, fmt.Errorf("when reading the Kubernetes CA: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, fmt.Errorf("no certificate in %s", cred.CA)
+		return nil, err
 	}
 	return apiClientWith(server, pair, pool), nil
 }
@@ -165,4 +161,17 @@ func (c *apiClient) waitReady(ctx context.Context, logf func(string, ...any)) er
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// loadPool reads the CA certificates of the PEM file path into a pool.
+func loadPool(path string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("when reading %s: %w", path, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("no certificate in %s", path)
+	}
+	return pool, nil
 }

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"slices"
 	"sync"
 	"time"
@@ -172,19 +171,6 @@ func frontProxyTrust(ctx context.Context, cl *apiClient) (*x509.CertPool, []stri
 		return nil, nil, fmt.Errorf("the apiserver publishes no front proxy names (requestheader-allowed-names %q): %v", auth.Data["requestheader-allowed-names"], err)
 	}
 	return pool, names, nil
-}
-
-// loadPool reads a CA certificate file into a pool.
-func loadPool(path string) (*x509.CertPool, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("when reading %s: %w", path, err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(b) {
-		return nil, fmt.Errorf("no certificate in %s", path)
-	}
-	return pool, nil
 }
 
 // reviewer asks the apiserver whether a user may read metrics: a
