@@ -99,12 +99,15 @@ func (c *Controller) runMetrics(ctx context.Context) error {
 	}
 	scrape := func(ctx context.Context) error {
 		// A kubelet that fails is said once, and again once it answers.
+		lg := supervisor.Logger(ctx)
 		failing := map[string]bool{}
+		var scraped []metricsapi.Kubelet
 		supervisor.Signal(ctx, supervisor.SignalHealthy)
 		return srv.Scrape(ctx, func() []metricsapi.Kubelet {
 			mu.Lock()
 			defer mu.Unlock()
-			return slices.Clone(kubelets)
+			scraped = slices.Clone(kubelets)
+			return scraped
 		}, func(failed map[string]error) {
 			for node, err := range failed {
 				if !failing[node] {
@@ -112,7 +115,8 @@ func (c *Controller) runMetrics(ctx context.Context) error {
 				}
 			}
 			for node := range failing {
-				if failed[node] == nil {
+				still := slices.ContainsFunc(scraped, func(k metricsapi.Kubelet) bool { return k.Node == node })
+				if still && failed[node] == nil {
 					lg.Infof("Resource metrics: node %s's kubelet answers again", node)
 				}
 			}
