@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -82,12 +83,7 @@ func (c *Controller) runMetrics(ctx context.Context) error {
 	var kubelets []metricsapi.Kubelet
 	followNodes := func(ctx context.Context) error {
 		return follow(ctx, cl, "/api/v1/nodes", healthyAfter(ctx, func(nodes map[string]kubeNode) error {
-			var ks []metricsapi.Kubelet
-			for name, n := range nodes {
-				if addr := n.internalIPv4(); addr.IsValid() {
-					ks = append(ks, metricsapi.Kubelet{Node: name, Addr: ports.Join(addr.String(), c.cfg.Ports.Kubelet)})
-				}
-			}
+			ks := kubeletsOf(nodes, c.cfg.Ports.Kubelet)
 			mu.Lock()
 			kubelets = ks
 			mu.Unlock()
@@ -204,6 +200,19 @@ func (r reviewer) Allowed(ctx context.Context, req metricsapi.Request) (bool, st
 		return false, "", err
 	}
 	return out.Status.Allowed, out.Status.Reason, nil
+}
+
+// kubeletsOf is the kubelet of each Node that has an internal address,
+// by the Node's name, in the order of the names.
+func kubeletsOf(nodes map[string]kubeNode, port int) []metricsapi.Kubelet {
+	var ks []metricsapi.Kubelet
+	for _, n := range nodes {
+		if addr := n.internalIPv4(); addr.IsValid() {
+			ks = append(ks, metricsapi.Kubelet{Node: n.Metadata.Name, Addr: ports.Join(addr.String(), port)})
+		}
+	}
+	slices.SortFunc(ks, func(a, b metricsapi.Kubelet) int { return strings.Compare(a.Node, b.Node) })
+	return ks
 }
 
 // selector asks the apiserver which Nodes or pods selectors match.

@@ -3,8 +3,11 @@ package kubernetes
 import (
 	"encoding/json"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
+
+	"cairn.dev/cairn/node/kubernetes/metricsapi"
 )
 
 // TestMetricsEndpointSlice checks that the resource metrics API's
@@ -51,5 +54,28 @@ func TestMetricsEndpointSlice(t *testing.T) {
 	}
 	if len(slice.Ports) != 1 || slice.Ports[0].Name != "https" || slice.Ports[0].Port != 7837 {
 		t.Errorf("ports %+v, want https 7837 (the Service's port name)", slice.Ports)
+	}
+}
+
+// TestKubeletsOf checks that the kubelets scraped are named by their
+// Nodes' names, as follow keys Nodes, and that a Node without an internal
+// address is left out.
+func TestKubeletsOf(t *testing.T) {
+	nodes := map[string]kubeNode{}
+	for _, raw := range []string{
+		`{"metadata":{"name":"cairn-b"},"status":{"addresses":[{"type":"InternalIP","address":"10.42.0.12"}]}}`,
+		`{"metadata":{"name":"cairn-a"},"status":{"addresses":[{"type":"Hostname","address":"cairn-a"},{"type":"InternalIP","address":"10.42.0.11"}]}}`,
+		`{"metadata":{"name":"cairn-c"},"status":{"addresses":[{"type":"Hostname","address":"cairn-c"}]}}`,
+	} {
+		key, n, err := decodeObject[kubeNode](json.RawMessage(raw))
+		if err != nil {
+			t.Fatal(err)
+		}
+		nodes[key] = n
+	}
+	got := kubeletsOf(nodes, 10250)
+	want := []metricsapi.Kubelet{{Node: "cairn-a", Addr: "10.42.0.11:10250"}, {Node: "cairn-b", Addr: "10.42.0.12:10250"}}
+	if !slices.Equal(got, want) {
+		t.Errorf("kubeletsOf = %+v, want %+v", got, want)
 	}
 }

@@ -117,6 +117,18 @@ func apiResourceList() map[string]any {
 	}
 }
 
+// openAPI is the group's OpenAPI v2 document, without paths. The
+// apiserver's aggregator downloads one from every APIService and, when
+// it finds none, logs an error and tries again every minute; kubectl top
+// needs no schema.
+func openAPI() map[string]any {
+	return map[string]any{
+		"swagger": "2.0",
+		"info":    map[string]any{"title": Group, "version": "v1beta1"},
+		"paths":   map[string]any{},
+	}
+}
+
 // status is a Kubernetes Status object: how an apiserver answers an error.
 func status(code int, reason, message string) map[string]any {
 	return map[string]any{

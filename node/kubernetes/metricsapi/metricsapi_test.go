@@ -381,6 +381,17 @@ func TestServer(t *testing.T) {
 			}
 		})
 	}
+	// The OpenAPI document the aggregator downloads, to anyone.
+	if resp, err := client(nil).Get(api.URL + "/openapi/v2"); err != nil {
+		t.Errorf("GET /openapi/v2: %v", err)
+	} else {
+		var doc struct{ Swagger string }
+		err := json.NewDecoder(resp.Body).Decode(&doc)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || err != nil || doc.Swagger != "2.0" {
+			t.Errorf("GET /openapi/v2: %d, swagger %q, %v; want 200 with a Swagger 2.0 document", resp.StatusCode, doc.Swagger, err)
+		}
+	}
 	// Selected pods are only those the selector matched.
 	_, body, _ := get(proxy, "/pods?labelSelector=app%3Dagent", "alice")
 	if strings.Contains(string(body), "dns-1") {

@@ -64,15 +64,18 @@ func TLSConfig(cert tls.Certificate, frontProxyCA *x509.CertPool) *tls.Config {
 	}
 }
 
-// Handler routes the group version's discovery and its resources.
-// Discovery answers anyone (the apiserver's availability check reads it
-// as no user); the rest only requests of the front proxy that the
+// Handler routes the group version's discovery, its OpenAPI document and
+// its resources. Discovery and OpenAPI answer anyone (the apiserver reads
+// them as no user); the rest only requests of the front proxy that the
 // Authorizer allows.
 func (s *Server) Handler() http.Handler {
 	prefix := "/apis/" + GroupVersion
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+prefix, func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, apiResourceList())
+	})
+	mux.HandleFunc("GET /openapi/v2", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, openAPI())
 	})
 	mux.HandleFunc("GET "+prefix+"/nodes", s.serve("nodes", s.nodes))
 	mux.HandleFunc("GET "+prefix+"/nodes/{name}", s.serve("nodes", s.nodes))
