@@ -260,12 +260,11 @@ func metricsObjects(kubeCA []byte) []object {
 	svcMeta := managedMeta(metricsService)
 	svcMeta["namespace"] = metricsNamespace
 	apiMeta := managedMeta(metricsAPIService)
-	aggregated := managedMeta("cairn:aggregated-metrics-reader")
-	aggregated["labels"] = map[string]string{
-		"app.kubernetes.io/managed-by":                 "cairn",
-		"rbac.authorization.k8s.io/aggregate-to-view":  "true",
-		"rbac.authorization.k8s.io/aggregate-to-edit":  "true",
-		"rbac.authorization.k8s.io/aggregate-to-admin": "true",
+	reader := clusterRole("cairn:aggregated-metrics-reader",
+		rule{Group: metricsapi.Group, Resources: []string{"nodes", "pods"}, Verbs: []string{"get", "list"}})
+	labels := reader.body["metadata"].(map[string]any)["labels"].(map[string]string)
+	for _, role := range []string{"view", "edit", "admin"} {
+		labels["rbac.authorization.k8s.io/aggregate-to-"+role] = "true"
 	}
 	return []object{
 		{
@@ -296,13 +295,7 @@ func metricsObjects(kubeCA []byte) []object {
 		clusterRoleBinding(MetricsUser, MetricsUser, "User", MetricsUser),
 		clusterRoleBinding("cairn:metrics:auth-delegator", "system:auth-delegator", "User", MetricsUser),
 		roleBinding(metricsNamespace, "cairn:metrics:auth-reader", "extension-apiserver-authentication-reader", "User", MetricsUser),
-		{
-			path: "/apis/rbac.authorization.k8s.io/v1/clusterroles/cairn:aggregated-metrics-reader",
-			body: map[string]any{
-				"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": aggregated,
-				"rules": []map[string]any{{"apiGroups": []string{metricsapi.Group}, "resources": []string{"nodes", "pods"}, "verbs": []string{"get", "list"}}},
-			},
-		},
+		reader,
 	}
 }
 
