@@ -13,13 +13,18 @@ import (
 	"cairn.dev/cairn/pkg/reaper"
 )
 
-// runPID1 is the whole life of PID 1: mount, start the core, reap until
-// the core ends, then finish the machine. It never returns.
+// runPID1 is the whole life of PID 1: move the root off rootfs, mount,
+// start the core, reap until the core ends, then finish the machine. It
+// never returns.
 func runPID1() {
+	rootErr := leaveRootfs()
 	errs := mountAll(bootMounts)
 	con := openConsoles()
 	for _, err := range errs {
 		con.Printf("%v", err)
+	}
+	if rootErr != nil {
+		con.Printf("%v; containers will not start", rootErr)
 	}
 	con.Printf("init started (kernel %s)", kmod.KernelRelease())
 	con.Printf("version %s", version())
