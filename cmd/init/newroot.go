@@ -19,8 +19,9 @@ import (
 // The kernel unpacks the initramfs into rootfs, the mount beneath every
 // other in every mount namespace, which can be neither unmounted nor
 // pivoted away from. runc jails a container with pivot_root, which refuses
-// to move a root that is rootfs; and whatever is left in rootfs is what a
-// process that climbs out of its chroot finds. So PID 1, before anything
+// to move a root that is rootfs; and whatever is left in rootfs lies
+// beneath every container's root, in reach of one that may unmount it
+// (CAP_SYS_ADMIN: a privileged pod). So PID 1, before anything
 // else, does what switch_root does for a system with a disk: it copies the
 // initramfs onto a tmpfs of its own, moves the tmpfs over /, chroots into
 // it and empties rootfs. The node then runs on a root as any other

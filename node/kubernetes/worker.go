@@ -207,13 +207,9 @@ func (w *Worker) runContainerd(ctx context.Context) error {
 // 2.x): its state on the data partition, its sockets on the tmpfs, runc
 // from the payload, the CNI plugins of the payload with the configuration
 // runPodNetwork writes, the pinned pause image, and registry hosts from
-// w.dir("registry").
-//
-// runc jails containers without pivot_root: the node runs from its
-// initramfs, whose root the kernel will not pivot away from. Until /init
-// moves its root to a tmpfs of its own, containers are confined by a
-// moved mount and chroot instead, which a container holding
-// CAP_SYS_ADMIN could undo (docs/kubernetes.md).
+// w.dir("registry"). runc jails containers with pivot_root, which works
+// because /init has moved the node's root off the initramfs's rootfs
+// (cmd/init, newroot.go).
 func (w *Worker) containerdConfig() string {
 	q := strconv.Quote
 	return `version = 3
@@ -234,7 +230,6 @@ state = ` + q(w.dir("containerd", "state")) + `
       [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
         BinaryName = ` + q(w.cfg.Layout.bin("runc")) + `
         SystemdCgroup = false
-        NoPivotRoot = true
   [plugins."io.containerd.cri.v1.runtime".cni]
     bin_dirs = [` + q(w.cfg.Layout.Bin) + `]
     conf_dir = ` + q(w.dir("cni")) + `
