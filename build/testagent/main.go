@@ -19,6 +19,10 @@
 //	agent blockwrite DEV write a sector at the end of DEV and read it back
 //	agent write PATH TEXT  write TEXT to PATH and sync it
 //	agent cat PATH       print the file PATH
+//	agent underneath     in a copy of the container's mount namespace,
+//	                     unmount the container's root and print what the
+//	                     namespace's root then holds, a name a line
+//	                     (needs CAP_SYS_ADMIN: a privileged pod)
 //	agent aggregated ADDR CA
 //	                     serve the API group test.cairn.dev/v1 over TLS on
 //	                     ADDR, as an aggregated apiserver behind the
@@ -38,6 +42,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"time"
@@ -76,13 +81,15 @@ func main() {
 		err = writeSynced(args[1], args[2])
 	case args[0] == "aggregated" && len(args) == 3:
 		err = aggregated(args[1], args[2])
+	case args[0] == "underneath" && len(args) == 1:
+		err = underneath()
 	case args[0] == "cat" && len(args) == 2:
 		var b []byte
 		if b, err = os.ReadFile(args[1]); err == nil {
 			_, err = os.Stdout.Write(b)
 		}
 	default:
-		fmt.Fprintln(os.Stderr, "usage: agent serve [ADDR] | agent get URL | agent resolve NAME | agent api PATH | agent statfs PATH | agent fill PATH N | agent blocksize DEV | agent blockwrite DEV | agent write PATH TEXT | agent cat PATH | agent aggregated ADDR CA")
+		fmt.Fprintln(os.Stderr, "usage: agent serve [ADDR] | agent get URL | agent resolve NAME | agent api PATH | agent statfs PATH | agent fill PATH N | agent blocksize DEV | agent blockwrite DEV | agent write PATH TEXT | agent cat PATH | agent underneath | agent aggregated ADDR CA")
 		os.Exit(2)
 	}
 	if err != nil {
@@ -265,4 +272,44 @@ func writeSynced(path, text string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// underneath shows what lies beneath the container's root in its mount
+// namespace, as a process holding CAP_SYS_ADMIN could reach it. On a
+// locked thread, it takes a copy of the namespace of its own, detaches
+// the container's root there and enters that namespace again, which puts
+// its root at the namespace's: with pivot_root, the kernel's rootfs; with
+// runc's no_pivot_root, whatever root the node ran on. It prints the
+// names found there, one a line. The pod's own namespace is left as it
+// was.
+func underneath() error {
+	// The thread is never unlocked, so it ends with the command, and no
+	// other goroutine runs in its namespace.
+	runtime.LockOSThread()
+	if err := unix.Unshare(unix.CLONE_FS | unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("when copying the mount namespace: %w", err)
+	}
+	// Private, so that the unmount below stays in the copy.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("when making the copy's mounts private: %w", err)
+	}
+	ns, err := unix.Open("/proc/thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("when opening the copy of the mount namespace: %w", err)
+	}
+	defer unix.Close(ns)
+	if err := unix.Unmount("/", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("when detaching the container's root: %w", err)
+	}
+	if err := unix.Setns(ns, unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("when entering the copy of the mount namespace again: %w", err)
+	}
+	entries, err := os.ReadDir("/")
+	if err != nil {
+		return fmt.Errorf("when reading what lies beneath: %w", err)
+	}
+	for _, e := range entries {
+		fmt.Println(e.Name())
+	}
+	return nil
 }

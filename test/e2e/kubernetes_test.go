@@ -231,6 +231,29 @@ func TestKubernetes(t *testing.T) {
 		}
 	})
 
+	// runc jails containers with pivot_root: beneath a container's root,
+	// in its mount namespace, lies only the emptied rootfs, not the
+	// node's root. A privileged pod, which could detach its root, finds
+	// nothing there.
+	t.Run("c-container-root", func(t *testing.T) {
+		k.apply(t, `{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"privileged",
+			"labels":{"pod-security.kubernetes.io/enforce":"privileged"}}}`)
+		k.apply(t, `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"privileged","namespace":"privileged"},"spec":{
+			"nodeName":"`+n1.ID()+`","terminationGracePeriodSeconds":0,
+			"containers":[{"name":"agent","image":"cairn/agent:1","args":["serve"],"securityContext":{"privileged":true}}]}}`)
+		k.waitFor(t, "the privileged pod Running", 5*time.Minute, func() error {
+			return k.podPhase(t, "privileged", "Running", "-n", "privileged")
+		})
+		out, err := k.run(t, "exec", "-n", "privileged", "privileged", "--", "/agent", "underneath")
+		if err != nil {
+			t.Fatalf("looking beneath the privileged container's root: %v", err)
+		}
+		if got := strings.TrimSpace(string(out)); got != "" {
+			t.Errorf("beneath a privileged container's root on %s lies %q, want nothing (the emptied rootfs)", n1.Name(), strings.Fields(got))
+		}
+		k.mustRun(t, "delete", "namespace", "privileged", "--wait=false")
+	})
+
 	t.Run("d-services", func(t *testing.T) {
 		k.apply(t, `{"apiVersion":"v1","kind":"Service","metadata":{"name":"agent"},"spec":{
 			"type":"NodePort","selector":{"app":"agent"},"ports":[{"port":80,"targetPort":8080}]}}`)
@@ -1399,14 +1422,15 @@ func (k *kube) nodeReady(t *testing.T, name string) error {
 	return fmt.Errorf("node %s has no Ready condition yet", name)
 }
 
-// podPhase returns nil once pod name is in phase.
-func (k *kube) podPhase(t *testing.T, name, phase string) error {
+// podPhase returns nil once pod name is in phase; args are more of kubectl
+// get's (-n NAMESPACE).
+func (k *kube) podPhase(t *testing.T, name, phase string, args ...string) error {
 	var pod struct {
 		Status struct {
 			Phase string
 		}
 	}
-	if err := k.getJSON(t, &pod, "pod", name); err != nil {
+	if err := k.getJSON(t, &pod, append([]string{"pod", name}, args...)...); err != nil {
 		return err
 	}
 	if pod.Status.Phase != phase {
