@@ -160,8 +160,8 @@ func copyEntry(from, to string) error {
 	if err := unix.Lstat(from, &st); err != nil {
 		return err
 	}
-	perm := st.Mode & 0o7777
-	switch st.Mode & unix.S_IFMT {
+	kind := st.Mode & unix.S_IFMT
+	switch kind {
 	case unix.S_IFDIR:
 		if err := os.Mkdir(to, 0o700); err != nil {
 			return err
@@ -178,19 +178,21 @@ func copyEntry(from, to string) error {
 		if err := os.Symlink(target, to); err != nil {
 			return err
 		}
-		return unix.Lchown(to, int(st.Uid), int(st.Gid))
 	case unix.S_IFCHR, unix.S_IFBLK:
-		if err := unix.Mknod(to, st.Mode&unix.S_IFMT|0o600, int(st.Rdev)); err != nil {
+		if err := unix.Mknod(to, kind|0o600, int(st.Rdev)); err != nil {
 			return err
 		}
 	default:
-		return fmt.Errorf("a file of type %#o, which the root does not hold", st.Mode&unix.S_IFMT)
+		return fmt.Errorf("a file of type %#o, which the root does not hold", kind)
 	}
 	if err := unix.Lchown(to, int(st.Uid), int(st.Gid)); err != nil {
 		return err
 	}
+	if kind == unix.S_IFLNK {
+		return nil // a link has no permissions of its own
+	}
 	// After chown, which clears set-user-ID and set-group-ID bits.
-	return unix.Chmod(to, perm)
+	return unix.Chmod(to, st.Mode&0o7777)
 }
 
 func copyFile(from, to string) error {
