@@ -100,6 +100,13 @@ func clusterObjects() []object {
 		// the Node authorizer lets a kubelet read only its own.
 		clusterRole("cairn:pod-network", rule{Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}),
 		clusterRoleBinding("cairn:pod-network", "cairn:pod-network", "Group", "system:nodes"),
+		// Each worker enforces NetworkPolicy for its pods (runNetworkPolicy),
+		// from every policy, namespace and pod, with its kubelet
+		// credential.
+		clusterRole("cairn:network-policy",
+			rule{Resources: []string{"pods", "namespaces"}, Verbs: []string{"get", "list", "watch"}},
+			rule{Group: "networking.k8s.io", Resources: []string{"networkpolicies"}, Verbs: []string{"get", "list", "watch"}}),
+		clusterRoleBinding("cairn:network-policy", "cairn:network-policy", "Group", "system:nodes"),
 		// kube-proxy and each worker's DNS run with their node's
 		// kubelet identity.
 		clusterRoleBinding("cairn:node-proxier", "system:node-proxier", "Group", "system:nodes"),

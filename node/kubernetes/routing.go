@@ -19,8 +19,8 @@ import (
 const proxyTable = "kube-proxy"
 
 // Routing is what Kubernetes programs into a node's kernel for Services
-// and pods: kube-proxy's nftables tables and Cairn's routes to the other
-// nodes' pod ranges. A worker programs it, and so do the Services of a
+// and pods: kube-proxy's nftables tables, Cairn's routes to the other
+// nodes' pod ranges, and a worker's NetworkPolicy table. A worker programs it, and so do the Services of a
 // controller that is no worker; a node changing roles starts one as the
 // other stops. kube-proxy leaves its tables behind when it exits, so
 // without Routing a node that lost its last Kubernetes role kept answering
@@ -73,8 +73,8 @@ func (r *Routing) hold(ctx context.Context) (release func()) {
 	}
 }
 
-// remove deletes kube-proxy's tables and Cairn's pod routes, and says
-// what it deleted.
+// remove deletes kube-proxy's tables, the NetworkPolicy table and Cairn's
+// pod routes, and says what it deleted.
 func (r *Routing) remove() (string, error) {
 	nf, err := nftables.New(r.nfOpts...)
 	if err != nil {
@@ -86,12 +86,12 @@ func (r *Routing) remove() (string, error) {
 	}
 	var removed []string
 	for _, t := range tables {
-		if t.Name != proxyTable {
+		if t.Name != proxyTable && !(t.Name == policyTable && t.Family == nftables.TableFamilyIPv4) {
 			continue
 		}
 		nf.DelTable(t)
 		if err := nf.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
-			return "", fmt.Errorf("when removing kube-proxy's nftables table %s: %w", tableName(t), err)
+			return "", fmt.Errorf("when removing nftables table %s: %w", tableName(t), err)
 		}
 		removed = append(removed, "nftables table "+tableName(t))
 	}

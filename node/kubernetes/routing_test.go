@@ -14,12 +14,12 @@ import (
 	"cairn.dev/cairn/pkg/supervisor/supervisortest"
 )
 
-// TestRoutingRemovedWithLastUnit programs what kube-proxy and the pod
-// routes leave (kube-proxy's tables in both families, a pod route) in a
-// network namespace of its own, beside a table and a route that are not
-// theirs. A unit that stops while another still runs, and a runnable that
+// TestRoutingRemovedWithLastUnit programs what kube-proxy, NetworkPolicy
+// and the pod routes leave (kube-proxy's tables in both families, the
+// policy table, a pod route) in a network namespace of its own, beside a
+// table and a route that are not theirs. A unit that stops while another still runs, and a runnable that
 // fails on its own, leave it all; the last unit stopping removes exactly
-// kube-proxy's tables and Cairn's routes.
+// kube-proxy's tables, the policy table and Cairn's routes.
 func TestRoutingRemovedWithLastUnit(t *testing.T) {
 	ns, nl := routedNamespace(t)
 	nf, err := nftables.New(nftables.WithNetNSFd(int(ns)))
@@ -29,6 +29,7 @@ func TestRoutingRemovedWithLastUnit(t *testing.T) {
 	for _, table := range []*nftables.Table{
 		{Family: nftables.TableFamilyIPv4, Name: proxyTable},
 		{Family: nftables.TableFamilyIPv6, Name: proxyTable},
+		{Family: nftables.TableFamilyIPv4, Name: policyTable},
 		{Family: nftables.TableFamilyIPv4, Name: "firewall"},
 	} {
 		nf.AddTable(table)
@@ -66,7 +67,7 @@ func TestRoutingRemovedWithLastUnit(t *testing.T) {
 			t.Errorf("%s: routes %v: the route that is not Cairn's is gone", when, routes)
 		}
 	}
-	all := []string{"ip firewall", "ip kube-proxy", "ip6 kube-proxy"}
+	all := []string{"ip cairn-policy", "ip firewall", "ip kube-proxy", "ip6 kube-proxy"}
 
 	r := &Routing{
 		nfOpts: []nftables.ConnOption{nftables.WithNetNSFd(int(ns))},

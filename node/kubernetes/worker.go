@@ -113,6 +113,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		{"containerd", w.runContainerd},
 		{"kubelet", w.runKubelet},
 		{"podnetwork", w.runPodNetwork},
+		{"networkpolicy", w.runNetworkPolicy},
 		{"proxy", w.runProxy},
 		{"dns", w.runDNS},
 		{"volumes", w.runVolumes},
