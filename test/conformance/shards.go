@@ -38,7 +38,9 @@ var sigs = []string{
 }
 
 // defaultShards are the conformance tests, one shard per SIG for those
-// that may run beside others, then one shard of the serial ones.
+// that may run beside others; then sig-network's NetworkPolicy tests,
+// which are not conformance tests but test what Cairn enforces; then one
+// shard of the serial conformance tests.
 func defaultShards() []shard {
 	var out []shard
 	for _, sig := range sigs {
@@ -47,6 +49,7 @@ func defaultShards() []shard {
 			Labels: fmt.Sprintf("Conformance && sig-%s && !Serial && !Disruptive", sig),
 		})
 	}
+	out = append(out, shard{Name: "networkpolicy", Labels: "Feature:NetworkPolicy && !Serial && !Disruptive"})
 	return append(out, shard{Name: "serial", Labels: "Conformance && (Serial || Disruptive)", Serial: true})
 }
 
