@@ -254,6 +254,73 @@ func TestKubernetes(t *testing.T) {
 		k.mustRun(t, "delete", "namespace", "privileged", "--wait=false")
 	})
 
+	// NetworkPolicy, enforced by the workers across nodes: a default
+	// deny stops what connected before, an allow rule (a pod selector
+	// and a named port) lets exactly its client through, an egress
+	// ipBlock's except holds, and removing the policies opens it all.
+	t.Run("c-network-policy", func(t *testing.T) {
+		pods, err := k.agentPods(t)
+		if err != nil || len(pods) != 2 {
+			t.Fatalf("agent pods %+v, %v: want two", pods, err)
+		}
+		client, server := pods[0], pods[1]
+		get := func(from, to agentPod) error {
+			_, err := k.run(t, "exec", from.Name, "--", "/agent", "get", "http://"+to.IP+":8080/")
+			return err
+		}
+		// A dropped connection is the agent's GET timing out; any
+		// other failure (of kubectl, say) proves nothing.
+		refused := func(from, to agentPod) func() error {
+			return func() error {
+				err := get(from, to)
+				switch {
+				case err == nil:
+					return fmt.Errorf("%s on %s still reaches %s on %s", from.Name, from.Node, to.Name, to.Node)
+				case !strings.Contains(err.Error(), "deadline exceeded"):
+					return fmt.Errorf("from %s to %s, not a dropped connection: %w", from.Name, to.Name, err)
+				}
+				return nil
+			}
+		}
+		start := time.Now()
+		k.apply(t, `{"apiVersion":"networking.k8s.io/v1","kind":"NetworkPolicy","metadata":{"name":"deny-ingress"},
+			"spec":{"podSelector":{},"policyTypes":["Ingress"]}}`)
+		k.waitFor(t, "the default deny enforced", 2*time.Minute, refused(client, server))
+		s.step("default-deny NetworkPolicy created → a cross-node connection refused", time.Since(start))
+
+		start = time.Now()
+		k.mustRun(t, "label", "pod", client.Name, "netpol-client=yes")
+		k.apply(t, `{"apiVersion":"networking.k8s.io/v1","kind":"NetworkPolicy","metadata":{"name":"agent-from-clients"},
+			"spec":{"podSelector":{"matchLabels":{"app":"agent"}},
+				"ingress":[{"from":[{"podSelector":{"matchLabels":{"netpol-client":"yes"}}}],"ports":[{"port":"http"}]}]}}`)
+		k.waitFor(t, "the labelled client let through", 2*time.Minute, func() error { return get(client, server) })
+		s.step("allow rule created → its client connects", time.Since(start))
+		if err := refused(server, client)(); err != nil {
+			t.Errorf("the allow rule lets more through than its client: %v", err)
+		}
+
+		// The client may send only to 10.0.0.0/8 without the server:
+		// the registry outside the cluster still answers it.
+		k.apply(t, `{"apiVersion":"networking.k8s.io/v1","kind":"NetworkPolicy","metadata":{"name":"client-egress"},
+			"spec":{"podSelector":{"matchLabels":{"netpol-client":"yes"}},"policyTypes":["Egress"],
+				"egress":[{"to":[{"ipBlock":{"cidr":"10.0.0.0/8","except":["`+server.IP+`/32"]}}]}]}}`)
+		k.waitFor(t, "the client's egress except enforced", 2*time.Minute, refused(client, server))
+		if _, err := k.run(t, "exec", client.Name, "--", "/agent", "get", "http://10.42.0.1:5000/v2/"); err != nil {
+			t.Errorf("the client's egress to the registry, inside its ipBlock: %v", err)
+		}
+
+		start = time.Now()
+		k.mustRun(t, "delete", "networkpolicy", "deny-ingress", "agent-from-clients", "client-egress")
+		k.mustRun(t, "label", "pod", client.Name, "netpol-client-")
+		k.waitFor(t, "both ways open again", 2*time.Minute, func() error {
+			if err := get(client, server); err != nil {
+				return err
+			}
+			return get(server, client)
+		})
+		s.step("policies deleted → both ways open again", time.Since(start))
+	})
+
 	t.Run("d-services", func(t *testing.T) {
 		k.apply(t, `{"apiVersion":"v1","kind":"Service","metadata":{"name":"agent"},"spec":{
 			"type":"NodePort","selector":{"app":"agent"},"ports":[{"port":80,"targetPort":8080}]}}`)
@@ -990,7 +1057,7 @@ const agentDeployment = `{"apiVersion":"apps/v1","kind":"Deployment","metadata":
 			{"key":"node.kubernetes.io/unreachable","operator":"Exists","effect":"NoExecute","tolerationSeconds":10},
 			{"key":"node.kubernetes.io/not-ready","operator":"Exists","effect":"NoExecute","tolerationSeconds":10}],
 		"containers":[{"name":"agent","image":"cairn/agent:1","args":["serve"],
-			"ports":[{"containerPort":8080}],
+			"ports":[{"name":"http","containerPort":8080}],
 			"readinessProbe":{"httpGet":{"path":"/","port":8080},"periodSeconds":2}}]}}}}`
 
 // portForward runs kubectl port-forward to port of pod and GETs path
