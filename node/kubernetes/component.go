@@ -14,6 +14,16 @@ import (
 // life, so that its supervisor starts it again with fresh ones.
 var errRenew = errors.New("certificates due for renewal")
 
+// stopped is what a runnable returns once the context it runs under with
+// a renewal deadline (context.WithDeadlineCause, errRenew) is done: ctx's
+// error if its unit stopped, errRenew if its certificates are due.
+func stopped(ctx context.Context) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return errRenew
+}
+
 // runComponent runs a Kubernetes component as a child process, in the
 // layout's cgroup: its klog output goes into the runnable's log with each
 // line's severity, a crash is the runnable's death (the supervisor

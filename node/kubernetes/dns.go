@@ -103,10 +103,7 @@ func (w *Worker) runDNSZone(ctx context.Context, st *dnsState) error {
 	}
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
 	<-rctx.Done()
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return errRenew
+	return stopped(ctx)
 }
 
 // dnsClient reports whether a may ask the node's DNS: its pods, and the

@@ -214,10 +214,7 @@ func (w *Worker) runNetworkPolicy(ctx context.Context) error {
 	for {
 		select {
 		case <-rctx.Done():
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return errRenew
+			return stopped(ctx)
 		case <-st.changed:
 		}
 		rules, ok := st.rules(w.cfg.NodeID)

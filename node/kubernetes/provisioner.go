@@ -120,10 +120,7 @@ func (w *Worker) runProvisioner(m *localvolume.Manager, changed <-chan struct{})
 		}
 		supervisor.Signal(ctx, supervisor.SignalHealthy)
 		<-rctx.Done()
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return errRenew
+		return stopped(ctx)
 	}
 }
 

@@ -70,10 +70,7 @@ func (c *Controller) runReconciler(ctx context.Context) error {
 		}
 		select {
 		case <-rctx.Done():
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return errRenew
+			return stopped(ctx)
 		case nodes = <-nodesC:
 		case <-time.After(reconcileInterval):
 		}

@@ -409,10 +409,7 @@ func followPodRanges(ctx context.Context, cl *apiClient, renewAt time.Time, appl
 	for {
 		select {
 		case <-rctx.Done():
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return errRenew
+			return stopped(ctx)
 		case ranges = <-latest:
 			known = true
 		case <-time.After(wait):
