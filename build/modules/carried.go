@@ -86,6 +86,7 @@ var Carried = []Prefix{
 	{"drivers/net/vxlan/", "overlay networks"},
 	{"drivers/net/dummy.ko", "kube-proxy ipvs address holder"},
 	{"net/ipv4/ipip.ko", "IP-in-IP overlay networks"},
+	{"net/sctp/", "SCTP for pods and Services"},
 	{"net/netfilter/", "nf_tables, conntrack, xtables, ipvs"},
 	{"net/ipv4/netfilter/", "iptables and IPv4 NAT"},
 	{"net/ipv6/netfilter/", "ip6tables and IPv6 NAT"},

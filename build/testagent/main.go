@@ -4,7 +4,9 @@
 // client the suites run in pods with kubectl exec to probe the network.
 //
 //	agent serve [ADDR]   answer GET / with the pod's host name (default :8080)
-//	agent get URL        GET URL, print the answer; exit 1 on failure
+//	                     (and the same over SCTP, where the kernel has it)
+//	agent get URL        GET URL, print the answer; exit 1 on failure;
+//	                     sctp://ADDR/PATH is GET /PATH over SCTP
 //	agent resolve NAME   look NAME up as the pod's resolv.conf says, print
 //	                     its addresses, one a line; exit 1 on failure
 //	agent api PATH       GET PATH of the apiserver at
@@ -45,6 +47,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -106,11 +109,28 @@ func serve(addr string) error {
 	http.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, host)
 	})
+	// The same answer over SCTP, on the same port, where the kernel has
+	// SCTP.
+	if _, p, err := net.SplitHostPort(addr); err == nil {
+		port, _ := strconv.Atoi(p)
+		if ln, err := sctpListen(port); err != nil {
+			fmt.Printf("agent: not serving over SCTP: %v\n", err)
+		} else {
+			go func() { fmt.Printf("agent: SCTP server ended: %v\n", http.Serve(ln, nil)) }()
+		}
+	}
 	fmt.Printf("agent: serving on %s as %s\n", addr, host)
 	return http.ListenAndServe(addr, nil)
 }
 
+// get GETs url; sctp://ADDR/PATH is http://ADDR/PATH over SCTP.
 func get(url string) error {
+	if rest, ok := strings.CutPrefix(url, "sctp://"); ok {
+		tr := &http.Transport{DialContext: func(_ context.Context, _, addr string) (net.Conn, error) {
+			return sctpDial(addr, 4*time.Second)
+		}}
+		return fetch(&http.Client{Transport: tr}, "http://"+rest, "")
+	}
 	return fetch(http.DefaultClient, url, "")
 }
 

@@ -209,6 +209,14 @@ func TestKubernetes(t *testing.T) {
 			}
 		}
 		s.step("pod → pod on the other node and back", time.Since(start))
+		// SCTP too: the kernel loads its module when a pod first asks.
+		for i, p := range pods {
+			to := pods[1-i]
+			out, err := k.run(t, "exec", p.Name, "--", "/agent", "get", "sctp://"+to.IP+":8080/")
+			if got := strings.TrimSpace(string(out)); err != nil || got != to.Name {
+				t.Errorf("from %s on %s to %s on %s over SCTP: answered by %q, %v", p.Name, p.Node, to.Name, to.Node, got, err)
+			}
+		}
 
 		// The harness's side of the network has no route to pods: only
 		// the node's masquerade brings the answer back.
@@ -256,23 +264,25 @@ func TestKubernetes(t *testing.T) {
 
 	// NetworkPolicy, enforced by the workers across nodes: a default
 	// deny stops what connected before, an allow rule (a pod selector
-	// and a named port) lets exactly its client through, an egress
-	// ipBlock's except holds, and removing the policies opens it all.
+	// and a named port) lets exactly its client through, on that port's
+	// protocol alone, an egress ipBlock's except holds, and removing the
+	// policies opens it all.
 	t.Run("c-network-policy", func(t *testing.T) {
 		pods, err := k.agentPods(t)
 		if err != nil || len(pods) != 2 {
 			t.Fatalf("agent pods %+v, %v: want two", pods, err)
 		}
 		client, server := pods[0], pods[1]
-		get := func(from, to agentPod) error {
-			_, err := k.run(t, "exec", from.Name, "--", "/agent", "get", "http://"+to.IP+":8080/")
+		getOver := func(scheme string, from, to agentPod) error {
+			_, err := k.run(t, "exec", from.Name, "--", "/agent", "get", scheme+"://"+to.IP+":8080/")
 			return err
 		}
+		get := func(from, to agentPod) error { return getOver("http", from, to) }
 		// A dropped connection is the agent's GET timing out; any
 		// other failure (of kubectl, say) proves nothing.
-		refused := func(from, to agentPod) func() error {
+		refusedOver := func(scheme string, from, to agentPod) func() error {
 			return func() error {
-				err := get(from, to)
+				err := getOver(scheme, from, to)
 				switch {
 				case err == nil:
 					return fmt.Errorf("%s on %s still reaches %s on %s", from.Name, from.Node, to.Name, to.Node)
@@ -282,6 +292,7 @@ func TestKubernetes(t *testing.T) {
 				return nil
 			}
 		}
+		refused := func(from, to agentPod) func() error { return refusedOver("http", from, to) }
 		start := time.Now()
 		k.apply(t, `{"apiVersion":"networking.k8s.io/v1","kind":"NetworkPolicy","metadata":{"name":"deny-ingress"},
 			"spec":{"podSelector":{},"policyTypes":["Ingress"]}}`)
@@ -297,6 +308,10 @@ func TestKubernetes(t *testing.T) {
 		s.step("allow rule created → its client connects", time.Since(start))
 		if err := refused(server, client)(); err != nil {
 			t.Errorf("the allow rule lets more through than its client: %v", err)
+		}
+		// The named port is TCP's: the same port over SCTP stays shut.
+		if err := refusedOver("sctp", client, server)(); err != nil {
+			t.Errorf("the allow rule of a TCP port lets SCTP through: %v", err)
 		}
 
 		// The client may send only to 10.0.0.0/8 without the server:
