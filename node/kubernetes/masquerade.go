@@ -15,6 +15,18 @@ import (
 // masquerade of pod traffic; Cairn owns it whole.
 const masqueradeTable = "cairn-pods"
 
+// emptyTable queues, in nf's next batch, the IPv4 table name emptied of
+// all it held, and returns it. Adding, then deleting, then adding again
+// empties a table that exists and does not fail when it does not; the
+// batch that fills it again replaces it whole.
+func emptyTable(nf *nftables.Conn, name string) *nftables.Table {
+	table := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: name}
+	nf.AddTable(table)
+	nf.DelTable(table)
+	nf.AddTable(table)
+	return table
+}
+
 // setMasquerade makes nf's masquerade table say, and only say: traffic
 // from pods (podRange) to anywhere outside podRange leaves with the
 // node's address. Traffic between pods keeps its addresses, so pods see
@@ -26,12 +38,7 @@ func setMasquerade(nf *nftables.Conn, podRange netip.Prefix) error {
 	if !podRange.Addr().Is4() {
 		return fmt.Errorf("pod range %s is not IPv4", podRange)
 	}
-	table := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: masqueradeTable}
-	// Adding, then deleting, then adding again empties a table that
-	// exists and does not fail when it does not.
-	nf.AddTable(table)
-	nf.DelTable(table)
-	nf.AddTable(table)
+	table := emptyTable(nf, masqueradeTable)
 	chain := nf.AddChain(&nftables.Chain{
 		Name:     "postrouting",
 		Table:    table,

@@ -36,10 +36,7 @@ const policyTable = "cairn-policy"
 //	         ip saddr P → jump egress-N  ─┐ each: allowed → return
 //	         ip daddr P → jump ingress-N ─┘       else    → drop
 func setPolicies(nf *nftables.Conn, rules []podPolicy) error {
-	table := &nftables.Table{Family: nftables.TableFamilyIPv4, Name: policyTable}
-	nf.AddTable(table)
-	nf.DelTable(table)
-	nf.AddTable(table)
+	table := emptyTable(nf, policyTable)
 	accept := nftables.ChainPolicyAccept
 	forward := nf.AddChain(&nftables.Chain{
 		Name: "forward", Table: table, Type: nftables.ChainTypeFilter,
@@ -113,7 +110,7 @@ func allowMatches(a allow, peer uint32) [][]expr.Any {
 				// The destination port, the same two bytes in TCP, UDP
 				// and SCTP.
 				&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-				&expr.Range{Op: expr.CmpOpEq, Register: 1, FromData: bigEndian16(p.From), ToData: bigEndian16(p.To)},
+				&expr.Range{Op: expr.CmpOpEq, Register: 1, FromData: binary.BigEndian.AppendUint16(nil, p.From), ToData: binary.BigEndian.AppendUint16(nil, p.To)},
 			})
 		}
 	}
@@ -125,8 +122,6 @@ func allowMatches(a allow, peer uint32) [][]expr.Any {
 	}
 	return out
 }
-
-func bigEndian16(v uint16) []byte { return []byte{byte(v >> 8), byte(v)} }
 
 // nativeUint32 is v in the host's byte order, as the kernel keeps
 // conntrack's state bits.
