@@ -187,22 +187,28 @@ func policyRules(node string, policies map[string]networkPolicy, pods map[string
 			pc.pods = append(pc.pods, addressedPod{key, ip, &p})
 		}
 	}
+	// What a policy allows depends on the pod it selects only through
+	// ingress named ports: the rest is worked out once per policy, not
+	// once per pod it selects.
+	compiled := make([]compiledPolicy, 0, len(policies))
+	for _, np := range sortedValues(policies) {
+		compiled = append(compiled, pc.compile(&np))
+	}
 	for _, ap := range pc.pods {
 		p := ap.pod
 		if p.Spec.NodeName != node {
 			continue
 		}
 		out := podPolicy{Pod: ap.key, IP: ap.ip}
-		for _, np := range sortedValues(policies) {
-			if np.Metadata.Namespace != p.Metadata.Namespace || !np.Spec.PodSelector.matches(p.Metadata.Labels) {
+		for _, cp := range compiled {
+			if cp.np.Metadata.Namespace != p.Metadata.Namespace || !cp.np.Spec.PodSelector.matches(p.Metadata.Labels) {
 				continue
 			}
-			ingress, egress := np.types()
-			if ingress {
-				out.Ingress = append(isolated(out.Ingress), pc.ingress(&np, p)...)
+			if cp.ingress {
+				out.Ingress = append(isolated(out.Ingress), cp.ingressInto(p)...)
 			}
-			if egress {
-				out.Egress = append(isolated(out.Egress), pc.egress(&np)...)
+			if cp.egress {
+				out.Egress = append(isolated(out.Egress), cp.egressAllows...)
 			}
 		}
 		if out.Ingress != nil || out.Egress != nil {
@@ -246,24 +252,61 @@ type addressedPod struct {
 	pod *policyPod
 }
 
-// ingress is what np's ingress rules let into target.
-func (pc *policyCompiler) ingress(np *networkPolicy, target *policyPod) []allow {
+// compiledPolicy is a policy with what it allows worked out as far as
+// it can be without the pod it selects.
+type compiledPolicy struct {
+	np              *networkPolicy
+	ingress, egress bool
+	ingressRules    []ingressRule
+	egressAllows    []allow
+}
+
+// ingressRule is an ingress rule's peers and numbered ports; named
+// holds the port names, which each target resolves for itself.
+type ingressRule struct {
+	peers    peerSet
+	ports    []portRange
+	named    []namedRulePort
+	anyPorts bool
+}
+
+// compile works out np's peers, and its egress allows, for every pod it
+// selects.
+func (pc *policyCompiler) compile(np *networkPolicy) compiledPolicy {
+	cp := compiledPolicy{np: np}
+	cp.ingress, cp.egress = np.types()
+	if cp.ingress {
+		for _, r := range np.Spec.Ingress {
+			ports, named := numberedPorts(r.Ports)
+			cp.ingressRules = append(cp.ingressRules, ingressRule{
+				peers: pc.peers(np.Metadata.Namespace, r.From),
+				ports: ports, named: named, anyPorts: len(r.Ports) == 0,
+			})
+		}
+	}
+	if cp.egress {
+		cp.egressAllows = pc.egress(np)
+	}
+	return cp
+}
+
+// ingressInto is what cp's ingress rules let into target.
+func (cp *compiledPolicy) ingressInto(target *policyPod) []allow {
 	var out []allow
-	for _, r := range np.Spec.Ingress {
-		peers := pc.peers(np.Metadata.Namespace, r.From)
-		ports, named := numberedPorts(r.Ports)
-		for _, n := range named {
+	for _, r := range cp.ingressRules {
+		ports := r.ports
+		for _, n := range r.named {
 			if port, ok := target.namedPort(n.name, n.protocol); ok {
-				ports = append(ports, portRange{Proto: protocolNumber(n.protocol), From: port, To: port})
+				ports = append(slices.Clip(ports), portRange{Proto: protocolNumber(n.protocol), From: port, To: port})
 			}
 		}
-		if len(r.Ports) > 0 && len(ports) == 0 {
+		if !r.anyPorts && len(ports) == 0 {
 			continue // only names the target has no port of
 		}
-		if peers.none {
+		if r.peers.none {
 			continue
 		}
-		out = append(out, allow{Peers: peers.ranges, Ports: ports})
+		out = append(out, allow{Peers: r.peers.ranges, Ports: ports})
 	}
 	return out
 }
