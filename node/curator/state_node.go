@@ -138,6 +138,7 @@ func (c *curator) publicNode(n *private.Node, health func(id string) api.NodeHea
 		Roles:          n.Roles,
 		Status:         n.Status,
 		DesiredRelease: n.DesiredRelease,
+		PodNetwork:     n.PodNetwork,
 	}
 	if out.Roles == nil {
 		out.Roles = &api.NodeRoles{}

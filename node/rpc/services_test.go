@@ -194,6 +194,10 @@ func (testCurator) GetKubernetesServiceAccountKey(ctx context.Context, _ *api.Ge
 	return &api.GetKubernetesServiceAccountKeyResponse{}, unaryPeer(ctx)
 }
 
+func (testCurator) SetPodNetwork(ctx context.Context, _ *api.SetPodNetworkRequest) (*api.SetPodNetworkResponse, error) {
+	return &api.SetPodNetworkResponse{}, unaryPeer(ctx)
+}
+
 type testNodeManagement struct {
 	api.UnimplementedNodeManagementServer
 }

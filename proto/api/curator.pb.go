@@ -193,7 +193,90 @@ func (x WatchEvent_Progress) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use WatchEvent_Progress.Descriptor instead.
 func (WatchEvent_Progress) EnumDescriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{9, 0}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{11, 0}
+}
+
+// SetPodNetworkRequest carries what the calling node publishes.
+type SetPodNetworkRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The node's key and its pod range.
+	PodNetwork    *PodNetwork `protobuf:"bytes,1,opt,name=pod_network,json=podNetwork,proto3" json:"pod_network,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPodNetworkRequest) Reset() {
+	*x = SetPodNetworkRequest{}
+	mi := &file_proto_api_curator_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPodNetworkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPodNetworkRequest) ProtoMessage() {}
+
+func (x *SetPodNetworkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_curator_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPodNetworkRequest.ProtoReflect.Descriptor instead.
+func (*SetPodNetworkRequest) Descriptor() ([]byte, []int) {
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *SetPodNetworkRequest) GetPodNetwork() *PodNetwork {
+	if x != nil {
+		return x.PodNetwork
+	}
+	return nil
+}
+
+// SetPodNetworkResponse has no fields.
+type SetPodNetworkResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPodNetworkResponse) Reset() {
+	*x = SetPodNetworkResponse{}
+	mi := &file_proto_api_curator_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPodNetworkResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPodNetworkResponse) ProtoMessage() {}
+
+func (x *SetPodNetworkResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_curator_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPodNetworkResponse.ProtoReflect.Descriptor instead.
+func (*SetPodNetworkResponse) Descriptor() ([]byte, []int) {
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{1}
 }
 
 // GetKubernetesServiceAccountKeyRequest has no fields.
@@ -205,7 +288,7 @@ type GetKubernetesServiceAccountKeyRequest struct {
 
 func (x *GetKubernetesServiceAccountKeyRequest) Reset() {
 	*x = GetKubernetesServiceAccountKeyRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[0]
+	mi := &file_proto_api_curator_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -217,7 +300,7 @@ func (x *GetKubernetesServiceAccountKeyRequest) String() string {
 func (*GetKubernetesServiceAccountKeyRequest) ProtoMessage() {}
 
 func (x *GetKubernetesServiceAccountKeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[0]
+	mi := &file_proto_api_curator_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -230,7 +313,7 @@ func (x *GetKubernetesServiceAccountKeyRequest) ProtoReflect() protoreflect.Mess
 
 // Deprecated: Use GetKubernetesServiceAccountKeyRequest.ProtoReflect.Descriptor instead.
 func (*GetKubernetesServiceAccountKeyRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{0}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{2}
 }
 
 // GetKubernetesServiceAccountKeyResponse carries the service account key.
@@ -244,7 +327,7 @@ type GetKubernetesServiceAccountKeyResponse struct {
 
 func (x *GetKubernetesServiceAccountKeyResponse) Reset() {
 	*x = GetKubernetesServiceAccountKeyResponse{}
-	mi := &file_proto_api_curator_proto_msgTypes[1]
+	mi := &file_proto_api_curator_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -256,7 +339,7 @@ func (x *GetKubernetesServiceAccountKeyResponse) String() string {
 func (*GetKubernetesServiceAccountKeyResponse) ProtoMessage() {}
 
 func (x *GetKubernetesServiceAccountKeyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[1]
+	mi := &file_proto_api_curator_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -269,7 +352,7 @@ func (x *GetKubernetesServiceAccountKeyResponse) ProtoReflect() protoreflect.Mes
 
 // Deprecated: Use GetKubernetesServiceAccountKeyResponse.ProtoReflect.Descriptor instead.
 func (*GetKubernetesServiceAccountKeyResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{1}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *GetKubernetesServiceAccountKeyResponse) GetPrivateKey() []byte {
@@ -288,7 +371,7 @@ type WatchOwnerTrustRequest struct {
 
 func (x *WatchOwnerTrustRequest) Reset() {
 	*x = WatchOwnerTrustRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[2]
+	mi := &file_proto_api_curator_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -300,7 +383,7 @@ func (x *WatchOwnerTrustRequest) String() string {
 func (*WatchOwnerTrustRequest) ProtoMessage() {}
 
 func (x *WatchOwnerTrustRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[2]
+	mi := &file_proto_api_curator_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -313,7 +396,7 @@ func (x *WatchOwnerTrustRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchOwnerTrustRequest.ProtoReflect.Descriptor instead.
 func (*WatchOwnerTrustRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{2}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{4}
 }
 
 // WatchOwnerTrustResponse carries the owner trust as it is now.
@@ -327,7 +410,7 @@ type WatchOwnerTrustResponse struct {
 
 func (x *WatchOwnerTrustResponse) Reset() {
 	*x = WatchOwnerTrustResponse{}
-	mi := &file_proto_api_curator_proto_msgTypes[3]
+	mi := &file_proto_api_curator_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -339,7 +422,7 @@ func (x *WatchOwnerTrustResponse) String() string {
 func (*WatchOwnerTrustResponse) ProtoMessage() {}
 
 func (x *WatchOwnerTrustResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[3]
+	mi := &file_proto_api_curator_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -352,7 +435,7 @@ func (x *WatchOwnerTrustResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchOwnerTrustResponse.ProtoReflect.Descriptor instead.
 func (*WatchOwnerTrustResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{3}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *WatchOwnerTrustResponse) GetTrust() *OwnerTrust {
@@ -371,7 +454,7 @@ type GetCurrentLeaderRequest struct {
 
 func (x *GetCurrentLeaderRequest) Reset() {
 	*x = GetCurrentLeaderRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[4]
+	mi := &file_proto_api_curator_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -383,7 +466,7 @@ func (x *GetCurrentLeaderRequest) String() string {
 func (*GetCurrentLeaderRequest) ProtoMessage() {}
 
 func (x *GetCurrentLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[4]
+	mi := &file_proto_api_curator_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -396,7 +479,7 @@ func (x *GetCurrentLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCurrentLeaderRequest.ProtoReflect.Descriptor instead.
 func (*GetCurrentLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{4}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{6}
 }
 
 // GetCurrentLeaderResponse names the curator that leads.
@@ -415,7 +498,7 @@ type GetCurrentLeaderResponse struct {
 
 func (x *GetCurrentLeaderResponse) Reset() {
 	*x = GetCurrentLeaderResponse{}
-	mi := &file_proto_api_curator_proto_msgTypes[5]
+	mi := &file_proto_api_curator_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -427,7 +510,7 @@ func (x *GetCurrentLeaderResponse) String() string {
 func (*GetCurrentLeaderResponse) ProtoMessage() {}
 
 func (x *GetCurrentLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[5]
+	mi := &file_proto_api_curator_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -440,7 +523,7 @@ func (x *GetCurrentLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCurrentLeaderResponse.ProtoReflect.Descriptor instead.
 func (*GetCurrentLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{5}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetCurrentLeaderResponse) GetLeaderNodeId() string {
@@ -476,7 +559,7 @@ type JoinConsensusRequest struct {
 
 func (x *JoinConsensusRequest) Reset() {
 	*x = JoinConsensusRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[6]
+	mi := &file_proto_api_curator_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -488,7 +571,7 @@ func (x *JoinConsensusRequest) String() string {
 func (*JoinConsensusRequest) ProtoMessage() {}
 
 func (x *JoinConsensusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[6]
+	mi := &file_proto_api_curator_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -501,7 +584,7 @@ func (x *JoinConsensusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinConsensusRequest.ProtoReflect.Descriptor instead.
 func (*JoinConsensusRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{6}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *JoinConsensusRequest) GetPeerAddress() string {
@@ -534,7 +617,7 @@ type JoinConsensusResponse struct {
 
 func (x *JoinConsensusResponse) Reset() {
 	*x = JoinConsensusResponse{}
-	mi := &file_proto_api_curator_proto_msgTypes[7]
+	mi := &file_proto_api_curator_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -546,7 +629,7 @@ func (x *JoinConsensusResponse) String() string {
 func (*JoinConsensusResponse) ProtoMessage() {}
 
 func (x *JoinConsensusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[7]
+	mi := &file_proto_api_curator_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -559,7 +642,7 @@ func (x *JoinConsensusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinConsensusResponse.ProtoReflect.Descriptor instead.
 func (*JoinConsensusResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{7}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *JoinConsensusResponse) GetInitialCluster() string {
@@ -614,7 +697,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[8]
+	mi := &file_proto_api_curator_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -626,7 +709,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[8]
+	mi := &file_proto_api_curator_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -639,7 +722,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{8}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *WatchRequest) GetKind() isWatchRequest_Kind {
@@ -720,7 +803,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_proto_api_curator_proto_msgTypes[9]
+	mi := &file_proto_api_curator_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -732,7 +815,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[9]
+	mi := &file_proto_api_curator_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -745,7 +828,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{9}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WatchEvent) GetNodes() []*Node {
@@ -789,7 +872,7 @@ type UpdateNodeStatusRequest struct {
 
 func (x *UpdateNodeStatusRequest) Reset() {
 	*x = UpdateNodeStatusRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[10]
+	mi := &file_proto_api_curator_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -801,7 +884,7 @@ func (x *UpdateNodeStatusRequest) String() string {
 func (*UpdateNodeStatusRequest) ProtoMessage() {}
 
 func (x *UpdateNodeStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[10]
+	mi := &file_proto_api_curator_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -814,7 +897,7 @@ func (x *UpdateNodeStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeStatusRequest.ProtoReflect.Descriptor instead.
 func (*UpdateNodeStatusRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{10}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *UpdateNodeStatusRequest) GetNodeId() string {
@@ -840,7 +923,7 @@ type UpdateNodeStatusResponse struct {
 
 func (x *UpdateNodeStatusResponse) Reset() {
 	*x = UpdateNodeStatusResponse{}
-	mi := &file_proto_api_curator_proto_msgTypes[11]
+	mi := &file_proto_api_curator_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -852,7 +935,7 @@ func (x *UpdateNodeStatusResponse) String() string {
 func (*UpdateNodeStatusResponse) ProtoMessage() {}
 
 func (x *UpdateNodeStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[11]
+	mi := &file_proto_api_curator_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -865,7 +948,7 @@ func (x *UpdateNodeStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateNodeStatusResponse.ProtoReflect.Descriptor instead.
 func (*UpdateNodeStatusResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{11}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{13}
 }
 
 // HeartbeatRequest has no fields: the caller is the node that is alive.
@@ -877,7 +960,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[12]
+	mi := &file_proto_api_curator_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -889,7 +972,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[12]
+	mi := &file_proto_api_curator_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -902,7 +985,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{12}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{14}
 }
 
 // HeartbeatResponse tells the node how often to beat.
@@ -916,7 +999,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_proto_api_curator_proto_msgTypes[13]
+	mi := &file_proto_api_curator_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -928,7 +1011,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[13]
+	mi := &file_proto_api_curator_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -941,7 +1024,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{13}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *HeartbeatResponse) GetIntervalMillis() int64 {
@@ -965,7 +1048,7 @@ type RegisterNodeRequest struct {
 
 func (x *RegisterNodeRequest) Reset() {
 	*x = RegisterNodeRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[14]
+	mi := &file_proto_api_curator_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -977,7 +1060,7 @@ func (x *RegisterNodeRequest) String() string {
 func (*RegisterNodeRequest) ProtoMessage() {}
 
 func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[14]
+	mi := &file_proto_api_curator_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -990,7 +1073,7 @@ func (x *RegisterNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeRequest.ProtoReflect.Descriptor instead.
 func (*RegisterNodeRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{14}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RegisterNodeRequest) GetRegisterTicket() []byte {
@@ -1018,7 +1101,7 @@ type RegisterNodeResponse struct {
 
 func (x *RegisterNodeResponse) Reset() {
 	*x = RegisterNodeResponse{}
-	mi := &file_proto_api_curator_proto_msgTypes[15]
+	mi := &file_proto_api_curator_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1030,7 +1113,7 @@ func (x *RegisterNodeResponse) String() string {
 func (*RegisterNodeResponse) ProtoMessage() {}
 
 func (x *RegisterNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[15]
+	mi := &file_proto_api_curator_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1043,7 +1126,7 @@ func (x *RegisterNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNodeResponse.ProtoReflect.Descriptor instead.
 func (*RegisterNodeResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{15}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RegisterNodeResponse) GetClusterConfiguration() *ClusterConfiguration {
@@ -1067,7 +1150,7 @@ type CommitNodeRequest struct {
 
 func (x *CommitNodeRequest) Reset() {
 	*x = CommitNodeRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[16]
+	mi := &file_proto_api_curator_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1079,7 +1162,7 @@ func (x *CommitNodeRequest) String() string {
 func (*CommitNodeRequest) ProtoMessage() {}
 
 func (x *CommitNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[16]
+	mi := &file_proto_api_curator_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1092,7 +1175,7 @@ func (x *CommitNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitNodeRequest.ProtoReflect.Descriptor instead.
 func (*CommitNodeRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{16}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CommitNodeRequest) GetSealsWithTpm() bool {
@@ -1119,7 +1202,7 @@ type CommitNodeResponse struct {
 
 func (x *CommitNodeResponse) Reset() {
 	*x = CommitNodeResponse{}
-	mi := &file_proto_api_curator_proto_msgTypes[17]
+	mi := &file_proto_api_curator_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1131,7 +1214,7 @@ func (x *CommitNodeResponse) String() string {
 func (*CommitNodeResponse) ProtoMessage() {}
 
 func (x *CommitNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[17]
+	mi := &file_proto_api_curator_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1144,7 +1227,7 @@ func (x *CommitNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommitNodeResponse.ProtoReflect.Descriptor instead.
 func (*CommitNodeResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{17}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CommitNodeResponse) GetCaCertificate() []byte {
@@ -1185,7 +1268,7 @@ type JoinNodeRequest struct {
 
 func (x *JoinNodeRequest) Reset() {
 	*x = JoinNodeRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[18]
+	mi := &file_proto_api_curator_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1197,7 +1280,7 @@ func (x *JoinNodeRequest) String() string {
 func (*JoinNodeRequest) ProtoMessage() {}
 
 func (x *JoinNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[18]
+	mi := &file_proto_api_curator_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1210,7 +1293,7 @@ func (x *JoinNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinNodeRequest.ProtoReflect.Descriptor instead.
 func (*JoinNodeRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{18}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *JoinNodeRequest) GetNodeId() string {
@@ -1244,7 +1327,7 @@ type JoinNodeResponse struct {
 
 func (x *JoinNodeResponse) Reset() {
 	*x = JoinNodeResponse{}
-	mi := &file_proto_api_curator_proto_msgTypes[19]
+	mi := &file_proto_api_curator_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1256,7 +1339,7 @@ func (x *JoinNodeResponse) String() string {
 func (*JoinNodeResponse) ProtoMessage() {}
 
 func (x *JoinNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[19]
+	mi := &file_proto_api_curator_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1269,7 +1352,7 @@ func (x *JoinNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinNodeResponse.ProtoReflect.Descriptor instead.
 func (*JoinNodeResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{19}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *JoinNodeResponse) GetClusterUnlockKey() []byte {
@@ -1301,7 +1384,7 @@ type IssueCertificateRequest struct {
 
 func (x *IssueCertificateRequest) Reset() {
 	*x = IssueCertificateRequest{}
-	mi := &file_proto_api_curator_proto_msgTypes[20]
+	mi := &file_proto_api_curator_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1313,7 +1396,7 @@ func (x *IssueCertificateRequest) String() string {
 func (*IssueCertificateRequest) ProtoMessage() {}
 
 func (x *IssueCertificateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[20]
+	mi := &file_proto_api_curator_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1326,7 +1409,7 @@ func (x *IssueCertificateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueCertificateRequest.ProtoReflect.Descriptor instead.
 func (*IssueCertificateRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{20}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *IssueCertificateRequest) GetKind() CertificateKind {
@@ -1356,7 +1439,7 @@ type IssueCertificateResponse struct {
 
 func (x *IssueCertificateResponse) Reset() {
 	*x = IssueCertificateResponse{}
-	mi := &file_proto_api_curator_proto_msgTypes[21]
+	mi := &file_proto_api_curator_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1368,7 +1451,7 @@ func (x *IssueCertificateResponse) String() string {
 func (*IssueCertificateResponse) ProtoMessage() {}
 
 func (x *IssueCertificateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[21]
+	mi := &file_proto_api_curator_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1381,7 +1464,7 @@ func (x *IssueCertificateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueCertificateResponse.ProtoReflect.Descriptor instead.
 func (*IssueCertificateResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{21}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *IssueCertificateResponse) GetCertificate() []byte {
@@ -1409,7 +1492,7 @@ type WatchRequest_NodeInCluster struct {
 
 func (x *WatchRequest_NodeInCluster) Reset() {
 	*x = WatchRequest_NodeInCluster{}
-	mi := &file_proto_api_curator_proto_msgTypes[22]
+	mi := &file_proto_api_curator_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1421,7 +1504,7 @@ func (x *WatchRequest_NodeInCluster) String() string {
 func (*WatchRequest_NodeInCluster) ProtoMessage() {}
 
 func (x *WatchRequest_NodeInCluster) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[22]
+	mi := &file_proto_api_curator_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1434,7 +1517,7 @@ func (x *WatchRequest_NodeInCluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest_NodeInCluster.ProtoReflect.Descriptor instead.
 func (*WatchRequest_NodeInCluster) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{8, 0}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{10, 0}
 }
 
 func (x *WatchRequest_NodeInCluster) GetNodeId() string {
@@ -1453,7 +1536,7 @@ type WatchRequest_NodesInCluster struct {
 
 func (x *WatchRequest_NodesInCluster) Reset() {
 	*x = WatchRequest_NodesInCluster{}
-	mi := &file_proto_api_curator_proto_msgTypes[23]
+	mi := &file_proto_api_curator_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1465,7 +1548,7 @@ func (x *WatchRequest_NodesInCluster) String() string {
 func (*WatchRequest_NodesInCluster) ProtoMessage() {}
 
 func (x *WatchRequest_NodesInCluster) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[23]
+	mi := &file_proto_api_curator_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1478,7 +1561,7 @@ func (x *WatchRequest_NodesInCluster) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest_NodesInCluster.ProtoReflect.Descriptor instead.
 func (*WatchRequest_NodesInCluster) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{8, 1}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{10, 1}
 }
 
 // Configuration watches the cluster configuration.
@@ -1490,7 +1573,7 @@ type WatchRequest_Configuration struct {
 
 func (x *WatchRequest_Configuration) Reset() {
 	*x = WatchRequest_Configuration{}
-	mi := &file_proto_api_curator_proto_msgTypes[24]
+	mi := &file_proto_api_curator_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1502,7 +1585,7 @@ func (x *WatchRequest_Configuration) String() string {
 func (*WatchRequest_Configuration) ProtoMessage() {}
 
 func (x *WatchRequest_Configuration) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_curator_proto_msgTypes[24]
+	mi := &file_proto_api_curator_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1515,14 +1598,18 @@ func (x *WatchRequest_Configuration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest_Configuration.ProtoReflect.Descriptor instead.
 func (*WatchRequest_Configuration) Descriptor() ([]byte, []int) {
-	return file_proto_api_curator_proto_rawDescGZIP(), []int{8, 2}
+	return file_proto_api_curator_proto_rawDescGZIP(), []int{10, 2}
 }
 
 var File_proto_api_curator_proto protoreflect.FileDescriptor
 
 const file_proto_api_curator_proto_rawDesc = "" +
 	"\n" +
-	"\x17proto/api/curator.proto\x12\tcairn.api\x1a\x1dproto/api/authorization.proto\x1a\x17proto/api/cluster.proto\x1a\x14proto/api/node.proto\x1a\x15proto/api/owner.proto\"'\n" +
+	"\x17proto/api/curator.proto\x12\tcairn.api\x1a\x1dproto/api/authorization.proto\x1a\x17proto/api/cluster.proto\x1a\x14proto/api/node.proto\x1a\x15proto/api/owner.proto\"N\n" +
+	"\x14SetPodNetworkRequest\x126\n" +
+	"\vpod_network\x18\x01 \x01(\v2\x15.cairn.api.PodNetworkR\n" +
+	"podNetwork\"\x17\n" +
+	"\x15SetPodNetworkResponse\"'\n" +
 	"%GetKubernetesServiceAccountKeyRequest\"I\n" +
 	"&GetKubernetesServiceAccountKeyResponse\x12\x1f\n" +
 	"\vprivate_key\x18\x01 \x01(\fR\n" +
@@ -1608,7 +1695,7 @@ const file_proto_api_curator_proto_rawDesc = "" +
 	"!CERTIFICATE_KIND_KUBERNETES_PROXY\x10\n" +
 	"\x122\n" +
 	".CERTIFICATE_KIND_KUBERNETES_FRONT_PROXY_CLIENT\x10\v\x12'\n" +
-	"#CERTIFICATE_KIND_KUBERNETES_METRICS\x10\f2\x80\b\n" +
+	"#CERTIFICATE_KIND_KUBERNETES_METRICS\x10\f2\xda\b\n" +
 	"\aCurator\x12?\n" +
 	"\x05Watch\x12\x17.cairn.api.WatchRequest\x1a\x15.cairn.api.WatchEvent\"\x04\xd8\xe2\x18\x020\x01\x12a\n" +
 	"\x10UpdateNodeStatus\x12\".cairn.api.UpdateNodeStatusRequest\x1a#.cairn.api.UpdateNodeStatusResponse\"\x04\xd8\xe2\x18\x02\x12L\n" +
@@ -1621,7 +1708,8 @@ const file_proto_api_curator_proto_rawDesc = "" +
 	"\x10GetCurrentLeader\x12\".cairn.api.GetCurrentLeaderRequest\x1a#.cairn.api.GetCurrentLeaderResponse\"\x04\xd8\xe2\x18\x020\x01\x12X\n" +
 	"\rJoinConsensus\x12\x1f.cairn.api.JoinConsensusRequest\x1a .cairn.api.JoinConsensusResponse\"\x04\xd8\xe2\x18\x02\x12`\n" +
 	"\x0fWatchOwnerTrust\x12!.cairn.api.WatchOwnerTrustRequest\x1a\".cairn.api.WatchOwnerTrustResponse\"\x04\xd8\xe2\x18\x020\x01\x12\x8b\x01\n" +
-	"\x1eGetKubernetesServiceAccountKey\x120.cairn.api.GetKubernetesServiceAccountKeyRequest\x1a1.cairn.api.GetKubernetesServiceAccountKeyResponse\"\x04\xd8\xe2\x18\x02B\x1bZ\x19cairn.dev/cairn/proto/apib\x06proto3"
+	"\x1eGetKubernetesServiceAccountKey\x120.cairn.api.GetKubernetesServiceAccountKeyRequest\x1a1.cairn.api.GetKubernetesServiceAccountKeyResponse\"\x04\xd8\xe2\x18\x02\x12X\n" +
+	"\rSetPodNetwork\x12\x1f.cairn.api.SetPodNetworkRequest\x1a .cairn.api.SetPodNetworkResponse\"\x04\xd8\xe2\x18\x02B\x1bZ\x19cairn.dev/cairn/proto/apib\x06proto3"
 
 var (
 	file_proto_api_curator_proto_rawDescOnce sync.Once
@@ -1636,78 +1724,84 @@ func file_proto_api_curator_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_api_curator_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_proto_api_curator_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_proto_api_curator_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_proto_api_curator_proto_goTypes = []any{
 	(CertificateKind)(0),                           // 0: cairn.api.CertificateKind
 	(WatchEvent_Progress)(0),                       // 1: cairn.api.WatchEvent.Progress
-	(*GetKubernetesServiceAccountKeyRequest)(nil),  // 2: cairn.api.GetKubernetesServiceAccountKeyRequest
-	(*GetKubernetesServiceAccountKeyResponse)(nil), // 3: cairn.api.GetKubernetesServiceAccountKeyResponse
-	(*WatchOwnerTrustRequest)(nil),                 // 4: cairn.api.WatchOwnerTrustRequest
-	(*WatchOwnerTrustResponse)(nil),                // 5: cairn.api.WatchOwnerTrustResponse
-	(*GetCurrentLeaderRequest)(nil),                // 6: cairn.api.GetCurrentLeaderRequest
-	(*GetCurrentLeaderResponse)(nil),               // 7: cairn.api.GetCurrentLeaderResponse
-	(*JoinConsensusRequest)(nil),                   // 8: cairn.api.JoinConsensusRequest
-	(*JoinConsensusResponse)(nil),                  // 9: cairn.api.JoinConsensusResponse
-	(*WatchRequest)(nil),                           // 10: cairn.api.WatchRequest
-	(*WatchEvent)(nil),                             // 11: cairn.api.WatchEvent
-	(*UpdateNodeStatusRequest)(nil),                // 12: cairn.api.UpdateNodeStatusRequest
-	(*UpdateNodeStatusResponse)(nil),               // 13: cairn.api.UpdateNodeStatusResponse
-	(*HeartbeatRequest)(nil),                       // 14: cairn.api.HeartbeatRequest
-	(*HeartbeatResponse)(nil),                      // 15: cairn.api.HeartbeatResponse
-	(*RegisterNodeRequest)(nil),                    // 16: cairn.api.RegisterNodeRequest
-	(*RegisterNodeResponse)(nil),                   // 17: cairn.api.RegisterNodeResponse
-	(*CommitNodeRequest)(nil),                      // 18: cairn.api.CommitNodeRequest
-	(*CommitNodeResponse)(nil),                     // 19: cairn.api.CommitNodeResponse
-	(*JoinNodeRequest)(nil),                        // 20: cairn.api.JoinNodeRequest
-	(*JoinNodeResponse)(nil),                       // 21: cairn.api.JoinNodeResponse
-	(*IssueCertificateRequest)(nil),                // 22: cairn.api.IssueCertificateRequest
-	(*IssueCertificateResponse)(nil),               // 23: cairn.api.IssueCertificateResponse
-	(*WatchRequest_NodeInCluster)(nil),             // 24: cairn.api.WatchRequest.NodeInCluster
-	(*WatchRequest_NodesInCluster)(nil),            // 25: cairn.api.WatchRequest.NodesInCluster
-	(*WatchRequest_Configuration)(nil),             // 26: cairn.api.WatchRequest.Configuration
-	(*OwnerTrust)(nil),                             // 27: cairn.api.OwnerTrust
-	(*Node)(nil),                                   // 28: cairn.api.Node
-	(*ClusterConfiguration)(nil),                   // 29: cairn.api.ClusterConfiguration
-	(*NodeStatus)(nil),                             // 30: cairn.api.NodeStatus
+	(*SetPodNetworkRequest)(nil),                   // 2: cairn.api.SetPodNetworkRequest
+	(*SetPodNetworkResponse)(nil),                  // 3: cairn.api.SetPodNetworkResponse
+	(*GetKubernetesServiceAccountKeyRequest)(nil),  // 4: cairn.api.GetKubernetesServiceAccountKeyRequest
+	(*GetKubernetesServiceAccountKeyResponse)(nil), // 5: cairn.api.GetKubernetesServiceAccountKeyResponse
+	(*WatchOwnerTrustRequest)(nil),                 // 6: cairn.api.WatchOwnerTrustRequest
+	(*WatchOwnerTrustResponse)(nil),                // 7: cairn.api.WatchOwnerTrustResponse
+	(*GetCurrentLeaderRequest)(nil),                // 8: cairn.api.GetCurrentLeaderRequest
+	(*GetCurrentLeaderResponse)(nil),               // 9: cairn.api.GetCurrentLeaderResponse
+	(*JoinConsensusRequest)(nil),                   // 10: cairn.api.JoinConsensusRequest
+	(*JoinConsensusResponse)(nil),                  // 11: cairn.api.JoinConsensusResponse
+	(*WatchRequest)(nil),                           // 12: cairn.api.WatchRequest
+	(*WatchEvent)(nil),                             // 13: cairn.api.WatchEvent
+	(*UpdateNodeStatusRequest)(nil),                // 14: cairn.api.UpdateNodeStatusRequest
+	(*UpdateNodeStatusResponse)(nil),               // 15: cairn.api.UpdateNodeStatusResponse
+	(*HeartbeatRequest)(nil),                       // 16: cairn.api.HeartbeatRequest
+	(*HeartbeatResponse)(nil),                      // 17: cairn.api.HeartbeatResponse
+	(*RegisterNodeRequest)(nil),                    // 18: cairn.api.RegisterNodeRequest
+	(*RegisterNodeResponse)(nil),                   // 19: cairn.api.RegisterNodeResponse
+	(*CommitNodeRequest)(nil),                      // 20: cairn.api.CommitNodeRequest
+	(*CommitNodeResponse)(nil),                     // 21: cairn.api.CommitNodeResponse
+	(*JoinNodeRequest)(nil),                        // 22: cairn.api.JoinNodeRequest
+	(*JoinNodeResponse)(nil),                       // 23: cairn.api.JoinNodeResponse
+	(*IssueCertificateRequest)(nil),                // 24: cairn.api.IssueCertificateRequest
+	(*IssueCertificateResponse)(nil),               // 25: cairn.api.IssueCertificateResponse
+	(*WatchRequest_NodeInCluster)(nil),             // 26: cairn.api.WatchRequest.NodeInCluster
+	(*WatchRequest_NodesInCluster)(nil),            // 27: cairn.api.WatchRequest.NodesInCluster
+	(*WatchRequest_Configuration)(nil),             // 28: cairn.api.WatchRequest.Configuration
+	(*PodNetwork)(nil),                             // 29: cairn.api.PodNetwork
+	(*OwnerTrust)(nil),                             // 30: cairn.api.OwnerTrust
+	(*Node)(nil),                                   // 31: cairn.api.Node
+	(*ClusterConfiguration)(nil),                   // 32: cairn.api.ClusterConfiguration
+	(*NodeStatus)(nil),                             // 33: cairn.api.NodeStatus
 }
 var file_proto_api_curator_proto_depIdxs = []int32{
-	27, // 0: cairn.api.WatchOwnerTrustResponse.trust:type_name -> cairn.api.OwnerTrust
-	24, // 1: cairn.api.WatchRequest.node_in_cluster:type_name -> cairn.api.WatchRequest.NodeInCluster
-	25, // 2: cairn.api.WatchRequest.nodes_in_cluster:type_name -> cairn.api.WatchRequest.NodesInCluster
-	26, // 3: cairn.api.WatchRequest.configuration:type_name -> cairn.api.WatchRequest.Configuration
-	28, // 4: cairn.api.WatchEvent.nodes:type_name -> cairn.api.Node
-	1,  // 5: cairn.api.WatchEvent.progress:type_name -> cairn.api.WatchEvent.Progress
-	29, // 6: cairn.api.WatchEvent.configuration:type_name -> cairn.api.ClusterConfiguration
-	30, // 7: cairn.api.UpdateNodeStatusRequest.status:type_name -> cairn.api.NodeStatus
-	29, // 8: cairn.api.RegisterNodeResponse.cluster_configuration:type_name -> cairn.api.ClusterConfiguration
-	0,  // 9: cairn.api.IssueCertificateRequest.kind:type_name -> cairn.api.CertificateKind
-	10, // 10: cairn.api.Curator.Watch:input_type -> cairn.api.WatchRequest
-	12, // 11: cairn.api.Curator.UpdateNodeStatus:input_type -> cairn.api.UpdateNodeStatusRequest
-	14, // 12: cairn.api.Curator.Heartbeat:input_type -> cairn.api.HeartbeatRequest
-	16, // 13: cairn.api.Curator.RegisterNode:input_type -> cairn.api.RegisterNodeRequest
-	18, // 14: cairn.api.Curator.CommitNode:input_type -> cairn.api.CommitNodeRequest
-	20, // 15: cairn.api.Curator.JoinNode:input_type -> cairn.api.JoinNodeRequest
-	22, // 16: cairn.api.Curator.IssueCertificate:input_type -> cairn.api.IssueCertificateRequest
-	6,  // 17: cairn.api.Curator.GetCurrentLeader:input_type -> cairn.api.GetCurrentLeaderRequest
-	8,  // 18: cairn.api.Curator.JoinConsensus:input_type -> cairn.api.JoinConsensusRequest
-	4,  // 19: cairn.api.Curator.WatchOwnerTrust:input_type -> cairn.api.WatchOwnerTrustRequest
-	2,  // 20: cairn.api.Curator.GetKubernetesServiceAccountKey:input_type -> cairn.api.GetKubernetesServiceAccountKeyRequest
-	11, // 21: cairn.api.Curator.Watch:output_type -> cairn.api.WatchEvent
-	13, // 22: cairn.api.Curator.UpdateNodeStatus:output_type -> cairn.api.UpdateNodeStatusResponse
-	15, // 23: cairn.api.Curator.Heartbeat:output_type -> cairn.api.HeartbeatResponse
-	17, // 24: cairn.api.Curator.RegisterNode:output_type -> cairn.api.RegisterNodeResponse
-	19, // 25: cairn.api.Curator.CommitNode:output_type -> cairn.api.CommitNodeResponse
-	21, // 26: cairn.api.Curator.JoinNode:output_type -> cairn.api.JoinNodeResponse
-	23, // 27: cairn.api.Curator.IssueCertificate:output_type -> cairn.api.IssueCertificateResponse
-	7,  // 28: cairn.api.Curator.GetCurrentLeader:output_type -> cairn.api.GetCurrentLeaderResponse
-	9,  // 29: cairn.api.Curator.JoinConsensus:output_type -> cairn.api.JoinConsensusResponse
-	5,  // 30: cairn.api.Curator.WatchOwnerTrust:output_type -> cairn.api.WatchOwnerTrustResponse
-	3,  // 31: cairn.api.Curator.GetKubernetesServiceAccountKey:output_type -> cairn.api.GetKubernetesServiceAccountKeyResponse
-	21, // [21:32] is the sub-list for method output_type
-	10, // [10:21] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	29, // 0: cairn.api.SetPodNetworkRequest.pod_network:type_name -> cairn.api.PodNetwork
+	30, // 1: cairn.api.WatchOwnerTrustResponse.trust:type_name -> cairn.api.OwnerTrust
+	26, // 2: cairn.api.WatchRequest.node_in_cluster:type_name -> cairn.api.WatchRequest.NodeInCluster
+	27, // 3: cairn.api.WatchRequest.nodes_in_cluster:type_name -> cairn.api.WatchRequest.NodesInCluster
+	28, // 4: cairn.api.WatchRequest.configuration:type_name -> cairn.api.WatchRequest.Configuration
+	31, // 5: cairn.api.WatchEvent.nodes:type_name -> cairn.api.Node
+	1,  // 6: cairn.api.WatchEvent.progress:type_name -> cairn.api.WatchEvent.Progress
+	32, // 7: cairn.api.WatchEvent.configuration:type_name -> cairn.api.ClusterConfiguration
+	33, // 8: cairn.api.UpdateNodeStatusRequest.status:type_name -> cairn.api.NodeStatus
+	32, // 9: cairn.api.RegisterNodeResponse.cluster_configuration:type_name -> cairn.api.ClusterConfiguration
+	0,  // 10: cairn.api.IssueCertificateRequest.kind:type_name -> cairn.api.CertificateKind
+	12, // 11: cairn.api.Curator.Watch:input_type -> cairn.api.WatchRequest
+	14, // 12: cairn.api.Curator.UpdateNodeStatus:input_type -> cairn.api.UpdateNodeStatusRequest
+	16, // 13: cairn.api.Curator.Heartbeat:input_type -> cairn.api.HeartbeatRequest
+	18, // 14: cairn.api.Curator.RegisterNode:input_type -> cairn.api.RegisterNodeRequest
+	20, // 15: cairn.api.Curator.CommitNode:input_type -> cairn.api.CommitNodeRequest
+	22, // 16: cairn.api.Curator.JoinNode:input_type -> cairn.api.JoinNodeRequest
+	24, // 17: cairn.api.Curator.IssueCertificate:input_type -> cairn.api.IssueCertificateRequest
+	8,  // 18: cairn.api.Curator.GetCurrentLeader:input_type -> cairn.api.GetCurrentLeaderRequest
+	10, // 19: cairn.api.Curator.JoinConsensus:input_type -> cairn.api.JoinConsensusRequest
+	6,  // 20: cairn.api.Curator.WatchOwnerTrust:input_type -> cairn.api.WatchOwnerTrustRequest
+	4,  // 21: cairn.api.Curator.GetKubernetesServiceAccountKey:input_type -> cairn.api.GetKubernetesServiceAccountKeyRequest
+	2,  // 22: cairn.api.Curator.SetPodNetwork:input_type -> cairn.api.SetPodNetworkRequest
+	13, // 23: cairn.api.Curator.Watch:output_type -> cairn.api.WatchEvent
+	15, // 24: cairn.api.Curator.UpdateNodeStatus:output_type -> cairn.api.UpdateNodeStatusResponse
+	17, // 25: cairn.api.Curator.Heartbeat:output_type -> cairn.api.HeartbeatResponse
+	19, // 26: cairn.api.Curator.RegisterNode:output_type -> cairn.api.RegisterNodeResponse
+	21, // 27: cairn.api.Curator.CommitNode:output_type -> cairn.api.CommitNodeResponse
+	23, // 28: cairn.api.Curator.JoinNode:output_type -> cairn.api.JoinNodeResponse
+	25, // 29: cairn.api.Curator.IssueCertificate:output_type -> cairn.api.IssueCertificateResponse
+	9,  // 30: cairn.api.Curator.GetCurrentLeader:output_type -> cairn.api.GetCurrentLeaderResponse
+	11, // 31: cairn.api.Curator.JoinConsensus:output_type -> cairn.api.JoinConsensusResponse
+	7,  // 32: cairn.api.Curator.WatchOwnerTrust:output_type -> cairn.api.WatchOwnerTrustResponse
+	5,  // 33: cairn.api.Curator.GetKubernetesServiceAccountKey:output_type -> cairn.api.GetKubernetesServiceAccountKeyResponse
+	3,  // 34: cairn.api.Curator.SetPodNetwork:output_type -> cairn.api.SetPodNetworkResponse
+	23, // [23:35] is the sub-list for method output_type
+	11, // [11:23] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_proto_api_curator_proto_init() }
@@ -1719,7 +1813,7 @@ func file_proto_api_curator_proto_init() {
 	file_proto_api_cluster_proto_init()
 	file_proto_api_node_proto_init()
 	file_proto_api_owner_proto_init()
-	file_proto_api_curator_proto_msgTypes[8].OneofWrappers = []any{
+	file_proto_api_curator_proto_msgTypes[10].OneofWrappers = []any{
 		(*WatchRequest_NodeInCluster_)(nil),
 		(*WatchRequest_NodesInCluster_)(nil),
 		(*WatchRequest_Configuration_)(nil),
@@ -1730,7 +1824,7 @@ func file_proto_api_curator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_api_curator_proto_rawDesc), len(file_proto_api_curator_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   25,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

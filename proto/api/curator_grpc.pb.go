@@ -33,6 +33,7 @@ const (
 	Curator_JoinConsensus_FullMethodName                  = "/cairn.api.Curator/JoinConsensus"
 	Curator_WatchOwnerTrust_FullMethodName                = "/cairn.api.Curator/WatchOwnerTrust"
 	Curator_GetKubernetesServiceAccountKey_FullMethodName = "/cairn.api.Curator/GetKubernetesServiceAccountKey"
+	Curator_SetPodNetwork_FullMethodName                  = "/cairn.api.Curator/SetPodNetwork"
 )
 
 // CuratorClient is the client API for Curator service.
@@ -47,7 +48,8 @@ const (
 //	new node:    RegisterNode (ticket) ─▶ owner approves ─▶ CommitNode (node key)
 //	after boot:  JoinNode (join key)
 //	member:      Watch, UpdateNodeStatus, Heartbeat, IssueCertificate,
-//	             GetCurrentLeader, JoinConsensus, WatchOwnerTrust (node cert)
+//	             GetCurrentLeader, JoinConsensus, WatchOwnerTrust,
+//	             GetKubernetesServiceAccountKey, SetPodNetwork (node cert)
 type CuratorClient interface {
 	// Watch streams the state of one node or of every node: first the
 	// current state as a backlog, then every change as it happens, until the
@@ -120,6 +122,15 @@ type CuratorClient interface {
 	// a token one signed the others accept. Only an UP node holding the
 	// KubernetesController role may call it (PermissionDenied otherwise).
 	GetKubernetesServiceAccountKey(ctx context.Context, in *GetKubernetesServiceAccountKeyRequest, opts ...grpc.CallOption) (*GetKubernetesServiceAccountKeyResponse, error)
+	// SetPodNetwork publishes the calling worker's WireGuard public key and
+	// pod range, which Watch then carries in its Node (pod_network): every
+	// node programs its tunnel's peers from them. Only an UP node holding
+	// the KubernetesWorker role may call it (PermissionDenied otherwise),
+	// and only with the pod range Kubernetes assigned to its Node
+	// (FailedPrecondition when Kubernetes assigned none yet, or another).
+	// Another node that published the same range before loses it: that
+	// range is no longer routed to it.
+	SetPodNetwork(ctx context.Context, in *SetPodNetworkRequest, opts ...grpc.CallOption) (*SetPodNetworkResponse, error)
 }
 
 type curatorClient struct {
@@ -267,6 +278,16 @@ func (c *curatorClient) GetKubernetesServiceAccountKey(ctx context.Context, in *
 	return out, nil
 }
 
+func (c *curatorClient) SetPodNetwork(ctx context.Context, in *SetPodNetworkRequest, opts ...grpc.CallOption) (*SetPodNetworkResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetPodNetworkResponse)
+	err := c.cc.Invoke(ctx, Curator_SetPodNetwork_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CuratorServer is the server API for Curator service.
 // All implementations must embed UnimplementedCuratorServer
 // for forward compatibility.
@@ -279,7 +300,8 @@ func (c *curatorClient) GetKubernetesServiceAccountKey(ctx context.Context, in *
 //	new node:    RegisterNode (ticket) ─▶ owner approves ─▶ CommitNode (node key)
 //	after boot:  JoinNode (join key)
 //	member:      Watch, UpdateNodeStatus, Heartbeat, IssueCertificate,
-//	             GetCurrentLeader, JoinConsensus, WatchOwnerTrust (node cert)
+//	             GetCurrentLeader, JoinConsensus, WatchOwnerTrust,
+//	             GetKubernetesServiceAccountKey, SetPodNetwork (node cert)
 type CuratorServer interface {
 	// Watch streams the state of one node or of every node: first the
 	// current state as a backlog, then every change as it happens, until the
@@ -352,6 +374,15 @@ type CuratorServer interface {
 	// a token one signed the others accept. Only an UP node holding the
 	// KubernetesController role may call it (PermissionDenied otherwise).
 	GetKubernetesServiceAccountKey(context.Context, *GetKubernetesServiceAccountKeyRequest) (*GetKubernetesServiceAccountKeyResponse, error)
+	// SetPodNetwork publishes the calling worker's WireGuard public key and
+	// pod range, which Watch then carries in its Node (pod_network): every
+	// node programs its tunnel's peers from them. Only an UP node holding
+	// the KubernetesWorker role may call it (PermissionDenied otherwise),
+	// and only with the pod range Kubernetes assigned to its Node
+	// (FailedPrecondition when Kubernetes assigned none yet, or another).
+	// Another node that published the same range before loses it: that
+	// range is no longer routed to it.
+	SetPodNetwork(context.Context, *SetPodNetworkRequest) (*SetPodNetworkResponse, error)
 	mustEmbedUnimplementedCuratorServer()
 }
 
@@ -394,6 +425,9 @@ func (UnimplementedCuratorServer) WatchOwnerTrust(*WatchOwnerTrustRequest, grpc.
 }
 func (UnimplementedCuratorServer) GetKubernetesServiceAccountKey(context.Context, *GetKubernetesServiceAccountKeyRequest) (*GetKubernetesServiceAccountKeyResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetKubernetesServiceAccountKey not implemented")
+}
+func (UnimplementedCuratorServer) SetPodNetwork(context.Context, *SetPodNetworkRequest) (*SetPodNetworkResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetPodNetwork not implemented")
 }
 func (UnimplementedCuratorServer) mustEmbedUnimplementedCuratorServer() {}
 func (UnimplementedCuratorServer) testEmbeddedByValue()                 {}
@@ -593,6 +627,24 @@ func _Curator_GetKubernetesServiceAccountKey_Handler(srv interface{}, ctx contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Curator_SetPodNetwork_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetPodNetworkRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CuratorServer).SetPodNetwork(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Curator_SetPodNetwork_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CuratorServer).SetPodNetwork(ctx, req.(*SetPodNetworkRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Curator_ServiceDesc is the grpc.ServiceDesc for Curator service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -631,6 +683,10 @@ var Curator_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetKubernetesServiceAccountKey",
 			Handler:    _Curator_GetKubernetesServiceAccountKey_Handler,
+		},
+		{
+			MethodName: "SetPodNetwork",
+			Handler:    _Curator_SetPodNetwork_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -735,8 +735,12 @@ type Node struct {
 	// The release a cluster rollout gave the node to install; unset when
 	// none did.
 	DesiredRelease *DesiredRelease `protobuf:"bytes,8,opt,name=desired_release,json=desiredRelease,proto3" json:"desired_release,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// What a worker published so that the other nodes reach its pods
+	// through its WireGuard tunnel (Curator.SetPodNetwork); unset until it
+	// did.
+	PodNetwork    *PodNetwork `protobuf:"bytes,9,opt,name=pod_network,json=podNetwork,proto3" json:"pod_network,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -825,6 +829,71 @@ func (x *Node) GetDesiredRelease() *DesiredRelease {
 	return nil
 }
 
+func (x *Node) GetPodNetwork() *PodNetwork {
+	if x != nil {
+		return x.PodNetwork
+	}
+	return nil
+}
+
+// PodNetwork is how the other nodes reach a worker's pods: only through
+// WireGuard, to the node's external_address on UDP port 7838, with the
+// node's public key, for addresses of its pod range.
+type PodNetwork struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The public key of the node's WireGuard interface, 32 bytes.
+	WireguardPublicKey []byte `protobuf:"bytes,1,opt,name=wireguard_public_key,json=wireguardPublicKey,proto3" json:"wireguard_public_key,omitempty"`
+	// The node's pod range, like "10.192.3.0/24": the one Kubernetes
+	// assigned to its Node (spec.podCIDR) when the node published it.
+	PodRange      string `protobuf:"bytes,2,opt,name=pod_range,json=podRange,proto3" json:"pod_range,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PodNetwork) Reset() {
+	*x = PodNetwork{}
+	mi := &file_proto_api_node_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PodNetwork) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PodNetwork) ProtoMessage() {}
+
+func (x *PodNetwork) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_node_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PodNetwork.ProtoReflect.Descriptor instead.
+func (*PodNetwork) Descriptor() ([]byte, []int) {
+	return file_proto_api_node_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *PodNetwork) GetWireguardPublicKey() []byte {
+	if x != nil {
+		return x.WireguardPublicKey
+	}
+	return nil
+}
+
+func (x *PodNetwork) GetPodRange() string {
+	if x != nil {
+		return x.PodRange
+	}
+	return ""
+}
+
 // ConsensusMember: the node runs an etcd member and a curator.
 type NodeRoles_ConsensusMember struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -834,7 +903,7 @@ type NodeRoles_ConsensusMember struct {
 
 func (x *NodeRoles_ConsensusMember) Reset() {
 	*x = NodeRoles_ConsensusMember{}
-	mi := &file_proto_api_node_proto_msgTypes[6]
+	mi := &file_proto_api_node_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -846,7 +915,7 @@ func (x *NodeRoles_ConsensusMember) String() string {
 func (*NodeRoles_ConsensusMember) ProtoMessage() {}
 
 func (x *NodeRoles_ConsensusMember) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_node_proto_msgTypes[6]
+	mi := &file_proto_api_node_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -871,7 +940,7 @@ type NodeRoles_KubernetesController struct {
 
 func (x *NodeRoles_KubernetesController) Reset() {
 	*x = NodeRoles_KubernetesController{}
-	mi := &file_proto_api_node_proto_msgTypes[7]
+	mi := &file_proto_api_node_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -883,7 +952,7 @@ func (x *NodeRoles_KubernetesController) String() string {
 func (*NodeRoles_KubernetesController) ProtoMessage() {}
 
 func (x *NodeRoles_KubernetesController) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_node_proto_msgTypes[7]
+	mi := &file_proto_api_node_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -908,7 +977,7 @@ type NodeRoles_KubernetesWorker struct {
 
 func (x *NodeRoles_KubernetesWorker) Reset() {
 	*x = NodeRoles_KubernetesWorker{}
-	mi := &file_proto_api_node_proto_msgTypes[8]
+	mi := &file_proto_api_node_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -920,7 +989,7 @@ func (x *NodeRoles_KubernetesWorker) String() string {
 func (*NodeRoles_KubernetesWorker) ProtoMessage() {}
 
 func (x *NodeRoles_KubernetesWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_node_proto_msgTypes[8]
+	mi := &file_proto_api_node_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -947,7 +1016,7 @@ type NodeStatus_RunningCurator struct {
 
 func (x *NodeStatus_RunningCurator) Reset() {
 	*x = NodeStatus_RunningCurator{}
-	mi := &file_proto_api_node_proto_msgTypes[9]
+	mi := &file_proto_api_node_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +1028,7 @@ func (x *NodeStatus_RunningCurator) String() string {
 func (*NodeStatus_RunningCurator) ProtoMessage() {}
 
 func (x *NodeStatus_RunningCurator) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_node_proto_msgTypes[9]
+	mi := &file_proto_api_node_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1024,7 +1093,7 @@ const file_proto_api_node_proto_rawDesc = "" +
 	"\x06server\x18\x02 \x01(\tR\x06server\x12!\n" +
 	"\foffset_nanos\x18\x03 \x01(\x03R\voffsetNanos\x12/\n" +
 	"\x14last_sync_unix_nanos\x18\x04 \x01(\x03R\x11lastSyncUnixNanos\x12\x16\n" +
-	"\x06reason\x18\x05 \x01(\tR\x06reason\"\xea\x02\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"\xa2\x03\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -1034,7 +1103,13 @@ const file_proto_api_node_proto_rawDesc = "" +
 	"\x06status\x18\x05 \x01(\v2\x15.cairn.api.NodeStatusR\x06status\x129\n" +
 	"\x19last_heartbeat_unix_nanos\x18\x06 \x01(\x03R\x16lastHeartbeatUnixNanos\x12-\n" +
 	"\x06health\x18\a \x01(\x0e2\x15.cairn.api.NodeHealthR\x06health\x12B\n" +
-	"\x0fdesired_release\x18\b \x01(\v2\x19.cairn.api.DesiredReleaseR\x0edesiredRelease*\x81\x01\n" +
+	"\x0fdesired_release\x18\b \x01(\v2\x19.cairn.api.DesiredReleaseR\x0edesiredRelease\x126\n" +
+	"\vpod_network\x18\t \x01(\v2\x15.cairn.api.PodNetworkR\n" +
+	"podNetwork\"[\n" +
+	"\n" +
+	"PodNetwork\x120\n" +
+	"\x14wireguard_public_key\x18\x01 \x01(\fR\x12wireguardPublicKey\x12\x1b\n" +
+	"\tpod_range\x18\x02 \x01(\tR\bpodRange*\x81\x01\n" +
 	"\tNodeState\x12\x16\n" +
 	"\x12NODE_STATE_UNKNOWN\x10\x00\x12\x12\n" +
 	"\x0eNODE_STATE_NEW\x10\x01\x12\x16\n" +
@@ -1073,7 +1148,7 @@ func file_proto_api_node_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_api_node_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_proto_api_node_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_proto_api_node_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_proto_api_node_proto_goTypes = []any{
 	(NodeState)(0),                         // 0: cairn.api.NodeState
 	(UpdatePhase)(0),                       // 1: cairn.api.UpdatePhase
@@ -1085,16 +1160,17 @@ var file_proto_api_node_proto_goTypes = []any{
 	(*UpdateStatus)(nil),                   // 7: cairn.api.UpdateStatus
 	(*ClockStatus)(nil),                    // 8: cairn.api.ClockStatus
 	(*Node)(nil),                           // 9: cairn.api.Node
-	(*NodeRoles_ConsensusMember)(nil),      // 10: cairn.api.NodeRoles.ConsensusMember
-	(*NodeRoles_KubernetesController)(nil), // 11: cairn.api.NodeRoles.KubernetesController
-	(*NodeRoles_KubernetesWorker)(nil),     // 12: cairn.api.NodeRoles.KubernetesWorker
-	(*NodeStatus_RunningCurator)(nil),      // 13: cairn.api.NodeStatus.RunningCurator
+	(*PodNetwork)(nil),                     // 10: cairn.api.PodNetwork
+	(*NodeRoles_ConsensusMember)(nil),      // 11: cairn.api.NodeRoles.ConsensusMember
+	(*NodeRoles_KubernetesController)(nil), // 12: cairn.api.NodeRoles.KubernetesController
+	(*NodeRoles_KubernetesWorker)(nil),     // 13: cairn.api.NodeRoles.KubernetesWorker
+	(*NodeStatus_RunningCurator)(nil),      // 14: cairn.api.NodeStatus.RunningCurator
 }
 var file_proto_api_node_proto_depIdxs = []int32{
-	10, // 0: cairn.api.NodeRoles.consensus_member:type_name -> cairn.api.NodeRoles.ConsensusMember
-	11, // 1: cairn.api.NodeRoles.kubernetes_controller:type_name -> cairn.api.NodeRoles.KubernetesController
-	12, // 2: cairn.api.NodeRoles.kubernetes_worker:type_name -> cairn.api.NodeRoles.KubernetesWorker
-	13, // 3: cairn.api.NodeStatus.running_curator:type_name -> cairn.api.NodeStatus.RunningCurator
+	11, // 0: cairn.api.NodeRoles.consensus_member:type_name -> cairn.api.NodeRoles.ConsensusMember
+	12, // 1: cairn.api.NodeRoles.kubernetes_controller:type_name -> cairn.api.NodeRoles.KubernetesController
+	13, // 2: cairn.api.NodeRoles.kubernetes_worker:type_name -> cairn.api.NodeRoles.KubernetesWorker
+	14, // 3: cairn.api.NodeStatus.running_curator:type_name -> cairn.api.NodeStatus.RunningCurator
 	8,  // 4: cairn.api.NodeStatus.clock:type_name -> cairn.api.ClockStatus
 	7,  // 5: cairn.api.NodeStatus.update:type_name -> cairn.api.UpdateStatus
 	1,  // 6: cairn.api.UpdateStatus.phase:type_name -> cairn.api.UpdatePhase
@@ -1104,11 +1180,12 @@ var file_proto_api_node_proto_depIdxs = []int32{
 	5,  // 10: cairn.api.Node.status:type_name -> cairn.api.NodeStatus
 	3,  // 11: cairn.api.Node.health:type_name -> cairn.api.NodeHealth
 	6,  // 12: cairn.api.Node.desired_release:type_name -> cairn.api.DesiredRelease
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	10, // 13: cairn.api.Node.pod_network:type_name -> cairn.api.PodNetwork
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_proto_api_node_proto_init() }
@@ -1122,7 +1199,7 @@ func file_proto_api_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_api_node_proto_rawDesc), len(file_proto_api_node_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

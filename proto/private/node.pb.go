@@ -52,8 +52,11 @@ type Node struct {
 	// The release a cluster rollout gave the node to install (the curator
 	// leader's rollout sets it when the node's turn comes).
 	DesiredRelease *api.DesiredRelease `protobuf:"bytes,8,opt,name=desired_release,json=desiredRelease,proto3" json:"desired_release,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The WireGuard key and pod range the node published
+	// (Curator.SetPodNetwork).
+	PodNetwork    *api.PodNetwork `protobuf:"bytes,9,opt,name=pod_network,json=podNetwork,proto3" json:"pod_network,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -142,11 +145,18 @@ func (x *Node) GetDesiredRelease() *api.DesiredRelease {
 	return nil
 }
 
+func (x *Node) GetPodNetwork() *api.PodNetwork {
+	if x != nil {
+		return x.PodNetwork
+	}
+	return nil
+}
+
 var File_proto_private_node_proto protoreflect.FileDescriptor
 
 const file_proto_private_node_proto_rawDesc = "" +
 	"\n" +
-	"\x18proto/private/node.proto\x12\rcairn.private\x1a\x14proto/api/node.proto\"\xe6\x02\n" +
+	"\x18proto/private/node.proto\x12\rcairn.private\x1a\x14proto/api/node.proto\"\x9e\x03\n" +
 	"\x04Node\x12\x1d\n" +
 	"\n" +
 	"public_key\x18\x01 \x01(\fR\tpublicKey\x12\x19\n" +
@@ -156,7 +166,9 @@ const file_proto_private_node_proto_rawDesc = "" +
 	"\x05roles\x18\x05 \x01(\v2\x14.cairn.api.NodeRolesR\x05roles\x12-\n" +
 	"\x06status\x18\x06 \x01(\v2\x15.cairn.api.NodeStatusR\x06status\x12$\n" +
 	"\x0eseals_with_tpm\x18\a \x01(\bR\fsealsWithTpm\x12B\n" +
-	"\x0fdesired_release\x18\b \x01(\v2\x19.cairn.api.DesiredReleaseR\x0edesiredReleaseB\x1fZ\x1dcairn.dev/cairn/proto/privateb\x06proto3"
+	"\x0fdesired_release\x18\b \x01(\v2\x19.cairn.api.DesiredReleaseR\x0edesiredRelease\x126\n" +
+	"\vpod_network\x18\t \x01(\v2\x15.cairn.api.PodNetworkR\n" +
+	"podNetworkB\x1fZ\x1dcairn.dev/cairn/proto/privateb\x06proto3"
 
 var (
 	file_proto_private_node_proto_rawDescOnce sync.Once
@@ -177,17 +189,19 @@ var file_proto_private_node_proto_goTypes = []any{
 	(*api.NodeRoles)(nil),      // 2: cairn.api.NodeRoles
 	(*api.NodeStatus)(nil),     // 3: cairn.api.NodeStatus
 	(*api.DesiredRelease)(nil), // 4: cairn.api.DesiredRelease
+	(*api.PodNetwork)(nil),     // 5: cairn.api.PodNetwork
 }
 var file_proto_private_node_proto_depIdxs = []int32{
 	1, // 0: cairn.private.Node.fsm_state:type_name -> cairn.api.NodeState
 	2, // 1: cairn.private.Node.roles:type_name -> cairn.api.NodeRoles
 	3, // 2: cairn.private.Node.status:type_name -> cairn.api.NodeStatus
 	4, // 3: cairn.private.Node.desired_release:type_name -> cairn.api.DesiredRelease
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	5, // 4: cairn.private.Node.pod_network:type_name -> cairn.api.PodNetwork
+	5, // [5:5] is the sub-list for method output_type
+	5, // [5:5] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_proto_private_node_proto_init() }

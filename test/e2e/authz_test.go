@@ -127,6 +127,10 @@ var handlerAnswers = map[string][]struct {
 	"/cairn.api.NodeManagement/Rollback":    {{codes.FailedPrecondition, "is not a good one"}, {codes.FailedPrecondition, "cannot set the firmware's boot entries"}, {codes.Unimplemented, "cannot switch system slots"}},
 	// Nor may it sign service account tokens.
 	"/cairn.api.Curator/GetKubernetesServiceAccountKey": {{codes.PermissionDenied, "does not hold the KubernetesController role"}},
+	// The matrix's clusters run no Kubernetes: no Node, so no pod range
+	// to publish, once the owner's UpdateNodeRoles made the node a
+	// worker.
+	"/cairn.api.Curator/SetPodNetwork": {{codes.PermissionDenied, "does not hold the KubernetesWorker role"}, {codes.FailedPrecondition, "has no Node object"}},
 }
 
 // classify reads a call's error as an outcome. The interceptor's refusals
@@ -191,6 +195,8 @@ func validRequest(t *testing.T, m rpc.Method, tg *matrixTargets) proto.Message {
 		return &api.IssueCertificateRequest{Kind: api.CertificateKind_CERTIFICATE_KIND_NODE}
 	case "/cairn.api.Curator/JoinConsensus":
 		return &api.JoinConsensusRequest{PeerAddress: "10.0.2.99"}
+	case "/cairn.api.Curator/SetPodNetwork":
+		return &api.SetPodNetworkRequest{PodNetwork: &api.PodNetwork{WireguardPublicKey: make([]byte, 32), PodRange: "10.192.9.0/24"}}
 	case "/cairn.api.Curator/RegisterNode":
 		return &api.RegisterNodeRequest{RegisterTicket: tg.ticket, JoinKey: tg.stranger.Public().(ed25519.PublicKey)}
 	case "/cairn.api.Curator/JoinNode":
