@@ -83,6 +83,7 @@ var Carried = []Prefix{
 	{"fs/overlayfs/", "container image layers"},
 	{"net/bridge/", "bridge, br_netfilter, ebtables"},
 	{"drivers/net/veth.ko", "pod network pairs"},
+	{"drivers/net/wireguard/", "the pod tunnel between workers"},
 	{"drivers/net/vxlan/", "overlay networks"},
 	{"drivers/net/dummy.ko", "kube-proxy ipvs address holder"},
 	{"net/ipv4/ipip.ko", "IP-in-IP overlay networks"},

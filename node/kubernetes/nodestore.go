@@ -14,7 +14,7 @@ import (
 // ErrNoPodRange says that Kubernetes has not assigned a node a pod range:
 // it has no Node object yet, or the controller-manager has not given that
 // Node its range yet.
-var ErrNoPodRange = errors.New("Kubernetes has not assigned the node a pod range yet")
+var ErrNoPodRange = errors.New("no pod range assigned by Kubernetes yet")
 
 // AssignedPodRange reads the pod range Kubernetes assigned to node (its
 // Node's spec.podCIDR) straight from where the apiserver keeps the Node

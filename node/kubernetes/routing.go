@@ -73,8 +73,8 @@ func (r *Routing) hold(ctx context.Context) (release func()) {
 	}
 }
 
-// remove deletes kube-proxy's tables, the NetworkPolicy table and Cairn's
-// pod routes, and says what it deleted.
+// remove deletes kube-proxy's tables, the NetworkPolicy table, Cairn's
+// pod routes and the pod tunnel, and says what it deleted.
 func (r *Routing) remove() (string, error) {
 	nf, err := nftables.New(r.nfOpts...)
 	if err != nil {
@@ -112,6 +112,11 @@ func (r *Routing) remove() (string, error) {
 		removed = append(removed, "1 pod route")
 	} else {
 		removed = append(removed, fmt.Sprintf("%d pod routes", len(routes)))
+	}
+	if had, err := removeTunnel(nl); err != nil {
+		return "", err
+	} else if had {
+		removed = append(removed, "the pod tunnel "+tunnelDevice)
 	}
 	return strings.Join(removed, ", "), nil
 }

@@ -15,11 +15,10 @@ import (
 	"time"
 
 	"github.com/google/nftables"
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"cairn.dev/cairn/node/ports"
 	"cairn.dev/cairn/pkg/event"
+	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/pkg/supervisor"
 	"cairn.dev/cairn/pkg/tcpproxy"
 	api "cairn.dev/cairn/proto/api"
@@ -54,6 +53,9 @@ type WorkerConfig struct {
 	// Ready is set to the Ready condition of the node's Node object, as
 	// the pod network reads it every 10 s; nil in tests that do not care.
 	Ready event.Value[bool]
+	// TunnelPeers are the workers the pod tunnel reaches, from the
+	// curator's node list (TunnelPeers).
+	TunnelPeers event.Watchable[[]TunnelPeer]
 }
 
 // Worker runs what makes a node take pods: containerd, the kubelet, the
@@ -65,6 +67,9 @@ type WorkerConfig struct {
 //	                 containerd ◀┘ ◀── CNI config ◀── pod range ◀────┘
 type Worker struct {
 	cfg WorkerConfig
+	// ownRange is the node's pod range once its Node has one, which the
+	// pod network learns and the pod tunnel publishes.
+	ownRange memory.Value[netip.Prefix]
 }
 
 // NewWorker returns a worker for cfg. Nothing runs before Run.
@@ -113,6 +118,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		{"containerd", w.runContainerd},
 		{"kubelet", w.runKubelet},
 		{"podnetwork", w.runPodNetwork},
+		{"tunnel", w.runTunnel},
 		{"networkpolicy", w.runNetworkPolicy},
 		{"proxy", w.runProxy},
 		{"dns", w.runDNS},
@@ -339,9 +345,9 @@ func (w *Worker) kubeletConfig(serving *credential) map[string]any {
 
 // runPodNetwork masquerades pod traffic that leaves the pod range; waits
 // until the node's Node object has its pod range, then writes the CNI
-// configuration for it, which makes the kubelet report the network ready;
-// and it keeps the routes to the other nodes' pod ranges, from their Node
-// objects.
+// configuration for it, which makes the kubelet report the network ready,
+// and hands the range to the pod tunnel (runTunnel), which routes the
+// other nodes' ranges.
 func (w *Worker) runPodNetwork(ctx context.Context) error {
 	defer w.cfg.Routing.hold(ctx)()
 	dir := w.dir("podnetwork")
@@ -349,11 +355,6 @@ func (w *Worker) runPodNetwork(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	nl, err := netlink.NewHandle(unix.NETLINK_ROUTE)
-	if err != nil {
-		return fmt.Errorf("when opening netlink: %w", err)
-	}
-	defer nl.Close()
 	nf, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("when opening nftables: %w", err)
@@ -364,7 +365,7 @@ func (w *Worker) runPodNetwork(ctx context.Context) error {
 	lg := supervisor.Logger(ctx)
 	var written netip.Prefix
 	return followPodRanges(ctx, cl, cred.renewAt, func(ranges []podRange) (bool, error) {
-		err := w.apply(ranges, &written, nl, lg.Infof)
+		err := w.apply(ranges, &written, lg.Infof)
 		return written.IsValid(), err
 	})
 }
@@ -435,8 +436,9 @@ func followPodRanges(ctx context.Context, cl *apiClient, renewAt time.Time, appl
 }
 
 // apply writes the CNI configuration for the node's own range when it is
-// new (written is the range written last), and routes the others.
-func (w *Worker) apply(ranges []podRange, written *netip.Prefix, nl *netlink.Handle, logf func(string, ...any)) error {
+// new (written is the range written last), and hands the range to the pod
+// tunnel, which routes the others.
+func (w *Worker) apply(ranges []podRange, written *netip.Prefix, logf func(string, ...any)) error {
 	var own netip.Prefix
 	for _, r := range ranges {
 		if r.Node == w.cfg.NodeID {
@@ -455,8 +457,9 @@ func (w *Worker) apply(ranges []podRange, written *netip.Prefix, nl *netlink.Han
 		}
 		logf("Pod network on %s", own)
 		*written = own
+		w.ownRange.Set(own)
 	}
-	return syncPodRoutes(nl, w.cfg.NodeID, ranges)
+	return nil
 }
 
 // podRanges is every node's pod range and internal address, from their
@@ -485,6 +488,7 @@ func cniConfig(r netip.Prefix) map[string]any {
 		"plugins": []any{map[string]any{
 			"type":   "ptp",
 			"ipMasq": false,
+			"mtu":    tunnelMTU,
 			"ipam": map[string]any{
 				"type":   "host-local",
 				"ranges": [][]map[string]string{{{"subnet": r.String()}}},

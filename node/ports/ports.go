@@ -44,6 +44,10 @@ const (
 	// TCP, on the node's IP: the port of the kube-dns Service's
 	// endpoints, the same on every node, so not in the Table.
 	ClusterDNS = 53
+	// PodTunnel is where a worker's WireGuard interface takes the pod
+	// traffic of the other workers, UDP, on the node's IP: the same on
+	// every node, so not in the Table.
+	PodTunnel = 7838
 )
 
 // Table names one port per service. A zero field means the fixed port of

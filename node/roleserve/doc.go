@@ -24,7 +24,7 @@
 //	   ▼         localCurator      │    ▼                            ▼
 //	connection ◀───────────────────┤  kubecontroller, kubeservices, kubeworker
 //	   │    ▲      statuspush ◀────┘      ▲ kubeNodes (kubecontroller)
-//	   │    │ curators                    │ apiservers (kubeworker)
+//	   │    │ curators                    │ apiservers, tunnelPeers (kubeworker)
 //	   │    └─────────────── clusterwatch ┘
 //	   │                          │ directory
 //	   │                          ▼

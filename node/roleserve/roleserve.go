@@ -108,6 +108,8 @@ type Service struct {
 	// kubeNodes are the UP nodes and their Kubernetes roles
 	// (clusterwatch).
 	kubeNodes memory.Value[[]kubernetes.ClusterNode]
+	// tunnelPeers are the workers the pod tunnel reaches (clusterwatch).
+	tunnelPeers memory.Value[[]kubernetes.TunnelPeer]
 	// statusPushed is set once the node's status reached the curator
 	// leader (statuspush).
 	statusPushed memory.Value[bool]
@@ -150,6 +152,7 @@ func New(cfg Config) *Service {
 	s.localEtcd.Set(nil)
 	s.apiservers.Set(nil)
 	s.kubeNodes.Set(nil)
+	s.tunnelPeers.Set(nil)
 	paths := nodePaths{
 		etcd:   cfg.Storage.Root.Data.Etcd.FullPath(),
 		socket: filepath.Join(cfg.Storage.Root.Ephemeral.FullPath(), "etcd", "client.sock"),
@@ -236,12 +239,13 @@ func New(cfg Config) *Service {
 			trust:      &s.ownerTrust,
 		}).run,
 		"clusterwatch": (&workerClusterwatch{
-			curator:    &s.curator,
-			apiPort:    cfg.clusterPorts.KubernetesAPI,
-			curators:   &s.curators,
-			directory:  &s.directory,
-			apiservers: &s.apiservers,
-			kubeNodes:  &s.kubeNodes,
+			curator:     &s.curator,
+			apiPort:     cfg.clusterPorts.KubernetesAPI,
+			curators:    &s.curators,
+			directory:   &s.directory,
+			apiservers:  &s.apiservers,
+			kubeNodes:   &s.kubeNodes,
+			tunnelPeers: &s.tunnelPeers,
 		}).run,
 		"clusterdir": (&workerClusterdir{
 			membership: cfg.Membership,
@@ -254,7 +258,7 @@ func New(cfg Config) *Service {
 			localEtcd: &s.localEtcd,
 			kubeNodes: &s.kubeNodes,
 		}).run,
-		"kubeworker":   (&workerKubeWorker{kubeUnit: kube, apiservers: &s.apiservers, ready: &s.kubeletReady}).run,
+		"kubeworker":   (&workerKubeWorker{kubeUnit: kube, apiservers: &s.apiservers, tunnelPeers: &s.tunnelPeers, ready: &s.kubeletReady}).run,
 		"kubeservices": (&workerKubeServices{kubeUnit: kube, localEtcd: &s.localEtcd}).run,
 	}
 	return s

@@ -36,6 +36,9 @@ type workerClusterwatch struct {
 	// kubeNodes are the UP nodes and their Kubernetes roles, for the
 	// Kubernetes reconciler.
 	kubeNodes event.Value[[]kubernetes.ClusterNode]
+	// tunnelPeers are the workers the pod tunnel reaches, for the
+	// Kubernetes worker.
+	tunnelPeers event.Value[[]kubernetes.TunnelPeer]
 }
 
 func (w *workerClusterwatch) run(ctx context.Context) error {
@@ -72,6 +75,7 @@ func (w *workerClusterwatch) run(ctx context.Context) error {
 		w.curators.Set(curatorEndpoints(nodes))
 		w.apiservers.Set(apiserverEndpoints(nodes, w.apiPort))
 		w.kubeNodes.Set(kubeNodes(nodes))
+		w.tunnelPeers.Set(kubernetes.TunnelPeers(nodes))
 		w.directory.Set(clusterDirectory(nodes))
 	}
 }

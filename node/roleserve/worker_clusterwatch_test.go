@@ -2,6 +2,7 @@ package roleserve
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"testing"
 
@@ -40,6 +41,8 @@ type clusterView struct {
 	Directory  *api.ClusterDirectory
 	APIServers []string
 	KubeNodes  []kubernetes.ClusterNode
+	// TunnelPeers compares by node and range: the keys are arrays.
+	TunnelPeers []string
 }
 
 // TestClusterwatchPublishes feeds workerClusterwatch a Watch of three nodes,
@@ -63,7 +66,8 @@ func TestClusterwatchPublishes(t *testing.T) {
 			KubernetesController: &api.NodeRoles_KubernetesController{},
 			KubernetesWorker:     &api.NodeRoles_KubernetesWorker{},
 		},
-		Status: &api.NodeStatus{ExternalAddress: "10.42.0.11"},
+		Status:     &api.NodeStatus{ExternalAddress: "10.42.0.11"},
+		PodNetwork: &api.PodNetwork{WireguardPublicKey: make([]byte, 32), PodRange: "10.192.1.0/24"},
 	}
 	fresh := &api.Node{
 		Id:    "cairn-000000000000000c",
@@ -76,12 +80,13 @@ func TestClusterwatchPublishes(t *testing.T) {
 	var cc memory.Value[*curatorConn]
 	cc.Set(fakeCurator(t, cur))
 	w := &workerClusterwatch{
-		curator:    &cc,
-		apiPort:    6443,
-		curators:   &memory.Value[[]string]{},
-		directory:  &memory.Value[*api.ClusterDirectory]{},
-		apiservers: &memory.Value[[]string]{},
-		kubeNodes:  &memory.Value[[]kubernetes.ClusterNode]{},
+		curator:     &cc,
+		apiPort:     6443,
+		curators:    &memory.Value[[]string]{},
+		directory:   &memory.Value[*api.ClusterDirectory]{},
+		apiservers:  &memory.Value[[]string]{},
+		kubeNodes:   &memory.Value[[]kubernetes.ClusterNode]{},
+		tunnelPeers: &memory.Value[[]kubernetes.TunnelPeer]{},
 	}
 	runWorker(t, w.run)
 	addrs := cmp.Comparer(func(a, b netip.Addr) bool { return a == b })
@@ -95,10 +100,11 @@ func TestClusterwatchPublishes(t *testing.T) {
 			t.Fatalf("no directory of %d nodes: %v", wantNodes, err)
 		}
 		return clusterView{
-			Curators:   current(t, w.curators),
-			Directory:  dir,
-			APIServers: current(t, w.apiservers),
-			KubeNodes:  current(t, w.kubeNodes),
+			Curators:    current(t, w.curators),
+			Directory:   dir,
+			APIServers:  current(t, w.apiservers),
+			KubeNodes:   current(t, w.kubeNodes),
+			TunnelPeers: tunnelPeers(current(t, w.tunnelPeers)),
 		}
 	}
 	want := clusterView{
@@ -113,6 +119,7 @@ func TestClusterwatchPublishes(t *testing.T) {
 			{ID: member.Id, Addr: netip.MustParseAddr("10.42.0.10")},
 			{ID: kube.Id, Controller: true, Worker: true, Addr: netip.MustParseAddr("10.42.0.11")},
 		},
+		TunnelPeers: []string{kube.Id + " 10.192.1.0/24 at 10.42.0.11"},
 	}
 	if diff := cmp.Diff(want, view(1), protocmp.Transform(), addrs); diff != "" {
 		t.Errorf("after the backlog (-want +got):\n%s", diff)
@@ -120,13 +127,23 @@ func TestClusterwatchPublishes(t *testing.T) {
 
 	cur.events <- &api.WatchEvent{NodeTombstones: []string{member.Id}}
 	want = clusterView{
-		Directory:  &api.ClusterDirectory{},
-		APIServers: []string{"10.42.0.11:6443"},
-		KubeNodes:  []kubernetes.ClusterNode{{ID: kube.Id, Controller: true, Worker: true, Addr: netip.MustParseAddr("10.42.0.11")}},
+		Directory:   &api.ClusterDirectory{},
+		APIServers:  []string{"10.42.0.11:6443"},
+		KubeNodes:   []kubernetes.ClusterNode{{ID: kube.Id, Controller: true, Worker: true, Addr: netip.MustParseAddr("10.42.0.11")}},
+		TunnelPeers: []string{kube.Id + " 10.192.1.0/24 at 10.42.0.11"},
 	}
 	if diff := cmp.Diff(want, view(0), protocmp.Transform(), addrs); diff != "" {
 		t.Errorf("after the consensus member went (-want +got):\n%s", diff)
 	}
+}
+
+// tunnelPeers names each peer by node, range and address.
+func tunnelPeers(ps []kubernetes.TunnelPeer) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, fmt.Sprintf("%s %s at %s", p.Node, p.Range, p.Address))
+	}
+	return out
 }
 
 // current returns the value v holds, failing the test if it holds none.

@@ -17,6 +17,8 @@ type workerKubeWorker struct {
 	// apiservers are the controllers' apiservers (clusterwatch), which
 	// the kubelet reaches through a balancer.
 	apiservers event.Watchable[[]string]
+	// tunnelPeers are the workers the pod tunnel reaches (clusterwatch).
+	tunnelPeers event.Watchable[[]kubernetes.TunnelPeer]
 	// ready is the Ready condition of the node's Node object, false
 	// while the worker does not run.
 	ready *memory.Value[bool]
@@ -35,14 +37,15 @@ func (w *workerKubeWorker) inputs(s nodeState) kubernetesInputs {
 func (w *workerKubeWorker) start(ctx context.Context, creds *identity.Node, cc *curatorConn, in kubernetesInputs) error {
 	w.ready.Set(false)
 	wk := kubernetes.NewWorker(kubernetes.WorkerConfig{
-		Ready:      w.ready,
-		Layout:     w.layout,
-		NodeID:     creds.ID(),
-		IP:         in.ip,
-		Curator:    cc.client(),
-		APIServers: w.apiservers,
-		Ports:      w.ports,
-		Routing:    w.routing,
+		Ready:       w.ready,
+		Layout:      w.layout,
+		NodeID:      creds.ID(),
+		IP:          in.ip,
+		Curator:     cc.client(),
+		APIServers:  w.apiservers,
+		Ports:       w.ports,
+		Routing:     w.routing,
+		TunnelPeers: w.tunnelPeers,
 	})
 	return supervisor.Run(ctx, "worker", wk.Run)
 }

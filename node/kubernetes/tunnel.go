@@ -1,0 +1,332 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+	"golang.zx2c4.com/wireguard/wgctrl"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+
+	"cairn.dev/cairn/node/ports"
+	"cairn.dev/cairn/pkg/event"
+	"cairn.dev/cairn/pkg/supervisor"
+	api "cairn.dev/cairn/proto/api"
+)
+
+// The pod tunnel: the traffic of a worker's pods to other workers' pods
+// goes through WireGuard, encrypted, never over the plain network.
+//
+//	pod ─▶ veth ─▶ node: route PodRange dev cairn-wg ─▶ WireGuard picks the
+//	peer whose pod range holds the address ─▶ UDP 7838 to that node's IP
+//	─▶ its cairn-wg ─▶ its route to the pod's veth ─▶ pod
+//
+// Each worker keeps its WireGuard key on the data partition and publishes
+// the public half with its pod range through the curator
+// (Curator.SetPodNetwork), which checks the range against the one
+// Kubernetes assigned. Every worker programs its peers from the curator's
+// node list: the UP workers that published theirs. A node decommissioned,
+// or one that loses the KubernetesWorker role, is removed from every
+// peer list as the curator tells of it, and its packets are dropped from
+// then on: WireGuard takes a packet only from a peer it knows, and only
+// with a source address in that peer's range.
+const (
+	// tunnelDevice is the WireGuard interface of a worker.
+	tunnelDevice = "cairn-wg"
+	// tunnelMTU leaves room in a 1500-byte packet of the node's network
+	// for WireGuard's IPv4 header, UDP header and its own (60 bytes),
+	// rounded down as WireGuard's tools do. Pods get it too, so that their
+	// TCP never sends what the tunnel would have to fragment.
+	tunnelMTU = 1420
+	// tunnelKeyFile is where, below the worker's data directory, the
+	// node keeps its WireGuard private key, base64 as WireGuard's tools
+	// write it.
+	tunnelKeyFile = "pod-tunnel.key"
+)
+
+// A TunnelPeer is a worker whose pods the pod tunnel reaches.
+type TunnelPeer struct {
+	// Node is the worker's ID.
+	Node string
+	// Key is the public key of its WireGuard interface.
+	Key wgtypes.Key
+	// Address is the node's IP, where its tunnel listens.
+	Address netip.Addr
+	// Range is its pod range.
+	Range netip.Prefix
+}
+
+// TunnelPeers lists, in the order of their IDs, the workers of nodes (the
+// curator's node list) that the pod tunnel reaches: the UP nodes holding
+// KubernetesWorker that published a pod network and reported an address.
+// A node whose published key or range does not parse is left out.
+func TunnelPeers(nodes map[string]*api.Node) []TunnelPeer {
+	var out []TunnelPeer
+	for id, n := range nodes {
+		if n.GetState() != api.NodeState_NODE_STATE_UP || n.GetRoles().GetKubernetesWorker() == nil {
+			continue
+		}
+		pn := n.GetPodNetwork()
+		key, err := wgtypes.NewKey(pn.GetWireguardPublicKey())
+		if err != nil {
+			continue
+		}
+		r, err := netip.ParsePrefix(pn.GetPodRange())
+		if err != nil {
+			continue
+		}
+		addr, err := netip.ParseAddr(n.GetStatus().GetExternalAddress())
+		if err != nil {
+			continue
+		}
+		out = append(out, TunnelPeer{Node: id, Key: key, Address: addr, Range: r})
+	}
+	slices.SortFunc(out, func(a, b TunnelPeer) int { return strings.Compare(a.Node, b.Node) })
+	return out
+}
+
+// tunnelKey reads the node's WireGuard private key from path, or makes
+// one and keeps it there when there is none. A file that holds no key is
+// an error, not replaced: it may be a key damaged in a way someone wants
+// to see.
+func tunnelKey(path string) (wgtypes.Key, error) {
+	data, err := os.ReadFile(path)
+	if err == nil {
+		k, err := wgtypes.ParseKey(strings.TrimSpace(string(data)))
+		if err != nil {
+			return wgtypes.Key{}, fmt.Errorf("the pod tunnel's key %s holds no WireGuard key (remove it to make a new one): %w", path, err)
+		}
+		return k, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return wgtypes.Key{}, fmt.Errorf("when reading the pod tunnel's key: %w", err)
+	}
+	k, err := wgtypes.GeneratePrivateKey()
+	if err != nil {
+		return wgtypes.Key{}, fmt.Errorf("when making the pod tunnel's key: %w", err)
+	}
+	if err := writeFile(path, []byte(k.String()+"\n"), 0o600); err != nil {
+		return wgtypes.Key{}, err
+	}
+	return k, nil
+}
+
+// openTunnel makes the tunnel device if it is not there, gives it key and
+// the tunnel's port, brings it up and routes the pod range into it. It
+// returns the device's index.
+func openTunnel(nl *netlink.Handle, wg *wgctrl.Client, key wgtypes.Key) (int, error) {
+	link, err := nl.LinkByName(tunnelDevice)
+	if _, missing := err.(netlink.LinkNotFoundError); missing {
+		err = nl.LinkAdd(&netlink.Wireguard{LinkAttrs: netlink.LinkAttrs{Name: tunnelDevice, MTU: tunnelMTU}})
+		if err != nil {
+			return 0, fmt.Errorf("when creating the WireGuard device %s: %w", tunnelDevice, err)
+		}
+		link, err = nl.LinkByName(tunnelDevice)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("when looking up the device %s: %w", tunnelDevice, err)
+	}
+	if link.Type() != "wireguard" {
+		return 0, fmt.Errorf("the device %s is a %s device, not WireGuard", tunnelDevice, link.Type())
+	}
+	port := ports.PodTunnel
+	if err := wg.ConfigureDevice(tunnelDevice, wgtypes.Config{PrivateKey: &key, ListenPort: &port}); err != nil {
+		return 0, fmt.Errorf("when giving %s its key and port: %w", tunnelDevice, err)
+	}
+	if err := nl.LinkSetMTU(link, tunnelMTU); err != nil {
+		return 0, fmt.Errorf("when setting the MTU of %s: %w", tunnelDevice, err)
+	}
+	if err := nl.LinkSetUp(link); err != nil {
+		return 0, fmt.Errorf("when bringing %s up: %w", tunnelDevice, err)
+	}
+	if err := routeThroughTunnel(nl, link.Attrs().Index); err != nil {
+		return 0, err
+	}
+	return link.Attrs().Index, nil
+}
+
+// setTunnelPeers makes the tunnel's peers those of peers other than self,
+// each reached at its address for its pod range. Peers that stay keep
+// their sessions; peers no longer listed are removed.
+func setTunnelPeers(wg *wgctrl.Client, self string, peers []TunnelPeer) error {
+	dev, err := wg.Device(tunnelDevice)
+	if err != nil {
+		return fmt.Errorf("when reading %s: %w", tunnelDevice, err)
+	}
+	var cfg wgtypes.Config
+	wanted := map[wgtypes.Key]bool{}
+	for _, p := range peers {
+		if p.Node == self {
+			continue
+		}
+		wanted[p.Key] = true
+		cfg.Peers = append(cfg.Peers, wgtypes.PeerConfig{
+			PublicKey:         p.Key,
+			Endpoint:          &net.UDPAddr{IP: p.Address.AsSlice(), Port: ports.PodTunnel},
+			ReplaceAllowedIPs: true,
+			AllowedIPs:        []net.IPNet{*ipNet(p.Range)},
+		})
+	}
+	for _, p := range dev.Peers {
+		if !wanted[p.PublicKey] {
+			cfg.Peers = append(cfg.Peers, wgtypes.PeerConfig{PublicKey: p.PublicKey, Remove: true})
+		}
+	}
+	if err := wg.ConfigureDevice(tunnelDevice, cfg); err != nil {
+		return fmt.Errorf("when setting the peers of %s: %w", tunnelDevice, err)
+	}
+	return nil
+}
+
+// removeTunnel deletes the tunnel device, if there is one, and says
+// whether there was.
+func removeTunnel(nl *netlink.Handle) (bool, error) {
+	link, err := nl.LinkByName(tunnelDevice)
+	if _, missing := err.(netlink.LinkNotFoundError); missing {
+		return false, nil
+	} else if err != nil {
+		return false, fmt.Errorf("when looking up the device %s: %w", tunnelDevice, err)
+	}
+	if err := nl.LinkDel(link); err != nil {
+		return false, fmt.Errorf("when removing the device %s: %w", tunnelDevice, err)
+	}
+	return true, nil
+}
+
+// runTunnel keeps the pod tunnel: the device with the node's key, the
+// peers of the curator's node list, and the node's key and pod range
+// published through the curator.
+func (w *Worker) runTunnel(ctx context.Context) error {
+	defer w.cfg.Routing.hold(ctx)()
+	key, err := tunnelKey(w.cfg.Layout.data(tunnelKeyFile))
+	if err != nil {
+		return err
+	}
+	nl, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("when opening netlink: %w", err)
+	}
+	defer nl.Close()
+	wg, err := wgctrl.New()
+	if err != nil {
+		return fmt.Errorf("when opening WireGuard's netlink: %w", err)
+	}
+	defer wg.Close()
+	if _, err := openTunnel(nl, wg, key); err != nil {
+		return err
+	}
+	if err := supervisor.Run(ctx, "publish", func(ctx context.Context) error {
+		// A handle of its own: the runnable's goes when it returns.
+		nl, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+		if err != nil {
+			return fmt.Errorf("when opening netlink: %w", err)
+		}
+		defer nl.Close()
+		return publishPodNetwork(ctx, w.cfg.Curator, key.PublicKey(), &w.ownRange, func(r netip.Prefix) error {
+			return addressTunnel(nl, r)
+		})
+	}); err != nil {
+		return fmt.Errorf("when starting to publish the pod network: %w", err)
+	}
+	lg := supervisor.Logger(ctx)
+	lg.Infof("Pod tunnel %s up on UDP port %d, public key %s", tunnelDevice, ports.PodTunnel, key.PublicKey())
+	supervisor.Signal(ctx, supervisor.SignalHealthy)
+	peers := w.cfg.TunnelPeers.Watch()
+	defer peers.Close()
+	var last []TunnelPeer
+	for {
+		ps, err := peers.Get(ctx)
+		if err != nil {
+			return err
+		}
+		if slices.Equal(ps, last) {
+			continue
+		}
+		if err := setTunnelPeers(wg, w.cfg.NodeID, ps); err != nil {
+			return err
+		}
+		last = ps
+		var names []string
+		for _, p := range ps {
+			if p.Node != w.cfg.NodeID {
+				names = append(names, p.Node+" ("+p.Range.String()+" at "+p.Address.String()+")")
+			}
+		}
+		lg.Infof("Pod tunnel peers: %d: %s", len(names), strings.Join(names, ", "))
+	}
+}
+
+// addressTunnel gives the tunnel device the gateway address of the node's
+// pod range r (its first, which the CNI plugin gives the pods' veths too,
+// and never to a pod), and no other. The node's own traffic to other
+// nodes' pods (kube-proxy's NodePorts, a host network pod's) then leaves
+// from it: the other end's WireGuard takes from this node only what
+// comes from its pod range, and its answer comes back through the
+// tunnel.
+func addressTunnel(nl *netlink.Handle, r netip.Prefix) error {
+	link, err := nl.LinkByName(tunnelDevice)
+	if err != nil {
+		return fmt.Errorf("when looking up the device %s: %w", tunnelDevice, err)
+	}
+	gw := netip.PrefixFrom(r.Masked().Addr().Next(), 32)
+	have, err := nl.AddrList(link, netlink.FAMILY_V4)
+	if err != nil {
+		return fmt.Errorf("when listing the addresses of %s: %w", tunnelDevice, err)
+	}
+	for _, a := range have {
+		if a.IPNet.String() != gw.String() {
+			if err := nl.AddrDel(link, &a); err != nil {
+				return fmt.Errorf("when removing address %s from %s: %w", a.IPNet, tunnelDevice, err)
+			}
+		}
+	}
+	if err := nl.AddrReplace(link, &netlink.Addr{IPNet: ipNet(gw)}); err != nil {
+		return fmt.Errorf("when giving %s the address %s: %w", tunnelDevice, gw, err)
+	}
+	return nil
+}
+
+// publishPodNetwork publishes key with the node's pod range through the
+// curator, each time the range (which the pod network reads from the
+// node's Node) changes, once address (which gives the tunnel its address
+// in the range) succeeded. A refusal is retried with a backoff: the
+// curator may not have seen the range yet.
+func publishPodNetwork(ctx context.Context, cur api.CuratorClient, key wgtypes.Key, own event.Watchable[netip.Prefix], address func(netip.Prefix) error) error {
+	lg := supervisor.Logger(ctx)
+	w := own.Watch()
+	defer w.Close()
+	for {
+		r, err := w.Get(ctx)
+		if err != nil {
+			return err
+		}
+		if !r.IsValid() {
+			continue
+		}
+		if err := address(r); err != nil {
+			return err
+		}
+		req := &api.SetPodNetworkRequest{PodNetwork: &api.PodNetwork{WireguardPublicKey: key[:], PodRange: r.String()}}
+		for wait := 500 * time.Millisecond; ; wait = min(2*wait, 15*time.Second) {
+			_, err := cur.SetPodNetwork(ctx, req)
+			if err == nil {
+				break
+			}
+			lg.Infof("Publishing the pod tunnel's key with pod range %s (again in %s): %v", r, wait, err)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(wait):
+			}
+		}
+		lg.Infof("Published the pod tunnel's key with pod range %s", r)
+	}
+}
