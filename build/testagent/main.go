@@ -68,6 +68,8 @@ func main() {
 		err = serve(addr)
 	case args[0] == "get" && len(args) == 2:
 		err = get(args[1])
+	case args[0] == "bench" && len(args) == 2:
+		err = bench(args[1])
 	case args[0] == "resolve" && len(args) == 2:
 		err = resolve(args[1])
 	case args[0] == "api" && len(args) == 2:
@@ -92,7 +94,7 @@ func main() {
 			_, err = os.Stdout.Write(b)
 		}
 	default:
-		fmt.Fprintln(os.Stderr, "usage: agent serve [ADDR] | agent get URL | agent resolve NAME | agent api PATH | agent statfs PATH | agent fill PATH N | agent blocksize DEV | agent blockwrite DEV | agent write PATH TEXT | agent cat PATH | agent underneath | agent aggregated ADDR CA")
+		fmt.Fprintln(os.Stderr, "usage: agent serve [ADDR] | agent get URL | agent bench URL | agent resolve NAME | agent api PATH | agent statfs PATH | agent fill PATH N | agent blocksize DEV | agent blockwrite DEV | agent write PATH TEXT | agent cat PATH | agent underneath | agent aggregated ADDR CA")
 		os.Exit(2)
 	}
 	if err != nil {
@@ -108,6 +110,10 @@ func serve(addr string) error {
 	}
 	http.HandleFunc("/", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintln(w, host)
+	})
+	http.HandleFunc("/bytes", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(benchBytes))
+		_, _ = w.Write(make([]byte, benchBytes))
 	})
 	// The same answer over SCTP, on the same port, where the kernel has
 	// SCTP.
@@ -132,6 +138,49 @@ func get(url string) error {
 		return fetch(&http.Client{Transport: tr}, "http://"+rest, "")
 	}
 	return fetch(http.DefaultClient, url, "")
+}
+
+// benchBytes is the size of the download of bench, served at /bytes.
+const benchBytes = 16 << 20
+
+// bench measures the way to the agent serving at url (http://ADDR:PORT):
+// the median time of 50 GETs of its name, one after another on one
+// connection, then the rate of one download of benchBytes. It prints
+// "latency MS ms throughput MIBS MiB/s".
+func bench(url string) error {
+	client := &http.Client{Timeout: time.Minute}
+	getAll := func(path string) (int64, error) {
+		resp, err := client.Get(strings.TrimSuffix(url, "/") + path)
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		n, err := io.Copy(io.Discard, resp.Body)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("%s%s answered %s", url, path, resp.Status)
+		}
+		return n, err
+	}
+	times := make([]time.Duration, 0, 50)
+	for range cap(times) {
+		start := time.Now()
+		if _, err := getAll("/"); err != nil {
+			return err
+		}
+		times = append(times, time.Since(start))
+	}
+	slices.Sort(times)
+	start := time.Now()
+	n, err := getAll("/bytes")
+	if err != nil {
+		return err
+	}
+	if n != benchBytes {
+		return fmt.Errorf("downloaded %d bytes, want %d", n, benchBytes)
+	}
+	rate := float64(n) / (1 << 20) / time.Since(start).Seconds()
+	fmt.Printf("latency %.2f ms throughput %.1f MiB/s\n", float64(times[len(times)/2])/float64(time.Millisecond), rate)
+	return nil
 }
 
 // serviceAccount is where the kubelet mounts a pod's service-account

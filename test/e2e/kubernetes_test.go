@@ -7,8 +7,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,6 +23,7 @@ import (
 
 	"cairn.dev/cairn/node/kubernetes/quantity"
 	"cairn.dev/cairn/node/marker"
+	"cairn.dev/cairn/node/ports"
 	"cairn.dev/cairn/test/launch"
 	"cairn.dev/cairn/test/launch/cluster"
 )
@@ -233,6 +236,79 @@ func TestKubernetes(t *testing.T) {
 		if err != nil || strings.TrimSpace(got) != p.Name {
 			t.Errorf("GET / through kubectl port-forward to %s = %q, %v; want its name", p.Name, got, err)
 		}
+	})
+
+	// Pod traffic between the workers goes through their WireGuard
+	// tunnel: a capture of node 1's frames on the harness's network
+	// sees a pod → pod request only as UDP between the two nodes'
+	// tunnels, while a plain request it sends (to the registry) shows.
+	// The tunnel's cost is measured against the plain route between the
+	// same two nodes: the same client to an agent on node 2's host
+	// network.
+	t.Run("c-pod-tunnel", func(t *testing.T) {
+		pods, err := k.agentPods(t)
+		if err != nil || len(pods) != 2 {
+			t.Fatalf("agent pods %+v, %v: want two", pods, err)
+		}
+		client, server := pods[0], pods[1]
+		if client.Node != n1.ID() {
+			client, server = server, client
+		}
+		secret := fmt.Sprintf("tunnel-probe-%x", rand.Uint64())
+		plain := fmt.Sprintf("plain-probe-%x", rand.Uint64())
+		capture := startCapture(t, c.Network(), 1)
+		out, err := k.run(t, "exec", client.Name, "--", "/agent", "get", "http://"+server.IP+":8080/"+secret)
+		if got := strings.TrimSpace(string(out)); err != nil || got != server.Name {
+			t.Errorf("from %s on %s to %s on %s: answered by %q, %v", client.Name, client.Node, server.Name, server.Node, got, err)
+		}
+		// The registry answers 404; the request crossed the wire all
+		// the same.
+		_, _ = k.run(t, "exec", client.Name, "--", "/agent", "get", "http://10.42.0.1:5000/v2/"+plain)
+		frames := capture.stop()
+		tunnelled := udpBetween(frames, n1.IP(), n2.IP(), ports.PodTunnel)
+		t.Logf("captured %d frames of %s: %d of the tunnel between %s and %s, %d with the plain request, %d with the pod → pod one",
+			len(frames), n1.Name(), tunnelled, n1.IP(), n2.IP(), containing(frames, plain), containing(frames, secret))
+		if containing(frames, plain) == 0 {
+			t.Fatalf("the capture of %s missed the plain request to the registry: it proves nothing", n1.Name())
+		}
+		if n := containing(frames, secret); n > 0 {
+			t.Errorf("%d captured frames carry the pod → pod request in plaintext", n)
+		}
+		if tunnelled == 0 {
+			t.Errorf("no UDP between %s and %s on port %d: the pod → pod request did not go through the tunnel", n1.IP(), n2.IP(), ports.PodTunnel)
+		}
+
+		k.apply(t, `{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"host-agent",
+			"labels":{"pod-security.kubernetes.io/enforce":"privileged"}}}`)
+		k.apply(t, `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"host-agent","namespace":"host-agent"},"spec":{
+			"nodeName":"`+n2.ID()+`","hostNetwork":true,"terminationGracePeriodSeconds":0,
+			"containers":[{"name":"agent","image":"cairn/agent:1","args":["serve",":8081"]}]}}`)
+		k.waitFor(t, "the agent on node 2's host network Running", 5*time.Minute, func() error {
+			return k.podPhase(t, "host-agent", "Running", "-n", "host-agent")
+		})
+		// A node's own traffic to another node's pods goes through the
+		// tunnel too (as kube-proxy's NodePorts send it), from the
+		// tunnel's address in the node's pod range.
+		out, err = k.run(t, "exec", "-n", "host-agent", "host-agent", "--", "/agent", "get", "http://"+client.IP+":8080/")
+		if got := strings.TrimSpace(string(out)); err != nil || got != client.Name {
+			t.Errorf("from %s's host network to %s on %s: answered by %q, %v", n2.Name(), client.Name, client.Node, got, err)
+		}
+		bench := func(url string) (latency time.Duration, rate string) {
+			out, err := k.run(t, "exec", client.Name, "--", "/agent", "bench", url)
+			var ms, mibs float64
+			if _, serr := fmt.Sscanf(string(out), "latency %g ms throughput %g MiB/s", &ms, &mibs); err != nil || serr != nil {
+				t.Fatalf("agent bench %s = %q, %v", url, out, errors.Join(err, serr))
+			}
+			return time.Duration(ms * float64(time.Millisecond)), fmt.Sprintf("%.1f MiB/s", mibs)
+		}
+		// Side by side, plain first, then through the tunnel.
+		plainLatency, plainRate := bench("http://" + n2.IP().String() + ":8081")
+		tunnelLatency, tunnelRate := bench("http://" + server.IP + ":8080")
+		s.step("pod on node 1 → node 2, plain route: median GET", plainLatency)
+		s.step("pod on node 1 → pod on node 2, through the tunnel: median GET", tunnelLatency)
+		t.Logf("pod tunnel's cost, from a pod on %s to %s: median GET %v plain, %v through the tunnel; 16 MiB at %s plain, %s through the tunnel",
+			n1.Name(), n2.Name(), plainLatency, tunnelLatency, plainRate, tunnelRate)
+		k.mustRun(t, "delete", "namespace", "host-agent", "--wait=false")
 	})
 
 	// runc jails containers with pivot_root: beneath a container's root,
