@@ -20,7 +20,7 @@ const wireguardKeySize = 32
 
 // SetPodNetwork stores the WireGuard key and pod range of the calling
 // worker, once it has checked the range against the one Kubernetes
-// assigned to the worker's Node. Every node programs its tunnel's peers
+// assigned to the worker's Node, or the key alone of a controller. Every node programs its tunnel's peers
 // from what the workers published, so a node can claim only its own
 // range: were it to claim another's, that node's pods' traffic would go
 // to it.
@@ -32,6 +32,14 @@ func (a nodeAPI) SetPodNetwork(ctx context.Context, req *api.SetPodNetworkReques
 	pn := req.GetPodNetwork()
 	if len(pn.GetWireguardPublicKey()) != wireguardKeySize {
 		return nil, status.Errorf(codes.InvalidArgument, "the WireGuard public key has %d bytes, want %d", len(pn.GetWireguardPublicKey()), wireguardKeySize)
+	}
+	if pn.GetPodRange() == "" {
+		// A controller that is no worker has no pods: it joins the
+		// tunnel to reach the workers' pods, from its own address.
+		if _, err := a.requireKubernetesRole(ctx, p.NodeID, true); err != nil {
+			return nil, err
+		}
+		return a.storePodNetwork(ctx, p.NodeID, pn)
 	}
 	r, err := netip.ParsePrefix(pn.GetPodRange())
 	if err != nil || r != r.Masked() {
@@ -52,7 +60,12 @@ func (a nodeAPI) SetPodNetwork(ctx context.Context, req *api.SetPodNetworkReques
 	if err := a.releasePodRange(ctx, p.NodeID, r); err != nil {
 		return nil, err
 	}
-	_, err = a.updateNode(ctx, p.NodeID, func(n *private.Node) error {
+	return a.storePodNetwork(ctx, p.NodeID, pn)
+}
+
+// storePodNetwork stores pn in the record of node id.
+func (c *curator) storePodNetwork(ctx context.Context, id string, pn *api.PodNetwork) (*api.SetPodNetworkResponse, error) {
+	_, err := c.updateNode(ctx, id, func(n *private.Node) error {
 		if proto.Equal(n.PodNetwork, pn) {
 			return errUnchanged
 		}

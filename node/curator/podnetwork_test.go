@@ -22,8 +22,9 @@ const storedNode = "6b3873000a0a0a02763112044e6f646512b5010a410a16636169726e2d30
 // through the real curator, against Nodes stored in etcd where the
 // apiserver keeps them: refused without the role, with a bad key or range,
 // before Kubernetes assigned a range and for a range it did not assign;
-// then stored and shown in GetNodes; and taken from the node that held it
-// when Kubernetes gives the range to another.
+// then stored and shown in GetNodes; taken from the node that held it
+// when Kubernetes gives the range to another; and a key without a range
+// taken from a controller alone.
 func TestSetPodNetwork(t *testing.T) {
 	c := newTestCluster(t)
 	ctx := fixture.Context(t)
@@ -103,5 +104,17 @@ func TestSetPodNetwork(t *testing.T) {
 	want = &api.PodNetwork{WireguardPublicKey: key(2), PodRange: "10.192.3.0/24"}
 	if got := published(); len(got) != 1 || !proto.Equal(got[second.id()], want) {
 		t.Fatalf("published %v, want only %s's %v", got, second.id(), want)
+	}
+
+	// A key without a range is a controller's.
+	expect(set(second, key(3), ""), codes.PermissionDenied, "without a range, by a worker", "KubernetesController")
+	if _, err := mgmt.UpdateNodeRoles(ctx, &api.UpdateNodeRolesRequest{NodeId: first.id(), KubernetesController: &on}); err != nil {
+		t.Fatalf("UpdateNodeRoles: %v", err)
+	}
+	if err := set(first, key(3), ""); err != nil {
+		t.Fatalf("SetPodNetwork of a controller, without a range: %v", err)
+	}
+	if got := published(); len(got) != 2 || !proto.Equal(got[first.id()], &api.PodNetwork{WireguardPublicKey: key(3)}) {
+		t.Fatalf("published %v, want %s's key without a range", got, first.id())
 	}
 }

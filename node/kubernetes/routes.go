@@ -16,44 +16,96 @@ import (
 // removes its own stale routes, even after a restart, and no others.
 const podRouteProtocol = netlink.RouteProtocol(0xca)
 
-// A podRange is a node's pod range and the address it is reached at.
+// A podRange is a node's pod range.
 type podRange struct {
-	Node    string
-	Range   netip.Prefix
-	Address netip.Addr
+	Node  string
+	Range netip.Prefix
 	// Ready is the Node's Ready condition.
 	Ready bool
 }
 
-// syncPodRoutes makes the routes of nl to other nodes' pod ranges those of
-// ranges: each range through its node's address, except this node's own
-// (self), which the CNI plugin routes to the pods' veths. Routes Cairn
-// programmed earlier for ranges no longer listed are removed. A
-// controller that is no worker routes so; a worker sends every other
-// node's pods' traffic through its tunnel instead (routeThroughTunnel).
-func syncPodRoutes(nl *netlink.Handle, self string, ranges []podRange) error {
-	var want []netlink.Route
-	for _, r := range ranges {
-		if r.Node == self || !r.Range.IsValid() || !r.Address.IsValid() {
-			continue
-		}
-		want = append(want, netlink.Route{Dst: ipNet(r.Range), Gw: r.Address.AsSlice(), Protocol: podRouteProtocol})
-	}
-	return keepPodRoutes(nl, want)
-}
+// The pod tunnel's routes to controllers that are no workers (each one's
+// address through the tunnel) are in a table of their own, which only
+// traffic from the pod range looks up: the answers of pods to what those
+// controllers sent them through the tunnel go back through it, while
+// everything else of the node's reaches them as before, WireGuard's own
+// packets included.
+const (
+	controllerTable        = 0xca
+	controllerRulePriority = 100
+)
 
 // routeThroughTunnel makes the pod range's one route of Cairn's the one
 // into the tunnel device link: the node's own pods have routes of their
 // own to their veths, more specific, and WireGuard sends the rest to the
-// peer whose range holds the address, or drops it.
-func routeThroughTunnel(nl *netlink.Handle, link int) error {
-	return keepPodRoutes(nl, []netlink.Route{{Dst: ipNet(podPrefix), LinkIndex: link, Protocol: podRouteProtocol}})
+// peer whose range holds the address, or drops it. Traffic from the pod
+// range to controllers (their addresses) goes into the tunnel too.
+func routeThroughTunnel(nl *netlink.Handle, link int, controllers []netip.Addr) error {
+	err := keepPodRoutes(nl, unix.RT_TABLE_MAIN, []netlink.Route{{Dst: ipNet(podPrefix), LinkIndex: link, Protocol: podRouteProtocol}})
+	if err != nil {
+		return err
+	}
+	var want []netlink.Route
+	for _, a := range controllers {
+		want = append(want, netlink.Route{Dst: ipNet(netip.PrefixFrom(a, 32)), LinkIndex: link, Protocol: podRouteProtocol, Table: controllerTable})
+	}
+	if err := keepPodRoutes(nl, controllerTable, want); err != nil {
+		return err
+	}
+	rules, err := controllerRules(nl)
+	if err != nil || len(rules) > 0 {
+		return err
+	}
+	rule := netlink.NewRule()
+	rule.Src = ipNet(podPrefix)
+	rule.Table = controllerTable
+	rule.Priority = controllerRulePriority
+	if err := nl.RuleAdd(rule); err != nil {
+		return fmt.Errorf("when adding the rule that sends pods' answers to controllers through the tunnel: %w", err)
+	}
+	return nil
 }
 
-// keepPodRoutes makes Cairn's routes of nl (podRouteProtocol) want, and
-// no others: it adds what is missing and removes what is not wanted.
-func keepPodRoutes(nl *netlink.Handle, want []netlink.Route) error {
-	have, err := listPodRoutes(nl)
+// controllerRules lists the rules that look the controller table up.
+func controllerRules(nl *netlink.Handle) ([]netlink.Rule, error) {
+	rules, err := nl.RuleListFiltered(netlink.FAMILY_V4, &netlink.Rule{Table: controllerTable}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return nil, fmt.Errorf("when listing the routing rules: %w", err)
+	}
+	return rules, nil
+}
+
+// removePodRoutes removes every route and rule of Cairn's pod network,
+// and says how many routes it removed.
+func removePodRoutes(nl *netlink.Handle) (int, error) {
+	n := 0
+	for _, table := range []int{unix.RT_TABLE_MAIN, controllerTable} {
+		have, err := listPodRoutes(nl, table)
+		if err != nil {
+			return n, err
+		}
+		if err := keepPodRoutes(nl, table, nil); err != nil {
+			return n, err
+		}
+		n += len(have)
+	}
+	rules, err := controllerRules(nl)
+	if err != nil {
+		return n, err
+	}
+	for _, r := range rules {
+		if err := nl.RuleDel(&r); err != nil && !errors.Is(err, unix.ENOENT) {
+			return n, fmt.Errorf("when removing the rule of the controller table: %w", err)
+		}
+	}
+	return n, nil
+}
+
+// keepPodRoutes makes Cairn's routes (podRouteProtocol) in table of nl
+// want, and no others: it adds what is missing and removes what is not
+// wanted.
+func keepPodRoutes(nl *netlink.Handle, table int, want []netlink.Route) error {
+	have, err := listPodRoutes(nl, table)
 	if err != nil {
 		return err
 	}
@@ -72,7 +124,7 @@ func keepPodRoutes(nl *netlink.Handle, want []netlink.Route) error {
 	}
 	for _, rt := range want {
 		if err := nl.RouteReplace(&rt); err != nil {
-			errs = append(errs, fmt.Errorf("when routing pod range %s: %w", rt.Dst, err))
+			errs = append(errs, fmt.Errorf("when routing %s into the pod tunnel: %w", rt.Dst, err))
 		}
 	}
 	return errors.Join(errs...)
@@ -83,10 +135,9 @@ func ipNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: p.Masked().Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), 32)}
 }
 
-// listPodRoutes lists the routes Cairn programmed to other nodes' pod
-// ranges.
-func listPodRoutes(nl *netlink.Handle) ([]netlink.Route, error) {
-	rs, err := nl.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Protocol: podRouteProtocol, Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
+// listPodRoutes lists the routes Cairn programmed in table.
+func listPodRoutes(nl *netlink.Handle, table int) ([]netlink.Route, error) {
+	rs, err := nl.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Protocol: podRouteProtocol, Table: table}, netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
 	if err != nil {
 		return nil, fmt.Errorf("when listing pod routes: %w", err)
 	}

@@ -1,10 +1,14 @@
 package kubernetes
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -12,31 +16,97 @@ import (
 	"cairn.dev/cairn/pkg/netnstest"
 )
 
-// TestSyncPodRoutes programs routes in a network namespace of its own: to
-// other nodes' ranges through their addresses, none to the node's own,
-// stale ones of Cairn's removed and other routes left alone.
-func TestSyncPodRoutes(t *testing.T) {
+// TestRouteThroughTunnel programs the pod tunnel's routes in a network
+// namespace of its own, with a veth in the tunnel's place: the
+// pod range into it, in place of a gateway route of Cairn's that a
+// version before the tunnel left; a controller's address into it for
+// traffic from the pod range alone; other routes left alone. Then it
+// removes them all.
+func TestRouteThroughTunnel(t *testing.T) {
 	_, nl := routedNamespace(t)
-	routes := func() map[string]string { return routeMap(t, nl) }
-	r := func(node, rng, addr string) podRange {
-		return podRange{Node: node, Range: netip.MustParsePrefix(rng), Address: netip.MustParseAddr(addr)}
-	}
-	ranges := []podRange{r("me", "10.192.0.0/24", "10.42.0.10"), r("b", "10.192.1.0/24", "10.42.0.11"), r("c", "10.192.2.0/24", "10.42.0.12")}
-	if err := syncPodRoutes(nl, "me", ranges); err != nil {
+	tun := tunnelStandIn(t, nl)
+	stale := &netlink.Route{Dst: ipNet(netip.MustParsePrefix("10.192.1.0/24")), Gw: net.ParseIP("10.42.0.11"), Protocol: podRouteProtocol}
+	if err := nl.RouteAdd(stale); err != nil {
 		t.Fatal(err)
 	}
-	got := routes()
-	if got["10.192.1.0/24"] != "10.42.0.11" || got["10.192.2.0/24"] != "10.42.0.12" || got["10.192.0.0/24"] != "" {
-		t.Errorf("routes = %v, want b's and c's ranges through them, none to this node's", got)
-	}
-	// c leaves, b moves.
-	if err := syncPodRoutes(nl, "me", []podRange{r("b", "10.192.1.0/24", "10.42.0.21")}); err != nil {
+	controller := netip.MustParseAddr("10.42.0.20")
+	if err := routeThroughTunnel(nl, tun, []netip.Addr{controller}); err != nil {
 		t.Fatal(err)
 	}
-	got = routes()
-	if got["10.192.1.0/24"] != "10.42.0.21" || got["10.192.2.0/24"] != "" || got["172.16.0.0/16"] != "10.42.0.1" {
-		t.Errorf("routes = %v, want b's through its new address, c's gone, the other route kept", got)
+	if err := addressTunnel(nl, netip.MustParsePrefix("10.192.0.0/24")); err != nil {
+		t.Fatal(err)
 	}
+	check := func(when string, wantMain, wantControllers []string, wantRules int) {
+		t.Helper()
+		for _, tc := range []struct {
+			table int
+			want  []string
+		}{{unix.RT_TABLE_MAIN, wantMain}, {controllerTable, wantControllers}} {
+			rs, err := listPodRoutes(nl, tc.table)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, r := range rs {
+				got = append(got, fmt.Sprintf("%s dev %d", r.Dst, r.LinkIndex))
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("%s: Cairn's routes in table %d = %q, want %q", when, tc.table, got, tc.want)
+			}
+		}
+		if rules, err := controllerRules(nl); err != nil || len(rules) != wantRules {
+			t.Errorf("%s: %d rules of the controller table (%v), want %d", when, len(rules), err, wantRules)
+		}
+		if routeMap(t, nl)["172.16.0.0/16"] != "10.42.0.1" {
+			t.Errorf("%s: the route that is not Cairn's is gone", when)
+		}
+	}
+	viaTunnel := fmt.Sprintf("dev %d", tun)
+	check("routed", []string{"10.192.0.0/11 " + viaTunnel}, []string{"10.42.0.20/32 " + viaTunnel}, 1)
+	// To the controller: from the tunnel's address in the pod range
+	// through the tunnel, from the node's own address as before.
+	for from, want := range map[string]int{"10.192.0.1": tun, "10.42.0.10": linkIndex(t, nl, "eth0")} {
+		rs, err := nl.RouteGetWithOptions(controller.AsSlice(), &netlink.RouteGetOptions{SrcAddr: net.ParseIP(from)})
+		if err != nil || len(rs) != 1 || rs[0].LinkIndex != want {
+			t.Errorf("route to the controller from %s = %+v, %v; want through link %d", from, rs, err, want)
+		}
+	}
+	if err := routeThroughTunnel(nl, tun, nil); err != nil {
+		t.Fatal(err)
+	}
+	check("the controller gone", []string{"10.192.0.0/11 " + viaTunnel}, nil, 1)
+	if n, err := removePodRoutes(nl); err != nil || n != 1 {
+		t.Errorf("removePodRoutes = %d, %v; want 1 route removed", n, err)
+	}
+	check("removed", nil, nil, 0)
+}
+
+// tunnelStandIn makes a device named as the tunnel, up, in nl's
+// namespace, and returns its index: one end of a veth pair, as kernels
+// without WireGuard (or dummy devices) have those.
+func tunnelStandIn(t *testing.T, nl *netlink.Handle) int {
+	t.Helper()
+	if err := nl.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: tunnelDevice}, PeerName: "tunnel-peer"}); err != nil {
+		t.Fatal(err)
+	}
+	link, err := nl.LinkByName(tunnelDevice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nl.LinkSetUp(link); err != nil {
+		t.Fatal(err)
+	}
+	return link.Attrs().Index
+}
+
+// linkIndex is the index of the device name of nl's namespace.
+func linkIndex(t *testing.T, nl *netlink.Handle, name string) int {
+	t.Helper()
+	link, err := nl.LinkByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return link.Attrs().Index
 }
 
 // routedNamespace makes a network namespace, for a test that needs root,

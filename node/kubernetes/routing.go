@@ -100,18 +100,14 @@ func (r *Routing) remove() (string, error) {
 		return "", fmt.Errorf("when opening netlink: %w", err)
 	}
 	defer nl.Close()
-	routes, err := listPodRoutes(nl)
+	routes, err := removePodRoutes(nl)
 	if err != nil {
 		return "", err
 	}
-	// No range is wanted any more: every one of Cairn's routes goes.
-	if err := syncPodRoutes(nl, "", nil); err != nil {
-		return "", err
-	}
-	if len(routes) == 1 {
+	if routes == 1 {
 		removed = append(removed, "1 pod route")
 	} else {
-		removed = append(removed, fmt.Sprintf("%d pod routes", len(routes)))
+		removed = append(removed, fmt.Sprintf("%d pod routes", routes))
 	}
 	if had, err := removeTunnel(nl); err != nil {
 		return "", err

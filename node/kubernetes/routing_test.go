@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"cairn.dev/cairn/pkg/supervisor"
 	"cairn.dev/cairn/pkg/supervisor/supervisortest"
@@ -38,8 +39,8 @@ func TestRoutingRemovedWithLastUnit(t *testing.T) {
 	if err := nf.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	ranges := []podRange{{Node: "b", Range: netip.MustParsePrefix("10.192.1.0/24"), Address: netip.MustParseAddr("10.42.0.11")}}
-	if err := syncPodRoutes(nl, "me", ranges); err != nil {
+	tun := tunnelStandIn(t, nl)
+	if err := routeThroughTunnel(nl, tun, []netip.Addr{netip.MustParseAddr("10.42.0.20")}); err != nil {
 		t.Fatal(err)
 	}
 	tables := func() []string {
@@ -54,17 +55,32 @@ func TestRoutingRemovedWithLastUnit(t *testing.T) {
 		slices.Sort(names)
 		return names
 	}
-	check := func(when string, wantTables []string, wantRoute bool) {
+	check := func(when string, wantTables []string, wantTunnel bool) {
 		t.Helper()
 		if got := tables(); !slices.Equal(got, wantTables) {
 			t.Errorf("%s: tables %q, want %q", when, got, wantTables)
 		}
-		routes := routeMap(t, nl)
-		if got := routes["10.192.1.0/24"] == "10.42.0.11"; got != wantRoute {
-			t.Errorf("%s: routes %v: pod route there %t, want %t", when, routes, got, wantRoute)
+		_, err := nl.LinkByName(tunnelDevice)
+		if got := err == nil; got != wantTunnel {
+			t.Errorf("%s: tunnel device there %t (%v), want %t", when, got, err, wantTunnel)
 		}
-		if routes["172.16.0.0/16"] != "10.42.0.1" {
-			t.Errorf("%s: routes %v: the route that is not Cairn's is gone", when, routes)
+		var routes int
+		for _, table := range []int{unix.RT_TABLE_MAIN, controllerTable} {
+			rs, err := listPodRoutes(nl, table)
+			if err != nil {
+				t.Fatal(err)
+			}
+			routes += len(rs)
+		}
+		rules, err := controllerRules(nl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := routes == 2 && len(rules) == 1; got != wantTunnel {
+			t.Errorf("%s: %d pod routes and %d rules there, want them %t", when, routes, len(rules), wantTunnel)
+		}
+		if routeMap(t, nl)["172.16.0.0/16"] != "10.42.0.1" {
+			t.Errorf("%s: the route that is not Cairn's is gone", when)
 		}
 	}
 	all := []string{"ip cairn-policy", "ip firewall", "ip kube-proxy", "ip6 kube-proxy"}

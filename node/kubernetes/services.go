@@ -7,10 +7,8 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
-
 	"cairn.dev/cairn/node/ports"
+	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/supervisor"
 	api "cairn.dev/cairn/proto/api"
 )
@@ -30,17 +28,20 @@ type ServicesConfig struct {
 	// Curator issues the credential (cairn:proxy:<node>).
 	Curator api.CuratorClient
 	// Routing is the node's one Routing, which the Services' kube-proxy
-	// and pod routes program.
+	// and pod tunnel program.
 	Routing *Routing
 	// Ports are the node's ports: its apiserver's, which Services reach.
 	Ports ports.Table
+	// TunnelPeers are the workers the pod tunnel reaches, from the
+	// curator's node list (TunnelPeers).
+	TunnelPeers event.Watchable[[]TunnelPeer]
 }
 
 // Services makes a controller that is not a worker answer on the
 // cluster's Services as a worker does: kube-proxy serves its NodePorts
-// and gives the node its ClusterIPs, and routes to every worker's pod
-// range carry what it sends on to pods. Both reach the node's own
-// apiserver, as cairn:proxy:<node>.
+// and gives the node its ClusterIPs, reaching the node's own apiserver as
+// cairn:proxy:<node>, and the pod tunnel carries what it sends on to
+// pods, as it carries what the apiserver sends to them.
 //
 // kube-proxy waits 30 s for a Node object of its name, which a node
 // without KubernetesWorker never has, logs that it gave up, and serves.
@@ -63,7 +64,7 @@ func (s *Services) apiserverURL() string {
 	return "https://127.0.0.1:" + strconv.Itoa(s.cfg.Ports.KubernetesAPI)
 }
 
-// Run runs kube-proxy and the pod routes until ctx ends.
+// Run runs kube-proxy and the pod tunnel until ctx ends.
 func (s *Services) Run(ctx context.Context) error {
 	if err := mkdirs(s.dir()); err != nil {
 		return err
@@ -75,8 +76,14 @@ func (s *Services) Run(ctx context.Context) error {
 	if err := supervisor.Run(ctx, "proxy", s.runProxy); err != nil {
 		return fmt.Errorf("when starting kube-proxy: %w", err)
 	}
-	if err := supervisor.Run(ctx, "routes", s.runRoutes); err != nil {
-		return fmt.Errorf("when starting the pod routes: %w", err)
+	err := supervisor.Run(ctx, "tunnel", func(ctx context.Context) error {
+		return runTunnel(ctx, tunnelConfig{
+			keyFile: s.cfg.Layout.data(tunnelKeyFile), nodeID: s.cfg.NodeID, curator: s.cfg.Curator,
+			peers: s.cfg.TunnelPeers, routing: s.cfg.Routing,
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("when starting the pod tunnel: %w", err)
 	}
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
 	<-ctx.Done()
@@ -91,22 +98,4 @@ func (s *Services) runProxy(ctx context.Context) error {
 		return err
 	}
 	return runKubeProxy(ctx, s.cfg.Layout, dir, s.cfg.NodeID, s.cfg.IP, kubeconfig, cred.renewAt)
-}
-
-// runRoutes keeps the routes to the workers' pod ranges.
-func (s *Services) runRoutes(ctx context.Context) error {
-	defer s.cfg.Routing.hold(ctx)()
-	cl, cred, err := issueClient(ctx, s.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_PROXY, s.dir("routes"), s.apiserverURL())
-	if err != nil {
-		return err
-	}
-	nl, err := netlink.NewHandle(unix.NETLINK_ROUTE)
-	if err != nil {
-		return fmt.Errorf("when opening netlink: %w", err)
-	}
-	defer nl.Close()
-	return followPodRanges(ctx, cl, cred.renewAt, func(ranges []podRange) (bool, error) {
-		err := syncPodRoutes(nl, s.cfg.NodeID, ranges)
-		return err == nil, err
-	})
 }

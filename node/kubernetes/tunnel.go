@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -60,18 +61,31 @@ type TunnelPeer struct {
 	Key wgtypes.Key
 	// Address is the node's IP, where its tunnel listens.
 	Address netip.Addr
-	// Range is its pod range.
+	// Range is its pod range; none for a controller that is no worker,
+	// whose traffic comes from its address.
 	Range netip.Prefix
 }
 
-// TunnelPeers lists, in the order of their IDs, the workers of nodes (the
-// curator's node list) that the pod tunnel reaches: the UP nodes holding
-// KubernetesWorker that published a pod network and reported an address.
-// A node whose published key or range does not parse is left out.
+// allowed is what the peer sends and receives through the tunnel: its pod
+// range, or a controller's address.
+func (p TunnelPeer) allowed() netip.Prefix {
+	if p.Range.IsValid() {
+		return p.Range
+	}
+	return netip.PrefixFrom(p.Address, 32)
+}
+
+// TunnelPeers lists, in the order of their IDs, the nodes of nodes (the
+// curator's node list) that the pod tunnel reaches: the UP nodes that
+// reported an address and published a pod network, holding
+// KubernetesWorker with a pod range, or KubernetesController alone
+// without one. A node whose published key or range does not parse is left
+// out.
 func TunnelPeers(nodes map[string]*api.Node) []TunnelPeer {
 	var out []TunnelPeer
 	for id, n := range nodes {
-		if n.GetState() != api.NodeState_NODE_STATE_UP || n.GetRoles().GetKubernetesWorker() == nil {
+		roles := n.GetRoles()
+		if n.GetState() != api.NodeState_NODE_STATE_UP || (roles.GetKubernetesWorker() == nil && roles.GetKubernetesController() == nil) {
 			continue
 		}
 		pn := n.GetPodNetwork()
@@ -79,8 +93,12 @@ func TunnelPeers(nodes map[string]*api.Node) []TunnelPeer {
 		if err != nil {
 			continue
 		}
-		r, err := netip.ParsePrefix(pn.GetPodRange())
-		if err != nil {
+		var r netip.Prefix
+		if roles.GetKubernetesWorker() != nil {
+			if r, err = netip.ParsePrefix(pn.GetPodRange()); err != nil {
+				continue
+			}
+		} else if pn.GetPodRange() != "" {
 			continue
 		}
 		addr, err := netip.ParseAddr(n.GetStatus().GetExternalAddress())
@@ -112,6 +130,9 @@ func tunnelKey(path string) (wgtypes.Key, error) {
 	k, err := wgtypes.GeneratePrivateKey()
 	if err != nil {
 		return wgtypes.Key{}, fmt.Errorf("when making the pod tunnel's key: %w", err)
+	}
+	if err := mkdirs(filepath.Dir(path)); err != nil {
+		return wgtypes.Key{}, err
 	}
 	if err := writeFile(path, []byte(k.String()+"\n"), 0o600); err != nil {
 		return wgtypes.Key{}, err
@@ -147,15 +168,15 @@ func openTunnel(nl *netlink.Handle, wg *wgctrl.Client, key wgtypes.Key) (int, er
 	if err := nl.LinkSetUp(link); err != nil {
 		return 0, fmt.Errorf("when bringing %s up: %w", tunnelDevice, err)
 	}
-	if err := routeThroughTunnel(nl, link.Attrs().Index); err != nil {
+	if err := routeThroughTunnel(nl, link.Attrs().Index, nil); err != nil {
 		return 0, err
 	}
 	return link.Attrs().Index, nil
 }
 
 // setTunnelPeers makes the tunnel's peers those of peers other than self,
-// each reached at its address for its pod range. Peers that stay keep
-// their sessions; peers no longer listed are removed.
+// each reached at its address for what it is allowed. Peers that stay
+// keep their sessions; peers no longer listed are removed.
 func setTunnelPeers(wg *wgctrl.Client, self string, peers []TunnelPeer) error {
 	dev, err := wg.Device(tunnelDevice)
 	if err != nil {
@@ -172,7 +193,7 @@ func setTunnelPeers(wg *wgctrl.Client, self string, peers []TunnelPeer) error {
 			PublicKey:         p.Key,
 			Endpoint:          &net.UDPAddr{IP: p.Address.AsSlice(), Port: ports.PodTunnel},
 			ReplaceAllowedIPs: true,
-			AllowedIPs:        []net.IPNet{*ipNet(p.Range)},
+			AllowedIPs:        []net.IPNet{*ipNet(p.allowed())},
 		})
 	}
 	for _, p := range dev.Peers {
@@ -201,12 +222,26 @@ func removeTunnel(nl *netlink.Handle) (bool, error) {
 	return true, nil
 }
 
-// runTunnel keeps the pod tunnel: the device with the node's key, the
-// peers of the curator's node list, and the node's key and pod range
-// published through the curator.
-func (w *Worker) runTunnel(ctx context.Context) error {
-	defer w.cfg.Routing.hold(ctx)()
-	key, err := tunnelKey(w.cfg.Layout.data(tunnelKeyFile))
+// tunnelConfig is what the pod tunnel of a node needs.
+type tunnelConfig struct {
+	// keyFile is where the node keeps its WireGuard key.
+	keyFile string
+	nodeID  string
+	curator api.CuratorClient
+	peers   event.Watchable[[]TunnelPeer]
+	routing *Routing
+	// own is a worker's pod range, as the pod network learns it; nil
+	// on a controller that is no worker, which publishes its key
+	// without a range.
+	own event.Watchable[netip.Prefix]
+}
+
+// runTunnel keeps the pod tunnel of cfg: the device with the node's key,
+// the peers of the curator's node list, and the node's key (and pod
+// range) published through the curator.
+func runTunnel(ctx context.Context, cfg tunnelConfig) error {
+	defer cfg.routing.hold(ctx)()
+	key, err := tunnelKey(cfg.keyFile)
 	if err != nil {
 		return err
 	}
@@ -220,7 +255,8 @@ func (w *Worker) runTunnel(ctx context.Context) error {
 		return fmt.Errorf("when opening WireGuard's netlink: %w", err)
 	}
 	defer wg.Close()
-	if _, err := openTunnel(nl, wg, key); err != nil {
+	link, err := openTunnel(nl, wg, key)
+	if err != nil {
 		return err
 	}
 	if err := supervisor.Run(ctx, "publish", func(ctx context.Context) error {
@@ -230,7 +266,7 @@ func (w *Worker) runTunnel(ctx context.Context) error {
 			return fmt.Errorf("when opening netlink: %w", err)
 		}
 		defer nl.Close()
-		return publishPodNetwork(ctx, w.cfg.Curator, key.PublicKey(), &w.ownRange, func(r netip.Prefix) error {
+		return publishPodNetwork(ctx, cfg.curator, key.PublicKey(), cfg.own, func(r netip.Prefix) error {
 			return addressTunnel(nl, r)
 		})
 	}); err != nil {
@@ -239,7 +275,7 @@ func (w *Worker) runTunnel(ctx context.Context) error {
 	lg := supervisor.Logger(ctx)
 	lg.Infof("Pod tunnel %s up on UDP port %d, public key %s", tunnelDevice, ports.PodTunnel, key.PublicKey())
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
-	peers := w.cfg.TunnelPeers.Watch()
+	peers := cfg.peers.Watch()
 	defer peers.Close()
 	var last []TunnelPeer
 	for {
@@ -250,16 +286,24 @@ func (w *Worker) runTunnel(ctx context.Context) error {
 		if slices.Equal(ps, last) {
 			continue
 		}
-		if err := setTunnelPeers(wg, w.cfg.NodeID, ps); err != nil {
+		if err := setTunnelPeers(wg, cfg.nodeID, ps); err != nil {
+			return err
+		}
+		var controllers []netip.Addr
+		var names []string
+		for _, p := range ps {
+			if p.Node == cfg.nodeID {
+				continue
+			}
+			if !p.Range.IsValid() {
+				controllers = append(controllers, p.Address)
+			}
+			names = append(names, p.Node+" ("+p.allowed().String()+" at "+p.Address.String()+")")
+		}
+		if err := routeThroughTunnel(nl, link, controllers); err != nil {
 			return err
 		}
 		last = ps
-		var names []string
-		for _, p := range ps {
-			if p.Node != w.cfg.NodeID {
-				names = append(names, p.Node+" ("+p.Range.String()+" at "+p.Address.String()+")")
-			}
-		}
 		lg.Infof("Pod tunnel peers: %d: %s", len(names), strings.Join(names, ", "))
 	}
 }
@@ -297,10 +341,15 @@ func addressTunnel(nl *netlink.Handle, r netip.Prefix) error {
 // publishPodNetwork publishes key with the node's pod range through the
 // curator, each time the range (which the pod network reads from the
 // node's Node) changes, once address (which gives the tunnel its address
-// in the range) succeeded. A refusal is retried with a backoff: the
-// curator may not have seen the range yet.
+// in the range) succeeded; or, when own is nil, the key alone, once.
 func publishPodNetwork(ctx context.Context, cur api.CuratorClient, key wgtypes.Key, own event.Watchable[netip.Prefix], address func(netip.Prefix) error) error {
-	lg := supervisor.Logger(ctx)
+	if own == nil {
+		if err := publish(ctx, cur, &api.PodNetwork{WireguardPublicKey: key[:]}); err != nil {
+			return err
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	}
 	w := own.Watch()
 	defer w.Close()
 	for {
@@ -314,19 +363,28 @@ func publishPodNetwork(ctx context.Context, cur api.CuratorClient, key wgtypes.K
 		if err := address(r); err != nil {
 			return err
 		}
-		req := &api.SetPodNetworkRequest{PodNetwork: &api.PodNetwork{WireguardPublicKey: key[:], PodRange: r.String()}}
-		for wait := 500 * time.Millisecond; ; wait = min(2*wait, 15*time.Second) {
-			_, err := cur.SetPodNetwork(ctx, req)
-			if err == nil {
-				break
-			}
-			lg.Infof("Publishing the pod tunnel's key with pod range %s (again in %s): %v", r, wait, err)
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(wait):
-			}
+		if err := publish(ctx, cur, &api.PodNetwork{WireguardPublicKey: key[:], PodRange: r.String()}); err != nil {
+			return err
 		}
-		lg.Infof("Published the pod tunnel's key with pod range %s", r)
+	}
+}
+
+// publish calls SetPodNetwork with pn until the curator takes it,
+// retrying a refusal with a backoff: the curator may not have seen the
+// node's range yet.
+func publish(ctx context.Context, cur api.CuratorClient, pn *api.PodNetwork) error {
+	lg := supervisor.Logger(ctx)
+	for wait := 500 * time.Millisecond; ; wait = min(2*wait, 15*time.Second) {
+		_, err := cur.SetPodNetwork(ctx, &api.SetPodNetworkRequest{PodNetwork: pn})
+		if err == nil {
+			lg.Infof("Published the pod tunnel's key with pod range %q", pn.PodRange)
+			return nil
+		}
+		lg.Infof("Publishing the pod tunnel's key with pod range %q (again in %s): %v", pn.PodRange, wait, err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
 	}
 }

@@ -14,17 +14,18 @@ import (
 )
 
 // TestTunnelPeers reads the pod tunnel's peers from a curator node list:
-// the UP workers that published a pod network and have an address, in
-// the order of their IDs; a decommissioned node, one without the role,
-// one that published nothing or garbage, and one without an address are
-// left out.
+// the UP workers that published a pod network with a range and have an
+// address, and the controllers that are no workers, without one, in the
+// order of their IDs; a decommissioned node, one without a Kubernetes
+// role, a controller with a range and a worker without, one that
+// published nothing or garbage, and one without an address are left out.
+// A peer sends from its range, or from its address if it has none.
 func TestTunnelPeers(t *testing.T) {
 	key := func(b byte) []byte { return []byte(strings.Repeat(string(b), 32)) }
-	node := func(state api.NodeState, worker bool, addr string, pn *api.PodNetwork) *api.Node {
-		roles := &api.NodeRoles{}
-		if worker {
-			roles.KubernetesWorker = &api.NodeRoles_KubernetesWorker{}
-		}
+	worker := &api.NodeRoles{KubernetesWorker: &api.NodeRoles_KubernetesWorker{}}
+	controller := &api.NodeRoles{KubernetesController: &api.NodeRoles_KubernetesController{}}
+	both := &api.NodeRoles{KubernetesWorker: worker.KubernetesWorker, KubernetesController: controller.KubernetesController}
+	node := func(state api.NodeState, roles *api.NodeRoles, addr string, pn *api.PodNetwork) *api.Node {
 		return &api.Node{State: state, Roles: roles, Status: &api.NodeStatus{ExternalAddress: addr}, PodNetwork: pn}
 	}
 	up := api.NodeState_NODE_STATE_UP
@@ -32,21 +33,31 @@ func TestTunnelPeers(t *testing.T) {
 		return &api.PodNetwork{WireguardPublicKey: key(k), PodRange: r}
 	}
 	nodes := map[string]*api.Node{
-		"b":              node(up, true, "10.42.0.12", pn(2, "10.192.2.0/24")),
-		"a":              node(up, true, "10.42.0.11", pn(1, "10.192.1.0/24")),
-		"decommissioned": node(api.NodeState_NODE_STATE_DECOMMISSIONED, true, "10.42.0.13", pn(3, "10.192.3.0/24")),
-		"controller":     node(up, false, "10.42.0.14", pn(4, "10.192.4.0/24")),
-		"unpublished":    node(up, true, "10.42.0.15", nil),
-		"short key":      node(up, true, "10.42.0.16", &api.PodNetwork{WireguardPublicKey: key(6)[:31], PodRange: "10.192.6.0/24"}),
-		"bad range":      node(up, true, "10.42.0.17", pn(7, "10.192.7.0")),
-		"no address":     node(up, true, "", pn(8, "10.192.8.0/24")),
+		"b":                     node(up, worker, "10.42.0.12", pn(2, "10.192.2.0/24")),
+		"a":                     node(up, both, "10.42.0.11", pn(1, "10.192.1.0/24")),
+		"c":                     node(up, controller, "10.42.0.10", pn(9, "")),
+		"decommissioned":        node(api.NodeState_NODE_STATE_DECOMMISSIONED, worker, "10.42.0.13", pn(3, "10.192.3.0/24")),
+		"no Kubernetes role":    node(up, &api.NodeRoles{}, "10.42.0.14", pn(4, "10.192.4.0/24")),
+		"controller with range": node(up, controller, "10.42.0.18", pn(5, "10.192.5.0/24")),
+		"worker without range":  node(up, both, "10.42.0.19", pn(10, "")),
+		"unpublished":           node(up, worker, "10.42.0.15", nil),
+		"short key":             node(up, worker, "10.42.0.16", &api.PodNetwork{WireguardPublicKey: key(6)[:31], PodRange: "10.192.6.0/24"}),
+		"bad range":             node(up, worker, "10.42.0.17", pn(7, "10.192.7.0")),
+		"no address":            node(up, worker, "", pn(8, "10.192.8.0/24")),
 	}
 	want := []TunnelPeer{
 		{Node: "a", Key: wgtypes.Key(key(1)), Address: netip.MustParseAddr("10.42.0.11"), Range: netip.MustParsePrefix("10.192.1.0/24")},
 		{Node: "b", Key: wgtypes.Key(key(2)), Address: netip.MustParseAddr("10.42.0.12"), Range: netip.MustParsePrefix("10.192.2.0/24")},
+		{Node: "c", Key: wgtypes.Key(key(9)), Address: netip.MustParseAddr("10.42.0.10")},
 	}
-	if got := TunnelPeers(nodes); !slices.Equal(got, want) {
-		t.Errorf("TunnelPeers = %+v, want %+v", got, want)
+	got := TunnelPeers(nodes)
+	if !slices.Equal(got, want) {
+		t.Fatalf("TunnelPeers = %+v, want %+v", got, want)
+	}
+	for i, allowed := range []string{"10.192.1.0/24", "10.192.2.0/24", "10.42.0.10/32"} {
+		if a := got[i].allowed().String(); a != allowed {
+			t.Errorf("%s may send from %s, want %s", got[i].Node, a, allowed)
+		}
 	}
 }
 

@@ -118,7 +118,12 @@ func (w *Worker) Run(ctx context.Context) error {
 		{"containerd", w.runContainerd},
 		{"kubelet", w.runKubelet},
 		{"podnetwork", w.runPodNetwork},
-		{"tunnel", w.runTunnel},
+		{"tunnel", func(ctx context.Context) error {
+			return runTunnel(ctx, tunnelConfig{
+				keyFile: w.cfg.Layout.data(tunnelKeyFile), nodeID: w.cfg.NodeID, curator: w.cfg.Curator,
+				peers: w.cfg.TunnelPeers, routing: w.cfg.Routing, own: &w.ownRange,
+			})
+		}},
 		{"networkpolicy", w.runNetworkPolicy},
 		{"proxy", w.runProxy},
 		{"dns", w.runDNS},
@@ -373,7 +378,7 @@ func (w *Worker) runPodNetwork(ctx context.Context) error {
 // followPodRanges calls apply with every node's pod range: at once when
 // a Node changes, which it learns from a watch, and again every 10 s (2 s
 // until apply reports it is ready) with the ranges it last learned, so
-// that a route lost meanwhile comes back without asking the apiserver.
+// that what failed is tried again without asking the apiserver.
 // It runs until ctx ends or renewAt. It logs what fails once, until it
 // changes, and reports the runnable healthy once apply is ready.
 func followPodRanges(ctx context.Context, cl *apiClient, renewAt time.Time, apply func([]podRange) (ready bool, err error)) error {
@@ -467,7 +472,7 @@ func (w *Worker) apply(ranges []podRange, written *netip.Prefix, logf func(strin
 func podRanges(nodes map[string]kubeNode) []podRange {
 	out := make([]podRange, 0, len(nodes))
 	for _, n := range nodes {
-		r := podRange{Node: n.Metadata.Name, Address: n.internalIPv4(),
+		r := podRange{Node: n.Metadata.Name,
 			Ready: slices.Contains(n.Status.Conditions, nodeCondition{Type: "Ready", Status: "True"})}
 		if p, err := netip.ParsePrefix(n.Spec.PodCIDR); err == nil {
 			r.Range = p

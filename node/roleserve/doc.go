@@ -24,7 +24,8 @@
 //	   ▼         localCurator      │    ▼                            ▼
 //	connection ◀───────────────────┤  kubecontroller, kubeservices, kubeworker
 //	   │    ▲      statuspush ◀────┘      ▲ kubeNodes (kubecontroller)
-//	   │    │ curators                    │ apiservers, tunnelPeers (kubeworker)
+//	   │    │ curators                    │ apiservers (kubeworker), tunnelPeers
+//	   │    │                             │ (kubeworker, kubeservices)
 //	   │    └─────────────── clusterwatch ┘
 //	   │                          │ directory
 //	   │                          ▼

@@ -259,7 +259,7 @@ func New(cfg Config) *Service {
 			kubeNodes: &s.kubeNodes,
 		}).run,
 		"kubeworker":   (&workerKubeWorker{kubeUnit: kube, apiservers: &s.apiservers, tunnelPeers: &s.tunnelPeers, ready: &s.kubeletReady}).run,
-		"kubeservices": (&workerKubeServices{kubeUnit: kube, localEtcd: &s.localEtcd}).run,
+		"kubeservices": (&workerKubeServices{kubeUnit: kube, localEtcd: &s.localEtcd, tunnelPeers: &s.tunnelPeers}).run,
 	}
 	return s
 }

@@ -10,7 +10,7 @@ import (
 	"cairn.dev/cairn/pkg/supervisor"
 )
 
-// workerKubeServices runs kube-proxy and the pod routes on a node that
+// workerKubeServices runs kube-proxy and the pod tunnel on a node that
 // runs the Kubernetes control plane without KubernetesWorker; a node with
 // KubernetesWorker has them from its worker.
 type workerKubeServices struct {
@@ -18,6 +18,8 @@ type workerKubeServices struct {
 	// localEtcd is the node's voting etcd member, nil while there is none
 	// (controlplane): without it the node runs no control plane.
 	localEtcd event.Watchable[*consensus.Status]
+	// tunnelPeers are the workers the pod tunnel reaches (clusterwatch).
+	tunnelPeers event.Watchable[[]kubernetes.TunnelPeer]
 }
 
 func (w *workerKubeServices) run(ctx context.Context) error {
@@ -32,12 +34,13 @@ func (w *workerKubeServices) inputs(s nodeState) kubernetesInputs {
 
 func (w *workerKubeServices) start(ctx context.Context, creds *identity.Node, cc *curatorConn, in kubernetesInputs) error {
 	s := kubernetes.NewServices(kubernetes.ServicesConfig{
-		Layout:  w.layout,
-		NodeID:  creds.ID(),
-		IP:      in.ip,
-		Curator: cc.client(),
-		Ports:   w.ports,
-		Routing: w.routing,
+		Layout:      w.layout,
+		NodeID:      creds.ID(),
+		IP:          in.ip,
+		Curator:     cc.client(),
+		Ports:       w.ports,
+		Routing:     w.routing,
+		TunnelPeers: w.tunnelPeers,
 	})
 	return supervisor.Run(ctx, "services", s.Run)
 }

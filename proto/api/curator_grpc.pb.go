@@ -129,7 +129,9 @@ type CuratorClient interface {
 	// and only with the pod range Kubernetes assigned to its Node
 	// (FailedPrecondition when Kubernetes assigned none yet, or another).
 	// Another node that published the same range before loses it: that
-	// range is no longer routed to it.
+	// range is no longer routed to it. An UP node holding
+	// KubernetesController publishes its key with no range: it has no
+	// pods, and reaches the workers' pods from its own address.
 	SetPodNetwork(ctx context.Context, in *SetPodNetworkRequest, opts ...grpc.CallOption) (*SetPodNetworkResponse, error)
 }
 
@@ -381,7 +383,9 @@ type CuratorServer interface {
 	// and only with the pod range Kubernetes assigned to its Node
 	// (FailedPrecondition when Kubernetes assigned none yet, or another).
 	// Another node that published the same range before loses it: that
-	// range is no longer routed to it.
+	// range is no longer routed to it. An UP node holding
+	// KubernetesController publishes its key with no range: it has no
+	// pods, and reaches the workers' pods from its own address.
 	SetPodNetwork(context.Context, *SetPodNetworkRequest) (*SetPodNetworkResponse, error)
 	mustEmbedUnimplementedCuratorServer()
 }

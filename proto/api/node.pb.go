@@ -838,13 +838,16 @@ func (x *Node) GetPodNetwork() *PodNetwork {
 
 // PodNetwork is how the other nodes reach a worker's pods: only through
 // WireGuard, to the node's external_address on UDP port 7838, with the
-// node's public key, for addresses of its pod range.
+// node's public key, for addresses of its pod range. A controller that
+// is no worker publishes its key with no range: the workers take from
+// it, through the tunnel, what comes from its external_address.
 type PodNetwork struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The public key of the node's WireGuard interface, 32 bytes.
 	WireguardPublicKey []byte `protobuf:"bytes,1,opt,name=wireguard_public_key,json=wireguardPublicKey,proto3" json:"wireguard_public_key,omitempty"`
 	// The node's pod range, like "10.192.3.0/24": the one Kubernetes
 	// assigned to its Node (spec.podCIDR) when the node published it.
+	// Empty from a controller that is no worker.
 	PodRange      string `protobuf:"bytes,2,opt,name=pod_range,json=podRange,proto3" json:"pod_range,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -238,10 +238,12 @@ func TestKubernetes(t *testing.T) {
 		}
 	})
 
-	// Pod traffic between the workers goes through their WireGuard
+	// Pod traffic between the nodes goes through their WireGuard
 	// tunnel: a capture of node 1's frames on the harness's network
 	// sees a pod → pod request only as UDP between the two nodes'
-	// tunnels, while a plain request it sends (to the registry) shows.
+	// tunnels, while a plain request it sends (to the registry) shows,
+	// and a capture of node 0's sees the apiserver's request to a pod
+	// only so.
 	// The tunnel's cost is measured against the plain route between the
 	// same two nodes: the same client to an agent on node 2's host
 	// network.
@@ -276,6 +278,25 @@ func TestKubernetes(t *testing.T) {
 		}
 		if tunnelled == 0 {
 			t.Errorf("no UDP between %s and %s on port %d: the pod → pod request did not go through the tunnel", n1.IP(), n2.IP(), ports.PodTunnel)
+		}
+
+		// The controller, which is no worker, reaches pods through the
+		// tunnel too: the apiserver's proxy to a pod, say.
+		secret = fmt.Sprintf("tunnel-probe-%x", rand.Uint64())
+		capture = startCapture(t, c.Network(), 0)
+		out, err = k.run(t, "get", "--raw", "/api/v1/namespaces/default/pods/"+server.Name+":8080/proxy/"+secret)
+		if got := strings.TrimSpace(string(out)); err != nil || got != server.Name {
+			t.Errorf("the apiserver's proxy to %s on %s: answered by %q, %v", server.Name, server.Node, got, err)
+		}
+		frames = capture.stop()
+		tunnelled = udpBetween(frames, n0.IP(), n2.IP(), ports.PodTunnel)
+		t.Logf("captured %d frames of %s: %d of the tunnel between %s and %s, %d with the proxied request",
+			len(frames), n0.Name(), tunnelled, n0.IP(), n2.IP(), containing(frames, secret))
+		if n := containing(frames, secret); n > 0 {
+			t.Errorf("%d captured frames carry the apiserver's request to a pod in plaintext", n)
+		}
+		if tunnelled == 0 {
+			t.Errorf("no UDP between %s and %s on port %d: the apiserver's request did not go through the tunnel", n0.IP(), n2.IP(), ports.PodTunnel)
 		}
 
 		k.apply(t, `{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"host-agent",
