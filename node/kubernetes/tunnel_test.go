@@ -1,6 +1,7 @@
 package kubernetes
 
 import (
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -8,8 +9,14 @@ import (
 	"strings"
 	"testing"
 
+	"golang.zx2c4.com/wireguard/conn"
+	"golang.zx2c4.com/wireguard/device"
+	"golang.zx2c4.com/wireguard/ipc"
+	"golang.zx2c4.com/wireguard/tun"
+	"golang.zx2c4.com/wireguard/wgctrl"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
+	"cairn.dev/cairn/pkg/netnstest"
 	api "cairn.dev/cairn/proto/api"
 )
 
@@ -85,4 +92,109 @@ func TestTunnelKey(t *testing.T) {
 	if data, _ := os.ReadFile(path); string(data) != "not a key\n" {
 		t.Fatalf("the garbled key file was replaced by %q", data)
 	}
+}
+
+// TestTunnelPeersInWireGuard programs a WireGuard device's peers with
+// setTunnelPeers, through the same WireGuard API the kernel's module
+// serves (wgctrl), on WireGuard's own userspace implementation in a
+// network namespace of its own (the kernel this runs on may lack the
+// module): every other node a peer, reached at its address for its range
+// or a controller's address, itself left out; then a peer decommissioned
+// is gone at once, the others kept, and a new one added.
+func TestTunnelPeersInWireGuard(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for a network namespace and a TUN device")
+	}
+	userspaceTunnel(t)
+	wg, err := wgctrl.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wg.Close()
+	key := func(b byte) wgtypes.Key { return wgtypes.Key([]byte(strings.Repeat(string(b), 32))) }
+	peer := func(node string, k byte, addr, r string) TunnelPeer {
+		p := TunnelPeer{Node: node, Key: key(k), Address: netip.MustParseAddr(addr)}
+		if r != "" {
+			p.Range = netip.MustParsePrefix(r)
+		}
+		return p
+	}
+	programmed := func() []string {
+		t.Helper()
+		dev, err := wg.Device(tunnelDevice)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, p := range dev.Peers {
+			var allowed []string
+			for _, a := range p.AllowedIPs {
+				allowed = append(allowed, a.String())
+			}
+			out = append(out, fmt.Sprintf("%x at %s for %s", p.PublicKey[0], p.Endpoint, strings.Join(allowed, ",")))
+		}
+		slices.Sort(out)
+		return out
+	}
+	peers := []TunnelPeer{
+		peer("a", 1, "10.42.0.11", "10.192.1.0/24"),
+		peer("me", 2, "10.42.0.12", "10.192.2.0/24"),
+		peer("c", 3, "10.42.0.10", ""),
+	}
+	if err := setTunnelPeers(wg, "me", peers); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"1 at 10.42.0.11:7838 for 10.192.1.0/24", "3 at 10.42.0.10:7838 for 10.42.0.10/32"}
+	if got := programmed(); !slices.Equal(got, want) {
+		t.Fatalf("peers %q, want %q", got, want)
+	}
+	// a is decommissioned; d joins.
+	peers = []TunnelPeer{peers[1], peers[2], peer("d", 4, "10.42.0.14", "10.192.4.0/24")}
+	if err := setTunnelPeers(wg, "me", peers); err != nil {
+		t.Fatal(err)
+	}
+	want = []string{"3 at 10.42.0.10:7838 for 10.42.0.10/32", "4 at 10.42.0.14:7838 for 10.192.4.0/24"}
+	if got := programmed(); !slices.Equal(got, want) {
+		t.Fatalf("peers after a left and d joined %q, want %q", got, want)
+	}
+}
+
+// userspaceTunnel runs WireGuard's userspace implementation as the tunnel
+// device, on a TUN device in a network namespace of its own, with its API
+// socket where wgctrl looks for it, until t ends.
+func userspaceTunnel(t *testing.T) {
+	t.Helper()
+	ns := netnstest.New(t)
+	var dev tun.Device
+	err := netnstest.Do(ns, func() error {
+		var err error
+		dev, err = tun.CreateTUN(tunnelDevice, tunnelMTU)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("creating a TUN device: %v", err)
+	}
+	// Silent: it asks the TUN device's MTU outside the namespace, and
+	// says it cannot.
+	logger := device.NewLogger(device.LogLevelSilent, "")
+	wgDev := device.NewDevice(dev, conn.NewDefaultBind(), logger)
+	t.Cleanup(wgDev.Close)
+	file, err := ipc.UAPIOpen(tunnelDevice)
+	if err != nil {
+		t.Fatalf("opening WireGuard's API socket: %v", err)
+	}
+	uapi, err := ipc.UAPIListen(tunnelDevice, file)
+	if err != nil {
+		t.Fatalf("listening on WireGuard's API socket: %v", err)
+	}
+	t.Cleanup(func() { uapi.Close() })
+	go func() {
+		for {
+			c, err := uapi.Accept()
+			if err != nil {
+				return
+			}
+			go wgDev.IpcHandle(c)
+		}
+	}()
 }
