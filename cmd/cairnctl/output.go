@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -44,10 +45,40 @@ type nodeView struct {
 	// Clock is the node's clock as the node reports it, null if it
 	// reports none.
 	Clock *clockView `json:"clock"`
+	// PodTunnel is what the node published for the pod tunnel, null if
+	// it published nothing.
+	PodTunnel *podTunnelView `json:"pod_tunnel"`
 	// Slots are the node's system slots, from its management port
 	// (node describe only); SlotsError says why they are missing.
 	Slots      []slotView `json:"slots,omitempty"`
 	SlotsError string     `json:"slots_error,omitempty"`
+}
+
+// podTunnelView is what a node published for the pod tunnel.
+type podTunnelView struct {
+	// PublicKey is its WireGuard public key, base64 as WireGuard's tools
+	// print it.
+	PublicKey string `json:"public_key"`
+	// PodRange is its pod range, "" for a controller that is no worker.
+	PodRange string `json:"pod_range"`
+}
+
+func newPodTunnelView(pn *api.PodNetwork) *podTunnelView {
+	if pn == nil {
+		return nil
+	}
+	return &podTunnelView{PublicKey: base64.StdEncoding.EncodeToString(pn.GetWireguardPublicKey()), PodRange: pn.GetPodRange()}
+}
+
+// podTunnelLine describes what a node published for the pod tunnel.
+func podTunnelLine(v *podTunnelView) string {
+	switch {
+	case v == nil:
+		return "-"
+	case v.PodRange == "":
+		return "key " + v.PublicKey + ", no pod range (a controller)"
+	}
+	return "key " + v.PublicKey + ", pod range " + v.PodRange
 }
 
 // clockView is a node's clock as the node reports it.
@@ -154,6 +185,7 @@ func newNodeView(n *api.Node) nodeView {
 		Health:        healthName(n.GetHealth()),
 		LastHeartbeat: unixNanos(n.GetLastHeartbeatUnixNanos()),
 		Clock:         newClockView(n.GetStatus().GetClock()),
+		PodTunnel:     newPodTunnelView(n.GetPodNetwork()),
 	}
 }
 
@@ -270,6 +302,7 @@ func writeNodeDescription(w io.Writer, now time.Time, n nodeView) error {
 	fmt.Fprintf(tw, "System slot:\t%s\n", dash(n.SystemSlot))
 	fmt.Fprintf(tw, "Status written:\t%s\n", timeOf(n.StatusTime))
 	fmt.Fprintf(tw, "Clock:\t%s\n", clockLine(now, n.Clock))
+	fmt.Fprintf(tw, "Pod tunnel:\t%s\n", podTunnelLine(n.PodTunnel))
 	fmt.Fprintf(tw, "Last heartbeat:\t%s\n", timeOf(n.LastHeartbeat))
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("when writing description: %w", err)
