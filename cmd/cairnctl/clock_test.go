@@ -66,15 +66,23 @@ func TestNodeDescribeClock(t *testing.T) {
 			&clockView{State: "KNOWN_WRONG", Reason: "it reads 1999-12-31T23:59:59Z"}},
 		{silent, "Clock:           -\n", nil},
 	} {
-		if out := mustRun(t, dir, "node", "describe", tc.node.Id); !strings.Contains(out, tc.line) {
-			t.Errorf("node describe %s printed\n%s\nwant the line %q", tc.node.Id, out, tc.line)
-		}
-		var v nodeView
-		if err := json.Unmarshal([]byte(mustRun(t, dir, "-o", "json", "node", "describe", tc.node.Id)), &v); err != nil {
-			t.Fatalf("node describe -o json: %v", err)
-		}
+		v := describe(t, dir, tc.node.Id, tc.line)
 		if diff := cmp.Diff(tc.wantJSON, v.Clock); diff != "" {
 			t.Errorf("node describe -o json %s: clock (-want +got):\n%s", tc.node.Id, diff)
 		}
 	}
+}
+
+// describe runs node describe on node id, checks that it prints line, and
+// returns what it prints in JSON.
+func describe(t *testing.T, dir, id, line string) nodeView {
+	t.Helper()
+	if out := mustRun(t, dir, "node", "describe", id); !strings.Contains(out, line) {
+		t.Errorf("node describe %s printed\n%s\nwant the line %q", id, out, line)
+	}
+	var v nodeView
+	if err := json.Unmarshal([]byte(mustRun(t, dir, "-o", "json", "node", "describe", id)), &v); err != nil {
+		t.Fatalf("node describe -o json: %v", err)
+	}
+	return v
 }
