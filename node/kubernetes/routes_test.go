@@ -20,8 +20,10 @@ import (
 // namespace of its own, with a veth in the tunnel's place: the
 // pod range into it, in place of a gateway route of Cairn's that a
 // version before the tunnel left; a controller's address into it for
-// traffic from the pod range alone; other routes left alone. Then it
-// removes them all.
+// traffic from the pod range alone; other routes left alone. The tunnel's
+// address in the pod range is where the node's traffic to the controller
+// comes from, and goes when the node is no worker. Then it removes them
+// all.
 func TestRouteThroughTunnel(t *testing.T) {
 	_, nl := routedNamespace(t)
 	tun := tunnelStandIn(t, nl)
@@ -71,10 +73,35 @@ func TestRouteThroughTunnel(t *testing.T) {
 			t.Errorf("route to the controller from %s = %+v, %v; want through link %d", from, rs, err, want)
 		}
 	}
+	// Kubernetes gave the node another range: the tunnel's address
+	// moves, and its routes stay.
+	if err := addressTunnel(nl, netip.MustParsePrefix("10.192.5.0/24")); err != nil {
+		t.Fatal(err)
+	}
+	if addrs, err := nl.AddrList(&netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: tun}}, netlink.FAMILY_V4); err != nil || len(addrs) != 1 || addrs[0].IPNet.String() != "10.192.5.1/32" {
+		t.Errorf("addresses of the tunnel after the range moved: %v, %v; want 10.192.5.1/32 alone", addrs, err)
+	}
+	check("the range moved", []string{"10.192.0.0/11 " + viaTunnel}, []string{"10.42.0.20/32 " + viaTunnel}, 1)
 	if err := routeThroughTunnel(nl, tun, nil); err != nil {
 		t.Fatal(err)
 	}
 	check("the controller gone", []string{"10.192.0.0/11 " + viaTunnel}, nil, 1)
+	// The node lost the worker role but stays a controller: its tunnel
+	// keeps no address of a range.
+	if err := addressTunnel(nl, netip.Prefix{}); err != nil {
+		t.Fatal(err)
+	}
+	if addrs, err := nl.AddrList(&netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: tun}}, netlink.FAMILY_V4); err != nil || len(addrs) != 0 {
+		t.Errorf("addresses of the tunnel of a controller: %v, %v; want none", addrs, err)
+	}
+	// The kernel dropped the routes through the device with its last
+	// address; routing again (as the tunnel does every 10 s) puts them
+	// back.
+	check("the tunnel's address removed", nil, nil, 1)
+	if err := routeThroughTunnel(nl, tun, nil); err != nil {
+		t.Fatal(err)
+	}
+	check("routed again", []string{"10.192.0.0/11 " + viaTunnel}, nil, 1)
 	if n, err := removePodRoutes(nl); err != nil || n != 1 {
 		t.Errorf("removePodRoutes = %d, %v; want 1 route removed", n, err)
 	}

@@ -141,8 +141,7 @@ func tunnelKey(path string) (wgtypes.Key, error) {
 }
 
 // openTunnel makes the tunnel device if it is not there, gives it key and
-// the tunnel's port, brings it up and routes the pod range into it. It
-// returns the device's index.
+// the tunnel's port, and brings it up. It returns the device's index.
 func openTunnel(nl *netlink.Handle, wg *wgctrl.Client, key wgtypes.Key) (int, error) {
 	link, err := nl.LinkByName(tunnelDevice)
 	if _, missing := err.(netlink.LinkNotFoundError); missing {
@@ -167,9 +166,6 @@ func openTunnel(nl *netlink.Handle, wg *wgctrl.Client, key wgtypes.Key) (int, er
 	}
 	if err := nl.LinkSetUp(link); err != nil {
 		return 0, fmt.Errorf("when bringing %s up: %w", tunnelDevice, err)
-	}
-	if err := routeThroughTunnel(nl, link.Attrs().Index, nil); err != nil {
-		return 0, err
 	}
 	return link.Attrs().Index, nil
 }
@@ -259,6 +255,17 @@ func runTunnel(ctx context.Context, cfg tunnelConfig) error {
 	if err != nil {
 		return err
 	}
+	if cfg.own == nil {
+		// A worker's address may be left from before the node lost
+		// that role. The kernel drops the routes through a device
+		// with its last address, so this comes before the routes.
+		if err := addressTunnel(nl, netip.Prefix{}); err != nil {
+			return err
+		}
+	}
+	if err := routeThroughTunnel(nl, link, nil); err != nil {
+		return err
+	}
 	if err := supervisor.Run(ctx, "publish", func(ctx context.Context) error {
 		// A handle of its own: the runnable's goes when it returns.
 		nl, err := netlink.NewHandle(unix.NETLINK_ROUTE)
@@ -278,62 +285,76 @@ func runTunnel(ctx context.Context, cfg tunnelConfig) error {
 	peers := cfg.peers.Watch()
 	defer peers.Close()
 	var last []TunnelPeer
+	var controllers []netip.Addr
 	for {
-		ps, err := peers.Get(ctx)
-		if err != nil {
-			return err
-		}
-		if slices.Equal(ps, last) {
-			continue
-		}
-		if err := setTunnelPeers(wg, cfg.nodeID, ps); err != nil {
-			return err
-		}
-		var controllers []netip.Addr
-		var names []string
-		for _, p := range ps {
-			if p.Node == cfg.nodeID {
-				continue
+		// The peers as they change; the routes also every 10 s, which
+		// puts back what went (the kernel's own flush of a device
+		// whose last address was removed, say).
+		gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		ps, err := peers.Get(gctx)
+		cancel()
+		switch {
+		case err == nil && !slices.Equal(ps, last):
+			if err := setTunnelPeers(wg, cfg.nodeID, ps); err != nil {
+				return err
 			}
-			if !p.Range.IsValid() {
-				controllers = append(controllers, p.Address)
+			last = ps
+			controllers = nil
+			var names []string
+			for _, p := range ps {
+				if p.Node == cfg.nodeID {
+					continue
+				}
+				if !p.Range.IsValid() {
+					controllers = append(controllers, p.Address)
+				}
+				names = append(names, p.Node+" ("+p.allowed().String()+" at "+p.Address.String()+")")
 			}
-			names = append(names, p.Node+" ("+p.allowed().String()+" at "+p.Address.String()+")")
+			lg.Infof("Pod tunnel peers: %d: %s", len(names), strings.Join(names, ", "))
+		case err == nil:
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case !errors.Is(err, context.DeadlineExceeded):
+			return err
 		}
 		if err := routeThroughTunnel(nl, link, controllers); err != nil {
 			return err
 		}
-		last = ps
-		lg.Infof("Pod tunnel peers: %d: %s", len(names), strings.Join(names, ", "))
 	}
 }
 
 // addressTunnel gives the tunnel device the gateway address of the node's
 // pod range r (its first, which the CNI plugin gives the pods' veths too,
-// and never to a pod), and no other. The node's own traffic to other
-// nodes' pods (kube-proxy's NodePorts, a host network pod's) then leaves
-// from it: the other end's WireGuard takes from this node only what
-// comes from its pod range, and its answer comes back through the
-// tunnel.
+// and never to a pod), and no other; none when r is not valid (a
+// controller that is no worker). The node's own traffic to other nodes'
+// pods (kube-proxy's NodePorts, a host network pod's) then leaves from
+// it: the other end's WireGuard takes from a worker only what comes from
+// its pod range, and from a controller only what comes from its address,
+// and its answer comes back through the tunnel.
 func addressTunnel(nl *netlink.Handle, r netip.Prefix) error {
 	link, err := nl.LinkByName(tunnelDevice)
 	if err != nil {
 		return fmt.Errorf("when looking up the device %s: %w", tunnelDevice, err)
 	}
-	gw := netip.PrefixFrom(r.Masked().Addr().Next(), 32)
+	var gw netip.Prefix
+	if r.IsValid() {
+		// Added before any other goes, so that the device never
+		// loses its last address, and with it its routes.
+		gw = netip.PrefixFrom(r.Masked().Addr().Next(), 32)
+		if err := nl.AddrReplace(link, &netlink.Addr{IPNet: ipNet(gw)}); err != nil {
+			return fmt.Errorf("when giving %s the address %s: %w", tunnelDevice, gw, err)
+		}
+	}
 	have, err := nl.AddrList(link, netlink.FAMILY_V4)
 	if err != nil {
 		return fmt.Errorf("when listing the addresses of %s: %w", tunnelDevice, err)
 	}
 	for _, a := range have {
-		if a.IPNet.String() != gw.String() {
+		if a.IPNet.String() != ipNet(gw).String() || !gw.IsValid() {
 			if err := nl.AddrDel(link, &a); err != nil {
 				return fmt.Errorf("when removing address %s from %s: %w", a.IPNet, tunnelDevice, err)
 			}
 		}
-	}
-	if err := nl.AddrReplace(link, &netlink.Addr{IPNet: ipNet(gw)}); err != nil {
-		return fmt.Errorf("when giving %s the address %s: %w", tunnelDevice, gw, err)
 	}
 	return nil
 }
