@@ -43,7 +43,10 @@ import (
 //	(c) two test agents, pulled through the mirror, one on each worker,
 //	    answer each other over the pod network and reach the registry
 //	    outside the cluster through their node's masquerade (kubectl
-//	    exec), and kubectl logs and port-forward reach them;
+//	    exec), and kubectl logs and port-forward reach them; captures on
+//	    the harness's network see pod → pod and controller → pod
+//	    requests only as WireGuard, whose cost against the plain route
+//	    is measured; NetworkPolicies hold;
 //	(d) a NodePort Service of the agents answers on its ClusterIP and on
 //	    each worker's NodePort, from pods on both workers (kube-proxy);
 //	    pods resolve Service, pod and outside names through their node's
@@ -53,9 +56,9 @@ import (
 //	    apiserver's front proxy client certificate;
 //	(e) a pod whose image does not exist says why it cannot start;
 //	(f) node 1 loses KubernetesWorker: its Node is deleted, its agent
-//	    moves to node 2, and its NodePort is refused (its kube-proxy rules
-//	    and pod routes are gone); it gets the role back: its Node is Ready
-//	    again;
+//	    moves to node 2, and its NodePort is refused (its kube-proxy rules,
+//	    pod routes and tunnel are gone), and node 2's tunnel drops it; it
+//	    gets the role back: its Node is Ready again;
 //	(g) node 1 reboots: its Node is Ready again and a Deployment's pod on
 //	    it runs again;
 //	(h) the controller moves: node 1 becomes ConsensusMember and
@@ -824,14 +827,35 @@ func TestKubernetes(t *testing.T) {
 			if !strings.Contains(out, "no pod, shim or mount left") {
 				return fmt.Errorf("no word of the stopped worker yet")
 			}
-			if !strings.Contains(out, "removed nftables table ip kube-proxy") {
+			// One line names what went, in the order the kernel
+			// lists it: the policy table may come first.
+			i := strings.Index(out, "No Kubernetes role runs kube-proxy or the pod routes here any more: removed ")
+			if i < 0 {
 				return fmt.Errorf("no word of kube-proxy's rules removed yet")
+			}
+			removed, _, _ := strings.Cut(out[i:], "\n")
+			for _, what := range []string{"nftables table ip kube-proxy", "the pod tunnel cairn-wg"} {
+				if !strings.Contains(removed, what) {
+					return fmt.Errorf("the removal did not name %s: %s", what, removed)
+				}
 			}
 			return nil
 		})
 		// Its kube-proxy's rules and pod routes went with the role.
 		k.waitFor(t, n1.Name()+"'s NodePort closed with its worker", 2*time.Minute, func() error {
 			return k.nodePortClosed(t, n1)
+		})
+		// The other worker's tunnel takes nothing from it any more.
+		k.waitFor(t, n2.Name()+"'s pod tunnel dropping "+n1.Name(), 2*time.Minute, func() error {
+			out := s.cairnctl(t, c, "logs", n2.ID(), "--dn", "root.roleserve.kubeworker")
+			i := strings.LastIndex(out, "Pod tunnel peers: ")
+			if i < 0 {
+				return fmt.Errorf("%s logged no tunnel peers", n2.Name())
+			}
+			if peers, _, _ := strings.Cut(out[i:], "\n"); strings.Contains(peers, n1.ID()) {
+				return fmt.Errorf("%s's last tunnel peers still hold %s: %s", n2.Name(), n1.Name(), peers)
+			}
+			return nil
 		})
 		start = time.Now()
 		s.cairnctl(t, c, "node", "add-role", n1.ID(), "KubernetesWorker")
