@@ -32,7 +32,7 @@ type ServicesConfig struct {
 	Routing *Routing
 	// Ports are the node's ports: its apiserver's, which Services reach.
 	Ports ports.Table
-	// TunnelPeers are the workers the pod tunnel reaches, from the
+	// TunnelPeers are the nodes the pod tunnel reaches, from the
 	// curator's node list (TunnelPeers).
 	TunnelPeers event.Watchable[[]TunnelPeer]
 }

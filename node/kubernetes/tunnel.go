@@ -23,39 +23,41 @@ import (
 	api "cairn.dev/cairn/proto/api"
 )
 
-// The pod tunnel: the traffic of a worker's pods to other workers' pods
-// goes through WireGuard, encrypted, never over the plain network.
+// The pod tunnel: pod traffic between nodes goes through WireGuard,
+// encrypted, never over the plain network.
 //
 //	pod ─▶ veth ─▶ node: route PodRange dev cairn-wg ─▶ WireGuard picks the
 //	peer whose pod range holds the address ─▶ UDP 7838 to that node's IP
 //	─▶ its cairn-wg ─▶ its route to the pod's veth ─▶ pod
 //
-// Each worker keeps its WireGuard key on the data partition and publishes
-// the public half with its pod range through the curator
-// (Curator.SetPodNetwork), which checks the range against the one
-// Kubernetes assigned. Every worker programs its peers from the curator's
-// node list: the UP workers that published theirs. A node decommissioned,
-// or one that loses the KubernetesWorker role, is removed from every
-// peer list as the curator tells of it, and its packets are dropped from
-// then on: WireGuard takes a packet only from a peer it knows, and only
-// with a source address in that peer's range.
+// Each node with a Kubernetes role keeps its WireGuard key on the data
+// partition and publishes the public half through the curator
+// (Curator.SetPodNetwork): a worker with its pod range, which the curator
+// checks against the one Kubernetes assigned, a controller that is no
+// worker alone, to reach pods from its own address. Every node programs
+// its peers from the curator's node list: the UP nodes that published
+// theirs. A node decommissioned, or one that loses its Kubernetes role,
+// is removed from every peer list as the curator tells of it, and its
+// packets are dropped from then on: WireGuard takes a packet only from a
+// peer it knows, and only with a source address that peer may send from.
 const (
-	// tunnelDevice is the WireGuard interface of a worker.
+	// tunnelDevice is the node's WireGuard interface.
 	tunnelDevice = "cairn-wg"
 	// tunnelMTU leaves room in a 1500-byte packet of the node's network
 	// for WireGuard's IPv4 header, UDP header and its own (60 bytes),
 	// rounded down as WireGuard's tools do. Pods get it too, so that their
 	// TCP never sends what the tunnel would have to fragment.
 	tunnelMTU = 1420
-	// tunnelKeyFile is where, below the worker's data directory, the
+	// tunnelKeyFile is where, below Kubernetes' data directory, the
 	// node keeps its WireGuard private key, base64 as WireGuard's tools
 	// write it.
 	tunnelKeyFile = "pod-tunnel.key"
 )
 
-// A TunnelPeer is a worker whose pods the pod tunnel reaches.
+// A TunnelPeer is a node the pod tunnel reaches: a worker, for its pods,
+// or a controller that is no worker.
 type TunnelPeer struct {
-	// Node is the worker's ID.
+	// Node is the node's ID.
 	Node string
 	// Key is the public key of its WireGuard interface.
 	Key wgtypes.Key

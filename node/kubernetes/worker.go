@@ -53,7 +53,7 @@ type WorkerConfig struct {
 	// Ready is set to the Ready condition of the node's Node object, as
 	// the pod network reads it every 10 s; nil in tests that do not care.
 	Ready event.Value[bool]
-	// TunnelPeers are the workers the pod tunnel reaches, from the
+	// TunnelPeers are the nodes the pod tunnel reaches, from the
 	// curator's node list (TunnelPeers).
 	TunnelPeers event.Watchable[[]TunnelPeer]
 }

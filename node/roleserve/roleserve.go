@@ -108,7 +108,7 @@ type Service struct {
 	// kubeNodes are the UP nodes and their Kubernetes roles
 	// (clusterwatch).
 	kubeNodes memory.Value[[]kubernetes.ClusterNode]
-	// tunnelPeers are the workers the pod tunnel reaches (clusterwatch).
+	// tunnelPeers are the nodes the pod tunnel reaches (clusterwatch).
 	tunnelPeers memory.Value[[]kubernetes.TunnelPeer]
 	// statusPushed is set once the node's status reached the curator
 	// leader (statuspush).

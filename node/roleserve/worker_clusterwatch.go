@@ -36,8 +36,8 @@ type workerClusterwatch struct {
 	// kubeNodes are the UP nodes and their Kubernetes roles, for the
 	// Kubernetes reconciler.
 	kubeNodes event.Value[[]kubernetes.ClusterNode]
-	// tunnelPeers are the workers the pod tunnel reaches, for the
-	// Kubernetes worker.
+	// tunnelPeers are the nodes the pod tunnel reaches, for the
+	// Kubernetes worker and services.
 	tunnelPeers event.Value[[]kubernetes.TunnelPeer]
 }
 

@@ -18,7 +18,7 @@ type workerKubeServices struct {
 	// localEtcd is the node's voting etcd member, nil while there is none
 	// (controlplane): without it the node runs no control plane.
 	localEtcd event.Watchable[*consensus.Status]
-	// tunnelPeers are the workers the pod tunnel reaches (clusterwatch).
+	// tunnelPeers are the nodes the pod tunnel reaches (clusterwatch).
 	tunnelPeers event.Watchable[[]kubernetes.TunnelPeer]
 }
 

@@ -17,7 +17,7 @@ type workerKubeWorker struct {
 	// apiservers are the controllers' apiservers (clusterwatch), which
 	// the kubelet reaches through a balancer.
 	apiservers event.Watchable[[]string]
-	// tunnelPeers are the workers the pod tunnel reaches (clusterwatch).
+	// tunnelPeers are the nodes the pod tunnel reaches (clusterwatch).
 	tunnelPeers event.Watchable[[]kubernetes.TunnelPeer]
 	// ready is the Ready condition of the node's Node object, false
 	// while the worker does not run.
