@@ -20,10 +20,10 @@ const wireguardKeySize = 32
 
 // SetPodNetwork stores the WireGuard key and pod range of the calling
 // worker, once it has checked the range against the one Kubernetes
-// assigned to the worker's Node, or the key alone of a controller. Every node programs its tunnel's peers
-// from what the workers published, so a node can claim only its own
-// range: were it to claim another's, that node's pods' traffic would go
-// to it.
+// assigned to the worker's Node, or the key alone of a controller. Every
+// node programs its tunnel's peers from what the nodes published, so a
+// node can claim only its own range: were it to claim another's, that
+// node's pods' traffic would go to it.
 func (a nodeAPI) SetPodNetwork(ctx context.Context, req *api.SetPodNetworkRequest) (*api.SetPodNetworkResponse, error) {
 	p, err := nodePeer(ctx)
 	if err != nil {
