@@ -41,7 +41,7 @@ const (
 // peer whose range holds the address, or drops it. Traffic from the pod
 // range to controllers (their addresses) goes into the tunnel too.
 func routeThroughTunnel(nl *netlink.Handle, link int, controllers []netip.Addr) error {
-	err := keepPodRoutes(nl, unix.RT_TABLE_MAIN, []netlink.Route{{Dst: ipNet(podPrefix), LinkIndex: link, Protocol: podRouteProtocol}})
+	_, err := keepPodRoutes(nl, unix.RT_TABLE_MAIN, []netlink.Route{{Dst: ipNet(podPrefix), LinkIndex: link, Protocol: podRouteProtocol}})
 	if err != nil {
 		return err
 	}
@@ -49,7 +49,7 @@ func routeThroughTunnel(nl *netlink.Handle, link int, controllers []netip.Addr) 
 	for _, a := range controllers {
 		want = append(want, netlink.Route{Dst: ipNet(netip.PrefixFrom(a, 32)), LinkIndex: link, Protocol: podRouteProtocol, Table: controllerTable})
 	}
-	if err := keepPodRoutes(nl, controllerTable, want); err != nil {
+	if _, err := keepPodRoutes(nl, controllerTable, want); err != nil {
 		return err
 	}
 	rules, err := controllerRules(nl)
@@ -80,14 +80,11 @@ func controllerRules(nl *netlink.Handle) ([]netlink.Rule, error) {
 func removePodRoutes(nl *netlink.Handle) (int, error) {
 	n := 0
 	for _, table := range []int{unix.RT_TABLE_MAIN, controllerTable} {
-		have, err := listPodRoutes(nl, table)
+		removed, err := keepPodRoutes(nl, table, nil)
+		n += removed
 		if err != nil {
 			return n, err
 		}
-		if err := keepPodRoutes(nl, table, nil); err != nil {
-			return n, err
-		}
-		n += len(have)
 	}
 	rules, err := controllerRules(nl)
 	if err != nil {
@@ -103,16 +100,16 @@ func removePodRoutes(nl *netlink.Handle) (int, error) {
 
 // keepPodRoutes makes Cairn's routes (podRouteProtocol) in table of nl
 // want, and no others: it adds what is missing and removes what is not
-// wanted.
-func keepPodRoutes(nl *netlink.Handle, table int, want []netlink.Route) error {
+// wanted, and says how many it removed.
+func keepPodRoutes(nl *netlink.Handle, table int, want []netlink.Route) (removed int, err error) {
 	have, err := listPodRoutes(nl, table)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	var errs []error
 	for _, rt := range have {
 		i := slices.IndexFunc(want, func(w netlink.Route) bool {
-			return w.Dst.String() == rt.Dst.String() && w.Gw.Equal(rt.Gw) && (w.LinkIndex == 0 || w.LinkIndex == rt.LinkIndex)
+			return w.Dst.String() == rt.Dst.String() && w.Gw.Equal(rt.Gw) && w.LinkIndex == rt.LinkIndex
 		})
 		if i >= 0 {
 			want = slices.Delete(want, i, i+1)
@@ -120,14 +117,16 @@ func keepPodRoutes(nl *netlink.Handle, table int, want []netlink.Route) error {
 		}
 		if err := nl.RouteDel(&rt); err != nil && !errors.Is(err, unix.ESRCH) {
 			errs = append(errs, fmt.Errorf("when removing the stale pod route to %s: %w", rt.Dst, err))
+			continue
 		}
+		removed++
 	}
 	for _, rt := range want {
 		if err := nl.RouteReplace(&rt); err != nil {
 			errs = append(errs, fmt.Errorf("when routing %s into the pod tunnel: %w", rt.Dst, err))
 		}
 	}
-	return errors.Join(errs...)
+	return removed, errors.Join(errs...)
 }
 
 // ipNet converts an IPv4 prefix.
