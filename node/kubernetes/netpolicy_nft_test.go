@@ -26,9 +26,10 @@ type policyTestPod struct {
 
 // policyNetwork is a node's pod network in network namespaces of its
 // own: a node namespace that routes between pods a, b and c, each in a
-// namespace behind a veth pair, and each serving TCP on 8080 and 9090
+// namespace behind a veth pair whose node end is named veth-a, veth-b
+// and veth-c, or links when given, and each serving TCP on 8080 and 9090
 // (answering its own address). It returns the node's namespace.
-func policyNetwork(t *testing.T) (netns.NsHandle, map[string]policyTestPod) {
+func policyNetwork(t *testing.T, links ...string) (netns.NsHandle, map[string]policyTestPod) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for network namespaces")
@@ -50,11 +51,15 @@ func policyNetwork(t *testing.T) (netns.NsHandle, map[string]policyTestPod) {
 		pod := policyTestPod{ns: netnstest.New(t), ip: netip.AddrFrom4([4]byte{10, byte(i + 1), 0, 2})}
 		pods[name] = pod
 		gw := netip.AddrFrom4([4]byte{10, byte(i + 1), 0, 1})
-		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "to-" + name}, PeerName: "eth0", PeerNamespace: netlink.NsFd(pod.ns)}
+		link := "veth-" + name
+		if len(links) > 0 {
+			link = links[i]
+		}
+		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: link}, PeerName: "eth0", PeerNamespace: netlink.NsFd(pod.ns)}
 		if err := nl.LinkAdd(veth); err != nil {
 			t.Fatal(err)
 		}
-		setLink(t, nl, "to-"+name, gw)
+		setLink(t, nl, link, gw)
 		pl, err := netlink.NewHandleAt(pod.ns)
 		if err != nil {
 			t.Fatal(err)
@@ -111,8 +116,13 @@ func setLink(t *testing.T, nl *netlink.Handle, name string, a netip.Addr) {
 
 // dial connects from pod from to port of pod to and reads its answer.
 func dial(from, to policyTestPod, port int) error {
+	return dialAddr(from, netip.AddrPortFrom(to.ip, uint16(port)), to)
+}
+
+// dialAddr connects from pod from to addr and checks that pod to answers.
+func dialAddr(from policyTestPod, addr netip.AddrPort, to policyTestPod) error {
 	return netnstest.Do(from.ns, func() error {
-		c, err := net.DialTimeout("tcp", netip.AddrPortFrom(to.ip, uint16(port)).String(), 500*time.Millisecond)
+		c, err := net.DialTimeout("tcp", addr.String(), 500*time.Millisecond)
 		if err != nil {
 			return err
 		}

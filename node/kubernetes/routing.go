@@ -19,9 +19,10 @@ import (
 const proxyTable = "kube-proxy"
 
 // Routing is what Kubernetes programs into a node's kernel for Services
-// and pods: kube-proxy's nftables tables, Cairn's routes to the other
-// nodes' pod ranges, and a worker's NetworkPolicy table. A worker programs it, and so do the Services of a
-// controller that is no worker; a node changing roles starts one as the
+// and pods: kube-proxy's nftables tables, Cairn's pod tunnel with its
+// routes and its guard, and a worker's NetworkPolicy table. A worker
+// programs it, and so do the Services of a controller that is no worker;
+// a node changing roles starts one as the
 // other stops. kube-proxy leaves its tables behind when it exits, so
 // without Routing a node that lost its last Kubernetes role kept answering
 // ClusterIPs and NodePorts, and routing pod ranges, until it rebooted.
@@ -74,7 +75,7 @@ func (r *Routing) hold(ctx context.Context) (release func()) {
 }
 
 // remove deletes kube-proxy's tables, the NetworkPolicy table, Cairn's
-// pod routes and the pod tunnel, and says what it deleted.
+// pod routes and the pod tunnel with its guard, and says what it deleted.
 func (r *Routing) remove() (string, error) {
 	nf, err := nftables.New(r.nfOpts...)
 	if err != nil {
@@ -86,7 +87,7 @@ func (r *Routing) remove() (string, error) {
 	}
 	var removed []string
 	for _, t := range tables {
-		if t.Name != proxyTable && !(t.Name == policyTable && t.Family == nftables.TableFamilyIPv4) {
+		if t.Name != proxyTable && !((t.Name == policyTable || t.Name == guardTable) && t.Family == nftables.TableFamilyIPv4) {
 			continue
 		}
 		nf.DelTable(t)

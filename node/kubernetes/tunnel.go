@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 	"golang.zx2c4.com/wireguard/wgctrl"
@@ -40,6 +41,8 @@ import (
 // is removed from every peer list as the curator tells of it, and its
 // packets are dropped from then on: WireGuard takes a packet only from a
 // peer it knows, and only with a source address that peer may send from.
+// What reaches a node for its pods from outside the tunnel, in
+// plaintext, is dropped too (guardPods).
 const (
 	// tunnelDevice is the node's WireGuard interface.
 	tunnelDevice = "cairn-wg"
@@ -255,6 +258,13 @@ func runTunnel(ctx context.Context, cfg tunnelConfig) error {
 	defer wg.Close()
 	link, err := openTunnel(nl, wg, key)
 	if err != nil {
+		return err
+	}
+	nf, err := nftables.New(cfg.routing.nfOpts...)
+	if err != nil {
+		return fmt.Errorf("when opening nftables: %w", err)
+	}
+	if err := guardPods(nf, podPrefix); err != nil {
 		return err
 	}
 	if cfg.own == nil {
