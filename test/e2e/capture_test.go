@@ -3,16 +3,21 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"cairn.dev/cairn/test/launch/netns"
@@ -170,4 +175,43 @@ func udpBetween(frames [][]byte, a, b netip.Addr, port uint16) int {
 		}
 	}
 	return n
+}
+
+// getFromNetwork GETs / of addr over plain HTTP from the harness's side
+// of network n (its bridge address), as any machine of the nodes'
+// network could, with addr routed through via when via is valid (the
+// route goes when it returns). It returns the answer's body.
+func getFromNetwork(n *netns.Network, via netip.Addr, addr netip.AddrPort) (string, error) {
+	var body []byte
+	err := n.Do(func() error {
+		if via.IsValid() {
+			nl, err := netlink.NewHandle()
+			if err != nil {
+				return fmt.Errorf("when opening netlink: %w", err)
+			}
+			defer nl.Close()
+			route := &netlink.Route{Dst: &net.IPNet{IP: addr.Addr().AsSlice(), Mask: net.CIDRMask(32, 32)}, Gw: via.AsSlice()}
+			if err := nl.RouteReplace(route); err != nil {
+				return fmt.Errorf("when routing %s through %s: %w", addr.Addr(), via, err)
+			}
+			defer nl.RouteDel(route)
+		}
+		c, err := net.DialTimeout("tcp", addr.String(), 5*time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(c, "GET / HTTP/1.0\r\n\r\n"); err != nil {
+			return err
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		body, err = io.ReadAll(resp.Body)
+		return err
+	})
+	return strings.TrimSpace(string(body)), err
 }

@@ -12,6 +12,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -316,6 +317,17 @@ func TestKubernetes(t *testing.T) {
 		out, err = k.run(t, "exec", "-n", "host-agent", "host-agent", "--", "/agent", "get", "http://"+client.IP+":8080/")
 		if got := strings.TrimSpace(string(out)); err != nil || got != client.Name {
 			t.Errorf("from %s's host network to %s on %s: answered by %q, %v", n2.Name(), client.Name, client.Node, got, err)
+		}
+		// A machine of the nodes' network (the harness, here) that
+		// routes a pod's address through the pod's node reaches no pod
+		// in plaintext, though it reaches the node: the tunnel's guard.
+		if got, err := getFromNetwork(c.Network(), netip.Addr{}, netip.AddrPortFrom(n2.IP(), 8081)); err != nil || got == "" {
+			t.Errorf("from the harness's network to the agent on %s's host network: answered %q, %v", n2.Name(), got, err)
+		}
+		if got, err := getFromNetwork(c.Network(), n2.IP(), netip.AddrPortFrom(netip.MustParseAddr(server.IP), 8080)); err == nil {
+			t.Errorf("from the harness's network to %s on %s, routed through %s in plaintext: answered %q, want nothing", server.Name, server.Node, n2.IP(), got)
+		} else {
+			t.Logf("from the harness's network to %s, routed through %s in plaintext: %v, as it should", server.Name, n2.IP(), err)
 		}
 		bench := func(url string) (latency time.Duration, rate string) {
 			out, err := k.run(t, "exec", client.Name, "--", "/agent", "bench", url)
