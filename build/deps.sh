@@ -15,6 +15,7 @@ packages=(
   qemu-utils
   ovmf
   systemd-boot-efi
+  sbsigntool openssl
   swtpm swtpm-tools
   protobuf-compiler libprotobuf-dev
   zstd cpio

@@ -6,12 +6,14 @@
 // Each boot is a node as make cluster boots it: a fresh copy of the image,
 // written in place, and a new TPM 2.0 (swtpm) that the firmware and the
 // UKI's stub measure into; every image is also booted without the TPM, to
-// show what measuring costs. For Cairn it also times the steps after the
+// show what measuring costs, and with the TPM again under Secure Boot
+// (firmware that enforces it, on a machine with SMM), to show what that
+// costs. For Cairn it also times the steps after the
 // supervisor starts, up to where a node without parameters waits: the
 // system partition mounted, the network address, the data partition's
 // modules loaded.
 //
-//	go run ./test/bootbench [-image-dir out] [-boots 5] [-tpm both|on|off]
+//	go run ./test/bootbench [-image-dir out] [-boots 5] [-tpm both|on|off] [-secureboot=false]
 //
 // `make bench-boot` runs it after building the images.
 package main
@@ -34,6 +36,7 @@ func main() {
 	boots := flag.Int("boots", 5, "boots of each image in each setup")
 	memory := flag.Int("memory", 2048, "memory of the node in MiB")
 	tpm := flag.String("tpm", "both", "boot with a TPM 2.0 (swtpm), as make cluster does: on, off or both")
+	secureBoot := flag.Bool("secureboot", true, "also boot each image under Secure Boot, with a TPM")
 	timeout := flag.Duration("timeout", 5*time.Minute, "deadline of each boot")
 	flag.Parse()
 
@@ -49,6 +52,13 @@ func main() {
 		fmt.Fprintf(os.Stderr, "bootbench: -tpm %q: want on, off or both\n", *tpm)
 		os.Exit(2)
 	}
+	var setups []setup
+	for _, t := range tpms {
+		setups = append(setups, setup{tpm: t})
+	}
+	if *secureBoot {
+		setups = append(setups, setup{tpm: true, secureBoot: true})
+	}
 	b := bench{memoryMiB: *memory, timeout: *timeout}
 	cairn := subject{name: "cairn.img", image: filepath.Join(*dir, "cairn.img"), marks: launch.CairnBoot, milestones: cairnMilestones}
 	null := subject{name: "null.img", image: filepath.Join(*dir, "null.img"), marks: launch.NullBoot}
@@ -57,10 +67,10 @@ func main() {
 	// The boots alternate between the images and the setups, so that a
 	// change in what else the machine runs weighs on all alike.
 	for i := range *boots {
-		for _, t := range tpms {
+		for _, how := range setups {
 			for _, s := range []subject{cairn, null} {
-				st := setup{s.name, t}
-				phases, err := b.boot(s, t, i)
+				st := how.of(s)
+				phases, err := b.boot(s, st, i)
 				if err != nil {
 					fmt.Fprintf(os.Stderr, "bootbench: %s boot %d: %v\n", st, i+1, err)
 					os.Exit(1)
@@ -77,43 +87,62 @@ func main() {
 	}
 	fmt.Printf("boot phases over %d boots of each image through OVMF, %s, %d MiB, each from a fresh copy of its image written in place (as make cluster)\n", *boots, accel, *memory)
 	fmt.Printf("host load average (1 min) %s before, %s after\n\n", load, loadAverage())
-	for _, t := range tpms {
+	for _, how := range setups {
 		for _, s := range []subject{cairn, null} {
-			st := setup{s.name, t}
+			st := how.of(s)
 			fmt.Print(summaryTable(st.String(), summarize(results[st])))
 			fmt.Println()
 		}
 	}
-	for _, t := range tpms {
-		c, n := setup{cairn.name, t}, setup{null.name, t}
-		fmt.Print(costTable(fmt.Sprintf("Cairn's cost against the null image's floor, %s (medians)", c.tpmText()), "cairn", "null",
+	for _, how := range setups {
+		c, n := how.of(cairn), how.of(null)
+		fmt.Print(costTable(fmt.Sprintf("Cairn's cost against the null image's floor, %s (medians)", how.how()), "cairn", "null",
 			summarize(results[c]), summarize(results[n])))
 		fmt.Println()
 	}
-	if len(tpms) == 2 {
-		for _, s := range []subject{cairn, null} {
-			with, without := setup{s.name, true}, setup{s.name, false}
+	for _, s := range []subject{cairn, null} {
+		with, without := setup{s.name, true, false}, setup{s.name, false, false}
+		if results[with] != nil && results[without] != nil {
 			fmt.Print(costTable(fmt.Sprintf("What the TPM costs %s (medians)", s.name), "TPM", "none",
+				summarize(results[with]), summarize(results[without])))
+			fmt.Println()
+		}
+		with, without = setup{s.name, true, true}, setup{s.name, true, false}
+		if results[with] != nil && results[without] != nil {
+			fmt.Print(costTable(fmt.Sprintf("What Secure Boot costs %s, with a TPM (medians)", s.name), "SB", "none",
 				summarize(results[with]), summarize(results[without])))
 			fmt.Println()
 		}
 	}
 }
 
-// A setup is an image booted with or without a TPM.
+// A setup is an image booted with or without a TPM, and with or without
+// Secure Boot.
 type setup struct {
-	image string
-	tpm   bool
+	image      string
+	tpm        bool
+	secureBoot bool
 }
 
-func (s setup) tpmText() string {
+// of is the setup for s's image.
+func (s setup) of(sub subject) setup {
+	s.image = sub.name
+	return s
+}
+
+// how says how the image boots.
+func (s setup) how() string {
+	h := "without a TPM"
 	if s.tpm {
-		return "with a TPM"
+		h = "with a TPM"
 	}
-	return "without a TPM"
+	if s.secureBoot {
+		h += ", under Secure Boot"
+	}
+	return h
 }
 
-func (s setup) String() string { return s.image + ", " + s.tpmText() }
+func (s setup) String() string { return s.image + ", " + s.how() }
 
 // loadAverage returns the host's one-minute load average, which says how
 // much the other work on the machine may have slowed the boots.
@@ -159,10 +188,10 @@ type bench struct {
 	timeout   time.Duration
 }
 
-// boot boots s once, with a new TPM or none, and returns its phases.
-// Power-off is the end-to-end suites' business: once booted, the node is
-// stopped at once.
-func (b bench) boot(s subject, tpm bool, i int) ([]launch.Phase, error) {
+// boot boots s once as st says (a new TPM or none, Secure Boot or not),
+// and returns its phases. Power-off is the end-to-end suites' business:
+// once booted, the node is stopped at once.
+func (b bench) boot(s subject, st setup, i int) ([]launch.Phase, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
 	defer cancel()
 	disk, err := freshCopy(ctx, s.image)
@@ -171,8 +200,11 @@ func (b bench) boot(s subject, tpm bool, i int) ([]launch.Phase, error) {
 	}
 	defer os.RemoveAll(filepath.Dir(disk))
 	opts := []launch.Option{launch.WithWritableImage()}
-	if tpm {
+	if st.tpm {
 		opts = append(opts, launch.WithTPM())
+	}
+	if st.secureBoot {
+		opts = append(opts, launch.WithSecureBoot())
 	}
 	cfg := launch.Config{Name: fmt.Sprintf("bench%d", i), Image: disk, MemoryMiB: b.memoryMiB}
 	n, err := launch.Launch(ctx, cfg, opts...)

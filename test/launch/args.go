@@ -24,7 +24,10 @@ type plan struct {
 	// ovmfCode and ovmfVars are the firmware and the node's own copy of the
 	// variable store; unused with direct boot.
 	ovmfCode, ovmfVars string
-	direct             *DirectBoot
+	// secureBoot gives the machine SMM and makes the firmware's flash
+	// writable only from it, as Secure Boot firmware needs.
+	secureBoot bool
+	direct     *DirectBoot
 	// tpmSocket is swtpm's control socket; empty for no TPM.
 	tpmSocket string
 	fwcfg     []fwcfgPath
@@ -74,7 +77,11 @@ func (p plan) args() []string {
 		"-name", opt(p.name),
 		"-nodefaults", "-no-user-config",
 		"-display", "none",
-		"-machine", "q35",
+	}
+	if p.secureBoot && p.direct == nil {
+		a = append(a, "-machine", "q35,smm=on", "-global", "driver=cfi.pflash01,property=secure,value=on")
+	} else {
+		a = append(a, "-machine", "q35")
 	}
 	accel, cpu := "tcg", "max"
 	if p.kvm {

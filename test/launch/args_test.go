@@ -84,6 +84,14 @@ func TestArgs(t *testing.T) {
 				argsOVMF, argsDisk, argsRNG, argsTail},
 		},
 		{
+			name:   "secure boot: smm, the firmware's flash secure",
+			change: func(p *plan) { p.secureBoot = true },
+			want: [][]string{
+				{"-name", "n1", "-nodefaults", "-no-user-config", "-display", "none",
+					"-machine", "q35,smm=on", "-global", "driver=cfi.pflash01,property=secure,value=on"},
+				argsTCG, argsOVMF, argsDisk, argsRNG, argsTail},
+		},
+		{
 			name:   "tpm",
 			change: func(p *plan) { p.tpmSocket = "/s/swtpm/ctrl.sock" },
 			want: [][]string{argsHead, argsTCG, argsOVMF, argsDisk, argsRNG,

@@ -10,13 +10,20 @@ import (
 
 // Defaults used where a Config or an option leaves a setting empty.
 const (
-	DefaultQEMU      = "qemu-system-x86_64"
-	DefaultQEMUImg   = "qemu-img"
-	DefaultSWTPM     = "swtpm"
-	DefaultOVMFCode  = "/usr/share/OVMF/OVMF_CODE_4M.fd"
-	DefaultOVMFVars  = "/usr/share/OVMF/OVMF_VARS_4M.fd"
-	DefaultMemoryMiB = 1024
-	DefaultCPUs      = 1
+	DefaultQEMU     = "qemu-system-x86_64"
+	DefaultQEMUImg  = "qemu-img"
+	DefaultSWTPM    = "swtpm"
+	DefaultOVMFCode = "/usr/share/OVMF/OVMF_CODE_4M.fd"
+	DefaultOVMFVars = "/usr/share/OVMF/OVMF_VARS_4M.fd"
+	// SecureBootOVMFCode is Debian's OVMF built to enforce Secure Boot
+	// (it needs SMM), and SecureBootOVMFVars its variables with Secure
+	// Boot on and Debian's snakeoil certificate (in the ovmf package) as
+	// the one key and signer it trusts: what a development build signs
+	// its UKI with.
+	SecureBootOVMFCode = "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd"
+	SecureBootOVMFVars = "/usr/share/OVMF/OVMF_VARS_4M.snakeoil.fd"
+	DefaultMemoryMiB   = 1024
+	DefaultCPUs        = 1
 )
 
 // Config is what every node needs: a name and a disk, and its size.
@@ -138,6 +145,7 @@ const (
 type options struct {
 	qemu, qemuImg, swtpm string
 	ovmfCode, ovmfVars   string
+	secureBoot           bool
 	accel                Accel
 	cpu                  string
 	tpm                  bool
@@ -176,6 +184,17 @@ type Option func(*options)
 // (see WithVarStore).
 func WithOVMF(code, vars string) Option {
 	return func(o *options) { o.ovmfCode, o.ovmfVars = code, vars }
+}
+
+// WithSecureBoot boots the node through firmware that enforces Secure
+// Boot (SecureBootOVMFCode and SecureBootOVMFVars, unless WithOVMF names
+// others after it), on a machine with SMM and its firmware's flash
+// writable only from SMM, as Secure Boot firmware needs: it starts only
+// an EFI binary signed by a key its variables trust.
+func WithSecureBoot() Option {
+	return func(o *options) {
+		o.secureBoot, o.ovmfCode, o.ovmfVars = true, SecureBootOVMFCode, SecureBootOVMFVars
+	}
 }
 
 // WithTPM gives the node a TPM 2.0, emulated by a swtpm process of its own.

@@ -128,7 +128,7 @@ func (n *Node) start(ctx context.Context, cfg Config, o options) error {
 	}
 	var err error
 	if o.direct == nil {
-		p.ovmfCode = o.ovmfCode
+		p.ovmfCode, p.secureBoot = o.ovmfCode, o.secureBoot
 		if p.ovmfVars, err = varStore(n.dir, o.ovmfVars, o.varStore); err != nil {
 			return err
 		}

@@ -1,0 +1,136 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"cairn.dev/cairn/node/marker"
+	"cairn.dev/cairn/pkg/gpt"
+	"cairn.dev/cairn/test/launch"
+	"cairn.dev/cairn/test/launch/cluster"
+)
+
+// TestSecureBootSigned forms a one-node cluster, with a TPM, through
+// firmware that enforces Secure Boot and trusts the key the build signs
+// its UKI with (make image: a development build's is Debian's snakeoil
+// key, which that firmware's variables trust): the node boots, with the
+// kernel locked down as Secure Boot makes it, bootstraps and is listed
+// UP. Then cairnctl reboots it, through the firmware, and it joins again
+// from its sealed configuration. The boot's phases are printed, to set beside those of
+// the suites that boot without Secure Boot.
+func TestSecureBootSigned(t *testing.T) {
+	s := newSuite(t, 1, 20*time.Minute)
+	c := s.newCluster(1, 0, launch.WithSecureBoot())
+	n0 := c.Node(0)
+	if err := c.Form(s.ctx); err != nil {
+		t.Fatalf("forming the one-node cluster under Secure Boot: %v", err)
+	}
+	vm := n0.VM()
+	phases, missing := cluster.Milestones(vm, 0, bootstrapMilestones)
+	for _, p := range phases {
+		s.step("node 0: "+p.Name, p.Duration)
+	}
+	if len(missing) > 0 {
+		t.Logf("node 0's console lacks the milestones %q", missing)
+	}
+	if _, ok := vm.Console().Find(0, launch.Substring("Kernel is locked down from EFI Secure Boot")); !ok {
+		t.Errorf("the kernel did not say it is locked down by Secure Boot: did the firmware enforce it?")
+	}
+	nodes, err := c.ListNodes(s.ctx)
+	if err != nil {
+		t.Fatalf("node list: %v", err)
+	}
+	if len(nodes) != 1 || nodes[0].State != "UP" {
+		t.Fatalf("node list = %+v, want %s alone, UP", nodes, n0.ID())
+	}
+
+	mark := n0.Mark()
+	start := time.Now()
+	s.cairnctl(t, c, "node", "reboot", n0.ID())
+	boot := s.waitNode(t, n0, mark, launch.CairnBoot.Init)
+	back := s.waitNode(t, n0, boot.Index, launch.Mark(marker.Joined, "node", n0.ID()))
+	s.step("reboot command → /init of the next boot", boot.Time.Sub(start))
+	s.step("reboot command → rejoined", back.Time.Sub(start))
+	rebooted := s.lineAfter(n0, mark, "cairn: rebooting")
+	t.Logf("rebooted: %s; %s", rebooted, cluster.Message(back.Text))
+	// The locked-down kernel loads no kernel it cannot verify, so the
+	// node reboots through the firmware, which checks the UKI again.
+	if !strings.Contains(rebooted, "through the firmware") {
+		t.Errorf("under Secure Boot the node did not reboot through the firmware: %s", rebooted)
+	}
+	assertNoPanic(t, n0.VM())
+}
+
+// TestSecureBootRefusesTamperedUKI boots, through the same firmware, a
+// copy of the image whose UKI on the ESP has one byte changed, so that
+// it no longer matches its signature, as a UKI no trusted key signed:
+// the firmware refuses it, and nothing of it runs.
+func TestSecureBootRefusesTamperedUKI(t *testing.T) {
+	s := newSuite(t, 1, 10*time.Minute)
+	disk := tamperedUKICopy(t)
+	n := s.launch(launch.Config{Name: "secureboot-tampered", Image: disk}, launch.WithSecureBoot())
+	denied := s.waitFor(n, launch.Substring("Access Denied"))
+	t.Logf("the firmware refused the tampered UKI: %s", denied.Text)
+	// The firmware moves on to its next boot option; give the UKI's
+	// stub the time it would have needed to say anything.
+	time.Sleep(5 * time.Second)
+	for _, l := range []string{"cairn: init started", "EFI stub:", "Linux version"} {
+		if got, ok := n.Console().Find(0, launch.Substring(l)); ok {
+			t.Errorf("the tampered UKI ran under Secure Boot: %q", got.Text)
+		}
+	}
+}
+
+// tamperedUKICopy copies the image and changes one byte of its UKI where
+// the ESP holds it: a byte in the middle of the file, which its signature
+// covers. The UKI is found on the ESP by its own bytes around there, in
+// one piece, as the image's freshly made FAT lays it out.
+func tamperedUKICopy(t *testing.T) string {
+	t.Helper()
+	uki, err := os.ReadFile(artifact(t, "cairn.efi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mid := len(uki) / 2
+	needle := uki[mid : mid+4096]
+	disk := copyImage(t)
+	f, err := os.OpenFile(disk, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tab := readGPT(t, f)
+	i := tab.Find(gpt.TypeEFISystem)
+	if i < 0 {
+		t.Fatalf("the image has no ESP: %+v", tab.Entries)
+	}
+	esp := tab.Entries[i]
+	start, size := int64(esp.FirstLBA)*512, int64(esp.LastLBA-esp.FirstLBA+1)*512
+	data := make([]byte, size)
+	if _, err := f.ReadAt(data, start); err != nil {
+		t.Fatalf("reading the ESP: %v", err)
+	}
+	// Every copy: the ESP may hold the UKI at more than one path.
+	found := 0
+	for at := 0; ; {
+		i := bytes.Index(data[at:], needle)
+		if i < 0 {
+			break
+		}
+		if err := flipByte(f, start+int64(at+i)+7); err != nil {
+			t.Fatal(err)
+		}
+		found++
+		at += i + len(needle)
+	}
+	if found == 0 {
+		t.Fatalf("the UKI's bytes are not on the ESP")
+	}
+	t.Logf("changed one byte in each of %d copies of the UKI on the ESP", found)
+	return disk
+}
