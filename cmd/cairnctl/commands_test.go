@@ -88,6 +88,7 @@ func TestCommandsAgainstServer(t *testing.T) {
 	wantViews := []nodeView{{
 		ID: up.Id, PublicKey: hex.EncodeToString(up.PublicKey), State: "UP", Roles: []string{"ConsensusMember"},
 		Address: "10.0.2.15", CuratorPort: 7833, Version: "v0.1", SystemSlot: "b", StatusTime: &stTime, Health: "HEALTHY", LastHeartbeat: &hb,
+		Seal: "plain",
 	}, {
 		ID: fresh.Id, PublicKey: hex.EncodeToString(fresh.PublicKey), State: "NEW", Roles: []string{},
 	}}

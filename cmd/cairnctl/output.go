@@ -48,6 +48,14 @@ type nodeView struct {
 	// PodTunnel is what the node published for the pod tunnel, null if
 	// it published nothing.
 	PodTunnel *podTunnelView `json:"pod_tunnel"`
+	// SecureBoot says whether the node reports that its firmware booted
+	// it under Secure Boot, null if it reports nothing of it.
+	SecureBoot *bool `json:"secure_boot"`
+	// Seal is how the node keeps its sealed configuration, as it said
+	// when it committed: "tpm" (with its TPM, not bound to what it
+	// boots) or "plain" (on its ESP); "" for a node that never
+	// committed.
+	Seal string `json:"seal"`
 	// Slots are the node's system slots, from its management port
 	// (node describe only); SlotsError says why they are missing.
 	Slots      []slotView `json:"slots,omitempty"`
@@ -186,7 +194,54 @@ func newNodeView(n *api.Node) nodeView {
 		LastHeartbeat: unixNanos(n.GetLastHeartbeatUnixNanos()),
 		Clock:         newClockView(n.GetStatus().GetClock()),
 		PodTunnel:     newPodTunnelView(n.GetPodNetwork()),
+		SecureBoot:    secureBootOf(n.GetStatus()),
+		Seal:          sealOf(n),
 	}
+}
+
+// secureBootOf is whether the node's status says it booted under Secure
+// Boot; nil when it says nothing of it.
+func secureBootOf(st *api.NodeStatus) *bool {
+	if st.GetBootSecurity() == nil {
+		return nil
+	}
+	on := st.GetBootSecurity().GetSecureBoot()
+	return &on
+}
+
+// sealOf is how n keeps its sealed configuration: "tpm" or "plain", or ""
+// before it committed (NEW, STANDBY), when it has said nothing yet.
+func sealOf(n *api.Node) string {
+	switch n.GetState() {
+	case api.NodeState_NODE_STATE_NEW, api.NodeState_NODE_STATE_STANDBY, api.NodeState_NODE_STATE_UNKNOWN:
+		return ""
+	}
+	if n.GetSealsWithTpm() {
+		return "tpm"
+	}
+	return "plain"
+}
+
+// secureBootLine describes whether a node booted under Secure Boot.
+func secureBootLine(on *bool) string {
+	switch {
+	case on == nil:
+		return "-"
+	case *on:
+		return "on"
+	}
+	return "off"
+}
+
+// sealLine describes how a node keeps its sealed configuration.
+func sealLine(seal string) string {
+	switch seal {
+	case "tpm":
+		return "TPM, not bound to what the node boots (no PCR policy)"
+	case "plain":
+		return "none: plain on the ESP"
+	}
+	return "-"
 }
 
 // healthName is a NodeHealth without its NODE_HEALTH_ prefix: HEALTHY
@@ -303,6 +358,8 @@ func writeNodeDescription(w io.Writer, now time.Time, n nodeView) error {
 	fmt.Fprintf(tw, "Status written:\t%s\n", timeOf(n.StatusTime))
 	fmt.Fprintf(tw, "Clock:\t%s\n", clockLine(now, n.Clock))
 	fmt.Fprintf(tw, "Pod tunnel:\t%s\n", podTunnelLine(n.PodTunnel))
+	fmt.Fprintf(tw, "Secure Boot:\t%s\n", secureBootLine(n.SecureBoot))
+	fmt.Fprintf(tw, "Seal:\t%s\n", sealLine(n.Seal))
 	fmt.Fprintf(tw, "Last heartbeat:\t%s\n", timeOf(n.LastHeartbeat))
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("when writing description: %w", err)

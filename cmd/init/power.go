@@ -8,7 +8,10 @@ import (
 
 	"cairn.dev/cairn/node/kexec"
 	"cairn.dev/cairn/node/update"
+	"cairn.dev/cairn/pkg/efivar"
+	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/reaper"
+	api "cairn.dev/cairn/proto/api"
 )
 
 // An action is how the machine ends.
@@ -66,7 +69,8 @@ const (
 // filesystems are synced and unmounted, and the kernel powers off or
 // reboots. A reboot that was asked for (not one after a failure, nor one
 // through the firmware) kexecs into the ESP's image when it can
-// (node/kexec). It never returns.
+// (node/kexec), unless Secure Boot is on: then only the firmware starts
+// the next image, having checked it. It never returns.
 func finish(con *consoles, a action, failed bool) {
 	if !reaper.KillAll(killGrace) {
 		con.Printf("processes stuck in the kernel outlived SIGKILL for %v; going on with the %s", killGrace, a)
@@ -78,6 +82,8 @@ func finish(con *consoles, a action, failed bool) {
 		start := time.Now()
 		if trial := trialBoot(); trial != "" {
 			con.Printf("rebooting through the firmware: %s", trial)
+		} else if secureBoot() {
+			con.Printf("rebooting through the firmware: Secure Boot is on, and the firmware checks the UKI's signature (the locked-down kernel loads no kernel it cannot verify)")
 		} else if how, err := kexec.Load(); err != nil {
 			con.Printf("rebooting through the firmware: %v", err)
 		} else {
@@ -110,6 +116,26 @@ func finish(con *consoles, a action, failed bool) {
 	for {
 		time.Sleep(time.Hour)
 	}
+}
+
+// secureBoot says whether the firmware booted this machine with Secure
+// Boot on. An unreadable variable counts as off: kexec then tries, and a
+// locked-down kernel refuses it, which the reboot says.
+func secureBoot() bool {
+	on, err := efivar.ReadSecureBoot(efiVars.target)
+	return err == nil && on
+}
+
+// bootSecurity is what the firmware says of this boot, for the node's
+// status: nil, not said, when its SecureBoot variable cannot be read.
+// A machine that did not boot through EFI has none, and no Secure Boot.
+func bootSecurity(log logtree.LeveledLogger) *api.BootSecurity {
+	on, err := efivar.ReadSecureBoot(efiVars.target)
+	if err != nil {
+		log.Warningf("Not reporting whether Secure Boot is on: %v", err)
+		return nil
+	}
+	return &api.BootSecurity{SecureBoot: on}
 }
 
 // trialBoot says, when the firmware booted this machine once (BootNext)

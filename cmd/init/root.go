@@ -70,6 +70,7 @@ func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogg
 		Version:         version(),
 		Clock:           &clock,
 		System:          &booted,
+		BootSecurity:    bootSecurity(log),
 	})
 	// Once per boot: it knows which boot is the running one.
 	ls := logstore.New(logstore.Config{Tree: lt, Dir: st.Root.Data.Logs.FullPath()})

@@ -139,6 +139,7 @@ func (c *curator) publicNode(n *private.Node, health func(id string) api.NodeHea
 		Status:         n.Status,
 		DesiredRelease: n.DesiredRelease,
 		PodNetwork:     n.PodNetwork,
+		SealsWithTpm:   n.SealsWithTpm,
 	}
 	if out.Roles == nil {
 		out.Roles = &api.NodeRoles{}

@@ -48,6 +48,9 @@ type Config struct {
 	// set before the storage child lets anything else start: reported
 	// in the node's status. Nil leaves the slot out of the status.
 	System event.Watchable[*localstorage.BootedSystem]
+	// BootSecurity is what the firmware says of this boot (Secure Boot),
+	// reported in the node's status. Nil leaves it out of the status.
+	BootSecurity *api.BootSecurity
 	// Ports are the ports this node's etcd and curator listen on; zero
 	// fields mean the fixed ones.
 	Ports ports.Table
@@ -212,6 +215,7 @@ func New(cfg Config) *Service {
 			localCurator: &s.localCurator,
 			clock:        cfg.Clock,
 			system:       cfg.System,
+			boot:         cfg.BootSecurity,
 			update:       &s.updateStatus,
 			version:      cfg.Version,
 			pushed:       &s.statusPushed,

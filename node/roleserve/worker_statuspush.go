@@ -35,8 +35,8 @@ const (
 
 // workerStatuspush tells the curator what this node reports about itself
 // (its address, its version and system slot, its curator if it runs one,
-// its clock, and how it carries out its desired release) every time that
-// changes.
+// its clock, whether it booted under Secure Boot, and how it carries out
+// its desired release) every time that changes.
 type workerStatuspush struct {
 	address      event.Watchable[netip.Prefix]
 	credentials  event.Watchable[*identity.Node]
@@ -48,6 +48,9 @@ type workerStatuspush struct {
 	// the status. It is set once, before the role server has anything
 	// to do.
 	system event.Watchable[*localstorage.BootedSystem]
+	// boot is what the firmware says of this boot; nil leaves it out of
+	// the status.
+	boot *api.BootSecurity
 	// update is what the node says about its desired release; nil, or
 	// no value, leaves it out of the status.
 	update  event.Watchable[*api.UpdateStatus]
@@ -129,6 +132,7 @@ func (w *workerStatuspush) run(ctx context.Context) error {
 			Clock:              clockStatus(clock),
 			SystemSlot:         string(slot),
 			Update:             updateStatus(update),
+			BootSecurity:       w.boot,
 		}
 		if local.IsValid() {
 			st.RunningCurator = &api.NodeStatus_RunningCurator{Port: int32(local.Port())}

@@ -164,3 +164,21 @@ func BootEntryFor(dir string, path DevicePath) (uint16, bool, error) {
 	}
 	return 0, false, fmt.Errorf("no free boot entry number for %s: all 65536 are used", path)
 }
+
+// ReadSecureBoot says whether the firmware booted the machine with Secure
+// Boot enforced: its SecureBoot variable, which it sets at every boot, is
+// 1. Firmware without Secure Boot has no such variable: false, not an
+// error.
+func ReadSecureBoot(dir string) (bool, error) {
+	_, b, err := Read(dir, "SecureBoot", GlobalVariable)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	if len(b) != 1 || b[0] > 1 {
+		return false, fmt.Errorf("%w: SecureBoot holds % x, not one byte 0 or 1", ErrInvalid, b)
+	}
+	return b[0] == 1, nil
+}

@@ -180,3 +180,30 @@ func TestBootEntryFor(t *testing.T) {
 		t.Error("BootEntryFor(missing directory) succeeded, want an error")
 	}
 }
+
+func TestReadSecureBoot(t *testing.T) {
+	dir := t.TempDir()
+	if on, err := ReadSecureBoot(dir); err != nil || on {
+		t.Errorf("ReadSecureBoot(no variable) = %t, %v; want false, nil", on, err)
+	}
+	attrs := BootServiceAccess | RuntimeAccess
+	for _, tc := range []struct {
+		data    []byte
+		want    bool
+		invalid bool
+	}{
+		{[]byte{1}, true, false},
+		{[]byte{0}, false, false},
+		{[]byte{2}, false, true},
+		{[]byte{1, 0}, false, true},
+		{nil, false, true},
+	} {
+		if err := Write(dir, "SecureBoot", GlobalVariable, attrs, tc.data); err != nil {
+			t.Fatal(err)
+		}
+		on, err := ReadSecureBoot(dir)
+		if on != tc.want || errors.Is(err, ErrInvalid) != tc.invalid || (err != nil) != tc.invalid {
+			t.Errorf("ReadSecureBoot(% x) = %t, %v; want %t, invalid %t", tc.data, on, err, tc.want, tc.invalid)
+		}
+	}
+}

@@ -374,7 +374,10 @@ type NodeStatus struct {
 	SystemSlot string `protobuf:"bytes,6,opt,name=system_slot,json=systemSlot,proto3" json:"system_slot,omitempty"`
 	// How the node carries out the release a cluster rollout gave it
 	// (Node.desired_release); unset before it was given one.
-	Update        *UpdateStatus `protobuf:"bytes,7,opt,name=update,proto3" json:"update,omitempty"`
+	Update *UpdateStatus `protobuf:"bytes,7,opt,name=update,proto3" json:"update,omitempty"`
+	// How the node's firmware booted it; unset from a node whose build does
+	// not say.
+	BootSecurity  *BootSecurity `protobuf:"bytes,8,opt,name=boot_security,json=bootSecurity,proto3" json:"boot_security,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -458,6 +461,61 @@ func (x *NodeStatus) GetUpdate() *UpdateStatus {
 	return nil
 }
 
+func (x *NodeStatus) GetBootSecurity() *BootSecurity {
+	if x != nil {
+		return x.BootSecurity
+	}
+	return nil
+}
+
+// BootSecurity is what the node reads of its boot from its firmware. It is
+// the node's word: no TPM quote backs it.
+type BootSecurity struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The firmware enforced Secure Boot (its SecureBoot variable is 1): it
+	// started the node's UKI only because a key it trusts signed it.
+	SecureBoot    bool `protobuf:"varint,1,opt,name=secure_boot,json=secureBoot,proto3" json:"secure_boot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BootSecurity) Reset() {
+	*x = BootSecurity{}
+	mi := &file_proto_api_node_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BootSecurity) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BootSecurity) ProtoMessage() {}
+
+func (x *BootSecurity) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_node_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BootSecurity.ProtoReflect.Descriptor instead.
+func (*BootSecurity) Descriptor() ([]byte, []int) {
+	return file_proto_api_node_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *BootSecurity) GetSecureBoot() bool {
+	if x != nil {
+		return x.SecureBoot
+	}
+	return false
+}
+
 // DesiredRelease is the release a cluster rollout (Management.StartRollout)
 // gives one node to install and boot. The node acts on it once: it
 // installs the release, boots it for a trial, and reports the outcome in
@@ -481,7 +539,7 @@ type DesiredRelease struct {
 
 func (x *DesiredRelease) Reset() {
 	*x = DesiredRelease{}
-	mi := &file_proto_api_node_proto_msgTypes[2]
+	mi := &file_proto_api_node_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -493,7 +551,7 @@ func (x *DesiredRelease) String() string {
 func (*DesiredRelease) ProtoMessage() {}
 
 func (x *DesiredRelease) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_node_proto_msgTypes[2]
+	mi := &file_proto_api_node_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -506,7 +564,7 @@ func (x *DesiredRelease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesiredRelease.ProtoReflect.Descriptor instead.
 func (*DesiredRelease) Descriptor() ([]byte, []int) {
-	return file_proto_api_node_proto_rawDescGZIP(), []int{2}
+	return file_proto_api_node_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *DesiredRelease) GetRolloutId() string {
@@ -561,7 +619,7 @@ type UpdateStatus struct {
 
 func (x *UpdateStatus) Reset() {
 	*x = UpdateStatus{}
-	mi := &file_proto_api_node_proto_msgTypes[3]
+	mi := &file_proto_api_node_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -573,7 +631,7 @@ func (x *UpdateStatus) String() string {
 func (*UpdateStatus) ProtoMessage() {}
 
 func (x *UpdateStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_node_proto_msgTypes[3]
+	mi := &file_proto_api_node_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -586,7 +644,7 @@ func (x *UpdateStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateStatus.ProtoReflect.Descriptor instead.
 func (*UpdateStatus) Descriptor() ([]byte, []int) {
-	return file_proto_api_node_proto_rawDescGZIP(), []int{3}
+	return file_proto_api_node_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *UpdateStatus) GetRolloutId() string {
@@ -642,7 +700,7 @@ type ClockStatus struct {
 
 func (x *ClockStatus) Reset() {
 	*x = ClockStatus{}
-	mi := &file_proto_api_node_proto_msgTypes[4]
+	mi := &file_proto_api_node_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -654,7 +712,7 @@ func (x *ClockStatus) String() string {
 func (*ClockStatus) ProtoMessage() {}
 
 func (x *ClockStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_node_proto_msgTypes[4]
+	mi := &file_proto_api_node_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -667,7 +725,7 @@ func (x *ClockStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClockStatus.ProtoReflect.Descriptor instead.
 func (*ClockStatus) Descriptor() ([]byte, []int) {
-	return file_proto_api_node_proto_rawDescGZIP(), []int{4}
+	return file_proto_api_node_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ClockStatus) GetState() ClockState {
@@ -738,14 +796,19 @@ type Node struct {
 	// What a worker published so that the other nodes reach its pods
 	// through its WireGuard tunnel (Curator.SetPodNetwork); unset until it
 	// did.
-	PodNetwork    *PodNetwork `protobuf:"bytes,9,opt,name=pod_network,json=podNetwork,proto3" json:"pod_network,omitempty"`
+	PodNetwork *PodNetwork `protobuf:"bytes,9,opt,name=pod_network,json=podNetwork,proto3" json:"pod_network,omitempty"`
+	// Whether the node said, when it committed (or bootstrapped the
+	// cluster), that it seals its configuration with its TPM; false means
+	// it keeps it plain on its ESP. No seal is bound to what the node boots
+	// yet (no PCR policy).
+	SealsWithTpm  bool `protobuf:"varint,10,opt,name=seals_with_tpm,json=sealsWithTpm,proto3" json:"seals_with_tpm,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_proto_api_node_proto_msgTypes[5]
+	mi := &file_proto_api_node_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -757,7 +820,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_node_proto_msgTypes[5]
+	mi := &file_proto_api_node_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -770,7 +833,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_proto_api_node_proto_rawDescGZIP(), []int{5}
+	return file_proto_api_node_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Node) GetId() string {
@@ -836,6 +899,13 @@ func (x *Node) GetPodNetwork() *PodNetwork {
 	return nil
 }
 
+func (x *Node) GetSealsWithTpm() bool {
+	if x != nil {
+		return x.SealsWithTpm
+	}
+	return false
+}
+
 // PodNetwork is how the other nodes reach a worker's pods: only through
 // WireGuard, to the node's external_address on UDP port 7838, with the
 // node's public key, for addresses of its pod range. A controller that
@@ -855,7 +925,7 @@ type PodNetwork struct {
 
 func (x *PodNetwork) Reset() {
 	*x = PodNetwork{}
-	mi := &file_proto_api_node_proto_msgTypes[6]
+	mi := &file_proto_api_node_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -867,7 +937,7 @@ func (x *PodNetwork) String() string {
 func (*PodNetwork) ProtoMessage() {}
 
 func (x *PodNetwork) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_node_proto_msgTypes[6]
+	mi := &file_proto_api_node_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -880,7 +950,7 @@ func (x *PodNetwork) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PodNetwork.ProtoReflect.Descriptor instead.
 func (*PodNetwork) Descriptor() ([]byte, []int) {
-	return file_proto_api_node_proto_rawDescGZIP(), []int{6}
+	return file_proto_api_node_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PodNetwork) GetWireguardPublicKey() []byte {
@@ -906,7 +976,7 @@ type NodeRoles_ConsensusMember struct {
 
 func (x *NodeRoles_ConsensusMember) Reset() {
 	*x = NodeRoles_ConsensusMember{}
-	mi := &file_proto_api_node_proto_msgTypes[7]
+	mi := &file_proto_api_node_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -918,7 +988,7 @@ func (x *NodeRoles_ConsensusMember) String() string {
 func (*NodeRoles_ConsensusMember) ProtoMessage() {}
 
 func (x *NodeRoles_ConsensusMember) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_node_proto_msgTypes[7]
+	mi := &file_proto_api_node_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -943,7 +1013,7 @@ type NodeRoles_KubernetesController struct {
 
 func (x *NodeRoles_KubernetesController) Reset() {
 	*x = NodeRoles_KubernetesController{}
-	mi := &file_proto_api_node_proto_msgTypes[8]
+	mi := &file_proto_api_node_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -955,7 +1025,7 @@ func (x *NodeRoles_KubernetesController) String() string {
 func (*NodeRoles_KubernetesController) ProtoMessage() {}
 
 func (x *NodeRoles_KubernetesController) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_node_proto_msgTypes[8]
+	mi := &file_proto_api_node_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -980,7 +1050,7 @@ type NodeRoles_KubernetesWorker struct {
 
 func (x *NodeRoles_KubernetesWorker) Reset() {
 	*x = NodeRoles_KubernetesWorker{}
-	mi := &file_proto_api_node_proto_msgTypes[9]
+	mi := &file_proto_api_node_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -992,7 +1062,7 @@ func (x *NodeRoles_KubernetesWorker) String() string {
 func (*NodeRoles_KubernetesWorker) ProtoMessage() {}
 
 func (x *NodeRoles_KubernetesWorker) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_node_proto_msgTypes[9]
+	mi := &file_proto_api_node_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1019,7 +1089,7 @@ type NodeStatus_RunningCurator struct {
 
 func (x *NodeStatus_RunningCurator) Reset() {
 	*x = NodeStatus_RunningCurator{}
-	mi := &file_proto_api_node_proto_msgTypes[10]
+	mi := &file_proto_api_node_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1031,7 +1101,7 @@ func (x *NodeStatus_RunningCurator) String() string {
 func (*NodeStatus_RunningCurator) ProtoMessage() {}
 
 func (x *NodeStatus_RunningCurator) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_node_proto_msgTypes[10]
+	mi := &file_proto_api_node_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1065,7 +1135,7 @@ const file_proto_api_node_proto_rawDesc = "" +
 	"\x11kubernetes_worker\x18\x03 \x01(\v2%.cairn.api.NodeRoles.KubernetesWorkerR\x10kubernetesWorker\x1a\x11\n" +
 	"\x0fConsensusMember\x1a\x16\n" +
 	"\x14KubernetesController\x1a\x12\n" +
-	"\x10KubernetesWorker\"\xf8\x02\n" +
+	"\x10KubernetesWorker\"\xb6\x03\n" +
 	"\n" +
 	"NodeStatus\x12)\n" +
 	"\x10external_address\x18\x01 \x01(\tR\x0fexternalAddress\x12M\n" +
@@ -1075,9 +1145,13 @@ const file_proto_api_node_proto_rawDesc = "" +
 	"\x05clock\x18\x05 \x01(\v2\x16.cairn.api.ClockStatusR\x05clock\x12\x1f\n" +
 	"\vsystem_slot\x18\x06 \x01(\tR\n" +
 	"systemSlot\x12/\n" +
-	"\x06update\x18\a \x01(\v2\x17.cairn.api.UpdateStatusR\x06update\x1a$\n" +
+	"\x06update\x18\a \x01(\v2\x17.cairn.api.UpdateStatusR\x06update\x12<\n" +
+	"\rboot_security\x18\b \x01(\v2\x17.cairn.api.BootSecurityR\fbootSecurity\x1a$\n" +
 	"\x0eRunningCurator\x12\x12\n" +
-	"\x04port\x18\x01 \x01(\x05R\x04port\"\xc6\x01\n" +
+	"\x04port\x18\x01 \x01(\x05R\x04port\"/\n" +
+	"\fBootSecurity\x12\x1f\n" +
+	"\vsecure_boot\x18\x01 \x01(\bR\n" +
+	"secureBoot\"\xc6\x01\n" +
 	"\x0eDesiredRelease\x12\x1d\n" +
 	"\n" +
 	"rollout_id\x18\x01 \x01(\tR\trolloutId\x12\x1c\n" +
@@ -1096,7 +1170,7 @@ const file_proto_api_node_proto_rawDesc = "" +
 	"\x06server\x18\x02 \x01(\tR\x06server\x12!\n" +
 	"\foffset_nanos\x18\x03 \x01(\x03R\voffsetNanos\x12/\n" +
 	"\x14last_sync_unix_nanos\x18\x04 \x01(\x03R\x11lastSyncUnixNanos\x12\x16\n" +
-	"\x06reason\x18\x05 \x01(\tR\x06reason\"\xa2\x03\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"\xc8\x03\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -1108,7 +1182,9 @@ const file_proto_api_node_proto_rawDesc = "" +
 	"\x06health\x18\a \x01(\x0e2\x15.cairn.api.NodeHealthR\x06health\x12B\n" +
 	"\x0fdesired_release\x18\b \x01(\v2\x19.cairn.api.DesiredReleaseR\x0edesiredRelease\x126\n" +
 	"\vpod_network\x18\t \x01(\v2\x15.cairn.api.PodNetworkR\n" +
-	"podNetwork\"[\n" +
+	"podNetwork\x12$\n" +
+	"\x0eseals_with_tpm\x18\n" +
+	" \x01(\bR\fsealsWithTpm\"[\n" +
 	"\n" +
 	"PodNetwork\x120\n" +
 	"\x14wireguard_public_key\x18\x01 \x01(\fR\x12wireguardPublicKey\x12\x1b\n" +
@@ -1151,7 +1227,7 @@ func file_proto_api_node_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_api_node_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_proto_api_node_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_proto_api_node_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_proto_api_node_proto_goTypes = []any{
 	(NodeState)(0),                         // 0: cairn.api.NodeState
 	(UpdatePhase)(0),                       // 1: cairn.api.UpdatePhase
@@ -1159,36 +1235,38 @@ var file_proto_api_node_proto_goTypes = []any{
 	(NodeHealth)(0),                        // 3: cairn.api.NodeHealth
 	(*NodeRoles)(nil),                      // 4: cairn.api.NodeRoles
 	(*NodeStatus)(nil),                     // 5: cairn.api.NodeStatus
-	(*DesiredRelease)(nil),                 // 6: cairn.api.DesiredRelease
-	(*UpdateStatus)(nil),                   // 7: cairn.api.UpdateStatus
-	(*ClockStatus)(nil),                    // 8: cairn.api.ClockStatus
-	(*Node)(nil),                           // 9: cairn.api.Node
-	(*PodNetwork)(nil),                     // 10: cairn.api.PodNetwork
-	(*NodeRoles_ConsensusMember)(nil),      // 11: cairn.api.NodeRoles.ConsensusMember
-	(*NodeRoles_KubernetesController)(nil), // 12: cairn.api.NodeRoles.KubernetesController
-	(*NodeRoles_KubernetesWorker)(nil),     // 13: cairn.api.NodeRoles.KubernetesWorker
-	(*NodeStatus_RunningCurator)(nil),      // 14: cairn.api.NodeStatus.RunningCurator
+	(*BootSecurity)(nil),                   // 6: cairn.api.BootSecurity
+	(*DesiredRelease)(nil),                 // 7: cairn.api.DesiredRelease
+	(*UpdateStatus)(nil),                   // 8: cairn.api.UpdateStatus
+	(*ClockStatus)(nil),                    // 9: cairn.api.ClockStatus
+	(*Node)(nil),                           // 10: cairn.api.Node
+	(*PodNetwork)(nil),                     // 11: cairn.api.PodNetwork
+	(*NodeRoles_ConsensusMember)(nil),      // 12: cairn.api.NodeRoles.ConsensusMember
+	(*NodeRoles_KubernetesController)(nil), // 13: cairn.api.NodeRoles.KubernetesController
+	(*NodeRoles_KubernetesWorker)(nil),     // 14: cairn.api.NodeRoles.KubernetesWorker
+	(*NodeStatus_RunningCurator)(nil),      // 15: cairn.api.NodeStatus.RunningCurator
 }
 var file_proto_api_node_proto_depIdxs = []int32{
-	11, // 0: cairn.api.NodeRoles.consensus_member:type_name -> cairn.api.NodeRoles.ConsensusMember
-	12, // 1: cairn.api.NodeRoles.kubernetes_controller:type_name -> cairn.api.NodeRoles.KubernetesController
-	13, // 2: cairn.api.NodeRoles.kubernetes_worker:type_name -> cairn.api.NodeRoles.KubernetesWorker
-	14, // 3: cairn.api.NodeStatus.running_curator:type_name -> cairn.api.NodeStatus.RunningCurator
-	8,  // 4: cairn.api.NodeStatus.clock:type_name -> cairn.api.ClockStatus
-	7,  // 5: cairn.api.NodeStatus.update:type_name -> cairn.api.UpdateStatus
-	1,  // 6: cairn.api.UpdateStatus.phase:type_name -> cairn.api.UpdatePhase
-	2,  // 7: cairn.api.ClockStatus.state:type_name -> cairn.api.ClockState
-	0,  // 8: cairn.api.Node.state:type_name -> cairn.api.NodeState
-	4,  // 9: cairn.api.Node.roles:type_name -> cairn.api.NodeRoles
-	5,  // 10: cairn.api.Node.status:type_name -> cairn.api.NodeStatus
-	3,  // 11: cairn.api.Node.health:type_name -> cairn.api.NodeHealth
-	6,  // 12: cairn.api.Node.desired_release:type_name -> cairn.api.DesiredRelease
-	10, // 13: cairn.api.Node.pod_network:type_name -> cairn.api.PodNetwork
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	12, // 0: cairn.api.NodeRoles.consensus_member:type_name -> cairn.api.NodeRoles.ConsensusMember
+	13, // 1: cairn.api.NodeRoles.kubernetes_controller:type_name -> cairn.api.NodeRoles.KubernetesController
+	14, // 2: cairn.api.NodeRoles.kubernetes_worker:type_name -> cairn.api.NodeRoles.KubernetesWorker
+	15, // 3: cairn.api.NodeStatus.running_curator:type_name -> cairn.api.NodeStatus.RunningCurator
+	9,  // 4: cairn.api.NodeStatus.clock:type_name -> cairn.api.ClockStatus
+	8,  // 5: cairn.api.NodeStatus.update:type_name -> cairn.api.UpdateStatus
+	6,  // 6: cairn.api.NodeStatus.boot_security:type_name -> cairn.api.BootSecurity
+	1,  // 7: cairn.api.UpdateStatus.phase:type_name -> cairn.api.UpdatePhase
+	2,  // 8: cairn.api.ClockStatus.state:type_name -> cairn.api.ClockState
+	0,  // 9: cairn.api.Node.state:type_name -> cairn.api.NodeState
+	4,  // 10: cairn.api.Node.roles:type_name -> cairn.api.NodeRoles
+	5,  // 11: cairn.api.Node.status:type_name -> cairn.api.NodeStatus
+	3,  // 12: cairn.api.Node.health:type_name -> cairn.api.NodeHealth
+	7,  // 13: cairn.api.Node.desired_release:type_name -> cairn.api.DesiredRelease
+	11, // 14: cairn.api.Node.pod_network:type_name -> cairn.api.PodNetwork
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_proto_api_node_proto_init() }
@@ -1202,7 +1280,7 @@ func file_proto_api_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_api_node_proto_rawDesc), len(file_proto_api_node_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

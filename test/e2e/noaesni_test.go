@@ -57,6 +57,8 @@ func TestNoAESNI(t *testing.T) {
 	if len(nodes) != 1 || nodes[0].ID != n0.ID() || nodes[0].State != "UP" {
 		t.Errorf("node list = %+v, want only %s, UP", nodes, n0.ID())
 	}
+	// Booted by OVMF without Secure Boot.
+	s.checkBootSecurity(t, c, n0.ID(), "off")
 
 	if l, ok := vm.Console().Find(0, ecbServed); ok {
 		s.step("qemu start → ecb loaded for crypto-ecb", l.Time.Sub(vm.Started()))

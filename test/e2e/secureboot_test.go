@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -48,6 +50,7 @@ func TestSecureBootSigned(t *testing.T) {
 	if len(nodes) != 1 || nodes[0].State != "UP" {
 		t.Fatalf("node list = %+v, want %s alone, UP", nodes, n0.ID())
 	}
+	s.checkBootSecurity(t, c, n0.ID(), "on")
 
 	mark := n0.Mark()
 	start := time.Now()
@@ -59,8 +62,9 @@ func TestSecureBootSigned(t *testing.T) {
 	rebooted := s.lineAfter(n0, mark, "cairn: rebooting")
 	t.Logf("rebooted: %s; %s", rebooted, cluster.Message(back.Text))
 	// The locked-down kernel loads no kernel it cannot verify, so the
-	// node reboots through the firmware, which checks the UKI again.
-	if !strings.Contains(rebooted, "through the firmware") {
+	// node reboots through the firmware, which checks the UKI again,
+	// without trying kexec.
+	if !strings.Contains(rebooted, "through the firmware: Secure Boot is on") {
 		t.Errorf("under Secure Boot the node did not reboot through the firmware: %s", rebooted)
 	}
 	assertNoPanic(t, n0.VM())
@@ -133,4 +137,38 @@ func tamperedUKICopy(t *testing.T) string {
 	}
 	t.Logf("changed one byte in each of %d copies of the UKI on the ESP", found)
 	return disk
+}
+
+// checkBootSecurity checks, once node id has reported its status, that
+// cairnctl node describe says Secure Boot is secureBoot ("on", "off") on
+// it, and that it seals with its TPM, not yet bound to what it boots.
+func (s *suite) checkBootSecurity(t *testing.T, c *cluster.Cluster, id, secureBoot string) {
+	t.Helper()
+	lines := map[string]string{}
+	_, err := cluster.Retry(s.ctx, 2*time.Minute, func(ctx context.Context) error {
+		out, err := c.Cairnctl(ctx, "node", "describe", id)
+		if err != nil {
+			return err
+		}
+		for _, l := range strings.Split(string(out), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok {
+				lines[k] = strings.TrimSpace(v)
+			}
+		}
+		if lines["Secure Boot"] == "-" {
+			return fmt.Errorf("it has not reported it yet")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Errorf("cairnctl node describe %s: no Secure Boot state: %v", id, err)
+		return
+	}
+	t.Logf("cairnctl node describe: Secure Boot: %s; Seal: %s", lines["Secure Boot"], lines["Seal"])
+	if lines["Secure Boot"] != secureBoot {
+		t.Errorf("cairnctl node describe %s says Secure Boot: %q, want %q", id, lines["Secure Boot"], secureBoot)
+	}
+	if !strings.HasPrefix(lines["Seal"], "TPM, not bound") {
+		t.Errorf("cairnctl node describe %s says Seal: %q, want the TPM's", id, lines["Seal"])
+	}
 }

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"cairn.dev/cairn/proto/api"
+)
+
+// TestNodeDescribeBootSecurity reads, through GetNodes, whether nodes
+// booted under Secure Boot and how they keep their sealed configuration,
+// as node describe prints them and in JSON.
+func TestNodeDescribeBootSecurity(t *testing.T) {
+	secure := testNode(t, api.NodeState_NODE_STATE_UP, nil, &api.NodeStatus{
+		ExternalAddress: "10.42.0.10", BootSecurity: &api.BootSecurity{SecureBoot: true},
+	}, time.Time{})
+	secure.SealsWithTpm = true
+	plain := testNode(t, api.NodeState_NODE_STATE_UP, nil, &api.NodeStatus{
+		ExternalAddress: "10.42.0.11", BootSecurity: &api.BootSecurity{},
+	}, time.Time{})
+	silent := testNode(t, api.NodeState_NODE_STATE_UP, nil, &api.NodeStatus{ExternalAddress: "10.42.0.12"}, time.Time{})
+	silent.SealsWithTpm = true
+	fresh := testNode(t, api.NodeState_NODE_STATE_NEW, nil, nil, time.Time{})
+	dir, s := bootstrapped(t, secure, plain, silent, fresh)
+	mustRun(t, dir, "--endpoint", s.addr, "takeownership")
+
+	on, off := true, false
+	for _, tc := range []struct {
+		node       *api.Node
+		lines      []string
+		secureBoot *bool
+		seal       string
+	}{
+		{secure, []string{"Secure Boot:     on\n", "Seal:            TPM, not bound to what the node boots (no PCR policy)\n"}, &on, "tpm"},
+		{plain, []string{"Secure Boot:     off\n", "Seal:            none: plain on the ESP\n"}, &off, "plain"},
+		{silent, []string{"Secure Boot:     -\n", "Seal:            TPM, not bound"}, nil, "tpm"},
+		{fresh, []string{"Secure Boot:     -\n", "Seal:            -\n"}, nil, ""},
+	} {
+		for _, line := range tc.lines {
+			v := describe(t, dir, tc.node.Id, line)
+			if (v.SecureBoot == nil) != (tc.secureBoot == nil) || (v.SecureBoot != nil && *v.SecureBoot != *tc.secureBoot) || v.Seal != tc.seal {
+				t.Errorf("node describe -o json %s: secure_boot %v, seal %q; want %v, %q", tc.node.Id, v.SecureBoot, v.Seal, tc.secureBoot, tc.seal)
+			}
+		}
+	}
+}
