@@ -90,7 +90,7 @@ func TestParamsBootstrapOut(t *testing.T) {
 	}
 
 	// A second run keeps the key.
-	stdout = mustRun(t, dir, "params", "bootstrap", "--out", out, "--storage-security", "INSECURE", "--tpm", "disabled")
+	stdout = mustRun(t, dir, "params", "bootstrap", "--out", out, "--storage-security", "INSECURE", "--tpm", "disabled", "--secure-boot", "required")
 	if strings.Contains(stdout, "Created owner key") {
 		t.Errorf("second params bootstrap printed %q, want it to reuse the key", stdout)
 	}
@@ -104,8 +104,11 @@ func TestParamsBootstrapOut(t *testing.T) {
 	}
 	cc := readParams(t, data).GetClusterBootstrap().GetInitialClusterConfiguration()
 	if cc.GetStorageSecurityPolicy() != api.StorageSecurityPolicy_STORAGE_SECURITY_POLICY_INSECURE ||
-		cc.GetTpmMode() != api.TPMMode_TPM_MODE_DISABLED {
-		t.Errorf("configuration with --storage-security INSECURE --tpm disabled = %v", cc)
+		cc.GetTpmMode() != api.TPMMode_TPM_MODE_DISABLED || !cc.GetSecureBootRequired() {
+		t.Errorf("configuration with --storage-security INSECURE --tpm disabled --secure-boot required = %v", cc)
+	}
+	if !strings.Contains(stdout, "Secure Boot required") {
+		t.Errorf("params bootstrap --secure-boot required printed %q, want it to say Secure Boot is required", stdout)
 	}
 
 	// Registry mirrors.
@@ -139,6 +142,7 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"params", "bootstrap", "--image", "a", "--out", "b"}, "none of the others"},
 		{[]string{"params", "bootstrap", "--out", "x", "--storage-security", "weak"}, `--storage-security "weak"`},
 		{[]string{"params", "bootstrap", "--out", "x", "--tpm", "maybe"}, `--tpm "maybe"`},
+		{[]string{"params", "bootstrap", "--out", "x", "--secure-boot", "sometimes"}, `--secure-boot "sometimes"`},
 		{[]string{"params", "bootstrap", "--out", "x", "--registry-mirror", "docker.io"}, "REGISTRY=URL"},
 		{[]string{"params", "bootstrap", "--out", "x", "--registry-mirror", "docker.io=http://10.42.0.1:5000"}, "not among the plain-HTTP hosts"},
 		{[]string{"cluster", "registries", "--clear", "--plain-http-registry", "a:1"}, "--clear takes no other"},

@@ -21,6 +21,8 @@ type clusterView struct {
 	StorageSecurity string `json:"storage_security"`
 	// TPM is "required", "best-effort" or "disabled".
 	TPM string `json:"tpm"`
+	// SecureBoot is "required" or "optional".
+	SecureBoot string `json:"secure_boot"`
 	// Directory lists the curators.
 	Directory []directoryEntry `json:"directory"`
 	// Registries is where workers pull images from.
@@ -109,6 +111,7 @@ func (a *app) clusterInfo(ctx context.Context, o *owner) error {
 		CAFingerprint:   fingerprint(info.GetCaCertificate()),
 		StorageSecurity: storageName(info.GetClusterConfiguration().GetStorageSecurityPolicy()),
 		TPM:             tpmName(info.GetClusterConfiguration().GetTpmMode()),
+		SecureBoot:      secureBootName(info.GetClusterConfiguration().GetSecureBootRequired()),
 		Directory:       []directoryEntry{},
 		Registries:      viewRegistries(info.GetClusterConfiguration().GetRegistries()),
 		ReleaseKeys:     viewReleaseKeys(info.GetClusterConfiguration().GetReleaseKeys()),
@@ -127,6 +130,7 @@ func (a *app) clusterInfo(ctx context.Context, o *owner) error {
 	fmt.Fprintf(tw, "CA fingerprint:\tSHA256:%s\n", v.CAFingerprint)
 	fmt.Fprintf(tw, "Storage security:\t%s\n", v.StorageSecurity)
 	fmt.Fprintf(tw, "TPM:\t%s\n", v.TPM)
+	fmt.Fprintf(tw, "Secure Boot:\t%s\n", v.SecureBoot)
 	label := "Registries:"
 	for _, l := range clusterconfig.DescribeRegistries(info.GetClusterConfiguration().GetRegistries()) {
 		fmt.Fprintf(tw, "%s\t%s\n", label, l)

@@ -133,7 +133,7 @@ func TestCommandsAgainstServer(t *testing.T) {
 		t.Fatalf("cluster info -o json: %v", err)
 	}
 	wantInfo := clusterView{
-		CAFingerprint: fingerprint(s.ca.DER()), StorageSecurity: "encrypted", TPM: "best-effort",
+		CAFingerprint: fingerprint(s.ca.DER()), StorageSecurity: "encrypted", TPM: "best-effort", SecureBoot: "optional",
 		Directory:   []directoryEntry{{ID: up.Id, Addresses: []string{"10.0.2.15"}}},
 		Registries:  registriesView{Mirrors: map[string][]string{}, PlainHTTP: []string{}},
 		ReleaseKeys: []releaseKeyView{},

@@ -289,6 +289,14 @@ func tpmName(m api.TPMMode) string {
 	return "unspecified (required)"
 }
 
+// secureBootName says whether a cluster requires Secure Boot.
+func secureBootName(required bool) string {
+	if required {
+		return "required"
+	}
+	return "optional"
+}
+
 // age says how long ago t was, "never" for nil.
 func age(now time.Time, t *time.Time) string {
 	if t == nil {

@@ -61,7 +61,7 @@ func newParamsCommand(a *app) *cobra.Command {
 
 func newParamsBootstrapCommand(a *app) *cobra.Command {
 	var t paramsTarget
-	var storage, tpm string
+	var storage, tpm, secureBoot string
 	var registries registryFlags
 	var releaseKeys releaseKeyFlags
 	cmd := &cobra.Command{
@@ -72,7 +72,7 @@ func newParamsBootstrapCommand(a *app) *cobra.Command {
 			"created there (owner-key.pem, mode 0600) when there is none.",
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			cc, err := parseClusterConfiguration(storage, tpm)
+			cc, err := parseClusterConfiguration(storage, tpm, secureBoot)
 			if err != nil {
 				return err
 			}
@@ -88,6 +88,7 @@ func newParamsBootstrapCommand(a *app) *cobra.Command {
 	t.addFlags(cmd)
 	cmd.Flags().StringVar(&storage, "storage-security", "encrypted", "data partition protection: encrypted or insecure")
 	cmd.Flags().StringVar(&tpm, "tpm", "required", "TPM use when sealing: required, best-effort or disabled")
+	cmd.Flags().StringVar(&secureBoot, "secure-boot", "optional", "whether every node must boot under Secure Boot: required or optional")
 	registries.addFlags(cmd)
 	releaseKeys.addFlags(cmd)
 	return cmd
@@ -95,7 +96,7 @@ func newParamsBootstrapCommand(a *app) *cobra.Command {
 
 // parseClusterConfiguration turns the bootstrap flags into the initial
 // cluster configuration.
-func parseClusterConfiguration(storage, tpm string) (*api.ClusterConfiguration, error) {
+func parseClusterConfiguration(storage, tpm, secureBoot string) (*api.ClusterConfiguration, error) {
 	cc := &api.ClusterConfiguration{}
 	switch strings.ToLower(storage) {
 	case "encrypted":
@@ -114,6 +115,13 @@ func parseClusterConfiguration(storage, tpm string) (*api.ClusterConfiguration, 
 		cc.TpmMode = api.TPMMode_TPM_MODE_DISABLED
 	default:
 		return nil, fmt.Errorf("--tpm %q: want required, best-effort or disabled", tpm)
+	}
+	switch strings.ToLower(secureBoot) {
+	case "required":
+		cc.SecureBootRequired = true
+	case "optional":
+	default:
+		return nil, fmt.Errorf("--secure-boot %q: want required or optional", secureBoot)
 	}
 	return cc, nil
 }
@@ -141,8 +149,8 @@ func (a *app) paramsBootstrap(t *paramsTarget, cc *api.ClusterConfiguration) err
 	if err != nil {
 		return err
 	}
-	a.printf("Wrote bootstrap parameters to %s\n  owner key %x (from %s)\n  storage %s, TPM %s\n",
-		where, []byte(pub), dir, storageName(cc.GetStorageSecurityPolicy()), tpmName(cc.GetTpmMode()))
+	a.printf("Wrote bootstrap parameters to %s\n  owner key %x (from %s)\n  storage %s, TPM %s, Secure Boot %s\n",
+		where, []byte(pub), dir, storageName(cc.GetStorageSecurityPolicy()), tpmName(cc.GetTpmMode()), secureBootName(cc.GetSecureBootRequired()))
 	for _, l := range clusterconfig.DescribeRegistries(cc.GetRegistries()) {
 		a.printf("  %s\n", l)
 	}

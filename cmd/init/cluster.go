@@ -63,6 +63,7 @@ func enrolmentRunnable(st *localstorage.Storage, dataReady event.Watchable[bool]
 		Membership:      membership,
 		Credentials:     rs.Credentials(),
 		StoredDirectory: rs.StoredDirectory(),
+		SecureBoot:      secureBoot(),
 	})
 	return func(ctx context.Context) error {
 		if err := waitMounted(ctx, dataReady); err != nil {

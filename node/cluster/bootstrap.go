@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"errors"
 	"fmt"
 
 	"cairn.dev/cairn/node/clusterconfig"
@@ -26,6 +27,10 @@ func (s *Service) bootstrap(ctx context.Context, p *api.NodeParameters_ClusterBo
 	log := supervisor.Logger(ctx)
 	marker.Log(log, marker.Bootstrapping)
 	conf := clusterconfig.Resolve(p.GetInitialClusterConfiguration())
+	if conf.GetSecureBootRequired() && !s.cfg.SecureBoot {
+		log.Errorf("Cannot bootstrap: the cluster's configuration requires Secure Boot, and the firmware did not boot this node under it")
+		return nil, errors.New("the cluster requires Secure Boot, which is off")
+	}
 	plan, err := planSealing(conf.GetTpmMode(), s.openTPM)
 	if err != nil {
 		log.Errorf("Cannot bootstrap: %v", err)

@@ -48,6 +48,11 @@ func TestUnusableInputsDestroyNothing(t *testing.T) {
 			noTPM:  true,
 			line:   "Cannot bootstrap: the cluster's TPM mode is REQUIRED",
 		},
+		{
+			name:   "Secure Boot required, booted without it",
+			params: secureBootRequired(parameterstest.Bootstrap(t)),
+			line:   "Cannot bootstrap: the cluster's configuration requires Secure Boot",
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newTestNode(t)
@@ -101,4 +106,11 @@ func TestWaitsForParameters(t *testing.T) {
 	if _, err := os.Stat(n.storage.st.Root.Data.FullPath()); err != nil {
 		t.Errorf("data partition not mounted: %v", err)
 	}
+}
+
+// secureBootRequired makes bootstrap parameters p require Secure Boot of
+// the cluster's nodes, and returns them.
+func secureBootRequired(p *api.NodeParameters) *api.NodeParameters {
+	p.GetClusterBootstrap().InitialClusterConfiguration = &api.ClusterConfiguration{SecureBootRequired: true}
+	return p
 }

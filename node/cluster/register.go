@@ -132,6 +132,7 @@ func (s *Service) registerNode(ctx context.Context, log logtree.LeveledLogger, i
 	req := &api.RegisterNodeRequest{
 		RegisterTicket: ticket,
 		JoinKey:        keys.join.Public().(ed25519.PublicKey),
+		SecureBoot:     s.cfg.SecureBoot,
 	}
 	wait := newBackoff(s.timing.retryMin, s.timing.retryMax)
 	for {

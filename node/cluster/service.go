@@ -49,6 +49,10 @@ type Config struct {
 	// Ports are the cluster's ports; zero fields mean the fixed ones.
 	// Enrolment dials the curators of a cluster directory on Curator.
 	Ports ports.Table
+	// SecureBoot says whether the node's firmware booted it under Secure
+	// Boot. The node says so in RegisterNode and JoinNode, and refuses to
+	// bootstrap a cluster that requires Secure Boot without it.
+	SecureBoot bool
 
 	// Test overrides; zero values mean the node's behaviour.
 

@@ -43,13 +43,16 @@ func Validate(c *api.ClusterConfiguration) error {
 
 // Resolve returns c with every unset field at its strictest value, as the
 // curator stores it. No release key is already the strictest: a cluster
-// without one installs no release.
+// without one installs no release. Secure Boot is required only when the
+// owner asked for it: clusters made before it existed, and machines
+// without it, keep working.
 func Resolve(c *api.ClusterConfiguration) *api.ClusterConfiguration {
 	r := &api.ClusterConfiguration{
 		StorageSecurityPolicy: c.GetStorageSecurityPolicy(),
 		TpmMode:               c.GetTpmMode(),
 		Registries:            c.GetRegistries(),
 		ReleaseKeys:           c.GetReleaseKeys(),
+		SecureBootRequired:    c.GetSecureBootRequired(),
 	}
 	if r.StorageSecurityPolicy == api.StorageSecurityPolicy_STORAGE_SECURITY_POLICY_UNSPECIFIED {
 		r.StorageSecurityPolicy = api.StorageSecurityPolicy_STORAGE_SECURITY_POLICY_ENCRYPTED

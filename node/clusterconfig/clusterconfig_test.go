@@ -44,7 +44,10 @@ func TestResolveKeeps(t *testing.T) {
 	if got.GetRegistries() != r || len(got.GetReleaseKeys()) != 1 || got.GetReleaseKeys()[0] != keys[0] || got.GetTpmMode() != api.TPMMode_TPM_MODE_REQUIRED {
 		t.Fatalf("Resolve = %v, want the registries and release keys kept and TPM required", got)
 	}
-	if got := Resolve(nil); len(got.GetReleaseKeys()) != 0 {
-		t.Fatalf("Resolve(nil) = %v, want no release key", got)
+	if got := Resolve(nil); len(got.GetReleaseKeys()) != 0 || got.GetSecureBootRequired() {
+		t.Fatalf("Resolve(nil) = %v, want no release key, and Secure Boot not required", got)
+	}
+	if got := Resolve(&api.ClusterConfiguration{SecureBootRequired: true}); !got.GetSecureBootRequired() {
+		t.Fatalf("Resolve = %v, want Secure Boot required kept", got)
 	}
 }

@@ -105,11 +105,17 @@ func (a nodeAPI) RegisterNode(ctx context.Context, req *api.RegisterNodeRequest)
 			// keys: its answer was lost, or its power was cut before it
 			// committed. Its keys are its proof, so a ticket rotated
 			// since does not lock it out.
+			if err := checkSecureBoot(r.conf, id, req.SecureBoot); err != nil {
+				return nil, err
+			}
 			conf = r.conf
 			break
 		}
 		if subtle.ConstantTimeCompare(r.ticket, req.RegisterTicket) != 1 {
 			return nil, status.Error(codes.PermissionDenied, "wrong register ticket")
+		}
+		if err := checkSecureBoot(r.conf, id, req.SecureBoot); err != nil {
+			return nil, err
 		}
 		conf = r.conf
 		ok, kvs, err := a.createNode(ctx, id, data, r)
@@ -235,6 +241,13 @@ func (a nodeAPI) JoinNode(ctx context.Context, req *api.JoinNodeRequest) (*api.J
 	if err := a.checkJoinSealing(ctx, n, req); err != nil {
 		return nil, err
 	}
+	conf, err := a.configuration(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSecureBoot(conf, req.NodeId, req.SecureBoot); err != nil {
+		return nil, err
+	}
 	// A node powered off for longer than half its certificate's
 	// lifetime comes back with one it could not renew: it gets a fresh
 	// one here, which the join key entitles it to as much as the
@@ -347,6 +360,16 @@ func (c *curator) checkJoinSealing(ctx context.Context, n *private.Node, req *ap
 	}
 	if conf.GetTpmMode() == api.TPMMode_TPM_MODE_REQUIRED {
 		return status.Errorf(codes.PermissionDenied, "the cluster requires TPM sealing, but node %s came back with a plain configuration; refusing it", req.NodeId)
+	}
+	return nil
+}
+
+// checkSecureBoot refuses node id, which says whether its firmware booted
+// it under Secure Boot (secureBoot), when conf requires Secure Boot and it
+// did not.
+func checkSecureBoot(conf *api.ClusterConfiguration, id string, secureBoot bool) error {
+	if conf.GetSecureBootRequired() && !secureBoot {
+		return status.Errorf(codes.PermissionDenied, "the cluster requires Secure Boot, but node %s says its firmware did not boot it under Secure Boot; refusing it", id)
 	}
 	return nil
 }

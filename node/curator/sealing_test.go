@@ -86,3 +86,72 @@ func setConfiguration(ctx context.Context, t *testing.T, c *testCluster, conf *a
 	}
 	return nil
 }
+
+// TestSecureBootRequired: in a cluster that requires Secure Boot, a node
+// that says its firmware did not boot it so is refused at RegisterNode
+// (a new node, and one registering again with its keys) and at
+// JoinNode, saying why; one that says it did is taken. A cluster that
+// does not require it takes both.
+func TestSecureBootRequired(t *testing.T) {
+	c := newTestCluster(t)
+	ctx := fixture.Context(t)
+	addr := c.nodes[0].addr.String()
+	m := c.mgmt(t, addr)
+	ticket, err := m.GetRegisterTicket(ctx, &api.GetRegisterTicketRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	register := func(n *testNode, secureBoot bool) error {
+		_, err := c.ephemeral(t, addr, n.key).RegisterNode(ctx, &api.RegisterNodeRequest{
+			RegisterTicket: ticket.Ticket, JoinKey: n.joinKey.Public().(ed25519.PublicKey), SecureBoot: secureBoot})
+		return err
+	}
+	join := func(n *testNode, secureBoot bool) error {
+		_, err := c.ephemeral(t, addr, n.joinKey).JoinNode(ctx, &api.JoinNodeRequest{NodeId: n.id(), UnsealedWithTpm: true, SecureBoot: secureBoot})
+		return err
+	}
+	refused := func(err error) bool {
+		return status.Code(err) == codes.PermissionDenied && strings.Contains(err.Error(), "requires Secure Boot")
+	}
+
+	// Before the requirement: a node without Secure Boot registers,
+	// commits and joins.
+	member := newTestNode(t)
+	if err := register(member, false); err != nil {
+		t.Fatalf("RegisterNode without Secure Boot, not required: %v", err)
+	}
+	if _, err := m.ApproveNode(ctx, &api.ApproveNodeRequest{NodeId: member.id()}); err != nil {
+		t.Fatalf("ApproveNode: %v", err)
+	}
+	if _, err := c.ephemeral(t, addr, member.key).CommitNode(ctx, &api.CommitNodeRequest{SealsWithTpm: true}); err != nil {
+		t.Fatalf("CommitNode: %v", err)
+	}
+	if err := join(member, false); err != nil {
+		t.Errorf("JoinNode without Secure Boot, not required: %v", err)
+	}
+	waiting := newTestNode(t)
+	if err := register(waiting, false); err != nil {
+		t.Fatalf("RegisterNode without Secure Boot, not required: %v", err)
+	}
+
+	c.config.SecureBootRequired = true
+	if err := setConfiguration(ctx, t, c, c.config); err != nil {
+		t.Fatal(err)
+	}
+	if err := register(newTestNode(t), false); !refused(err) {
+		t.Errorf("RegisterNode of a new node without Secure Boot, required = %v, want PermissionDenied saying why", err)
+	}
+	if err := register(waiting, false); !refused(err) {
+		t.Errorf("RegisterNode again of a registered node without Secure Boot, required = %v, want PermissionDenied saying why", err)
+	}
+	if err := join(member, false); !refused(err) {
+		t.Errorf("JoinNode without Secure Boot, required = %v, want PermissionDenied saying why", err)
+	}
+	// Five registrations at once is what one address may make.
+	if err := register(waiting, true); err != nil {
+		t.Errorf("RegisterNode again under Secure Boot, required: %v", err)
+	}
+	if err := join(member, true); err != nil {
+		t.Errorf("JoinNode under Secure Boot, required: %v", err)
+	}
+}

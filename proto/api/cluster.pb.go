@@ -167,9 +167,15 @@ type ClusterConfiguration struct {
 	// base64 of the 32-byte ed25519 key. Each key at most once, at most 16
 	// keys. Empty means that the cluster trusts no release key: nodes
 	// install no release at all.
-	ReleaseKeys   []string `protobuf:"bytes,4,rep,name=release_keys,json=releaseKeys,proto3" json:"release_keys,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ReleaseKeys []string `protobuf:"bytes,4,rep,name=release_keys,json=releaseKeys,proto3" json:"release_keys,omitempty"`
+	// Whether every node must boot under Secure Boot: the curator refuses
+	// RegisterNode and JoinNode from a node that says its firmware did not
+	// boot it so, and a node that was not refuses to bootstrap. False, the
+	// default, requires nothing. Fixed for the cluster's life. The node's
+	// word is all the curator has: no TPM quote backs it.
+	SecureBootRequired bool `protobuf:"varint,5,opt,name=secure_boot_required,json=secureBootRequired,proto3" json:"secure_boot_required,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ClusterConfiguration) Reset() {
@@ -228,6 +234,13 @@ func (x *ClusterConfiguration) GetReleaseKeys() []string {
 		return x.ReleaseKeys
 	}
 	return nil
+}
+
+func (x *ClusterConfiguration) GetSecureBootRequired() bool {
+	if x != nil {
+		return x.SecureBootRequired
+	}
+	return false
 }
 
 // Registries tells workers' container runtimes where to pull images: the
@@ -514,14 +527,15 @@ var File_proto_api_cluster_proto protoreflect.FileDescriptor
 
 const file_proto_api_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x17proto/api/cluster.proto\x12\tcairn.api\"\xf9\x01\n" +
+	"\x17proto/api/cluster.proto\x12\tcairn.api\"\xab\x02\n" +
 	"\x14ClusterConfiguration\x12X\n" +
 	"\x17storage_security_policy\x18\x01 \x01(\x0e2 .cairn.api.StorageSecurityPolicyR\x15storageSecurityPolicy\x12-\n" +
 	"\btpm_mode\x18\x02 \x01(\x0e2\x12.cairn.api.TPMModeR\atpmMode\x125\n" +
 	"\n" +
 	"registries\x18\x03 \x01(\v2\x15.cairn.api.RegistriesR\n" +
 	"registries\x12!\n" +
-	"\frelease_keys\x18\x04 \x03(\tR\vreleaseKeys\"\xa7\x01\n" +
+	"\frelease_keys\x18\x04 \x03(\tR\vreleaseKeys\x120\n" +
+	"\x14secure_boot_required\x18\x05 \x01(\bR\x12secureBootRequired\"\xa7\x01\n" +
 	"\n" +
 	"Registries\x126\n" +
 	"\amirrors\x18\x01 \x03(\v2\x1c.cairn.api.Registries.MirrorR\amirrors\x12\x1d\n" +

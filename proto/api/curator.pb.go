@@ -1041,7 +1041,10 @@ type RegisterNodeRequest struct {
 	RegisterTicket []byte `protobuf:"bytes,1,opt,name=register_ticket,json=registerTicket,proto3" json:"register_ticket,omitempty"`
 	// The public half (32 bytes) of the node's ed25519 join key, which the
 	// node will use in JoinNode after every reboot.
-	JoinKey       []byte `protobuf:"bytes,2,opt,name=join_key,json=joinKey,proto3" json:"join_key,omitempty"`
+	JoinKey []byte `protobuf:"bytes,2,opt,name=join_key,json=joinKey,proto3" json:"join_key,omitempty"`
+	// Whether the node's firmware booted it under Secure Boot, as the node
+	// reads it (ClusterConfiguration.secure_boot_required).
+	SecureBoot    bool `protobuf:"varint,3,opt,name=secure_boot,json=secureBoot,proto3" json:"secure_boot,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1088,6 +1091,13 @@ func (x *RegisterNodeRequest) GetJoinKey() []byte {
 		return x.JoinKey
 	}
 	return nil
+}
+
+func (x *RegisterNodeRequest) GetSecureBoot() bool {
+	if x != nil {
+		return x.SecureBoot
+	}
+	return false
 }
 
 // RegisterNodeResponse tells the new node what the cluster expects.
@@ -1262,8 +1272,11 @@ type JoinNodeRequest struct {
 	// a plain one in a cluster whose TPM mode is REQUIRED: someone who can
 	// write the ESP may have swapped it.
 	UnsealedWithTpm bool `protobuf:"varint,2,opt,name=unsealed_with_tpm,json=unsealedWithTpm,proto3" json:"unsealed_with_tpm,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Whether the node's firmware booted it under Secure Boot, as the node
+	// reads it (ClusterConfiguration.secure_boot_required).
+	SecureBoot    bool `protobuf:"varint,3,opt,name=secure_boot,json=secureBoot,proto3" json:"secure_boot,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JoinNodeRequest) Reset() {
@@ -1306,6 +1319,13 @@ func (x *JoinNodeRequest) GetNodeId() string {
 func (x *JoinNodeRequest) GetUnsealedWithTpm() bool {
 	if x != nil {
 		return x.UnsealedWithTpm
+	}
+	return false
+}
+
+func (x *JoinNodeRequest) GetSecureBoot() bool {
+	if x != nil {
+		return x.SecureBoot
 	}
 	return false
 }
@@ -1656,10 +1676,12 @@ const file_proto_api_curator_proto_rawDesc = "" +
 	"\x18UpdateNodeStatusResponse\"\x12\n" +
 	"\x10HeartbeatRequest\"<\n" +
 	"\x11HeartbeatResponse\x12'\n" +
-	"\x0finterval_millis\x18\x01 \x01(\x03R\x0eintervalMillis\"Y\n" +
+	"\x0finterval_millis\x18\x01 \x01(\x03R\x0eintervalMillis\"z\n" +
 	"\x13RegisterNodeRequest\x12'\n" +
 	"\x0fregister_ticket\x18\x01 \x01(\fR\x0eregisterTicket\x12\x19\n" +
-	"\bjoin_key\x18\x02 \x01(\fR\ajoinKey\"l\n" +
+	"\bjoin_key\x18\x02 \x01(\fR\ajoinKey\x12\x1f\n" +
+	"\vsecure_boot\x18\x03 \x01(\bR\n" +
+	"secureBoot\"l\n" +
 	"\x14RegisterNodeResponse\x12T\n" +
 	"\x15cluster_configuration\x18\x01 \x01(\v2\x1f.cairn.api.ClusterConfigurationR\x14clusterConfiguration\"9\n" +
 	"\x11CommitNodeRequest\x12$\n" +
@@ -1667,10 +1689,12 @@ const file_proto_api_curator_proto_rawDesc = "" +
 	"\x12CommitNodeResponse\x12%\n" +
 	"\x0eca_certificate\x18\x01 \x01(\fR\rcaCertificate\x12)\n" +
 	"\x10node_certificate\x18\x02 \x01(\fR\x0fnodeCertificate\x12,\n" +
-	"\x12cluster_unlock_key\x18\x03 \x01(\fR\x10clusterUnlockKey\"V\n" +
+	"\x12cluster_unlock_key\x18\x03 \x01(\fR\x10clusterUnlockKey\"w\n" +
 	"\x0fJoinNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12*\n" +
-	"\x11unsealed_with_tpm\x18\x02 \x01(\bR\x0funsealedWithTpm\"k\n" +
+	"\x11unsealed_with_tpm\x18\x02 \x01(\bR\x0funsealedWithTpm\x12\x1f\n" +
+	"\vsecure_boot\x18\x03 \x01(\bR\n" +
+	"secureBoot\"k\n" +
 	"\x10JoinNodeResponse\x12,\n" +
 	"\x12cluster_unlock_key\x18\x01 \x01(\fR\x10clusterUnlockKey\x12)\n" +
 	"\x10node_certificate\x18\x02 \x01(\fR\x0fnodeCertificate\"h\n" +

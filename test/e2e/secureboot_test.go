@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -87,6 +88,47 @@ func TestSecureBootRefusesTamperedUKI(t *testing.T) {
 		if got, ok := n.Console().Find(0, launch.Substring(l)); ok {
 			t.Errorf("the tampered UKI ran under Secure Boot: %q", got.Text)
 		}
+	}
+}
+
+// TestSecureBootRequired bootstraps, under Secure Boot, a cluster that
+// requires it of every node, then boots another node with register
+// parameters through firmware without Secure Boot: the curator refuses
+// its registration, the node says why on its console, and the cluster
+// never lists it.
+func TestSecureBootRequired(t *testing.T) {
+	s := newSuite(t, 2, 20*time.Minute)
+	cfg := s.clusterConfig(1, 1, launch.WithSecureBoot())
+	cfg.SecureBootRequired = true
+	c := s.startCluster(cfg)
+	if err := c.Form(s.ctx); err != nil {
+		t.Fatalf("forming a one-node cluster that requires Secure Boot, under it: %v", err)
+	}
+	info := s.cairnctl(t, c, "cluster", "info")
+	if !regexp.MustCompile(`(?m)^Secure Boot:\s+required$`).MatchString(info) {
+		t.Errorf("cairnctl cluster info does not say the cluster requires Secure Boot:\n%s", info)
+	}
+	params, err := c.RegisterParams(s.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1 := c.Node(1)
+	start := time.Now()
+	if _, err := n1.Boot(s.ctx, params, launch.WithoutSecureBoot()); err != nil {
+		t.Fatalf("booting node 1 without Secure Boot: %v", err)
+	}
+	l := s.waitNode(t, n1, 0, launch.Mark(marker.Refused))
+	s.step("node 1 booted without Secure Boot → refused at register", time.Since(start))
+	t.Logf("node 1: %s", cluster.Message(l.Text))
+	if !strings.Contains(l.Text, "requires Secure Boot") {
+		t.Errorf("node 1 was refused for another reason: %s", cluster.Message(l.Text))
+	}
+	nodes, err := c.ListNodes(s.ctx)
+	if err != nil {
+		t.Fatalf("node list: %v", err)
+	}
+	if len(nodes) != 1 {
+		t.Errorf("node list = %+v, want node 0 alone", nodes)
 	}
 }
 

@@ -197,6 +197,15 @@ func WithSecureBoot() Option {
 	}
 }
 
+// WithoutSecureBoot undoes WithSecureBoot given before it: Debian's
+// OVMF_CODE_4M/VARS_4M, which do not enforce Secure Boot, on a machine
+// without SMM.
+func WithoutSecureBoot() Option {
+	return func(o *options) {
+		o.secureBoot, o.ovmfCode, o.ovmfVars = false, DefaultOVMFCode, DefaultOVMFVars
+	}
+}
+
 // WithTPM gives the node a TPM 2.0, emulated by a swtpm process of its own.
 func WithTPM() Option { return func(o *options) { o.tpm = true } }
 
