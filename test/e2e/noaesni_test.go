@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"cairn.dev/cairn/test/launch"
-	"cairn.dev/cairn/test/launch/cluster"
 )
 
 // modprobeLoaded matches the line /init's modprobe mode writes to the
@@ -42,13 +41,7 @@ func TestNoAESNI(t *testing.T) {
 		s.step(p.Name, p.Duration)
 	}
 	vm := n0.VM()
-	phases, missing := cluster.Milestones(vm, 0, bootstrapMilestones)
-	for _, p := range phases {
-		s.step("node 0: "+p.Name, p.Duration)
-	}
-	if len(missing) > 0 {
-		t.Logf("node 0's console lacks the milestones %q", missing)
-	}
+	s.stepBootstrap(t, vm)
 
 	nodes, err := c.ListNodes(s.ctx)
 	if err != nil {

@@ -34,13 +34,7 @@ func TestSecureBootSigned(t *testing.T) {
 		t.Fatalf("forming the one-node cluster under Secure Boot: %v", err)
 	}
 	vm := n0.VM()
-	phases, missing := cluster.Milestones(vm, 0, bootstrapMilestones)
-	for _, p := range phases {
-		s.step("node 0: "+p.Name, p.Duration)
-	}
-	if len(missing) > 0 {
-		t.Logf("node 0's console lacks the milestones %q", missing)
-	}
+	s.stepBootstrap(t, vm)
 	if _, ok := vm.Console().Find(0, launch.Substring("Kernel is locked down from EFI Secure Boot")); !ok {
 		t.Errorf("the kernel did not say it is locked down by Secure Boot: did the firmware enforce it?")
 	}

@@ -44,6 +44,20 @@ var bootstrapMilestones = []cluster.Milestone{
 	{Name: "qemu start → curator serving", Line: launch.Mark(marker.CuratorServing)},
 }
 
+// stepBootstrap records, as steps, the phases of node 0's bootstrapping
+// boot that vm's console shows (bootstrapMilestones), and logs those it
+// lacks.
+func (s *suite) stepBootstrap(t *testing.T, vm *launch.Node) {
+	t.Helper()
+	phases, missing := cluster.Milestones(vm, 0, bootstrapMilestones)
+	for _, p := range phases {
+		s.step("node 0: "+p.Name, p.Duration)
+	}
+	if len(missing) > 0 {
+		t.Logf("node 0's console lacks the milestones %q", missing)
+	}
+}
+
 // singleNodeMemoryMiB is the memory of TestSingleNodeCluster's VMs: the
 // least a one-node cluster is meant to work in.
 const singleNodeMemoryMiB = 512
