@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"flag"
 	"fmt"
 	"os"
 	"strings"
 
 	"cairn.dev/cairn/build/uki"
+	ukiread "cairn.dev/cairn/pkg/uki"
 )
 
 func ukiCmd(args []string) error {
@@ -43,6 +45,12 @@ func ukiCmd(args []string) error {
 	if err := writeFile(*out, img); err != nil {
 		return fmt.Errorf("when writing the unified kernel image: %w", err)
 	}
-	fmt.Printf("image: unified kernel image %s (%s)\n", mb(int64(len(img))), *out)
+	// What a seal bound to this image will name: the stub's
+	// measurements, which a Secure Boot signature leaves alone.
+	pcr, err := ukiread.PCR11(bytes.NewReader(img))
+	if err != nil {
+		return fmt.Errorf("when predicting the image's PCR 11: %w", err)
+	}
+	fmt.Printf("image: unified kernel image %s (%s), PCR 11 after the stub %x\n", mb(int64(len(img))), *out, pcr)
 	return nil
 }

@@ -24,3 +24,13 @@ func FuzzLocate(f *testing.F) {
 		}
 	})
 }
+
+// FuzzPCR11 checks that whatever the file holds, PCR11 returns a value or
+// an error, without panicking.
+func FuzzPCR11(f *testing.F) {
+	f.Add([]byte("not a PE file"))
+	f.Add([]byte("MZ"))
+	f.Fuzz(func(t *testing.T, img []byte) {
+		_, _ = PCR11(bytes.NewReader(img))
+	})
+}
