@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"encoding/hex"
 	"testing"
 	"time"
 
@@ -8,11 +10,12 @@ import (
 )
 
 // TestNodeDescribeBootSecurity reads, through GetNodes, whether nodes
-// booted under Secure Boot and how they keep their sealed configuration,
-// as node describe prints them and in JSON.
+// booted under Secure Boot, their PCR 11 and how they keep their sealed
+// configuration, as node describe prints them and in JSON.
 func TestNodeDescribeBootSecurity(t *testing.T) {
+	pcr := bytes.Repeat([]byte{0xab}, 32)
 	secure := testNode(t, api.NodeState_NODE_STATE_UP, nil, &api.NodeStatus{
-		ExternalAddress: "10.42.0.10", BootSecurity: &api.BootSecurity{SecureBoot: true},
+		ExternalAddress: "10.42.0.10", BootSecurity: &api.BootSecurity{SecureBoot: true, Pcr11: pcr},
 	}, time.Time{})
 	secure.SealsWithTpm = true
 	plain := testNode(t, api.NodeState_NODE_STATE_UP, nil, &api.NodeStatus{
@@ -31,15 +34,20 @@ func TestNodeDescribeBootSecurity(t *testing.T) {
 		secureBoot *bool
 		seal       string
 	}{
-		{secure, []string{"Secure Boot:     on\n", "Seal:            TPM, not bound to what the node boots (no PCR policy)\n"}, &on, "tpm"},
-		{plain, []string{"Secure Boot:     off\n", "Seal:            none: plain on the ESP\n"}, &off, "plain"},
+		{secure, []string{"Secure Boot:     on\n", "PCR 11:          " + hex.EncodeToString(pcr) + "\n",
+			"Seal:            TPM, not bound to what the node boots (no PCR policy)\n"}, &on, "tpm"},
+		{plain, []string{"Secure Boot:     off\n", "PCR 11:          -\n", "Seal:            none: plain on the ESP\n"}, &off, "plain"},
 		{silent, []string{"Secure Boot:     -\n", "Seal:            TPM, not bound"}, nil, "tpm"},
 		{fresh, []string{"Secure Boot:     -\n", "Seal:            -\n"}, nil, ""},
 	} {
 		for _, line := range tc.lines {
 			v := describe(t, dir, tc.node.Id, line)
-			if (v.SecureBoot == nil) != (tc.secureBoot == nil) || (v.SecureBoot != nil && *v.SecureBoot != *tc.secureBoot) || v.Seal != tc.seal {
-				t.Errorf("node describe -o json %s: secure_boot %v, seal %q; want %v, %q", tc.node.Id, v.SecureBoot, v.Seal, tc.secureBoot, tc.seal)
+			wantPCR := ""
+			if tc.node == secure {
+				wantPCR = hex.EncodeToString(pcr)
+			}
+			if (v.SecureBoot == nil) != (tc.secureBoot == nil) || (v.SecureBoot != nil && *v.SecureBoot != *tc.secureBoot) || v.Seal != tc.seal || v.PCR11 != wantPCR {
+				t.Errorf("node describe -o json %s: secure_boot %v, pcr11 %q, seal %q; want %v, %q, %q", tc.node.Id, v.SecureBoot, v.PCR11, v.Seal, tc.secureBoot, wantPCR, tc.seal)
 			}
 		}
 	}

@@ -51,6 +51,10 @@ type nodeView struct {
 	// SecureBoot says whether the node reports that its firmware booted
 	// it under Secure Boot, null if it reports nothing of it.
 	SecureBoot *bool `json:"secure_boot"`
+	// PCR11 is the SHA-256 PCR 11 the node read from its TPM when it
+	// started, hex: what the stub measured of the UKI the firmware
+	// booted; "" if it reports none.
+	PCR11 string `json:"pcr11"`
 	// Seal is how the node keeps its sealed configuration, as it said
 	// when it committed: "tpm" (with its TPM, not bound to what it
 	// boots) or "plain" (on its ESP); "" for a node that never
@@ -195,6 +199,7 @@ func newNodeView(n *api.Node) nodeView {
 		Clock:         newClockView(n.GetStatus().GetClock()),
 		PodTunnel:     newPodTunnelView(n.GetPodNetwork()),
 		SecureBoot:    secureBootOf(n.GetStatus()),
+		PCR11:         hex.EncodeToString(n.GetStatus().GetBootSecurity().GetPcr11()),
 		Seal:          sealOf(n),
 	}
 }
@@ -367,6 +372,7 @@ func writeNodeDescription(w io.Writer, now time.Time, n nodeView) error {
 	fmt.Fprintf(tw, "Clock:\t%s\n", clockLine(now, n.Clock))
 	fmt.Fprintf(tw, "Pod tunnel:\t%s\n", podTunnelLine(n.PodTunnel))
 	fmt.Fprintf(tw, "Secure Boot:\t%s\n", secureBootLine(n.SecureBoot))
+	fmt.Fprintf(tw, "PCR 11:\t%s\n", dash(n.PCR11))
 	fmt.Fprintf(tw, "Seal:\t%s\n", sealLine(n.Seal))
 	fmt.Fprintf(tw, "Last heartbeat:\t%s\n", timeOf(n.LastHeartbeat))
 	if err := tw.Flush(); err != nil {

@@ -8,10 +8,7 @@ import (
 
 	"cairn.dev/cairn/node/kexec"
 	"cairn.dev/cairn/node/update"
-	"cairn.dev/cairn/pkg/efivar"
-	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/reaper"
-	api "cairn.dev/cairn/proto/api"
 )
 
 // An action is how the machine ends.
@@ -116,26 +113,6 @@ func finish(con *consoles, a action, failed bool) {
 	for {
 		time.Sleep(time.Hour)
 	}
-}
-
-// secureBoot says whether the firmware booted this machine with Secure
-// Boot on. An unreadable variable counts as off: kexec then tries, and a
-// locked-down kernel refuses it, which the reboot says.
-func secureBoot() bool {
-	on, err := efivar.ReadSecureBoot(efiVars.target)
-	return err == nil && on
-}
-
-// bootSecurity is what the firmware says of this boot, for the node's
-// status: nil, not said, when its SecureBoot variable cannot be read.
-// A machine that did not boot through EFI has none, and no Secure Boot.
-func bootSecurity(log logtree.LeveledLogger) *api.BootSecurity {
-	on, err := efivar.ReadSecureBoot(efiVars.target)
-	if err != nil {
-		log.Warningf("Not reporting whether Secure Boot is on: %v", err)
-		return nil
-	}
-	return &api.BootSecurity{SecureBoot: on}
 }
 
 // trialBoot says, when the firmware booted this machine once (BootNext)

@@ -3,6 +3,7 @@ package tpmseal
 import (
 	"bytes"
 	"crypto/rand"
+	"crypto/sha256"
 	"errors"
 	"os"
 	"path/filepath"
@@ -284,5 +285,31 @@ func BenchmarkUnseal(b *testing.B) {
 		if _, err := tpm.Unseal(blob); err != nil {
 			b.Fatalf("Unseal: %v", err)
 		}
+	}
+}
+
+// TestReadPCR reads PCR 11 of a fresh TPM (zeros), extends it as
+// systemd's stub does, and reads the extended value.
+func TestReadPCR(t *testing.T) {
+	sw := newSWTPM(t)
+	tpm := sw.open()
+	v, err := tpm.ReadPCR(11)
+	if err != nil || v != [32]byte{} {
+		t.Fatalf("ReadPCR(11) of a fresh TPM = %x, %v; want zeros", v, err)
+	}
+	digest := sha256.Sum256([]byte(".linux\x00"))
+	_, err = tpm2.PCRExtend{
+		PCRHandle: tpm2.AuthHandle{Handle: tpm2.TPMHandle(11), Auth: tpm2.PasswordAuth(nil)},
+		Digests:   tpm2.TPMLDigestValues{Digests: []tpm2.TPMTHA{{HashAlg: tpm2.TPMAlgSHA256, Digest: digest[:]}}},
+	}.Execute(tpm.tp)
+	if err != nil {
+		t.Fatalf("extending PCR 11: %v", err)
+	}
+	want := sha256.Sum256(append(make([]byte, 32), digest[:]...))
+	if v, err := tpm.ReadPCR(11); err != nil || v != want {
+		t.Errorf("ReadPCR(11) after an extend = %x, %v; want %x", v, err, want)
+	}
+	if _, err := tpm.ReadPCR(24); err == nil {
+		t.Error("ReadPCR(24) succeeded")
 	}
 }

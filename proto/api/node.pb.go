@@ -474,7 +474,13 @@ type BootSecurity struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The firmware enforced Secure Boot (its SecureBoot variable is 1): it
 	// started the node's UKI only because a key it trusts signed it.
-	SecureBoot    bool `protobuf:"varint,1,opt,name=secure_boot,json=secureBoot,proto3" json:"secure_boot,omitempty"`
+	SecureBoot bool `protobuf:"varint,1,opt,name=secure_boot,json=secureBoot,proto3" json:"secure_boot,omitempty"`
+	// The SHA-256 bank's PCR 11 as the node read it from its TPM when /init
+	// started: what systemd's stub measured of the UKI the firmware booted
+	// (pkg/uki.PCR11 predicts it from the image; a reboot by kexec
+	// measures nothing, and leaves the last firmware boot's). Empty without
+	// a TPM.
+	Pcr11         []byte `protobuf:"bytes,2,opt,name=pcr11,proto3" json:"pcr11,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -514,6 +520,13 @@ func (x *BootSecurity) GetSecureBoot() bool {
 		return x.SecureBoot
 	}
 	return false
+}
+
+func (x *BootSecurity) GetPcr11() []byte {
+	if x != nil {
+		return x.Pcr11
+	}
+	return nil
 }
 
 // DesiredRelease is the release a cluster rollout (Management.StartRollout)
@@ -1148,10 +1161,11 @@ const file_proto_api_node_proto_rawDesc = "" +
 	"\x06update\x18\a \x01(\v2\x17.cairn.api.UpdateStatusR\x06update\x12<\n" +
 	"\rboot_security\x18\b \x01(\v2\x17.cairn.api.BootSecurityR\fbootSecurity\x1a$\n" +
 	"\x0eRunningCurator\x12\x12\n" +
-	"\x04port\x18\x01 \x01(\x05R\x04port\"/\n" +
+	"\x04port\x18\x01 \x01(\x05R\x04port\"E\n" +
 	"\fBootSecurity\x12\x1f\n" +
 	"\vsecure_boot\x18\x01 \x01(\bR\n" +
-	"secureBoot\"\xc6\x01\n" +
+	"secureBoot\x12\x14\n" +
+	"\x05pcr11\x18\x02 \x01(\fR\x05pcr11\"\xc6\x01\n" +
 	"\x0eDesiredRelease\x12\x1d\n" +
 	"\n" +
 	"rollout_id\x18\x01 \x01(\tR\trolloutId\x12\x1c\n" +

@@ -5,6 +5,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"regexp"
@@ -14,6 +15,7 @@ import (
 
 	"cairn.dev/cairn/node/marker"
 	"cairn.dev/cairn/pkg/gpt"
+	"cairn.dev/cairn/pkg/uki"
 	"cairn.dev/cairn/test/launch"
 	"cairn.dev/cairn/test/launch/cluster"
 )
@@ -177,7 +179,9 @@ func tamperedUKICopy(t *testing.T) string {
 
 // checkBootSecurity checks, once node id has reported its status, that
 // cairnctl node describe says Secure Boot is secureBoot ("on", "off") on
-// it, and that it seals with its TPM, not yet bound to what it boots.
+// it, that it seals with its TPM, not yet bound to what it boots, and
+// that the PCR 11 it read from its TPM is what pkg/uki predicts of the
+// build's UKI, which the firmware booted from the ESP.
 func (s *suite) checkBootSecurity(t *testing.T, c *cluster.Cluster, id, secureBoot string) {
 	t.Helper()
 	lines := map[string]string{}
@@ -206,5 +210,18 @@ func (s *suite) checkBootSecurity(t *testing.T, c *cluster.Cluster, id, secureBo
 	}
 	if !strings.HasPrefix(lines["Seal"], "TPM, not bound") {
 		t.Errorf("cairnctl node describe %s says Seal: %q, want the TPM's", id, lines["Seal"])
+	}
+	f, err := os.Open(artifact(t, "cairn.efi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	want, err := uki.PCR11(f)
+	if err != nil {
+		t.Fatalf("predicting PCR 11 of cairn.efi: %v", err)
+	}
+	t.Logf("PCR 11: %s on the node, %x predicted", lines["PCR 11"], want)
+	if lines["PCR 11"] != hex.EncodeToString(want[:]) {
+		t.Errorf("cairnctl node describe %s says PCR 11: %q; pkg/uki predicts %x of the UKI it booted", id, lines["PCR 11"], want)
 	}
 }
