@@ -238,11 +238,11 @@ func (a nodeAPI) JoinNode(ctx context.Context, req *api.JoinNodeRequest) (*api.J
 	default:
 		return nil, status.Errorf(codes.FailedPrecondition, "node %s is %s; only an UP node can join", req.NodeId, n.FsmState)
 	}
-	if err := a.checkJoinSealing(ctx, n, req); err != nil {
-		return nil, err
-	}
 	conf, err := a.configuration(ctx)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkJoinSealing(conf, n, req); err != nil {
 		return nil, err
 	}
 	if err := checkSecureBoot(conf, req.NodeId, req.SecureBoot); err != nil {
@@ -346,17 +346,13 @@ func checkCommit(id string, n *private.Node) error {
 // ESP could otherwise swap in a plain configuration of their own making.
 // The node's own check (a marker in its TPM's NV memory) catches the same
 // on a cold start, unless the TPM was cleared; this one does not depend on
-// the TPM.
-func (c *curator) checkJoinSealing(ctx context.Context, n *private.Node, req *api.JoinNodeRequest) error {
+// the TPM. conf is the cluster's configuration.
+func checkJoinSealing(conf *api.ClusterConfiguration, n *private.Node, req *api.JoinNodeRequest) error {
 	if req.UnsealedWithTpm {
 		return nil
 	}
 	if n.SealsWithTpm {
 		return status.Errorf(codes.PermissionDenied, "node %s sealed its configuration with its TPM when it enrolled, but came back with a plain one; refusing it (its ESP may have been tampered with)", req.NodeId)
-	}
-	conf, err := c.configuration(ctx)
-	if err != nil {
-		return err
 	}
 	if conf.GetTpmMode() == api.TPMMode_TPM_MODE_REQUIRED {
 		return status.Errorf(codes.PermissionDenied, "the cluster requires TPM sealing, but node %s came back with a plain configuration; refusing it", req.NodeId)
