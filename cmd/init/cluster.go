@@ -51,11 +51,12 @@ func parametersRunnable(st *localstorage.Storage, mounted event.Watchable[bool],
 // enrolmentRunnable is the cluster child: once the ESP is mounted and the
 // data partition's modules are loaded (dataReady) it runs enrolment
 // (node/cluster), which mounts the data partition and hands the node's membership to the
-// role server, rs.
+// role server, rs. secureBoot, whether the firmware booted the node under
+// Secure Boot, is what enrolment tells the curator.
 //
 // The enrolment Service is built once per boot, outside the runnable: it
 // remembers its keys and what it mounted, which a restart must not lose.
-func enrolmentRunnable(st *localstorage.Storage, dataReady event.Watchable[bool], address event.Watchable[netip.Prefix], params event.Watchable[*parameters.Loaded], membership event.Value[*roleserve.Membership], rs *roleserve.Service) supervisor.Runnable {
+func enrolmentRunnable(st *localstorage.Storage, dataReady event.Watchable[bool], address event.Watchable[netip.Prefix], params event.Watchable[*parameters.Loaded], membership event.Value[*roleserve.Membership], rs *roleserve.Service, secureBoot bool) supervisor.Runnable {
 	svc := cluster.New(cluster.Config{
 		Storage:         st,
 		ExternalAddress: address,
@@ -63,7 +64,7 @@ func enrolmentRunnable(st *localstorage.Storage, dataReady event.Watchable[bool]
 		Membership:      membership,
 		Credentials:     rs.Credentials(),
 		StoredDirectory: rs.StoredDirectory(),
-		SecureBoot:      secureBoot(),
+		SecureBoot:      secureBoot,
 	})
 	return func(ctx context.Context) error {
 		if err := waitMounted(ctx, dataReady); err != nil {

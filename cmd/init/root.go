@@ -63,6 +63,7 @@ func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogg
 		log.Errorf("no storage: %v", err)
 		return []child{{"network", networkRunnable(nil, &address, &ntp, printf)}}
 	}
+	boot := bootSecurity(log)
 	rs := roleserve.New(roleserve.Config{
 		Membership:      &membership,
 		ExternalAddress: &address,
@@ -70,7 +71,7 @@ func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogg
 		Version:         version(),
 		Clock:           &clock,
 		System:          &booted,
-		BootSecurity:    bootSecurity(log),
+		BootSecurity:    boot,
 	})
 	// Once per boot: it knows which boot is the running one.
 	ls := logstore.New(logstore.Config{Tree: lt, Dir: st.Root.Data.Logs.FullPath()})
@@ -80,7 +81,7 @@ func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogg
 		{"parameters", parametersRunnable(st, &mounted, &params)},
 		{"network", networkRunnable(&params, &address, &ntp, printf)},
 		{"timesync", timesyncRunnable(&ntp, &clock, printf)},
-		{"cluster", enrolmentRunnable(st, &dataReady, &address, &params, &membership, rs)},
+		{"cluster", enrolmentRunnable(st, &dataReady, &address, &params, &membership, rs, boot.GetSecureBoot())},
 		{"roleserve", rs.Run},
 		{"update", updateRunnable(st, &booted, &mounted, rs, &installers, request, printf)},
 		{"nodemanagement", nodeManagementRunnable(st, rs, &installers, lt, ls, gatherer, request)},
