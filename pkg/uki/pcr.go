@@ -37,9 +37,9 @@ func PCR11(r io.ReaderAt) ([sha256.Size]byte, error) {
 		h := sha256.Sum256(append([]byte(name), 0))
 		extend(h[:])
 		d := sha256.New()
-		// Past its raw data, a section is zeros in memory.
-		raw := int64(min(s.Size, s.VirtualSize))
-		n, err := io.Copy(d, io.NewSectionReader(r, int64(s.Offset), raw))
+		span := fileSpan(s)
+		raw := span.Size
+		n, err := io.Copy(d, span.Reader(r))
 		if err == nil && n != raw {
 			err = io.ErrUnexpectedEOF
 		}

@@ -53,13 +53,7 @@ func Locate(r io.ReaderAt) (*Boot, error) {
 		if s == nil {
 			return Span{}, fmt.Errorf("no %s section", name)
 		}
-		// The file holds the section padded to the file alignment; its
-		// virtual size is its own.
-		size := int64(s.Size)
-		if int64(s.VirtualSize) < size {
-			size = int64(s.VirtualSize)
-		}
-		return Span{Offset: int64(s.Offset), Size: size}, nil
+		return fileSpan(s), nil
 	}
 	var b Boot
 	if b.Kernel, err = section(".linux"); err != nil {
@@ -81,4 +75,11 @@ func Locate(r io.ReaderAt) (*Boot, error) {
 	}
 	b.Cmdline = strings.TrimRight(string(cmdline), "\x00 \n")
 	return &b, nil
+}
+
+// fileSpan is where the file holds section s's own bytes. The file holds
+// a section padded to the file alignment; its virtual size is its own, and
+// a section larger in memory than in the file is zeros beyond it.
+func fileSpan(s *pe.Section) Span {
+	return Span{Offset: int64(s.Offset), Size: int64(min(s.Size, s.VirtualSize))}
 }
