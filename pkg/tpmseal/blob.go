@@ -14,9 +14,12 @@ import (
 // (or a file of something else) is recognised at once.
 var blobMagic = []byte("CTPM")
 
-// blobVersion is the version of the blob format Seal writes. A PCR-bound
-// policy would come as a new version.
-const blobVersion = 1
+// The versions of the blob format: 1 for a seal bound to the TPM alone,
+// 2 for one bound to a signed release as well (Bind).
+const (
+	blobVersion      = 1
+	boundBlobVersion = 2
+)
 
 // blob is what Seal returns, before encoding: enough to load the sealed object
 // again under the same SRK, and to notice when the SRK is another one.
@@ -30,17 +33,40 @@ type blob struct {
 	// ciphertext is the secret, encrypted with AES-256-GCM under the key
 	// the sealed object holds: nonce, then ciphertext and tag.
 	ciphertext []byte
+	// keyPublic and pcr7, in a bound blob only (nil otherwise): the
+	// TPMT_PUBLIC of the release's PCR key the policy trusts, and PCR 7
+	// as it was when sealing.
+	keyPublic []byte
+	pcr7      []byte
+}
+
+// fields are b's fields in the order of its version's format.
+func (b *blob) fields() [][]byte {
+	f := [][]byte{b.parentName, b.public, b.private, b.ciphertext}
+	if b.keyPublic != nil {
+		f = append(f, b.keyPublic, b.pcr7)
+	}
+	return f
+}
+
+// version is the format version b is written in.
+func (b *blob) version() byte {
+	if b.keyPublic != nil {
+		return boundBlobVersion
+	}
+	return blobVersion
 }
 
 // maxField bounds each field; a uint16 length cannot say more anyway.
 const maxField = 0xffff
 
-// marshal encodes b in the version 1 format (see the package documentation).
+// marshal encodes b in its version's format (see the package
+// documentation).
 func (b *blob) marshal() ([]byte, error) {
 	var buf bytes.Buffer
 	buf.Write(blobMagic)
-	buf.WriteByte(blobVersion)
-	for _, f := range [][]byte{b.parentName, b.public, b.private, b.ciphertext} {
+	buf.WriteByte(b.version())
+	for _, f := range b.fields() {
 		if len(f) > maxField {
 			return nil, fmt.Errorf("blob field of %d bytes is too long", len(f))
 		}
@@ -62,25 +88,30 @@ func parseBlob(data []byte) (*blob, error) {
 	if !bytes.Equal(data[:len(blobMagic)], blobMagic) {
 		return nil, fmt.Errorf("%w: not a sealed blob (magic %q)", ErrMalformedBlob, data[:len(blobMagic)])
 	}
-	if v := data[len(blobMagic)]; v != blobVersion {
-		return nil, fmt.Errorf("%w: unknown version %d (this code reads %d)", ErrMalformedBlob, v, blobVersion)
+	v := data[len(blobMagic)]
+	if v != blobVersion && v != boundBlobVersion {
+		return nil, fmt.Errorf("%w: unknown version %d (this code reads %d and %d)", ErrMalformedBlob, v, blobVersion, boundBlobVersion)
 	}
 	body, sum := data[:len(data)-sha256.Size], data[len(data)-sha256.Size:]
 	if want := sha256.Sum256(body); !bytes.Equal(sum, want[:]) {
 		return nil, fmt.Errorf("%w: checksum mismatch, the blob is damaged", ErrMalformedBlob)
 	}
-	b, err := parseFields(body[header:])
+	b, err := parseFields(body[header:], v == boundBlobVersion)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrMalformedBlob, err)
 	}
 	return b, nil
 }
 
-// parseFields decodes the four length-prefixed fields of a blob's body and
-// checks that they hold what Seal writes.
-func parseFields(body []byte) (*blob, error) {
-	var fields [4][]byte
-	for i, name := range []string{"parent name", "public part", "private part", "ciphertext"} {
+// parseFields decodes the length-prefixed fields of a blob's body, four or,
+// bound, six, and checks that they hold what Seal writes.
+func parseFields(body []byte, bound bool) (*blob, error) {
+	names := []string{"parent name", "public part", "private part", "ciphertext"}
+	if bound {
+		names = append(names, "PCR key", "PCR 7")
+	}
+	fields := make([][]byte, len(names))
+	for i, name := range names {
 		if len(body) < 2 {
 			return nil, fmt.Errorf("%s: truncated length", name)
 		}
@@ -99,7 +130,23 @@ func parseFields(body []byte) (*blob, error) {
 	if err := checkName(b.parentName); err != nil {
 		return nil, fmt.Errorf("parent name: %w", err)
 	}
-	if err := checkPublic(b.public); err != nil {
+	want := sealTemplate
+	if bound {
+		b.keyPublic, b.pcr7 = fields[4], fields[5]
+		key, err := pcrKeyOf(b.keyPublic)
+		if err != nil {
+			return nil, fmt.Errorf("PCR key: %w", err)
+		}
+		if len(b.pcr7) != sha256.Size {
+			return nil, fmt.Errorf("PCR 7: %d bytes, want %d", len(b.pcr7), sha256.Size)
+		}
+		policy, err := boundPolicy(key, b.pcr7)
+		if err != nil {
+			return nil, err
+		}
+		want = boundTemplate(policy)
+	}
+	if err := checkPublic(b.public, want); err != nil {
 		return nil, fmt.Errorf("public part: %w", err)
 	}
 	if len(b.private) == 0 {
@@ -125,9 +172,10 @@ func checkName(name []byte) error {
 }
 
 // checkPublic accepts a TPMT_PUBLIC of a sealed data object as Seal creates
-// them, and nothing else: it must decode whole and match sealTemplate in
-// type, name algorithm and attributes. The TPM checks the rest when loading.
-func checkPublic(data []byte) error {
+// them, and nothing else: it must decode whole and match want (sealTemplate,
+// or a bound object's template) in type, name algorithm, attributes and
+// policy. The TPM checks the rest when loading.
+func checkPublic(data []byte, want tpm2.TPMTPublic) error {
 	pub, err := unmarshalPublic(data)
 	if err != nil {
 		return err
@@ -138,8 +186,11 @@ func checkPublic(data []byte) error {
 	if pub.NameAlg != tpm2.TPMAlgSHA256 {
 		return fmt.Errorf("name algorithm %#04x, want SHA-256", uint16(pub.NameAlg))
 	}
-	if pub.ObjectAttributes != sealTemplate.ObjectAttributes {
-		return fmt.Errorf("object attributes %x, want %x", tpm2.Marshal(pub.ObjectAttributes), tpm2.Marshal(sealTemplate.ObjectAttributes))
+	if pub.ObjectAttributes != want.ObjectAttributes {
+		return fmt.Errorf("object attributes %x, want %x", tpm2.Marshal(pub.ObjectAttributes), tpm2.Marshal(want.ObjectAttributes))
+	}
+	if !bytes.Equal(pub.AuthPolicy.Buffer, want.AuthPolicy.Buffer) {
+		return fmt.Errorf("policy %x, want %x", pub.AuthPolicy.Buffer, want.AuthPolicy.Buffer)
 	}
 	return nil
 }

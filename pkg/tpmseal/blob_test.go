@@ -2,8 +2,10 @@ package tpmseal
 
 import (
 	"bytes"
+	"crypto/rsa"
 	"crypto/sha256"
 	"errors"
+	"math/big"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -22,18 +24,34 @@ func testBlob() *blob {
 	}
 }
 
+// testBoundBlob is a well-formed bound blob with fake contents: a PCR key
+// of a made-up modulus, and the policy that follows from it.
+func testBoundBlob() *blob {
+	b := testBlob()
+	key := &rsa.PublicKey{N: new(big.Int).SetBytes(bytes.Repeat([]byte{0xc5}, PCRKeyBits/8)), E: 65537}
+	b.keyPublic = tpm2.Marshal(keyPublic(key))
+	b.pcr7 = bytes.Repeat([]byte{0x07}, sha256.Size)
+	policy, err := boundPolicy(key, b.pcr7)
+	if err != nil {
+		panic(err)
+	}
+	b.public = tpm2.Marshal(boundTemplate(policy))
+	return b
+}
+
 func TestBlobRoundTrip(t *testing.T) {
-	want := testBlob()
-	data, err := want.marshal()
-	if err != nil {
-		t.Fatalf("marshal: %v", err)
-	}
-	got, err := parseBlob(data)
-	if err != nil {
-		t.Fatalf("parseBlob(marshal()): %v", err)
-	}
-	if diff := cmp.Diff(want, got, cmp.AllowUnexported(blob{})); diff != "" {
-		t.Errorf("parseBlob(marshal()) differs (-want +got):\n%s", diff)
+	for _, want := range []*blob{testBlob(), testBoundBlob()} {
+		data, err := want.marshal()
+		if err != nil {
+			t.Fatalf("marshal: %v", err)
+		}
+		got, err := parseBlob(data)
+		if err != nil {
+			t.Fatalf("parseBlob(marshal()): %v", err)
+		}
+		if diff := cmp.Diff(want, got, cmp.AllowUnexported(blob{})); diff != "" {
+			t.Errorf("parseBlob(marshal()) differs (-want +got):\n%s", diff)
+		}
 	}
 }
 
@@ -110,8 +128,14 @@ func FuzzParseBlob(f *testing.F) {
 	if err != nil {
 		f.Fatalf("marshal: %v", err)
 	}
-	f.Add(good)
-	f.Add(good[len(blobMagic)+1 : len(good)-sha256.Size])
+	bound, err := testBoundBlob().marshal()
+	if err != nil {
+		f.Fatalf("marshal: %v", err)
+	}
+	for _, b := range [][]byte{good, bound} {
+		f.Add(b)
+		f.Add(b[len(blobMagic)+1 : len(b)-sha256.Size])
+	}
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if b, err := parseBlob(data); err == nil {
@@ -120,13 +144,15 @@ func FuzzParseBlob(f *testing.F) {
 				t.Errorf("parseBlob(%x) = %+v, which encodes to %x, %v", data, b, again, err)
 			}
 		}
-		body := append(append(bytes.Clone(blobMagic), blobVersion), data...)
-		sum := sha256.Sum256(body)
-		whole := append(body, sum[:]...)
-		if b, err := parseBlob(whole); err == nil {
-			again, err := b.marshal()
-			if err != nil || !bytes.Equal(again, whole) {
-				t.Errorf("parseBlob(%x) = %+v, which encodes to %x, %v", whole, b, again, err)
+		for _, v := range []byte{blobVersion, boundBlobVersion} {
+			body := append(append(bytes.Clone(blobMagic), v), data...)
+			sum := sha256.Sum256(body)
+			whole := append(body, sum[:]...)
+			if b, err := parseBlob(whole); err == nil {
+				again, err := b.marshal()
+				if err != nil || !bytes.Equal(again, whole) {
+					t.Errorf("parseBlob(%x) = %+v, which encodes to %x, %v", whole, b, again, err)
+				}
 			}
 		}
 	})

@@ -60,29 +60,38 @@
 //   - A swapped SRK at unseal time: the SRK's name recorded in the blob must
 //     match the key the TPM derives now before the session is salted to it.
 //
-// Not protected:
+// Not protected, by an unbound seal (Seal without Bind):
 //
 //   - Anyone who can talk to this TPM can unseal: root on the running node,
 //     or another operating system booted on the same machine. The sealed
-//     object has an empty authorization value and no policy. That is the
-//     main gap; see below.
+//     object has an empty authorization value and no policy.
 //   - An active attacker on the bus while sealing: the SRK public key is
 //     taken on trust when Seal runs (there is no endorsement key check).
 //   - An owner hierarchy with an authorization value set: Cairn assumes the
 //     owner auth is empty, as firmware leaves it, and fails otherwise.
 //
-// # Why no PCR policy yet
+// # Bound seals (blob version 2)
 //
-// Binding the object to PCR values (TPM2_PolicyPCR) would make unsealing
-// work only in a measured boot state: this firmware, Secure Boot on, this
-// signed kernel image. Cairn has no measured-boot story yet: images are not
-// signed, and the UKI's measurements change with every image update, so a
-// plain PCR policy would lock a node out of its own data after each update.
-// A later change should seal with a PolicyAuthorize policy instead: the
-// object accepts any PCR policy signed by an image signing key, each image
-// ships the signed policy for its own PCR values (PCR 7 for the Secure Boot
-// state, PCR 11 for the UKI), and updates need no resealing. It needs a new
-// blob version carrying the policy, which the version byte allows for.
+// A TPM given a Binding (Bind: the release's RSA PCR key and the signed
+// PCR 11 policies of the booted UKI) seals objects that only a policy
+// opens: TPM2_PolicyAuthorize by the PCR key, then TPM2_PolicyPCR over
+// PCR 7 as it was when sealing (see bound.go). The release signs, at
+// build time, the policy "PCR 11 holds v" for the value v that systemd's
+// stub leaves in PCR 11 after measuring its UKI (pcrsig.go: the
+// signature file's format is systemd-measure's). So any UKI of a release
+// signed by that key unseals, after an update as well, and nothing else:
+// another kernel, initramfs or command line changes PCR 11, and turning
+// Secure Boot off or changing its keys changes PCR 7. EndUnsealing then
+// extends PCR 11 with a marker of Cairn's, so that nothing later in the
+// same boot unseals again.
+//
+// A version 2 blob adds two fields to version 1's: the PCR key's
+// TPMT_PUBLIC (the policy names its TPM name) and PCR 7's value when
+// sealing. Both are checked against the object's policy when parsing.
+//
+// The PCR key is fixed into the object when sealing: a release signed by
+// another key cannot unseal, and rotating the key means sealing again
+// while the secret is at hand.
 //
 // # Concurrency
 //

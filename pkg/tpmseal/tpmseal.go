@@ -66,8 +66,9 @@ var sealTemplate = tpm2.TPMTPublic{
 
 // TPM is an open connection to a TPM 2.0 that seals and unseals secrets.
 type TPM struct {
-	mu sync.Mutex
-	tp transport.TPMCloser // nil once closed
+	mu      sync.Mutex
+	tp      transport.TPMCloser // nil once closed
+	binding *Binding            // set by Bind
 }
 
 // Open opens this machine's TPM through the kernel's resource manager
@@ -163,6 +164,19 @@ func (t *TPM) sealKey(key []byte) (*blob, error) {
 	}
 	defer srk.flush(t.tp)
 
+	b := &blob{parentName: srk.name.Buffer}
+	template := sealTemplate
+	if t.binding != nil {
+		if b.pcr7, err = readPCR(t.tp, 7); err != nil {
+			return nil, err
+		}
+		policy, err := boundPolicy(t.binding.Key, b.pcr7)
+		if err != nil {
+			return nil, err
+		}
+		b.keyPublic = tpm2.Marshal(keyPublic(t.binding.Key))
+		template = boundTemplate(policy)
+	}
 	rsp, err := tpm2.Create{
 		ParentHandle: tpm2.AuthHandle{
 			Handle: srk.handle,
@@ -174,16 +188,14 @@ func (t *TPM) sealKey(key []byte) (*blob, error) {
 				Data: tpm2.NewTPMUSensitiveCreate(&tpm2.TPM2BSensitiveData{Buffer: key}),
 			},
 		},
-		InPublic: tpm2.New2B(sealTemplate),
+		InPublic: tpm2.New2B(template),
 	}.Execute(t.tp)
 	if err != nil {
 		return nil, fmt.Errorf("creating the sealed object: %w", err)
 	}
-	return &blob{
-		parentName: srk.name.Buffer,
-		public:     rsp.OutPublic.Bytes(),
-		private:    rsp.OutPrivate.Buffer,
-	}, nil
+	b.public = rsp.OutPublic.Bytes()
+	b.private = rsp.OutPrivate.Buffer
+	return b, nil
 }
 
 // unsealKey loads b's sealed object under the SRK, if the SRK is the one it
@@ -217,20 +229,29 @@ func (t *TPM) unsealKey(b *blob) ([]byte, error) {
 	}
 	defer flush(t.tp, loaded.ObjectHandle)
 
-	rsp, err := tpm2.Unseal{
-		ItemHandle: tpm2.AuthHandle{
-			Handle: loaded.ObjectHandle,
-			Name:   loaded.Name,
-			Auth:   srk.session(tpm2.AESEncryption(128, tpm2.EncryptOut)),
-		},
-	}.Execute(t.tp)
-	if err != nil {
-		return nil, fmt.Errorf("unsealing: %w", err)
+	var key []byte
+	if b.keyPublic != nil {
+		key, err = t.unsealBound(srk, b, tpm2.NamedHandle{Handle: loaded.ObjectHandle, Name: loaded.Name})
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		rsp, err := tpm2.Unseal{
+			ItemHandle: tpm2.AuthHandle{
+				Handle: loaded.ObjectHandle,
+				Name:   loaded.Name,
+				Auth:   srk.session(tpm2.AESEncryption(128, tpm2.EncryptOut)),
+			},
+		}.Execute(t.tp)
+		if err != nil {
+			return nil, fmt.Errorf("unsealing: %w", err)
+		}
+		key = rsp.OutData.Buffer
 	}
-	if n := len(rsp.OutData.Buffer); n != dataKeySize {
+	if n := len(key); n != dataKeySize {
 		return nil, fmt.Errorf("%w: the sealed key has %d bytes, want %d", ErrMalformedBlob, n, dataKeySize)
 	}
-	return rsp.OutData.Buffer, nil
+	return key, nil
 }
 
 // encrypt seals plaintext with AES-256-GCM under key: a random nonce, then

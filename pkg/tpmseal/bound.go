@@ -1,0 +1,292 @@
+package tpmseal
+
+import (
+	"bytes"
+	"crypto/rsa"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"math/big"
+
+	"github.com/google/go-tpm/tpm2"
+	"github.com/google/go-tpm/tpm2/transport"
+)
+
+// A bound seal opens only in a boot of a signed release: its object's
+// policy is
+//
+//	TPM2_PolicyAuthorize(PCR key)   any policy the release's PCR key signed,
+//	                                which for Cairn is "PCR 11 holds the
+//	                                value of a UKI of ours"
+//	TPM2_PolicyPCR(PCR 7 = v)       and PCR 7 as it was when sealing: the
+//	                                same Secure Boot state and keys
+//
+// and no auth value opens it (UserWithAuth is clear). The key is fixed
+// into the policy when sealing; the PCR 11 values are not, so a node that
+// installs another signed release unseals without sealing again.
+
+var (
+	// ErrNotSigned means the TPM refused a bound seal because this boot's
+	// PCR 11 is not a value its release key signed: another kernel,
+	// initramfs or command line, or a boot that already ended its
+	// unsealing (EndUnsealing).
+	ErrNotSigned = errors.New("this boot is not one the seal's release key signed")
+	// ErrPCR7Changed means the Secure Boot state or keys (PCR 7) differ
+	// from when the secret was sealed.
+	ErrPCR7Changed = errors.New("the Secure Boot state or keys (PCR 7) changed since sealing")
+)
+
+// Binding is what a boot of a signed release has to bind seals to it: the
+// release's PCR key and the signatures its UKI carries.
+type Binding struct {
+	// Key is the release's PCR key, from the UKI's .pcrpkey.
+	Key *rsa.PublicKey
+	// Signatures are the UKI's signed PCR 11 policies, from its .pcrsig.
+	Signatures []PCRSignature
+}
+
+// Bind makes Seal bind what it seals to b's key and PCR 7, and lets
+// Unseal open bound blobs with b's signatures. Without a binding, Seal
+// writes unbound blobs and Unseal refuses bound ones.
+func (t *TPM) Bind(b *Binding) error {
+	if err := checkPCRKey(b.Key); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.binding = b
+	return nil
+}
+
+// Bound reports whether Seal binds (Bind was called).
+func (t *TPM) Bound() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.binding != nil
+}
+
+// IsBound reports whether blob is a bound seal. A malformed blob is not.
+func IsBound(blob []byte) bool {
+	b, err := parseBlob(blob)
+	return err == nil && b.keyPublic != nil
+}
+
+// boundAttributes are a bound object's: sealTemplate's, but only its
+// policy authorizes it.
+var boundAttributes = tpm2.TPMAObject{FixedTPM: true, FixedParent: true, NoDA: true}
+
+// keyPublic is the TPMT_PUBLIC under which a PCR key is loaded to check
+// signatures: its name, which the policy names, follows from it.
+func keyPublic(k *rsa.PublicKey) tpm2.TPMTPublic {
+	return tpm2.TPMTPublic{
+		Type:             tpm2.TPMAlgRSA,
+		NameAlg:          tpm2.TPMAlgSHA256,
+		ObjectAttributes: tpm2.TPMAObject{SignEncrypt: true, UserWithAuth: true, NoDA: true},
+		Parameters: tpm2.NewTPMUPublicParms(tpm2.TPMAlgRSA, &tpm2.TPMSRSAParms{
+			Symmetric: tpm2.TPMTSymDefObject{Algorithm: tpm2.TPMAlgNull},
+			Scheme:    tpm2.TPMTRSAScheme{Scheme: tpm2.TPMAlgNull},
+			KeyBits:   PCRKeyBits,
+		}),
+		Unique: tpm2.NewTPMUPublicID(tpm2.TPMAlgRSA, &tpm2.TPM2BPublicKeyRSA{Buffer: k.N.FillBytes(make([]byte, PCRKeyBits/8))}),
+	}
+}
+
+// pcrKeyOf decodes the PCR key of a blob's keyPublic field.
+func pcrKeyOf(data []byte) (*rsa.PublicKey, error) {
+	pub, err := unmarshalPublic(data)
+	if err != nil {
+		return nil, err
+	}
+	id, err := pub.Unique.RSA()
+	if err != nil || pub.Type != tpm2.TPMAlgRSA {
+		return nil, errors.New("not an RSA key")
+	}
+	if len(id.Buffer) != PCRKeyBits/8 {
+		return nil, fmt.Errorf("an RSA modulus of %d bytes, want %d", len(id.Buffer), PCRKeyBits/8)
+	}
+	k := &rsa.PublicKey{N: new(big.Int).SetBytes(id.Buffer), E: 65537}
+	if want := tpm2.Marshal(keyPublic(k)); !bytes.Equal(want, data) {
+		return nil, errors.New("not a PCR key as Seal describes one")
+	}
+	return k, nil
+}
+
+// boundPolicy is the authPolicy of an object bound to key and to PCR 7
+// holding pcr7.
+func boundPolicy(key *rsa.PublicKey, pcr7 []byte) ([]byte, error) {
+	name, err := tpm2.ObjectName(ptr(keyPublic(key)))
+	if err != nil {
+		return nil, fmt.Errorf("naming the PCR key: %w", err)
+	}
+	calc, err := tpm2.NewPolicyCalculator(tpm2.TPMAlgSHA256)
+	if err != nil {
+		return nil, err
+	}
+	if err := (tpm2.PolicyAuthorize{KeySign: *name}).Update(calc); err != nil {
+		return nil, fmt.Errorf("PolicyAuthorize digest: %w", err)
+	}
+	if err := pcrPolicy(calc, 7, pcr7); err != nil {
+		return nil, fmt.Errorf("PolicyPCR digest: %w", err)
+	}
+	return calc.Hash().Digest, nil
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// boundTemplate is the public template of an object sealed under policy.
+func boundTemplate(policy []byte) tpm2.TPMTPublic {
+	t := sealTemplate
+	t.ObjectAttributes = boundAttributes
+	t.AuthPolicy = tpm2.TPM2BDigest{Buffer: policy}
+	return t
+}
+
+// readPCR reads PCR index of the SHA-256 bank; the caller holds t.mu.
+func readPCR(tp transport.TPM, index int) ([]byte, error) {
+	rsp, err := tpm2.PCRRead{PCRSelectionIn: pcrSelection(index)}.Execute(tp)
+	if err != nil {
+		return nil, fmt.Errorf("when reading PCR %d: %w", index, err)
+	}
+	if len(rsp.PCRValues.Digests) != 1 || len(rsp.PCRValues.Digests[0].Buffer) != sha256.Size {
+		return nil, fmt.Errorf("when reading PCR %d: the TPM has no SHA-256 bank for it (%d values)", index, len(rsp.PCRValues.Digests))
+	}
+	return rsp.PCRValues.Digests[0].Buffer, nil
+}
+
+// unsealBound opens a bound object, loaded at obj: it proves to the TPM,
+// in a policy session, that PCR 11 holds a value the blob's key signed
+// and that PCR 7 is what it was when sealing. The caller holds t.mu.
+func (t *TPM) unsealBound(s *srk, b *blob, obj tpm2.NamedHandle) ([]byte, error) {
+	key, approved, err := t.approvedSignature(b)
+	if err != nil {
+		return nil, err
+	}
+	return t.policyUnseal(s, b, obj, key, approved)
+}
+
+// approvedSignature finds the signature of this boot that approves PCR
+// 11's value for b's key, after checking PCR 7, so that a refusal says
+// which of the two failed; the TPM checks both again in policyUnseal.
+func (t *TPM) approvedSignature(b *blob) (*rsa.PublicKey, *PCRSignature, error) {
+	if t.binding == nil {
+		return nil, nil, fmt.Errorf("%w: it was sealed bound to a signed release, and this boot carries no signature of one", ErrNotSigned)
+	}
+	key, err := pcrKeyOf(b.keyPublic)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: its PCR key: %w", ErrMalformedBlob, err)
+	}
+	fp := KeyFingerprint(key)
+	var sigs []PCRSignature
+	for _, sig := range t.binding.Signatures {
+		if sig.KeyFingerprint == fp {
+			sigs = append(sigs, sig)
+		}
+	}
+	if len(sigs) == 0 {
+		return nil, nil, fmt.Errorf("%w: it trusts the PCR key %x, and this boot carries no signature by that key", ErrNotSigned, fp[:8])
+	}
+	pcr7, err := readPCR(t.tp, 7)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !bytes.Equal(pcr7, b.pcr7) {
+		return nil, nil, fmt.Errorf("%w: PCR 7 is %x, it was %x", ErrPCR7Changed, pcr7, b.pcr7)
+	}
+	pcr11, err := readPCR(t.tp, 11)
+	if err != nil {
+		return nil, nil, err
+	}
+	policy := PCR11Policy([sha256.Size]byte(pcr11))
+	for i := range sigs {
+		if bytes.Equal(sigs[i].Policy, policy) {
+			return key, &sigs[i], nil
+		}
+	}
+	return nil, nil, fmt.Errorf("%w: PCR 11 is %x, and none of the %d signatures of this boot approves it (another kernel, initramfs or command line, or this boot's unsealing is over)", ErrNotSigned, pcr11, len(sigs))
+}
+
+// policyUnseal has the TPM check approved (its signature, and that PCR 11
+// holds the value it approves) and PCR 7, and unseal obj. The caller
+// holds t.mu.
+func (t *TPM) policyUnseal(s *srk, b *blob, obj tpm2.NamedHandle, key *rsa.PublicKey, approved *PCRSignature) ([]byte, error) {
+	loaded, err := tpm2.LoadExternal{
+		InPublic:  tpm2.New2B(keyPublic(key)),
+		Hierarchy: tpm2.TPMRHOwner,
+	}.Execute(t.tp)
+	if err != nil {
+		return nil, fmt.Errorf("loading the PCR key: %w", err)
+	}
+	defer flush(t.tp, loaded.ObjectHandle)
+	aHash := sha256.Sum256(approved.Policy)
+	verified, err := tpm2.VerifySignature{
+		KeyHandle: tpm2.NamedHandle{Handle: loaded.ObjectHandle, Name: loaded.Name},
+		Digest:    tpm2.TPM2BDigest{Buffer: aHash[:]},
+		Signature: tpm2.TPMTSignature{
+			SigAlg: tpm2.TPMAlgRSASSA,
+			Signature: tpm2.NewTPMUSignature(tpm2.TPMAlgRSASSA, &tpm2.TPMSSignatureRSA{
+				Hash: tpm2.TPMAlgSHA256,
+				Sig:  tpm2.TPM2BPublicKeyRSA{Buffer: approved.Signature},
+			}),
+		},
+	}.Execute(t.tp)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the TPM finds the signature of PCR 11's policy invalid: %w", ErrNotSigned, err)
+	}
+
+	sess, closeSession, err := tpm2.PolicySession(t.tp, tpm2.TPMAlgSHA256, 16,
+		tpm2.Salted(s.handle, s.public), tpm2.AESEncryption(128, tpm2.EncryptOut))
+	if err != nil {
+		return nil, fmt.Errorf("starting a policy session: %w", err)
+	}
+	defer closeSession()
+	if _, err := (tpm2.PolicyPCR{PolicySession: sess.Handle(), Pcrs: pcrSelection(11)}).Execute(t.tp); err != nil {
+		return nil, fmt.Errorf("PolicyPCR on PCR 11: %w", err)
+	}
+	if _, err := (tpm2.PolicyAuthorize{
+		PolicySession:  sess.Handle(),
+		ApprovedPolicy: tpm2.TPM2BDigest{Buffer: approved.Policy},
+		KeySign:        loaded.Name,
+		CheckTicket:    verified.Validation,
+	}).Execute(t.tp); err != nil {
+		return nil, fmt.Errorf("%w: the TPM refused PCR 11's signed policy: %w", ErrNotSigned, err)
+	}
+	pcr7Digest := sha256.Sum256(b.pcr7)
+	if _, err := (tpm2.PolicyPCR{PolicySession: sess.Handle(), PcrDigest: tpm2.TPM2BDigest{Buffer: pcr7Digest[:]}, Pcrs: pcrSelection(7)}).Execute(t.tp); err != nil {
+		return nil, fmt.Errorf("%w: the TPM: %w", ErrPCR7Changed, err)
+	}
+	rsp, err := tpm2.Unseal{ItemHandle: tpm2.AuthHandle{Handle: obj.Handle, Name: obj.Name, Auth: sess}}.Execute(t.tp)
+	if err != nil {
+		return nil, fmt.Errorf("unsealing under the release's policy: %w", err)
+	}
+	return rsp.OutData.Buffer, nil
+}
+
+// endMarker is what EndUnsealing measures into PCR 11.
+var endMarker = sha256.Sum256([]byte("cairn: unsealing is over for this boot"))
+
+// EndUnsealing extends PCR 11 with a marker of Cairn's, so that PCR 11
+// holds no value a release signed for the rest of this boot: no bound
+// seal opens again until the machine restarts through its firmware.
+func (t *TPM) EndUnsealing() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.tp == nil {
+		return errors.New("the TPM is closed")
+	}
+	if err := extendPCR(t.tp, 11, endMarker); err != nil {
+		return fmt.Errorf("ending unsealing: %w", err)
+	}
+	return nil
+}
+
+// extendPCR extends PCR index of the SHA-256 bank with digest.
+func extendPCR(tp transport.TPM, index int, digest [sha256.Size]byte) error {
+	_, err := tpm2.PCRExtend{
+		PCRHandle: tpm2.AuthHandle{Handle: tpm2.TPMHandle(index), Auth: tpm2.PasswordAuth(nil)},
+		Digests:   tpm2.TPMLDigestValues{Digests: []tpm2.TPMTHA{{HashAlg: tpm2.TPMAlgSHA256, Digest: digest[:]}}},
+	}.Execute(tp)
+	if err != nil {
+		return fmt.Errorf("extending PCR %d: %w", index, err)
+	}
+	return nil
+}

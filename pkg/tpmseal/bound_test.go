@@ -1,0 +1,333 @@
+package tpmseal
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-tpm/tpm2"
+)
+
+// pcrKeys are two release PCR keys, made once per test binary: RSA key
+// generation takes a while.
+var pcrKeys = sync.OnceValue(func() [2]*rsa.PrivateKey {
+	var keys [2]*rsa.PrivateKey
+	for i := range keys {
+		k, err := rsa.GenerateKey(rand.Reader, PCRKeyBits)
+		if err != nil {
+			panic(err)
+		}
+		keys[i] = k
+	}
+	return keys
+})
+
+// bootUKI measures uki into PCR 11 of a TPM just reset, as systemd's stub
+// measures a UKI's sections, and returns the value it leaves there.
+func bootUKI(t *testing.T, tpm *TPM, uki string) [sha256.Size]byte {
+	t.Helper()
+	if err := extendPCR(tpm.tp, 11, sha256.Sum256([]byte(uki))); err != nil {
+		t.Fatal(err)
+	}
+	v, err := tpm.ReadPCR(11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// signedBinding is what a UKI signed by key for PCR 11 values pcr11 gives
+// the boot.
+func signedBinding(t *testing.T, key *rsa.PrivateKey, pcr11 ...[sha256.Size]byte) *Binding {
+	t.Helper()
+	b := &Binding{Key: &key.PublicKey}
+	for _, v := range pcr11 {
+		file, err := SignPCR11(key, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sigs, err := ParsePCRSignatures(file)
+		if err != nil {
+			t.Fatalf("ParsePCRSignatures(SignPCR11(...)): %v", err)
+		}
+		b.Signatures = append(b.Signatures, sigs...)
+	}
+	return b
+}
+
+// bind binds tpm with b.
+func bind(t *testing.T, tpm *TPM, b *Binding) *TPM {
+	t.Helper()
+	if err := tpm.Bind(b); err != nil {
+		t.Fatalf("Bind: %v", err)
+	}
+	return tpm
+}
+
+// restart restarts the software TPM, as a reboot through the firmware
+// resets the PCRs, and opens it again.
+func (s *swtpm) restart() *TPM {
+	s.t.Helper()
+	s.stop()
+	s.start()
+	return s.open()
+}
+
+// TestBoundSealFollowsSignedReleases seals bound in a boot of release A
+// and unseals after a restart into A, and into release B, whose UKI
+// carries only its own signature: no resealing for an update. A
+// restart into an unsigned UKI cannot unseal.
+func TestBoundSealFollowsSignedReleases(t *testing.T) {
+	key := pcrKeys()[0]
+	sw := newSWTPM(t)
+	tpm := sw.open()
+	a := bootUKI(t, tpm, "release A")
+	bind(t, tpm, signedBinding(t, key, a))
+	secret := randomSecret(t, 100)
+	blob := mustSeal(t, tpm, secret)
+	if !IsBound(blob) {
+		t.Fatal("IsBound(blob of a bound TPM) = false")
+	}
+	if got, err := tpm.Unseal(blob); err != nil || !bytes.Equal(got, secret) {
+		t.Fatalf("Unseal in the boot that sealed = %x, %v", got, err)
+	}
+
+	tpm = sw.restart()
+	bind(t, tpm, signedBinding(t, key, bootUKI(t, tpm, "release A")))
+	if got, err := tpm.Unseal(blob); err != nil || !bytes.Equal(got, secret) {
+		t.Fatalf("Unseal after a restart into A = %x, %v", got, err)
+	}
+
+	tpm = sw.restart()
+	b := bootUKI(t, tpm, "release B")
+	bind(t, tpm, signedBinding(t, key, b))
+	if got, err := tpm.Unseal(blob); err != nil || !bytes.Equal(got, secret) {
+		t.Fatalf("Unseal after an update to B = %x, %v", got, err)
+	}
+
+	// A UKI with another command line, carrying A's and B's signatures.
+	tpm = sw.restart()
+	bootUKI(t, tpm, "release A, cairn.debug")
+	bind(t, tpm, signedBinding(t, key, a, b))
+	_, err := tpm.Unseal(blob)
+	if !errors.Is(err, ErrNotSigned) {
+		t.Fatalf("Unseal in an unsigned boot: %v, want ErrNotSigned", err)
+	}
+	t.Logf("unsigned boot: %v", err)
+}
+
+// TestEndUnsealing unseals, ends unsealing, and then cannot unseal again
+// until the TPM restarts.
+func TestEndUnsealing(t *testing.T) {
+	key := pcrKeys()[0]
+	sw := newSWTPM(t)
+	tpm := sw.open()
+	bind(t, tpm, signedBinding(t, key, bootUKI(t, tpm, "release A")))
+	secret := randomSecret(t, 32)
+	blob := mustSeal(t, tpm, secret)
+	if _, err := tpm.Unseal(blob); err != nil {
+		t.Fatalf("first Unseal: %v", err)
+	}
+	if err := tpm.EndUnsealing(); err != nil {
+		t.Fatalf("EndUnsealing: %v", err)
+	}
+	_, err := tpm.Unseal(blob)
+	if !errors.Is(err, ErrNotSigned) {
+		t.Fatalf("Unseal after EndUnsealing: %v, want ErrNotSigned", err)
+	}
+	t.Logf("after EndUnsealing: %v", err)
+
+	tpm = sw.restart()
+	bind(t, tpm, signedBinding(t, key, bootUKI(t, tpm, "release A")))
+	if got, err := tpm.Unseal(blob); err != nil || !bytes.Equal(got, secret) {
+		t.Fatalf("Unseal in the next boot = %x, %v", got, err)
+	}
+}
+
+// TestBoundSealRefuses tries what must not open a bound seal.
+func TestBoundSealRefuses(t *testing.T) {
+	keys := pcrKeys()
+	sw := newSWTPM(t)
+	tpm := sw.open()
+	a := bootUKI(t, tpm, "release A")
+	bind(t, tpm, signedBinding(t, keys[0], a))
+	blob := mustSeal(t, tpm, randomSecret(t, 32))
+
+	// swtpm serves one connection at a time: each case binds tpm anew.
+	t.Run("another key's signature", func(t *testing.T) {
+		bind(t, tpm, signedBinding(t, keys[1], a))
+		_, err := tpm.Unseal(blob)
+		if !errors.Is(err, ErrNotSigned) || !strings.Contains(err.Error(), "no signature by that key") {
+			t.Errorf("Unseal with another key's signature: %v", err)
+		}
+	})
+	t.Run("no binding", func(t *testing.T) {
+		tpm.binding = nil
+		if _, err := tpm.Unseal(blob); !errors.Is(err, ErrNotSigned) {
+			t.Errorf("Unseal without a binding: %v, want ErrNotSigned", err)
+		}
+	})
+	t.Run("PCR 7 changed", func(t *testing.T) {
+		tpm := sw.restart()
+		bind(t, tpm, signedBinding(t, keys[0], bootUKI(t, tpm, "release A")))
+		if err := extendPCR(tpm.tp, 7, sha256.Sum256([]byte("another db"))); err != nil {
+			t.Fatal(err)
+		}
+		_, err := tpm.Unseal(blob)
+		if !errors.Is(err, ErrPCR7Changed) {
+			t.Errorf("Unseal after PCR 7 changed: %v, want ErrPCR7Changed", err)
+		}
+	})
+}
+
+// TestTPMEnforcesBoundPolicy skips the checks Cairn makes before asking
+// the TPM, to show that the TPM itself refuses: a signature approving
+// another PCR 11 value, a signature over another policy, PCR 7 changed,
+// and an unseal that offers no policy at all.
+func TestTPMEnforcesBoundPolicy(t *testing.T) {
+	key := pcrKeys()[0]
+	sw := newSWTPM(t)
+	tpm := sw.open()
+	a := bootUKI(t, tpm, "release A")
+	bind(t, tpm, signedBinding(t, key, a))
+	blob := mustSeal(t, tpm, randomSecret(t, 32))
+	b, err := parseBlob(blob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	approvedA := signedBinding(t, key, a).Signatures[0]
+	forged := approvedA
+	forged.Policy = PCR11Policy(sha256.Sum256([]byte("anything")))
+
+	try := func(t *testing.T, tpm *TPM, sig *PCRSignature, session bool) error {
+		t.Helper()
+		s, err := createSRK(tpm.tp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.flush(tpm.tp)
+		loaded, err := tpm2.Load{
+			ParentHandle: tpm2.AuthHandle{Handle: s.handle, Name: s.name, Auth: tpm2.PasswordAuth(nil)},
+			InPrivate:    tpm2.TPM2BPrivate{Buffer: b.private},
+			InPublic:     tpm2.BytesAs2B[tpm2.TPMTPublic](b.public),
+		}.Execute(tpm.tp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer flush(tpm.tp, loaded.ObjectHandle)
+		obj := tpm2.NamedHandle{Handle: loaded.ObjectHandle, Name: loaded.Name}
+		if !session {
+			_, err := tpm2.Unseal{ItemHandle: tpm2.AuthHandle{Handle: obj.Handle, Name: obj.Name, Auth: s.session(tpm2.AESEncryption(128, tpm2.EncryptOut))}}.Execute(tpm.tp)
+			return err
+		}
+		_, err = tpm.policyUnseal(s, b, obj, &key.PublicKey, sig)
+		return err
+	}
+
+	if err := try(t, tpm, &approvedA, true); err != nil {
+		t.Fatalf("policyUnseal with A's signature in A's boot: %v", err)
+	}
+	tpm = sw.restart()
+	bootUKI(t, tpm, "release A, changed")
+	if err := try(t, tpm, &approvedA, true); !errors.Is(err, ErrNotSigned) {
+		t.Errorf("the TPM unsealed with A's signature in another boot: %v", err)
+	}
+	if err := try(t, tpm, &forged, true); !errors.Is(err, ErrNotSigned) {
+		t.Errorf("the TPM took a signature over another policy: %v", err)
+	}
+	if err := try(t, tpm, nil, false); err == nil {
+		t.Error("the TPM unsealed a bound object with its (empty) auth value")
+	}
+	tpm = sw.restart()
+	bootUKI(t, tpm, "release A")
+	if err := extendPCR(tpm.tp, 7, sha256.Sum256([]byte("Secure Boot off"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := try(t, tpm, &approvedA, true); !errors.Is(err, ErrPCR7Changed) {
+		t.Errorf("the TPM unsealed with PCR 7 changed: %v", err)
+	}
+}
+
+// TestBoundBlobDamaged checks that a bound blob whose PCR key or PCR 7 no
+// longer match its object's policy is malformed before any TPM sees it.
+func TestBoundBlobDamaged(t *testing.T) {
+	keys := pcrKeys()
+	tpm := newSWTPM(t).open()
+	bind(t, tpm, signedBinding(t, keys[0], bootUKI(t, tpm, "release A")))
+	b, err := parseBlob(mustSeal(t, tpm, randomSecret(t, 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	swapKey := *b
+	swapKey.keyPublic = tpm2.Marshal(keyPublic(&keys[1].PublicKey))
+	swapPCR7 := *b
+	swapPCR7.pcr7 = bytes.Repeat([]byte{0xff}, sha256.Size)
+	shortPCR7 := *b
+	shortPCR7.pcr7 = b.pcr7[:31]
+	for name, d := range map[string]*blob{"another key": &swapKey, "another PCR 7": &swapPCR7, "short PCR 7": &shortPCR7} {
+		data, err := d.marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := parseBlob(data); !errors.Is(err, ErrMalformedBlob) {
+			t.Errorf("%s: parseBlob = %v, want ErrMalformedBlob", name, err)
+		}
+		if IsBound(data) {
+			t.Errorf("%s: IsBound of a malformed blob", name)
+		}
+	}
+}
+
+// TestPCRSignatureFile reads back what SignPCR11 writes, and refuses
+// files that are not one.
+func TestPCRSignatureFile(t *testing.T) {
+	key := pcrKeys()[0]
+	v := sha256.Sum256([]byte("a UKI"))
+	file, err := SignPCR11(key, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sigs, err := ParsePCRSignatures(file)
+	if err != nil || len(sigs) != 1 {
+		t.Fatalf("ParsePCRSignatures = %+v, %v", sigs, err)
+	}
+	if sigs[0].KeyFingerprint != KeyFingerprint(&key.PublicKey) || !bytes.Equal(sigs[0].Policy, PCR11Policy(v)) {
+		t.Errorf("ParsePCRSignatures = %+v, want key %x and policy %x", sigs[0], KeyFingerprint(&key.PublicKey), PCR11Policy(v))
+	}
+	pemKey, err := PCRKeyPEM(&key.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, err := ParsePCRKey(pemKey); err != nil || !k.Equal(&key.PublicKey) {
+		t.Errorf("ParsePCRKey(PCRKeyPEM(k)) = %v, %v", k, err)
+	}
+	for name, bad := range map[string]string{
+		"not JSON":     "{",
+		"no entries":   `{"sha256": []}`,
+		"other PCRs":   `{"sha256": [{"pcrs": [7, 11], "pkfp": "00", "pol": "00", "sig": ""}]}`,
+		"short pkfp":   `{"sha256": [{"pcrs": [11], "pkfp": "00", "pol": "00", "sig": ""}]}`,
+		"huge":         `{"sha256": [` + strings.Repeat(" ", maxSignatureFile) + `]}`,
+		"bad base64":   `{"sha256": [{"pcrs": [11], "pkfp": "` + strings.Repeat("ab", 32) + `", "pol": "` + strings.Repeat("cd", 32) + `", "sig": "!"}]}`,
+		"short policy": `{"sha256": [{"pcrs": [11], "pkfp": "` + strings.Repeat("ab", 32) + `", "pol": "cd", "sig": ""}]}`,
+	} {
+		if sigs, err := ParsePCRSignatures([]byte(bad)); err == nil {
+			t.Errorf("%s: ParsePCRSignatures = %+v, want an error", name, sigs)
+		}
+	}
+	small, err := rsa.GenerateKey(rand.Reader, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := SignPCR11(small, v); err == nil {
+		t.Error("SignPCR11 with a 1024-bit key succeeded")
+	}
+	smallPEM, _ := PCRKeyPEM(&small.PublicKey)
+	if _, err := ParsePCRKey(smallPEM); err == nil {
+		t.Error("ParsePCRKey of a 1024-bit key succeeded")
+	}
+}
