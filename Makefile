@@ -288,12 +288,27 @@ SECUREBOOT_CERT ?= /usr/share/ovmf/PkKek-1-snakeoil.pem
 .cache/secureboot/snakeoil.key: $(SNAKEOIL_KEY)
 	@mkdir -p $(@D) && (umask 077 && openssl pkey -in $< -passin pass:snakeoil -out $@)
 
+# Measured boot (pkg/tpmseal, docs/security.md): every UKI carries the
+# release's PCR key (.pcrpkey) and that key's signature of the PCR 11 value
+# its stub measures (.pcrsig). A node under Secure Boot binds its sealed
+# configuration to the key, so that any UKI the key signed unseals it and
+# no other. PCR_KEY is an RSA-2048 key, as TPMs verify; a development
+# build makes its own on first use, in the git-ignored .cache, and a
+# release passes its own.
+PCR_KEY ?= .cache/release/dev-pcr.key
+
+.cache/release/dev-pcr.key:
+	@mkdir -p $(@D) && (umask 077 && openssl genrsa -out $@ 2048 2>/dev/null)
+
+# sign-uki signs $@.unsigned for Secure Boot into $@.
+sign-uki = sbsign --key $(SECUREBOOT_KEY) --cert $(SECUREBOOT_CERT) --output $@ $@.unsigned >/dev/null && rm $@.unsigned
+
 $(OUT)/cairn.efi $(OUT)/null.efi: $(OUT)/%.efi: $(MKIMAGE) $(EFI_STUB) $(OUT)/vmlinuz $(OUT)/cmdline $(VERSION_FILE)
 	@$(MKIMAGE) uki -stub $(EFI_STUB) -kernel $(OUT)/vmlinuz -initramfs $(filter %initramfs.img,$^) \
-	  -cmdline $(OUT)/cmdline -release "$(KREL)" -version "$$(cat $(VERSION_FILE))" -o $@.unsigned
-	@sbsign --key $(SECUREBOOT_KEY) --cert $(SECUREBOOT_CERT) --output $@ $@.unsigned >/dev/null && rm $@.unsigned
+	  -cmdline $(OUT)/cmdline -release "$(KREL)" -version "$$(cat $(VERSION_FILE))" -pcr-key $(PCR_KEY) -o $@.unsigned
+	@$(sign-uki)
 
-$(OUT)/cairn.efi $(OUT)/null.efi: $(SECUREBOOT_KEY) $(SECUREBOOT_CERT)
+$(OUT)/cairn.efi $(OUT)/null.efi: $(SECUREBOOT_KEY) $(SECUREBOOT_CERT) $(PCR_KEY)
 $(OUT)/cairn.efi: $(OUT)/initramfs.img
 $(OUT)/null.efi: $(OUT)/null-initramfs.img
 
@@ -353,14 +368,17 @@ TEST_UKIS := $(OUT)/test-ukis
 TEST_UKI_CACHE := $(IMAGE_CACHE)/test-ukis
 TEST_UKI_VERSIONS := 1.0.0 1.1.0
 TEST_UKI_HOOKED := hang unhealthy
-TEST_UKI_FILES := $(TEST_UKI_VERSIONS:%=$(TEST_UKIS)/cairn-%.efi) $(TEST_UKIS)/cairn-panic.efi $(TEST_UKI_HOOKED:%=$(TEST_UKIS)/cairn-%.efi)
+TEST_UKI_FILES := $(TEST_UKI_VERSIONS:%=$(TEST_UKIS)/cairn-%.efi) $(TEST_UKIS)/cairn-panic.efi $(TEST_UKI_HOOKED:%=$(TEST_UKIS)/cairn-%.efi) \
+	$(TEST_UKIS)/cairn-cmdline.efi
 TEST_UKI_RUN := $(TEST_UKI_CACHE)/run
+$(TEST_UKI_FILES): $(PCR_KEY)
 test-uki-step = mkdir -p $(TEST_UKI_CACHE) && \
 	{ grep -qs "^$$PPID start " $(TEST_UKI_RUN) || echo "$$PPID start $$(date +%s)" >$(TEST_UKI_RUN); }
 # test-uki makes $@ as out/cairn.efi is made, from the initramfs $(1) and
-# the command line file $(2), with the version $(3).
+# the command line file $(2), with the version $(3), its PCR 11 signed by
+# the PCR key.
 test-uki = mkdir -p $(@D) && $(MKIMAGE) uki -stub $(EFI_STUB) -kernel $(OUT)/vmlinuz -initramfs $(1) \
-	-cmdline $(2) -release "$(KREL)" -version $(3) -o $@ && echo "$$PPID built $@" >>$(TEST_UKI_RUN)
+	-cmdline $(2) -release "$(KREL)" -version $(3) -pcr-key $(PCR_KEY) -o $@ && echo "$$PPID built $@" >>$(TEST_UKI_RUN)
 
 .PHONY: test-ukis
 test-ukis: $(TEST_UKI_FILES)
@@ -390,6 +408,20 @@ $(TEST_UKI_VERSIONS:%=$(TEST_UKIS)/cairn-%.efi): $(TEST_UKIS)/cairn-%.efi: \
 $(TEST_UKIS)/cairn-panic.efi: $(MKIMAGE) $(EFI_STUB) $(OUT)/vmlinuz \
 	  $(TEST_UKI_CACHE)/cmdline-panic $(TEST_UKI_CACHE)/initramfs-1.0.0.img
 	@$(test-uki-step) && $(call test-uki,$(TEST_UKI_CACHE)/initramfs-1.0.0.img,$(TEST_UKI_CACHE)/cmdline-panic,1.0.0)
+
+# cairn-cmdline.efi is out/cairn.efi with cairn.system=a added to its
+# command line, signed for Secure Boot, but carrying out/cairn.efi's PCR
+# signature: what someone with the Secure Boot key and without the PCR key
+# could boot. Its PCR 11 is no value the PCR key signed, so a seal bound
+# to that key does not open under it.
+$(TEST_UKI_CACHE)/cmdline-changed: $(OUT)/cmdline
+	@$(test-uki-step) && echo "$$(cat $<) cairn.system=a" >$@
+
+$(TEST_UKIS)/cairn-cmdline.efi: $(MKIMAGE) $(EFI_STUB) $(OUT)/vmlinuz $(VERSION_FILE) $(OUT)/initramfs.img \
+	  $(OUT)/cairn.efi $(TEST_UKI_CACHE)/cmdline-changed $(SECUREBOOT_KEY) $(SECUREBOOT_CERT)
+	@$(test-uki-step) && mkdir -p $(@D) && $(MKIMAGE) uki -stub $(EFI_STUB) -kernel $(OUT)/vmlinuz -initramfs $(OUT)/initramfs.img \
+	  -cmdline $(TEST_UKI_CACHE)/cmdline-changed -release "$(KREL)" -version "$$(cat $(VERSION_FILE))" \
+	  -pcr-sections-from $(OUT)/cairn.efi -o $@.unsigned && $(sign-uki) && echo "$$PPID built $@" >>$(TEST_UKI_RUN)
 
 # The UKIs of the test initramfs: out/cmdline and the test hook of each.
 test-uki-hook-hang := cairn.test.starve-watchdog

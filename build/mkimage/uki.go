@@ -20,7 +20,12 @@ func ukiCmd(args []string) error {
 	release := fs.String("release", "", "kernel release, e.g. 6.1.0-56-amd64")
 	version := fs.String("version", "dev", "Cairn version for os-release")
 	out := fs.String("o", "", "output file")
+	pcrKey := fs.String("pcr-key", "", "release PCR key (RSA-2048, PEM): sign the image's PCR 11 with it (.pcrpkey, .pcrsig)")
+	pcrFrom := fs.String("pcr-sections-from", "", "UKI whose .pcrpkey and .pcrsig to copy, unchanged (a test image)")
 	fs.Parse(args)
+	if *pcrKey != "" && *pcrFrom != "" {
+		return fmt.Errorf("-pcr-key and -pcr-sections-from exclude each other")
+	}
 	if err := need(map[string]string{"stub": *stub, "kernel": *kernel, "initramfs": *initrd,
 		"cmdline": *cmdline, "release": *release, "o": *out}); err != nil {
 		return err
@@ -36,9 +41,21 @@ func ukiCmd(args []string) error {
 	// The stub hands .cmdline to the kernel as is; a trailing newline from
 	// the file would become part of the last parameter.
 	line := strings.TrimSpace(string(inputs[*cmdline]))
-	img, err := uki.Build(inputs[*stub], uki.Sections(
+	sections := uki.Sections(
 		uki.OSRelease(*version, *release), []byte(line), []byte(*release),
-		inputs[*initrd], inputs[*kernel]))
+		inputs[*initrd], inputs[*kernel])
+	var err error
+	var signed [32]byte
+	switch {
+	case *pcrKey != "":
+		sections, signed, err = pcrSections(inputs[*stub], sections, *pcrKey)
+	case *pcrFrom != "":
+		sections, err = copiedPCRSections(sections, *pcrFrom)
+	}
+	if err != nil {
+		return err
+	}
+	img, err := uki.Build(inputs[*stub], sections)
 	if err != nil {
 		return err
 	}
@@ -51,6 +68,16 @@ func ukiCmd(args []string) error {
 	if err != nil {
 		return fmt.Errorf("when predicting the image's PCR 11: %w", err)
 	}
-	fmt.Printf("image: unified kernel image %s (%s), PCR 11 after the stub %x\n", mb(int64(len(img))), *out, pcr)
+	if *pcrKey != "" && pcr != signed {
+		return fmt.Errorf("the image's PCR 11 is %x, its signature approves %x: .pcrsig changed a measurement", pcr, signed)
+	}
+	how := "unsigned"
+	switch {
+	case *pcrKey != "":
+		how = "signed by the PCR key"
+	case *pcrFrom != "":
+		how = "with the PCR signature of " + *pcrFrom
+	}
+	fmt.Printf("image: unified kernel image %s (%s), PCR 11 after the stub %x, %s\n", mb(int64(len(img))), *out, pcr, how)
 	return nil
 }

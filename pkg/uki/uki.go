@@ -83,3 +83,30 @@ func Locate(r io.ReaderAt) (*Boot, error) {
 func fileSpan(s *pe.Section) Span {
 	return Span{Offset: int64(s.Offset), Size: int64(min(s.Size, s.VirtualSize))}
 }
+
+// maxSmallSection bounds what Section reads: it is for the small
+// sections (.pcrsig, .pcrpkey, .osrel), never the kernel's.
+const maxSmallSection = 1 << 20
+
+// Section returns the bytes of the section name of a unified kernel image
+// as its file holds them (at most 1 MiB), or nil when it has none.
+func Section(r io.ReaderAt, name string) ([]byte, error) {
+	f, err := pe.NewFile(r)
+	if err != nil {
+		return nil, fmt.Errorf("when reading the PE headers: %w", err)
+	}
+	defer f.Close()
+	s := f.Section(name)
+	if s == nil {
+		return nil, nil
+	}
+	span := fileSpan(s)
+	if span.Size > maxSmallSection {
+		return nil, fmt.Errorf("the %s section has %d bytes, more than %d", name, span.Size, maxSmallSection)
+	}
+	b := make([]byte, span.Size)
+	if _, err := span.Reader(r).ReadAt(b, 0); err != nil {
+		return nil, fmt.Errorf("when reading the %s section: %w", name, err)
+	}
+	return b, nil
+}
