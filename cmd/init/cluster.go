@@ -21,6 +21,7 @@ import (
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/supervisor"
+	"cairn.dev/cairn/pkg/tpmseal"
 	api "cairn.dev/cairn/proto/api"
 )
 
@@ -52,11 +53,12 @@ func parametersRunnable(st *localstorage.Storage, mounted event.Watchable[bool],
 // data partition's modules are loaded (dataReady) it runs enrolment
 // (node/cluster), which mounts the data partition and hands the node's membership to the
 // role server, rs. secureBoot, whether the firmware booted the node under
-// Secure Boot, is what enrolment tells the curator.
+// Secure Boot, is what enrolment tells the curator; binding, when not nil,
+// binds its seals to the release this boot came from.
 //
 // The enrolment Service is built once per boot, outside the runnable: it
 // remembers its keys and what it mounted, which a restart must not lose.
-func enrolmentRunnable(st *localstorage.Storage, dataReady event.Watchable[bool], address event.Watchable[netip.Prefix], params event.Watchable[*parameters.Loaded], membership event.Value[*roleserve.Membership], rs *roleserve.Service, secureBoot bool) supervisor.Runnable {
+func enrolmentRunnable(st *localstorage.Storage, dataReady event.Watchable[bool], address event.Watchable[netip.Prefix], params event.Watchable[*parameters.Loaded], membership event.Value[*roleserve.Membership], rs *roleserve.Service, secureBoot bool, binding *tpmseal.Binding) supervisor.Runnable {
 	svc := cluster.New(cluster.Config{
 		Storage:         st,
 		ExternalAddress: address,
@@ -65,6 +67,7 @@ func enrolmentRunnable(st *localstorage.Storage, dataReady event.Watchable[bool]
 		Credentials:     rs.Credentials(),
 		StoredDirectory: rs.StoredDirectory(),
 		SecureBoot:      secureBoot,
+		Binding:         binding,
 	})
 	return func(ctx context.Context) error {
 		if err := waitMounted(ctx, dataReady); err != nil {

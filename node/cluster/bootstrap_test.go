@@ -2,9 +2,13 @@ package cluster
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
@@ -13,6 +17,7 @@ import (
 	"cairn.dev/cairn/node/marker"
 	"cairn.dev/cairn/node/parameters/parameterstest"
 	"cairn.dev/cairn/pkg/logtree"
+	"cairn.dev/cairn/pkg/tpmseal"
 	api "cairn.dev/cairn/proto/api"
 	private "cairn.dev/cairn/proto/private"
 )
@@ -121,5 +126,49 @@ func TestBootstrapThenColdStart(t *testing.T) {
 				t.Errorf("etcd data gone after the cold start: %v", err)
 			}
 		})
+	}
+}
+
+// TestBoundSealOpensOnceABoot bootstraps a node whose boot binds seals to
+// its release: the configuration is sealed bound, and unsealing ends for
+// the boot once it is. After a reboot the join unseals, ends unsealing,
+// and when the data partition fails to mount the first time, the join
+// that starts over takes the configuration it opened instead of asking
+// the TPM again, which would refuse by then.
+func TestBoundSealOpensOnceABoot(t *testing.T) {
+	n := newTestNode(t)
+	tpm := newFakeTPM()
+	tpm.bound = true
+	n.tpm, n.binding = tpm.open, &tpmseal.Binding{}
+	n.boot(t, parameterstest.Bootstrap(t), 0)
+	id := n.waitMembership(t).ClusterDirectory.GetNodes()[0].GetId()
+	n.waitMarker(t, marker.ConfigurationSealed, "tpm", "true", "bound", "true")
+	n.waitMarker(t, marker.Bootstrapped, "node", id)
+	waitCount(t, "EndUnsealing calls after the bootstrap", &tpm.ended, 1)
+
+	n.storage.mu.Lock()
+	n.storage.failExisting = errors.New("simulated disk failure")
+	n.storage.mu.Unlock()
+	n.boot(t, nil, n.curatorPort)
+	n.waitMarker(t, marker.Joined, "node", id)
+	if got := tpm.unseals.Load(); got != 1 {
+		t.Errorf("the TPM unsealed %d times in the joining boot, want 1", got)
+	}
+	if got := tpm.ended.Load(); got != 2 {
+		t.Errorf("EndUnsealing ran %d times in two boots, want 2", got)
+	}
+	if got := n.storage.mountCalls(); !slices.Equal(got, []string{"MountExisting", "MountExisting"}) {
+		t.Errorf("mounts of the joining boot = %q, want MountExisting twice (the failure, then the retry)", got)
+	}
+}
+
+// waitCount waits up to a minute for c to reach want.
+func waitCount(t *testing.T, what string, c *atomic.Int32, want int32) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); c.Load() != want; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %d, want %d", what, c.Load(), want)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -22,6 +22,11 @@ type fakeTPM struct {
 	machine []byte
 	// marked is the sealing marker, which lives in the TPM.
 	marked atomic.Bool
+	// bound makes it say it binds seals; unseals and ended count Unseal
+	// and EndUnsealing calls.
+	bound   bool
+	unseals atomic.Int32
+	ended   atomic.Int32
 }
 
 func newFakeTPM() *fakeTPM {
@@ -46,6 +51,7 @@ func (f *fakeTPM) Seal(secret []byte) ([]byte, error) {
 }
 
 func (f *fakeTPM) Unseal(blob []byte) ([]byte, error) {
+	f.unseals.Add(1)
 	if len(blob) < sha256.Size {
 		return nil, errors.New("fake TPM: blob too short")
 	}
@@ -62,6 +68,10 @@ func (f *fakeTPM) Unseal(blob []byte) ([]byte, error) {
 func (f *fakeTPM) SetSealingMarker() error { f.marked.Store(true); return nil }
 
 func (f *fakeTPM) SealingMarker() (bool, error) { return f.marked.Load(), nil }
+
+func (f *fakeTPM) Bound() bool { return f.bound }
+
+func (f *fakeTPM) EndUnsealing() error { f.ended.Add(1); return nil }
 
 func (f *fakeTPM) Close() error { return nil }
 
@@ -80,8 +90,9 @@ type fakeStorage struct {
 	mounted bool
 	calls   []string
 	// failNext, when set, fails the next MountNew or MountNewInsecure;
-	// failNew fails every one while it is set.
-	failNext, failNew error
+	// failNew fails every one while it is set; failExisting fails the next
+	// MountExisting.
+	failNext, failNew, failExisting error
 }
 
 func newFakeStorage(t testing.TB) *fakeStorage {
@@ -196,6 +207,13 @@ func (f *fakeStorage) MountNew(ctx context.Context, nodeKey, clusterKey []byte) 
 
 func (f *fakeStorage) MountExisting(nodeKey, clusterKey []byte) error {
 	if err := f.record("MountExisting"); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	err := f.failExisting
+	f.failExisting = nil
+	f.mu.Unlock()
+	if err != nil {
 		return err
 	}
 	h := keyHeader(nodeKey, clusterKey)

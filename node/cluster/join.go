@@ -18,6 +18,7 @@ import (
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/sleep"
 	"cairn.dev/cairn/pkg/supervisor"
+	"cairn.dev/cairn/pkg/tpmseal"
 	api "cairn.dev/cairn/proto/api"
 	private "cairn.dev/cairn/proto/private"
 )
@@ -37,16 +38,11 @@ import (
 // cluster, which rules out a cold start as well.
 func (s *Service) join(ctx context.Context) (*roleserve.Membership, error) {
 	log := supervisor.Logger(ctx)
-	b, err := s.root.ESP.Cairn.SealedConfiguration.Read()
+	opened, err := s.openSealed(log)
 	if err != nil {
-		log.Errorf("Sealed configuration is unusable: %v", err)
-		return nil, fmt.Errorf("when reading the sealed configuration: %w", err)
+		return nil, err
 	}
-	sc, err := unseal(b, s.openTPM)
-	if err != nil {
-		log.Errorf("Sealed configuration is unusable: %v", err)
-		return nil, fmt.Errorf("when unsealing the configuration: %w", err)
-	}
+	sc, kind := opened.sc, opened.kind
 	// A power cut may have come between sealing and removing the
 	// registration keys and the parameters of the first enrolment.
 	if err := s.removeRegistrationKeys(log); err != nil {
@@ -56,8 +52,6 @@ func (s *Service) join(ctx context.Context) (*roleserve.Membership, error) {
 		return nil, err
 	}
 	id := sc.GetNodeId()
-	// unseal has parsed the envelope already: this cannot fail.
-	kind, _, _ := parseEnvelope(b)
 	log.Infof("Joining as %s (configuration %s)", id, kind)
 	dir, dirErr := s.readDirectory()
 	if dirErr != nil {
@@ -126,6 +120,42 @@ func (s *Service) join(ctx context.Context) (*roleserve.Membership, error) {
 			return nil, err
 		}
 	}
+}
+
+// openSealed reads and unseals the sealed configuration, once a boot: a
+// join that starts over takes what the first one opened. A configuration
+// sealed with the TPM but not bound to a release is sealed again, bound,
+// when this boot binds (Config.Binding), so that a node that came to
+// Secure Boot after it enrolled gets the protection too. Then unsealing
+// ends for the boot.
+func (s *Service) openSealed(log logtree.LeveledLogger) (*openedConfiguration, error) {
+	if s.joining != nil {
+		return s.joining, nil
+	}
+	b, err := s.root.ESP.Cairn.SealedConfiguration.Read()
+	if err != nil {
+		log.Errorf("Sealed configuration is unusable: %v", err)
+		return nil, fmt.Errorf("when reading the sealed configuration: %w", err)
+	}
+	sc, err := unseal(b, s.openTPM)
+	if err != nil {
+		log.Errorf("Sealed configuration is unusable: %v", err)
+		return nil, fmt.Errorf("when unsealing the configuration: %w", err)
+	}
+	// unseal has parsed the envelope already: this cannot fail.
+	kind, payload, _ := parseEnvelope(b)
+	o := &openedConfiguration{sc: sc, kind: kind, bound: kind == kindTPM && tpmseal.IsBound(payload)}
+	if kind == kindTPM && !o.bound && s.cfg.Binding != nil {
+		plan := sealPlan{useTPM: true, bound: true}
+		if err := s.writeSealed(log, sc, plan); err != nil {
+			log.Warningf("Cannot seal the configuration again bound to this release (%v): it stays bound to the TPM alone", err)
+		} else {
+			o.bound = true
+		}
+	}
+	s.joining = o
+	s.endUnsealing(log)
+	return o, nil
 }
 
 // joinResult is the outcome of one round of JoinNode calls.

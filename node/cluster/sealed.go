@@ -159,6 +159,11 @@ type sealer interface {
 	// with it; SealingMarker reads that record (see pkg/tpmseal).
 	SetSealingMarker() error
 	SealingMarker() (bool, error)
+	// Bound reports whether Seal binds what it seals to the release this
+	// boot came from; EndUnsealing makes sure that no bound seal opens
+	// again in this boot (see pkg/tpmseal).
+	Bound() bool
+	EndUnsealing() error
 	Close() error
 }
 
@@ -171,8 +176,9 @@ var errUnsealedOnSealingTPM = errors.New("the configuration on the ESP is stored
 var errNoTPM = errors.New("no TPM on this machine")
 
 // openMachineTPM opens the machine's TPM through the kernel's resource
-// manager. A machine without one gives errNoTPM.
-func openMachineTPM() (sealer, error) {
+// manager, sealing bound to binding when there is one. A machine without
+// one gives errNoTPM.
+func openMachineTPM(binding *tpmseal.Binding) (sealer, error) {
 	t, err := tpmseal.Open()
 	if errors.Is(err, tpmseal.ErrNoTPM) {
 		return nil, fmt.Errorf("%w: %w", errNoTPM, err)
@@ -180,7 +186,39 @@ func openMachineTPM() (sealer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("when opening the TPM: %w", err)
 	}
+	if binding != nil {
+		if err := t.Bind(binding); err != nil {
+			t.Close()
+			return nil, fmt.Errorf("when binding seals to this boot's release: %w", err)
+		}
+	}
 	return t, nil
+}
+
+// endUnsealing ends, once enrolment has unsealed what it needs or sealed
+// what it keeps, this boot's ability to open a bound seal: nothing that
+// runs later in this boot (a workload that took the node, say) can unseal
+// the configuration. Only a boot that binds has bound seals to protect.
+// A TPM that refuses is logged: the node has its keys already and goes
+// on, but the console says it is exposed.
+func (s *Service) endUnsealing(log logtree.LeveledLogger) {
+	if s.cfg.Binding == nil || s.unsealingEnded {
+		return
+	}
+	err := func() error {
+		t, err := s.openTPM()
+		if err != nil {
+			return err
+		}
+		defer t.Close()
+		return t.EndUnsealing()
+	}()
+	if err != nil {
+		log.Errorf("Cannot end unsealing for this boot (%v): anything that runs as root on this node can unseal its configuration until it reboots", err)
+		return
+	}
+	s.unsealingEnded = true
+	log.Infof("Unsealing is over for this boot: PCR 11 holds Cairn's marker, and no seal bound to a release opens again until the node restarts")
 }
 
 // markSealing sets the TPM's sealing marker, before a TPM-sealed
@@ -219,6 +257,9 @@ func checkNoSealingMarker(open func() (sealer, error)) error {
 type sealPlan struct {
 	// useTPM says the payload is sealed by the TPM.
 	useTPM bool
+	// bound says the TPM binds the seal to this boot's release (a
+	// tpmseal.Binding): planSealing found a TPM that binds.
+	bound bool
 	// warning, when not empty, is why the configuration is stored
 	// unsealed; it is logged loudly.
 	warning string
@@ -233,8 +274,8 @@ func planSealing(mode api.TPMMode, open func() (sealer, error)) (sealPlan, error
 	}
 	t, err := open()
 	if err == nil {
-		t.Close()
-		return sealPlan{useTPM: true}, nil
+		defer t.Close()
+		return sealPlan{useTPM: true, bound: t.Bound()}, nil
 	}
 	if mode == api.TPMMode_TPM_MODE_BEST_EFFORT {
 		return sealPlan{warning: fmt.Sprintf("the cluster's TPM mode is BEST_EFFORT and the TPM is unusable: %v", err)}, nil
@@ -311,6 +352,9 @@ func (s *Service) writeSealed(log logtree.LeveledLogger, sc *private.SealedConfi
 	if err := s.root.ESP.Cairn.SealedConfiguration.Write(b); err != nil {
 		return fmt.Errorf("when writing the sealed configuration: %w", err)
 	}
-	marker.Log(log, marker.ConfigurationSealed, "tpm", strconv.FormatBool(plan.useTPM))
+	if plan.bound {
+		log.Infof("Sealed the configuration bound to this release's PCR key and to PCR 7: only a boot of a release that key signed, under the same Secure Boot keys, can open it")
+	}
+	marker.Log(log, marker.ConfigurationSealed, "tpm", strconv.FormatBool(plan.useTPM), "bound", strconv.FormatBool(plan.bound))
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/supervisor"
+	"cairn.dev/cairn/pkg/tpmseal"
 	api "cairn.dev/cairn/proto/api"
 	private "cairn.dev/cairn/proto/private"
 )
@@ -53,6 +54,11 @@ type Config struct {
 	// Boot. The node says so in RegisterNode and JoinNode, and refuses to
 	// bootstrap a cluster that requires Secure Boot without it.
 	SecureBoot bool
+	// Binding is what binds seals to the release this boot came from
+	// (pkg/tpmseal): its PCR key and signed PCR 11 values. Nil when the
+	// boot cannot bind (no Secure Boot, or a UKI without them): seals are
+	// then bound to the TPM alone.
+	Binding *tpmseal.Binding
 
 	// Test overrides; zero values mean the node's behaviour.
 
@@ -112,6 +118,20 @@ type Service struct {
 	// unsealed is what a first enrolment still has to store once the
 	// membership is handed over; nil when nothing is left (a join).
 	unsealed *unsealedEnrolment
+	// joining is the sealed configuration a join opened: a join that
+	// starts over uses it, since the TPM unseals a bound seal only once a
+	// boot (endUnsealing).
+	joining *openedConfiguration
+	// unsealingEnded says endUnsealing ran.
+	unsealingEnded bool
+}
+
+// openedConfiguration is a sealed configuration as a join opened it.
+type openedConfiguration struct {
+	sc   *private.SealedConfiguration
+	kind envelopeKind
+	// bound says the TPM seal is bound to a release (pkg/tpmseal).
+	bound bool
 }
 
 // unsealedEnrolment is a first enrolment (bootstrap or register) whose
@@ -143,7 +163,7 @@ func New(cfg Config) *Service {
 		}
 	}
 	if s.openTPM == nil {
-		s.openTPM = openMachineTPM
+		s.openTPM = func() (sealer, error) { return openMachineTPM(cfg.Binding) }
 	}
 	if cfg.timing != nil {
 		s.timing = *cfg.timing
@@ -173,6 +193,7 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 		s.unsealed = nil
 	}
+	s.endUnsealing(supervisor.Logger(ctx))
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
 	supervisor.Signal(ctx, supervisor.SignalDone)
 	return nil

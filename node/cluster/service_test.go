@@ -18,6 +18,7 @@ import (
 	"cairn.dev/cairn/pkg/fixture"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/supervisor"
+	"cairn.dev/cairn/pkg/tpmseal"
 	"cairn.dev/cairn/pkg/supervisor/supervisortest"
 	api "cairn.dev/cairn/proto/api"
 	private "cairn.dev/cairn/proto/private"
@@ -41,6 +42,7 @@ var fastTiming = timing{
 type testNode struct {
 	storage    *fakeStorage
 	tpm        func() (sealer, error)
+	binding    *tpmseal.Binding
 	address    memory.Value[netip.Prefix]
 	membership *memory.Value[*roleserve.Membership]
 	params     *memory.Value[*parameters.Loaded]
@@ -101,6 +103,7 @@ func (n *testNode) boot(t *testing.T, params *api.NodeParameters, curatorPort in
 		Ports:           p,
 		storage:         n.storage,
 		openTPM:         n.tpm,
+		Binding:         n.binding,
 		timing:          &tm,
 	})
 	n.cancel, n.lt = supervisortest.Harness(t, func(ctx context.Context) error {
