@@ -8,12 +8,15 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"cairn.dev/cairn/build/disk"
 	"cairn.dev/cairn/node/marker"
+	"cairn.dev/cairn/pkg/espimage"
 	"cairn.dev/cairn/pkg/gpt"
 	"cairn.dev/cairn/pkg/uki"
 	"cairn.dev/cairn/test/launch"
@@ -64,6 +67,66 @@ func TestSecureBootSigned(t *testing.T) {
 	if !strings.Contains(rebooted, "through the firmware: Secure Boot is on") {
 		t.Errorf("under Secure Boot the node did not reboot through the firmware: %s", rebooted)
 	}
+	assertNoPanic(t, n0.VM())
+}
+
+// TestSecureBootChangedCommandLine forms a one-node cluster under Secure
+// Boot, whose node seals its configuration bound to the release's PCR key
+// and PCR 7. Then it swaps the node's UKI for cairn-cmdline.efi: the same
+// kernel and initramfs with cairn.system=a added to the command line,
+// signed with the Secure Boot key, and carrying the release's signature of
+// the real UKI's PCR 11 (make test-ukis). The firmware boots it; the TPM
+// refuses to unseal, the node says why on its console, and it neither
+// joins nor starts cold. With the real UKI back, it joins again: nothing
+// was lost.
+func TestSecureBootChangedCommandLine(t *testing.T) {
+	s := newSuite(t, 1, 20*time.Minute)
+	c := s.newCluster(1, 0, launch.WithSecureBoot())
+	n0 := c.Node(0)
+	if err := c.Form(s.ctx); err != nil {
+		t.Fatalf("forming the one-node cluster under Secure Boot: %v", err)
+	}
+	s.waitNode(t, n0, 0, launch.Mark(marker.ConfigurationSealed, "bound", "true"))
+
+	swapUKI := func(file string) {
+		t.Helper()
+		if err := n0.PowerOff(s.ctx, 2*time.Minute); err != nil {
+			t.Fatalf("powering node 0 off: %v", err)
+		}
+		uki, err := os.ReadFile(artifact(t, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := espimage.WriteFile(n0.Disk(), disk.BootPath, uki); err != nil {
+			t.Fatalf("writing %s onto node 0's ESP: %v", file, err)
+		}
+	}
+	swapUKI(filepath.Join("test-ukis", "cairn-cmdline.efi"))
+	if _, err := n0.Boot(s.ctx, nil); err != nil {
+		t.Fatalf("booting node 0 with the changed command line: %v", err)
+	}
+	s.waitNode(t, n0, 0, launch.Substring("cairn.system=a"))
+	refused := s.waitNode(t, n0, 0, launch.Substring("Sealed configuration is unusable"))
+	t.Logf("node 0 with the changed command line: %s", cluster.Message(refused.Text))
+	if !strings.Contains(refused.Text, "is not one the seal's release key signed") {
+		t.Errorf("node 0 did not say that its boot is not a signed one: %s", cluster.Message(refused.Text))
+	}
+	// A cold start would follow within seconds if the node opened its
+	// configuration after all; enrolment retries with backoff meanwhile.
+	time.Sleep(20 * time.Second)
+	if l, ok := n0.VM().Console().Find(0, launch.Mark(marker.Joined)); ok {
+		t.Errorf("node 0 joined with the changed command line: %s", l.Text)
+	}
+	if l, ok := n0.VM().Console().Find(0, launch.Substring("Unsealing is over")); ok {
+		t.Errorf("node 0 unsealed with the changed command line: %s", l.Text)
+	}
+
+	swapUKI("cairn.efi")
+	if _, err := n0.Boot(s.ctx, nil); err != nil {
+		t.Fatalf("booting node 0 with its UKI back: %v", err)
+	}
+	back := s.waitNode(t, n0, 0, launch.Mark(marker.Joined, "node", n0.ID()))
+	t.Logf("node 0 with its UKI back: %s", cluster.Message(back.Text))
 	assertNoPanic(t, n0.VM())
 }
 
