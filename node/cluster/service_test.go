@@ -18,8 +18,8 @@ import (
 	"cairn.dev/cairn/pkg/fixture"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/supervisor"
-	"cairn.dev/cairn/pkg/tpmseal"
 	"cairn.dev/cairn/pkg/supervisor/supervisortest"
+	"cairn.dev/cairn/pkg/tpmseal"
 	api "cairn.dev/cairn/proto/api"
 	private "cairn.dev/cairn/proto/private"
 )
