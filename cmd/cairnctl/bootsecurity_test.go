@@ -24,7 +24,12 @@ func TestNodeDescribeBootSecurity(t *testing.T) {
 	silent := testNode(t, api.NodeState_NODE_STATE_UP, nil, &api.NodeStatus{ExternalAddress: "10.42.0.12"}, time.Time{})
 	silent.SealsWithTpm = true
 	fresh := testNode(t, api.NodeState_NODE_STATE_NEW, nil, nil, time.Time{})
-	dir, s := bootstrapped(t, secure, plain, silent, fresh)
+	pcrKey := bytes.Repeat([]byte{0xcd}, 32)
+	bound := testNode(t, api.NodeState_NODE_STATE_UP, nil, &api.NodeStatus{
+		ExternalAddress: "10.42.0.13", BootSecurity: &api.BootSecurity{SecureBoot: true, Pcr11: pcr, PcrKey: pcrKey},
+	}, time.Time{})
+	bound.SealsWithTpm = true
+	dir, s := bootstrapped(t, secure, plain, silent, fresh, bound)
 	mustRun(t, dir, "--endpoint", s.addr, "takeownership")
 
 	on, off := true, false
@@ -39,11 +44,13 @@ func TestNodeDescribeBootSecurity(t *testing.T) {
 		{plain, []string{"Secure Boot:     off\n", "PCR 11:          -\n", "Seal:            none: plain on the ESP\n"}, &off, "plain"},
 		{silent, []string{"Secure Boot:     -\n", "Seal:            TPM, not bound"}, nil, "tpm"},
 		{fresh, []string{"Secure Boot:     -\n", "Seal:            -\n"}, nil, ""},
+		{bound, []string{"Secure Boot:     on\n", "Seal:            TPM, bound to releases its PCR key signed (PCR 11) and to PCR 7\n",
+			"PCR key:         " + hex.EncodeToString(pcrKey) + "\n"}, &on, "tpm-bound"},
 	} {
 		for _, line := range tc.lines {
 			v := describe(t, dir, tc.node.Id, line)
 			wantPCR := ""
-			if tc.node == secure {
+			if tc.node == secure || tc.node == bound {
 				wantPCR = hex.EncodeToString(pcr)
 			}
 			if (v.SecureBoot == nil) != (tc.secureBoot == nil) || (v.SecureBoot != nil && *v.SecureBoot != *tc.secureBoot) || v.Seal != tc.seal || v.PCR11 != wantPCR {

@@ -57,9 +57,13 @@ type nodeView struct {
 	PCR11 string `json:"pcr11"`
 	// Seal is how the node keeps its sealed configuration, as it said
 	// when it committed: "tpm" (with its TPM, not bound to what it
-	// boots) or "plain" (on its ESP); "" for a node that never
-	// committed.
+	// boots), "tpm-bound" (with its TPM, bound to releases signed by
+	// PCRKey and to PCR 7, as its status says) or "plain" (on its ESP);
+	// "" for a node that never committed.
 	Seal string `json:"seal"`
+	// PCRKey is the SHA-256 of the release PCR key the node binds its
+	// seals to, hex; "" when it binds none.
+	PCRKey string `json:"pcr_key,omitempty"`
 	// Slots are the node's system slots, from its management port
 	// (node describe only); SlotsError says why they are missing.
 	Slots      []slotView `json:"slots,omitempty"`
@@ -201,6 +205,7 @@ func newNodeView(n *api.Node) nodeView {
 		SecureBoot:    secureBootOf(n.GetStatus()),
 		PCR11:         hex.EncodeToString(n.GetStatus().GetBootSecurity().GetPcr11()),
 		Seal:          sealOf(n),
+		PCRKey:        hex.EncodeToString(n.GetStatus().GetBootSecurity().GetPcrKey()),
 	}
 }
 
@@ -222,6 +227,9 @@ func sealOf(n *api.Node) string {
 		return ""
 	}
 	if n.GetSealsWithTpm() {
+		if len(n.GetStatus().GetBootSecurity().GetPcrKey()) > 0 {
+			return "tpm-bound"
+		}
 		return "tpm"
 	}
 	return "plain"
@@ -243,6 +251,8 @@ func sealLine(seal string) string {
 	switch seal {
 	case "tpm":
 		return "TPM, not bound to what the node boots (no PCR policy)"
+	case "tpm-bound":
+		return "TPM, bound to releases its PCR key signed (PCR 11) and to PCR 7"
 	case "plain":
 		return "none: plain on the ESP"
 	}
@@ -374,6 +384,9 @@ func writeNodeDescription(w io.Writer, now time.Time, n nodeView) error {
 	fmt.Fprintf(tw, "Secure Boot:\t%s\n", secureBootLine(n.SecureBoot))
 	fmt.Fprintf(tw, "PCR 11:\t%s\n", dash(n.PCR11))
 	fmt.Fprintf(tw, "Seal:\t%s\n", sealLine(n.Seal))
+	if n.PCRKey != "" {
+		fmt.Fprintf(tw, "PCR key:\t%s\n", n.PCRKey)
+	}
 	fmt.Fprintf(tw, "Last heartbeat:\t%s\n", timeOf(n.LastHeartbeat))
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("when writing description: %w", err)

@@ -16,6 +16,7 @@ import (
 	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/supervisor"
+	"cairn.dev/cairn/pkg/tpmseal"
 )
 
 // A child is a named runnable the root starts. Each of the node's services
@@ -64,6 +65,11 @@ func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogg
 		return []child{{"network", networkRunnable(nil, &address, &ntp, printf)}}
 	}
 	boot := bootSecurity(log)
+	binding := pcrBinding(log, boot.GetSecureBoot())
+	if binding != nil {
+		fp := tpmseal.KeyFingerprint(binding.Key)
+		boot.PcrKey = fp[:]
+	}
 	rs := roleserve.New(roleserve.Config{
 		Membership:      &membership,
 		ExternalAddress: &address,
@@ -81,7 +87,7 @@ func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogg
 		{"parameters", parametersRunnable(st, &mounted, &params)},
 		{"network", networkRunnable(&params, &address, &ntp, printf)},
 		{"timesync", timesyncRunnable(&ntp, &clock, printf)},
-		{"cluster", enrolmentRunnable(st, &dataReady, &address, &params, &membership, rs, boot.GetSecureBoot(), pcrBinding(log, boot.GetSecureBoot()))},
+		{"cluster", enrolmentRunnable(st, &dataReady, &address, &params, &membership, rs, boot.GetSecureBoot(), binding)},
 		{"roleserve", rs.Run},
 		{"update", updateRunnable(st, &booted, &mounted, rs, &installers, request, printf)},
 		{"nodemanagement", nodeManagementRunnable(st, rs, &installers, lt, ls, gatherer, request)},

@@ -480,7 +480,11 @@ type BootSecurity struct {
 	// (pkg/uki.PCR11 predicts it from the image; a reboot by kexec
 	// measures nothing, and leaves the last firmware boot's). Empty without
 	// a TPM.
-	Pcr11         []byte `protobuf:"bytes,2,opt,name=pcr11,proto3" json:"pcr11,omitempty"`
+	Pcr11 []byte `protobuf:"bytes,2,opt,name=pcr11,proto3" json:"pcr11,omitempty"`
+	// The SHA-256 of the release PCR key (DER) that the node binds its TPM
+	// seals to, with PCR 7 (pkg/tpmseal): the key of the UKI it booted,
+	// under Secure Boot. Empty when it binds them to the TPM alone.
+	PcrKey        []byte `protobuf:"bytes,3,opt,name=pcr_key,json=pcrKey,proto3" json:"pcr_key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -525,6 +529,13 @@ func (x *BootSecurity) GetSecureBoot() bool {
 func (x *BootSecurity) GetPcr11() []byte {
 	if x != nil {
 		return x.Pcr11
+	}
+	return nil
+}
+
+func (x *BootSecurity) GetPcrKey() []byte {
+	if x != nil {
+		return x.PcrKey
 	}
 	return nil
 }
@@ -812,8 +823,8 @@ type Node struct {
 	PodNetwork *PodNetwork `protobuf:"bytes,9,opt,name=pod_network,json=podNetwork,proto3" json:"pod_network,omitempty"`
 	// Whether the node said, when it committed (or bootstrapped the
 	// cluster), that it seals its configuration with its TPM; false means
-	// it keeps it plain on its ESP. No seal is bound to what the node boots
-	// yet (no PCR policy).
+	// it keeps it plain on its ESP. Whether its seal is also bound to
+	// signed releases is in its status (BootSecurity.pcr_key).
 	SealsWithTpm  bool `protobuf:"varint,10,opt,name=seals_with_tpm,json=sealsWithTpm,proto3" json:"seals_with_tpm,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1161,11 +1172,12 @@ const file_proto_api_node_proto_rawDesc = "" +
 	"\x06update\x18\a \x01(\v2\x17.cairn.api.UpdateStatusR\x06update\x12<\n" +
 	"\rboot_security\x18\b \x01(\v2\x17.cairn.api.BootSecurityR\fbootSecurity\x1a$\n" +
 	"\x0eRunningCurator\x12\x12\n" +
-	"\x04port\x18\x01 \x01(\x05R\x04port\"E\n" +
+	"\x04port\x18\x01 \x01(\x05R\x04port\"^\n" +
 	"\fBootSecurity\x12\x1f\n" +
 	"\vsecure_boot\x18\x01 \x01(\bR\n" +
 	"secureBoot\x12\x14\n" +
-	"\x05pcr11\x18\x02 \x01(\fR\x05pcr11\"\xc6\x01\n" +
+	"\x05pcr11\x18\x02 \x01(\fR\x05pcr11\x12\x17\n" +
+	"\apcr_key\x18\x03 \x01(\fR\x06pcrKey\"\xc6\x01\n" +
 	"\x0eDesiredRelease\x12\x1d\n" +
 	"\n" +
 	"rollout_id\x18\x01 \x01(\tR\trolloutId\x12\x1c\n" +

@@ -18,6 +18,7 @@ import (
 	"cairn.dev/cairn/node/marker"
 	"cairn.dev/cairn/pkg/espimage"
 	"cairn.dev/cairn/pkg/gpt"
+	"cairn.dev/cairn/pkg/tpmseal"
 	"cairn.dev/cairn/pkg/uki"
 	"cairn.dev/cairn/test/launch"
 	"cairn.dev/cairn/test/launch/cluster"
@@ -29,8 +30,10 @@ import (
 // key, which that firmware's variables trust): the node boots, with the
 // kernel locked down as Secure Boot makes it, bootstraps and is listed
 // UP. Then cairnctl reboots it, through the firmware, and it joins again
-// from its sealed configuration. The boot's phases are printed, to set beside those of
-// the suites that boot without Secure Boot.
+// from its sealed configuration, which it sealed bound to the release's
+// PCR key and PCR 7: the seal opens in the second boot too. The boot's
+// phases are printed, to set beside those of the suites that boot without
+// Secure Boot.
 func TestSecureBootSigned(t *testing.T) {
 	s := newSuite(t, 1, 20*time.Minute)
 	c := s.newCluster(1, 0, launch.WithSecureBoot())
@@ -59,6 +62,9 @@ func TestSecureBootSigned(t *testing.T) {
 	back := s.waitNode(t, n0, boot.Index, launch.Mark(marker.Joined, "node", n0.ID()))
 	s.step("reboot command → /init of the next boot", boot.Time.Sub(start))
 	s.step("reboot command → rejoined", back.Time.Sub(start))
+	// The configuration sealed at the bootstrap, bound to the release,
+	// opened in the firmware's second boot, and unsealing then ended.
+	s.waitNode(t, n0, boot.Index, launch.Substring("Unsealing is over for this boot"))
 	rebooted := s.lineAfter(n0, mark, "cairn: rebooting")
 	t.Logf("rebooted: %s; %s", rebooted, cluster.Message(back.Text))
 	// The locked-down kernel loads no kernel it cannot verify, so the
@@ -242,7 +248,8 @@ func tamperedUKICopy(t *testing.T) string {
 
 // checkBootSecurity checks, once node id has reported its status, that
 // cairnctl node describe says Secure Boot is secureBoot ("on", "off") on
-// it, that it seals with its TPM, not yet bound to what it boots, and
+// it, that it seals with its TPM, bound under Secure Boot to the PCR key
+// of the build's UKI, and
 // that the PCR 11 it read from its TPM is what pkg/uki predicts of the
 // build's UKI, which the firmware booted from the ESP.
 func (s *suite) checkBootSecurity(t *testing.T, c *cluster.Cluster, id, secureBoot string) {
@@ -271,14 +278,29 @@ func (s *suite) checkBootSecurity(t *testing.T, c *cluster.Cluster, id, secureBo
 	if lines["Secure Boot"] != secureBoot {
 		t.Errorf("cairnctl node describe %s says Secure Boot: %q, want %q", id, lines["Secure Boot"], secureBoot)
 	}
-	if !strings.HasPrefix(lines["Seal"], "TPM, not bound") {
-		t.Errorf("cairnctl node describe %s says Seal: %q, want the TPM's", id, lines["Seal"])
-	}
 	f, err := os.Open(artifact(t, "cairn.efi"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
+	// Under Secure Boot the node binds its seal to the PCR key of the UKI
+	// it booted; without it, to the TPM alone.
+	wantSeal, wantKey := "TPM, not bound", ""
+	if secureBoot == "on" {
+		pem, err := uki.Section(f, ".pcrpkey")
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, err := tpmseal.ParsePCRKey(pem)
+		if err != nil {
+			t.Fatalf("cairn.efi's .pcrpkey: %v", err)
+		}
+		fp := tpmseal.KeyFingerprint(key)
+		wantSeal, wantKey = "TPM, bound to releases its PCR key signed", hex.EncodeToString(fp[:])
+	}
+	if !strings.HasPrefix(lines["Seal"], wantSeal) || lines["PCR key"] != wantKey {
+		t.Errorf("cairnctl node describe %s says Seal: %q, PCR key: %q; want %q…, %q", id, lines["Seal"], lines["PCR key"], wantSeal, wantKey)
+	}
 	want, err := uki.PCR11(f)
 	if err != nil {
 		t.Fatalf("predicting PCR 11 of cairn.efi: %v", err)
