@@ -371,14 +371,16 @@ TEST_UKI_HOOKED := hang unhealthy
 TEST_UKI_FILES := $(TEST_UKI_VERSIONS:%=$(TEST_UKIS)/cairn-%.efi) $(TEST_UKIS)/cairn-panic.efi $(TEST_UKI_HOOKED:%=$(TEST_UKIS)/cairn-%.efi) \
 	$(TEST_UKIS)/cairn-cmdline.efi
 TEST_UKI_RUN := $(TEST_UKI_CACHE)/run
-$(TEST_UKI_FILES): $(PCR_KEY)
+$(TEST_UKI_FILES): $(PCR_KEY) $(SECUREBOOT_KEY) $(SECUREBOOT_CERT)
 test-uki-step = mkdir -p $(TEST_UKI_CACHE) && \
 	{ grep -qs "^$$PPID start " $(TEST_UKI_RUN) || echo "$$PPID start $$(date +%s)" >$(TEST_UKI_RUN); }
 # test-uki makes $@ as out/cairn.efi is made, from the initramfs $(1) and
 # the command line file $(2), with the version $(3), its PCR 11 signed by
-# the PCR key.
+# the PCR key, and signed for Secure Boot, so that updates are tested under
+# it too.
 test-uki = mkdir -p $(@D) && $(MKIMAGE) uki -stub $(EFI_STUB) -kernel $(OUT)/vmlinuz -initramfs $(1) \
-	-cmdline $(2) -release "$(KREL)" -version $(3) -pcr-key $(PCR_KEY) -o $@ && echo "$$PPID built $@" >>$(TEST_UKI_RUN)
+	-cmdline $(2) -release "$(KREL)" -version $(3) -pcr-key $(PCR_KEY) -o $@.unsigned && $(sign-uki) && \
+	echo "$$PPID built $@" >>$(TEST_UKI_RUN)
 
 .PHONY: test-ukis
 test-ukis: $(TEST_UKI_FILES)
@@ -418,7 +420,7 @@ $(TEST_UKI_CACHE)/cmdline-changed: $(OUT)/cmdline
 	@$(test-uki-step) && echo "$$(cat $<) cairn.system=a" >$@
 
 $(TEST_UKIS)/cairn-cmdline.efi: $(MKIMAGE) $(EFI_STUB) $(OUT)/vmlinuz $(VERSION_FILE) $(OUT)/initramfs.img \
-	  $(OUT)/cairn.efi $(TEST_UKI_CACHE)/cmdline-changed $(SECUREBOOT_KEY) $(SECUREBOOT_CERT)
+	  $(OUT)/cairn.efi $(TEST_UKI_CACHE)/cmdline-changed
 	@$(test-uki-step) && mkdir -p $(@D) && $(MKIMAGE) uki -stub $(EFI_STUB) -kernel $(OUT)/vmlinuz -initramfs $(OUT)/initramfs.img \
 	  -cmdline $(TEST_UKI_CACHE)/cmdline-changed -release "$(KREL)" -version "$$(cat $(VERSION_FILE))" \
 	  -pcr-sections-from $(OUT)/cairn.efi -o $@.unsigned && $(sign-uki) && echo "$$PPID built $@" >>$(TEST_UKI_RUN)

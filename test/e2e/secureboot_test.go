@@ -136,6 +136,34 @@ func TestSecureBootChangedCommandLine(t *testing.T) {
 	assertNoPanic(t, n0.VM())
 }
 
+// TestSecureBootUpdate updates a node that sealed its configuration,
+// under Secure Boot, bound to the release's PCR key, to release 1.1.0
+// (make test-ukis: another /init, so another PCR 11, signed by the same
+// PCR key and Secure Boot key). The trial boot, through the firmware,
+// opens the seal as it is, without sealing again, joins, and proves
+// itself healthy.
+func TestSecureBootUpdate(t *testing.T) {
+	s := newSuite(t, 1, 20*time.Minute)
+	c, n, key, rb := s.updateCluster(t, launch.WithSecureBoot())
+	id := n.ID()
+	s.waitNode(t, n, 0, launch.Mark(marker.ConfigurationSealed, "bound", "true"))
+	ref := rb.pushUKI(t, "secureboot-1.1.0", "1.1.0", testUKI(t, "1.1.0"), key)
+	from := n.Mark()
+	start := time.Now()
+	out, err := s.updateTrial(c, id, ref, trialDeadline)
+	if err != nil || !strings.Contains(out, "runs release 1.1.0 from slot b, which proved itself") {
+		t.Fatalf("node update %s under Secure Boot: %v\n%s", ref, err, out)
+	}
+	s.step("update command → 1.1.0 proved itself (under Secure Boot)", time.Since(start))
+	s.waitNode(t, n, from, launch.Substring("The firmware booted slot b's unified kernel image once (BootNext), for a trial"))
+	opened := s.waitNode(t, n, from, launch.Substring("Unsealing is over for this boot"))
+	t.Logf("1.1.0 opened the seal of the build's release: %s", cluster.Message(opened.Text))
+	if l, ok := n.VM().Console().Find(from, launch.Mark(marker.ConfigurationSealed)); ok {
+		t.Errorf("the node sealed its configuration again for the update: %s", cluster.Message(l.Text))
+	}
+	assertNoPanic(t, n.VM())
+}
+
 // TestSecureBootRefusesTamperedUKI boots, through the same firmware, a
 // copy of the image whose UKI on the ESP has one byte changed, so that
 // it no longer matches its signature, as a UKI no trusted key signed:
