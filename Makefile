@@ -358,6 +358,9 @@ $(OUT)/release.oci.tar $(OUT)/release.pub &: $(RELEASE_TOOL) $(RELEASE_KEY) $(OU
 # same initramfs with cairn.test.hold-curator-port: a test service holds
 # the curator's port from the start, so the node boots and enrols but its
 # curator never serves, and a trial boot never proves itself healthy.
+# cairn-unseal-again.efi, with cairn.test.unseal-again, unseals the sealed
+# configuration a second time once enrolment has ended unsealing for the
+# boot, and says whether the TPM refused.
 #
 # test-ukis prints how long its own steps took, from the first one that
 # ran; the image's steps before it are the image's cost. A step notes the
@@ -367,7 +370,7 @@ $(OUT)/release.oci.tar $(OUT)/release.pub &: $(RELEASE_TOOL) $(RELEASE_KEY) $(OU
 TEST_UKIS := $(OUT)/test-ukis
 TEST_UKI_CACHE := $(IMAGE_CACHE)/test-ukis
 TEST_UKI_VERSIONS := 1.0.0 1.1.0
-TEST_UKI_HOOKED := hang unhealthy
+TEST_UKI_HOOKED := hang unhealthy unseal-again
 TEST_UKI_FILES := $(TEST_UKI_VERSIONS:%=$(TEST_UKIS)/cairn-%.efi) $(TEST_UKIS)/cairn-panic.efi $(TEST_UKI_HOOKED:%=$(TEST_UKIS)/cairn-%.efi) \
 	$(TEST_UKIS)/cairn-cmdline.efi
 TEST_UKI_RUN := $(TEST_UKI_CACHE)/run
@@ -428,6 +431,7 @@ $(TEST_UKIS)/cairn-cmdline.efi: $(MKIMAGE) $(EFI_STUB) $(OUT)/vmlinuz $(VERSION_
 # The UKIs of the test initramfs: out/cmdline and the test hook of each.
 test-uki-hook-hang := cairn.test.starve-watchdog
 test-uki-hook-unhealthy := cairn.test.hold-curator-port
+test-uki-hook-unseal-again := cairn.test.unseal-again
 $(TEST_UKI_HOOKED:%=$(TEST_UKI_CACHE)/cmdline-%): $(TEST_UKI_CACHE)/cmdline-%: $(OUT)/cmdline
 	@$(test-uki-step) && echo "$$(cat $<) $(test-uki-hook-$*)" >$@
 

@@ -2,9 +2,6 @@ package main
 
 import (
 	"errors"
-	"fmt"
-	"io/fs"
-	"os"
 
 	"cairn.dev/cairn/pkg/efivar"
 	"cairn.dev/cairn/pkg/logtree"
@@ -50,13 +47,6 @@ func bootSecurity(log logtree.LeveledLogger) *api.BootSecurity {
 	return b
 }
 
-// The files systemd's stub makes of a UKI's .pcrsig and .pcrpkey sections,
-// in the initramfs it hands the kernel.
-const (
-	pcrSignatureFile = "/.extra/tpm2-pcr-signature.json"
-	pcrPublicKeyFile = "/.extra/tpm2-pcr-public-key.pem"
-)
-
 // pcrBinding is what binds this boot's seals to its release: the PCR key
 // and signatures of the UKI the firmware booted, under Secure Boot only.
 // Without Secure Boot, anything the firmware runs can extend PCR 11 with
@@ -68,7 +58,7 @@ func pcrBinding(log logtree.LeveledLogger, secureBoot bool) *tpmseal.Binding {
 		log.Infof("Seals are bound to the TPM alone: Secure Boot is off, so no boot can be told from a signed one")
 		return nil
 	}
-	b, err := readPCRBinding(pcrPublicKeyFile, pcrSignatureFile)
+	b, err := tpmseal.ReadBinding(tpmseal.StubKeyFile, tpmseal.StubSignatureFile)
 	if err != nil {
 		log.Warningf("Seals are bound to the TPM alone, not to the release: %v", err)
 		return nil
@@ -76,31 +66,4 @@ func pcrBinding(log logtree.LeveledLogger, secureBoot bool) *tpmseal.Binding {
 	fp := tpmseal.KeyFingerprint(b.Key)
 	log.Infof("Seals are bound to the release's PCR key %x (%d signed PCR 11 values) and to PCR 7", fp[:8], len(b.Signatures))
 	return b
-}
-
-// readPCRBinding reads the PCR key and signatures the stub handed over.
-func readPCRBinding(keyFile, sigFile string) (*tpmseal.Binding, error) {
-	keyPEM, err := os.ReadFile(keyFile)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w: the UKI has no .pcrpkey section (%s)", tpmseal.ErrNoPCRKey, keyFile)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("when reading the PCR key: %w", err)
-	}
-	key, err := tpmseal.ParsePCRKey(keyPEM)
-	if err != nil {
-		return nil, err
-	}
-	sigs, err := os.ReadFile(sigFile)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w: the UKI has no .pcrsig section (%s)", tpmseal.ErrNoPCRKey, sigFile)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("when reading the PCR signatures: %w", err)
-	}
-	b := &tpmseal.Binding{Key: key}
-	if b.Signatures, err = tpmseal.ParsePCRSignatures(sigs); err != nil {
-		return nil, err
-	}
-	return b, nil
 }

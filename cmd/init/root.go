@@ -96,7 +96,7 @@ func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogg
 			return metrics.Run(ctx, metrics.Config{Credentials: rs.Credentials(), Gatherer: gatherer, Port: ports.Metrics})
 		}},
 	}
-	for _, s := range fl.test.Services(&address, printf) {
+	for _, s := range fl.test.Services(&address, st.Root.ESP.Cairn.SealedConfiguration.FullPath(), printf) {
 		cs = append(cs, child{s.Name, s.Run})
 	}
 	return cs

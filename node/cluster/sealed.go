@@ -333,6 +333,15 @@ func unseal(b []byte, open func() (sealer, error)) (*private.SealedConfiguration
 	return parseSealedConfiguration(payload)
 }
 
+// TryUnseal opens b, the bytes of a sealed configuration file, with this
+// machine's TPM bound to binding, as a join does, and drops what it
+// opened. The test hook cairn.test.unseal-again calls it once enrolment
+// has ended unsealing, to show that the TPM then refuses.
+func TryUnseal(b []byte, binding *tpmseal.Binding) error {
+	_, err := unseal(b, func() (sealer, error) { return openMachineTPM(binding) })
+	return err
+}
+
 // writeSealed seals sc as plan says and writes it onto the ESP.
 func (s *Service) writeSealed(log logtree.LeveledLogger, sc *private.SealedConfiguration, plan sealPlan) error {
 	if plan.warning != "" {

@@ -64,6 +64,11 @@ const (
 	// serve: a release that boots and enrols but never becomes healthy.
 	// "cairn.test.hold-curator-port".
 	flagTestHoldCuratorPort = Prefix + "hold-curator-port"
+	// flagTestUnsealAgain waits until enrolment has ended unsealing for
+	// the boot (PCR 11 changes), then unseals the sealed configuration
+	// again, as a join does, and says on the console whether the TPM
+	// refused: "cairn.test.unseal-again".
+	flagTestUnsealAgain = Prefix + "unseal-again"
 )
 
 // StarveWatchdog says whether c asks PID 1 to stop feeding the watchdog
@@ -94,6 +99,8 @@ type Flags struct {
 	run string
 	// holdCuratorPort keeps the curator's port from the curator.
 	holdCuratorPort bool
+	// unsealAgain tries a second unseal in the boot.
+	unsealAgain bool
 }
 
 // Parse reads the test-only flags from c; a flag it cannot use is left
@@ -101,6 +108,7 @@ type Flags struct {
 func Parse(c cmdline.Cmdline) (f Flags, notes []string) {
 	f.rootFail = c.Flag(flagTestRootFail)
 	f.holdCuratorPort = c.Flag(flagTestHoldCuratorPort)
+	f.unsealAgain = c.Flag(flagTestUnsealAgain)
 	if p, ok := c.Lookup(flagTestStorageKeys); ok {
 		if err := parseStorageKeys(p.Value, &f.nodeKey, &f.clusterKey); err != nil {
 			notes = append(notes, fmt.Sprintf("ignoring %s: %v", flagTestStorageKeys, err))
@@ -188,8 +196,9 @@ func (f Flags) ArmTestPoint(ctx context.Context) context.Context {
 }
 
 // Services are the test services the flags ask for; the dial client
-// waits for address, and says what came back with printf.
-func (f Flags) Services(address event.Watchable[netip.Prefix], printf func(string, ...any)) []Service {
+// waits for address, and says what came back with printf; the second
+// unseal reads the sealed configuration at sealedPath.
+func (f Flags) Services(address event.Watchable[netip.Prefix], sealedPath string, printf func(string, ...any)) []Service {
 	var ss []Service
 	if f.echoPort != 0 {
 		ss = append(ss, Service{"test-echo", echoRunnable(f.echoPort)})
@@ -199,6 +208,9 @@ func (f Flags) Services(address event.Watchable[netip.Prefix], printf func(strin
 	}
 	if f.holdCuratorPort {
 		ss = append(ss, Service{"test-hold-curator-port", holdRunnable(ports.Curator, printf)})
+	}
+	if f.unsealAgain {
+		ss = append(ss, Service{"test-unseal-again", unsealAgainRunnable(sealedPath, printf)})
 	}
 	return ss
 }

@@ -57,6 +57,22 @@ func TestParseTestFlags(t *testing.T) {
 	}
 }
 
+func TestParseUnsealAgain(t *testing.T) {
+	for cl, want := range map[string]bool{
+		"cairn.test.unseal-again":   true,
+		"cairn.test.unseal-again=0": false,
+		"console=ttyS0":             false,
+	} {
+		f, notes := Parse(cmdline.Parse(cl))
+		if f.unsealAgain != want || len(notes) != 0 {
+			t.Errorf("Parse(%q) unseal-again = %v, %q, want %v and no notes", cl, f.unsealAgain, notes, want)
+		}
+		if got := len(f.Services(nil, "", nil)); got != map[bool]int{true: 1, false: 0}[want] {
+			t.Errorf("Parse(%q).Services() are %d, want the second unseal only when the flag is on", cl, got)
+		}
+	}
+}
+
 func TestParseHoldCuratorPort(t *testing.T) {
 	for cl, want := range map[string]bool{
 		"cairn.test.hold-curator-port":   true,
@@ -68,7 +84,7 @@ func TestParseHoldCuratorPort(t *testing.T) {
 		if f.holdCuratorPort != want || len(notes) != 0 {
 			t.Errorf("Parse(%q) hold-curator-port = %v, %q, want %v and no notes", cl, f.holdCuratorPort, notes, want)
 		}
-		if got := len(f.Services(nil, nil)); got != map[bool]int{true: 1, false: 0}[want] {
+		if got := len(f.Services(nil, "", nil)); got != map[bool]int{true: 1, false: 0}[want] {
 			t.Errorf("Parse(%q).Services() are %d, want the holder only when the flag is on", cl, got)
 		}
 	}

@@ -46,7 +46,9 @@ func (Flags) RootFailure() error { return nil }
 func (Flags) ArmTestPoint(ctx context.Context) context.Context { return ctx }
 
 // Services are none.
-func (Flags) Services(event.Watchable[netip.Prefix], func(string, ...any)) []Service { return nil }
+func (Flags) Services(event.Watchable[netip.Prefix], string, func(string, ...any)) []Service {
+	return nil
+}
 
 // Storage does nothing in a production build.
 type Storage struct{}

@@ -6,7 +6,9 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/big"
+	"os"
 
 	"github.com/google/go-tpm/tpm2"
 	"github.com/google/go-tpm/tpm2/transport"
@@ -43,6 +45,42 @@ type Binding struct {
 	Key *rsa.PublicKey
 	// Signatures are the UKI's signed PCR 11 policies, from its .pcrsig.
 	Signatures []PCRSignature
+}
+
+// The files systemd's stub makes of a UKI's .pcrpkey and .pcrsig sections
+// in the initramfs it hands the kernel.
+const (
+	StubKeyFile       = "/.extra/tpm2-pcr-public-key.pem"
+	StubSignatureFile = "/.extra/tpm2-pcr-signature.json"
+)
+
+// ReadBinding reads a Binding from the PCR key (PEM) in keyFile and the
+// signatures in sigFile, such as StubKeyFile and StubSignatureFile. A
+// file that does not exist gives an error wrapping ErrNoPCRKey.
+func ReadBinding(keyFile, sigFile string) (*Binding, error) {
+	keyPEM, err := os.ReadFile(keyFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: no PCR key (%s)", ErrNoPCRKey, keyFile)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("when reading the PCR key: %w", err)
+	}
+	key, err := ParsePCRKey(keyPEM)
+	if err != nil {
+		return nil, err
+	}
+	sigs, err := os.ReadFile(sigFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%w: no PCR signatures (%s)", ErrNoPCRKey, sigFile)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("when reading the PCR signatures: %w", err)
+	}
+	b := &Binding{Key: key}
+	if b.Signatures, err = ParsePCRSignatures(sigs); err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // Bind makes Seal bind what it seals to b's key and PCR 7, and lets

@@ -6,6 +6,8 @@ import (
 	"crypto/rsa"
 	"crypto/sha256"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -329,5 +331,38 @@ func TestPCRSignatureFile(t *testing.T) {
 	smallPEM, _ := PCRKeyPEM(&small.PublicKey)
 	if _, err := ParsePCRKey(smallPEM); err == nil {
 		t.Error("ParsePCRKey of a 1024-bit key succeeded")
+	}
+}
+
+// TestReadBinding reads a binding from files as the stub leaves them, and
+// says ErrNoPCRKey when they are missing.
+func TestReadBinding(t *testing.T) {
+	key := pcrKeys()[0]
+	dir := t.TempDir()
+	keyFile, sigFile := filepath.Join(dir, "key.pem"), filepath.Join(dir, "sig.json")
+	if _, err := ReadBinding(keyFile, sigFile); !errors.Is(err, ErrNoPCRKey) {
+		t.Errorf("ReadBinding without files: %v, want ErrNoPCRKey", err)
+	}
+	pemKey, err := PCRKeyPEM(&key.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := sha256.Sum256([]byte("a UKI"))
+	sig, err := SignPCR11(key, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pemKey, 0o400); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadBinding(keyFile, sigFile); !errors.Is(err, ErrNoPCRKey) {
+		t.Errorf("ReadBinding without signatures: %v, want ErrNoPCRKey", err)
+	}
+	if err := os.WriteFile(sigFile, sig, 0o400); err != nil {
+		t.Fatal(err)
+	}
+	b, err := ReadBinding(keyFile, sigFile)
+	if err != nil || !b.Key.Equal(&key.PublicKey) || len(b.Signatures) != 1 || !bytes.Equal(b.Signatures[0].Policy, PCR11Policy(v)) {
+		t.Fatalf("ReadBinding = %+v, %v", b, err)
 	}
 }

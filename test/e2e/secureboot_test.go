@@ -94,23 +94,7 @@ func TestSecureBootChangedCommandLine(t *testing.T) {
 	}
 	s.waitNode(t, n0, 0, launch.Mark(marker.ConfigurationSealed, "bound", "true"))
 
-	swapUKI := func(file string) {
-		t.Helper()
-		if err := n0.PowerOff(s.ctx, 2*time.Minute); err != nil {
-			t.Fatalf("powering node 0 off: %v", err)
-		}
-		uki, err := os.ReadFile(artifact(t, file))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := espimage.WriteFile(n0.Disk(), disk.BootPath, uki); err != nil {
-			t.Fatalf("writing %s onto node 0's ESP: %v", file, err)
-		}
-	}
-	swapUKI(filepath.Join("test-ukis", "cairn-cmdline.efi"))
-	if _, err := n0.Boot(s.ctx, nil); err != nil {
-		t.Fatalf("booting node 0 with the changed command line: %v", err)
-	}
+	s.bootUKI(t, n0, filepath.Join("test-ukis", "cairn-cmdline.efi"))
 	s.waitNode(t, n0, 0, launch.Substring("cairn.system=a"))
 	refused := s.waitNode(t, n0, 0, launch.Substring("Sealed configuration is unusable"))
 	t.Logf("node 0 with the changed command line: %s", cluster.Message(refused.Text))
@@ -127,13 +111,53 @@ func TestSecureBootChangedCommandLine(t *testing.T) {
 		t.Errorf("node 0 unsealed with the changed command line: %s", l.Text)
 	}
 
-	swapUKI("cairn.efi")
-	if _, err := n0.Boot(s.ctx, nil); err != nil {
-		t.Fatalf("booting node 0 with its UKI back: %v", err)
-	}
+	s.bootUKI(t, n0, "cairn.efi")
 	back := s.waitNode(t, n0, 0, launch.Mark(marker.Joined, "node", n0.ID()))
 	t.Logf("node 0 with its UKI back: %s", cluster.Message(back.Text))
 	assertNoPanic(t, n0.VM())
+}
+
+// TestSecureBootUnsealsOnce forms a one-node cluster under Secure Boot,
+// then boots its disk with cairn-unseal-again.efi (make test-ukis: the
+// test /init with cairn.test.unseal-again, a UKI the release signed): the
+// node joins, unsealing its configuration, and once enrolment has ended
+// unsealing for the boot, the test hook's second unseal, through the same
+// code as a join's, is refused by the TPM.
+func TestSecureBootUnsealsOnce(t *testing.T) {
+	s := newSuite(t, 1, 20*time.Minute)
+	c := s.newCluster(1, 0, launch.WithSecureBoot())
+	n0 := c.Node(0)
+	if err := c.Form(s.ctx); err != nil {
+		t.Fatalf("forming the one-node cluster under Secure Boot: %v", err)
+	}
+	s.waitNode(t, n0, 0, launch.Mark(marker.ConfigurationSealed, "bound", "true"))
+	s.bootUKI(t, n0, filepath.Join("test-ukis", "cairn-unseal-again.efi"))
+	s.waitNode(t, n0, 0, launch.Mark(marker.Joined, "node", n0.ID()))
+	again := s.waitNode(t, n0, 0, launch.Substring("test: a second unseal in this boot"))
+	t.Logf("node 0: %s", cluster.Message(again.Text))
+	if !strings.Contains(again.Text, "was refused: ") || !strings.Contains(again.Text, "is not one the seal's release key signed") {
+		t.Errorf("the second unseal in the boot was not refused for the end of unsealing: %s", cluster.Message(again.Text))
+	}
+	assertNoPanic(t, n0.VM())
+}
+
+// bootUKI powers node n off, puts the build's artifact file as the UKI on
+// its ESP, where the firmware finds it, and boots it again.
+func (s *suite) bootUKI(t *testing.T, n *cluster.Node, file string) {
+	t.Helper()
+	if err := n.PowerOff(s.ctx, 2*time.Minute); err != nil {
+		t.Fatalf("powering %s off: %v", n.ID(), err)
+	}
+	uki, err := os.ReadFile(artifact(t, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := espimage.WriteFile(n.Disk(), disk.BootPath, uki); err != nil {
+		t.Fatalf("writing %s onto the ESP of %s: %v", file, n.ID(), err)
+	}
+	if _, err := n.Boot(s.ctx, nil); err != nil {
+		t.Fatalf("booting %s with %s: %v", n.ID(), file, err)
+	}
 }
 
 // TestSecureBootUpdate updates a node that sealed its configuration,
