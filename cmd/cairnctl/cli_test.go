@@ -111,6 +111,20 @@ func TestParamsBootstrapOut(t *testing.T) {
 		t.Errorf("params bootstrap --secure-boot required printed %q, want it to say Secure Boot is required", stdout)
 	}
 
+	// A bound seal requires Secure Boot and a TPM.
+	stdout = mustRun(t, dir, "params", "bootstrap", "--out", out, "--secure-boot", "bound")
+	data, err = os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc = readParams(t, data).GetClusterBootstrap().GetInitialClusterConfiguration()
+	if !cc.GetSecureBootRequired() || !cc.GetBoundSealRequired() || !strings.Contains(stdout, "Secure Boot required, with seals bound to signed releases") {
+		t.Errorf("params bootstrap --secure-boot bound: configuration %v, printed %q", cc, stdout)
+	}
+	if _, err := run(t, dir, "params", "bootstrap", "--out", out, "--secure-boot", "bound", "--tpm", "best-effort"); err == nil || !strings.Contains(err.Error(), "needs the tpm_mode REQUIRED") {
+		t.Errorf("params bootstrap --secure-boot bound --tpm best-effort: %v; want it refused", err)
+	}
+
 	// Registry mirrors.
 	stdout = mustRun(t, dir, "params", "bootstrap", "--out", out, "--registry-mirror", "docker.io=http://10.42.0.1:5000", "--plain-http-registry", "10.42.0.1:5000")
 	if !strings.Contains(stdout, "docker.io mirrored by http://10.42.0.1:5000") {

@@ -111,7 +111,7 @@ func (a *app) clusterInfo(ctx context.Context, o *owner) error {
 		CAFingerprint:   fingerprint(info.GetCaCertificate()),
 		StorageSecurity: storageName(info.GetClusterConfiguration().GetStorageSecurityPolicy()),
 		TPM:             tpmName(info.GetClusterConfiguration().GetTpmMode()),
-		SecureBoot:      secureBootName(info.GetClusterConfiguration().GetSecureBootRequired()),
+		SecureBoot:      secureBootName(info.GetClusterConfiguration()),
 		Directory:       []directoryEntry{},
 		Registries:      viewRegistries(info.GetClusterConfiguration().GetRegistries()),
 		ReleaseKeys:     viewReleaseKeys(info.GetClusterConfiguration().GetReleaseKeys()),

@@ -304,9 +304,13 @@ func tpmName(m api.TPMMode) string {
 	return "unspecified (required)"
 }
 
-// secureBootName says whether a cluster requires Secure Boot.
-func secureBootName(required bool) string {
-	if required {
+// secureBootName says whether a cluster of configuration cc requires
+// Secure Boot, and a seal bound to signed releases.
+func secureBootName(cc *api.ClusterConfiguration) string {
+	switch {
+	case cc.GetBoundSealRequired():
+		return "required, with seals bound to signed releases"
+	case cc.GetSecureBootRequired():
 		return "required"
 	}
 	return "optional"

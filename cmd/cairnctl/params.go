@@ -88,7 +88,7 @@ func newParamsBootstrapCommand(a *app) *cobra.Command {
 	t.addFlags(cmd)
 	cmd.Flags().StringVar(&storage, "storage-security", "encrypted", "data partition protection: encrypted or insecure")
 	cmd.Flags().StringVar(&tpm, "tpm", "required", "TPM use when sealing: required, best-effort or disabled")
-	cmd.Flags().StringVar(&secureBoot, "secure-boot", "optional", "whether every node must boot under Secure Boot: required or optional")
+	cmd.Flags().StringVar(&secureBoot, "secure-boot", "optional", "whether every node must boot under Secure Boot: required, bound (required, and its TPM seal bound to signed releases) or optional")
 	registries.addFlags(cmd)
 	releaseKeys.addFlags(cmd)
 	return cmd
@@ -119,9 +119,14 @@ func parseClusterConfiguration(storage, tpm, secureBoot string) (*api.ClusterCon
 	switch strings.ToLower(secureBoot) {
 	case "required":
 		cc.SecureBootRequired = true
+	case "bound":
+		cc.SecureBootRequired, cc.BoundSealRequired = true, true
 	case "optional":
 	default:
-		return nil, fmt.Errorf("--secure-boot %q: want required or optional", secureBoot)
+		return nil, fmt.Errorf("--secure-boot %q: want required, bound or optional", secureBoot)
+	}
+	if err := clusterconfig.Validate(cc); err != nil {
+		return nil, fmt.Errorf("--secure-boot %s with --tpm %s: %w", secureBoot, tpm, err)
 	}
 	return cc, nil
 }
@@ -150,7 +155,7 @@ func (a *app) paramsBootstrap(t *paramsTarget, cc *api.ClusterConfiguration) err
 		return err
 	}
 	a.printf("Wrote bootstrap parameters to %s\n  owner key %x (from %s)\n  storage %s, TPM %s, Secure Boot %s\n",
-		where, []byte(pub), dir, storageName(cc.GetStorageSecurityPolicy()), tpmName(cc.GetTpmMode()), secureBootName(cc.GetSecureBootRequired()))
+		where, []byte(pub), dir, storageName(cc.GetStorageSecurityPolicy()), tpmName(cc.GetTpmMode()), secureBootName(cc))
 	for _, l := range clusterconfig.DescribeRegistries(cc.GetRegistries()) {
 		a.printf("  %s\n", l)
 	}

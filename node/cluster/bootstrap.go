@@ -31,7 +31,7 @@ func (s *Service) bootstrap(ctx context.Context, p *api.NodeParameters_ClusterBo
 		log.Errorf("Cannot bootstrap: the cluster's configuration requires Secure Boot, and the firmware did not boot this node under it")
 		return nil, errors.New("the cluster requires Secure Boot, which is off")
 	}
-	plan, err := planSealing(conf.GetTpmMode(), s.openTPM)
+	plan, err := planSealing(conf, s.openTPM)
 	if err != nil {
 		log.Errorf("Cannot bootstrap: %v", err)
 		return nil, fmt.Errorf("when checking the TPM: %w", err)

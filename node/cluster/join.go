@@ -74,7 +74,7 @@ func (s *Service) join(ctx context.Context) (*roleserve.Membership, error) {
 	start := time.Now()
 	wait := newBackoff(s.timing.retryMin, s.timing.retryMax)
 	for round := 0; ; round++ {
-		r, err := s.joinRound(ctx, log, round, &api.JoinNodeRequest{NodeId: id, UnsealedWithTpm: kind == kindTPM, SecureBoot: s.cfg.SecureBoot}, targets, sc.GetClusterCaCertificate(), joinKey)
+		r, err := s.joinRound(ctx, log, round, &api.JoinNodeRequest{NodeId: id, UnsealedWithTpm: kind == kindTPM, SecureBoot: s.cfg.SecureBoot, SealBound: opened.bound}, targets, sc.GetClusterCaCertificate(), joinKey)
 		if err != nil {
 			return nil, err
 		}

@@ -62,12 +62,12 @@ func (s *Service) register(ctx context.Context, p *api.NodeParameters_ClusterReg
 			return nil, err
 		}
 		conf = clusterconfig.Resolve(conf)
-		plan, err := planSealing(conf.GetTpmMode(), s.openTPM)
+		plan, err := planSealing(conf, s.openTPM)
 		if err != nil {
 			log.Errorf("Cannot register: %v", err)
 			return nil, fmt.Errorf("when checking the TPM: %w", err)
 		}
-		commit, err := s.waitCommitted(ctx, log, id, target, targets, ca, keys.node, plan.useTPM)
+		commit, err := s.waitCommitted(ctx, log, id, target, targets, ca, keys.node, plan)
 		if err != nil {
 			return nil, err
 		}
@@ -79,7 +79,7 @@ func (s *Service) register(ctx context.Context, p *api.NodeParameters_ClusterReg
 		}
 	}
 	conf, commit := s.committed.conf, s.committed.res
-	plan, err := planSealing(conf.GetTpmMode(), s.openTPM)
+	plan, err := planSealing(conf, s.openTPM)
 	if err != nil {
 		log.Errorf("Cannot seal: %v", err)
 		return nil, fmt.Errorf("when checking the TPM: %w", err)
@@ -177,7 +177,7 @@ func (s *Service) registerNode(ctx context.Context, log logtree.LeveledLogger, i
 // saying every approvalReport that it is still waiting. A node the owner
 // decommissioned instead says so once, and waits for ctx without asking
 // again.
-func (s *Service) waitCommitted(ctx context.Context, log logtree.LeveledLogger, id, first string, targets []string, ca []byte, key ed25519.PrivateKey, tpm bool) (*api.CommitNodeResponse, error) {
+func (s *Service) waitCommitted(ctx context.Context, log logtree.LeveledLogger, id, first string, targets []string, ca []byte, key ed25519.PrivateKey, plan sealPlan) (*api.CommitNodeResponse, error) {
 	start := time.Now()
 	var reported time.Time
 	order := append([]string{first}, targets...)
@@ -186,7 +186,7 @@ func (s *Service) waitCommitted(ctx context.Context, log logtree.LeveledLogger, 
 		var res *api.CommitNodeResponse
 		err := s.withCurator(ctx, t, ca, key, func(ctx context.Context, c api.CuratorClient) error {
 			var err error
-			res, err = c.CommitNode(ctx, &api.CommitNodeRequest{SealsWithTpm: tpm})
+			res, err = c.CommitNode(ctx, &api.CommitNodeRequest{SealsWithTpm: plan.useTPM, SealBound: plan.bound})
 			return err
 		})
 		switch {

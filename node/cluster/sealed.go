@@ -265,10 +265,20 @@ type sealPlan struct {
 	warning string
 }
 
-// planSealing decides how to seal under mode, opening (and closing again)
-// the TPM to see whether there is one. It refuses when mode requires a
-// TPM and the machine has none that works.
-func planSealing(mode api.TPMMode, open func() (sealer, error)) (sealPlan, error) {
+// planSealing decides how to seal under the cluster's configuration conf,
+// opening (and closing again) the TPM to see whether there is one. It
+// refuses when conf requires a TPM and the machine has none that works,
+// or requires a bound seal and this boot cannot bind.
+func planSealing(conf *api.ClusterConfiguration, open func() (sealer, error)) (sealPlan, error) {
+	plan, err := planTPM(conf.GetTpmMode(), open)
+	if err == nil && conf.GetBoundSealRequired() && !plan.bound {
+		err = errors.New("the cluster requires a seal bound to signed releases, and this boot cannot bind one (Secure Boot off, or a UKI without a PCR signature)")
+	}
+	return plan, err
+}
+
+// planTPM decides whether to seal with the TPM under mode.
+func planTPM(mode api.TPMMode, open func() (sealer, error)) (sealPlan, error) {
 	if mode == api.TPMMode_TPM_MODE_DISABLED {
 		return sealPlan{warning: "the cluster's TPM mode is DISABLED"}, nil
 	}

@@ -174,7 +174,7 @@ func TestPlanSealing(t *testing.T) {
 		{api.TPMMode_TPM_MODE_DISABLED, tpm.open, false, true, ""},
 		{api.TPMMode_TPM_MODE_DISABLED, noTPM, false, true, ""},
 	} {
-		plan, err := planSealing(tc.mode, tc.open)
+		plan, err := planSealing(&api.ClusterConfiguration{TpmMode: tc.mode}, tc.open)
 		if tc.errHas != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.errHas) {
 				t.Errorf("planSealing(%v) = %+v, %v, want an error containing %q", tc.mode, plan, err, tc.errHas)
@@ -184,6 +184,17 @@ func TestPlanSealing(t *testing.T) {
 		if err != nil || plan.useTPM != tc.useTPM || (plan.warning != "") != tc.warning {
 			t.Errorf("planSealing(%v) = %+v, %v, want useTPM %v, warning %v", tc.mode, plan, err, tc.useTPM, tc.warning)
 		}
+	}
+
+	// A cluster that requires a bound seal takes a TPM that binds.
+	required := &api.ClusterConfiguration{TpmMode: api.TPMMode_TPM_MODE_REQUIRED, BoundSealRequired: true}
+	if plan, err := planSealing(required, tpm.open); err == nil || !strings.Contains(err.Error(), "requires a seal bound") {
+		t.Errorf("planSealing(bound required) with a TPM that does not bind = %+v, %v; want refused", plan, err)
+	}
+	binding := newFakeTPM()
+	binding.bound = true
+	if plan, err := planSealing(required, binding.open); err != nil || !plan.useTPM || !plan.bound {
+		t.Errorf("planSealing(bound required) with a TPM that binds = %+v, %v; want a bound TPM seal", plan, err)
 	}
 }
 

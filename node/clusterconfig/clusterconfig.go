@@ -38,6 +38,11 @@ func Validate(c *api.ClusterConfiguration) error {
 	if err := ValidateReleaseKeys(c.GetReleaseKeys()); err != nil {
 		return err
 	}
+	if c.GetBoundSealRequired() {
+		if m := c.GetTpmMode(); m != api.TPMMode_TPM_MODE_REQUIRED && m != api.TPMMode_TPM_MODE_UNSPECIFIED {
+			return fmt.Errorf("bound_seal_required needs the tpm_mode REQUIRED, not %v: a bound seal is a TPM's", m)
+		}
+	}
 	return nil
 }
 
@@ -52,7 +57,8 @@ func Resolve(c *api.ClusterConfiguration) *api.ClusterConfiguration {
 		TpmMode:               c.GetTpmMode(),
 		Registries:            c.GetRegistries(),
 		ReleaseKeys:           c.GetReleaseKeys(),
-		SecureBootRequired:    c.GetSecureBootRequired(),
+		SecureBootRequired:    c.GetSecureBootRequired() || c.GetBoundSealRequired(),
+		BoundSealRequired:     c.GetBoundSealRequired(),
 	}
 	if r.StorageSecurityPolicy == api.StorageSecurityPolicy_STORAGE_SECURITY_POLICY_UNSPECIFIED {
 		r.StorageSecurityPolicy = api.StorageSecurityPolicy_STORAGE_SECURITY_POLICY_ENCRYPTED

@@ -21,6 +21,8 @@ func TestValidate(t *testing.T) {
 		{"bad registries", &api.ClusterConfiguration{Registries: &api.Registries{PlainHttp: []string{""}}}, "registries: plain_http"},
 		{"release key", &api.ClusterConfiguration{ReleaseKeys: []string{releasetest.PublicKey(1).String()}}, ""},
 		{"bad release key", &api.ClusterConfiguration{ReleaseKeys: []string{releasetest.PublicKey(1).String(), "cairn-release-ed25519:AAAA"}}, `release_keys[1]: release key "cairn-release-ed25519:AAAA" has 3 bytes`},
+		{"bound seal", &api.ClusterConfiguration{BoundSealRequired: true}, ""},
+		{"bound seal without a TPM", &api.ClusterConfiguration{BoundSealRequired: true, TpmMode: api.TPMMode_TPM_MODE_BEST_EFFORT}, "bound_seal_required needs the tpm_mode REQUIRED"},
 		{"release key twice", &api.ClusterConfiguration{ReleaseKeys: []string{releasetest.PublicKey(1).String(), releasetest.PublicKey(1).String()}}, "release_keys[1]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -49,5 +51,8 @@ func TestResolveKeeps(t *testing.T) {
 	}
 	if got := Resolve(&api.ClusterConfiguration{SecureBootRequired: true}); !got.GetSecureBootRequired() {
 		t.Fatalf("Resolve = %v, want Secure Boot required kept", got)
+	}
+	if got := Resolve(&api.ClusterConfiguration{BoundSealRequired: true}); !got.GetSecureBootRequired() || !got.GetBoundSealRequired() {
+		t.Fatalf("Resolve = %v, want a bound seal and Secure Boot required", got)
 	}
 }

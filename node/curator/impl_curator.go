@@ -177,6 +177,9 @@ func (a nodeAPI) CommitNode(ctx context.Context, req *api.CommitNodeRequest) (*a
 		if err := checkCommit(id, n); err != nil {
 			return nil, err
 		}
+		if err := checkBoundSeal(v.conf, id, req.SealBound); err != nil {
+			return nil, err
+		}
 		der, put, err := cert.Prepare(ctx, a.root, v.cert)
 		if err != nil {
 			return nil, fmt.Errorf("when issuing the certificate of node %s: %w", id, err)
@@ -246,6 +249,9 @@ func (a nodeAPI) JoinNode(ctx context.Context, req *api.JoinNodeRequest) (*api.J
 		return nil, err
 	}
 	if err := checkSecureBoot(conf, req.NodeId, req.SecureBoot); err != nil {
+		return nil, err
+	}
+	if err := checkBoundSeal(conf, req.NodeId, req.SealBound); err != nil {
 		return nil, err
 	}
 	// A node powered off for longer than half its certificate's
@@ -366,6 +372,16 @@ func checkJoinSealing(conf *api.ClusterConfiguration, n *private.Node, req *api.
 func checkSecureBoot(conf *api.ClusterConfiguration, id string, secureBoot bool) error {
 	if conf.GetSecureBootRequired() && !secureBoot {
 		return status.Errorf(codes.PermissionDenied, "the cluster requires Secure Boot, but node %s says its firmware did not boot it under Secure Boot; refusing it", id)
+	}
+	return nil
+}
+
+// checkBoundSeal refuses node id, which says whether its TPM seal is
+// bound to signed releases and PCR 7 (bound), when conf requires that and
+// it is not.
+func checkBoundSeal(conf *api.ClusterConfiguration, id string, bound bool) error {
+	if conf.GetBoundSealRequired() && !bound {
+		return status.Errorf(codes.PermissionDenied, "the cluster requires a seal bound to signed releases, but node %s says its seal is not; refusing it", id)
 	}
 	return nil
 }

@@ -155,3 +155,63 @@ func TestSecureBootRequired(t *testing.T) {
 		t.Errorf("JoinNode under Secure Boot, required: %v", err)
 	}
 }
+
+// TestBoundSealRequired: in a cluster that requires seals bound to signed
+// releases, a node that says its seal is not bound is refused at
+// CommitNode and at JoinNode, saying why, and nothing of it changes; one
+// that says it is commits and joins.
+func TestBoundSealRequired(t *testing.T) {
+	c := newTestCluster(t)
+	ctx := fixture.Context(t)
+	addr := c.nodes[0].addr.String()
+	m := c.mgmt(t, addr)
+	c.config.SecureBootRequired = true
+	c.config.BoundSealRequired = true
+	if err := setConfiguration(ctx, t, c, c.config); err != nil {
+		t.Fatal(err)
+	}
+	ticket, err := m.GetRegisterTicket(ctx, &api.GetRegisterTicketRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := newTestNode(t)
+	if _, err := c.ephemeral(t, addr, n.key).RegisterNode(ctx, &api.RegisterNodeRequest{
+		RegisterTicket: ticket.Ticket, JoinKey: n.joinKey.Public().(ed25519.PublicKey), SecureBoot: true}); err != nil {
+		t.Fatalf("RegisterNode: %v", err)
+	}
+	if _, err := m.ApproveNode(ctx, &api.ApproveNodeRequest{NodeId: n.id()}); err != nil {
+		t.Fatalf("ApproveNode: %v", err)
+	}
+	refused := func(err error) bool {
+		return status.Code(err) == codes.PermissionDenied && strings.Contains(err.Error(), "requires a seal bound to signed releases")
+	}
+	commit := func(bound bool) error {
+		_, err := c.ephemeral(t, addr, n.key).CommitNode(ctx, &api.CommitNodeRequest{SealsWithTpm: true, SealBound: bound})
+		return err
+	}
+	join := func(bound bool) error {
+		_, err := c.ephemeral(t, addr, n.joinKey).JoinNode(ctx, &api.JoinNodeRequest{NodeId: n.id(), UnsealedWithTpm: true, SecureBoot: true, SealBound: bound})
+		return err
+	}
+	if err := commit(false); !refused(err) {
+		t.Fatalf("CommitNode with an unbound seal, bound required = %v, want PermissionDenied saying why", err)
+	}
+	nodes, err := m.GetNodes(ctx, &api.GetNodesRequest{})
+	if err != nil {
+		t.Fatalf("GetNodes: %v", err)
+	}
+	for _, got := range nodes.Nodes {
+		if got.Id == n.id() && got.State != api.NodeState_NODE_STATE_STANDBY {
+			t.Errorf("after the refused commit the node is %v, want STANDBY", got.State)
+		}
+	}
+	if err := commit(true); err != nil {
+		t.Fatalf("CommitNode with a bound seal, bound required: %v", err)
+	}
+	if err := join(false); !refused(err) {
+		t.Errorf("JoinNode with an unbound seal, bound required = %v, want PermissionDenied saying why", err)
+	}
+	if err := join(true); err != nil {
+		t.Errorf("JoinNode with a bound seal, bound required: %v", err)
+	}
+}

@@ -26,7 +26,7 @@ func TestProductionIgnoresTestFlags(t *testing.T) {
 		t.Errorf("note %q names cairn.log, which is no test flag", notes[0])
 	}
 	h := f.Storage(nil, "", "", nil)
-	if f.RootFailure() != nil || len(f.Services(nil, nil)) != 0 || h.Run(context.Background(), nil) != nil {
+	if f.RootFailure() != nil || len(f.Services(nil, "", nil)) != 0 || h.Run(context.Background(), nil) != nil {
 		t.Errorf("the production build acts on test flags")
 	}
 }

@@ -174,8 +174,16 @@ type ClusterConfiguration struct {
 	// default, requires nothing. Fixed for the cluster's life. The node's
 	// word is all the curator has: no TPM quote backs it.
 	SecureBootRequired bool `protobuf:"varint,5,opt,name=secure_boot_required,json=secureBootRequired,proto3" json:"secure_boot_required,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// Whether every node must seal its configuration with its TPM bound to
+	// the releases signed by the PCR key of the UKI it booted, and to PCR 7
+	// (pkg/tpmseal): true requires Secure Boot (secure_boot_required) and
+	// the TPM mode REQUIRED as well. The curator refuses CommitNode and
+	// JoinNode from a node that says its seal is not bound, and a node that
+	// cannot bind refuses to enrol. False, the default, requires nothing.
+	// Fixed for the cluster's life; the node's word, as above.
+	BoundSealRequired bool `protobuf:"varint,6,opt,name=bound_seal_required,json=boundSealRequired,proto3" json:"bound_seal_required,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ClusterConfiguration) Reset() {
@@ -239,6 +247,13 @@ func (x *ClusterConfiguration) GetReleaseKeys() []string {
 func (x *ClusterConfiguration) GetSecureBootRequired() bool {
 	if x != nil {
 		return x.SecureBootRequired
+	}
+	return false
+}
+
+func (x *ClusterConfiguration) GetBoundSealRequired() bool {
+	if x != nil {
+		return x.BoundSealRequired
 	}
 	return false
 }
@@ -527,7 +542,7 @@ var File_proto_api_cluster_proto protoreflect.FileDescriptor
 
 const file_proto_api_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x17proto/api/cluster.proto\x12\tcairn.api\"\xab\x02\n" +
+	"\x17proto/api/cluster.proto\x12\tcairn.api\"\xdb\x02\n" +
 	"\x14ClusterConfiguration\x12X\n" +
 	"\x17storage_security_policy\x18\x01 \x01(\x0e2 .cairn.api.StorageSecurityPolicyR\x15storageSecurityPolicy\x12-\n" +
 	"\btpm_mode\x18\x02 \x01(\x0e2\x12.cairn.api.TPMModeR\atpmMode\x125\n" +
@@ -535,7 +550,8 @@ const file_proto_api_cluster_proto_rawDesc = "" +
 	"registries\x18\x03 \x01(\v2\x15.cairn.api.RegistriesR\n" +
 	"registries\x12!\n" +
 	"\frelease_keys\x18\x04 \x03(\tR\vreleaseKeys\x120\n" +
-	"\x14secure_boot_required\x18\x05 \x01(\bR\x12secureBootRequired\"\xa7\x01\n" +
+	"\x14secure_boot_required\x18\x05 \x01(\bR\x12secureBootRequired\x12.\n" +
+	"\x13bound_seal_required\x18\x06 \x01(\bR\x11boundSealRequired\"\xa7\x01\n" +
 	"\n" +
 	"Registries\x126\n" +
 	"\amirrors\x18\x01 \x03(\v2\x1c.cairn.api.Registries.MirrorR\amirrors\x12\x1d\n" +

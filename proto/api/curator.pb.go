@@ -1153,7 +1153,10 @@ type CommitNodeRequest struct {
 	// Whether the node will seal its configuration with its TPM. The curator
 	// remembers it from the first commit on, and refuses a later JoinNode
 	// that says otherwise.
-	SealsWithTpm  bool `protobuf:"varint,1,opt,name=seals_with_tpm,json=sealsWithTpm,proto3" json:"seals_with_tpm,omitempty"`
+	SealsWithTpm bool `protobuf:"varint,1,opt,name=seals_with_tpm,json=sealsWithTpm,proto3" json:"seals_with_tpm,omitempty"`
+	// Whether that seal is bound to signed releases and PCR 7
+	// (ClusterConfiguration.bound_seal_required).
+	SealBound     bool `protobuf:"varint,2,opt,name=seal_bound,json=sealBound,proto3" json:"seal_bound,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1191,6 +1194,13 @@ func (*CommitNodeRequest) Descriptor() ([]byte, []int) {
 func (x *CommitNodeRequest) GetSealsWithTpm() bool {
 	if x != nil {
 		return x.SealsWithTpm
+	}
+	return false
+}
+
+func (x *CommitNodeRequest) GetSealBound() bool {
+	if x != nil {
+		return x.SealBound
 	}
 	return false
 }
@@ -1274,7 +1284,10 @@ type JoinNodeRequest struct {
 	UnsealedWithTpm bool `protobuf:"varint,2,opt,name=unsealed_with_tpm,json=unsealedWithTpm,proto3" json:"unsealed_with_tpm,omitempty"`
 	// Whether the node's firmware booted it under Secure Boot, as the node
 	// reads it (ClusterConfiguration.secure_boot_required).
-	SecureBoot    bool `protobuf:"varint,3,opt,name=secure_boot,json=secureBoot,proto3" json:"secure_boot,omitempty"`
+	SecureBoot bool `protobuf:"varint,3,opt,name=secure_boot,json=secureBoot,proto3" json:"secure_boot,omitempty"`
+	// Whether the configuration it unsealed was bound to signed releases
+	// and PCR 7, or is now (ClusterConfiguration.bound_seal_required).
+	SealBound     bool `protobuf:"varint,4,opt,name=seal_bound,json=sealBound,proto3" json:"seal_bound,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1326,6 +1339,13 @@ func (x *JoinNodeRequest) GetUnsealedWithTpm() bool {
 func (x *JoinNodeRequest) GetSecureBoot() bool {
 	if x != nil {
 		return x.SecureBoot
+	}
+	return false
+}
+
+func (x *JoinNodeRequest) GetSealBound() bool {
+	if x != nil {
+		return x.SealBound
 	}
 	return false
 }
@@ -1683,18 +1703,22 @@ const file_proto_api_curator_proto_rawDesc = "" +
 	"\vsecure_boot\x18\x03 \x01(\bR\n" +
 	"secureBoot\"l\n" +
 	"\x14RegisterNodeResponse\x12T\n" +
-	"\x15cluster_configuration\x18\x01 \x01(\v2\x1f.cairn.api.ClusterConfigurationR\x14clusterConfiguration\"9\n" +
+	"\x15cluster_configuration\x18\x01 \x01(\v2\x1f.cairn.api.ClusterConfigurationR\x14clusterConfiguration\"X\n" +
 	"\x11CommitNodeRequest\x12$\n" +
-	"\x0eseals_with_tpm\x18\x01 \x01(\bR\fsealsWithTpm\"\x94\x01\n" +
+	"\x0eseals_with_tpm\x18\x01 \x01(\bR\fsealsWithTpm\x12\x1d\n" +
+	"\n" +
+	"seal_bound\x18\x02 \x01(\bR\tsealBound\"\x94\x01\n" +
 	"\x12CommitNodeResponse\x12%\n" +
 	"\x0eca_certificate\x18\x01 \x01(\fR\rcaCertificate\x12)\n" +
 	"\x10node_certificate\x18\x02 \x01(\fR\x0fnodeCertificate\x12,\n" +
-	"\x12cluster_unlock_key\x18\x03 \x01(\fR\x10clusterUnlockKey\"w\n" +
+	"\x12cluster_unlock_key\x18\x03 \x01(\fR\x10clusterUnlockKey\"\x96\x01\n" +
 	"\x0fJoinNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12*\n" +
 	"\x11unsealed_with_tpm\x18\x02 \x01(\bR\x0funsealedWithTpm\x12\x1f\n" +
 	"\vsecure_boot\x18\x03 \x01(\bR\n" +
-	"secureBoot\"k\n" +
+	"secureBoot\x12\x1d\n" +
+	"\n" +
+	"seal_bound\x18\x04 \x01(\bR\tsealBound\"k\n" +
 	"\x10JoinNodeResponse\x12,\n" +
 	"\x12cluster_unlock_key\x18\x01 \x01(\fR\x10clusterUnlockKey\x12)\n" +
 	"\x10node_certificate\x18\x02 \x01(\fR\x0fnodeCertificate\"h\n" +

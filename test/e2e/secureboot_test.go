@@ -209,21 +209,22 @@ func TestSecureBootRefusesTamperedUKI(t *testing.T) {
 }
 
 // TestSecureBootRequired bootstraps, under Secure Boot, a cluster that
-// requires it of every node, then boots another node with register
-// parameters through firmware without Secure Boot: the curator refuses
-// its registration, the node says why on its console, and the cluster
-// never lists it.
+// requires it of every node, with seals bound to signed releases (node 0
+// binds its own, or it would refuse to bootstrap), then boots another
+// node with register parameters through firmware without Secure Boot:
+// the curator refuses its registration, the node says why on its
+// console, and the cluster never lists it.
 func TestSecureBootRequired(t *testing.T) {
 	s := newSuite(t, 2, 20*time.Minute)
 	cfg := s.clusterConfig(1, 1, launch.WithSecureBoot())
-	cfg.SecureBootRequired = true
+	cfg.SecureBoot, cfg.TPMMode = "bound", "required"
 	c := s.startCluster(cfg)
 	if err := c.Form(s.ctx); err != nil {
 		t.Fatalf("forming a one-node cluster that requires Secure Boot, under it: %v", err)
 	}
 	info := s.cairnctl(t, c, "cluster", "info")
-	if !regexp.MustCompile(`(?m)^Secure Boot:\s+required$`).MatchString(info) {
-		t.Errorf("cairnctl cluster info does not say the cluster requires Secure Boot:\n%s", info)
+	if !regexp.MustCompile(`(?m)^Secure Boot:\s+required, with seals bound to signed releases$`).MatchString(info) {
+		t.Errorf("cairnctl cluster info does not say the cluster requires Secure Boot and bound seals:\n%s", info)
 	}
 	params, err := c.RegisterParams(s.ctx)
 	if err != nil {

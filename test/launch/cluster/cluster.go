@@ -65,9 +65,10 @@ type Config struct {
 	// TPMMode is the cluster's TPM mode, as cairnctl params bootstrap --tpm
 	// takes it. Empty means "best-effort".
 	TPMMode string
-	// SecureBootRequired makes the cluster require Secure Boot of its
-	// nodes (cairnctl params bootstrap --secure-boot required).
-	SecureBootRequired bool
+	// SecureBoot is what the cluster requires of its nodes' boot, as
+	// cairnctl params bootstrap --secure-boot takes it ("required",
+	// "bound"). Empty means "optional".
+	SecureBoot string
 	// HostPortBase, when not zero, fixes the host ports of the forwards:
 	// node i's port p is on 127.0.0.1:(HostPortBase + 100*i + p%100), so
 	// that with 7800 node 0 is at 7833 and 7835, node 1 at 7933 and 7935.

@@ -59,8 +59,8 @@ func (c *Cluster) BootstrapParams(ctx context.Context) ([]byte, error) {
 	file := filepath.Join(c.cfg.Dir, "params", "bootstrap.pb")
 	args := []string{"--config", c.configDir, "params", "bootstrap", "--out", file,
 		"--storage-security", c.cfg.StorageSecurity, "--tpm", c.cfg.TPMMode}
-	if c.cfg.SecureBootRequired {
-		args = append(args, "--secure-boot", "required")
+	if c.cfg.SecureBoot != "" {
+		args = append(args, "--secure-boot", c.cfg.SecureBoot)
 	}
 	if c.cfg.Registry != "" {
 		args = append(args, registryFlags()...)
