@@ -366,3 +366,34 @@ func TestReadBinding(t *testing.T) {
 		t.Fatalf("ReadBinding = %+v, %v", b, err)
 	}
 }
+
+// BenchmarkUnsealBound is BenchmarkUnseal for a bound seal: what the
+// policy (a signature checked by the TPM, three policy commands) adds.
+func BenchmarkUnsealBound(b *testing.B) {
+	tpm := newSWTPM(b).open()
+	key := pcrKeys()[0]
+	if err := extendPCR(tpm.tp, 11, sha256.Sum256([]byte("release A"))); err != nil {
+		b.Fatal(err)
+	}
+	v, err := tpm.ReadPCR(11)
+	if err != nil {
+		b.Fatal(err)
+	}
+	file, err := SignPCR11(key, v)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sigs, err := ParsePCRSignatures(file)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := tpm.Bind(&Binding{Key: &key.PublicKey, Signatures: sigs}); err != nil {
+		b.Fatal(err)
+	}
+	blob := mustSeal(b, tpm, randomSecret(b, 32))
+	for b.Loop() {
+		if _, err := tpm.Unseal(blob); err != nil {
+			b.Fatalf("Unseal: %v", err)
+		}
+	}
+}
