@@ -33,25 +33,28 @@ type blob struct {
 	// ciphertext is the secret, encrypted with AES-256-GCM under the key
 	// the sealed object holds: nonce, then ciphertext and tag.
 	ciphertext []byte
-	// keyPublic and pcr7, in a bound blob only (nil otherwise): the
-	// TPMT_PUBLIC of the release's PCR key the policy trusts, and PCR 7
-	// as it was when sealing.
-	keyPublic []byte
-	pcr7      []byte
+	// pcr7 and keys, in a bound blob only (nil otherwise): PCR 7 as it
+	// was when sealing, and the TPMT_PUBLIC of each release PCR key the
+	// policy trusts (1 to maxTrustedKeys).
+	pcr7 []byte
+	keys [][]byte
 }
+
+// bound says b is a bound seal.
+func (b *blob) bound() bool { return len(b.keys) > 0 }
 
 // fields are b's fields in the order of its version's format.
 func (b *blob) fields() [][]byte {
 	f := [][]byte{b.parentName, b.public, b.private, b.ciphertext}
-	if b.keyPublic != nil {
-		f = append(f, b.keyPublic, b.pcr7)
+	if b.bound() {
+		f = append(append(f, b.pcr7), b.keys...)
 	}
 	return f
 }
 
 // version is the format version b is written in.
 func (b *blob) version() byte {
-	if b.keyPublic != nil {
+	if b.bound() {
 		return boundBlobVersion
 	}
 	return blobVersion
@@ -104,14 +107,21 @@ func parseBlob(data []byte) (*blob, error) {
 }
 
 // parseFields decodes the length-prefixed fields of a blob's body, four or,
-// bound, six, and checks that they hold what Seal writes.
+// bound, five and its PCR keys, and checks that they hold what Seal
+// writes.
 func parseFields(body []byte, bound bool) (*blob, error) {
 	names := []string{"parent name", "public part", "private part", "ciphertext"}
 	if bound {
-		names = append(names, "PCR key", "PCR 7")
+		names = append(names, "PCR 7")
+		for len(names) < 5+maxTrustedKeys {
+			names = append(names, "PCR key")
+		}
 	}
-	fields := make([][]byte, len(names))
-	for i, name := range names {
+	var fields [][]byte
+	for _, name := range names {
+		if len(body) == 0 && len(fields) > 5 {
+			break // the bound blob's last key
+		}
 		if len(body) < 2 {
 			return nil, fmt.Errorf("%s: truncated length", name)
 		}
@@ -120,7 +130,7 @@ func parseFields(body []byte, bound bool) (*blob, error) {
 		if len(body) < n {
 			return nil, fmt.Errorf("%s: %d bytes announced, %d left", name, n, len(body))
 		}
-		fields[i] = body[:n:n]
+		fields = append(fields, body[:n:n])
 		body = body[n:]
 	}
 	if len(body) != 0 {
@@ -132,15 +142,18 @@ func parseFields(body []byte, bound bool) (*blob, error) {
 	}
 	want := sealTemplate
 	if bound {
-		b.keyPublic, b.pcr7 = fields[4], fields[5]
-		key, err := pcrKeyOf(b.keyPublic)
-		if err != nil {
-			return nil, fmt.Errorf("PCR key: %w", err)
-		}
+		b.pcr7, b.keys = fields[4], fields[5:]
 		if len(b.pcr7) != sha256.Size {
 			return nil, fmt.Errorf("PCR 7: %d bytes, want %d", len(b.pcr7), sha256.Size)
 		}
-		policy, err := boundPolicy(key, b.pcr7)
+		keys, err := pcrKeysOf(b)
+		if err != nil {
+			return nil, err
+		}
+		if len(keys) == 2 && keys[0].Equal(keys[1]) {
+			return nil, errors.New("PCR keys: the same key twice")
+		}
+		policy, err := boundPolicy(keys, b.pcr7)
 		if err != nil {
 			return nil, err
 		}

@@ -29,9 +29,9 @@ func testBlob() *blob {
 func testBoundBlob() *blob {
 	b := testBlob()
 	key := &rsa.PublicKey{N: new(big.Int).SetBytes(bytes.Repeat([]byte{0xc5}, PCRKeyBits/8)), E: 65537}
-	b.keyPublic = tpm2.Marshal(keyPublic(key))
+	b.keys = [][]byte{tpm2.Marshal(keyPublic(key))}
 	b.pcr7 = bytes.Repeat([]byte{0x07}, sha256.Size)
-	policy, err := boundPolicy(key, b.pcr7)
+	policy, err := boundPolicy([]*rsa.PublicKey{key}, b.pcr7)
 	if err != nil {
 		panic(err)
 	}
@@ -132,7 +132,26 @@ func FuzzParseBlob(f *testing.F) {
 	if err != nil {
 		f.Fatalf("marshal: %v", err)
 	}
-	for _, b := range [][]byte{good, bound} {
+	two := testBoundBlob()
+	second := &rsa.PublicKey{N: new(big.Int).SetBytes(bytes.Repeat([]byte{0xd7}, PCRKeyBits/8)), E: 65537}
+	first, err := pcrKeyOf(two.keys[0])
+	if err != nil {
+		f.Fatal(err)
+	}
+	two.keys = append(two.keys, tpm2.Marshal(keyPublic(second)))
+	policy, err := boundPolicy([]*rsa.PublicKey{first, second}, two.pcr7)
+	if err != nil {
+		f.Fatal(err)
+	}
+	two.public = tpm2.Marshal(boundTemplate(policy))
+	twoKeys, err := two.marshal()
+	if err != nil {
+		f.Fatal(err)
+	}
+	if _, err := parseBlob(twoKeys); err != nil {
+		f.Fatalf("a blob of two keys does not parse: %v", err)
+	}
+	for _, b := range [][]byte{good, bound, twoKeys} {
 		f.Add(b)
 		f.Add(b[len(blobMagic)+1 : len(b)-sha256.Size])
 	}

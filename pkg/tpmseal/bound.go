@@ -106,8 +106,13 @@ func (t *TPM) Bound() bool {
 // IsBound reports whether blob is a bound seal. A malformed blob is not.
 func IsBound(blob []byte) bool {
 	b, err := parseBlob(blob)
-	return err == nil && b.keyPublic != nil
+	return err == nil && b.bound()
 }
+
+// maxTrustedKeys is how many PCR keys a bound seal trusts at most: the
+// key of the release it was sealed under and, across a rotation, the
+// new one (Rebind).
+const maxTrustedKeys = 2
 
 // boundAttributes are a bound object's: sealTemplate's, but only its
 // policy authorizes it.
@@ -129,7 +134,7 @@ func keyPublic(k *rsa.PublicKey) tpm2.TPMTPublic {
 	}
 }
 
-// pcrKeyOf decodes the PCR key of a blob's keyPublic field.
+// pcrKeyOf decodes a PCR key of a blob's keys field.
 func pcrKeyOf(data []byte) (*rsa.PublicKey, error) {
 	pub, err := unmarshalPublic(data)
 	if err != nil {
@@ -149,9 +154,22 @@ func pcrKeyOf(data []byte) (*rsa.PublicKey, error) {
 	return k, nil
 }
 
-// boundPolicy is the authPolicy of an object bound to key and to PCR 7
-// holding pcr7.
-func boundPolicy(key *rsa.PublicKey, pcr7 []byte) ([]byte, error) {
+// pcrKeysOf decodes the PCR keys of a bound blob.
+func pcrKeysOf(b *blob) ([]*rsa.PublicKey, error) {
+	keys := make([]*rsa.PublicKey, len(b.keys))
+	for i, data := range b.keys {
+		k, err := pcrKeyOf(data)
+		if err != nil {
+			return nil, fmt.Errorf("PCR key %d: %w", i, err)
+		}
+		keys[i] = k
+	}
+	return keys, nil
+}
+
+// keyBranch is the policy that one PCR key's signature and PCR 7 holding
+// pcr7 satisfy: PolicyAuthorize(key), then PolicyPCR(7).
+func keyBranch(key *rsa.PublicKey, pcr7 []byte) ([]byte, error) {
 	name, err := tpm2.ObjectName(ptr(keyPublic(key)))
 	if err != nil {
 		return nil, fmt.Errorf("naming the PCR key: %w", err)
@@ -165,6 +183,43 @@ func boundPolicy(key *rsa.PublicKey, pcr7 []byte) ([]byte, error) {
 	}
 	if err := pcrPolicy(calc, 7, pcr7); err != nil {
 		return nil, fmt.Errorf("PolicyPCR digest: %w", err)
+	}
+	return calc.Hash().Digest, nil
+}
+
+// keyBranches are the branches of keys, in their order.
+func keyBranches(keys []*rsa.PublicKey, pcr7 []byte) ([]tpm2.TPM2BDigest, error) {
+	var branches []tpm2.TPM2BDigest
+	for _, k := range keys {
+		d, err := keyBranch(k, pcr7)
+		if err != nil {
+			return nil, err
+		}
+		branches = append(branches, tpm2.TPM2BDigest{Buffer: d})
+	}
+	return branches, nil
+}
+
+// boundPolicy is the authPolicy of an object bound to keys (one or
+// maxTrustedKeys) and to PCR 7 holding pcr7: the one key's branch, or
+// TPM2_PolicyOR of every key's.
+func boundPolicy(keys []*rsa.PublicKey, pcr7 []byte) ([]byte, error) {
+	if len(keys) == 0 || len(keys) > maxTrustedKeys {
+		return nil, fmt.Errorf("a bound seal trusts 1 to %d PCR keys, not %d", maxTrustedKeys, len(keys))
+	}
+	branches, err := keyBranches(keys, pcr7)
+	if err != nil {
+		return nil, err
+	}
+	if len(branches) == 1 {
+		return branches[0].Buffer, nil
+	}
+	calc, err := tpm2.NewPolicyCalculator(tpm2.TPMAlgSHA256)
+	if err != nil {
+		return nil, err
+	}
+	if err := (tpm2.PolicyOr{PHashList: tpm2.TPMLDigest{Digests: branches}}).Update(calc); err != nil {
+		return nil, fmt.Errorf("PolicyOR digest: %w", err)
 	}
 	return calc.Hash().Digest, nil
 }
@@ -192,43 +247,50 @@ func readPCR(tp transport.TPM, index int) ([]byte, error) {
 }
 
 // unsealBound opens a bound object, loaded at obj: it proves to the TPM,
-// in a policy session, that PCR 11 holds a value the blob's key signed
-// and that PCR 7 is what it was when sealing. The caller holds t.mu.
-func (t *TPM) unsealBound(s *srk, b *blob, obj tpm2.NamedHandle) ([]byte, error) {
-	key, approved, err := t.approvedSignature(b)
+// in a policy session, that PCR 11 holds a value one of the blob's keys
+// signed and that PCR 7 is what it was when sealing. It returns the key
+// and which PCR key opened it. The caller holds t.mu.
+func (t *TPM) unsealBound(s *srk, b *blob, obj tpm2.NamedHandle) ([]byte, *rsa.PublicKey, error) {
+	keys, err := pcrKeysOf(b)
 	if err != nil {
-		return nil, err
+		return nil, nil, fmt.Errorf("%w: %w", ErrMalformedBlob, err)
 	}
-	return t.policyUnseal(s, b, obj, key, approved)
-}
-
-// approvedSignature finds the signature of this boot that approves PCR
-// 11's value for b's key, after checking PCR 7, so that a refusal says
-// which of the two failed; the TPM checks both again in policyUnseal.
-func (t *TPM) approvedSignature(b *blob) (*rsa.PublicKey, *PCRSignature, error) {
-	if t.binding == nil {
-		return nil, nil, fmt.Errorf("%w: it was sealed bound to a signed release, and this boot carries no signature of one", ErrNotSigned)
-	}
-	key, err := pcrKeyOf(b.keyPublic)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: its PCR key: %w", ErrMalformedBlob, err)
-	}
-	fp := KeyFingerprint(key)
-	var sigs []PCRSignature
-	for _, sig := range t.binding.Signatures {
-		if sig.KeyFingerprint == fp {
-			sigs = append(sigs, sig)
-		}
-	}
-	if len(sigs) == 0 {
-		return nil, nil, fmt.Errorf("%w: it trusts the PCR key %x, and this boot carries no signature by that key", ErrNotSigned, fp[:8])
-	}
-	pcr7, err := readPCR(t.tp, 7)
+	key, approved, err := t.approvedSignature(keys, b.pcr7)
 	if err != nil {
 		return nil, nil, err
 	}
-	if !bytes.Equal(pcr7, b.pcr7) {
-		return nil, nil, fmt.Errorf("%w: PCR 7 is %x, it was %x", ErrPCR7Changed, pcr7, b.pcr7)
+	secret, err := t.policyUnseal(s, b, obj, keys, key, approved)
+	return secret, key, err
+}
+
+// approvedSignature finds the signature of this boot, by one of keys,
+// that approves PCR 11's value, after checking PCR 7 against pcr7, so
+// that a refusal says which of the two failed; the TPM checks both again
+// in policyUnseal.
+func (t *TPM) approvedSignature(keys []*rsa.PublicKey, pcr7 []byte) (*rsa.PublicKey, *PCRSignature, error) {
+	if t.binding == nil {
+		return nil, nil, fmt.Errorf("%w: it was sealed bound to a signed release, and this boot carries no signature of one", ErrNotSigned)
+	}
+	var sigs []PCRSignature
+	var trusted []string
+	for _, k := range keys {
+		fp := KeyFingerprint(k)
+		trusted = append(trusted, fmt.Sprintf("%x", fp[:8]))
+		for _, sig := range t.binding.Signatures {
+			if sig.KeyFingerprint == fp {
+				sigs = append(sigs, sig)
+			}
+		}
+	}
+	if len(sigs) == 0 {
+		return nil, nil, fmt.Errorf("%w: it trusts the PCR keys %v, and this boot carries no signature by them", ErrNotSigned, trusted)
+	}
+	now7, err := readPCR(t.tp, 7)
+	if err != nil {
+		return nil, nil, err
+	}
+	if !bytes.Equal(now7, pcr7) {
+		return nil, nil, fmt.Errorf("%w: PCR 7 is %x, it was %x", ErrPCR7Changed, now7, pcr7)
 	}
 	pcr11, err := readPCR(t.tp, 11)
 	if err != nil {
@@ -236,17 +298,23 @@ func (t *TPM) approvedSignature(b *blob) (*rsa.PublicKey, *PCRSignature, error) 
 	}
 	policy := PCR11Policy([sha256.Size]byte(pcr11))
 	for i := range sigs {
-		if bytes.Equal(sigs[i].Policy, policy) {
-			return key, &sigs[i], nil
+		if !bytes.Equal(sigs[i].Policy, policy) {
+			continue
+		}
+		for _, k := range keys {
+			if KeyFingerprint(k) == sigs[i].KeyFingerprint {
+				return k, &sigs[i], nil
+			}
 		}
 	}
 	return nil, nil, fmt.Errorf("%w: PCR 11 is %x, and none of the %d signatures of this boot approves it (another kernel, initramfs or command line, or this boot's unsealing is over)", ErrNotSigned, pcr11, len(sigs))
 }
 
-// policyUnseal has the TPM check approved (its signature, and that PCR 11
-// holds the value it approves) and PCR 7, and unseal obj. The caller
-// holds t.mu.
-func (t *TPM) policyUnseal(s *srk, b *blob, obj tpm2.NamedHandle, key *rsa.PublicKey, approved *PCRSignature) ([]byte, error) {
+// policyUnseal has the TPM check approved, by key (one of keys, the
+// blob's): its signature, and that PCR 11 holds the value it approves;
+// then PCR 7, and, for a blob that trusts several keys, that key's branch
+// among theirs; and unseal obj. The caller holds t.mu.
+func (t *TPM) policyUnseal(s *srk, b *blob, obj tpm2.NamedHandle, keys []*rsa.PublicKey, key *rsa.PublicKey, approved *PCRSignature) ([]byte, error) {
 	loaded, err := tpm2.LoadExternal{
 		InPublic:  tpm2.New2B(keyPublic(key)),
 		Hierarchy: tpm2.TPMRHOwner,
@@ -291,6 +359,15 @@ func (t *TPM) policyUnseal(s *srk, b *blob, obj tpm2.NamedHandle, key *rsa.Publi
 	pcr7Digest := sha256.Sum256(b.pcr7)
 	if _, err := (tpm2.PolicyPCR{PolicySession: sess.Handle(), PcrDigest: tpm2.TPM2BDigest{Buffer: pcr7Digest[:]}, Pcrs: pcrSelection(7)}).Execute(t.tp); err != nil {
 		return nil, fmt.Errorf("%w: the TPM: %w", ErrPCR7Changed, err)
+	}
+	if len(keys) > 1 {
+		branches, err := keyBranches(keys, b.pcr7)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := (tpm2.PolicyOr{PolicySession: sess.Handle(), PHashList: tpm2.TPMLDigest{Digests: branches}}).Execute(t.tp); err != nil {
+			return nil, fmt.Errorf("PolicyOR over the trusted keys: %w", err)
+		}
 	}
 	rsp, err := tpm2.Unseal{ItemHandle: tpm2.AuthHandle{Handle: obj.Handle, Name: obj.Name, Auth: sess}}.Execute(t.tp)
 	if err != nil {

@@ -15,10 +15,10 @@ import (
 	"github.com/google/go-tpm/tpm2"
 )
 
-// pcrKeys are two release PCR keys, made once per test binary: RSA key
+// pcrKeys are three release PCR keys, made once per test binary: RSA key
 // generation takes a while.
-var pcrKeys = sync.OnceValue(func() [2]*rsa.PrivateKey {
-	var keys [2]*rsa.PrivateKey
+var pcrKeys = sync.OnceValue(func() [3]*rsa.PrivateKey {
+	var keys [3]*rsa.PrivateKey
 	for i := range keys {
 		k, err := rsa.GenerateKey(rand.Reader, PCRKeyBits)
 		if err != nil {
@@ -49,7 +49,7 @@ func signedBinding(t *testing.T, key *rsa.PrivateKey, pcr11 ...[sha256.Size]byte
 	t.Helper()
 	b := &Binding{Key: &key.PublicKey}
 	for _, v := range pcr11 {
-		file, err := SignPCR11(key, v)
+		file, err := SignPCR11(v, key)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -164,7 +164,7 @@ func TestBoundSealRefuses(t *testing.T) {
 	t.Run("another key's signature", func(t *testing.T) {
 		bind(t, tpm, signedBinding(t, keys[1], a))
 		_, err := tpm.Unseal(blob)
-		if !errors.Is(err, ErrNotSigned) || !strings.Contains(err.Error(), "no signature by that key") {
+		if !errors.Is(err, ErrNotSigned) || !strings.Contains(err.Error(), "no signature by them") {
 			t.Errorf("Unseal with another key's signature: %v", err)
 		}
 	})
@@ -227,7 +227,7 @@ func TestTPMEnforcesBoundPolicy(t *testing.T) {
 			_, err := tpm2.Unseal{ItemHandle: tpm2.AuthHandle{Handle: obj.Handle, Name: obj.Name, Auth: s.session(tpm2.AESEncryption(128, tpm2.EncryptOut))}}.Execute(tpm.tp)
 			return err
 		}
-		_, err = tpm.policyUnseal(s, b, obj, &key.PublicKey, sig)
+		_, err = tpm.policyUnseal(s, b, obj, []*rsa.PublicKey{&key.PublicKey}, &key.PublicKey, sig)
 		return err
 	}
 
@@ -266,7 +266,7 @@ func TestBoundBlobDamaged(t *testing.T) {
 		t.Fatal(err)
 	}
 	swapKey := *b
-	swapKey.keyPublic = tpm2.Marshal(keyPublic(&keys[1].PublicKey))
+	swapKey.keys = [][]byte{tpm2.Marshal(keyPublic(&keys[1].PublicKey))}
 	swapPCR7 := *b
 	swapPCR7.pcr7 = bytes.Repeat([]byte{0xff}, sha256.Size)
 	shortPCR7 := *b
@@ -290,7 +290,7 @@ func TestBoundBlobDamaged(t *testing.T) {
 func TestPCRSignatureFile(t *testing.T) {
 	key := pcrKeys()[0]
 	v := sha256.Sum256([]byte("a UKI"))
-	file, err := SignPCR11(key, v)
+	file, err := SignPCR11(v, key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,6 +300,17 @@ func TestPCRSignatureFile(t *testing.T) {
 	}
 	if sigs[0].KeyFingerprint != KeyFingerprint(&key.PublicKey) || !bytes.Equal(sigs[0].Policy, PCR11Policy(v)) {
 		t.Errorf("ParsePCRSignatures = %+v, want key %x and policy %x", sigs[0], KeyFingerprint(&key.PublicKey), PCR11Policy(v))
+	}
+	other := pcrKeys()[1]
+	both, err := SignPCR11(v, key, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sigs, err := ParsePCRSignatures(both); err != nil || len(sigs) != 2 || sigs[0].KeyFingerprint != KeyFingerprint(&key.PublicKey) || sigs[1].KeyFingerprint != KeyFingerprint(&other.PublicKey) {
+		t.Errorf("ParsePCRSignatures(SignPCR11 with two keys) = %+v, %v; want one signature of each", sigs, err)
+	}
+	if _, err := SignPCR11(v); err == nil {
+		t.Error("SignPCR11 without a key succeeded")
 	}
 	pemKey, err := PCRKeyPEM(&key.PublicKey)
 	if err != nil {
@@ -325,7 +336,7 @@ func TestPCRSignatureFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := SignPCR11(small, v); err == nil {
+	if _, err := SignPCR11(v, small); err == nil {
 		t.Error("SignPCR11 with a 1024-bit key succeeded")
 	}
 	smallPEM, _ := PCRKeyPEM(&small.PublicKey)
@@ -348,7 +359,7 @@ func TestReadBinding(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := sha256.Sum256([]byte("a UKI"))
-	sig, err := SignPCR11(key, v)
+	sig, err := SignPCR11(v, key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -379,7 +390,7 @@ func BenchmarkUnsealBound(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	file, err := SignPCR11(key, v)
+	file, err := SignPCR11(v, key)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -395,5 +406,140 @@ func BenchmarkUnsealBound(b *testing.B) {
 		if _, err := tpm.Unseal(blob); err != nil {
 			b.Fatalf("Unseal: %v", err)
 		}
+	}
+}
+
+// TestRebindFollowsKeyRotation seals under release N, of PCR key K1, then
+// boots N+1, which rotates to K2: its UKI names K2 and carries the
+// signatures of both. N+1 opens the seal with K1's signature, and Rebind
+// seals it again for K1 and K2. Then N (a rollback) and N+2, signed by K2
+// alone, both open it, and a release of a third key does not.
+func TestRebindFollowsKeyRotation(t *testing.T) {
+	keys := pcrKeys()
+	k1, k2, k3 := keys[0], keys[1], keys[2]
+	sw := newSWTPM(t)
+	tpm := sw.open()
+	n := bootUKI(t, tpm, "release N")
+	bind(t, tpm, signedBinding(t, k1, n))
+	secret := randomSecret(t, 64)
+	blob := mustSeal(t, tpm, secret)
+	if again, changed, err := tpm.Rebind(blob); err != nil || changed || !bytes.Equal(again, blob) {
+		t.Fatalf("Rebind under the key it trusts = %v, %v; want the blob unchanged", changed, err)
+	}
+
+	tpm = sw.restart()
+	n1 := bootUKI(t, tpm, "release N+1")
+	rotating := signedBinding(t, k2, n1)
+	rotating.Signatures = append(rotating.Signatures, signedBinding(t, k1, n1).Signatures...)
+	bind(t, tpm, rotating)
+	rotated, changed, err := tpm.Rebind(blob)
+	if err != nil || !changed {
+		t.Fatalf("Rebind under a release that rotates to K2 = %v, %v; want a new blob", changed, err)
+	}
+	if b, err := parseBlob(rotated); err != nil || len(b.keys) != 2 {
+		t.Fatalf("the rebound blob: %v, %v; want it to trust two keys", b, err)
+	}
+	if got, err := tpm.Unseal(rotated); err != nil || !bytes.Equal(got, secret) {
+		t.Fatalf("Unseal of the rebound blob in N+1 = %x, %v", got, err)
+	}
+
+	for _, boot := range []struct {
+		name string
+		key  *rsa.PrivateKey
+	}{{"release N", k1}, {"release N+2", k2}} {
+		tpm = sw.restart()
+		bind(t, tpm, signedBinding(t, boot.key, bootUKI(t, tpm, boot.name)))
+		if got, err := tpm.Unseal(rotated); err != nil || !bytes.Equal(got, secret) {
+			t.Errorf("Unseal of the rebound blob in %s = %x, %v", boot.name, got, err)
+		}
+		if _, changed, err := tpm.Rebind(rotated); err != nil || changed {
+			t.Errorf("Rebind in %s = %v, %v; want nothing to do", boot.name, changed, err)
+		}
+	}
+	tpm = sw.restart()
+	bind(t, tpm, signedBinding(t, k3, bootUKI(t, tpm, "release of K3")))
+	if _, err := tpm.Unseal(rotated); !errors.Is(err, ErrNotSigned) {
+		t.Errorf("Unseal under a third key: %v, want ErrNotSigned", err)
+	}
+	if _, _, err := tpm.Rebind(rotated); !errors.Is(err, ErrNotSigned) {
+		t.Errorf("Rebind under a third key: %v, want ErrNotSigned", err)
+	}
+}
+
+// TestRebindBindsAnUnboundSeal: a seal of the TPM alone, rebound in a
+// boot that binds, opens only in signed boots from then on.
+func TestRebindBindsAnUnboundSeal(t *testing.T) {
+	key := pcrKeys()[0]
+	sw := newSWTPM(t)
+	tpm := sw.open()
+	secret := randomSecret(t, 64)
+	blob := mustSeal(t, tpm, secret)
+	if IsBound(blob) {
+		t.Fatal("a TPM without a binding sealed bound")
+	}
+	bind(t, tpm, signedBinding(t, key, bootUKI(t, tpm, "release N")))
+	bound, changed, err := tpm.Rebind(blob)
+	if err != nil || !changed || !IsBound(bound) {
+		t.Fatalf("Rebind of an unbound seal = %v, %v, bound %v", changed, err, IsBound(bound))
+	}
+	tpm = sw.restart()
+	bind(t, tpm, signedBinding(t, key, bootUKI(t, tpm, "release N")))
+	if got, err := tpm.Unseal(bound); err != nil || !bytes.Equal(got, secret) {
+		t.Fatalf("Unseal of the rebound blob = %x, %v", got, err)
+	}
+	tpm = sw.restart()
+	bind(t, tpm, signedBinding(t, key, bootUKI(t, tpm, "release N")))
+	if err := extendPCR(tpm.tp, 11, sha256.Sum256([]byte("more"))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tpm.Unseal(bound); !errors.Is(err, ErrNotSigned) {
+		t.Errorf("Unseal of the rebound blob in an unsigned boot: %v, want ErrNotSigned", err)
+	}
+}
+
+// TestTPMEnforcesTrustedKeys skips Cairn's checks, as
+// TestTPMEnforcesBoundPolicy does, on a seal that trusts two keys: a
+// third key's valid signature of this boot's PCR 11 does not open it.
+func TestTPMEnforcesTrustedKeys(t *testing.T) {
+	keys := pcrKeys()
+	sw := newSWTPM(t)
+	tpm := sw.open()
+	n := bootUKI(t, tpm, "release N")
+	bind(t, tpm, signedBinding(t, keys[1], n))
+	both, err := tpm.seal(randomSecret(t, 32), &keys[0].PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := parseBlob(both)
+	if err != nil || len(b.keys) != 2 {
+		t.Fatalf("a seal for two keys: %v, %v", b, err)
+	}
+	trusted := []*rsa.PublicKey{&keys[0].PublicKey, &keys[1].PublicKey}
+	try := func(k *rsa.PrivateKey) error {
+		s, err := createSRK(tpm.tp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.flush(tpm.tp)
+		loaded, err := tpm2.Load{
+			ParentHandle: tpm2.AuthHandle{Handle: s.handle, Name: s.name, Auth: tpm2.PasswordAuth(nil)},
+			InPrivate:    tpm2.TPM2BPrivate{Buffer: b.private},
+			InPublic:     tpm2.BytesAs2B[tpm2.TPMTPublic](b.public),
+		}.Execute(tpm.tp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer flush(tpm.tp, loaded.ObjectHandle)
+		sig := signedBinding(t, k, n).Signatures[0]
+		_, err = tpm.policyUnseal(s, b, tpm2.NamedHandle{Handle: loaded.ObjectHandle, Name: loaded.Name}, trusted, &k.PublicKey, &sig)
+		return err
+	}
+	for i, k := range keys[:2] {
+		if err := try(k); err != nil {
+			t.Errorf("policyUnseal with trusted key %d: %v", i, err)
+		}
+	}
+	if err := try(keys[2]); err == nil {
+		t.Error("the TPM unsealed a seal of two keys with a third key's signature")
 	}
 }

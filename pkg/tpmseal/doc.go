@@ -85,13 +85,16 @@
 // extends PCR 11 with a marker of Cairn's, so that nothing later in the
 // same boot unseals again.
 //
-// A version 2 blob adds two fields to version 1's: the PCR key's
-// TPMT_PUBLIC (the policy names its TPM name) and PCR 7's value when
-// sealing. Both are checked against the object's policy when parsing.
+// A version 2 blob adds to version 1's fields PCR 7's value when sealing
+// and the TPMT_PUBLIC of each PCR key it trusts (the policy names their
+// TPM names), one or two. They are checked against the object's policy
+// when parsing.
 //
-// The PCR key is fixed into the object when sealing: a release signed by
-// another key cannot unseal, and rotating the key means sealing again
-// while the secret is at hand.
+// The PCR keys are fixed into the object when sealing: a release signed
+// by no key it trusts cannot unseal. To follow a rotation of the key,
+// Rebind seals again, while the secret is at hand, trusting the key that
+// opened the blob and the new one: the policy is then TPM2_PolicyOR of
+// each key's branch, and the blob carries both keys (at most two).
 //
 // # Concurrency
 //

@@ -93,24 +93,31 @@ func PCR11Policy(value [sha256.Size]byte) []byte {
 }
 
 // SignPCR11 returns the signature file (.pcrsig) that approves the PCR 11
-// value pcr11 with the release's PCR key.
-func SignPCR11(key *rsa.PrivateKey, pcr11 [sha256.Size]byte) ([]byte, error) {
-	if err := checkPCRKey(&key.PublicKey); err != nil {
-		return nil, err
-	}
+// value pcr11 with each of the release's PCR keys.
+func SignPCR11(pcr11 [sha256.Size]byte, keys ...*rsa.PrivateKey) ([]byte, error) {
 	pol := PCR11Policy(pcr11)
 	aHash := sha256.Sum256(pol)
-	sig, err := rsa.SignPKCS1v15(rand.Reader, key, crypto.SHA256, aHash[:])
-	if err != nil {
-		return nil, fmt.Errorf("signing the PCR 11 policy: %w", err)
+	var f signatureFile
+	for _, key := range keys {
+		if err := checkPCRKey(&key.PublicKey); err != nil {
+			return nil, err
+		}
+		sig, err := rsa.SignPKCS1v15(rand.Reader, key, crypto.SHA256, aHash[:])
+		if err != nil {
+			return nil, fmt.Errorf("signing the PCR 11 policy: %w", err)
+		}
+		fp := KeyFingerprint(&key.PublicKey)
+		f.SHA256 = append(f.SHA256, signatureEntry{
+			PCRs:      []int{11},
+			PKFP:      hex.EncodeToString(fp[:]),
+			Policy:    hex.EncodeToString(pol),
+			Signature: base64.StdEncoding.EncodeToString(sig),
+		})
 	}
-	fp := KeyFingerprint(&key.PublicKey)
-	return json.Marshal(signatureFile{SHA256: []signatureEntry{{
-		PCRs:      []int{11},
-		PKFP:      hex.EncodeToString(fp[:]),
-		Policy:    hex.EncodeToString(pol),
-		Signature: base64.StdEncoding.EncodeToString(sig),
-	}}})
+	if len(f.SHA256) == 0 {
+		return nil, errors.New("signing the PCR 11 policy: no key")
+	}
+	return json.Marshal(f)
 }
 
 // ParsePCRSignatures reads a signature file (.pcrsig). Entries for other

@@ -5,6 +5,7 @@ import (
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/rand"
+	"crypto/rsa"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -113,6 +114,12 @@ func (t *TPM) Close() error {
 // Seal seals secret (1 to MaxSecretSize bytes) to this TPM and returns a
 // blob that only this TPM can unseal. The blob is safe to store anywhere.
 func (t *TPM) Seal(secret []byte) ([]byte, error) {
+	return t.seal(secret, nil)
+}
+
+// seal is Seal; a bound seal trusts also, when not nil, besides the
+// binding's key.
+func (t *TPM) seal(secret []byte, also *rsa.PublicKey) ([]byte, error) {
 	if len(secret) == 0 || len(secret) > MaxSecretSize {
 		return nil, fmt.Errorf("cannot seal a secret of %d bytes: it must have 1 to %d", len(secret), MaxSecretSize)
 	}
@@ -120,7 +127,7 @@ func (t *TPM) Seal(secret []byte) ([]byte, error) {
 	if _, err := rand.Read(key); err != nil {
 		return nil, fmt.Errorf("generating the data key: %w", err)
 	}
-	b, err := t.sealKey(key)
+	b, err := t.sealKey(key, also)
 	if err != nil {
 		return nil, err
 	}
@@ -143,16 +150,66 @@ func (t *TPM) Unseal(blob []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	key, err := t.unsealKey(b)
+	secret, _, err := t.unseal(b)
+	return secret, err
+}
+
+// unseal returns b's secret and, for a bound blob, the PCR key whose
+// signature opened it.
+func (t *TPM) unseal(b *blob) ([]byte, *rsa.PublicKey, error) {
+	key, opener, err := t.unsealKey(b)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return decrypt(key, b.ciphertext)
+	secret, err := decrypt(key, b.ciphertext)
+	return secret, opener, err
+}
+
+// Rebind seals the secret of blob again when this TPM binds (Bind) and
+// blob does not trust the binding's PCR key: a blob bound to the TPM
+// alone is bound to the release; a bound blob, opened now by the
+// signature of a key it trusts, trusts that key and the binding's. This
+// is how a node follows a rotation of the PCR key: a release that
+// rotates carries the new key in .pcrpkey and signatures of both, so it
+// opens seals of the old key, and seals again for both; the node can
+// still go back to a release of the old key, and later releases need
+// only the new one. It returns the new blob and true, or blob and false
+// when there is nothing to do.
+func (t *TPM) Rebind(blob []byte) ([]byte, bool, error) {
+	b, err := parseBlob(blob)
+	if err != nil {
+		return nil, false, err
+	}
+	t.mu.Lock()
+	binding := t.binding
+	t.mu.Unlock()
+	if binding == nil {
+		return blob, false, nil
+	}
+	keys, err := pcrKeysOf(b)
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: %w", ErrMalformedBlob, err)
+	}
+	for _, k := range keys {
+		if k.Equal(binding.Key) {
+			return blob, false, nil
+		}
+	}
+	secret, opener, err := t.unseal(b)
+	if err != nil {
+		return nil, false, err
+	}
+	out, err := t.seal(secret, opener)
+	if err != nil {
+		return nil, false, err
+	}
+	return out, true, nil
 }
 
 // sealKey creates a sealed data object holding key under the SRK and returns
-// a blob without ciphertext.
-func (t *TPM) sealKey(key []byte) (*blob, error) {
+// a blob without ciphertext. Bound, it trusts also (when not nil) and the
+// binding's key, in that order.
+func (t *TPM) sealKey(key []byte, also *rsa.PublicKey) (*blob, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.tp == nil {
@@ -170,11 +227,18 @@ func (t *TPM) sealKey(key []byte) (*blob, error) {
 		if b.pcr7, err = readPCR(t.tp, 7); err != nil {
 			return nil, err
 		}
-		policy, err := boundPolicy(t.binding.Key, b.pcr7)
+		var trust []*rsa.PublicKey
+		if also != nil && !also.Equal(t.binding.Key) {
+			trust = append(trust, also)
+		}
+		trust = append(trust, t.binding.Key)
+		policy, err := boundPolicy(trust, b.pcr7)
 		if err != nil {
 			return nil, err
 		}
-		b.keyPublic = tpm2.Marshal(keyPublic(t.binding.Key))
+		for _, k := range trust {
+			b.keys = append(b.keys, tpm2.Marshal(keyPublic(k)))
+		}
 		template = boundTemplate(policy)
 	}
 	rsp, err := tpm2.Create{
@@ -199,20 +263,21 @@ func (t *TPM) sealKey(key []byte) (*blob, error) {
 }
 
 // unsealKey loads b's sealed object under the SRK, if the SRK is the one it
-// was sealed under, and returns the key it holds.
-func (t *TPM) unsealKey(b *blob) ([]byte, error) {
+// was sealed under, and returns the key it holds and, bound, the PCR key
+// that opened it.
+func (t *TPM) unsealKey(b *blob) ([]byte, *rsa.PublicKey, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.tp == nil {
-		return nil, errors.New("unsealing: TPM closed")
+		return nil, nil, errors.New("unsealing: TPM closed")
 	}
 	srk, err := createSRK(t.tp)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer srk.flush(t.tp)
 	if !bytes.Equal(srk.name.Buffer, b.parentName) {
-		return nil, fmt.Errorf("%w: its storage key is %x, this TPM's is %x", ErrWrongTPM, b.parentName, srk.name.Buffer)
+		return nil, nil, fmt.Errorf("%w: its storage key is %x, this TPM's is %x", ErrWrongTPM, b.parentName, srk.name.Buffer)
 	}
 
 	loaded, err := tpm2.Load{
@@ -225,15 +290,16 @@ func (t *TPM) unsealKey(b *blob) ([]byte, error) {
 		InPublic:  tpm2.BytesAs2B[tpm2.TPMTPublic](b.public),
 	}.Execute(t.tp)
 	if err != nil {
-		return nil, fmt.Errorf("%w: the TPM refused to load it: %w", ErrMalformedBlob, err)
+		return nil, nil, fmt.Errorf("%w: the TPM refused to load it: %w", ErrMalformedBlob, err)
 	}
 	defer flush(t.tp, loaded.ObjectHandle)
 
 	var key []byte
-	if b.keyPublic != nil {
-		key, err = t.unsealBound(srk, b, tpm2.NamedHandle{Handle: loaded.ObjectHandle, Name: loaded.Name})
+	var opener *rsa.PublicKey
+	if b.bound() {
+		key, opener, err = t.unsealBound(srk, b, tpm2.NamedHandle{Handle: loaded.ObjectHandle, Name: loaded.Name})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	} else {
 		rsp, err := tpm2.Unseal{
@@ -244,14 +310,14 @@ func (t *TPM) unsealKey(b *blob) ([]byte, error) {
 			},
 		}.Execute(t.tp)
 		if err != nil {
-			return nil, fmt.Errorf("unsealing: %w", err)
+			return nil, nil, fmt.Errorf("unsealing: %w", err)
 		}
 		key = rsp.OutData.Buffer
 	}
 	if n := len(key); n != dataKeySize {
-		return nil, fmt.Errorf("%w: the sealed key has %d bytes, want %d", ErrMalformedBlob, n, dataKeySize)
+		return nil, nil, fmt.Errorf("%w: the sealed key has %d bytes, want %d", ErrMalformedBlob, n, dataKeySize)
 	}
-	return key, nil
+	return key, opener, nil
 }
 
 // encrypt seals plaintext with AES-256-GCM under key: a random nonce, then

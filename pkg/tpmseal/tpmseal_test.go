@@ -193,11 +193,11 @@ func TestSecretNeverOnTheBus(t *testing.T) {
 	defer tpm.Close()
 
 	key := randomSecret(t, dataKeySize)
-	b, err := tpm.sealKey(key)
+	b, err := tpm.sealKey(key, nil)
 	if err != nil {
 		t.Fatalf("sealKey: %v", err)
 	}
-	got, err := tpm.unsealKey(b)
+	got, _, err := tpm.unsealKey(b)
 	if err != nil {
 		t.Fatalf("unsealKey: %v", err)
 	}
