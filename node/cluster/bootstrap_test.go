@@ -172,3 +172,28 @@ func waitCount(t *testing.T, what string, c *atomic.Int32, want int32) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestJoinRebinds: a join in a boot whose PCR key the seal does not trust
+// (the fake TPM's rebind) seals the configuration again and writes it
+// (the marker comes after the write), and the next boot joins from it.
+func TestJoinRebinds(t *testing.T) {
+	n := newTestNode(t)
+	tpm := newFakeTPM()
+	tpm.bound = true
+	n.tpm, n.binding = tpm.open, &tpmseal.Binding{}
+	n.boot(t, parameterstest.Bootstrap(t), 0)
+	id := n.waitMembership(t).ClusterDirectory.GetNodes()[0].GetId()
+	n.waitMarker(t, marker.Bootstrapped, "node", id)
+
+	tpm.rebind.Store(true)
+	n.boot(t, nil, n.curatorPort)
+	n.waitMarker(t, marker.ConfigurationSealed, "rebound", "true")
+	n.waitMarker(t, marker.Joined, "node", id)
+	if got := tpm.rebinds.Load(); got != 1 {
+		t.Errorf("Rebind sealed again %d times, want once", got)
+	}
+
+	tpm.rebind.Store(false)
+	n.boot(t, nil, n.curatorPort)
+	n.waitMarker(t, marker.Joined, "node", id)
+}

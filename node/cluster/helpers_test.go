@@ -27,6 +27,9 @@ type fakeTPM struct {
 	bound   bool
 	unseals atomic.Int32
 	ended   atomic.Int32
+	// rebind makes Rebind seal again; rebinds counts it did.
+	rebind  atomic.Bool
+	rebinds atomic.Int32
 }
 
 func newFakeTPM() *fakeTPM {
@@ -70,6 +73,21 @@ func (f *fakeTPM) SetSealingMarker() error { f.marked.Store(true); return nil }
 func (f *fakeTPM) SealingMarker() (bool, error) { return f.marked.Load(), nil }
 
 func (f *fakeTPM) Bound() bool { return f.bound }
+
+// Rebind seals blob again when rebind is set, as a TPM whose binding the
+// blob does not trust would.
+func (f *fakeTPM) Rebind(blob []byte) ([]byte, bool, error) {
+	if !f.rebind.Load() {
+		return blob, false, nil
+	}
+	secret, err := f.Unseal(blob)
+	if err != nil {
+		return nil, false, err
+	}
+	out, err := f.Seal(secret)
+	f.rebinds.Add(1)
+	return out, true, err
+}
 
 func (f *fakeTPM) EndUnsealing() error { f.ended.Add(1); return nil }
 

@@ -123,11 +123,13 @@ func (s *Service) join(ctx context.Context) (*roleserve.Membership, error) {
 }
 
 // openSealed reads and unseals the sealed configuration, once a boot: a
-// join that starts over takes what the first one opened. A configuration
-// sealed with the TPM but not bound to a release is sealed again, bound,
-// when this boot binds (Config.Binding), so that a node that came to
-// Secure Boot after it enrolled gets the protection too. Then unsealing
-// ends for the boot.
+// join that starts over takes what the first one opened. When this boot
+// binds (Config.Binding), a configuration sealed with the TPM that does
+// not trust this boot's PCR key is sealed again (pkg/tpmseal's Rebind):
+// one bound to the TPM alone, so that a node that came to Secure Boot
+// after it enrolled gets the protection too, and one of an older PCR key,
+// so that the node follows a rotation of the key. Then unsealing ends for
+// the boot.
 func (s *Service) openSealed(log logtree.LeveledLogger) (*openedConfiguration, error) {
 	if s.joining != nil {
 		return s.joining, nil
@@ -145,10 +147,9 @@ func (s *Service) openSealed(log logtree.LeveledLogger) (*openedConfiguration, e
 	// unseal has parsed the envelope already: this cannot fail.
 	kind, payload, _ := parseEnvelope(b)
 	o := &openedConfiguration{sc: sc, kind: kind, bound: kind == kindTPM && tpmseal.IsBound(payload)}
-	if kind == kindTPM && !o.bound && s.cfg.Binding != nil {
-		plan := sealPlan{useTPM: true, bound: true}
-		if err := s.writeSealed(log, sc, plan); err != nil {
-			log.Warningf("Cannot seal the configuration again bound to this release (%v): it stays bound to the TPM alone", err)
+	if kind == kindTPM && s.cfg.Binding != nil {
+		if err := s.rebind(log, payload); err != nil {
+			log.Warningf("Cannot seal the configuration again for this release's PCR key (%v): it stays as it was sealed", err)
 		} else {
 			o.bound = true
 		}
@@ -156,6 +157,26 @@ func (s *Service) openSealed(log logtree.LeveledLogger) (*openedConfiguration, e
 	s.joining = o
 	s.endUnsealing(log)
 	return o, nil
+}
+
+// rebind seals the configuration blob payload again, and writes it, when
+// it does not trust this boot's PCR key (see openSealed).
+func (s *Service) rebind(log logtree.LeveledLogger, payload []byte) error {
+	t, err := s.openTPM()
+	if err != nil {
+		return err
+	}
+	defer t.Close()
+	blob, changed, err := t.Rebind(payload)
+	if err != nil || !changed {
+		return err
+	}
+	if err := s.root.ESP.Cairn.SealedConfiguration.Write(marshalEnvelope(kindTPM, blob)); err != nil {
+		return fmt.Errorf("when writing the sealed configuration: %w", err)
+	}
+	log.Infof("Sealed the configuration again, bound to this release's PCR key (and to the key that opened it, if another): only a boot of a release they signed, under the same Secure Boot keys, can open it")
+	marker.Log(log, marker.ConfigurationSealed, "tpm", "true", "bound", "true", "rebound", "true")
+	return nil
 }
 
 // joinResult is the outcome of one round of JoinNode calls.

@@ -160,9 +160,11 @@ type sealer interface {
 	SetSealingMarker() error
 	SealingMarker() (bool, error)
 	// Bound reports whether Seal binds what it seals to the release this
-	// boot came from; EndUnsealing makes sure that no bound seal opens
-	// again in this boot (see pkg/tpmseal).
+	// boot came from; Rebind seals a blob again when it does not trust
+	// this boot's PCR key; EndUnsealing makes sure that no bound seal
+	// opens again in this boot (see pkg/tpmseal).
 	Bound() bool
+	Rebind(blob []byte) ([]byte, bool, error)
 	EndUnsealing() error
 	Close() error
 }
