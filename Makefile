@@ -296,8 +296,13 @@ SECUREBOOT_CERT ?= /usr/share/ovmf/PkKek-1-snakeoil.pem
 # build makes its own on first use, in the git-ignored .cache, and a
 # release passes its own.
 PCR_KEY ?= .cache/release/dev-pcr.key
+# A release that rotates the PCR key passes the key it replaces as
+# PCR_KEY_PREVIOUS: its UKI carries the signatures of both, so that nodes
+# whose seals trust the old key open them, and seal them again for both.
+PCR_KEY_PREVIOUS ?=
+PCR_KEY_FLAGS = -pcr-key $(PCR_KEY) $(if $(PCR_KEY_PREVIOUS),-pcr-key $(PCR_KEY_PREVIOUS))
 
-.cache/release/dev-pcr.key:
+.cache/release/dev-pcr.key .cache/release/test-pcr-2.key:
 	@mkdir -p $(@D) && (umask 077 && openssl genrsa -out $@ 2048 2>/dev/null)
 
 # sign-uki signs $@.unsigned for Secure Boot into $@.
@@ -305,7 +310,7 @@ sign-uki = sbsign --key $(SECUREBOOT_KEY) --cert $(SECUREBOOT_CERT) --output $@ 
 
 $(OUT)/cairn.efi $(OUT)/null.efi: $(OUT)/%.efi: $(MKIMAGE) $(EFI_STUB) $(OUT)/vmlinuz $(OUT)/cmdline $(VERSION_FILE)
 	@$(MKIMAGE) uki -stub $(EFI_STUB) -kernel $(OUT)/vmlinuz -initramfs $(filter %initramfs.img,$^) \
-	  -cmdline $(OUT)/cmdline -release "$(KREL)" -version "$$(cat $(VERSION_FILE))" -pcr-key $(PCR_KEY) -o $@.unsigned
+	  -cmdline $(OUT)/cmdline -release "$(KREL)" -version "$$(cat $(VERSION_FILE))" $(PCR_KEY_FLAGS) -o $@.unsigned
 	@$(sign-uki)
 
 $(OUT)/cairn.efi $(OUT)/null.efi: $(SECUREBOOT_KEY) $(SECUREBOOT_CERT) $(PCR_KEY)
@@ -372,17 +377,17 @@ TEST_UKI_CACHE := $(IMAGE_CACHE)/test-ukis
 TEST_UKI_VERSIONS := 1.0.0 1.1.0
 TEST_UKI_HOOKED := hang unhealthy unseal-again
 TEST_UKI_FILES := $(TEST_UKI_VERSIONS:%=$(TEST_UKIS)/cairn-%.efi) $(TEST_UKIS)/cairn-panic.efi $(TEST_UKI_HOOKED:%=$(TEST_UKIS)/cairn-%.efi) \
-	$(TEST_UKIS)/cairn-cmdline.efi
+	$(TEST_UKIS)/cairn-cmdline.efi $(TEST_UKIS)/cairn-rotate.efi $(TEST_UKIS)/cairn-rotated.efi
 TEST_UKI_RUN := $(TEST_UKI_CACHE)/run
 $(TEST_UKI_FILES): $(PCR_KEY) $(SECUREBOOT_KEY) $(SECUREBOOT_CERT)
 test-uki-step = mkdir -p $(TEST_UKI_CACHE) && \
 	{ grep -qs "^$$PPID start " $(TEST_UKI_RUN) || echo "$$PPID start $$(date +%s)" >$(TEST_UKI_RUN); }
 # test-uki makes $@ as out/cairn.efi is made, from the initramfs $(1) and
 # the command line file $(2), with the version $(3), its PCR 11 signed by
-# the PCR key, and signed for Secure Boot, so that updates are tested under
-# it too.
+# the PCR key (or the -pcr-key flags $(4)), and signed for Secure Boot, so
+# that updates are tested under it too.
 test-uki = mkdir -p $(@D) && $(MKIMAGE) uki -stub $(EFI_STUB) -kernel $(OUT)/vmlinuz -initramfs $(1) \
-	-cmdline $(2) -release "$(KREL)" -version $(3) -pcr-key $(PCR_KEY) -o $@.unsigned && $(sign-uki) && \
+	-cmdline $(2) -release "$(KREL)" -version $(3) $(or $(4),-pcr-key $(PCR_KEY)) -o $@.unsigned && $(sign-uki) && \
 	echo "$$PPID built $@" >>$(TEST_UKI_RUN)
 
 .PHONY: test-ukis
@@ -427,6 +432,17 @@ $(TEST_UKIS)/cairn-cmdline.efi: $(MKIMAGE) $(EFI_STUB) $(OUT)/vmlinuz $(VERSION_
 	@$(test-uki-step) && mkdir -p $(@D) && $(MKIMAGE) uki -stub $(EFI_STUB) -kernel $(OUT)/vmlinuz -initramfs $(OUT)/initramfs.img \
 	  -cmdline $(TEST_UKI_CACHE)/cmdline-changed -release "$(KREL)" -version "$$(cat $(VERSION_FILE))" \
 	  -pcr-sections-from $(OUT)/cairn.efi -o $@.unsigned && $(sign-uki) && echo "$$PPID built $@" >>$(TEST_UKI_RUN)
+
+# A rotation of the PCR key, from the build's to TEST_PCR_KEY:
+# cairn-rotate.efi is cairn-1.0.0.efi with TEST_PCR_KEY as its own and the
+# signatures of both keys, cairn-rotated.efi is cairn-1.1.0.efi signed by
+# TEST_PCR_KEY alone.
+TEST_PCR_KEY := .cache/release/test-pcr-2.key
+$(TEST_UKIS)/cairn-rotate.efi $(TEST_UKIS)/cairn-rotated.efi: $(TEST_PCR_KEY)
+$(TEST_UKIS)/cairn-rotate.efi: $(MKIMAGE) $(EFI_STUB) $(OUT)/vmlinuz $(OUT)/cmdline $(TEST_UKI_CACHE)/initramfs-1.0.0.img
+	@$(test-uki-step) && $(call test-uki,$(TEST_UKI_CACHE)/initramfs-1.0.0.img,$(OUT)/cmdline,1.0.0,-pcr-key $(TEST_PCR_KEY) -pcr-key $(PCR_KEY))
+$(TEST_UKIS)/cairn-rotated.efi: $(MKIMAGE) $(EFI_STUB) $(OUT)/vmlinuz $(OUT)/cmdline $(TEST_UKI_CACHE)/initramfs-1.1.0.img
+	@$(test-uki-step) && $(call test-uki,$(TEST_UKI_CACHE)/initramfs-1.1.0.img,$(OUT)/cmdline,1.1.0,-pcr-key $(TEST_PCR_KEY))
 
 # The UKIs of the test initramfs: out/cmdline and the test hook of each.
 test-uki-hook-hang := cairn.test.starve-watchdog

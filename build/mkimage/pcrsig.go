@@ -21,15 +21,22 @@ import (
 // .pcrpkey, and adding .pcrsig changes no measurement.
 
 // pcrSections returns sections with .pcrpkey and .pcrsig for the release's
-// PCR key in keyFile (PEM, RSA-2048), signed for the PCR 11 value of the
-// image stub and sections make, and that value.
-func pcrSections(stub []byte, sections []uki.Section, keyFile string) ([]uki.Section, [32]byte, error) {
+// PCR keys in keyFiles (PEM, RSA-2048), signed by each for the PCR 11
+// value of the image stub and sections make, and that value. The first
+// key is the image's own (.pcrpkey); a second is the key a rotation
+// replaces, whose signature lets nodes sealed to it open their seals and
+// follow to the first.
+func pcrSections(stub []byte, sections []uki.Section, keyFiles []string) ([]uki.Section, [32]byte, error) {
 	var pcr [32]byte
-	key, err := readPCRKey(keyFile)
-	if err != nil {
-		return nil, pcr, err
+	var keys []*rsa.PrivateKey
+	for _, f := range keyFiles {
+		key, err := readPCRKey(f)
+		if err != nil {
+			return nil, pcr, err
+		}
+		keys = append(keys, key)
 	}
-	pub, err := tpmseal.PCRKeyPEM(&key.PublicKey)
+	pub, err := tpmseal.PCRKeyPEM(&keys[0].PublicKey)
 	if err != nil {
 		return nil, pcr, err
 	}
@@ -41,7 +48,7 @@ func pcrSections(stub []byte, sections []uki.Section, keyFile string) ([]uki.Sec
 	if pcr, err = ukiread.PCR11(bytes.NewReader(img)); err != nil {
 		return nil, pcr, fmt.Errorf("when predicting the image's PCR 11: %w", err)
 	}
-	sig, err := tpmseal.SignPCR11(key, pcr)
+	sig, err := tpmseal.SignPCR11(pcr, keys...)
 	if err != nil {
 		return nil, pcr, err
 	}

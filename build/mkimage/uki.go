@@ -20,10 +20,14 @@ func ukiCmd(args []string) error {
 	release := fs.String("release", "", "kernel release, e.g. 6.1.0-56-amd64")
 	version := fs.String("version", "dev", "Cairn version for os-release")
 	out := fs.String("o", "", "output file")
-	pcrKey := fs.String("pcr-key", "", "release PCR key (RSA-2048, PEM): sign the image's PCR 11 with it (.pcrpkey, .pcrsig)")
+	var pcrKeys []string
+	fs.Func("pcr-key", "release PCR key (RSA-2048, PEM): sign the image's PCR 11 with it (.pcrsig); the first is the image's (.pcrpkey), a second one (the key a rotation replaces) signs too", func(v string) error {
+		pcrKeys = append(pcrKeys, v)
+		return nil
+	})
 	pcrFrom := fs.String("pcr-sections-from", "", "UKI whose .pcrpkey and .pcrsig to copy, unchanged (a test image)")
 	fs.Parse(args)
-	if *pcrKey != "" && *pcrFrom != "" {
+	if len(pcrKeys) > 0 && *pcrFrom != "" {
 		return fmt.Errorf("-pcr-key and -pcr-sections-from exclude each other")
 	}
 	if err := need(map[string]string{"stub": *stub, "kernel": *kernel, "initramfs": *initrd,
@@ -47,8 +51,8 @@ func ukiCmd(args []string) error {
 	var err error
 	var signed [32]byte
 	switch {
-	case *pcrKey != "":
-		sections, signed, err = pcrSections(inputs[*stub], sections, *pcrKey)
+	case len(pcrKeys) > 0:
+		sections, signed, err = pcrSections(inputs[*stub], sections, pcrKeys)
 	case *pcrFrom != "":
 		sections, err = copiedPCRSections(sections, *pcrFrom)
 	}
@@ -68,13 +72,13 @@ func ukiCmd(args []string) error {
 	if err != nil {
 		return fmt.Errorf("when predicting the image's PCR 11: %w", err)
 	}
-	if *pcrKey != "" && pcr != signed {
+	if len(pcrKeys) > 0 && pcr != signed {
 		return fmt.Errorf("the image's PCR 11 is %x, its signature approves %x: .pcrsig changed a measurement", pcr, signed)
 	}
 	how := "unsigned"
 	switch {
-	case *pcrKey != "":
-		how = "signed by the PCR key"
+	case len(pcrKeys) > 0:
+		how = fmt.Sprintf("signed by %d PCR key(s)", len(pcrKeys))
 	case *pcrFrom != "":
 		how = "with the PCR signature of " + *pcrFrom
 	}

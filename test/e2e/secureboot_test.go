@@ -160,32 +160,76 @@ func (s *suite) bootUKI(t *testing.T, n *cluster.Node, file string) {
 	}
 }
 
-// TestSecureBootUpdate updates a node that sealed its configuration,
-// under Secure Boot, bound to the release's PCR key, to release 1.1.0
-// (make test-ukis: another /init, so another PCR 11, signed by the same
-// PCR key and Secure Boot key). The trial boot, through the firmware,
-// opens the seal as it is, without sealing again, joins, and proves
-// itself healthy.
+// TestSecureBootUpdate updates, through the firmware, a node that sealed
+// its configuration under Secure Boot, bound to the build's PCR key, over
+// a rotation of that key (make test-ukis):
+//
+//	(a) to 1.0.0 of cairn-rotate.efi, whose own PCR key is another and
+//	    which carries the signatures of both: the trial boot opens the
+//	    seal with the build key's signature, seals it again for both keys,
+//	    joins and proves itself healthy; the node now names the new key;
+//	(b) to 1.1.0 of cairn-rotated.efi, signed by the new key alone, whose
+//	    PCR 11 differs again: the trial boot opens the seal as it is,
+//	    without sealing again.
 func TestSecureBootUpdate(t *testing.T) {
 	s := newSuite(t, 1, 20*time.Minute)
 	c, n, key, rb := s.updateCluster(t, launch.WithSecureBoot())
 	id := n.ID()
 	s.waitNode(t, n, 0, launch.Mark(marker.ConfigurationSealed, "bound", "true"))
-	ref := rb.pushUKI(t, "secureboot-1.1.0", "1.1.0", testUKI(t, "1.1.0"), key)
-	from := n.Mark()
-	start := time.Now()
-	out, err := s.updateTrial(c, id, ref, trialDeadline)
-	if err != nil || !strings.Contains(out, "runs release 1.1.0 from slot b, which proved itself") {
-		t.Fatalf("node update %s under Secure Boot: %v\n%s", ref, err, out)
+	update := func(t *testing.T, name, version string) int {
+		t.Helper()
+		ref := rb.pushUKI(t, "secureboot-"+version, version, testUKI(t, name), key)
+		from := n.Mark()
+		start := time.Now()
+		out, err := s.updateTrial(c, id, ref, trialDeadline)
+		if err != nil || !strings.Contains(out, "runs release "+version+" from slot") {
+			t.Fatalf("node update %s under Secure Boot: %v\n%s", ref, err, out)
+		}
+		s.step("update command → "+version+" proved itself (under Secure Boot)", time.Since(start))
+		s.waitNode(t, n, from, launch.Substring("unified kernel image once (BootNext), for a trial"))
+		opened := s.waitNode(t, n, from, launch.Substring("Unsealing is over for this boot"))
+		t.Logf("%s opened the seal: %s", version, cluster.Message(opened.Text))
+		return from
 	}
-	s.step("update command → 1.1.0 proved itself (under Secure Boot)", time.Since(start))
-	s.waitNode(t, n, from, launch.Substring("The firmware booted slot b's unified kernel image once (BootNext), for a trial"))
-	opened := s.waitNode(t, n, from, launch.Substring("Unsealing is over for this boot"))
-	t.Logf("1.1.0 opened the seal of the build's release: %s", cluster.Message(opened.Text))
-	if l, ok := n.VM().Console().Find(from, launch.Mark(marker.ConfigurationSealed)); ok {
-		t.Errorf("the node sealed its configuration again for the update: %s", cluster.Message(l.Text))
-	}
+
+	t.Run("a-rotate", func(t *testing.T) {
+		from := update(t, "rotate", "1.0.0")
+		if _, ok := n.VM().Console().Find(from, launch.Mark(marker.ConfigurationSealed, "rebound", "true")); !ok {
+			t.Errorf("1.0.0, which rotates the PCR key, did not seal the configuration again for the new key")
+		}
+		want := pcrKeyOf(t, testUKIPath(t, "rotate"))
+		if desc := s.cairnctl(t, c, "node", "describe", id); !strings.Contains(desc, "PCR key:") || !strings.Contains(desc, want) {
+			t.Errorf("node describe after the rotation does not name the new PCR key %s:\n%s", want, desc)
+		}
+	})
+	t.Run("b-rotated", func(t *testing.T) {
+		from := update(t, "rotated", "1.1.0")
+		if l, ok := n.VM().Console().Find(from, launch.Mark(marker.ConfigurationSealed)); ok {
+			t.Errorf("the node sealed its configuration again for an update of the same key: %s", cluster.Message(l.Text))
+		}
+	})
 	assertNoPanic(t, n.VM())
+}
+
+// pcrKeyOf is the fingerprint, hex, of the PCR key in the .pcrpkey of the
+// UKI at path.
+func pcrKeyOf(t *testing.T, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	pem, err := uki.Section(f, ".pcrpkey")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := tpmseal.ParsePCRKey(pem)
+	if err != nil {
+		t.Fatalf("%s's .pcrpkey: %v", path, err)
+	}
+	fp := tpmseal.KeyFingerprint(key)
+	return hex.EncodeToString(fp[:])
 }
 
 // TestSecureBootRefusesTamperedUKI boots, through the same firmware, a
@@ -340,16 +384,7 @@ func (s *suite) checkBootSecurity(t *testing.T, c *cluster.Cluster, id, secureBo
 	// it booted; without it, to the TPM alone.
 	wantSeal, wantKey := "TPM, not bound", ""
 	if secureBoot == "on" {
-		pem, err := uki.Section(f, ".pcrpkey")
-		if err != nil {
-			t.Fatal(err)
-		}
-		key, err := tpmseal.ParsePCRKey(pem)
-		if err != nil {
-			t.Fatalf("cairn.efi's .pcrpkey: %v", err)
-		}
-		fp := tpmseal.KeyFingerprint(key)
-		wantSeal, wantKey = "TPM, bound to releases its PCR key signed", hex.EncodeToString(fp[:])
+		wantSeal, wantKey = "TPM, bound to releases its PCR key signed", pcrKeyOf(t, artifact(t, "cairn.efi"))
 	}
 	if !strings.HasPrefix(lines["Seal"], wantSeal) || lines["PCR key"] != wantKey {
 		t.Errorf("cairnctl node describe %s says Seal: %q, PCR key: %q; want %q…, %q", id, lines["Seal"], lines["PCR key"], wantSeal, wantKey)

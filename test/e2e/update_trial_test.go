@@ -289,11 +289,16 @@ func (s *suite) checkSlots(t *testing.T, c *cluster.Cluster, id string, want ...
 // testUKI reads the UKI make test-ukis built for name ("1.0.0", "panic").
 func testUKI(t *testing.T, name string) []byte {
 	t.Helper()
-	b, err := os.ReadFile(artifact(t, filepath.Join("test-ukis", "cairn-"+name+".efi")))
+	b, err := os.ReadFile(testUKIPath(t, name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// testUKIPath is where make test-ukis put the UKI for name.
+func testUKIPath(t *testing.T, name string) string {
+	return artifact(t, filepath.Join("test-ukis", "cairn-"+name+".efi"))
 }
 
 // readVersion is the build's version (out/version).
