@@ -136,14 +136,8 @@ func TestBootstrapThenColdStart(t *testing.T) {
 // that starts over takes the configuration it opened instead of asking
 // the TPM again, which would refuse by then.
 func TestBoundSealOpensOnceABoot(t *testing.T) {
-	n := newTestNode(t)
-	tpm := newFakeTPM()
-	tpm.bound = true
-	n.tpm, n.binding = tpm.open, &tpmseal.Binding{}
-	n.boot(t, parameterstest.Bootstrap(t), 0)
-	id := n.waitMembership(t).ClusterDirectory.GetNodes()[0].GetId()
+	n, tpm, id := bootstrapBound(t)
 	n.waitMarker(t, marker.ConfigurationSealed, "tpm", "true", "bound", "true")
-	n.waitMarker(t, marker.Bootstrapped, "node", id)
 	waitCount(t, "EndUnsealing calls after the bootstrap", &tpm.ended, 1)
 
 	n.storage.mu.Lock()
@@ -162,6 +156,21 @@ func TestBoundSealOpensOnceABoot(t *testing.T) {
 	}
 }
 
+// bootstrapBound bootstraps a node whose boot binds seals to its release
+// (a fake TPM that binds, and a binding), and returns it, its TPM and its
+// ID once it bootstrapped.
+func bootstrapBound(t *testing.T) (*testNode, *fakeTPM, string) {
+	t.Helper()
+	n := newTestNode(t)
+	tpm := newFakeTPM()
+	tpm.bound = true
+	n.tpm, n.binding = tpm.open, &tpmseal.Binding{}
+	n.boot(t, parameterstest.Bootstrap(t), 0)
+	id := n.waitMembership(t).ClusterDirectory.GetNodes()[0].GetId()
+	n.waitMarker(t, marker.Bootstrapped, "node", id)
+	return n, tpm, id
+}
+
 // waitCount waits up to a minute for c to reach want.
 func waitCount(t *testing.T, what string, c *atomic.Int32, want int32) {
 	t.Helper()
@@ -177,13 +186,7 @@ func waitCount(t *testing.T, what string, c *atomic.Int32, want int32) {
 // (the fake TPM's rebind) seals the configuration again and writes it
 // (the marker comes after the write), and the next boot joins from it.
 func TestJoinRebinds(t *testing.T) {
-	n := newTestNode(t)
-	tpm := newFakeTPM()
-	tpm.bound = true
-	n.tpm, n.binding = tpm.open, &tpmseal.Binding{}
-	n.boot(t, parameterstest.Bootstrap(t), 0)
-	id := n.waitMembership(t).ClusterDirectory.GetNodes()[0].GetId()
-	n.waitMarker(t, marker.Bootstrapped, "node", id)
+	n, tpm, id := bootstrapBound(t)
 
 	tpm.rebind.Store(true)
 	n.boot(t, nil, n.curatorPort)

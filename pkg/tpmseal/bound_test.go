@@ -208,21 +208,8 @@ func TestTPMEnforcesBoundPolicy(t *testing.T) {
 
 	try := func(t *testing.T, tpm *TPM, sig *PCRSignature, session bool) error {
 		t.Helper()
-		s, err := createSRK(tpm.tp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.flush(tpm.tp)
-		loaded, err := tpm2.Load{
-			ParentHandle: tpm2.AuthHandle{Handle: s.handle, Name: s.name, Auth: tpm2.PasswordAuth(nil)},
-			InPrivate:    tpm2.TPM2BPrivate{Buffer: b.private},
-			InPublic:     tpm2.BytesAs2B[tpm2.TPMTPublic](b.public),
-		}.Execute(tpm.tp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer flush(tpm.tp, loaded.ObjectHandle)
-		obj := tpm2.NamedHandle{Handle: loaded.ObjectHandle, Name: loaded.Name}
+		s, obj, release := loadSealed(t, tpm, b)
+		defer release()
 		if !session {
 			_, err := tpm2.Unseal{ItemHandle: tpm2.AuthHandle{Handle: obj.Handle, Name: obj.Name, Auth: s.session(tpm2.AESEncryption(128, tpm2.EncryptOut))}}.Execute(tpm.tp)
 			return err
@@ -252,6 +239,29 @@ func TestTPMEnforcesBoundPolicy(t *testing.T) {
 	}
 	if err := try(t, tpm, &approvedA, true); !errors.Is(err, ErrPCR7Changed) {
 		t.Errorf("the TPM unsealed with PCR 7 changed: %v", err)
+	}
+}
+
+// loadSealed loads b's sealed object under the SRK, as Unseal does, for a
+// test that then talks to the TPM itself; release flushes both.
+func loadSealed(t *testing.T, tpm *TPM, b *blob) (s *srk, obj tpm2.NamedHandle, release func()) {
+	t.Helper()
+	s, err := createSRK(tpm.tp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := tpm2.Load{
+		ParentHandle: tpm2.AuthHandle{Handle: s.handle, Name: s.name, Auth: tpm2.PasswordAuth(nil)},
+		InPrivate:    tpm2.TPM2BPrivate{Buffer: b.private},
+		InPublic:     tpm2.BytesAs2B[tpm2.TPMTPublic](b.public),
+	}.Execute(tpm.tp)
+	if err != nil {
+		s.flush(tpm.tp)
+		t.Fatal(err)
+	}
+	return s, tpm2.NamedHandle{Handle: loaded.ObjectHandle, Name: loaded.Name}, func() {
+		flush(tpm.tp, loaded.ObjectHandle)
+		s.flush(tpm.tp)
 	}
 }
 
@@ -516,22 +526,10 @@ func TestTPMEnforcesTrustedKeys(t *testing.T) {
 	}
 	trusted := []*rsa.PublicKey{&keys[0].PublicKey, &keys[1].PublicKey}
 	try := func(k *rsa.PrivateKey) error {
-		s, err := createSRK(tpm.tp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.flush(tpm.tp)
-		loaded, err := tpm2.Load{
-			ParentHandle: tpm2.AuthHandle{Handle: s.handle, Name: s.name, Auth: tpm2.PasswordAuth(nil)},
-			InPrivate:    tpm2.TPM2BPrivate{Buffer: b.private},
-			InPublic:     tpm2.BytesAs2B[tpm2.TPMTPublic](b.public),
-		}.Execute(tpm.tp)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer flush(tpm.tp, loaded.ObjectHandle)
+		s, obj, release := loadSealed(t, tpm, b)
+		defer release()
 		sig := signedBinding(t, k, n).Signatures[0]
-		_, err = tpm.policyUnseal(s, b, tpm2.NamedHandle{Handle: loaded.ObjectHandle, Name: loaded.Name}, trusted, &k.PublicKey, &sig)
+		_, err = tpm.policyUnseal(s, b, obj, trusted, &k.PublicKey, &sig)
 		return err
 	}
 	for i, k := range keys[:2] {

@@ -87,12 +87,7 @@ func TestSecureBootSigned(t *testing.T) {
 // was lost.
 func TestSecureBootChangedCommandLine(t *testing.T) {
 	s := newSuite(t, 1, 20*time.Minute)
-	c := s.newCluster(1, 0, launch.WithSecureBoot())
-	n0 := c.Node(0)
-	if err := c.Form(s.ctx); err != nil {
-		t.Fatalf("forming the one-node cluster under Secure Boot: %v", err)
-	}
-	s.waitNode(t, n0, 0, launch.Mark(marker.ConfigurationSealed, "bound", "true"))
+	n0 := s.boundNode(t)
 
 	s.bootUKI(t, n0, filepath.Join("test-ukis", "cairn-cmdline.efi"))
 	s.waitNode(t, n0, 0, launch.Substring("cairn.system=a"))
@@ -125,12 +120,7 @@ func TestSecureBootChangedCommandLine(t *testing.T) {
 // code as a join's, is refused by the TPM.
 func TestSecureBootUnsealsOnce(t *testing.T) {
 	s := newSuite(t, 1, 20*time.Minute)
-	c := s.newCluster(1, 0, launch.WithSecureBoot())
-	n0 := c.Node(0)
-	if err := c.Form(s.ctx); err != nil {
-		t.Fatalf("forming the one-node cluster under Secure Boot: %v", err)
-	}
-	s.waitNode(t, n0, 0, launch.Mark(marker.ConfigurationSealed, "bound", "true"))
+	n0 := s.boundNode(t)
 	s.bootUKI(t, n0, filepath.Join("test-ukis", "cairn-unseal-again.efi"))
 	s.waitNode(t, n0, 0, launch.Mark(marker.Joined, "node", n0.ID()))
 	again := s.waitNode(t, n0, 0, launch.Substring("test: a second unseal in this boot"))
@@ -139,6 +129,19 @@ func TestSecureBootUnsealsOnce(t *testing.T) {
 		t.Errorf("the second unseal in the boot was not refused for the end of unsealing: %s", cluster.Message(again.Text))
 	}
 	assertNoPanic(t, n0.VM())
+}
+
+// boundNode forms a one-node cluster under Secure Boot and returns its
+// node once it has sealed its configuration bound to the build's release.
+func (s *suite) boundNode(t *testing.T) *cluster.Node {
+	t.Helper()
+	c := s.newCluster(1, 0, launch.WithSecureBoot())
+	n := c.Node(0)
+	if err := c.Form(s.ctx); err != nil {
+		t.Fatalf("forming the one-node cluster under Secure Boot: %v", err)
+	}
+	s.waitNode(t, n, 0, launch.Mark(marker.ConfigurationSealed, "bound", "true"))
+	return n
 }
 
 // bootUKI powers node n off, puts the build's artifact file as the UKI on
