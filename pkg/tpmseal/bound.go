@@ -11,7 +11,6 @@ import (
 	"os"
 
 	"github.com/google/go-tpm/tpm2"
-	"github.com/google/go-tpm/tpm2/transport"
 )
 
 // A bound seal opens only in a boot of a signed release: its object's
@@ -234,18 +233,6 @@ func boundTemplate(policy []byte) tpm2.TPMTPublic {
 	return t
 }
 
-// readPCR reads PCR index of the SHA-256 bank; the caller holds t.mu.
-func readPCR(tp transport.TPM, index int) ([]byte, error) {
-	rsp, err := tpm2.PCRRead{PCRSelectionIn: pcrSelection(index)}.Execute(tp)
-	if err != nil {
-		return nil, fmt.Errorf("when reading PCR %d: %w", index, err)
-	}
-	if len(rsp.PCRValues.Digests) != 1 || len(rsp.PCRValues.Digests[0].Buffer) != sha256.Size {
-		return nil, fmt.Errorf("when reading PCR %d: the TPM has no SHA-256 bank for it (%d values)", index, len(rsp.PCRValues.Digests))
-	}
-	return rsp.PCRValues.Digests[0].Buffer, nil
-}
-
 // unsealBound opens a bound object, loaded at obj: it proves to the TPM,
 // in a policy session, that PCR 11 holds a value one of the blob's keys
 // signed and that PCR 7 is what it was when sealing. It returns the key
@@ -390,18 +377,6 @@ func (t *TPM) EndUnsealing() error {
 	}
 	if err := extendPCR(t.tp, 11, endMarker); err != nil {
 		return fmt.Errorf("ending unsealing: %w", err)
-	}
-	return nil
-}
-
-// extendPCR extends PCR index of the SHA-256 bank with digest.
-func extendPCR(tp transport.TPM, index int, digest [sha256.Size]byte) error {
-	_, err := tpm2.PCRExtend{
-		PCRHandle: tpm2.AuthHandle{Handle: tpm2.TPMHandle(index), Auth: tpm2.PasswordAuth(nil)},
-		Digests:   tpm2.TPMLDigestValues{Digests: []tpm2.TPMTHA{{HashAlg: tpm2.TPMAlgSHA256, Digest: digest[:]}}},
-	}.Execute(tp)
-	if err != nil {
-		return fmt.Errorf("extending PCR %d: %w", index, err)
 	}
 	return nil
 }

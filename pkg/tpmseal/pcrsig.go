@@ -66,13 +66,6 @@ type signatureEntry struct {
 	Signature string `json:"sig"`
 }
 
-// pcrSelection selects one PCR of the SHA-256 bank.
-func pcrSelection(index int) tpm2.TPMLPCRSelection {
-	sel := make([]byte, 3)
-	sel[index/8] = 1 << (index % 8)
-	return tpm2.TPMLPCRSelection{PCRSelections: []tpm2.TPMSPCRSelection{{Hash: tpm2.TPMAlgSHA256, PCRSelect: sel}}}
-}
-
 // pcrPolicy extends policy by TPM2_PolicyPCR for PCR index holding value.
 func pcrPolicy(policy *tpm2.PolicyCalculator, index int, value []byte) error {
 	digest := sha256.Sum256(value)

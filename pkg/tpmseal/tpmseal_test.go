@@ -298,12 +298,8 @@ func TestReadPCR(t *testing.T) {
 		t.Fatalf("ReadPCR(11) of a fresh TPM = %x, %v; want zeros", v, err)
 	}
 	digest := sha256.Sum256([]byte(".linux\x00"))
-	_, err = tpm2.PCRExtend{
-		PCRHandle: tpm2.AuthHandle{Handle: tpm2.TPMHandle(11), Auth: tpm2.PasswordAuth(nil)},
-		Digests:   tpm2.TPMLDigestValues{Digests: []tpm2.TPMTHA{{HashAlg: tpm2.TPMAlgSHA256, Digest: digest[:]}}},
-	}.Execute(tpm.tp)
-	if err != nil {
-		t.Fatalf("extending PCR 11: %v", err)
+	if err := extendPCR(tpm.tp, 11, digest); err != nil {
+		t.Fatal(err)
 	}
 	want := sha256.Sum256(append(make([]byte, 32), digest[:]...))
 	if v, err := tpm.ReadPCR(11); err != nil || v != want {
