@@ -5,7 +5,6 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"os"
 
@@ -99,7 +98,11 @@ func readPCRKey(file string) (*rsa.PrivateKey, error) {
 	}
 	switch block.Type {
 	case "RSA PRIVATE KEY":
-		return x509.ParsePKCS1PrivateKey(block.Bytes)
+		k, err := x509.ParsePKCS1PrivateKey(block.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("PCR key %s: %w", file, err)
+		}
+		return k, nil
 	case "PRIVATE KEY":
 		k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
 		if err != nil {
@@ -111,5 +114,5 @@ func readPCRKey(file string) (*rsa.PrivateKey, error) {
 		}
 		return rk, nil
 	}
-	return nil, errors.New("PCR key " + file + ": a PEM " + block.Type + ", want a private key")
+	return nil, fmt.Errorf("PCR key %s: a PEM %s, want a private key", file, block.Type)
 }
