@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -107,6 +108,19 @@ func TestAgainstNodeManagement(t *testing.T) {
 
 	if out := mustRun(t, dir, nodeEP, "node", "metrics", id); !strings.Contains(out, "# TYPE cairn_node_memory_total_bytes gauge") || !strings.Contains(out, "go_goroutines ") {
 		t.Errorf("node metrics printed %.500q, want the node's and the process's metrics", out)
+	}
+
+	// A profile of the process serving NodeManagement (this test's), in
+	// pprof's format, written where --out says.
+	profile := filepath.Join(t.TempDir(), "heap.pprof")
+	if out := mustRun(t, dir, nodeEP, "node", "profile", id, "--kind", "heap", "--out", profile); !strings.Contains(out, "go tool pprof "+profile) {
+		t.Errorf("node profile printed %q, want how to read %s", out, profile)
+	}
+	if b, err := os.ReadFile(profile); err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("node profile wrote %.8q (%v), want a gzipped pprof profile", b, err)
+	}
+	if out, err := run(t, dir, nodeEP, "node", "profile", id, "--duration", "3m", "--out", profile); err == nil || !strings.Contains(err.Error(), "1s to 2m") {
+		t.Errorf("node profile --duration 3m = %q, %v: want refused", out, err)
 	}
 
 	mustRun(t, dir, nodeEP, "node", "reboot", "--firmware", id)

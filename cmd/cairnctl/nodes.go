@@ -48,6 +48,7 @@ func newNodeCommand(a *app) *cobra.Command {
 			}),
 		newNodeResourcesCommand(a),
 		newNodeMetricsCommand(a),
+		newNodeProfileCommand(a),
 		a.roleCommand(true),
 		a.roleCommand(false),
 		newRebootCommand(a),

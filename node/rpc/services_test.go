@@ -225,6 +225,10 @@ func (testNodeManagement) GetMetrics(ctx context.Context, _ *api.GetMetricsReque
 	return &api.GetMetricsResponse{}, unaryPeer(ctx)
 }
 
+func (testNodeManagement) GetProfile(ctx context.Context, _ *api.GetProfileRequest) (*api.GetProfileResponse, error) {
+	return &api.GetProfileResponse{}, unaryPeer(ctx)
+}
+
 func (testNodeManagement) Recover(srv grpc.ClientStreamingServer[api.RecoverRequest, api.RecoverResponse]) error {
 	if err := streamPeer(srv); err != nil {
 		return err

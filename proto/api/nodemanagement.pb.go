@@ -24,6 +24,66 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ProfileKind is what GetProfile profiles.
+type ProfileKind int32
+
+const (
+	ProfileKind_PROFILE_KIND_UNSPECIFIED ProfileKind = 0
+	// Where the CPU time goes, sampled for the request's duration.
+	ProfileKind_PROFILE_KIND_CPU ProfileKind = 1
+	// The live heap, as of the last garbage collection, by allocation site.
+	ProfileKind_PROFILE_KIND_HEAP ProfileKind = 2
+	// Every allocation since the process started, by allocation site.
+	ProfileKind_PROFILE_KIND_ALLOCS ProfileKind = 3
+	// Every goroutine's stack.
+	ProfileKind_PROFILE_KIND_GOROUTINE ProfileKind = 4
+)
+
+// Enum value maps for ProfileKind.
+var (
+	ProfileKind_name = map[int32]string{
+		0: "PROFILE_KIND_UNSPECIFIED",
+		1: "PROFILE_KIND_CPU",
+		2: "PROFILE_KIND_HEAP",
+		3: "PROFILE_KIND_ALLOCS",
+		4: "PROFILE_KIND_GOROUTINE",
+	}
+	ProfileKind_value = map[string]int32{
+		"PROFILE_KIND_UNSPECIFIED": 0,
+		"PROFILE_KIND_CPU":         1,
+		"PROFILE_KIND_HEAP":        2,
+		"PROFILE_KIND_ALLOCS":      3,
+		"PROFILE_KIND_GOROUTINE":   4,
+	}
+)
+
+func (x ProfileKind) Enum() *ProfileKind {
+	p := new(ProfileKind)
+	*p = x
+	return p
+}
+
+func (x ProfileKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ProfileKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_proto_api_nodemanagement_proto_enumTypes[0].Descriptor()
+}
+
+func (ProfileKind) Type() protoreflect.EnumType {
+	return &file_proto_api_nodemanagement_proto_enumTypes[0]
+}
+
+func (x ProfileKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ProfileKind.Descriptor instead.
+func (ProfileKind) EnumDescriptor() ([]byte, []int) {
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{0}
+}
+
 // LogSeverity is the severity of a log entry, as pkg/logtree grades them.
 type LogSeverity int32
 
@@ -69,11 +129,11 @@ func (x LogSeverity) String() string {
 }
 
 func (LogSeverity) Descriptor() protoreflect.EnumDescriptor {
-	return file_proto_api_nodemanagement_proto_enumTypes[0].Descriptor()
+	return file_proto_api_nodemanagement_proto_enumTypes[1].Descriptor()
 }
 
 func (LogSeverity) Type() protoreflect.EnumType {
-	return &file_proto_api_nodemanagement_proto_enumTypes[0]
+	return &file_proto_api_nodemanagement_proto_enumTypes[1]
 }
 
 func (x LogSeverity) Number() protoreflect.EnumNumber {
@@ -82,7 +142,7 @@ func (x LogSeverity) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LogSeverity.Descriptor instead.
 func (LogSeverity) EnumDescriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{0}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{1}
 }
 
 // UpdateRequest names the release to install.
@@ -751,6 +811,124 @@ func (x *GetResourcesResponse) GetProcesses() []*GetResourcesResponse_Process {
 	return nil
 }
 
+// GetProfileRequest says which profile to take.
+type GetProfileRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Kind  ProfileKind            `protobuf:"varint,1,opt,name=kind,proto3,enum=cairn.api.ProfileKind" json:"kind,omitempty"`
+	// duration_seconds is how long a CPU profile samples: 1 to 120; 0 means
+	// 30. The other kinds take none.
+	DurationSeconds uint32 `protobuf:"varint,2,opt,name=duration_seconds,json=durationSeconds,proto3" json:"duration_seconds,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *GetProfileRequest) Reset() {
+	*x = GetProfileRequest{}
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetProfileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetProfileRequest) ProtoMessage() {}
+
+func (x *GetProfileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetProfileRequest.ProtoReflect.Descriptor instead.
+func (*GetProfileRequest) Descriptor() ([]byte, []int) {
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *GetProfileRequest) GetKind() ProfileKind {
+	if x != nil {
+		return x.Kind
+	}
+	return ProfileKind_PROFILE_KIND_UNSPECIFIED
+}
+
+func (x *GetProfileRequest) GetDurationSeconds() uint32 {
+	if x != nil {
+		return x.DurationSeconds
+	}
+	return 0
+}
+
+// GetProfileResponse carries the profile.
+type GetProfileResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The profile: gzipped protocol buffers, pprof's format.
+	Profile []byte `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
+	// The process profiled.
+	Pid           int32  `protobuf:"varint,2,opt,name=pid,proto3" json:"pid,omitempty"`
+	Process       string `protobuf:"bytes,3,opt,name=process,proto3" json:"process,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetProfileResponse) Reset() {
+	*x = GetProfileResponse{}
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetProfileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetProfileResponse) ProtoMessage() {}
+
+func (x *GetProfileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetProfileResponse.ProtoReflect.Descriptor instead.
+func (*GetProfileResponse) Descriptor() ([]byte, []int) {
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *GetProfileResponse) GetProfile() []byte {
+	if x != nil {
+		return x.Profile
+	}
+	return nil
+}
+
+func (x *GetProfileResponse) GetPid() int32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *GetProfileResponse) GetProcess() string {
+	if x != nil {
+		return x.Process
+	}
+	return ""
+}
+
 // LogEntry is one entry of the node's log tree, field for field what
 // pkg/logtree's LogEntry holds.
 type LogEntry struct {
@@ -778,7 +956,7 @@ type LogEntry struct {
 
 func (x *LogEntry) Reset() {
 	*x = LogEntry{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[12]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -790,7 +968,7 @@ func (x *LogEntry) String() string {
 func (*LogEntry) ProtoMessage() {}
 
 func (x *LogEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[12]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -803,7 +981,7 @@ func (x *LogEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogEntry.ProtoReflect.Descriptor instead.
 func (*LogEntry) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{12}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *LogEntry) GetTimeUnixNanos() int64 {
@@ -882,7 +1060,7 @@ type LogsRequest struct {
 
 func (x *LogsRequest) Reset() {
 	*x = LogsRequest{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[13]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -894,7 +1072,7 @@ func (x *LogsRequest) String() string {
 func (*LogsRequest) ProtoMessage() {}
 
 func (x *LogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[13]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -907,7 +1085,7 @@ func (x *LogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsRequest.ProtoReflect.Descriptor instead.
 func (*LogsRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{13}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *LogsRequest) GetDn() string {
@@ -963,7 +1141,7 @@ type LogsResponse struct {
 
 func (x *LogsResponse) Reset() {
 	*x = LogsResponse{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[14]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -975,7 +1153,7 @@ func (x *LogsResponse) String() string {
 func (*LogsResponse) ProtoMessage() {}
 
 func (x *LogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[14]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -988,7 +1166,7 @@ func (x *LogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogsResponse.ProtoReflect.Descriptor instead.
 func (*LogsResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{14}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *LogsResponse) GetEntries() []*LogEntry {
@@ -1011,7 +1189,7 @@ type RebootRequest struct {
 
 func (x *RebootRequest) Reset() {
 	*x = RebootRequest{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[15]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1023,7 +1201,7 @@ func (x *RebootRequest) String() string {
 func (*RebootRequest) ProtoMessage() {}
 
 func (x *RebootRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[15]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1036,7 +1214,7 @@ func (x *RebootRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebootRequest.ProtoReflect.Descriptor instead.
 func (*RebootRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{15}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *RebootRequest) GetFirmware() bool {
@@ -1055,7 +1233,7 @@ type RebootResponse struct {
 
 func (x *RebootResponse) Reset() {
 	*x = RebootResponse{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[16]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +1245,7 @@ func (x *RebootResponse) String() string {
 func (*RebootResponse) ProtoMessage() {}
 
 func (x *RebootResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[16]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +1258,7 @@ func (x *RebootResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebootResponse.ProtoReflect.Descriptor instead.
 func (*RebootResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{16}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{18}
 }
 
 // PoweroffRequest has no fields.
@@ -1092,7 +1270,7 @@ type PoweroffRequest struct {
 
 func (x *PoweroffRequest) Reset() {
 	*x = PoweroffRequest{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[17]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1104,7 +1282,7 @@ func (x *PoweroffRequest) String() string {
 func (*PoweroffRequest) ProtoMessage() {}
 
 func (x *PoweroffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[17]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1117,7 +1295,7 @@ func (x *PoweroffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoweroffRequest.ProtoReflect.Descriptor instead.
 func (*PoweroffRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{17}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{19}
 }
 
 // PoweroffResponse has no fields.
@@ -1129,7 +1307,7 @@ type PoweroffResponse struct {
 
 func (x *PoweroffResponse) Reset() {
 	*x = PoweroffResponse{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[18]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1141,7 +1319,7 @@ func (x *PoweroffResponse) String() string {
 func (*PoweroffResponse) ProtoMessage() {}
 
 func (x *PoweroffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[18]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1154,7 +1332,7 @@ func (x *PoweroffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoweroffResponse.ProtoReflect.Descriptor instead.
 func (*PoweroffResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{18}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{20}
 }
 
 // RecoverRequest is one message of a Recover stream.
@@ -1170,7 +1348,7 @@ type RecoverRequest struct {
 
 func (x *RecoverRequest) Reset() {
 	*x = RecoverRequest{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[19]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1182,7 +1360,7 @@ func (x *RecoverRequest) String() string {
 func (*RecoverRequest) ProtoMessage() {}
 
 func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[19]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1195,7 +1373,7 @@ func (x *RecoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverRequest.ProtoReflect.Descriptor instead.
 func (*RecoverRequest) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{19}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RecoverRequest) GetHeader() *RecoverHeader {
@@ -1226,7 +1404,7 @@ type RecoverHeader struct {
 
 func (x *RecoverHeader) Reset() {
 	*x = RecoverHeader{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[20]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1238,7 +1416,7 @@ func (x *RecoverHeader) String() string {
 func (*RecoverHeader) ProtoMessage() {}
 
 func (x *RecoverHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[20]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1251,7 +1429,7 @@ func (x *RecoverHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverHeader.ProtoReflect.Descriptor instead.
 func (*RecoverHeader) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{20}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RecoverHeader) GetSize() int64 {
@@ -1279,7 +1457,7 @@ type RecoverResponse struct {
 
 func (x *RecoverResponse) Reset() {
 	*x = RecoverResponse{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[21]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1291,7 +1469,7 @@ func (x *RecoverResponse) String() string {
 func (*RecoverResponse) ProtoMessage() {}
 
 func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[21]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1304,7 +1482,7 @@ func (x *RecoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecoverResponse.ProtoReflect.Descriptor instead.
 func (*RecoverResponse) Descriptor() ([]byte, []int) {
-	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{21}
+	return file_proto_api_nodemanagement_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RecoverResponse) GetRevision() int64 {
@@ -1330,7 +1508,7 @@ type GetResourcesResponse_Process struct {
 
 func (x *GetResourcesResponse_Process) Reset() {
 	*x = GetResourcesResponse_Process{}
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[22]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1342,7 +1520,7 @@ func (x *GetResourcesResponse_Process) String() string {
 func (*GetResourcesResponse_Process) ProtoMessage() {}
 
 func (x *GetResourcesResponse_Process) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_api_nodemanagement_proto_msgTypes[22]
+	mi := &file_proto_api_nodemanagement_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1434,7 +1612,14 @@ const file_proto_api_nodemanagement_proto_rawDesc = "" +
 	"\x03pid\x18\x01 \x01(\x05R\x03pid\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12%\n" +
 	"\x0eresident_bytes\x18\x03 \x01(\x04R\rresidentBytes\x12&\n" +
-	"\x0fcpu_time_millis\x18\x04 \x01(\x04R\rcpuTimeMillis\"\xca\x01\n" +
+	"\x0fcpu_time_millis\x18\x04 \x01(\x04R\rcpuTimeMillis\"j\n" +
+	"\x11GetProfileRequest\x12*\n" +
+	"\x04kind\x18\x01 \x01(\x0e2\x16.cairn.api.ProfileKindR\x04kind\x12)\n" +
+	"\x10duration_seconds\x18\x02 \x01(\rR\x0fdurationSeconds\"Z\n" +
+	"\x12GetProfileResponse\x12\x18\n" +
+	"\aprofile\x18\x01 \x01(\fR\aprofile\x12\x10\n" +
+	"\x03pid\x18\x02 \x01(\x05R\x03pid\x12\x18\n" +
+	"\aprocess\x18\x03 \x01(\tR\aprocess\"\xca\x01\n" +
 	"\bLogEntry\x12&\n" +
 	"\x0ftime_unix_nanos\x18\x01 \x01(\x03R\rtimeUnixNanos\x12\x0e\n" +
 	"\x02dn\x18\x02 \x01(\tR\x02dn\x122\n" +
@@ -1464,13 +1649,19 @@ const file_proto_api_nodemanagement_proto_rawDesc = "" +
 	"\x04size\x18\x01 \x01(\x03R\x04size\x12\x16\n" +
 	"\x06sha256\x18\x02 \x01(\fR\x06sha256\"-\n" +
 	"\x0fRecoverResponse\x12\x1a\n" +
-	"\brevision\x18\x01 \x01(\x03R\brevision*\x8c\x01\n" +
+	"\brevision\x18\x01 \x01(\x03R\brevision*\x8d\x01\n" +
+	"\vProfileKind\x12\x1c\n" +
+	"\x18PROFILE_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10PROFILE_KIND_CPU\x10\x01\x12\x15\n" +
+	"\x11PROFILE_KIND_HEAP\x10\x02\x12\x17\n" +
+	"\x13PROFILE_KIND_ALLOCS\x10\x03\x12\x1a\n" +
+	"\x16PROFILE_KIND_GOROUTINE\x10\x04*\x8c\x01\n" +
 	"\vLogSeverity\x12\x1c\n" +
 	"\x18LOG_SEVERITY_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11LOG_SEVERITY_INFO\x10\x01\x12\x18\n" +
 	"\x14LOG_SEVERITY_WARNING\x10\x02\x12\x16\n" +
 	"\x12LOG_SEVERITY_ERROR\x10\x03\x12\x16\n" +
-	"\x12LOG_SEVERITY_FATAL\x10\x042\xc2\x05\n" +
+	"\x12LOG_SEVERITY_FATAL\x10\x042\x93\x06\n" +
 	"\x0eNodeManagement\x12?\n" +
 	"\x04Logs\x12\x16.cairn.api.LogsRequest\x1a\x17.cairn.api.LogsResponse\"\x04\xd8\xe2\x18\x010\x01\x12C\n" +
 	"\x06Reboot\x12\x18.cairn.api.RebootRequest\x1a\x19.cairn.api.RebootResponse\"\x04\xd8\xe2\x18\x01\x12I\n" +
@@ -1478,7 +1669,9 @@ const file_proto_api_nodemanagement_proto_rawDesc = "" +
 	"\aRecover\x12\x19.cairn.api.RecoverRequest\x1a\x1a.cairn.api.RecoverResponse\"\x04\xd8\xe2\x18\x01(\x01\x12U\n" +
 	"\fGetResources\x12\x1e.cairn.api.GetResourcesRequest\x1a\x1f.cairn.api.GetResourcesResponse\"\x04\xd8\xe2\x18\x01\x12O\n" +
 	"\n" +
-	"GetMetrics\x12\x1c.cairn.api.GetMetricsRequest\x1a\x1d.cairn.api.GetMetricsResponse\"\x04\xd8\xe2\x18\x01\x12E\n" +
+	"GetMetrics\x12\x1c.cairn.api.GetMetricsRequest\x1a\x1d.cairn.api.GetMetricsResponse\"\x04\xd8\xe2\x18\x01\x12O\n" +
+	"\n" +
+	"GetProfile\x12\x1c.cairn.api.GetProfileRequest\x1a\x1d.cairn.api.GetProfileResponse\"\x04\xd8\xe2\x18\x01\x12E\n" +
 	"\x06Update\x12\x18.cairn.api.UpdateRequest\x1a\x19.cairn.api.UpdateProgress\"\x04\xd8\xe2\x18\x010\x01\x12I\n" +
 	"\bRollback\x12\x1a.cairn.api.RollbackRequest\x1a\x1b.cairn.api.RollbackResponse\"\x04\xd8\xe2\x18\x01\x12[\n" +
 	"\x0eGetSystemSlots\x12 .cairn.api.GetSystemSlotsRequest\x1a!.cairn.api.GetSystemSlotsResponse\"\x04\xd8\xe2\x18\x01B\x1bZ\x19cairn.dev/cairn/proto/apib\x06proto3"
@@ -1495,65 +1688,71 @@ func file_proto_api_nodemanagement_proto_rawDescGZIP() []byte {
 	return file_proto_api_nodemanagement_proto_rawDescData
 }
 
-var file_proto_api_nodemanagement_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_proto_api_nodemanagement_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_proto_api_nodemanagement_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_proto_api_nodemanagement_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_proto_api_nodemanagement_proto_goTypes = []any{
-	(LogSeverity)(0),                     // 0: cairn.api.LogSeverity
-	(*UpdateRequest)(nil),                // 1: cairn.api.UpdateRequest
-	(*UpdateProgress)(nil),               // 2: cairn.api.UpdateProgress
-	(*UpdateResult)(nil),                 // 3: cairn.api.UpdateResult
-	(*RollbackRequest)(nil),              // 4: cairn.api.RollbackRequest
-	(*RollbackResponse)(nil),             // 5: cairn.api.RollbackResponse
-	(*GetSystemSlotsRequest)(nil),        // 6: cairn.api.GetSystemSlotsRequest
-	(*GetSystemSlotsResponse)(nil),       // 7: cairn.api.GetSystemSlotsResponse
-	(*SystemSlot)(nil),                   // 8: cairn.api.SystemSlot
-	(*GetMetricsRequest)(nil),            // 9: cairn.api.GetMetricsRequest
-	(*GetMetricsResponse)(nil),           // 10: cairn.api.GetMetricsResponse
-	(*GetResourcesRequest)(nil),          // 11: cairn.api.GetResourcesRequest
-	(*GetResourcesResponse)(nil),         // 12: cairn.api.GetResourcesResponse
-	(*LogEntry)(nil),                     // 13: cairn.api.LogEntry
-	(*LogsRequest)(nil),                  // 14: cairn.api.LogsRequest
-	(*LogsResponse)(nil),                 // 15: cairn.api.LogsResponse
-	(*RebootRequest)(nil),                // 16: cairn.api.RebootRequest
-	(*RebootResponse)(nil),               // 17: cairn.api.RebootResponse
-	(*PoweroffRequest)(nil),              // 18: cairn.api.PoweroffRequest
-	(*PoweroffResponse)(nil),             // 19: cairn.api.PoweroffResponse
-	(*RecoverRequest)(nil),               // 20: cairn.api.RecoverRequest
-	(*RecoverHeader)(nil),                // 21: cairn.api.RecoverHeader
-	(*RecoverResponse)(nil),              // 22: cairn.api.RecoverResponse
-	(*GetResourcesResponse_Process)(nil), // 23: cairn.api.GetResourcesResponse.Process
+	(ProfileKind)(0),                     // 0: cairn.api.ProfileKind
+	(LogSeverity)(0),                     // 1: cairn.api.LogSeverity
+	(*UpdateRequest)(nil),                // 2: cairn.api.UpdateRequest
+	(*UpdateProgress)(nil),               // 3: cairn.api.UpdateProgress
+	(*UpdateResult)(nil),                 // 4: cairn.api.UpdateResult
+	(*RollbackRequest)(nil),              // 5: cairn.api.RollbackRequest
+	(*RollbackResponse)(nil),             // 6: cairn.api.RollbackResponse
+	(*GetSystemSlotsRequest)(nil),        // 7: cairn.api.GetSystemSlotsRequest
+	(*GetSystemSlotsResponse)(nil),       // 8: cairn.api.GetSystemSlotsResponse
+	(*SystemSlot)(nil),                   // 9: cairn.api.SystemSlot
+	(*GetMetricsRequest)(nil),            // 10: cairn.api.GetMetricsRequest
+	(*GetMetricsResponse)(nil),           // 11: cairn.api.GetMetricsResponse
+	(*GetResourcesRequest)(nil),          // 12: cairn.api.GetResourcesRequest
+	(*GetResourcesResponse)(nil),         // 13: cairn.api.GetResourcesResponse
+	(*GetProfileRequest)(nil),            // 14: cairn.api.GetProfileRequest
+	(*GetProfileResponse)(nil),           // 15: cairn.api.GetProfileResponse
+	(*LogEntry)(nil),                     // 16: cairn.api.LogEntry
+	(*LogsRequest)(nil),                  // 17: cairn.api.LogsRequest
+	(*LogsResponse)(nil),                 // 18: cairn.api.LogsResponse
+	(*RebootRequest)(nil),                // 19: cairn.api.RebootRequest
+	(*RebootResponse)(nil),               // 20: cairn.api.RebootResponse
+	(*PoweroffRequest)(nil),              // 21: cairn.api.PoweroffRequest
+	(*PoweroffResponse)(nil),             // 22: cairn.api.PoweroffResponse
+	(*RecoverRequest)(nil),               // 23: cairn.api.RecoverRequest
+	(*RecoverHeader)(nil),                // 24: cairn.api.RecoverHeader
+	(*RecoverResponse)(nil),              // 25: cairn.api.RecoverResponse
+	(*GetResourcesResponse_Process)(nil), // 26: cairn.api.GetResourcesResponse.Process
 }
 var file_proto_api_nodemanagement_proto_depIdxs = []int32{
-	3,  // 0: cairn.api.UpdateProgress.result:type_name -> cairn.api.UpdateResult
-	8,  // 1: cairn.api.GetSystemSlotsResponse.slots:type_name -> cairn.api.SystemSlot
-	23, // 2: cairn.api.GetResourcesResponse.processes:type_name -> cairn.api.GetResourcesResponse.Process
-	0,  // 3: cairn.api.LogEntry.severity:type_name -> cairn.api.LogSeverity
-	0,  // 4: cairn.api.LogsRequest.minimum_severity:type_name -> cairn.api.LogSeverity
-	13, // 5: cairn.api.LogsResponse.entries:type_name -> cairn.api.LogEntry
-	21, // 6: cairn.api.RecoverRequest.header:type_name -> cairn.api.RecoverHeader
-	14, // 7: cairn.api.NodeManagement.Logs:input_type -> cairn.api.LogsRequest
-	16, // 8: cairn.api.NodeManagement.Reboot:input_type -> cairn.api.RebootRequest
-	18, // 9: cairn.api.NodeManagement.Poweroff:input_type -> cairn.api.PoweroffRequest
-	20, // 10: cairn.api.NodeManagement.Recover:input_type -> cairn.api.RecoverRequest
-	11, // 11: cairn.api.NodeManagement.GetResources:input_type -> cairn.api.GetResourcesRequest
-	9,  // 12: cairn.api.NodeManagement.GetMetrics:input_type -> cairn.api.GetMetricsRequest
-	1,  // 13: cairn.api.NodeManagement.Update:input_type -> cairn.api.UpdateRequest
-	4,  // 14: cairn.api.NodeManagement.Rollback:input_type -> cairn.api.RollbackRequest
-	6,  // 15: cairn.api.NodeManagement.GetSystemSlots:input_type -> cairn.api.GetSystemSlotsRequest
-	15, // 16: cairn.api.NodeManagement.Logs:output_type -> cairn.api.LogsResponse
-	17, // 17: cairn.api.NodeManagement.Reboot:output_type -> cairn.api.RebootResponse
-	19, // 18: cairn.api.NodeManagement.Poweroff:output_type -> cairn.api.PoweroffResponse
-	22, // 19: cairn.api.NodeManagement.Recover:output_type -> cairn.api.RecoverResponse
-	12, // 20: cairn.api.NodeManagement.GetResources:output_type -> cairn.api.GetResourcesResponse
-	10, // 21: cairn.api.NodeManagement.GetMetrics:output_type -> cairn.api.GetMetricsResponse
-	2,  // 22: cairn.api.NodeManagement.Update:output_type -> cairn.api.UpdateProgress
-	5,  // 23: cairn.api.NodeManagement.Rollback:output_type -> cairn.api.RollbackResponse
-	7,  // 24: cairn.api.NodeManagement.GetSystemSlots:output_type -> cairn.api.GetSystemSlotsResponse
-	16, // [16:25] is the sub-list for method output_type
-	7,  // [7:16] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	4,  // 0: cairn.api.UpdateProgress.result:type_name -> cairn.api.UpdateResult
+	9,  // 1: cairn.api.GetSystemSlotsResponse.slots:type_name -> cairn.api.SystemSlot
+	26, // 2: cairn.api.GetResourcesResponse.processes:type_name -> cairn.api.GetResourcesResponse.Process
+	0,  // 3: cairn.api.GetProfileRequest.kind:type_name -> cairn.api.ProfileKind
+	1,  // 4: cairn.api.LogEntry.severity:type_name -> cairn.api.LogSeverity
+	1,  // 5: cairn.api.LogsRequest.minimum_severity:type_name -> cairn.api.LogSeverity
+	16, // 6: cairn.api.LogsResponse.entries:type_name -> cairn.api.LogEntry
+	24, // 7: cairn.api.RecoverRequest.header:type_name -> cairn.api.RecoverHeader
+	17, // 8: cairn.api.NodeManagement.Logs:input_type -> cairn.api.LogsRequest
+	19, // 9: cairn.api.NodeManagement.Reboot:input_type -> cairn.api.RebootRequest
+	21, // 10: cairn.api.NodeManagement.Poweroff:input_type -> cairn.api.PoweroffRequest
+	23, // 11: cairn.api.NodeManagement.Recover:input_type -> cairn.api.RecoverRequest
+	12, // 12: cairn.api.NodeManagement.GetResources:input_type -> cairn.api.GetResourcesRequest
+	10, // 13: cairn.api.NodeManagement.GetMetrics:input_type -> cairn.api.GetMetricsRequest
+	14, // 14: cairn.api.NodeManagement.GetProfile:input_type -> cairn.api.GetProfileRequest
+	2,  // 15: cairn.api.NodeManagement.Update:input_type -> cairn.api.UpdateRequest
+	5,  // 16: cairn.api.NodeManagement.Rollback:input_type -> cairn.api.RollbackRequest
+	7,  // 17: cairn.api.NodeManagement.GetSystemSlots:input_type -> cairn.api.GetSystemSlotsRequest
+	18, // 18: cairn.api.NodeManagement.Logs:output_type -> cairn.api.LogsResponse
+	20, // 19: cairn.api.NodeManagement.Reboot:output_type -> cairn.api.RebootResponse
+	22, // 20: cairn.api.NodeManagement.Poweroff:output_type -> cairn.api.PoweroffResponse
+	25, // 21: cairn.api.NodeManagement.Recover:output_type -> cairn.api.RecoverResponse
+	13, // 22: cairn.api.NodeManagement.GetResources:output_type -> cairn.api.GetResourcesResponse
+	11, // 23: cairn.api.NodeManagement.GetMetrics:output_type -> cairn.api.GetMetricsResponse
+	15, // 24: cairn.api.NodeManagement.GetProfile:output_type -> cairn.api.GetProfileResponse
+	3,  // 25: cairn.api.NodeManagement.Update:output_type -> cairn.api.UpdateProgress
+	6,  // 26: cairn.api.NodeManagement.Rollback:output_type -> cairn.api.RollbackResponse
+	8,  // 27: cairn.api.NodeManagement.GetSystemSlots:output_type -> cairn.api.GetSystemSlotsResponse
+	18, // [18:28] is the sub-list for method output_type
+	8,  // [8:18] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_proto_api_nodemanagement_proto_init() }
@@ -1567,8 +1766,8 @@ func file_proto_api_nodemanagement_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_api_nodemanagement_proto_rawDesc), len(file_proto_api_nodemanagement_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   23,
+			NumEnums:      2,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,6 +28,7 @@ const (
 	NodeManagement_Recover_FullMethodName        = "/cairn.api.NodeManagement/Recover"
 	NodeManagement_GetResources_FullMethodName   = "/cairn.api.NodeManagement/GetResources"
 	NodeManagement_GetMetrics_FullMethodName     = "/cairn.api.NodeManagement/GetMetrics"
+	NodeManagement_GetProfile_FullMethodName     = "/cairn.api.NodeManagement/GetProfile"
 	NodeManagement_Update_FullMethodName         = "/cairn.api.NodeManagement/Update"
 	NodeManagement_Rollback_FullMethodName       = "/cairn.api.NodeManagement/Rollback"
 	NodeManagement_GetSystemSlots_FullMethodName = "/cairn.api.NodeManagement/GetSystemSlots"
@@ -70,6 +71,14 @@ type NodeManagementClient interface {
 	// the same that scrapers read on the metrics port (7836) with a
 	// metrics certificate. `cairnctl node metrics` calls it.
 	GetMetrics(ctx context.Context, in *GetMetricsRequest, opts ...grpc.CallOption) (*GetMetricsResponse, error)
+	// GetProfile profiles the node's core process (cairn-core: etcd, the
+	// curator, the role server and every other supervised service) with Go's
+	// runtime profiler, and returns the profile in pprof's format for `go
+	// tool pprof`. A CPU profile samples for its duration; the others are a
+	// snapshot. One CPU profile at a time: a second while one runs is
+	// Aborted. Kubernetes' components serve their own profiles
+	// (docs/kubernetes.md).
+	GetProfile(ctx context.Context, in *GetProfileRequest, opts ...grpc.CallOption) (*GetProfileResponse, error)
 	// Update installs a signed Cairn release (docs/updates.md) into the
 	// system slot the node is not running, and streams its progress; the
 	// last message carries the result. The release must be signed by a key
@@ -174,6 +183,16 @@ func (c *nodeManagementClient) GetMetrics(ctx context.Context, in *GetMetricsReq
 	return out, nil
 }
 
+func (c *nodeManagementClient) GetProfile(ctx context.Context, in *GetProfileRequest, opts ...grpc.CallOption) (*GetProfileResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetProfileResponse)
+	err := c.cc.Invoke(ctx, NodeManagement_GetProfile_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *nodeManagementClient) Update(ctx context.Context, in *UpdateRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[UpdateProgress], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &NodeManagement_ServiceDesc.Streams[2], NodeManagement_Update_FullMethodName, cOpts...)
@@ -250,6 +269,14 @@ type NodeManagementServer interface {
 	// the same that scrapers read on the metrics port (7836) with a
 	// metrics certificate. `cairnctl node metrics` calls it.
 	GetMetrics(context.Context, *GetMetricsRequest) (*GetMetricsResponse, error)
+	// GetProfile profiles the node's core process (cairn-core: etcd, the
+	// curator, the role server and every other supervised service) with Go's
+	// runtime profiler, and returns the profile in pprof's format for `go
+	// tool pprof`. A CPU profile samples for its duration; the others are a
+	// snapshot. One CPU profile at a time: a second while one runs is
+	// Aborted. Kubernetes' components serve their own profiles
+	// (docs/kubernetes.md).
+	GetProfile(context.Context, *GetProfileRequest) (*GetProfileResponse, error)
 	// Update installs a signed Cairn release (docs/updates.md) into the
 	// system slot the node is not running, and streams its progress; the
 	// last message carries the result. The release must be signed by a key
@@ -299,6 +326,9 @@ func (UnimplementedNodeManagementServer) GetResources(context.Context, *GetResou
 }
 func (UnimplementedNodeManagementServer) GetMetrics(context.Context, *GetMetricsRequest) (*GetMetricsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetMetrics not implemented")
+}
+func (UnimplementedNodeManagementServer) GetProfile(context.Context, *GetProfileRequest) (*GetProfileResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetProfile not implemented")
 }
 func (UnimplementedNodeManagementServer) Update(*UpdateRequest, grpc.ServerStreamingServer[UpdateProgress]) error {
 	return status.Error(codes.Unimplemented, "method Update not implemented")
@@ -420,6 +450,24 @@ func _NodeManagement_GetMetrics_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _NodeManagement_GetProfile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetProfileRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(NodeManagementServer).GetProfile(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: NodeManagement_GetProfile_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(NodeManagementServer).GetProfile(ctx, req.(*GetProfileRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _NodeManagement_Update_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(UpdateRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -489,6 +537,10 @@ var NodeManagement_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetMetrics",
 			Handler:    _NodeManagement_GetMetrics_Handler,
+		},
+		{
+			MethodName: "GetProfile",
+			Handler:    _NodeManagement_GetProfile_Handler,
 		},
 		{
 			MethodName: "Rollback",
