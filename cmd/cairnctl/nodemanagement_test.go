@@ -97,13 +97,18 @@ func TestAgainstNodeManagement(t *testing.T) {
 	}
 	self := false
 	for _, p := range res.Processes {
-		self = self || int(p.PID) == os.Getpid()
+		if int(p.PID) == os.Getpid() {
+			self = true
+			if p.AnonymousBytes == 0 || p.FileBytes == 0 || p.AnonymousBytes+p.FileBytes > p.ResidentBytes*11/10 {
+				t.Errorf("node resources: the test's process %+v, want its resident memory split into anonymous and file pages", p)
+			}
+		}
 	}
 	if res.MemoryTotalBytes == 0 || !self {
 		t.Errorf("node resources = %d bytes of memory, %d processes without pid %d; want memory and the test's process", res.MemoryTotalBytes, len(res.Processes), os.Getpid())
 	}
-	if out := mustRun(t, dir, nodeEP, "node", "resources", id); !strings.Contains(out, "Memory: ") || !strings.Contains(out, "RESIDENT") {
-		t.Errorf("node resources printed %q, want the memory line and the process table", out)
+	if out := mustRun(t, dir, nodeEP, "node", "resources", id); !strings.Contains(out, "Memory: ") || !strings.Contains(out, "Processes: ") || !strings.Contains(out, "RESIDENT") || !strings.Contains(out, " ANON ") || !strings.Contains(out, " FILE ") {
+		t.Errorf("node resources printed %q, want the memory lines and the process table", out)
 	}
 
 	if out := mustRun(t, dir, nodeEP, "node", "metrics", id); !strings.Contains(out, "# TYPE cairn_node_memory_total_bytes gauge") || !strings.Contains(out, "go_goroutines ") {

@@ -28,6 +28,11 @@ type Process struct {
 	PID           int
 	Name          string
 	ResidentBytes uint64
+	// AnonymousBytes, FileBytes and SharedBytes make up ResidentBytes:
+	// memory of the process's own (heap, stacks), pages of files it maps
+	// (its program among them), which other processes mapping the same
+	// files share and the kernel may drop, and shared memory (tmpfs).
+	AnonymousBytes, FileBytes, SharedBytes uint64
 	// CPUTime is its user and system CPU time.
 	CPUTime time.Duration
 }
@@ -62,13 +67,12 @@ func Read(proc string) (Memory, []Process, error) {
 		return Memory{}, nil, fmt.Errorf("when listing the processes: %w", err)
 	}
 	var procs []Process
-	page := uint64(os.Getpagesize())
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		p, err := readProcess(filepath.Join(proc, e.Name()), page)
+		p, err := readProcess(filepath.Join(proc, e.Name()))
 		if err != nil || p.ResidentBytes == 0 {
 			continue
 		}
@@ -80,7 +84,7 @@ func Read(proc string) (Memory, []Process, error) {
 }
 
 // readProcess reads one process's name, CPU time and resident memory.
-func readProcess(dir string, page uint64) (Process, error) {
+func readProcess(dir string) (Process, error) {
 	stat, err := os.ReadFile(filepath.Join(dir, "stat"))
 	if err != nil {
 		return Process{}, err
@@ -101,21 +105,39 @@ func readProcess(dir string, page uint64) (Process, error) {
 	if err1 != nil || err2 != nil {
 		return Process{}, fmt.Errorf("%s/stat has no CPU times", dir)
 	}
-	statm, err := os.ReadFile(filepath.Join(dir, "statm"))
+	// status has the resident memory by kind, in kB: VmRSS is RssAnon,
+	// RssFile and RssShmem together.
+	status, err := os.ReadFile(filepath.Join(dir, "status"))
 	if err != nil {
 		return Process{}, err
 	}
-	sf := strings.Fields(string(statm))
-	if len(sf) < 2 {
-		return Process{}, fmt.Errorf("%s/statm is short", dir)
+	p := Process{
+		Name:    string(stat[open+1 : end]),
+		CPUTime: time.Duration(utime+stime) * time.Second / clockTicks,
 	}
-	resident, err := strconv.ParseUint(sf[1], 10, 64)
-	if err != nil {
-		return Process{}, fmt.Errorf("%s/statm: %w", dir, err)
+	for _, line := range strings.Split(string(status), "\n") {
+		key, value, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		var field *uint64
+		switch key {
+		case "VmRSS":
+			field = &p.ResidentBytes
+		case "RssAnon":
+			field = &p.AnonymousBytes
+		case "RssFile":
+			field = &p.FileBytes
+		case "RssShmem":
+			field = &p.SharedBytes
+		default:
+			continue
+		}
+		kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(value), " kB"), 10, 64)
+		if err != nil {
+			return Process{}, fmt.Errorf("%s/status: %s: %w", dir, key, err)
+		}
+		*field = kb * 1024
 	}
-	return Process{
-		Name:          string(stat[open+1 : end]),
-		ResidentBytes: resident * page,
-		CPUTime:       time.Duration(utime+stime) * time.Second / clockTicks,
-	}, nil
+	return p, nil
 }

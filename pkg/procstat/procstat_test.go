@@ -17,8 +17,14 @@ func TestReadSelf(t *testing.T) {
 	}
 	for _, p := range procs {
 		if p.PID == os.Getpid() {
-			if p.ResidentBytes == 0 || p.Name == "" {
-				t.Errorf("this process: %+v", p)
+			// A test binary has a heap and maps its own program.
+			if p.ResidentBytes == 0 || p.Name == "" || p.AnonymousBytes == 0 || p.FileBytes == 0 {
+				t.Errorf("this process: %+v, want a name and anonymous and file memory", p)
+			}
+			// The kernel counts the kinds and their sum apart, each a
+			// moment later than the last.
+			if sum := p.AnonymousBytes + p.FileBytes + p.SharedBytes; sum < p.ResidentBytes*9/10 || sum > p.ResidentBytes*11/10 {
+				t.Errorf("this process: %d resident, but %d anonymous, file and shared together", p.ResidentBytes, sum)
 			}
 			return
 		}
@@ -27,8 +33,9 @@ func TestReadSelf(t *testing.T) {
 }
 
 // TestReadFixture reads a procfs of files: a name with spaces and
-// parentheses, a process without resident memory (left out), and one
-// whose files are malformed (left out).
+// parentheses, with each kind of resident memory; a process without
+// resident memory (left out); one whose stat is malformed and one whose
+// status is (both left out).
 func TestReadFixture(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, content string) {
@@ -42,11 +49,13 @@ func TestReadFixture(t *testing.T) {
 	}
 	write("meminfo", "MemTotal:       2048 kB\nMemFree:   10 kB\nMemAvailable:   1024 kB\n")
 	write("7/stat", "7 (a (b) c) S 1 7 7 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 1 0 100 1000 10\n")
-	write("7/statm", "100 3 1 1 0 1 0\n")
+	write("7/status", "Name:\ta (b) c\nVmRSS:\t      12 kB\nRssAnon:\t       8 kB\nRssFile:\t       3 kB\nRssShmem:\t       1 kB\n")
 	write("8/stat", "8 (idle) S 1 8 8 0 -1 0 0 0 0 0 1 1 0 0 20 0 1 0 100 0 0\n")
-	write("8/statm", "0 0 0 0 0 0 0\n")
+	write("8/status", "Name:\tidle\n")
 	write("9/stat", "9 broken\n")
-	write("9/statm", "1 1\n")
+	write("9/status", "VmRSS:\t4 kB\n")
+	write("10/stat", "10 (odd) S 1 8 8 0 -1 0 0 0 0 0 1 1 0 0 20 0 1 0 100 0 0\n")
+	write("10/status", "VmRSS:\tmany kB\n")
 	mem, procs, err := Read(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -54,8 +63,8 @@ func TestReadFixture(t *testing.T) {
 	if mem.TotalBytes != 2048*1024 || mem.AvailableBytes != 1024*1024 {
 		t.Errorf("memory %+v", mem)
 	}
-	page := uint64(os.Getpagesize())
-	if len(procs) != 1 || procs[0].PID != 7 || procs[0].Name != "a (b) c" || procs[0].ResidentBytes != 3*page || procs[0].CPUTime != 3*time.Second {
-		t.Errorf("processes %+v, want process 7 'a (b) c', 3 pages, 3 s", procs)
+	want := Process{PID: 7, Name: "a (b) c", ResidentBytes: 12 << 10, AnonymousBytes: 8 << 10, FileBytes: 3 << 10, SharedBytes: 1 << 10, CPUTime: 3 * time.Second}
+	if len(procs) != 1 || procs[0] != want {
+		t.Errorf("processes %+v, want %+v", procs, want)
 	}
 }

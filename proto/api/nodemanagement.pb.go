@@ -1502,8 +1502,15 @@ type GetResourcesResponse_Process struct {
 	ResidentBytes uint64 `protobuf:"varint,3,opt,name=resident_bytes,json=residentBytes,proto3" json:"resident_bytes,omitempty"`
 	// CPU time used, user and system, since the process started.
 	CpuTimeMillis uint64 `protobuf:"varint,4,opt,name=cpu_time_millis,json=cpuTimeMillis,proto3" json:"cpu_time_millis,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// What resident_bytes is made of: the process's own memory (heap,
+	// stacks); pages of the files it maps, its program among them, which
+	// processes mapping the same file share and the kernel can drop and
+	// read again; shared memory.
+	AnonymousBytes uint64 `protobuf:"varint,5,opt,name=anonymous_bytes,json=anonymousBytes,proto3" json:"anonymous_bytes,omitempty"`
+	FileBytes      uint64 `protobuf:"varint,6,opt,name=file_bytes,json=fileBytes,proto3" json:"file_bytes,omitempty"`
+	SharedBytes    uint64 `protobuf:"varint,7,opt,name=shared_bytes,json=sharedBytes,proto3" json:"shared_bytes,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *GetResourcesResponse_Process) Reset() {
@@ -1564,6 +1571,27 @@ func (x *GetResourcesResponse_Process) GetCpuTimeMillis() uint64 {
 	return 0
 }
 
+func (x *GetResourcesResponse_Process) GetAnonymousBytes() uint64 {
+	if x != nil {
+		return x.AnonymousBytes
+	}
+	return 0
+}
+
+func (x *GetResourcesResponse_Process) GetFileBytes() uint64 {
+	if x != nil {
+		return x.FileBytes
+	}
+	return 0
+}
+
+func (x *GetResourcesResponse_Process) GetSharedBytes() uint64 {
+	if x != nil {
+		return x.SharedBytes
+	}
+	return 0
+}
+
 var File_proto_api_nodemanagement_proto protoreflect.FileDescriptor
 
 const file_proto_api_nodemanagement_proto_rawDesc = "" +
@@ -1603,16 +1631,20 @@ const file_proto_api_nodemanagement_proto_rawDesc = "" +
 	"\x11GetMetricsRequest\"(\n" +
 	"\x12GetMetricsResponse\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\fR\x04text\"\x15\n" +
-	"\x13GetResourcesRequest\"\xc1\x02\n" +
+	"\x13GetResourcesRequest\"\xad\x03\n" +
 	"\x14GetResourcesResponse\x12,\n" +
 	"\x12memory_total_bytes\x18\x01 \x01(\x04R\x10memoryTotalBytes\x124\n" +
 	"\x16memory_available_bytes\x18\x02 \x01(\x04R\x14memoryAvailableBytes\x12E\n" +
-	"\tprocesses\x18\x03 \x03(\v2'.cairn.api.GetResourcesResponse.ProcessR\tprocesses\x1a~\n" +
+	"\tprocesses\x18\x03 \x03(\v2'.cairn.api.GetResourcesResponse.ProcessR\tprocesses\x1a\xe9\x01\n" +
 	"\aProcess\x12\x10\n" +
 	"\x03pid\x18\x01 \x01(\x05R\x03pid\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12%\n" +
 	"\x0eresident_bytes\x18\x03 \x01(\x04R\rresidentBytes\x12&\n" +
-	"\x0fcpu_time_millis\x18\x04 \x01(\x04R\rcpuTimeMillis\"j\n" +
+	"\x0fcpu_time_millis\x18\x04 \x01(\x04R\rcpuTimeMillis\x12'\n" +
+	"\x0fanonymous_bytes\x18\x05 \x01(\x04R\x0eanonymousBytes\x12\x1d\n" +
+	"\n" +
+	"file_bytes\x18\x06 \x01(\x04R\tfileBytes\x12!\n" +
+	"\fshared_bytes\x18\a \x01(\x04R\vsharedBytes\"j\n" +
 	"\x11GetProfileRequest\x12*\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x16.cairn.api.ProfileKindR\x04kind\x12)\n" +
 	"\x10duration_seconds\x18\x02 \x01(\rR\x0fdurationSeconds\"Z\n" +
