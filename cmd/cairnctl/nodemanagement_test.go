@@ -99,15 +99,15 @@ func TestAgainstNodeManagement(t *testing.T) {
 	for _, p := range res.Processes {
 		if int(p.PID) == os.Getpid() {
 			self = true
-			if p.AnonymousBytes == 0 || p.FileBytes == 0 || p.AnonymousBytes+p.FileBytes > p.ResidentBytes*11/10 {
-				t.Errorf("node resources: the test's process %+v, want its resident memory split into anonymous and file pages", p)
+			if p.AnonymousBytes == 0 || p.FileBytes == 0 || p.AnonymousBytes+p.FileBytes > p.ResidentBytes*11/10 || p.ProportionalBytes == 0 {
+				t.Errorf("node resources: the test's process %+v, want its resident memory split into anonymous and file pages, and its PSS", p)
 			}
 		}
 	}
 	if res.MemoryTotalBytes == 0 || !self {
 		t.Errorf("node resources = %d bytes of memory, %d processes without pid %d; want memory and the test's process", res.MemoryTotalBytes, len(res.Processes), os.Getpid())
 	}
-	if out := mustRun(t, dir, nodeEP, "node", "resources", id); !strings.Contains(out, "Memory: ") || !strings.Contains(out, "Processes: ") || !strings.Contains(out, "RESIDENT") || !strings.Contains(out, " ANON ") || !strings.Contains(out, " FILE ") {
+	if out := mustRun(t, dir, nodeEP, "node", "resources", id); !strings.Contains(out, "Memory: ") || !strings.Contains(out, "Processes: ") || !strings.Contains(out, "RESIDENT") || !strings.Contains(out, " PSS ") || !strings.Contains(out, " ANON ") || !strings.Contains(out, " FILE ") {
 		t.Errorf("node resources printed %q, want the memory lines and the process table", out)
 	}
 

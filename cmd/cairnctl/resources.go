@@ -20,13 +20,14 @@ type resourcesView struct {
 
 // processView is one process of a node.
 type processView struct {
-	PID            int32  `json:"pid"`
-	Name           string `json:"name"`
-	ResidentBytes  uint64 `json:"resident_bytes"`
-	AnonymousBytes uint64 `json:"anonymous_bytes"`
-	FileBytes      uint64 `json:"file_bytes"`
-	SharedBytes    uint64 `json:"shared_bytes"`
-	CPUTimeMillis  uint64 `json:"cpu_time_millis"`
+	PID               int32  `json:"pid"`
+	Name              string `json:"name"`
+	ResidentBytes     uint64 `json:"resident_bytes"`
+	AnonymousBytes    uint64 `json:"anonymous_bytes"`
+	FileBytes         uint64 `json:"file_bytes"`
+	SharedBytes       uint64 `json:"shared_bytes"`
+	ProportionalBytes uint64 `json:"proportional_bytes"`
+	CPUTimeMillis     uint64 `json:"cpu_time_millis"`
 }
 
 func newNodeResourcesCommand(a *app) *cobra.Command {
@@ -40,7 +41,9 @@ func newNodeResourcesCommand(a *app) *cobra.Command {
 			"components, containerd and pods are processes of their own. The largest\n" +
 			"ten are shown, all with --all or -o json. ANON is a process's own memory\n" +
 			"(heap, stacks); FILE the pages of files it maps, its program among them,\n" +
-			"which processes mapping the same file share.",
+			"which processes mapping the same file share. PSS counts each page in\n" +
+			"part, one share for each process that maps it: the processes' PSS add\n" +
+			"up to the memory they take together, their RESIDENT do not.",
 		Args: exactArgs("ID"),
 		RunE: a.ownerRun(func(ctx context.Context, o *owner, args []string) error {
 			id := args[0]
@@ -70,7 +73,8 @@ func (a *app) printResources(res *api.GetResourcesResponse, all bool) error {
 		v.Processes = append(v.Processes, processView{
 			PID: p.GetPid(), Name: p.GetName(), ResidentBytes: p.GetResidentBytes(),
 			AnonymousBytes: p.GetAnonymousBytes(), FileBytes: p.GetFileBytes(), SharedBytes: p.GetSharedBytes(),
-			CPUTimeMillis: p.GetCpuTimeMillis(),
+			ProportionalBytes: p.GetProportionalBytes(),
+			CPUTimeMillis:     p.GetCpuTimeMillis(),
 		})
 	}
 	if a.output == outputJSON {
@@ -81,17 +85,20 @@ func (a *app) printResources(res *api.GetResourcesResponse, all bool) error {
 		sum.ResidentBytes += p.ResidentBytes
 		sum.AnonymousBytes += p.AnonymousBytes
 		sum.FileBytes += p.FileBytes
+		sum.ProportionalBytes += p.ProportionalBytes
 	}
 	fmt.Fprintf(a.out, "Memory: %s total, %s available\n", mib(v.MemoryTotalBytes), mib(v.MemoryAvailableBytes))
-	fmt.Fprintf(a.out, "Processes: %s resident, %s of it anonymous, %s file pages\n\n", mib(sum.ResidentBytes), mib(sum.AnonymousBytes), mib(sum.FileBytes))
+	fmt.Fprintf(a.out, "Processes: %s together (PSS), %s anonymous; %s resident, counting shared pages for each\n\n",
+		mib(sum.ProportionalBytes), mib(sum.AnonymousBytes), mib(sum.ResidentBytes))
 	shown := v.Processes
 	if !all && len(shown) > 10 {
 		shown = shown[:10]
 	}
 	tw := tabwriter.NewWriter(a.out, 0, 8, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "PID\tRESIDENT\tANON\tFILE\tCPU TIME\t NAME\n")
+	fmt.Fprintf(tw, "PID\tRESIDENT\tPSS\tANON\tFILE\tCPU TIME\t NAME\n")
 	for _, p := range shown {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t %s\n", p.PID, mib(p.ResidentBytes), mib(p.AnonymousBytes), mib(p.FileBytes), (time.Duration(p.CPUTimeMillis) * time.Millisecond).String(), p.Name)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t %s\n", p.PID, mib(p.ResidentBytes), mib(p.ProportionalBytes), mib(p.AnonymousBytes), mib(p.FileBytes),
+			(time.Duration(p.CPUTimeMillis) * time.Millisecond).String(), p.Name)
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("when writing the resources: %w", err)

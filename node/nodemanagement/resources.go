@@ -21,13 +21,14 @@ func readResources(proc string) (*api.GetResourcesResponse, error) {
 	res := &api.GetResourcesResponse{MemoryTotalBytes: mem.TotalBytes, MemoryAvailableBytes: mem.AvailableBytes}
 	for _, p := range procs {
 		res.Processes = append(res.Processes, &api.GetResourcesResponse_Process{
-			Pid:            int32(p.PID),
-			Name:           p.Name,
-			ResidentBytes:  p.ResidentBytes,
-			CpuTimeMillis:  uint64(p.CPUTime.Milliseconds()),
-			AnonymousBytes: p.AnonymousBytes,
-			FileBytes:      p.FileBytes,
-			SharedBytes:    p.SharedBytes,
+			Pid:               int32(p.PID),
+			Name:              p.Name,
+			ResidentBytes:     p.ResidentBytes,
+			CpuTimeMillis:     uint64(p.CPUTime.Milliseconds()),
+			AnonymousBytes:    p.AnonymousBytes,
+			FileBytes:         p.FileBytes,
+			SharedBytes:       p.SharedBytes,
+			ProportionalBytes: p.ProportionalBytes,
 		})
 	}
 	return res, nil

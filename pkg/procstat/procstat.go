@@ -33,6 +33,10 @@ type Process struct {
 	// (its program among them), which other processes mapping the same
 	// files share and the kernel may drop, and shared memory (tmpfs).
 	AnonymousBytes, FileBytes, SharedBytes uint64
+	// ProportionalBytes is its proportional set size: each resident page
+	// counted in part, one share for each process that maps it, so that
+	// the processes' shares add up to the memory they take together.
+	ProportionalBytes uint64
 	// CPUTime is its user and system CPU time.
 	CPUTime time.Duration
 }
@@ -42,25 +46,12 @@ type Process struct {
 // that ends while it is read is left out.
 func Read(proc string) (Memory, []Process, error) {
 	var mem Memory
-	meminfo, err := os.ReadFile(filepath.Join(proc, "meminfo"))
+	err := readKB(filepath.Join(proc, "meminfo"), map[string]*uint64{
+		"MemTotal":     &mem.TotalBytes,
+		"MemAvailable": &mem.AvailableBytes,
+	})
 	if err != nil {
 		return Memory{}, nil, fmt.Errorf("when reading the memory: %w", err)
-	}
-	for _, line := range strings.Split(string(meminfo), "\n") {
-		key, value, ok := strings.Cut(line, ":")
-		if !ok {
-			continue
-		}
-		kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(value), " kB"), 10, 64)
-		if err != nil {
-			continue
-		}
-		switch key {
-		case "MemTotal":
-			mem.TotalBytes = kb * 1024
-		case "MemAvailable":
-			mem.AvailableBytes = kb * 1024
-		}
 	}
 	entries, err := os.ReadDir(proc)
 	if err != nil {
@@ -105,39 +96,49 @@ func readProcess(dir string) (Process, error) {
 	if err1 != nil || err2 != nil {
 		return Process{}, fmt.Errorf("%s/stat has no CPU times", dir)
 	}
-	// status has the resident memory by kind, in kB: VmRSS is RssAnon,
-	// RssFile and RssShmem together.
-	status, err := os.ReadFile(filepath.Join(dir, "status"))
-	if err != nil {
-		return Process{}, err
-	}
 	p := Process{
 		Name:    string(stat[open+1 : end]),
 		CPUTime: time.Duration(utime+stime) * time.Second / clockTicks,
 	}
-	for _, line := range strings.Split(string(status), "\n") {
+	// status has the resident memory by kind: VmRSS is RssAnon, RssFile
+	// and RssShmem together. smaps_rollup has the proportional share.
+	err = readKB(filepath.Join(dir, "status"), map[string]*uint64{
+		"VmRSS":    &p.ResidentBytes,
+		"RssAnon":  &p.AnonymousBytes,
+		"RssFile":  &p.FileBytes,
+		"RssShmem": &p.SharedBytes,
+	})
+	if err != nil {
+		return Process{}, err
+	}
+	if p.ResidentBytes == 0 {
+		return p, nil
+	}
+	if err := readKB(filepath.Join(dir, "smaps_rollup"), map[string]*uint64{"Pss": &p.ProportionalBytes}); err != nil {
+		return Process{}, err
+	}
+	return p, nil
+}
+
+// readKB reads the "Key:  N kB" lines of file (meminfo, status,
+// smaps_rollup) into the fields named, in bytes. Other lines are skipped;
+// a named field whose value is not a number is an error.
+func readKB(file string, fields map[string]*uint64) error {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
 		key, value, ok := strings.Cut(line, ":")
-		if !ok {
-			continue
-		}
-		var field *uint64
-		switch key {
-		case "VmRSS":
-			field = &p.ResidentBytes
-		case "RssAnon":
-			field = &p.AnonymousBytes
-		case "RssFile":
-			field = &p.FileBytes
-		case "RssShmem":
-			field = &p.SharedBytes
-		default:
+		field := fields[key]
+		if !ok || field == nil {
 			continue
 		}
 		kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(value), " kB"), 10, 64)
 		if err != nil {
-			return Process{}, fmt.Errorf("%s/status: %s: %w", dir, key, err)
+			return fmt.Errorf("%s: %s: %w", file, key, err)
 		}
 		*field = kb * 1024
 	}
-	return p, nil
+	return nil
 }

@@ -21,6 +21,9 @@ func TestReadSelf(t *testing.T) {
 			if p.ResidentBytes == 0 || p.Name == "" || p.AnonymousBytes == 0 || p.FileBytes == 0 {
 				t.Errorf("this process: %+v, want a name and anonymous and file memory", p)
 			}
+			if p.ProportionalBytes == 0 || p.ProportionalBytes > p.ResidentBytes*11/10 {
+				t.Errorf("this process: proportional set %d bytes of %d resident, want some, at most all", p.ProportionalBytes, p.ResidentBytes)
+			}
 			// The kernel counts the kinds and their sum apart, each a
 			// moment later than the last.
 			if sum := p.AnonymousBytes + p.FileBytes + p.SharedBytes; sum < p.ResidentBytes*9/10 || sum > p.ResidentBytes*11/10 {
@@ -50,6 +53,7 @@ func TestReadFixture(t *testing.T) {
 	write("meminfo", "MemTotal:       2048 kB\nMemFree:   10 kB\nMemAvailable:   1024 kB\n")
 	write("7/stat", "7 (a (b) c) S 1 7 7 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 1 0 100 1000 10\n")
 	write("7/status", "Name:\ta (b) c\nVmRSS:\t      12 kB\nRssAnon:\t       8 kB\nRssFile:\t       3 kB\nRssShmem:\t       1 kB\n")
+	write("7/smaps_rollup", "00400000-7ffc0000 ---p 00000000 00:00 0  [rollup]\nRss:  12 kB\nPss:   5 kB\nPss_Anon:  4 kB\n")
 	write("8/stat", "8 (idle) S 1 8 8 0 -1 0 0 0 0 0 1 1 0 0 20 0 1 0 100 0 0\n")
 	write("8/status", "Name:\tidle\n")
 	write("9/stat", "9 broken\n")
@@ -63,7 +67,7 @@ func TestReadFixture(t *testing.T) {
 	if mem.TotalBytes != 2048*1024 || mem.AvailableBytes != 1024*1024 {
 		t.Errorf("memory %+v", mem)
 	}
-	want := Process{PID: 7, Name: "a (b) c", ResidentBytes: 12 << 10, AnonymousBytes: 8 << 10, FileBytes: 3 << 10, SharedBytes: 1 << 10, CPUTime: 3 * time.Second}
+	want := Process{PID: 7, Name: "a (b) c", ResidentBytes: 12 << 10, AnonymousBytes: 8 << 10, FileBytes: 3 << 10, SharedBytes: 1 << 10, ProportionalBytes: 5 << 10, CPUTime: 3 * time.Second}
 	if len(procs) != 1 || procs[0] != want {
 		t.Errorf("processes %+v, want %+v", procs, want)
 	}

@@ -1509,8 +1509,13 @@ type GetResourcesResponse_Process struct {
 	AnonymousBytes uint64 `protobuf:"varint,5,opt,name=anonymous_bytes,json=anonymousBytes,proto3" json:"anonymous_bytes,omitempty"`
 	FileBytes      uint64 `protobuf:"varint,6,opt,name=file_bytes,json=fileBytes,proto3" json:"file_bytes,omitempty"`
 	SharedBytes    uint64 `protobuf:"varint,7,opt,name=shared_bytes,json=sharedBytes,proto3" json:"shared_bytes,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The proportional set size: each resident page counted in part, one
+	// share for each process that maps it. The processes' shares add up
+	// to the memory they take together; their resident memory counts a
+	// shared program's pages once for each.
+	ProportionalBytes uint64 `protobuf:"varint,8,opt,name=proportional_bytes,json=proportionalBytes,proto3" json:"proportional_bytes,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *GetResourcesResponse_Process) Reset() {
@@ -1592,6 +1597,13 @@ func (x *GetResourcesResponse_Process) GetSharedBytes() uint64 {
 	return 0
 }
 
+func (x *GetResourcesResponse_Process) GetProportionalBytes() uint64 {
+	if x != nil {
+		return x.ProportionalBytes
+	}
+	return 0
+}
+
 var File_proto_api_nodemanagement_proto protoreflect.FileDescriptor
 
 const file_proto_api_nodemanagement_proto_rawDesc = "" +
@@ -1631,11 +1643,11 @@ const file_proto_api_nodemanagement_proto_rawDesc = "" +
 	"\x11GetMetricsRequest\"(\n" +
 	"\x12GetMetricsResponse\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\fR\x04text\"\x15\n" +
-	"\x13GetResourcesRequest\"\xad\x03\n" +
+	"\x13GetResourcesRequest\"\xdc\x03\n" +
 	"\x14GetResourcesResponse\x12,\n" +
 	"\x12memory_total_bytes\x18\x01 \x01(\x04R\x10memoryTotalBytes\x124\n" +
 	"\x16memory_available_bytes\x18\x02 \x01(\x04R\x14memoryAvailableBytes\x12E\n" +
-	"\tprocesses\x18\x03 \x03(\v2'.cairn.api.GetResourcesResponse.ProcessR\tprocesses\x1a\xe9\x01\n" +
+	"\tprocesses\x18\x03 \x03(\v2'.cairn.api.GetResourcesResponse.ProcessR\tprocesses\x1a\x98\x02\n" +
 	"\aProcess\x12\x10\n" +
 	"\x03pid\x18\x01 \x01(\x05R\x03pid\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12%\n" +
@@ -1644,7 +1656,8 @@ const file_proto_api_nodemanagement_proto_rawDesc = "" +
 	"\x0fanonymous_bytes\x18\x05 \x01(\x04R\x0eanonymousBytes\x12\x1d\n" +
 	"\n" +
 	"file_bytes\x18\x06 \x01(\x04R\tfileBytes\x12!\n" +
-	"\fshared_bytes\x18\a \x01(\x04R\vsharedBytes\"j\n" +
+	"\fshared_bytes\x18\a \x01(\x04R\vsharedBytes\x12-\n" +
+	"\x12proportional_bytes\x18\b \x01(\x04R\x11proportionalBytes\"j\n" +
 	"\x11GetProfileRequest\x12*\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x16.cairn.api.ProfileKindR\x04kind\x12)\n" +
 	"\x10duration_seconds\x18\x02 \x01(\rR\x0fdurationSeconds\"Z\n" +
