@@ -6,8 +6,11 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
+	"math/big"
+	"net"
 	"os"
 	"path/filepath"
 	"time"
@@ -57,24 +60,75 @@ func issue(ctx context.Context, cur api.CuratorClient, kind api.CertificateKind,
 		CA:      filepath.Join(dir, "ca.crt"),
 		renewAt: cert.NotBefore.Add(cert.NotAfter.Sub(cert.NotBefore) / 2),
 	}
-	if err := mkdirs(dir); err != nil {
-		return nil, err
-	}
-	for _, f := range []struct {
-		path, kind string
-		der        []byte
-		perm       os.FileMode
-	}{
+	if err := writePEMs(dir, []pemFile{
 		{c.Key, "PRIVATE KEY", keyDER, 0o600},
 		{c.Cert, "CERTIFICATE", res.Certificate, 0o644},
 		{c.CA, "CERTIFICATE", res.CaCertificate, 0o644},
-	} {
-		b := pem.EncodeToMemory(&pem.Block{Type: f.kind, Bytes: f.der})
-		if err := writeFile(f.path, b, f.perm); err != nil {
-			return nil, err
-		}
+	}); err != nil {
+		return nil, err
 	}
 	return c, nil
+}
+
+// A pemFile is one PEM block to write, and the file's permissions.
+type pemFile struct {
+	path, kind string
+	der        []byte
+	perm       os.FileMode
+}
+
+// writePEMs creates dir and writes each file into it.
+func writePEMs(dir string, files []pemFile) error {
+	if err := mkdirs(dir); err != nil {
+		return err
+	}
+	for _, f := range files {
+		if err := writeFile(f.path, pem.EncodeToMemory(&pem.Block{Type: f.kind, Bytes: f.der}), f.perm); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loopbackServing writes dir/serving.key and dir/serving.crt: a fresh
+// ECDSA P-256 key and a certificate it signs itself for 127.0.0.1 and
+// localhost, valid until notAfter, for a component's HTTPS port on the
+// loopback (the controller-manager's, the scheduler's). Given none, each
+// makes itself an RSA-2048 key at every start, which takes seconds of an
+// emulated CPU while the controller starts. Nothing checks the
+// certificate: the ports are for the node's own health checks.
+func loopbackServing(dir string, notAfter time.Time) (cert, key string, err error) {
+	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return "", "", fmt.Errorf("when generating a serving key: %w", err)
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return "", "", fmt.Errorf("when drawing a serial number: %w", err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial,
+		Subject:      pkix.Name{CommonName: "localhost"},
+		DNSNames:     []string{"localhost"},
+		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     notAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &priv.PublicKey, priv)
+	if err != nil {
+		return "", "", fmt.Errorf("when signing the serving certificate: %w", err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		return "", "", fmt.Errorf("when encoding the serving key: %w", err)
+	}
+	cert, key = filepath.Join(dir, "serving.crt"), filepath.Join(dir, "serving.key")
+	if err := writePEMs(dir, []pemFile{{key, "PRIVATE KEY", keyDER, 0o600}, {cert, "CERTIFICATE", der, 0o644}}); err != nil {
+		return "", "", err
+	}
+	return cert, key, nil
 }
 
 // issueKubeconfig issues a client credential of kind into dir and writes
