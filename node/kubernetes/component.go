@@ -55,12 +55,20 @@ func (l Layout) runComponent(ctx context.Context, cmd *exec.Cmd, renewAt time.Ti
 	return err
 }
 
+// componentGOGC is Go's GOGC for Kubernetes' components, containerd and
+// its shims (which inherit containerd's environment): a collection starts
+// once the heap has grown by half of what the last one left live, not by
+// all of it as Go's default has it. Their heaps are mostly informers'
+// caches, which live long and change little, so the collections cost
+// little, and each component keeps a third less heap.
+const componentGOGC = "50"
+
 // command returns the command running bin with args, with PATH set to the
 // payload's directory and the system partition's programs (the kubelet
-// runs mount, containerd its shim), and nothing else of init's
-// environment.
+// runs mount, containerd its shim), componentGOGC, and nothing else of
+// init's environment.
 func (l Layout) command(bin string, args ...string) *exec.Cmd {
 	cmd := exec.Command(l.bin(bin), args...)
-	cmd.Env = []string{"PATH=" + l.Bin + ":/system/usr/bin:/system/usr/sbin", "HOME=/"}
+	cmd.Env = []string{"PATH=" + l.Bin + ":/system/usr/bin:/system/usr/sbin", "HOME=/", "GOGC=" + componentGOGC}
 	return cmd
 }
