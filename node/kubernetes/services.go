@@ -97,5 +97,15 @@ func (s *Services) runProxy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// kube-proxy can do nothing before its apiserver, this node's, is
+	// ready; started beside it, its own start would take seconds of the
+	// CPU the apiserver needs to come up.
+	cl, err := newAPIClient(s.apiserverURL(), cred)
+	if err != nil {
+		return err
+	}
+	if err := cl.waitReady(ctx, supervisor.Logger(ctx).Infof); err != nil {
+		return err
+	}
 	return runKubeProxy(ctx, s.cfg.Layout, dir, s.cfg.NodeID, s.cfg.IP, kubeconfig, cred.renewAt)
 }
