@@ -111,6 +111,24 @@ func TestAgainstNodeManagement(t *testing.T) {
 		t.Errorf("node resources printed %q, want the memory lines and the process table", out)
 	}
 
+	// Over a second, the node (this test's process, burning CPU) shows
+	// the CPU it used, busiest first.
+	burn, stopBurn := context.WithCancel(context.Background())
+	go func() {
+		for x := 0; burn.Err() == nil; x++ {
+			_ = x * x
+		}
+	}()
+	var over resourcesView
+	err = json.Unmarshal([]byte(mustRun(t, dir, nodeEP, "-o", "json", "node", "resources", id, "--over", "1s")), &over)
+	stopBurn()
+	if err != nil {
+		t.Fatalf("node resources --over 1s -o json: %v", err)
+	}
+	if over.OverMillis < 1000 || len(over.Processes) == 0 || over.Processes[0].PID != int32(os.Getpid()) || over.Processes[0].CPUOverMillis < 200 {
+		t.Errorf("node resources --over 1s: %d ms apart, first %+v; want at least 1 s, and the test's busy process first", over.OverMillis, over.Processes[:min(1, len(over.Processes))])
+	}
+
 	if out := mustRun(t, dir, nodeEP, "node", "metrics", id); !strings.Contains(out, "# TYPE cairn_node_memory_total_bytes gauge") || !strings.Contains(out, "go_goroutines ") {
 		t.Errorf("node metrics printed %.500q, want the node's and the process's metrics", out)
 	}

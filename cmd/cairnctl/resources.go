@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"sort"
 	"text/tabwriter"
 	"time"
 
@@ -13,9 +14,12 @@ import (
 
 // resourcesView is GetResources as cairnctl prints it.
 type resourcesView struct {
-	MemoryTotalBytes     uint64        `json:"memory_total_bytes"`
-	MemoryAvailableBytes uint64        `json:"memory_available_bytes"`
-	Processes            []processView `json:"processes"`
+	MemoryTotalBytes     uint64 `json:"memory_total_bytes"`
+	MemoryAvailableBytes uint64 `json:"memory_available_bytes"`
+	// OverMillis is the time between the two readings of --over, whose
+	// memory figures are the second's; 0 without it.
+	OverMillis uint64        `json:"over_millis,omitempty"`
+	Processes  []processView `json:"processes"`
 }
 
 // processView is one process of a node.
@@ -28,10 +32,14 @@ type processView struct {
 	SharedBytes       uint64 `json:"shared_bytes"`
 	ProportionalBytes uint64 `json:"proportional_bytes"`
 	CPUTimeMillis     uint64 `json:"cpu_time_millis"`
+	// CPUOverMillis is the CPU time it used between the two readings of
+	// --over (all of it for a process that started in between).
+	CPUOverMillis uint64 `json:"cpu_over_millis,omitempty"`
 }
 
 func newNodeResourcesCommand(a *app) *cobra.Command {
 	var all bool
+	var over time.Duration
 	cmd := &cobra.Command{
 		Use:   "resources ID",
 		Short: "Show a node's memory and its processes' resident memory and CPU time",
@@ -43,27 +51,57 @@ func newNodeResourcesCommand(a *app) *cobra.Command {
 			"(heap, stacks); FILE the pages of files it maps, its program among them,\n" +
 			"which processes mapping the same file share. PSS counts each page in\n" +
 			"part, one share for each process that maps it: the processes' PSS add\n" +
-			"up to the memory they take together, their RESIDENT do not.",
+			"up to the memory they take together, their RESIDENT do not.\n\n" +
+			"With --over, it reads the node twice, that long apart, and shows the CPU\n" +
+			"each process used in between, busiest first, as a share of one CPU.",
 		Args: exactArgs("ID"),
+		PreRunE: func(cmd *cobra.Command, _ []string) error {
+			if over < 0 || (over > 0 && over < time.Second) {
+				return fmt.Errorf("--over %s: want at least 1s", over)
+			}
+			if !cmd.Flags().Changed("timeout") {
+				a.timeout += over
+			}
+			return nil
+		},
 		RunE: a.ownerRun(func(ctx context.Context, o *owner, args []string) error {
 			id := args[0]
-			var res *api.GetResourcesResponse
+			var first, res *api.GetResourcesResponse
+			var start time.Time
 			err := a.nodeManagement(ctx, o, id, "reading the resources of node "+id, func(c api.NodeManagementClient) error {
 				var err error
+				if over > 0 {
+					if first, err = c.GetResources(ctx, &api.GetResourcesRequest{}); err != nil {
+						return err
+					}
+					start = time.Now()
+					fmt.Fprintf(a.errOut, "Reading node %s again in %s...\n", id, over)
+					select {
+					case <-ctx.Done():
+						return ctx.Err()
+					case <-time.After(over):
+					}
+				}
 				res, err = c.GetResources(ctx, &api.GetResourcesRequest{})
 				return err
 			})
 			if err != nil {
 				return err
 			}
-			return a.printResources(res, all)
+			v := newResourcesView(res)
+			if first != nil {
+				v.cpuOver(first, time.Since(start))
+			}
+			return a.printResources(v, all)
 		}),
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "list every process, not the largest ten")
+	cmd.Flags().DurationVar(&over, "over", 0, "read the node twice, this long apart, and show the CPU used in between")
 	return cmd
 }
 
-func (a *app) printResources(res *api.GetResourcesResponse, all bool) error {
+// newResourcesView is res as cairnctl prints it.
+func newResourcesView(res *api.GetResourcesResponse) resourcesView {
 	v := resourcesView{
 		MemoryTotalBytes:     res.GetMemoryTotalBytes(),
 		MemoryAvailableBytes: res.GetMemoryAvailableBytes(),
@@ -77,6 +115,30 @@ func (a *app) printResources(res *api.GetResourcesResponse, all bool) error {
 			CPUTimeMillis:     p.GetCpuTimeMillis(),
 		})
 	}
+	return v
+}
+
+// cpuOver sets each process's CPU time since the reading first, taken
+// elapsed before v's, and sorts the processes busiest first. A process
+// first does not list, or lists under another name (its PID taken again),
+// started in between: all its CPU time counts.
+func (v *resourcesView) cpuOver(first *api.GetResourcesResponse, elapsed time.Duration) {
+	before := map[int32]*api.GetResourcesResponse_Process{}
+	for _, p := range first.GetProcesses() {
+		before[p.GetPid()] = p
+	}
+	v.OverMillis = uint64(elapsed.Milliseconds())
+	for i := range v.Processes {
+		p := &v.Processes[i]
+		p.CPUOverMillis = p.CPUTimeMillis
+		if b, ok := before[p.PID]; ok && b.GetName() == p.Name && b.GetCpuTimeMillis() <= p.CPUTimeMillis {
+			p.CPUOverMillis -= b.GetCpuTimeMillis()
+		}
+	}
+	sort.SliceStable(v.Processes, func(i, j int) bool { return v.Processes[i].CPUOverMillis > v.Processes[j].CPUOverMillis })
+}
+
+func (a *app) printResources(v resourcesView, all bool) error {
 	if a.output == outputJSON {
 		return writeJSON(a.out, v)
 	}
@@ -86,19 +148,31 @@ func (a *app) printResources(res *api.GetResourcesResponse, all bool) error {
 		sum.AnonymousBytes += p.AnonymousBytes
 		sum.FileBytes += p.FileBytes
 		sum.ProportionalBytes += p.ProportionalBytes
+		sum.CPUOverMillis += p.CPUOverMillis
 	}
 	fmt.Fprintf(a.out, "Memory: %s total, %s available\n", mib(v.MemoryTotalBytes), mib(v.MemoryAvailableBytes))
-	fmt.Fprintf(a.out, "Processes: %s together (PSS), %s anonymous; %s resident, counting shared pages for each\n\n",
+	fmt.Fprintf(a.out, "Processes: %s together (PSS), %s anonymous; %s resident, counting shared pages for each\n",
 		mib(sum.ProportionalBytes), mib(sum.AnonymousBytes), mib(sum.ResidentBytes))
+	if v.OverMillis > 0 {
+		fmt.Fprintf(a.out, "CPU: %s used over %s, %s of one CPU\n", millis(sum.CPUOverMillis), millis(v.OverMillis), share(sum.CPUOverMillis, v.OverMillis))
+	}
+	fmt.Fprintln(a.out)
 	shown := v.Processes
 	if !all && len(shown) > 10 {
 		shown = shown[:10]
 	}
 	tw := tabwriter.NewWriter(a.out, 0, 8, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "PID\tRESIDENT\tPSS\tANON\tFILE\tCPU TIME\t NAME\n")
+	over := ""
+	if v.OverMillis > 0 {
+		over = "CPU %\t"
+	}
+	fmt.Fprintf(tw, "PID\tRESIDENT\tPSS\tANON\tFILE\tCPU TIME\t%s NAME\n", over)
 	for _, p := range shown {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t %s\n", p.PID, mib(p.ResidentBytes), mib(p.ProportionalBytes), mib(p.AnonymousBytes), mib(p.FileBytes),
-			(time.Duration(p.CPUTimeMillis) * time.Millisecond).String(), p.Name)
+		if v.OverMillis > 0 {
+			over = share(p.CPUOverMillis, v.OverMillis) + "\t"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s %s\n", p.PID, mib(p.ResidentBytes), mib(p.ProportionalBytes), mib(p.AnonymousBytes), mib(p.FileBytes),
+			millis(p.CPUTimeMillis), over, p.Name)
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("when writing the resources: %w", err)
@@ -107,6 +181,16 @@ func (a *app) printResources(res *api.GetResourcesResponse, all bool) error {
 		fmt.Fprintf(a.out, "(%d more processes; --all lists them)\n", len(v.Processes)-len(shown))
 	}
 	return nil
+}
+
+// millis is a count of milliseconds as a duration.
+func millis(ms uint64) string {
+	return (time.Duration(ms) * time.Millisecond).String()
+}
+
+// share is part of whole as a percentage with one decimal.
+func share(part, whole uint64) string {
+	return fmt.Sprintf("%.1f%%", 100*float64(part)/float64(whole))
 }
 
 // mib is a byte count in MiB with one decimal.

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"testing"
+	"time"
+
+	"cairn.dev/cairn/proto/api"
+)
+
+// TestCPUOver counts each process's CPU time between two readings: a
+// process in both by its difference, one that started in between by all
+// of its time, as does one whose PID another process took meanwhile; the
+// busiest comes first.
+func TestCPUOver(t *testing.T) {
+	proc := func(pid int32, name string, cpu uint64) *api.GetResourcesResponse_Process {
+		return &api.GetResourcesResponse_Process{Pid: pid, Name: name, CpuTimeMillis: cpu}
+	}
+	first := &api.GetResourcesResponse{Processes: []*api.GetResourcesResponse_Process{
+		proc(1, "init", 1000), proc(2, "kubelet", 5000), proc(3, "old", 9000), proc(9, "gone", 100),
+	}}
+	v := newResourcesView(&api.GetResourcesResponse{Processes: []*api.GetResourcesResponse_Process{
+		proc(1, "init", 1010), proc(2, "kubelet", 6500), proc(3, "new", 300), proc(4, "shim", 50),
+	}})
+	v.cpuOver(first, 10*time.Second)
+	if v.OverMillis != 10000 {
+		t.Errorf("OverMillis = %d, want 10000", v.OverMillis)
+	}
+	want := []struct {
+		name string
+		over uint64
+	}{{"kubelet", 1500}, {"new", 300}, {"shim", 50}, {"init", 10}}
+	if len(v.Processes) != len(want) {
+		t.Fatalf("%d processes, want %d", len(v.Processes), len(want))
+	}
+	for i, w := range want {
+		if p := v.Processes[i]; p.Name != w.name || p.CPUOverMillis != w.over {
+			t.Errorf("process %d = %s with %d ms, want %s with %d ms", i, p.Name, p.CPUOverMillis, w.name, w.over)
+		}
+	}
+	if got := share(1500, 10000); got != "15.0%" {
+		t.Errorf("share(1500, 10000) = %q, want 15.0%%", got)
+	}
+}
