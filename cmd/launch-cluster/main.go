@@ -46,6 +46,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -167,9 +168,10 @@ func run(cfg cluster.Config, grace time.Duration) error {
 	} else {
 		printPhases(c)
 		kubeconfig := ""
+		var rolesGiven time.Time
 		if kubernetesOn {
 			var err error
-			if kubeconfig, err = startKubernetes(interrupted, c); err != nil {
+			if kubeconfig, rolesGiven, err = startKubernetes(interrupted, c); err != nil {
 				say("Kubernetes: %v", err)
 				kubeconfig = ""
 			}
@@ -183,6 +185,10 @@ func run(cfg cluster.Config, grace time.Duration) error {
 		if r := c.RegistryHost(); r != "" {
 			fmt.Fprintf(os.Stderr, "\nregistry: %s from this machine, the nodes' mirror of docker.io (an image pushed\nthere as library/NAME runs as NAME; %d image(s) pushed, such as cairn/agent:1)\n", r, len(cfg.Images))
 		}
+		if kubeconfig != "" {
+			kubectl := filepath.Join(filepath.Dir(cfg.Cairnctl), "kubectl")
+			waitWorkersReady(interrupted, kubectl, kubeconfig, max(1, len(c.Nodes())-1), rolesGiven)
+		}
 	}
 	<-interrupted.Done()
 	stop()
@@ -195,8 +201,9 @@ var kubernetesOn = true
 // startKubernetes gives node 0 the KubernetesController role and every
 // other node KubernetesWorker (a one-node cluster gets both on node 0),
 // and writes a kubeconfig whose context reaches node 0's apiserver through
-// its forward. It returns the kubeconfig's path.
-func startKubernetes(ctx context.Context, c *cluster.Cluster) (string, error) {
+// its forward. It returns the kubeconfig's path and when the last role was
+// given.
+func startKubernetes(ctx context.Context, c *cluster.Cluster) (string, time.Time, error) {
 	nodes := c.Nodes()
 	roles := [][2]string{{nodes[0].ID(), "KubernetesController"}}
 	for _, n := range nodes[1:] {
@@ -207,15 +214,47 @@ func startKubernetes(ctx context.Context, c *cluster.Cluster) (string, error) {
 	}
 	for _, r := range roles {
 		if _, err := c.Cairnctl(ctx, "node", "add-role", r[0], r[1]); err != nil {
-			return "", err
+			return "", time.Time{}, err
 		}
 	}
+	given := time.Now()
 	kubeconfig := filepath.Join(c.Config().Dir, "kubeconfig")
 	if _, err := c.Cairnctl(ctx, "kubeconfig", "--out", kubeconfig, "--apiserver", "https://"+nodes[0].KubernetesAddr()); err != nil {
-		return "", err
+		return "", time.Time{}, err
 	}
 	say("node 0 runs the Kubernetes control plane, the other nodes are its workers; kubeconfig in %s", kubeconfig)
-	return kubeconfig, nil
+	return kubeconfig, given, nil
+}
+
+// workersReadyTimeout is how long waitWorkersReady waits.
+const workersReadyTimeout = 15 * time.Minute
+
+// waitWorkersReady asks the apiserver, through kubectl, every 2 s until
+// workers Nodes are Ready, and says how long after the roles were given
+// (since) that was: the figure a user waits for. It gives up, saying so,
+// after workersReadyTimeout, and quietly when ctx ends.
+func waitWorkersReady(ctx context.Context, kubectl, kubeconfig string, workers int, since time.Time) {
+	deadline := time.Now().Add(workersReadyTimeout)
+	ready, last := 0, ""
+	for time.Now().Before(deadline) {
+		out, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", kubeconfig, "get", "nodes", "--request-timeout=5s",
+			"-o", `jsonpath={range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`).CombinedOutput()
+		if err == nil {
+			ready = strings.Count(string(out), "True")
+			if ready >= workers {
+				say("Kubernetes: %d worker(s) Ready, %.1f s after the roles were given", ready, time.Since(since).Seconds())
+				return
+			}
+		} else {
+			last = strings.TrimSpace(string(out))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(2 * time.Second):
+		}
+	}
+	say("Kubernetes: %d of %d worker(s) Ready after %s (last kubectl error: %q); the nodes' logs say why (cairnctl logs ID)", ready, workers, workersReadyTimeout, last)
 }
 
 // freshDir empties dir if an earlier run made it, and marks it as ours.
