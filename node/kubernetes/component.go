@@ -58,9 +58,10 @@ func (l Layout) runComponent(ctx context.Context, cmd *exec.Cmd, renewAt time.Ti
 // componentGOGC is Go's GOGC for Kubernetes' components, containerd and
 // its shims (which inherit containerd's environment): a collection starts
 // once the heap has grown by half of what the last one left live, not by
-// all of it as Go's default has it. Their heaps are mostly informers'
-// caches, which live long and change little, so the collections cost
-// little, and each component keeps a third less heap.
+// all of it as Go's default has it, so a component's heap peaks at 1.5
+// times its live data rather than twice. On an idle controller of make
+// cluster the apiserver's heap went from 195 to 157 MB; it allocates
+// about 36 MB a minute there, so it collects about once a minute more.
 const componentGOGC = "50"
 
 // command returns the command running bin with args, with PATH set to the
