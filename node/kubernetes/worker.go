@@ -258,15 +258,8 @@ state = ` + q(w.dir("containerd", "state")) + `
 // importPause imports the pause image into containerd's Kubernetes
 // namespace once containerd serves, then is done.
 func (w *Worker) importPause(ctx context.Context) error {
-	for {
-		if _, err := os.Stat(w.containerdSocket()); err == nil {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
+	if err := w.waitContainerd(ctx); err != nil {
+		return err
 	}
 	cmd := w.cfg.Layout.command("ctr", "--address", w.containerdSocket(), "--namespace", "k8s.io",
 		"images", "import", "--local", w.cfg.Layout.bin(pauseArchive))
@@ -278,8 +271,25 @@ func (w *Worker) importPause(ctx context.Context) error {
 	return nil
 }
 
+// waitContainerd returns once containerd serves on its socket, or ctx
+// ends.
+func (w *Worker) waitContainerd(ctx context.Context) error {
+	for {
+		if _, err := os.Stat(w.containerdSocket()); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
 // runKubelet runs the kubelet with certificates of the Kubernetes CA for
-// the node's name.
+// the node's name, once containerd serves: a kubelet that finds no
+// container runtime exits at once, and under emulation its restart costs
+// seconds of CPU that containerd, starting beside it, needs.
 func (w *Worker) runKubelet(ctx context.Context) error {
 	dir := w.dir("kubelet")
 	client, kubeconfig, err := w.nodeKubeconfig(ctx, dir)
@@ -292,6 +302,9 @@ func (w *Worker) runKubelet(ctx context.Context) error {
 	}
 	config := dir + "/config.json"
 	if err := writeJSON(config, w.kubeletConfig(serving)); err != nil {
+		return err
+	}
+	if err := w.waitContainerd(ctx); err != nil {
 		return err
 	}
 	cmd := w.cfg.Layout.command("kubelet",
