@@ -191,6 +191,8 @@ func validRequest(t *testing.T, m rpc.Method, tg *matrixTargets) proto.Message {
 		return &api.WatchRequest{Kind: &api.WatchRequest_NodeInCluster_{NodeInCluster: &api.WatchRequest_NodeInCluster{NodeId: tg.worker.id}}}
 	case "/cairn.api.Curator/UpdateNodeStatus":
 		return &api.UpdateNodeStatusRequest{NodeId: tg.worker.id, Status: &api.NodeStatus{ExternalAddress: "10.0.2.99", Version: "matrix", TimestampUnixNanos: time.Now().UnixNano()}}
+	case "/cairn.api.NodeManagement/GetProfile":
+		return &api.GetProfileRequest{Kind: api.ProfileKind_PROFILE_KIND_HEAP}
 	case "/cairn.api.Curator/IssueCertificate":
 		return &api.IssueCertificateRequest{Kind: api.CertificateKind_CERTIFICATE_KIND_NODE}
 	case "/cairn.api.Curator/JoinConsensus":
