@@ -95,8 +95,9 @@ func writePEMs(dir string, files []pemFile) error {
 // localhost, valid until notAfter, for a component's HTTPS port on the
 // loopback (the controller-manager's, the scheduler's). Given none, each
 // makes itself an RSA-2048 key at every start, which takes seconds of an
-// emulated CPU while the controller starts. Nothing checks the
-// certificate: the ports are for the node's own health checks.
+// emulated CPU while the controller starts. Nothing of Cairn's calls
+// those ports; they serve the components' health and metrics endpoints
+// on the loopback.
 func loopbackServing(dir string, notAfter time.Time) (cert, key string, err error) {
 	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

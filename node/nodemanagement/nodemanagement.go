@@ -13,7 +13,9 @@
 // Recover (recover.go) hands the node's etcd member a backup to rebuild the
 // cluster from, then reboots the node the same way. Update (update.go)
 // installs a signed release into the system slot the node does not run,
-// through node/update, and streams its progress.
+// through node/update, and streams its progress. GetResources
+// (resources.go) and GetProfile (profile.go) say what the node's
+// processes take, and where the core's time goes.
 //
 // Logs never slows the node's loggers down: it reads through a
 // logtree.LogReader, whose stream drops entries (and says so in a WARNING
