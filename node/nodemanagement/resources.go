@@ -20,6 +20,11 @@ func readResources(proc string) (*api.GetResourcesResponse, error) {
 	}
 	res := &api.GetResourcesResponse{MemoryTotalBytes: mem.TotalBytes, MemoryAvailableBytes: mem.AvailableBytes}
 	for _, p := range procs {
+		pss, err := procstat.Proportional(proc, p.PID)
+		if err != nil {
+			// It ended since Read listed it, as Read leaves such out.
+			continue
+		}
 		res.Processes = append(res.Processes, &api.GetResourcesResponse_Process{
 			Pid:               int32(p.PID),
 			Name:              p.Name,
@@ -28,7 +33,7 @@ func readResources(proc string) (*api.GetResourcesResponse, error) {
 			AnonymousBytes:    p.AnonymousBytes,
 			FileBytes:         p.FileBytes,
 			SharedBytes:       p.SharedBytes,
-			ProportionalBytes: p.ProportionalBytes,
+			ProportionalBytes: pss,
 		})
 	}
 	return res, nil

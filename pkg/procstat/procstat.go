@@ -33,10 +33,6 @@ type Process struct {
 	// (its program among them), which other processes mapping the same
 	// files share and the kernel may drop, and shared memory (tmpfs).
 	AnonymousBytes, FileBytes, SharedBytes uint64
-	// ProportionalBytes is its proportional set size: each resident page
-	// counted in part, one share for each process that maps it, so that
-	// the processes' shares add up to the memory they take together.
-	ProportionalBytes uint64
 	// CPUTime is its user and system CPU time.
 	CPUTime time.Duration
 }
@@ -101,7 +97,7 @@ func readProcess(dir string) (Process, error) {
 		CPUTime: time.Duration(utime+stime) * time.Second / clockTicks,
 	}
 	// status has the resident memory by kind: VmRSS is RssAnon, RssFile
-	// and RssShmem together. smaps_rollup has the proportional share.
+	// and RssShmem together.
 	err = readKB(filepath.Join(dir, "status"), map[string]*uint64{
 		"VmRSS":    &p.ResidentBytes,
 		"RssAnon":  &p.AnonymousBytes,
@@ -111,13 +107,21 @@ func readProcess(dir string) (Process, error) {
 	if err != nil {
 		return Process{}, err
 	}
-	if p.ResidentBytes == 0 {
-		return p, nil
-	}
-	if err := readKB(filepath.Join(dir, "smaps_rollup"), map[string]*uint64{"Pss": &p.ProportionalBytes}); err != nil {
-		return Process{}, err
-	}
 	return p, nil
+}
+
+// Proportional returns the proportional set size of process pid of the
+// procfs at proc: each of its resident pages counted in part, one share
+// for each process that maps it, so that the processes' shares add up to
+// the memory they take together. The kernel walks the process's page
+// tables for it, which Read leaves to those who ask.
+func Proportional(proc string, pid int) (uint64, error) {
+	var pss uint64
+	file := filepath.Join(proc, strconv.Itoa(pid), "smaps_rollup")
+	if err := readKB(file, map[string]*uint64{"Pss": &pss}); err != nil {
+		return 0, fmt.Errorf("when reading the proportional set size: %w", err)
+	}
+	return pss, nil
 }
 
 // readKB reads the "Key:  N kB" lines of file (meminfo, status,

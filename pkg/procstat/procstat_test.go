@@ -21,8 +21,8 @@ func TestReadSelf(t *testing.T) {
 			if p.ResidentBytes == 0 || p.Name == "" || p.AnonymousBytes == 0 || p.FileBytes == 0 {
 				t.Errorf("this process: %+v, want a name and anonymous and file memory", p)
 			}
-			if p.ProportionalBytes == 0 || p.ProportionalBytes > p.ResidentBytes*11/10 {
-				t.Errorf("this process: proportional set %d bytes of %d resident, want some, at most all", p.ProportionalBytes, p.ResidentBytes)
+			if pss, err := Proportional("/proc", p.PID); err != nil || pss == 0 || pss > p.ResidentBytes*11/10 {
+				t.Errorf("this process: proportional set %d bytes (%v) of %d resident, want some, at most all", pss, err, p.ResidentBytes)
 			}
 			// The kernel counts the kinds and their sum apart, each a
 			// moment later than the last.
@@ -67,8 +67,15 @@ func TestReadFixture(t *testing.T) {
 	if mem.TotalBytes != 2048*1024 || mem.AvailableBytes != 1024*1024 {
 		t.Errorf("memory %+v", mem)
 	}
-	want := Process{PID: 7, Name: "a (b) c", ResidentBytes: 12 << 10, AnonymousBytes: 8 << 10, FileBytes: 3 << 10, SharedBytes: 1 << 10, ProportionalBytes: 5 << 10, CPUTime: 3 * time.Second}
+	want := Process{PID: 7, Name: "a (b) c", ResidentBytes: 12 << 10, AnonymousBytes: 8 << 10, FileBytes: 3 << 10, SharedBytes: 1 << 10, CPUTime: 3 * time.Second}
 	if len(procs) != 1 || procs[0] != want {
 		t.Errorf("processes %+v, want %+v", procs, want)
+	}
+	if pss, err := Proportional(dir, 7); err != nil || pss != 5<<10 {
+		t.Errorf("Proportional(7) = %d, %v; want %d", pss, err, 5<<10)
+	}
+	// A process without smaps_rollup has ended, or never was.
+	if pss, err := Proportional(dir, 8); err == nil {
+		t.Errorf("Proportional(8) = %d, want an error: it has no smaps_rollup", pss)
 	}
 }
