@@ -42,6 +42,15 @@ func (a *app) transferTimeout(cmd *cobra.Command) {
 	}
 }
 
+// waitTimeout gives a command that waits d on purpose (a CPU profile, the
+// interval of resources --over) d more than --timeout's default, unless
+// --timeout was given.
+func (a *app) waitTimeout(cmd *cobra.Command, d time.Duration) {
+	if !cmd.Flags().Changed("timeout") {
+		a.timeout += d
+	}
+}
+
 func newBackupCommand(a *app) *cobra.Command {
 	var out string
 	cmd := &cobra.Command{

@@ -40,8 +40,8 @@ func newNodeProfileCommand(a *app) *cobra.Command {
 				return fmt.Errorf("--duration %s: want whole seconds, 1s to 2m", duration)
 			}
 			// The call lasts the profile's duration; --timeout bounds the rest.
-			if !cmd.Flags().Changed("timeout") && kind == "cpu" {
-				a.timeout += duration
+			if kind == "cpu" {
+				a.waitTimeout(cmd, duration)
 			}
 			return nil
 		},

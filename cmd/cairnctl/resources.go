@@ -59,9 +59,7 @@ func newNodeResourcesCommand(a *app) *cobra.Command {
 			if over < 0 || (over > 0 && over < time.Second) {
 				return fmt.Errorf("--over %s: want at least 1s", over)
 			}
-			if !cmd.Flags().Changed("timeout") {
-				a.timeout += over
-			}
+			a.waitTimeout(cmd, over)
 			return nil
 		},
 		RunE: a.ownerRun(func(ctx context.Context, o *owner, args []string) error {
