@@ -92,10 +92,13 @@ step "hyperkube (Kubernetes $kversion)" kbuild -o "$bin/hyperkube" ./hyperkube
 step "kubectl (Kubernetes $kversion)" kbuild -o "$bin/kubectl" k8s.io/kubernetes/cmd/kubectl
 
 # containerd's Makefile with STATIC=1: netgo and osusergo so that nothing
-# needs libc, no btrfs (it needs cgo), no gRPC in the shim.
+# needs libc, no btrfs (it needs cgo), no gRPC in the shim. Nor the
+# devmapper and ZFS snapshotters, nor OpenTelemetry tracing: the node
+# uses overlayfs and exports no traces, and each plugin linked in is code
+# and data that containerd's start touches and keeps resident.
 cpath=${containerd%@*}
 cversion=${containerd#*@}
-ctags="urfave_cli_no_docs osusergo netgo static_build no_btrfs"
+ctags="urfave_cli_no_docs osusergo netgo static_build no_btrfs no_devmapper no_zfs no_tracing"
 cldflags="-s -w -X $cpath/version.Version=$cversion -X $cpath/version.Package=$cpath"
 step "containerd $cversion" env GOBIN="$bin" CGO_ENABLED=0 \
   $GO install -trimpath -tags "$ctags" -ldflags "$cldflags" "$cpath/cmd/containerd@$cversion"

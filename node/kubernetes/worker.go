@@ -222,6 +222,14 @@ func (w *Worker) runContainerd(ctx context.Context) error {
 // w.dir("registry"). runc jails containers with pivot_root, which works
 // because /init has moved the node's root off the initramfs's rootfs
 // (cmd/init, newroot.go).
+//
+// The CRI plugin samples every container's and sandbox's CPU through its
+// shim every 10 s, not every second as containerd does by default: the
+// samples only give CRI's usageNanoCores, which the kubelet replaces with
+// cAdvisor's readings of the same cgroups, taken every 10 s too. Each
+// sample is a ttrpc call to every shim. On an idle worker of make cluster
+// with one pod, its shim went from 1.3–2.2 % of the CPU to 0.5 %, and
+// containerd from 2.8–3.8 % to 2.3 %.
 func (w *Worker) containerdConfig() string {
 	q := strconv.Quote
 	return `version = 3
@@ -235,6 +243,7 @@ state = ` + q(w.dir("containerd", "state")) + `
   address = ` + q(w.dir("containerd", "ttrpc.sock")) + `
 
 [plugins."io.containerd.cri.v1.runtime"]
+  stats_collect_period = "10s"
   [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = "runc"
     [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
