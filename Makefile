@@ -457,8 +457,9 @@ $(TEST_UKI_HOOKED:%=$(TEST_UKIS)/cairn-%.efi): $(TEST_UKIS)/cairn-%.efi: $(MKIMA
 
 # The Kubernetes payload of the system image (build/kubernetes), built from
 # source through the module proxy: hyperkube (apiserver, controller manager,
-# scheduler, kubelet, proxy) with a link per component, containerd and its
-# shim, runc with seccomp and the CNI plugins, into out/kubernetes/bin;
+# scheduler, proxy) and its worker build (kubelet, proxy, in worker/), with
+# a link per component, containerd and its shim, runc with seccomp and the
+# CNI plugins, into out/kubernetes/bin;
 # the pause image every pod's sandbox runs (build/pauseimage), and kubectl
 # for the host's tests into out/kubectl. Go's build cache makes a second
 # run cheap, so it always runs.

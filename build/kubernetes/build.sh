@@ -3,8 +3,10 @@
 # program static, into BINDIR:
 #
 #   hyperkube                 kube-apiserver, kube-controller-manager,
-#   kube-apiserver -> ...     kube-scheduler, kubelet and kube-proxy in one
-#   ...                       binary (hyperkube/), a link per component
+#   kube-apiserver -> ...     kube-scheduler and kube-proxy in one binary
+#   ...                       (hyperkube/), a link per component
+#   worker/hyperkube          the kubelet and kube-proxy: hyperkube built
+#   worker/kubelet -> ...     for workers (tag worker), a link for each
 #   containerd, ctr           the container runtime, with its CRI plugin,
 #                             and its client, which imports images
 #   containerd-shim-runc-v2   its shim: a binary of its own, since it
@@ -85,11 +87,16 @@ step() {
 # Kubernetes' release tags: SELinux labels, no test-only code paths, no
 # x/net/trace in gRPC.
 ktags=selinux,notest,grpcnotrace
+# kbuild TAGS ARGS... builds with the release tags and TAGS.
 kbuild() {
-  (cd "$here" && CGO_ENABLED=0 $GO build -trimpath -tags "$ktags" -ldflags "$kldflags" "$@")
+  local tags=$ktags${1:+,$1}
+  shift
+  (cd "$here" && CGO_ENABLED=0 $GO build -trimpath -tags "$tags" -ldflags "$kldflags" "$@")
 }
-step "hyperkube (Kubernetes $kversion)" kbuild -o "$bin/hyperkube" ./hyperkube
-step "kubectl (Kubernetes $kversion)" kbuild -o "$bin/kubectl" k8s.io/kubernetes/cmd/kubectl
+step "hyperkube (Kubernetes $kversion)" kbuild "" -o "$bin/hyperkube" ./hyperkube
+mkdir "$bin/worker"
+step "hyperkube for workers (Kubernetes $kversion)" kbuild worker -o "$bin/worker/hyperkube" ./hyperkube
+step "kubectl (Kubernetes $kversion)" kbuild "" -o "$bin/kubectl" k8s.io/kubernetes/cmd/kubectl
 
 # containerd's Makefile with STATIC=1: netgo and osusergo so that nothing
 # needs libc, no btrfs (it needs cgo), no gRPC in the shim. Nor the
@@ -132,9 +139,19 @@ update() {
   fi
 }
 update "$bin/kubectl" "$kubectl"
-for f in "$bin"/*; do
-  update "$f" "$out/$(basename "$f")"
+mkdir -p "$out/worker"
+for f in "$bin"/* "$bin"/worker/*; do
+  [ -d "$f" ] || update "$f" "$out/${f#"$bin"/}"
 done
-for c in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy; do
-  [ "$(readlink "$out/$c")" = hyperkube ] || ln -sfn hyperkube "$out/$c"
-done
+# link DIR COMPONENT... links each COMPONENT to the hyperkube in DIR.
+link() {
+  local dir=$1 c
+  shift
+  for c in "$@"; do
+    [ "$(readlink "$dir/$c")" = hyperkube ] || ln -sfn hyperkube "$dir/$c"
+  done
+}
+link "$out" kube-apiserver kube-controller-manager kube-scheduler kube-proxy
+link "$out/worker" kubelet kube-proxy
+# The kubelet was linked beside the apiserver before it moved to worker/.
+rm -f "$out/kubelet"

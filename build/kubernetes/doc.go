@@ -5,7 +5,8 @@
 // checks what was built.
 //
 //	k8s.io/kubernetes ─▶ hyperkube/ (this module) ─▶ hyperkube + a link per
-//	  + staging modules                              component ──────────┐
+//	  + staging modules    (twice: tag worker ─▶      component, and ─────┤
+//	                        worker/)                 worker/hyperkube     │
 //	containerd/v2 ─▶ go install @version ─▶ containerd,                  │
 //	                                        containerd-shim-runc-v2 ─────┤
 //	runc ─▶ go install @version, cgo ─▶ runc (static libseccomp) ────────┤

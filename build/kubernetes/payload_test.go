@@ -23,12 +23,14 @@ var (
 	kubectl = flag.String("kubectl", "", "the built kubectl (out/kubectl)")
 )
 
-// components are hyperkube's links, which build.sh makes.
-var components = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "kube-proxy"}
+// components are the links to the two builds of hyperkube, which build.sh
+// makes: the control plane's, and the worker's in worker/.
+var components = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy",
+	"worker/kubelet", "worker/kube-proxy"}
 
 // programs are the regular files of the payload; every one must be
 // static.
-var programs = []string{"hyperkube", "containerd", "ctr", "containerd-shim-runc-v2", "runc", "ptp", "host-local", "loopback"}
+var programs = []string{"hyperkube", "worker/hyperkube", "containerd", "ctr", "containerd-shim-runc-v2", "runc", "ptp", "host-local", "loopback"}
 
 func bin(t *testing.T, name string) string {
 	t.Helper()
@@ -105,13 +107,17 @@ func TestStatic(t *testing.T) {
 	}
 }
 
-// TestKubernetes runs every component through its link, and one through
-// hyperkube's first argument, and checks the version each prints is the
-// Kubernetes release it was built from.
+// TestKubernetes runs every component through its link, and one of each
+// build through hyperkube's first argument, and checks the version each
+// prints is the Kubernetes release it was built from, and that each build
+// has only its own components.
 func TestKubernetes(t *testing.T) {
-	hyperkube := bin(t, "hyperkube")
+	hyperkube, worker := bin(t, "hyperkube"), bin(t, "worker/hyperkube")
 	version := moduleVersion(t, hyperkube, "k8s.io/kubernetes")
 	isRelease(t, "hyperkube", version)
+	if v := moduleVersion(t, worker, "k8s.io/kubernetes"); v != version {
+		t.Errorf("worker/hyperkube is built from Kubernetes %s, hyperkube from %s", v, version)
+	}
 	want := "Kubernetes " + version + "\n"
 	for _, c := range components {
 		link := bin(t, c)
@@ -123,14 +129,22 @@ func TestKubernetes(t *testing.T) {
 			t.Errorf("%s --version = %q, want %q", c, got, want)
 		}
 	}
-	if got := run(t, hyperkube, nil, "kubelet", "--version"); got != want {
-		t.Errorf("hyperkube kubelet --version = %q, want %q", got, want)
+	for _, c := range []struct{ program, component string }{{hyperkube, "kube-scheduler"}, {worker, "kubelet"}} {
+		if got := run(t, c.program, nil, c.component, "--version"); got != want {
+			t.Errorf("%s %s --version = %q, want %q", c.program, c.component, got, want)
+		}
 	}
-	out, err := exec.Command(hyperkube, "etcd").CombinedOutput()
-	if code := exitCode(err); code != 2 || !strings.Contains(string(out), "kube-apiserver") {
-		t.Errorf("hyperkube etcd = exit %d, %q; want exit 2 and the list of components", code, out)
+	for _, c := range []struct{ program, component, lists string }{
+		{hyperkube, "etcd", "kube-apiserver"},
+		{hyperkube, "kubelet", "kube-apiserver"},
+		{worker, "kube-apiserver", "kubelet"},
+	} {
+		out, err := exec.Command(c.program, c.component).CombinedOutput()
+		if code := exitCode(err); code != 2 || !strings.Contains(string(out), c.lists) {
+			t.Errorf("%s %s = exit %d, %q; want exit 2 and the list of components", c.program, c.component, code, out)
+		}
 	}
-	t.Logf("hyperkube: Kubernetes %s", version)
+	t.Logf("hyperkube and worker/hyperkube: Kubernetes %s", version)
 }
 
 // TestKubectl checks the host's kubectl is of the same release.

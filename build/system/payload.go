@@ -18,9 +18,9 @@ const KubernetesBin = "/kubernetes/bin"
 // like the pause image that containerd imports at start.
 const ImageArchiveSuffix = ".oci.tar"
 
-// stagePayload copies src, a flat directory of static programs, links
-// to them and image archives, to dst below stage. It returns the host paths it read and their
-// bytes.
+// stagePayload copies src, a directory of static programs, links to them,
+// image archives and directories of the same, to dst below stage. It
+// returns the host paths it read and their bytes.
 //
 // A dynamically linked program fails: the image carries libraries only
 // for HostBinaries, so it could not start on the node. A link must name a
@@ -65,8 +65,15 @@ func stagePayload(stage, src, dst string) (files []string, size int64, err error
 				return nil, 0, fmt.Errorf("when staging %s: %w", path, err)
 			}
 			size += n
+		case e.IsDir():
+			sub, n, err := stagePayload(stage, path, filepath.Join(dst, e.Name()))
+			if err != nil {
+				return nil, 0, err
+			}
+			files, size = append(files, sub...), size+n
+			continue
 		default:
-			return nil, 0, fmt.Errorf("payload entry %s is neither a program nor a link", path)
+			return nil, 0, fmt.Errorf("payload entry %s is neither a program, a link nor a directory", path)
 		}
 		files = append(files, path)
 	}

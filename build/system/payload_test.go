@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // staticProgram builds a Go program that does nothing, static, and
@@ -51,30 +53,40 @@ func payloadDir(t *testing.T, prog string) string {
 	return dir
 }
 
+// TestStagePayload stages a program and a link to it, and the same again
+// in a directory of the payload, as the worker's build of hyperkube is.
 func TestStagePayload(t *testing.T) {
 	prog := staticProgram(t)
 	src := payloadDir(t, prog)
+	if err := os.Rename(payloadDir(t, prog), filepath.Join(src, "worker")); err != nil {
+		t.Fatal(err)
+	}
 	stage := t.TempDir()
 	files, size, err := stagePayload(stage, src, KubernetesBin)
 	if err != nil {
 		t.Fatalf("stagePayload: %v", err)
 	}
 	want, _ := os.ReadFile(prog)
-	if size != int64(len(want)) {
-		t.Errorf("stagePayload size = %d, want %d", size, len(want))
+	if size != 2*int64(len(want)) {
+		t.Errorf("stagePayload size = %d, want %d", size, 2*len(want))
 	}
-	if got := strings.Join(files, " "); got != filepath.Join(src, "alias")+" "+filepath.Join(src, "prog") {
-		t.Errorf("stagePayload files = %q, want alias and prog of %s", got, src)
+	wantFiles := []string{"alias", "prog", "worker/alias", "worker/prog"}
+	for i, f := range wantFiles {
+		wantFiles[i] = filepath.Join(src, f)
 	}
-	dir := filepath.Join(stage, KubernetesBin)
-	if got, err := os.ReadFile(filepath.Join(dir, "prog")); err != nil || !bytes.Equal(got, want) {
-		t.Errorf("staged prog: %d bytes, %v; want %d bytes", len(got), err, len(want))
+	if got := strings.Join(files, " "); got != strings.Join(wantFiles, " ") {
+		t.Errorf("stagePayload files = %q, want %q", got, wantFiles)
 	}
-	if st, err := os.Stat(filepath.Join(dir, "prog")); err != nil || st.Mode().Perm() != 0o755 {
-		t.Errorf("staged prog: %v, %v; want mode 0755", st.Mode(), err)
-	}
-	if target, err := os.Readlink(filepath.Join(dir, "alias")); err != nil || target != "prog" {
-		t.Errorf("staged alias links to %q, %v; want prog", target, err)
+	for _, dir := range []string{filepath.Join(stage, KubernetesBin), filepath.Join(stage, KubernetesBin, "worker")} {
+		if got, err := os.ReadFile(filepath.Join(dir, "prog")); err != nil || !bytes.Equal(got, want) {
+			t.Errorf("staged %s/prog: %d bytes, %v; want %d bytes", dir, len(got), err, len(want))
+		}
+		if st, err := os.Stat(filepath.Join(dir, "prog")); err != nil || st.Mode().Perm() != 0o755 {
+			t.Errorf("staged %s/prog: %v, %v; want mode 0755", dir, st.Mode(), err)
+		}
+		if target, err := os.Readlink(filepath.Join(dir, "alias")); err != nil || target != "prog" {
+			t.Errorf("staged %s/alias links to %q, %v; want prog", dir, target, err)
+		}
 	}
 }
 
@@ -103,9 +115,25 @@ func TestStagePayloadRefuses(t *testing.T) {
 		{"dangling link", func(dir string) error {
 			return os.Symlink("gone", filepath.Join(dir, "dangling"))
 		}, "dangling points to gone"},
-		{"directory", func(dir string) error {
-			return os.Mkdir(filepath.Join(dir, "sub"), 0o755)
-		}, "sub is neither"},
+		{"link out of its directory", func(dir string) error {
+			if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
+				return err
+			}
+			return os.Symlink("../prog", filepath.Join(dir, "sub", "up"))
+		}, "up points to ../prog"},
+		{"dynamic program in a directory", func(dir string) error {
+			if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
+				return err
+			}
+			b, err := os.ReadFile("/bin/sh")
+			if err != nil {
+				return err
+			}
+			return os.WriteFile(filepath.Join(dir, "sub", "sh"), b, 0o755)
+		}, "sub/sh is dynamically linked"},
+		{"neither a file, a link nor a directory", func(dir string) error {
+			return unix.Mkfifo(filepath.Join(dir, "fifo"), 0o600)
+		}, "fifo is neither"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := payloadDir(t, prog)

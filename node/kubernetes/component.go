@@ -64,12 +64,12 @@ func (l Layout) runComponent(ctx context.Context, cmd *exec.Cmd, renewAt time.Ti
 // about 36 MB a minute there, so it collects about once a minute more.
 const componentGOGC = "50"
 
-// command returns the command running bin with args, with PATH set to the
-// payload's directory and the system partition's programs (the kubelet
-// runs mount, containerd its shim), componentGOGC, and nothing else of
-// init's environment.
-func (l Layout) command(bin string, args ...string) *exec.Cmd {
-	cmd := exec.Command(l.bin(bin), args...)
+// command returns the command running the program at path (l.bin,
+// l.workerBin) with args, with PATH set to the payload's directory and the
+// system partition's programs (the kubelet runs mount, containerd its
+// shim), componentGOGC, and nothing else of init's environment.
+func (l Layout) command(path string, args ...string) *exec.Cmd {
+	cmd := exec.Command(path, args...)
 	cmd.Env = []string{"PATH=" + l.Bin + ":/system/usr/bin:/system/usr/sbin", "HOME=/", "GOGC=" + componentGOGC}
 	return cmd
 }

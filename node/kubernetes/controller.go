@@ -209,7 +209,7 @@ func (c *Controller) runAPIServer(ctx context.Context) error {
 	if err := writeJSON(admission, admissionConfiguration()); err != nil {
 		return err
 	}
-	cmd := c.cfg.Layout.command("kube-apiserver",
+	cmd := c.cfg.Layout.command(c.cfg.Layout.bin("kube-apiserver"),
 		"--advertise-address="+c.cfg.IP.String(),
 		"--secure-port="+strconv.Itoa(c.cfg.Ports.KubernetesAPI),
 		"--etcd-servers=unix://"+c.dir("etcd.sock"),
@@ -364,5 +364,5 @@ func (c *Controller) runClient(ctx context.Context, bin string, kind api.Certifi
 		"--leader-elect-retry-period=" + leaderRetry,
 	}, flags(cred)...)
 	defer c.apiserverUsers.Take()()
-	return c.cfg.Layout.runComponent(ctx, c.cfg.Layout.command(bin, args...), cred.renewAt, supervisor.KillGrace(leaseHandOverGrace))
+	return c.cfg.Layout.runComponent(ctx, c.cfg.Layout.command(c.cfg.Layout.bin(bin), args...), cred.renewAt, supervisor.KillGrace(leaseHandOverGrace))
 }

@@ -30,7 +30,16 @@ type Layout struct {
 // DefaultBin is where the system partition carries the payload.
 const DefaultBin = "/system/kubernetes/bin"
 
+// bin returns the path of the payload's program name.
 func (l Layout) bin(name string) string { return filepath.Join(l.Bin, name) }
+
+// workerBin returns the path of name in the payload's worker directory:
+// the kubelet and kube-proxy of hyperkube's build for workers
+// (build/kubernetes/hyperkube), which a worker's start keeps less of
+// resident than the control plane's build. A controller's kube-proxy runs
+// from the control plane's build, whose pages its apiserver has already
+// made resident.
+func (l Layout) workerBin(name string) string { return filepath.Join(l.Bin, "worker", name) }
 
 // run returns the path of name below Run.
 func (l Layout) run(name ...string) string {

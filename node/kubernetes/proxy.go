@@ -18,17 +18,17 @@ func (w *Worker) runProxy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return runKubeProxy(ctx, w.cfg.Layout, dir, w.cfg.NodeID, w.cfg.IP, kubeconfig, client.renewAt)
+	return runKubeProxy(ctx, w.cfg.Layout, w.cfg.Layout.workerBin("kube-proxy"), dir, w.cfg.NodeID, w.cfg.IP, kubeconfig, client.renewAt)
 }
 
-// runKubeProxy runs kube-proxy for node at ip with kubeconfig, its
-// configuration in dir, until ctx ends or renewAt.
-func runKubeProxy(ctx context.Context, l Layout, dir, node string, ip netip.Addr, kubeconfig string, renewAt time.Time) error {
+// runKubeProxy runs the kube-proxy at program for node at ip with
+// kubeconfig, its configuration in dir, until ctx ends or renewAt.
+func runKubeProxy(ctx context.Context, l Layout, program, dir, node string, ip netip.Addr, kubeconfig string, renewAt time.Time) error {
 	config := dir + "/config.json"
 	if err := writeJSON(config, proxyConfig(node, ip, kubeconfig)); err != nil {
 		return err
 	}
-	return l.runComponent(ctx, l.command("kube-proxy", "--config="+config), renewAt)
+	return l.runComponent(ctx, l.command(program, "--config="+config), renewAt)
 }
 
 // proxyConfig is kube-proxy's KubeProxyConfiguration for node at ip.

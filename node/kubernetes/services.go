@@ -107,5 +107,5 @@ func (s *Services) runProxy(ctx context.Context) error {
 	if err := cl.waitReady(ctx, supervisor.Logger(ctx).Infof); err != nil {
 		return err
 	}
-	return runKubeProxy(ctx, s.cfg.Layout, dir, s.cfg.NodeID, s.cfg.IP, kubeconfig, cred.renewAt)
+	return runKubeProxy(ctx, s.cfg.Layout, s.cfg.Layout.bin("kube-proxy"), dir, s.cfg.NodeID, s.cfg.IP, kubeconfig, cred.renewAt)
 }

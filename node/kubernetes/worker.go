@@ -212,7 +212,7 @@ func (w *Worker) runContainerd(ctx context.Context) error {
 	if err := supervisor.Run(ctx, "pause-image", w.importPause); err != nil {
 		return fmt.Errorf("when starting the pause image's import: %w", err)
 	}
-	return w.cfg.Layout.runComponent(ctx, w.cfg.Layout.command("containerd", "--config", config), time.Time{})
+	return w.cfg.Layout.runComponent(ctx, w.cfg.Layout.command(w.cfg.Layout.bin("containerd"), "--config", config), time.Time{})
 }
 
 // containerdConfig is containerd's configuration (version 3, containerd
@@ -270,7 +270,7 @@ func (w *Worker) importPause(ctx context.Context) error {
 	if err := w.waitContainerd(ctx); err != nil {
 		return err
 	}
-	cmd := w.cfg.Layout.command("ctr", "--address", w.containerdSocket(), "--namespace", "k8s.io",
+	cmd := w.cfg.Layout.command(w.cfg.Layout.bin("ctr"), "--address", w.containerdSocket(), "--namespace", "k8s.io",
 		"images", "import", "--local", w.cfg.Layout.bin(pauseArchive))
 	if err := supervisor.RunCommand(ctx, cmd); err != nil {
 		return fmt.Errorf("when importing the pause image: %w", err)
@@ -316,7 +316,7 @@ func (w *Worker) runKubelet(ctx context.Context) error {
 	if err := w.waitContainerd(ctx); err != nil {
 		return err
 	}
-	cmd := w.cfg.Layout.command("kubelet",
+	cmd := w.cfg.Layout.command(w.cfg.Layout.workerBin("kubelet"),
 		"--config="+config,
 		"--kubeconfig="+kubeconfig,
 		"--root-dir="+w.cfg.Layout.data("kubelet"),

@@ -1,22 +1,38 @@
-// Command hyperkube is every Kubernetes component a Cairn node runs, in one
-// static binary: kube-apiserver, kube-controller-manager, kube-scheduler,
-// kubelet and kube-proxy. It runs the component its name says, so that the
-// system image carries it once with a symlink per component,
+// Command hyperkube is the Kubernetes components a Cairn node runs, in one
+// static binary built twice:
+//
+//   - hyperkube: kube-apiserver, kube-controller-manager, kube-scheduler
+//     and kube-proxy, for controllers;
+//   - hyperkube with the build tag worker: the kubelet and kube-proxy, for
+//     workers.
+//
+// It runs the component its name says, so that the system image carries it
+// with a symlink per component,
 //
 //	/system/kubernetes/bin/kube-apiserver -> hyperkube
+//	/system/kubernetes/bin/worker/kubelet -> hyperkube
 //
 // or the one its first argument names, with the rest as that component's
 // arguments:
 //
-//	hyperkube kubelet --version
+//	hyperkube kube-scheduler --version
 //
-// # Why one binary
+// # Why one binary, and why two builds of it
 //
 // The components share most of their code (client-go, apimachinery, the
-// API types, the apiserver library); as five binaries the system image
-// would carry that code five times. Each component is still its own
-// process: the node starts this binary once per component, never inside
+// API types, the apiserver library); as separate binaries the system image
+// would carry that code once for each. Each component is still its own
+// process: the node starts the binary once per component, never inside
 // its own process, so a crashing kubelet takes nothing else with it.
+//
+// A process keeps resident the pages of its binary that its start
+// touched, and a Go program's start runs the package initializers of all
+// that is linked in. When all five components were one binary, a worker's
+// kube-proxy kept 69 MiB of it resident, the apiserver's API registries
+// among them; built with the kubelet alone, 48 MiB. The processes of one
+// binary share its pages, so each node runs one build: a controller the
+// control plane's, a worker the worker's (a node with both roles runs
+// both).
 //
 // Every component runs through its own cobra command constructor and
 // component-base's cli.Run, as its upstream main does; the blank imports
@@ -38,26 +54,13 @@ import (
 	_ "k8s.io/component-base/logs/json/register"
 	_ "k8s.io/component-base/metrics/prometheus/clientgo"
 	_ "k8s.io/component-base/metrics/prometheus/version"
-	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
-	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	proxy "k8s.io/kubernetes/cmd/kube-proxy/app"
-	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
-	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
 )
 
 // components are the commands hyperkube runs, by the names their upstream
-// binaries have.
+// binaries have: kube-proxy in both builds, the others added by
+// control.go or worker.go.
 var components = map[string]func(ctx context.Context) *cobra.Command{
-	"kube-apiserver": func(context.Context) *cobra.Command {
-		return apiserver.NewAPIServerCommand()
-	},
-	"kube-controller-manager": func(context.Context) *cobra.Command {
-		return controllermanager.NewControllerManagerCommand()
-	},
-	"kube-scheduler": func(context.Context) *cobra.Command {
-		return scheduler.NewSchedulerCommand()
-	},
-	"kubelet": kubelet.NewKubeletCommand,
 	"kube-proxy": func(context.Context) *cobra.Command {
 		return proxy.NewProxyCommand()
 	},
