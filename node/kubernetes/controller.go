@@ -245,6 +245,8 @@ func (c *Controller) runAPIServer(ctx context.Context) error {
 		"--profiling=false",
 		"--cert-dir="+dir,
 	)
+	// The last GOGC in Env is the one the apiserver gets.
+	cmd.Env = append(cmd.Env, "GOGC="+apiserverGOGC)
 	defer c.proxyUsers.Take()()
 	ctx, stop := c.apiserverUsers.Outlive(ctx, stopGrace)
 	defer stop()
