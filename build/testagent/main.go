@@ -94,7 +94,7 @@ func main() {
 			_, err = os.Stdout.Write(b)
 		}
 	default:
-		fmt.Fprintln(os.Stderr, "usage: agent serve [ADDR] | agent get URL | agent bench URL | agent resolve NAME | agent api PATH | agent statfs PATH | agent fill PATH N | agent blocksize DEV | agent blockwrite DEV | agent write PATH TEXT | agent cat PATH | agent underneath | agent aggregated ADDR CA")
+		fmt.Fprintln(os.Stderr, "usage: agent serve [ADDR] | agent get URL | agent bench URL | agent resolve NAME|ADDR | agent api PATH | agent statfs PATH | agent fill PATH N | agent blocksize DEV | agent blockwrite DEV | agent write PATH TEXT | agent cat PATH | agent underneath | agent aggregated ADDR CA")
 		os.Exit(2)
 	}
 	if err != nil {
@@ -232,10 +232,16 @@ func fetch(client *http.Client, url, auth string) error {
 	return err
 }
 
+// resolve prints the addresses of name, or the names of an address (its
+// PTR records).
 func resolve(name string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	addrs, err := net.DefaultResolver.LookupHost(ctx, name)
+	lookup := net.DefaultResolver.LookupHost
+	if net.ParseIP(name) != nil {
+		lookup = net.DefaultResolver.LookupAddr
+	}
+	addrs, err := lookup(ctx, name)
 	if err != nil {
 		return err
 	}

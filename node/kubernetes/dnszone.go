@@ -62,6 +62,14 @@ const labelServiceName = "kubernetes.io/service-name"
 //	                                              headless Service
 //	_<port>._<proto>.<service>.<namespace>.svc... SRV: the named port
 //	<a-b-c-d>.<namespace>.pod.<domain>            A: a.b.c.d
+//	<d>.<c>.<b>.<a>.in-addr.arpa                  PTR: the Service whose
+//	                                              cluster IP a.b.c.d is, or
+//	                                              the headless Service's
+//	                                              endpoint that has it
+//
+// Of the reverse names it holds only the addresses it knows: a question
+// for any other goes where outside names go, as the Kubernetes DNS
+// specification's reverse records leave it.
 //
 // It is immutable once built; a change makes a new one.
 type clusterZone struct {
@@ -69,6 +77,8 @@ type clusterZone struct {
 	soa        dnsmessage.Resource
 	services   map[string]*zoneService // by "<name>.<namespace>"
 	namespaces map[string]bool
+	// reverse holds the names each address has, for PTR questions.
+	reverse map[netip.Addr][]string
 }
 
 // A zoneService is one Service as the zone answers it.
@@ -96,6 +106,7 @@ func newClusterZone(domain string, services map[string]service, endpointSlices m
 		domain:     domain,
 		services:   map[string]*zoneService{},
 		namespaces: map[string]bool{},
+		reverse:    map[netip.Addr][]string{},
 	}
 	z.soa = dnsmessage.Resource{
 		Header: dnsmessage.ResourceHeader{Name: dnsmessage.MustNewName(domain), Type: dnsmessage.TypeSOA, Class: dnsmessage.ClassINET, TTL: dnsTTL},
@@ -146,11 +157,34 @@ func newClusterZone(domain string, services map[string]service, endpointSlices m
 			}
 		}
 	}
-	// The same answers in the same order for the same objects.
 	for _, zs := range z.services {
+		// The same answers in the same order for the same objects.
 		slices.SortFunc(zs.endpoints, func(a, b zoneEndpoint) int { return a.addr.Compare(b.addr) })
+		base := zs.name + "." + zs.namespace + ".svc." + domain
+		if zs.externalName != "" {
+			continue
+		}
+		for _, a := range zs.clusterIPs {
+			z.reverse[a] = append(z.reverse[a], base)
+		}
+		for _, e := range zs.endpoints {
+			z.reverse[e.addr] = append(z.reverse[e.addr], e.host()+"."+base)
+		}
+	}
+	for a, names := range z.reverse {
+		slices.Sort(names)
+		z.reverse[a] = slices.Compact(names)
 	}
 	return z
+}
+
+// host is the endpoint's first label under its Service's name: its
+// hostname, or its address with dashes.
+func (e zoneEndpoint) host() string {
+	if e.hostname != "" {
+		return e.hostname
+	}
+	return dashed(e.addr)
 }
 
 // answer is the zone's dnsserver.Zone.
@@ -161,6 +195,9 @@ func (z *clusterZone) answer(q dnsmessage.Question) (dnsserver.Answer, bool) {
 			return dnsserver.Answer{Records: []dnsmessage.Resource{z.soa}}, true
 		}
 		return z.noData(), true
+	}
+	if rev, ok := strings.CutSuffix(name, ".in-addr.arpa."); ok {
+		return z.reverseAnswer(q, rev)
 	}
 	rest, ok := strings.CutSuffix(name, "."+z.domain)
 	if !ok {
@@ -276,11 +313,7 @@ func (z *clusterZone) srvRecords(q dnsmessage.Question, zs *zoneService, port, p
 			for _, p := range e.ports {
 				if match(p) {
 					exists = true
-					host := e.hostname
-					if host == "" {
-						host = dashed(e.addr)
-					}
-					add(host+"."+base, p.Port)
+					add(e.host()+"."+base, p.Port)
 				}
 			}
 		}
@@ -319,6 +352,40 @@ func (z *clusterZone) podAnswer(q dnsmessage.Question, labels []string) dnsserve
 		return dnsserver.Answer{Records: []dnsmessage.Resource{dnsserver.A(q.Name, dnsTTL, addr)}}
 	}
 	return z.noName()
+}
+
+// reverseAnswer answers <d>.<c>.<b>.<a>.in-addr.arpa, rev being the
+// labels before in-addr.arpa, if the zone knows the address a.b.c.d;
+// ok is false for every other address.
+func (z *clusterZone) reverseAnswer(q dnsmessage.Question, rev string) (a dnsserver.Answer, ok bool) {
+	labels := strings.Split(rev, ".")
+	if len(labels) != 4 {
+		return dnsserver.Answer{}, false
+	}
+	slices.Reverse(labels)
+	addr, err := netip.ParseAddr(strings.Join(labels, "."))
+	if err != nil || !addr.Is4() {
+		return dnsserver.Answer{}, false
+	}
+	names := z.reverse[addr]
+	if len(names) == 0 {
+		return dnsserver.Answer{}, false
+	}
+	if q.Type != dnsmessage.TypePTR && q.Type != dnsmessage.TypeALL {
+		return dnsserver.Answer{}, true
+	}
+	var rs []dnsmessage.Resource
+	for _, n := range names {
+		target, err := dnsmessage.NewName(n)
+		if err != nil {
+			continue
+		}
+		rs = append(rs, dnsmessage.Resource{
+			Header: dnsmessage.ResourceHeader{Name: q.Name, Type: dnsmessage.TypePTR, Class: dnsmessage.ClassINET, TTL: dnsTTL},
+			Body:   &dnsmessage.PTRResource{PTR: target},
+		})
+	}
+	return dnsserver.Answer{Records: rs}, true
 }
 
 // noData is the answer for a name that exists without the type asked.

@@ -75,6 +75,8 @@ func records(rs []dnsmessage.Resource) []string {
 			out = append(out, "CNAME "+b.CNAME.String())
 		case *dnsmessage.SRVResource:
 			out = append(out, fmt.Sprintf("SRV %d %s", b.Port, b.Target))
+		case *dnsmessage.PTRResource:
+			out = append(out, "PTR "+b.PTR.String())
 		case *dnsmessage.SOAResource:
 			out = append(out, "SOA "+b.NS.String())
 		default:
@@ -137,6 +139,48 @@ func TestClusterZone(t *testing.T) {
 		q := dnsmessage.Question{Name: dnsmessage.MustNewName(name), Type: A, Class: dnsmessage.ClassINET}
 		if _, ok := z.answer(q); ok {
 			t.Errorf("%s is answered by the cluster zone; want it forwarded", name)
+		}
+	}
+}
+
+// TestClusterZoneReverse checks the PTR records of cluster IPs and of
+// headless Services' ready endpoints, and that every other reverse name
+// is left to the upstream resolvers.
+func TestClusterZoneReverse(t *testing.T) {
+	z := testZone(t)
+	for _, c := range []struct {
+		name string
+		typ  dnsmessage.Type
+		want []string
+	}{
+		{"1.0.96.10.in-addr.arpa.", dnsmessage.TypePTR, []string{"PTR kubernetes.default.svc.cluster.local."}},
+		{"1.0.96.10.IN-ADDR.ARPA.", dnsmessage.TypePTR, []string{"PTR kubernetes.default.svc.cluster.local."}},
+		{"7.1.192.10.in-addr.arpa.", dnsmessage.TypePTR, []string{"PTR db-0.db.shop.svc.cluster.local."}},
+		{"9.2.192.10.in-addr.arpa.", dnsmessage.TypePTR, []string{"PTR 10-192-2-9.db.shop.svc.cluster.local."}},
+		// A name the zone holds, asked for another type: no records.
+		{"1.0.96.10.in-addr.arpa.", dnsmessage.TypeA, nil},
+	} {
+		q := dnsmessage.Question{Name: dnsmessage.MustNewName(c.name), Type: c.typ, Class: dnsmessage.ClassINET}
+		a, ok := z.answer(q)
+		if !ok {
+			t.Errorf("%s %s: not in the zone", c.name, c.typ)
+			continue
+		}
+		if got := records(a.Records); a.RCode != dnsmessage.RCodeSuccess || !slices.Equal(got, c.want) {
+			t.Errorf("%s %s = %v %v, want %v", c.name, c.typ, a.RCode, got, c.want)
+		}
+	}
+	for _, name := range []string{
+		"3.3.192.10.in-addr.arpa.", // an endpoint that is not ready
+		"10.0.42.10.in-addr.arpa.", // the endpoint of a Service with a cluster IP
+		"99.0.96.10.in-addr.arpa.", // an address no Service has
+		"0.96.10.in-addr.arpa.",    // not a whole address
+		"1.0.96.010.in-addr.arpa.", // not an address
+		"in-addr.arpa.",
+	} {
+		q := dnsmessage.Question{Name: dnsmessage.MustNewName(name), Type: dnsmessage.TypePTR, Class: dnsmessage.ClassINET}
+		if a, ok := z.answer(q); ok {
+			t.Errorf("%s PTR is answered by the cluster zone (%v); want it forwarded", name, records(a.Records))
 		}
 	}
 }

@@ -576,7 +576,8 @@ func TestKubernetes(t *testing.T) {
 			{"agent", svc.Spec.ClusterIP}, // through the search path
 			{"kubernetes.default", "10.96.0.1"},
 			{podName, pods[1].IP},
-			{cluster.RegistryName, "10.42.0.1"}, // forwarded to the node's resolver
+			{cluster.RegistryName, "10.42.0.1"},                      // forwarded to the node's resolver
+			{svc.Spec.ClusterIP, "agent.default.svc.cluster.local."}, // PTR
 		}
 		start := time.Now()
 		for _, p := range pods {
@@ -593,7 +594,7 @@ func TestKubernetes(t *testing.T) {
 				})
 			}
 		}
-		s.step("cluster DNS: Service, pod and outside names resolve in both workers' pods", time.Since(start))
+		s.step("cluster DNS: Service, pod and outside names, and a cluster IP's name, resolve in both workers' pods", time.Since(start))
 		// The apiserver by its Service's name, with the pod's own token:
 		// the token is taken (discovery is open to every identity), and
 		// it names the pod's service account (which may not read
