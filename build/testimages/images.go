@@ -55,6 +55,20 @@ var images = []image{
 		return b.program("k8s.io/sample-apiserver", "/sample-apiserver")
 	}},
 	{"etcd", []string{"3.7.0-0"}, func(b *builder) (*ociimage.Image, error) { return b.program("./etcd", "/usr/local/bin/etcd") }},
+	// The privilege escalation tests' program, which prints its effective
+	// user ID: set-user-ID root, as upstream's Dockerfile makes it.
+	{"e2e-test-images/nonewprivs", []string{"1.4"}, func(b *builder) (*ociimage.Image, error) {
+		prog, err := goprog.Static(b.kube, "k8s.io/kubernetes/test/images/nonewprivs")
+		if err != nil {
+			return nil, err
+		}
+		return onBusybox(ociimage.Config{Cmd: []string{"nnp"}},
+			ociimage.File{Path: "/usr/local/bin/nnp", Mode: fs.ModeSetuid | 0o755, Data: prog})
+	}},
+	// The busybox image run by user 1234, as upstream's Dockerfile says.
+	{"e2e-test-images/nonroot", []string{"1.5"}, func(b *builder) (*ociimage.Image, error) {
+		return onBusybox(ociimage.Config{Cmd: []string{"sh"}, User: "1234"})
+	}},
 }
 
 // pathEnv is the PATH of every image, as upstream's Alpine and busybox
@@ -116,12 +130,19 @@ func (b *builder) pause() (*ociimage.Image, error) {
 // those busyboxTools replace, root and nobody in its user database, and
 // /tmp, as upstream's busybox image; it runs sh.
 func (b *builder) busybox() (*ociimage.Image, error) {
+	return onBusybox(ociimage.Config{Cmd: []string{"sh"}})
+}
+
+// onBusybox is the busybox image with more files, run as c says, with
+// PATH set.
+func onBusybox(c ociimage.Config, more ...ociimage.File) (*ociimage.Image, error) {
 	files, err := rootfs(busyboxTools)
 	if err != nil {
 		return nil, err
 	}
-	files = append(files, users("")...)
-	return ociimage.BuildConfig(ociimage.Config{Cmd: []string{"sh"}, Env: []string{pathEnv}}, files)
+	files = append(append(files, users("")...), more...)
+	c.Env = append(slices.Clone(c.Env), pathEnv)
+	return ociimage.BuildConfig(c, files)
 }
 
 // agnhost is agnhost built at the payload's release, on the busybox
@@ -269,12 +290,7 @@ func (b *builder) program(pkg, path string) (*ociimage.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	files, err := rootfs(busyboxTools)
-	if err != nil {
-		return nil, err
-	}
-	files = append(append(files, users("")...), ociimage.File{Path: path, Mode: 0o755, Data: prog})
-	return ociimage.BuildConfig(ociimage.Config{Entrypoint: []string{path}, Env: []string{pathEnv}}, files)
+	return onBusybox(ociimage.Config{Entrypoint: []string{path}}, ociimage.File{Path: path, Mode: 0o755, Data: prog})
 }
 
 // agnhostImageFiles are the files of agnhost's image, built once.

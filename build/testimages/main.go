@@ -10,9 +10,10 @@
 // registry the nodes reach (-registry, 10.42.0.1:5000), and -repo-list is
 // written: the KUBE_TEST_REPO_LIST file that points the suite's registries
 // there. The images (images.go) are pause, busybox, agnhost, nginx,
-// kitten, nautilus, sample-apiserver and etcd; the programs they carry from Debian come from the
-// build machine, installed by build/deps.sh conformance, but nginx,
-// whose package is downloaded and unpacked.
+// kitten, nautilus, glibc-dns-testing, sample-apiserver, etcd, nonewprivs
+// and nonroot; the programs they carry from Debian come from the build
+// machine, installed by build/deps.sh conformance, but nginx, whose
+// package is downloaded and unpacked.
 package main
 
 import (

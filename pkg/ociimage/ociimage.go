@@ -48,7 +48,8 @@ type File struct {
 	Path string
 	// Mode is the permission bits, and fs.ModeDir for a directory (with
 	// fs.ModeSticky if it has the sticky bit) or fs.ModeSymlink for a
-	// symlink to Link. Parent directories not listed are 0755.
+	// symlink to Link; a regular file may have fs.ModeSetuid. Parent
+	// directories not listed are 0755.
 	Mode fs.FileMode
 	Data []byte
 	// Link is a symlink's target.
@@ -56,9 +57,11 @@ type File struct {
 }
 
 // A Config is how an image runs, when a pod does not say otherwise: its
-// entrypoint, the arguments it gets (Cmd), its environment ("NAME=value").
+// entrypoint, the arguments it gets (Cmd), its environment ("NAME=value"),
+// and the user it runs as ("1234"; empty is root).
 type Config struct {
 	Entrypoint, Cmd, Env []string
+	User                 string
 }
 
 // A Descriptor points at a blob.
@@ -123,6 +126,9 @@ func BuildConfig(c Config, files []File) (*Image, error) {
 	if c.Env != nil {
 		run["Env"] = c.Env
 	}
+	if c.User != "" {
+		run["User"] = c.User
+	}
 	config, err := json.Marshal(map[string]any{
 		"architecture": "amd64",
 		"os":           "linux",
@@ -184,6 +190,8 @@ func layerTar(files []File) ([]byte, error) {
 			}
 		case f.Mode&fs.ModeSymlink != 0:
 			h.Typeflag, h.Linkname, h.Size = tar.TypeSymlink, f.Link, 0
+		case f.Mode&fs.ModeSetuid != 0:
+			h.Mode |= 0o4000
 		}
 		if err := tw.WriteHeader(h); err != nil {
 			return nil, fmt.Errorf("when writing the layer: %w", err)

@@ -118,25 +118,29 @@ func TestBuildRefusesRelativePaths(t *testing.T) {
 }
 
 // TestBuildConfigEntries builds an image of a directory with the sticky
-// bit, a symlink and a file, run by a command with an environment, and
-// reads them back from its layer and config.
+// bit, a symlink, a file and a set-user-ID file, run by a command with an
+// environment as a user, and reads them back from its layer and config.
 func TestBuildConfigEntries(t *testing.T) {
-	img, err := BuildConfig(Config{Cmd: []string{"sh"}, Env: []string{"PATH=/bin"}}, []File{
+	img, err := BuildConfig(Config{Cmd: []string{"sh"}, Env: []string{"PATH=/bin"}, User: "1234"}, []File{
 		{Path: "/bin/sh", Mode: fs.ModeSymlink | 0o777, Link: "busybox"},
 		{Path: "/bin/busybox", Mode: 0o755, Data: []byte("\x7fELF")},
+		{Path: "/bin/su", Mode: fs.ModeSetuid | 0o755, Data: []byte("\x7fELF")},
 		{Path: "/tmp", Mode: fs.ModeDir | fs.ModeSticky | 0o777},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var config struct {
-		Config struct{ Entrypoint, Cmd, Env []string }
+		Config struct {
+			Entrypoint, Cmd, Env []string
+			User                 string
+		}
 	}
 	if err := json.Unmarshal(img.Config.Data, &config); err != nil {
 		t.Fatal(err)
 	}
-	if config.Config.Entrypoint != nil || !slices.Equal(config.Config.Cmd, []string{"sh"}) || !slices.Equal(config.Config.Env, []string{"PATH=/bin"}) {
-		t.Errorf("config = %+v, want no entrypoint, Cmd sh, Env PATH=/bin", config.Config)
+	if c := config.Config; c.Entrypoint != nil || !slices.Equal(c.Cmd, []string{"sh"}) || !slices.Equal(c.Env, []string{"PATH=/bin"}) || c.User != "1234" {
+		t.Errorf("config = %+v, want no entrypoint, Cmd sh, Env PATH=/bin, User 1234", config.Config)
 	}
 	got := map[string]string{}
 	for _, h := range layerHeaders(t, img.Layer.Data) {
@@ -146,6 +150,7 @@ func TestBuildConfigEntries(t *testing.T) {
 		"bin/":        fmt.Sprintf("%c 755 ", tar.TypeDir),
 		"bin/busybox": fmt.Sprintf("%c 755 ", tar.TypeReg),
 		"bin/sh":      fmt.Sprintf("%c 777 busybox", tar.TypeSymlink),
+		"bin/su":      fmt.Sprintf("%c 4755 ", tar.TypeReg),
 		"tmp/":        fmt.Sprintf("%c 1777 ", tar.TypeDir),
 	}
 	if !maps.Equal(got, want) {
