@@ -60,6 +60,11 @@ func stillHonoured(p identity.Peer, n *private.Node) error {
 	if !bytes.Equal(n.PublicKey, p.PublicKey) {
 		return status.Errorf(codes.PermissionDenied, "node %s is on record with another key; its certificate is not honoured", p.NodeID)
 	}
+	if n.FsmState == api.NodeState_NODE_STATE_DECOMMISSIONED {
+		// Marked (rpc.Decommissioned), so that the node, still running,
+		// knows no answer will ever change and gives up its roles.
+		return rpc.Decommissioned(codes.PermissionDenied, "node %s is %s; its certificate is no longer honoured", p.NodeID, n.FsmState)
+	}
 	if n.FsmState != api.NodeState_NODE_STATE_UP {
 		return status.Errorf(codes.PermissionDenied, "node %s is %s; its certificate is no longer honoured", p.NodeID, n.FsmState)
 	}

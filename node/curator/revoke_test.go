@@ -77,8 +77,8 @@ func TestRevocation(t *testing.T) {
 			if err == nil {
 				continue // changes that raced the decommissioning
 			}
-			if status.Code(err) != codes.PermissionDenied {
-				t.Errorf("Watch via the %s ended with %v, want PermissionDenied", name, err)
+			if status.Code(err) != codes.PermissionDenied || !rpc.IsDecommissioned(err) {
+				t.Errorf("Watch via the %s ended with %v, want PermissionDenied marked as a decommissioning", name, err)
 			}
 			t.Logf("Watch via the %s ended %v after DecommissionNode was sent: %v", name, time.Since(start), err)
 			break
@@ -196,6 +196,11 @@ func wantRefused(t *testing.T, ctx context.Context, via map[string]api.CuratorCl
 			err := call()
 			if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), why) {
 				t.Errorf("%s via the %s as %s node = %v, want PermissionDenied saying %s", method, name, why, err, why)
+			}
+			// Only a decommissioning is marked as one: the node gives up
+			// its roles on it.
+			if decommissioned := why == "DECOMMISSIONED"; rpc.IsDecommissioned(err) != decommissioned {
+				t.Errorf("%s via the %s as %s node = %v, marked as a decommissioning: %v, want %v", method, name, why, err, rpc.IsDecommissioned(err), decommissioned)
 			}
 		}
 	}

@@ -39,8 +39,9 @@ const (
 	Joined Name = "joined"
 	// Refused: the cluster refused the node; reason=text.
 	Refused Name = "refused"
-	// Decommissioned: the cluster decommissioned the node before it
-	// committed, and the node stops asking; node=ID.
+	// Decommissioned: the cluster decommissioned the node, before it
+	// committed or while it ran, and the node stops asking (and gives up
+	// its roles); node=ID.
 	Decommissioned Name = "decommissioned"
 	// ParametersInvalid: the node parameters do not parse or validate;
 	// reason=text.

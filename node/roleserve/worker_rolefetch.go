@@ -7,12 +7,14 @@ import (
 	"os"
 	"strings"
 
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"cairn.dev/cairn/node/consensus"
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/node/marker"
+	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/supervisor"
 	api "cairn.dev/cairn/proto/api"
@@ -65,6 +67,9 @@ func (w *workerRolefetch) run(ctx context.Context) error {
 	stream, err := cc.client().Watch(ctx, &api.WatchRequest{Kind: &api.WatchRequest_NodeInCluster_{
 		NodeInCluster: &api.WatchRequest_NodeInCluster{NodeId: creds.ID()},
 	}})
+	if rpc.IsDecommissioned(err) {
+		return w.giveUp(ctx, creds.ID(), err)
+	}
 	if err != nil {
 		return fmt.Errorf("when watching this node: %w", err)
 	}
@@ -73,6 +78,9 @@ func (w *workerRolefetch) run(ctx context.Context) error {
 	healthy := false
 	for {
 		ev, err := stream.Recv()
+		if rpc.IsDecommissioned(err) {
+			return w.giveUp(ctx, creds.ID(), err)
+		}
 		if err != nil {
 			return fmt.Errorf("when watching this node: %w", err)
 		}
@@ -102,6 +110,29 @@ func (w *workerRolefetch) run(ctx context.Context) error {
 			healthy = true
 		}
 	}
+}
+
+// giveUp ends the roles of a node the cluster decommissioned while it
+// ran, for good: refusal, the curator's answer, says the cluster no longer
+// honours the node, so no role will ever come back. Whether the stream
+// brought the empty roles of the decommissioning before it ended is a
+// race; either way every unit a role started stops (the Kubernetes worker
+// among them, whose Node the cluster deletes), and roles.pb says so. Then
+// it waits: asking again would only be refused.
+func (w *workerRolefetch) giveUp(ctx context.Context, id string, refusal error) error {
+	log := supervisor.Logger(ctx)
+	none := &api.NodeRoles{}
+	if err := writeRoles(w.paths.node, none); err != nil {
+		return err
+	}
+	if !proto.Equal(w.cur, none) {
+		w.publish(ctx, none)
+	}
+	log.Errorf("The cluster decommissioned this node (%s): it gives up its roles and stops asking; reinstall the machine to enrol it again", status.Convert(refusal).Message())
+	marker.Log(log, marker.Decommissioned, "node", id)
+	supervisor.Signal(ctx, supervisor.SignalHealthy)
+	<-ctx.Done()
+	return ctx.Err()
 }
 
 // publish sets the node's roles and states them on the console.

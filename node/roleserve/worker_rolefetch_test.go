@@ -1,17 +1,22 @@
 package roleserve
 
 import (
+	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/identity/identitytest"
 	"cairn.dev/cairn/node/marker"
+	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/pkg/fixture"
@@ -104,6 +109,89 @@ func TestRolefetchPublishesDesiredRelease(t *testing.T) {
 	want := []*api.DesiredRelease{nil, first, second, nil}
 	if diff := cmp.Diff(want, release.recorded(), protocmp.Transform()); diff != "" {
 		t.Errorf("desired releases published (-want +got):\n%s", diff)
+	}
+}
+
+// decommissioningCurator serves one Watch: it sends the node with the
+// KubernetesWorker role, then, once refuse is closed, ends the stream as a
+// curator ends a decommissioned node's, and refuses every later Watch.
+type decommissioningCurator struct {
+	api.UnimplementedCuratorServer
+	id      string
+	refuse  chan struct{}
+	watches atomic.Int32
+}
+
+func (c *decommissioningCurator) Watch(_ *api.WatchRequest, srv api.Curator_WatchServer) error {
+	refusal := rpc.Decommissioned(codes.PermissionDenied, "node %s is NODE_STATE_DECOMMISSIONED; its certificate is no longer honoured", c.id)
+	if c.watches.Add(1) > 1 {
+		return refusal
+	}
+	worker := &api.NodeRoles{KubernetesWorker: &api.NodeRoles_KubernetesWorker{}}
+	if err := srv.Send(&api.WatchEvent{Nodes: []*api.Node{{Id: c.id, State: api.NodeState_NODE_STATE_UP, Roles: worker}}}); err != nil {
+		return err
+	}
+	select {
+	case <-c.refuse:
+		return refusal
+	case <-srv.Context().Done():
+		return srv.Context().Err()
+	}
+}
+
+// TestRolefetchGivesUpWhenDecommissioned: a worker whose stream the
+// curator ends because the cluster decommissioned it, without the empty
+// roles of the decommissioning, gives up its roles, empties roles.pb and
+// stops asking.
+func TestRolefetchGivesUpWhenDecommissioned(t *testing.T) {
+	ctx := fixture.Context(t)
+	ca := identitytest.NewCA(t, "test CA")
+	creds := ca.Node(t)
+	st := newTestNode(t, 0, 0, 0, 0).cfg.Storage
+	cur := &decommissioningCurator{id: creds.ID(), refuse: make(chan struct{})}
+	var (
+		membership  memory.Value[*Membership]
+		credentials memory.Value[*identity.Node]
+		cc          memory.Value[*curatorConn]
+		roles       memory.Value[*api.NodeRoles]
+	)
+	membership.Set(&Membership{NodeKey: creds.PrivateKey(), InitialRoles: &api.NodeRoles{}})
+	credentials.Set(creds)
+	cc.Set(fakeCurator(t, cur))
+	w := &workerRolefetch{
+		membership:  &membership,
+		credentials: &credentials,
+		curator:     &cc,
+		paths:       nodePaths{etcd: st.Root.Data.Etcd.FullPath(), node: &st.Root.Data.Node},
+		roles:       &roles,
+		release:     &memory.Value[*api.DesiredRelease]{},
+	}
+	runWorker(t, w.run)
+	rolesFile := func(want *api.NodeRoles) error {
+		return wantProtoFile(st.Root.Data.Node.Roles.Read, want)
+	}
+
+	worker := &api.NodeRoles{KubernetesWorker: &api.NodeRoles_KubernetesWorker{}}
+	if _, err := get(ctx, &roles, event.Filter(func(r *api.NodeRoles) bool { return proto.Equal(r, worker) })); err != nil {
+		t.Fatalf("waiting for the worker role: %v", err)
+	}
+	if err := rolesFile(worker); err != nil {
+		t.Fatalf("roles.pb before the decommissioning: %v", err)
+	}
+	close(cur.refuse)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := get(ctx, &roles, event.Filter(func(r *api.NodeRoles) bool { return proto.Equal(r, &api.NodeRoles{}) })); err != nil {
+		t.Fatalf("waiting for the roles to be given up: %v", err)
+	}
+	if err := rolesFile(&api.NodeRoles{}); err != nil {
+		t.Errorf("roles.pb after the decommissioning: %v", err)
+	}
+	// A restart of the worker would open a second Watch; giving up, it
+	// asks no more.
+	time.Sleep(time.Second)
+	if n := cur.watches.Load(); n != 1 {
+		t.Errorf("%d Watch calls, want 1: the decommissioned node asked again", n)
 	}
 }
 
