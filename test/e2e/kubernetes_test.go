@@ -860,15 +860,7 @@ func TestKubernetes(t *testing.T) {
 		})
 		// The other worker's tunnel takes nothing from it any more.
 		k.waitFor(t, n2.Name()+"'s pod tunnel dropping "+n1.Name(), 2*time.Minute, func() error {
-			out := s.cairnctl(t, c, "logs", n2.ID(), "--dn", "root.roleserve.kubeworker")
-			i := strings.LastIndex(out, "Pod tunnel peers: ")
-			if i < 0 {
-				return fmt.Errorf("%s logged no tunnel peers", n2.Name())
-			}
-			if peers, _, _ := strings.Cut(out[i:], "\n"); strings.Contains(peers, n1.ID()) {
-				return fmt.Errorf("%s's last tunnel peers still hold %s: %s", n2.Name(), n1.Name(), peers)
-			}
-			return nil
+			return s.tunnelPeerDropped(t, c, n2, n1)
 		})
 		start = time.Now()
 		s.cairnctl(t, c, "node", "add-role", n1.ID(), "KubernetesWorker")
@@ -972,7 +964,37 @@ func TestKubernetes(t *testing.T) {
 		t.Errorf("%s's log tells of no deleted volume of %v:\n%s", n1.Name(), names, out)
 	})
 	if !*longFlag {
-		t.Log("the controller's move (h) and the rollout that drains the workers (i) run with -long (make test-long)")
+		// Last, since node 1 never comes back; with -long, h and i need it.
+		t.Run("j-running-worker-decommissioned", func(t *testing.T) {
+			const stopped = "no pod, shim or mount left"
+			workerLog := func() string { return s.cairnctl(t, c, "logs", n1.ID(), "--dn", "root.roleserve.kubeworker") }
+			stops := strings.Count(workerLog(), stopped) // f's
+			start := time.Now()
+			s.cairnctl(t, c, "node", "decommission", n1.ID())
+			k.waitFor(t, n1.Name()+" giving up its roles", 2*time.Minute, func() error {
+				out := s.cairnctl(t, c, "logs", n1.ID(), "--dn", "root.roleserve.rolefetch")
+				if !strings.Contains(out, "The cluster decommissioned this node") {
+					return fmt.Errorf("%s has not said it was decommissioned", n1.Name())
+				}
+				return nil
+			})
+			s.step("running worker decommissioned → it gives up its roles", time.Since(start))
+			k.waitFor(t, n1.Name()+" stopping its worker", 2*time.Minute, func() error {
+				if strings.Count(workerLog(), stopped) == stops {
+					return fmt.Errorf("no word of the stopped worker yet")
+				}
+				return nil
+			})
+			// Its kubelet is gone, so nothing registers the Node again.
+			k.waitFor(t, n1.Name()+"'s Node deleted", 5*time.Minute, func() error {
+				return k.gone(t, "node", n1.ID())
+			})
+			s.step("running worker decommissioned → its Node deleted", time.Since(start))
+			k.waitFor(t, n2.Name()+"'s pod tunnel dropping "+n1.Name(), 2*time.Minute, func() error {
+				return s.tunnelPeerDropped(t, c, n2, n1)
+			})
+		})
+		t.Log("the controller's move (h) and the rollout that drains the workers (i) run with -long (make test-long), without j")
 		return
 	}
 	t.Run("h-controller-moves", func(t *testing.T) {
@@ -1257,6 +1279,20 @@ type agentPod struct {
 // NodePort: a connection to it from an agent pod is refused, as a node's
 // kernel refuses a port nothing listens on once kube-proxy's rules are
 // gone. (Rules left behind would still forward it to the agents.)
+// tunnelPeerDropped says whether the last pod tunnel peers n logged leave
+// out gone.
+func (s *suite) tunnelPeerDropped(t *testing.T, c *cluster.Cluster, n, gone *cluster.Node) error {
+	out := s.cairnctl(t, c, "logs", n.ID(), "--dn", "root.roleserve.kubeworker")
+	i := strings.LastIndex(out, "Pod tunnel peers: ")
+	if i < 0 {
+		return fmt.Errorf("%s logged no tunnel peers", n.Name())
+	}
+	if peers, _, _ := strings.Cut(out[i:], "\n"); strings.Contains(peers, gone.ID()) {
+		return fmt.Errorf("%s's last tunnel peers still hold %s: %s", n.Name(), gone.Name(), peers)
+	}
+	return nil
+}
+
 func (k *kube) nodePortClosed(t *testing.T, n *cluster.Node) error {
 	t.Helper()
 	var svc struct {
