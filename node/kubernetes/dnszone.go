@@ -120,14 +120,18 @@ func newClusterZone(domain string, services map[string]service, endpointSlices m
 	}
 	for _, s := range services {
 		zs := &zoneService{
-			name:         strings.ToLower(s.Metadata.Name),
-			namespace:    strings.ToLower(s.Metadata.Namespace),
-			headless:     s.Spec.ClusterIP == "None",
-			externalName: s.Spec.ExternalName,
-			ports:        s.Spec.Ports,
+			name:      strings.ToLower(s.Metadata.Name),
+			namespace: strings.ToLower(s.Metadata.Namespace),
+			headless:  s.Spec.ClusterIP == "None",
+			ports:     s.Spec.Ports,
 		}
-		if s.Spec.Type == "ExternalName" && zs.externalName == "" {
-			continue
+		if s.Spec.Type == "ExternalName" {
+			if s.Spec.ExternalName == "" {
+				continue
+			}
+			// Only this type names another: a Service made a ClusterIP
+			// one from an ExternalName one may keep the field.
+			zs.externalName = s.Spec.ExternalName
 		}
 		ips := s.Spec.ClusterIPs
 		if len(ips) == 0 && s.Spec.ClusterIP != "" {

@@ -15,14 +15,17 @@ import (
 
 // zoneFixture is a cluster with a ClusterIP Service, a headless one with
 // two ready endpoints (one named, as a StatefulSet's pods are) and one
-// not ready, and an ExternalName Service.
+// not ready, an ExternalName Service, and a ClusterIP Service that was an
+// ExternalName one and kept the field.
 const zoneFixture = `{
  "services": [
   {"metadata":{"name":"kubernetes","namespace":"default"},"spec":{"type":"ClusterIP","clusterIP":"10.96.0.1","clusterIPs":["10.96.0.1"],
    "ports":[{"name":"https","protocol":"TCP","port":443}]}},
   {"metadata":{"name":"db","namespace":"shop"},"spec":{"type":"ClusterIP","clusterIP":"None",
    "ports":[{"name":"pg","protocol":"TCP","port":5432}]}},
-  {"metadata":{"name":"search","namespace":"shop"},"spec":{"type":"ExternalName","externalName":"search.example.com"}}
+  {"metadata":{"name":"search","namespace":"shop"},"spec":{"type":"ExternalName","externalName":"search.example.com"}},
+  {"metadata":{"name":"cart","namespace":"shop"},"spec":{"type":"ClusterIP","clusterIP":"10.96.7.7","clusterIPs":["10.96.7.7"],"externalName":"cart.example.com",
+   "ports":[{"name":"http","protocol":"TCP","port":80}]}}
  ],
  "slices": [
   {"metadata":{"name":"db-x1","namespace":"shop","labels":{"kubernetes.io/service-name":"db"}},"addressType":"IPv4",
@@ -108,6 +111,8 @@ func TestClusterZone(t *testing.T) {
 		{"10-192-2-9.db.shop.svc.cluster.local.", A, 0, []string{"A 10.192.2.9"}},
 		{"db-2.db.shop.svc.cluster.local.", A, nx, nil},
 		{"search.shop.svc.cluster.local.", A, 0, []string{"CNAME search.example.com."}},
+		// Made a ClusterIP Service, an ExternalName one kept its name.
+		{"cart.shop.svc.cluster.local.", A, 0, []string{"A 10.96.7.7"}},
 		{"_https._tcp.kubernetes.default.svc.cluster.local.", SRV, 0, []string{"SRV 443 kubernetes.default.svc.cluster.local."}},
 		{"_pg._tcp.db.shop.svc.cluster.local.", SRV, 0, []string{"SRV 5432 10-192-2-9.db.shop.svc.cluster.local.", "SRV 5432 db-0.db.shop.svc.cluster.local."}},
 		{"_pg._udp.db.shop.svc.cluster.local.", SRV, nx, nil},
