@@ -47,12 +47,12 @@ func TestTunnelGuardInTheKernel(t *testing.T) {
 	check := func(when string, conns []conn) {
 		t.Helper()
 		for _, cn := range conns {
-			err := dial(cn.from, cn.to, 8080)
+			err := dialWant(cn.from, netip.AddrPortFrom(cn.to.ip, 8080), cn.to, cn.want)
 			if got := err == nil; got != cn.want {
 				t.Errorf("%s: %s → %s: connected %t (%v), want %t", when, names[cn.from], names[cn.to], got, err, cn.want)
 			}
 		}
-		if err := dialAddr(outside, nodePort, own); err != nil {
+		if err := dialWant(outside, nodePort, own, true); err != nil {
 			t.Errorf("%s: outside → the NodePort %s: %v", when, nodePort, err)
 		}
 	}
