@@ -12,7 +12,8 @@
 #   containerd-shim-runc-v2   its shim: a binary of its own, since it
 #                             re-executes itself
 #   runc                      with seccomp (cgo, Debian's libseccomp.a)
-#   ptp host-local loopback   the CNI plugins the pod network uses
+#   ptp host-local loopback   the CNI plugins the pod network uses, and
+#   portmap                   the one that serves pods' host ports
 #
 # and kubectl, for the host's tests, into KUBECTL. With -e2e it builds
 # Kubernetes' e2e.test instead (make conformance).
@@ -128,7 +129,7 @@ pversion=${cni_plugins#*@}
 step "CNI plugins $pversion" env GOBIN="$bin" CGO_ENABLED=0 \
   $GO install -trimpath -ldflags "-s -w -X $ppath/pkg/utils/buildversion.BuildVersion=$pversion" \
   "$ppath/plugins/main/ptp@$pversion" "$ppath/plugins/ipam/host-local@$pversion" \
-  "$ppath/plugins/main/loopback@$pversion"
+  "$ppath/plugins/main/loopback@$pversion" "$ppath/plugins/meta/portmap@$pversion"
 
 # update FILE DEST moves FILE to DEST unless DEST has the same bytes.
 update() {

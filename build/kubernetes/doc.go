@@ -10,7 +10,8 @@
 //	containerd/v2 ─▶ go install @version ─▶ containerd,                  │
 //	                                        containerd-shim-runc-v2 ─────┤
 //	runc ─▶ go install @version, cgo ─▶ runc (static libseccomp) ────────┤
-//	CNI plugins ─▶ go install @version ─▶ ptp, host-local, loopback ─────┤
+//	CNI plugins ─▶ go install @version ─▶ ptp, host-local, loopback, ────┤
+//	                                        portmap                      │
 //	                                                                     ▼
 //	         out/kubernetes/bin ─▶ mkimage system -kubernetes ─▶ /system/kubernetes/bin
 //

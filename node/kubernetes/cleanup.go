@@ -24,8 +24,9 @@ const podsCgroup = "/sys/fs/cgroup/kubepods"
 // cleanUp removes what a worker leaves when it stops or crashes: the
 // processes of its pods, which containerd's shims keep alive apart from
 // containerd, the shims themselves, the mounts of pods and container
-// filesystems, the loop devices of block volumes, and the masquerade of
-// pod traffic. It runs before a worker starts and after it stopped, so
+// filesystems, the loop devices of block volumes, the masquerade of pod
+// traffic, and the pods' host ports (the CNI portmap plugin's table,
+// which only the plugin's DEL of each pod would have emptied). It runs before a worker starts and after it stopped, so
 // that a removed role leaves nothing behind, and a restarted one starts
 // clean. What cannot be removed is reported, nothing is left half-done
 // silently.
@@ -46,8 +47,12 @@ func (l Layout) cleanUp() error {
 	}
 	if nf, err := nftables.New(); err != nil {
 		errs = append(errs, fmt.Errorf("when opening nftables: %w", err))
-	} else if err := removeMasquerade(nf); err != nil {
-		errs = append(errs, err)
+	} else {
+		for _, table := range []string{masqueradeTable, hostPortTable} {
+			if err := removeTable(nf, table); err != nil {
+				errs = append(errs, err)
+			}
+		}
 	}
 	return errors.Join(errs...)
 }

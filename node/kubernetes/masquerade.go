@@ -65,11 +65,12 @@ func setMasquerade(nf *nftables.Conn, podRange netip.Prefix) error {
 	return nil
 }
 
-// removeMasquerade deletes the masquerade table, if there is one.
-func removeMasquerade(nf *nftables.Conn) error {
-	nf.DelTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: masqueradeTable})
+// removeTable deletes the IPv4 table name (the masquerade's, say), if
+// there is one.
+func removeTable(nf *nftables.Conn, name string) error {
+	nf.DelTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: name})
 	if err := nf.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("when removing the masquerade of pod traffic (nftables table %s): %w", masqueradeTable, err)
+		return fmt.Errorf("when removing nftables table ip %s: %w", name, err)
 	}
 	return nil
 }

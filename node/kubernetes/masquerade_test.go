@@ -134,13 +134,13 @@ func TestMasquerade(t *testing.T) {
 		t.Errorf("the outside host saw the pod's connection come from %v, want the node's 10.42.0.10", from)
 	}
 
-	if err := removeMasquerade(nf); err != nil {
+	if err := removeTable(nf, masqueradeTable); err != nil {
 		t.Fatal(err)
 	}
-	if err := removeMasquerade(nf); err != nil {
+	if err := removeTable(nf, masqueradeTable); err != nil {
 		t.Fatalf("removing a removed masquerade: %v", err)
 	}
 	if tables, err := nf.ListTables(); err != nil || len(tables) != 0 {
-		t.Errorf("tables after removeMasquerade: %v, %v; want none", tables, err)
+		t.Errorf("tables after removeTable: %v, %v; want none", tables, err)
 	}
 }

@@ -505,22 +505,35 @@ func podRanges(nodes map[string]kubeNode) []podRange {
 	return out
 }
 
+// hostPortTable is the nftables table (family ip) in which the CNI portmap
+// plugin forwards pods' host ports (cniConfig).
+const hostPortTable = "cni_hostport"
+
 // cniConfig is the pod network's CNI configuration on the node's pod
 // range: a veth pair per pod routed by the node (ptp), addresses from the
-// range (host-local).
+// range (host-local), and the pod's host ports forwarded to it (portmap,
+// in nftables: its own table, cni_hostport, which kube-proxy's and
+// Cairn's leave alone).
 func cniConfig(r netip.Prefix) map[string]any {
 	return map[string]any{
 		"cniVersion": "1.0.0",
 		"name":       "cairn",
-		"plugins": []any{map[string]any{
-			"type":   "ptp",
-			"ipMasq": false,
-			"mtu":    tunnelMTU,
-			"ipam": map[string]any{
-				"type":   "host-local",
-				"ranges": [][]map[string]string{{{"subnet": r.String()}}},
-				"routes": []map[string]string{{"dst": "0.0.0.0/0"}},
+		"plugins": []any{
+			map[string]any{
+				"type":   "ptp",
+				"ipMasq": false,
+				"mtu":    tunnelMTU,
+				"ipam": map[string]any{
+					"type":   "host-local",
+					"ranges": [][]map[string]string{{{"subnet": r.String()}}},
+					"routes": []map[string]string{{"dst": "0.0.0.0/0"}},
+				},
 			},
-		}},
+			map[string]any{
+				"type":         "portmap",
+				"backend":      "nftables",
+				"capabilities": map[string]bool{"portMappings": true},
+			},
+		},
 	}
 }
