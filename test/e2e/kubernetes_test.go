@@ -487,6 +487,39 @@ func TestKubernetes(t *testing.T) {
 		s.step("Service created → ClusterIP and every node's NodePort answer from both workers' pods", time.Since(start))
 	})
 
+	// A pod's host port (the CNI portmap plugin) answers on its node's
+	// address, to a pod on the other node.
+	t.Run("d-host-port", func(t *testing.T) {
+		start := time.Now()
+		k.apply(t, `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"hostport"},"spec":{
+			"nodeName":"`+n2.ID()+`","terminationGracePeriodSeconds":0,
+			"containers":[{"name":"agent","image":"cairn/agent:1","args":["serve"],"ports":[{"containerPort":8080,"hostPort":30808}]}]}}`)
+		k.waitFor(t, "the host port's pod Running", 5*time.Minute, func() error {
+			return k.podPhase(t, "hostport", "Running")
+		})
+		pods, err := k.agentPods(t)
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(pods, func(p agentPod) bool { return p.Node == n1.ID() })
+		if i < 0 {
+			t.Fatalf("no agent pod on %s: %+v", n1.Name(), pods)
+		}
+		u := fmt.Sprintf("http://%s:30808/", n2.IP())
+		k.waitFor(t, pods[i].Name+" reaching the host port at "+u, 2*time.Minute, func() error {
+			out, err := k.run(t, "exec", pods[i].Name, "--", "/agent", "get", u)
+			if err != nil {
+				return err
+			}
+			if got := strings.TrimSpace(string(out)); got != "hostport" {
+				return fmt.Errorf("%s answered by %q, want the pod hostport", u, got)
+			}
+			return nil
+		})
+		s.step("pod with a host port created → its node's address answers for it", time.Since(start))
+		k.mustRun(t, "delete", "pod", "hostport", "--wait=false")
+	})
+
 	t.Run("d-aggregated-api", func(t *testing.T) {
 		// The aggregation layer: an agent serves the API group
 		// test.cairn.dev as an aggregated apiserver, trusting only the
