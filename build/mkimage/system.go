@@ -44,7 +44,13 @@ func systemCmd(args []string) error {
 		return fmt.Errorf("when writing the command line: %w", err)
 	}
 	if *depfile != "" {
-		if err := writeDepfile(*depfile, *out+" "+*cmdlineOut, append(img.HostFiles, img.KubernetesFiles...)); err != nil {
+		deps := append(img.HostFiles, img.KubernetesFiles...)
+		if *kube != "" {
+			// The payload's directories too: a program added to the
+			// payload changes its directory, not a file named here.
+			deps = append(deps, payloadDirs(*kube, img.KubernetesFiles)...)
+		}
+		if err := writeDepfile(*depfile, *out+" "+*cmdlineOut, deps); err != nil {
 			return fmt.Errorf("when writing %s: %w", *depfile, err)
 		}
 	}
@@ -59,6 +65,20 @@ func systemCmd(args []string) error {
 	}
 	fmt.Printf("image: system image verity root hash %x (a node mounts the slot that matches it)\n", img.Params.RootHash)
 	return nil
+}
+
+// payloadDirs are dir and the directories below it that hold files, each
+// once, in the order files first names them.
+func payloadDirs(dir string, files []string) []string {
+	dirs := []string{dir}
+	seen := map[string]bool{dir: true}
+	for _, f := range files {
+		if d := filepath.Dir(f); !seen[d] {
+			seen[d] = true
+			dirs = append(dirs, d)
+		}
+	}
+	return dirs
 }
 
 // plus an empty rule for each file, so that make rebuilds target when a

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -25,5 +26,18 @@ func TestWriteDepfile(t *testing.T) {
 		if err := writeDepfile(path, "out/system.img", []string{bad}); err == nil {
 			t.Errorf("writeDepfile(%q) succeeded, want an error", bad)
 		}
+	}
+}
+
+// TestPayloadDirs: the payload's directory and each directory below it
+// that holds a file, once, so that make sees a program added to either.
+func TestPayloadDirs(t *testing.T) {
+	got := payloadDirs("out/kubernetes/bin", []string{
+		"out/kubernetes/bin/hyperkube", "out/kubernetes/bin/worker/hyperkube",
+		"out/kubernetes/bin/ptp", "out/kubernetes/bin/worker/kubelet",
+	})
+	want := []string{"out/kubernetes/bin", "out/kubernetes/bin/worker"}
+	if !slices.Equal(got, want) {
+		t.Errorf("payloadDirs = %q, want %q", got, want)
 	}
 }
