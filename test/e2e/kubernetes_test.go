@@ -488,14 +488,17 @@ func TestKubernetes(t *testing.T) {
 	})
 
 	// A pod's host port (the CNI portmap plugin) answers on its node's
-	// address, to a pod on the other node.
+	// address, to a pod on the other node. Pod Security's baseline, which
+	// the default namespace enforces, forbids host ports.
 	t.Run("d-host-port", func(t *testing.T) {
 		start := time.Now()
-		k.apply(t, `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"hostport"},"spec":{
+		k.apply(t, `{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"hostport",
+			"labels":{"pod-security.kubernetes.io/enforce":"privileged"}}}`)
+		k.apply(t, `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"hostport","namespace":"hostport"},"spec":{
 			"nodeName":"`+n2.ID()+`","terminationGracePeriodSeconds":0,
 			"containers":[{"name":"agent","image":"cairn/agent:1","args":["serve"],"ports":[{"containerPort":8080,"hostPort":30808}]}]}}`)
 		k.waitFor(t, "the host port's pod Running", 5*time.Minute, func() error {
-			return k.podPhase(t, "hostport", "Running")
+			return k.podPhase(t, "hostport", "Running", "-n", "hostport")
 		})
 		pods, err := k.agentPods(t)
 		if err != nil {
@@ -517,7 +520,7 @@ func TestKubernetes(t *testing.T) {
 			return nil
 		})
 		s.step("pod with a host port created → its node's address answers for it", time.Since(start))
-		k.mustRun(t, "delete", "pod", "hostport", "--wait=false")
+		k.mustRun(t, "delete", "namespace", "hostport", "--wait=false")
 	})
 
 	t.Run("d-aggregated-api", func(t *testing.T) {
