@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/sleep"
 	"cairn.dev/cairn/pkg/supervisor"
@@ -64,6 +65,13 @@ func (w *workerHeartbeat) run(ctx context.Context) error {
 		wait := interval
 		switch {
 		case ctx.Err() != nil:
+			return ctx.Err()
+		case rpc.IsDecommissioned(err):
+			// No beat will ever be taken again (rolefetch gives up the
+			// roles on the same refusal).
+			supervisor.Logger(ctx).Warningf("Heartbeats stop: %v", err)
+			supervisor.Signal(ctx, supervisor.SignalHealthy)
+			<-ctx.Done()
 			return ctx.Err()
 		case err != nil:
 			if failures%beatReport == 0 {

@@ -2,13 +2,16 @@ package roleserve
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/pkg/fixture"
 	"cairn.dev/cairn/pkg/supervisor"
@@ -135,4 +138,37 @@ func TestHeartbeatKeepsBeatingThroughFailures(t *testing.T) {
 		}
 	}
 	t.Logf("beats after failures came %v apart", at[5].Sub(at[4]))
+}
+
+// decommissionedLeader refuses every heartbeat as a curator refuses a
+// decommissioned node.
+type decommissionedLeader struct {
+	api.UnimplementedCuratorServer
+	calls atomic.Int32
+}
+
+func (d *decommissionedLeader) Heartbeat(context.Context, *api.HeartbeatRequest) (*api.HeartbeatResponse, error) {
+	d.calls.Add(1)
+	return nil, rpc.Decommissioned(codes.PermissionDenied, "node n is NODE_STATE_DECOMMISSIONED; its certificate is no longer honoured")
+}
+
+// TestHeartbeatStopsWhenDecommissioned: a refusal that says the node was
+// decommissioned ends the beats; the worker neither retries every second
+// nor dies to be restarted.
+func TestHeartbeatStopsWhenDecommissioned(t *testing.T) {
+	leader := &decommissionedLeader{}
+	var cc memory.Value[*curatorConn]
+	cc.Set(fakeCurator(t, leader))
+	w := &workerHeartbeat{curator: &cc}
+	runWorker(t, w.run)
+	fixture.Eventually(t, time.Minute, "the first heartbeat", func() error {
+		if leader.calls.Load() == 0 {
+			return fmt.Errorf("no heartbeat yet")
+		}
+		return nil
+	})
+	time.Sleep(3 * time.Second)
+	if n := leader.calls.Load(); n != 1 {
+		t.Errorf("%d heartbeats after the refusal of a decommissioned node, want 1", n)
+	}
 }
