@@ -26,10 +26,10 @@ const podsCgroup = "/sys/fs/cgroup/kubepods"
 // containerd, the shims themselves, the mounts of pods and container
 // filesystems, the loop devices of block volumes, the masquerade of pod
 // traffic, and the pods' host ports (the CNI portmap plugin's table,
-// which only the plugin's DEL of each pod would have emptied). It runs before a worker starts and after it stopped, so
-// that a removed role leaves nothing behind, and a restarted one starts
-// clean. What cannot be removed is reported, nothing is left half-done
-// silently.
+// which only the plugin's DEL of each pod would have emptied). It runs
+// before a worker starts and after it stopped, so that a removed role
+// leaves nothing behind, and a restarted one starts clean. What cannot be
+// removed is reported, nothing is left half-done silently.
 func (l Layout) cleanUp() error {
 	var errs []error
 	// Every process of every pod, at once (cgroup v2's cgroup.kill).
