@@ -1311,10 +1311,6 @@ type agentPod struct {
 	Name, Node, IP string
 }
 
-// nodePortClosed checks that n no longer serves the agent Service's
-// NodePort: a connection to it from an agent pod is refused, as a node's
-// kernel refuses a port nothing listens on once kube-proxy's rules are
-// gone. (Rules left behind would still forward it to the agents.)
 // tunnelPeerDropped says whether the last pod tunnel peers n logged leave
 // out gone.
 func (s *suite) tunnelPeerDropped(t *testing.T, c *cluster.Cluster, n, gone *cluster.Node) error {
@@ -1329,6 +1325,10 @@ func (s *suite) tunnelPeerDropped(t *testing.T, c *cluster.Cluster, n, gone *clu
 	return nil
 }
 
+// nodePortClosed checks that n no longer serves the agent Service's
+// NodePort: a connection to it from an agent pod is refused, as a node's
+// kernel refuses a port nothing listens on once kube-proxy's rules are
+// gone. (Rules left behind would still forward it to the agents.)
 func (k *kube) nodePortClosed(t *testing.T, n *cluster.Node) error {
 	t.Helper()
 	var svc struct {
