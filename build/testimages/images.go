@@ -62,12 +62,12 @@ var images = []image{
 		if err != nil {
 			return nil, err
 		}
-		return onBusybox(ociimage.Config{Cmd: []string{"nnp"}},
+		return onBusybox(busyboxTools, ociimage.Config{Cmd: []string{"nnp"}},
 			ociimage.File{Path: "/usr/local/bin/nnp", Mode: fs.ModeSetuid | 0o755, Data: prog})
 	}},
 	// The busybox image run by user 1234, as upstream's Dockerfile says.
 	{"e2e-test-images/nonroot", []string{"1.5"}, func(b *builder) (*ociimage.Image, error) {
-		return onBusybox(ociimage.Config{Cmd: []string{"sh"}, User: "1234"})
+		return onBusybox(busyboxTools, ociimage.Config{Cmd: []string{"sh"}, User: "1234"})
 	}},
 }
 
@@ -130,13 +130,13 @@ func (b *builder) pause() (*ociimage.Image, error) {
 // those busyboxTools replace, root and nobody in its user database, and
 // /tmp, as upstream's busybox image; it runs sh.
 func (b *builder) busybox() (*ociimage.Image, error) {
-	return onBusybox(ociimage.Config{Cmd: []string{"sh"}})
+	return onBusybox(busyboxTools, ociimage.Config{Cmd: []string{"sh"}})
 }
 
-// onBusybox is the busybox image with more files, run as c says, with
-// PATH set.
-func onBusybox(c ociimage.Config, more ...ociimage.File) (*ociimage.Image, error) {
-	files, err := rootfs(busyboxTools)
+// onBusybox is an image of Debian's busybox with tools (rootfs), the
+// user database and more files, run as c says, with PATH set.
+func onBusybox(tools []tool, c ociimage.Config, more ...ociimage.File) (*ociimage.Image, error) {
+	files, err := rootfs(tools)
 	if err != nil {
 		return nil, err
 	}
@@ -275,12 +275,7 @@ func union(sets ...[]ociimage.File) []ociimage.File {
 // glibcDNS is the busybox image with agnhostTools: the DNS tests run dig
 // in it, with glibc's resolver (upstream's is Debian with dnsutils).
 func (b *builder) glibcDNS() (*ociimage.Image, error) {
-	files, err := rootfs(agnhostTools)
-	if err != nil {
-		return nil, err
-	}
-	files = append(files, users("")...)
-	return ociimage.BuildConfig(ociimage.Config{Cmd: []string{"sh"}, Env: []string{pathEnv}}, files)
+	return onBusybox(agnhostTools, ociimage.Config{Cmd: []string{"sh"}})
 }
 
 // program is the package pkg of the payload's module, built, at path on
@@ -290,7 +285,7 @@ func (b *builder) program(pkg, path string) (*ociimage.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	return onBusybox(ociimage.Config{Entrypoint: []string{path}}, ociimage.File{Path: path, Mode: 0o755, Data: prog})
+	return onBusybox(busyboxTools, ociimage.Config{Entrypoint: []string{path}}, ociimage.File{Path: path, Mode: 0o755, Data: prog})
 }
 
 // agnhostImageFiles are the files of agnhost's image, built once.
