@@ -28,9 +28,12 @@ var (
 var components = []string{"kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy",
 	"worker/kubelet", "worker/kube-proxy"}
 
+// cniPlugins are the CNI plugins of the payload.
+var cniPlugins = []string{"ptp", "host-local", "loopback", "portmap"}
+
 // programs are the regular files of the payload; every one must be
 // static.
-var programs = []string{"hyperkube", "worker/hyperkube", "containerd", "ctr", "containerd-shim-runc-v2", "runc", "ptp", "host-local", "loopback", "portmap"}
+var programs = append([]string{"hyperkube", "worker/hyperkube", "containerd", "ctr", "containerd-shim-runc-v2", "runc"}, cniPlugins...)
 
 func bin(t *testing.T, name string) string {
 	t.Helper()
@@ -227,7 +230,7 @@ func TestRunc(t *testing.T) {
 // TestCNIPlugins runs each plugin as a container runtime first does, with
 // CNI_COMMAND=VERSION, and without a command, when it says what it is.
 func TestCNIPlugins(t *testing.T) {
-	for _, p := range []string{"ptp", "host-local", "loopback", "portmap"} {
+	for _, p := range cniPlugins {
 		plugin := bin(t, p)
 		version := moduleVersion(t, plugin, "github.com/containernetworking/plugins")
 		isRelease(t, p, version)
