@@ -91,6 +91,12 @@ type zoneService struct {
 	endpoints       []zoneEndpoint
 }
 
+// fqdn is the Service's name in the cluster domain, domain with its final
+// dot: <name>.<namespace>.svc.<domain>.
+func (zs *zoneService) fqdn(domain string) string {
+	return zs.name + "." + zs.namespace + ".svc." + domain
+}
+
 // A zoneEndpoint is a ready endpoint of a headless Service.
 type zoneEndpoint struct {
 	addr     netip.Addr
@@ -164,10 +170,10 @@ func newClusterZone(domain string, services map[string]service, endpointSlices m
 	for _, zs := range z.services {
 		// The same answers in the same order for the same objects.
 		slices.SortFunc(zs.endpoints, func(a, b zoneEndpoint) int { return a.addr.Compare(b.addr) })
-		base := zs.name + "." + zs.namespace + ".svc." + domain
 		if zs.externalName != "" {
 			continue
 		}
+		base := zs.fqdn(domain)
 		for _, a := range zs.clusterIPs {
 			z.reverse[a] = append(z.reverse[a], base)
 		}
@@ -299,7 +305,7 @@ func (z *clusterZone) srvRecords(q dnsmessage.Question, zs *zoneService, port, p
 	match := func(p servicePort) bool {
 		return strings.EqualFold(p.Name, port) && strings.EqualFold(p.Protocol, proto)
 	}
-	base := zs.name + "." + zs.namespace + ".svc." + z.domain
+	base := zs.fqdn(z.domain)
 	var rs []dnsmessage.Resource
 	add := func(target string, port int) {
 		t, err := dnsmessage.NewName(target)
