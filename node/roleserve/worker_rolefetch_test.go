@@ -43,6 +43,24 @@ func (v *recordingValue[T]) recorded() []T {
 	return append([]T(nil), v.sets...)
 }
 
+// runRolefetch runs w, its roles and release set, as the node of creds on
+// storage of its own, with srv as its curator, until the test ends.
+func runRolefetch(t *testing.T, w *workerRolefetch, creds *identity.Node, srv api.CuratorServer) {
+	t.Helper()
+	st := newTestNode(t, 0, 0, 0, 0).cfg.Storage
+	var (
+		membership  memory.Value[*Membership]
+		credentials memory.Value[*identity.Node]
+		cc          memory.Value[*curatorConn]
+	)
+	membership.Set(&Membership{NodeKey: creds.PrivateKey(), InitialRoles: &api.NodeRoles{}})
+	credentials.Set(creds)
+	cc.Set(fakeCurator(t, srv))
+	w.membership, w.credentials, w.curator = &membership, &credentials, &cc
+	w.paths = nodePaths{etcd: st.Root.Data.Etcd.FullPath(), node: &st.Root.Data.Node}
+	runWorker(t, w.run)
+}
+
 // TestRolefetchPublishesDesiredRelease feeds workerRolefetch its node as a
 // curator's Watch sends it: without a desired release, with one, with
 // other roles but the same release, with the release of another rollout,
@@ -52,7 +70,6 @@ func TestRolefetchPublishesDesiredRelease(t *testing.T) {
 	ctx := fixture.Context(t)
 	ca := identitytest.NewCA(t, "test CA")
 	creds := ca.Node(t)
-	st := newTestNode(t, 0, 0, 0, 0).cfg.Storage
 	first := &api.DesiredRelease{
 		RolloutId:            "r1",
 		Reference:            "10.42.0.1:5000/cairn@sha256:" + strings.Repeat("a", 64),
@@ -70,24 +87,9 @@ func TestRolefetchPublishesDesiredRelease(t *testing.T) {
 		return &api.WatchEvent{Nodes: []*api.Node{{Id: creds.ID(), State: api.NodeState_NODE_STATE_UP, Roles: roles, DesiredRelease: d}}}
 	}
 	cur := &watchingCurator{events: make(chan *api.WatchEvent, 8)}
-	var (
-		membership  memory.Value[*Membership]
-		credentials memory.Value[*identity.Node]
-		cc          memory.Value[*curatorConn]
-	)
-	membership.Set(&Membership{NodeKey: creds.PrivateKey(), InitialRoles: &api.NodeRoles{}})
-	credentials.Set(creds)
-	cc.Set(fakeCurator(t, cur))
 	release := &recordingValue[*api.DesiredRelease]{}
-	w := &workerRolefetch{
-		membership:  &membership,
-		credentials: &credentials,
-		curator:     &cc,
-		paths:       nodePaths{etcd: st.Root.Data.Etcd.FullPath(), node: &st.Root.Data.Node},
-		roles:       &memory.Value[*api.NodeRoles]{},
-		release:     release,
-	}
-	runWorker(t, w.run)
+	w := &workerRolefetch{roles: &memory.Value[*api.NodeRoles]{}, release: release}
+	runRolefetch(t, w, creds, cur)
 
 	// wait waits until the desired release is want.
 	wait := func(want *api.DesiredRelease) {
@@ -147,28 +149,12 @@ func TestRolefetchGivesUpWhenDecommissioned(t *testing.T) {
 	ctx := fixture.Context(t)
 	ca := identitytest.NewCA(t, "test CA")
 	creds := ca.Node(t)
-	st := newTestNode(t, 0, 0, 0, 0).cfg.Storage
 	cur := &decommissioningCurator{id: creds.ID(), refuse: make(chan struct{})}
-	var (
-		membership  memory.Value[*Membership]
-		credentials memory.Value[*identity.Node]
-		cc          memory.Value[*curatorConn]
-		roles       memory.Value[*api.NodeRoles]
-	)
-	membership.Set(&Membership{NodeKey: creds.PrivateKey(), InitialRoles: &api.NodeRoles{}})
-	credentials.Set(creds)
-	cc.Set(fakeCurator(t, cur))
-	w := &workerRolefetch{
-		membership:  &membership,
-		credentials: &credentials,
-		curator:     &cc,
-		paths:       nodePaths{etcd: st.Root.Data.Etcd.FullPath(), node: &st.Root.Data.Node},
-		roles:       &roles,
-		release:     &memory.Value[*api.DesiredRelease]{},
-	}
-	runWorker(t, w.run)
+	var roles memory.Value[*api.NodeRoles]
+	w := &workerRolefetch{roles: &roles, release: &memory.Value[*api.DesiredRelease]{}}
+	runRolefetch(t, w, creds, cur)
 	rolesFile := func(want *api.NodeRoles) error {
-		return wantProtoFile(st.Root.Data.Node.Roles.Read, want)
+		return wantProtoFile(w.paths.node.Roles.Read, want)
 	}
 
 	worker := &api.NodeRoles{KubernetesWorker: &api.NodeRoles_KubernetesWorker{}}
