@@ -130,6 +130,9 @@ type Service struct {
 	// updatePushed is the update status (as set) of the node's status
 	// last pushed to the curator leader (statuspush).
 	updatePushed memory.Value[*api.UpdateStatus]
+	// decommissioned is set once a curator refused the node as
+	// decommissioned, for good (rolefetch).
+	decommissioned memory.Value[bool]
 
 	workers map[string]supervisor.Runnable
 }
@@ -156,6 +159,7 @@ func New(cfg Config) *Service {
 	s.apiservers.Set(nil)
 	s.kubeNodes.Set(nil)
 	s.tunnelPeers.Set(nil)
+	s.decommissioned.Set(false)
 	paths := nodePaths{
 		etcd:   cfg.Storage.Root.Data.Etcd.FullPath(),
 		socket: filepath.Join(cfg.Storage.Root.Ephemeral.FullPath(), "etcd", "client.sock"),
@@ -177,20 +181,22 @@ func New(cfg Config) *Service {
 			credentials:  &s.credentials,
 		}).run,
 		"connection": (&workerConnection{
-			membership:    cfg.Membership,
-			credentials:   &s.credentials,
-			localCurator:  &s.localCurator,
-			curators:      &s.curators,
-			directoryPort: cfg.clusterPorts.Curator,
-			curator:       &s.curator,
+			membership:     cfg.Membership,
+			credentials:    &s.credentials,
+			localCurator:   &s.localCurator,
+			curators:       &s.curators,
+			directoryPort:  cfg.clusterPorts.Curator,
+			decommissioned: &s.decommissioned,
+			curator:        &s.curator,
 		}).run,
 		"rolefetch": (&workerRolefetch{
-			membership:  cfg.Membership,
-			credentials: &s.credentials,
-			curator:     &s.curator,
-			paths:       paths,
-			roles:       &s.roles,
-			release:     &s.desiredRelease,
+			membership:     cfg.Membership,
+			credentials:    &s.credentials,
+			curator:        &s.curator,
+			paths:          paths,
+			roles:          &s.roles,
+			release:        &s.desiredRelease,
+			decommissioned: &s.decommissioned,
 		}).run,
 		"controlplane": (&workerControlplane{
 			membership:     cfg.Membership,

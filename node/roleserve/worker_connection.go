@@ -15,6 +15,10 @@ import (
 // workers call the curator leader. Its resolver starts from the cluster
 // directory, follows the curators the cluster reports, and also knows this
 // node's own curator, which on a new cluster is the only one.
+//
+// Once the cluster decommissioned the node, the connection closes for good
+// and stays unset: every call would be refused, and the workers waiting
+// for a connection ask no more.
 type workerConnection struct {
 	membership   event.Watchable[*Membership]
 	credentials  event.Watchable[*identity.Node]
@@ -24,6 +28,9 @@ type workerConnection struct {
 	curators event.Watchable[[]string]
 	// directoryPort is the curators' port on the directory's hosts.
 	directoryPort int
+	// decommissioned is set once a curator refused the node as
+	// decommissioned (rolefetch).
+	decommissioned event.Watchable[bool]
 
 	curator event.Value[*curatorConn]
 }
@@ -36,6 +43,16 @@ func (w *workerConnection) run(ctx context.Context) error {
 	creds, err := waitFor(ctx, w.credentials, "credentials")
 	if err != nil {
 		return err
+	}
+	gone, err := get(ctx, w.decommissioned)
+	if err != nil {
+		return fmt.Errorf("when reading whether the node was decommissioned: %w", err)
+	}
+	if gone {
+		supervisor.Logger(ctx).Infof("The cluster decommissioned this node: no connection to its curators")
+		supervisor.Signal(ctx, supervisor.SignalHealthy)
+		<-ctx.Done()
+		return ctx.Err()
 	}
 	r := resolver.New(creds, resolver.DirectoryEndpoints(m.ClusterDirectory, w.directoryPort))
 	if err := supervisor.Run(ctx, "resolver", r.Run); err != nil {
@@ -54,12 +71,18 @@ func (w *workerConnection) run(ctx context.Context) error {
 
 	localC := make(chan netip.AddrPort)
 	curatorsC := make(chan []string)
+	goneC := make(chan bool)
 	event.Pipe(ctx, w.localCurator, localC)
 	event.Pipe(ctx, w.curators, curatorsC)
+	event.Pipe(ctx, w.decommissioned, goneC, event.Filter(func(gone bool) bool { return gone }))
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-goneC:
+			// Run again, to close the connection and stop the
+			// resolver, and stay closed.
+			return errInputChanged
 		case ap := <-localC:
 			local := ""
 			if ap.IsValid() {

@@ -34,6 +34,9 @@ type workerRolefetch struct {
 	// release is the node's desired release, nil when it has none; set
 	// only when it changes.
 	release event.Value[*api.DesiredRelease]
+	// decommissioned is set when a curator refused the node as
+	// decommissioned.
+	decommissioned event.Value[bool]
 	// cur is the roles last published, kept across restarts of run so
 	// that the local copy is published once per boot.
 	cur *api.NodeRoles
@@ -118,7 +121,8 @@ func (w *workerRolefetch) run(ctx context.Context) error {
 // brought the empty roles of the decommissioning before it ended is a
 // race; either way every unit a role started stops (the Kubernetes worker
 // among them, whose Node the cluster deletes), and roles.pb says so. Then
-// it waits: asking again would only be refused.
+// it says the node was decommissioned, so that the connection to the
+// curators closes, and waits: asking again would only be refused.
 func (w *workerRolefetch) giveUp(ctx context.Context, id string, refusal error) error {
 	log := supervisor.Logger(ctx)
 	none := &api.NodeRoles{}
@@ -130,6 +134,7 @@ func (w *workerRolefetch) giveUp(ctx context.Context, id string, refusal error) 
 	}
 	log.Errorf("The cluster decommissioned this node (%s): it gives up its roles and stops asking; reinstall the machine to enrol it again", status.Convert(refusal).Message())
 	marker.Log(log, marker.Decommissioned, "node", id)
+	w.decommissioned.Set(true)
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
 	<-ctx.Done()
 	return ctx.Err()

@@ -57,6 +57,9 @@ func runRolefetch(t *testing.T, w *workerRolefetch, creds *identity.Node, srv ap
 	credentials.Set(creds)
 	cc.Set(fakeCurator(t, srv))
 	w.membership, w.credentials, w.curator = &membership, &credentials, &cc
+	if w.decommissioned == nil {
+		w.decommissioned = &memory.Value[bool]{}
+	}
 	w.paths = nodePaths{etcd: st.Root.Data.Etcd.FullPath(), node: &st.Root.Data.Node}
 	runWorker(t, w.run)
 }
@@ -150,8 +153,12 @@ func TestRolefetchGivesUpWhenDecommissioned(t *testing.T) {
 	ca := identitytest.NewCA(t, "test CA")
 	creds := ca.Node(t)
 	cur := &decommissioningCurator{id: creds.ID(), refuse: make(chan struct{})}
-	var roles memory.Value[*api.NodeRoles]
-	w := &workerRolefetch{roles: &roles, release: &memory.Value[*api.DesiredRelease]{}}
+	var (
+		roles          memory.Value[*api.NodeRoles]
+		decommissioned memory.Value[bool]
+	)
+	decommissioned.Set(false)
+	w := &workerRolefetch{roles: &roles, release: &memory.Value[*api.DesiredRelease]{}, decommissioned: &decommissioned}
 	runRolefetch(t, w, creds, cur)
 	rolesFile := func(want *api.NodeRoles) error {
 		return wantProtoFile(w.paths.node.Roles.Read, want)
@@ -172,6 +179,10 @@ func TestRolefetchGivesUpWhenDecommissioned(t *testing.T) {
 	}
 	if err := rolesFile(&api.NodeRoles{}); err != nil {
 		t.Errorf("roles.pb after the decommissioning: %v", err)
+	}
+	// The connection to the curators closes on it.
+	if _, err := get(ctx, &decommissioned, event.Filter(func(gone bool) bool { return gone })); err != nil {
+		t.Errorf("waiting for the node to be said decommissioned: %v", err)
 	}
 	// A restart of the worker would open a second Watch; giving up, it
 	// asks no more.

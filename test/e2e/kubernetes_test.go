@@ -1015,6 +1015,14 @@ func TestKubernetes(t *testing.T) {
 				return nil
 			})
 			s.step("running worker decommissioned → it gives up its roles", time.Since(start))
+			// And stops asking the cluster: its curator connection closes.
+			k.waitFor(t, n1.Name()+" closing its curator connection", 2*time.Minute, func() error {
+				out := s.cairnctl(t, c, "logs", n1.ID(), "--dn", "root.roleserve.connection")
+				if !strings.Contains(out, "no connection to its curators") {
+					return fmt.Errorf("%s has not closed its curator connection", n1.Name())
+				}
+				return nil
+			})
 			k.waitFor(t, n1.Name()+" stopping its worker", 2*time.Minute, func() error {
 				if strings.Count(workerLog(), stopped) == stops {
 					return fmt.Errorf("no word of the stopped worker yet")
