@@ -82,6 +82,13 @@ func runCore() int {
 		supervisor.WithRootFatal(), supervisor.WithLogTree(lt), supervisor.WithRestartHook(restarts.Inc))
 	con.Printf("supervisor started")
 
+	select {
+	case <-ctx.Done():
+		if a, _ := stop.requested(); a == reboot {
+			loadKexecEarly(con)
+		}
+	case <-s.Done():
+	}
 	err = s.Wait()
 	a, requested := stop.requested()
 	if !requested {

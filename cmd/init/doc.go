@@ -32,7 +32,8 @@
 // core, reap, forward signals, and finish the machine. Everything else
 // (module loading, the log tree, the runnables) lives in the core, whose
 // exit code tells PID 1 what to do: exitPoweroff, exitReboot (kexec into
-// the ESP's image when this boot came from it, node/kexec),
+// the ESP's image when this boot came from it, node/kexec; the core loads
+// the image while its tree stops),
 // exitFirmwareReboot, or exitFailed (the root runnable died; reboot through
 // the firmware after a pause). Any other end
 // of the core, a crash or a kill, is unexpected and also reboots after a

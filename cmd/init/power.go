@@ -76,16 +76,20 @@ func finish(con *consoles, a action, failed bool) {
 	con.Printf("filesystems synced")
 	viaKexec := false
 	if a == reboot && !failed {
-		start := time.Now()
-		if trial := trialBoot(); trial != "" {
-			con.Printf("rebooting through the firmware: %s", trial)
-		} else if secureBoot() {
-			con.Printf("rebooting through the firmware: Secure Boot is on, and the firmware checks the UKI's signature (the locked-down kernel loads no kernel it cannot verify)")
-		} else if how, err := kexec.Load(); err != nil {
-			con.Printf("rebooting through the firmware: %v", err)
-		} else {
+		switch why := firmwareOnly(); {
+		case why != "":
+			con.Printf("rebooting through the firmware: %s", why)
+		case kexec.Loaded():
 			viaKexec = true
-			con.Printf("loaded the ESP's image for kexec in %v (%s)", time.Since(start).Round(time.Millisecond), how)
+			con.Printf("the core loaded the ESP's image for kexec while its services stopped")
+		default:
+			start := time.Now()
+			if how, err := kexec.Load(); err != nil {
+				con.Printf("rebooting through the firmware: %v", err)
+			} else {
+				viaKexec = true
+				con.Printf("loaded the ESP's image for kexec in %v (%s)", time.Since(start).Round(time.Millisecond), how)
+			}
 		}
 	}
 	for _, err := range unmountAll() {
@@ -113,6 +117,36 @@ func finish(con *consoles, a action, failed bool) {
 	for {
 		time.Sleep(time.Hour)
 	}
+}
+
+// loadKexecEarly loads the ESP's image for a reboot's kexec in the core,
+// while the supervision tree stops, rather than in PID 1 once it stopped
+// (finish): kexec_file_load hashes every byte of the image, 1.5 s of an
+// emulated CPU. PID 1 then finds the image loaded. One that cannot be
+// loaded here is tried again there.
+func loadKexecEarly(con *consoles) {
+	if firmwareOnly() != "" {
+		return // PID 1 says why
+	}
+	start := time.Now()
+	how, err := kexec.Load()
+	if err != nil {
+		con.Printf("the ESP's image not loaded for kexec while the services stop (PID 1 tries again): %v", err)
+		return
+	}
+	con.Printf("loaded the ESP's image for kexec while the services stop, in %v (%s)", time.Since(start).Round(time.Millisecond), how)
+}
+
+// firmwareOnly says why a reboot that was asked for must go through the
+// firmware, or "" when it may kexec.
+func firmwareOnly() string {
+	if trial := trialBoot(); trial != "" {
+		return trial
+	}
+	if secureBoot() {
+		return "Secure Boot is on, and the firmware checks the UKI's signature (the locked-down kernel loads no kernel it cannot verify)"
+	}
+	return ""
 }
 
 // trialBoot says, when the firmware booted this machine once (BootNext)

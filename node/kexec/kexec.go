@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -35,6 +36,8 @@ const (
 	// image on the ESP (a kernel handed to qemu directly, say), and kexec
 	// would boot something else than what runs.
 	stubInfo = "/sys/firmware/efi/efivars/StubInfo-4a67b082-0a4c-41cf-b6c7-440b29bb8c4f"
+	// kexecLoaded says "1" while the kernel holds an image to kexec into.
+	kexecLoaded = "/sys/kernel/kexec_loaded"
 )
 
 // Load loads the ESP's unified kernel image as the kernel to kexec
@@ -73,6 +76,13 @@ func Load() (string, error) {
 	return fmt.Sprintf("copying %.1f MB %v, kexec_file_load %v",
 		float64(b.Kernel.Size+b.Initramfs.Size)/1e6, copied.Sub(start).Round(time.Millisecond),
 		time.Since(copied).Round(time.Millisecond)), nil
+}
+
+// Loaded says whether the kernel holds an image to kexec into
+// (/sys/kernel/kexec_loaded), such as one Load loaded in another process.
+func Loaded() bool {
+	b, err := os.ReadFile(kexecLoaded)
+	return err == nil && strings.TrimSpace(string(b)) == "1"
 }
 
 // memfdFrom returns a file in memory holding the bytes of f that s spans,

@@ -178,6 +178,9 @@ func (s *Supervisor) Wait() error {
 	return s.err
 }
 
+// Done is closed when Wait would return.
+func (s *Supervisor) Done() <-chan struct{} { return s.done }
+
 // LogTree returns the log tree the supervisor and its runnables log into.
 func (s *Supervisor) LogTree() *logtree.LogTree {
 	return s.lt

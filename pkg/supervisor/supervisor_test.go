@@ -401,3 +401,29 @@ func TestRestartWaitsForReturn(t *testing.T) {
 		})
 	}
 }
+
+// TestDone checks that Done stays open while a runnable of the tree runs,
+// even once the tree's context ended, and closes when Wait returns.
+func TestDone(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	release := make(chan struct{})
+	s := New(ctx, func(ctx context.Context) error {
+		Signal(ctx, SignalHealthy)
+		<-ctx.Done()
+		<-release
+		return ctx.Err()
+	})
+	cancel()
+	select {
+	case <-s.Done():
+		t.Fatal("Done closed while the root still runs")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	select {
+	case <-s.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Done not closed 10 s after the root returned")
+	}
+	s.Wait()
+}

@@ -277,6 +277,11 @@ func (s *suite) rebootSingle(t *testing.T, c *cluster.Cluster, n *cluster.Node, 
 	if _, ok := n.VM().Console().Find(mark, kexecLine); !ok {
 		t.Errorf("the reboot did not kexec into the ESP's image: %s", s.lineAfter(n, mark, "cairn: rebooting"))
 	}
+	// The core loaded that image while its services stopped, so PID 1
+	// did not.
+	if _, ok := n.VM().Console().Find(mark, launch.Substring("cairn: the core loaded the ESP's image for kexec")); !ok {
+		t.Errorf("PID 1 loaded the image for kexec itself: %s", s.lineAfter(n, mark, "for kexec"))
+	}
 	// A TPM-sealed configuration opens only with the TPM that sealed it:
 	// sealed with the TPM before the reboot and never sealed again, the
 	// configuration the node joined with was unsealed by its TPM.
