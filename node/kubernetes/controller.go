@@ -348,6 +348,12 @@ func (c *Controller) runClient(ctx context.Context, bin string, kind api.Certifi
 	if err := cl.waitReady(ctx, supervisor.Logger(ctx).Infof); err != nil {
 		return err
 	}
+	// Each runs again with a fresh credential at renewAt; the day after
+	// it leaves room for a late restart.
+	servingCert, servingKey, err := loopbackServing(dir, cred.renewAt.Add(24*time.Hour))
+	if err != nil {
+		return err
+	}
 	args := append([]string{
 		"--kubeconfig=" + kubeconfig,
 		"--authentication-kubeconfig=" + kubeconfig,
@@ -360,6 +366,10 @@ func (c *Controller) runClient(ctx context.Context, bin string, kind api.Certifi
 		"--client-ca-file=" + cred.CA,
 		"--authentication-skip-lookup=true",
 		"--bind-address=127.0.0.1",
+		// Without a certificate, each makes itself an RSA key at every
+		// start (loopbackServing).
+		"--tls-cert-file=" + servingCert,
+		"--tls-private-key-file=" + servingKey,
 		"--profiling=false",
 		"--leader-elect-lease-duration=" + leaderLease,
 		"--leader-elect-renew-deadline=" + leaderRenew,

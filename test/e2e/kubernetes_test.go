@@ -129,6 +129,16 @@ func TestKubernetes(t *testing.T) {
 			return k.nodeReady(t, n2.ID())
 		})
 		s.step("roles given → both workers' Nodes Ready", time.Since(rolesGiven))
+		// The controller-manager and the scheduler serve the loopback
+		// certificate Cairn wrote, rather than make themselves an RSA
+		// key at start: seconds of an emulated CPU before the workers
+		// get their pod ranges.
+		for _, dn := range []string{"controller-manager", "scheduler"} {
+			out := s.cairnctl(t, c, "logs", n0.ID(), "--dn", "root.roleserve.kubecontroller.controller."+dn)
+			if strings.Contains(out, "Generated self-signed cert") {
+				t.Errorf("%s's %s made itself a serving certificate", n0.Name(), dn)
+			}
+		}
 		// Pods need their namespace's default service account, which
 		// the controller-manager makes on its own time.
 		k.waitFor(t, "the default service account", 5*time.Minute, func() error {
