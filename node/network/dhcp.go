@@ -48,14 +48,11 @@ const (
 
 // dhcpClient is the state of the DHCP worker on one link.
 type dhcpClient struct {
-	s    *Service
-	nl   *netlink.Handle
-	link link
-	log  logtree.LeveledLogger
-	// broadcast exchanges DISCOVERs and rebinding REQUESTs over a raw
-	// socket, which works before the link has an address.
-	broadcast *nclient4.Client
-	state     dhcpState
+	s     *Service
+	nl    *netlink.Handle
+	link  link
+	log   logtree.LeveledLogger
+	state dhcpState
 	// lease is the lease applied to the link, nil in INIT.
 	lease *lease
 	// backoff spaces out attempts to get a lease after failed ones, and
@@ -83,21 +80,6 @@ func (s *Service) runDHCP(ctx context.Context) error {
 		state:   stateInit,
 		backoff: newRetryBackoff(),
 	}
-	var conn net.PacketConn
-	err = s.inNamespace(func() error {
-		var err error
-		conn, err = nclient4.NewRawUDPConn(l.name, dhcpv4.ClientPort)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("when opening DHCP socket on %s: %w", l.name, err)
-	}
-	c.broadcast, err = nclient4.NewWithConn(conn, l.hw, nclient4.WithTimeout(firstResend), nclient4.WithRetry(sendTries))
-	if err != nil {
-		conn.Close()
-		return fmt.Errorf("when creating DHCP client: %w", err)
-	}
-	defer c.broadcast.Close()
 	defer c.stop(ctx)
 	c.log.Infof("Running on %s (%s)", l.name, l.hw)
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
@@ -155,10 +137,15 @@ func (c *dhcpClient) modifiers() []dhcpv4.Modifier {
 // acquire runs DISCOVER-OFFER-REQUEST-ACK exchanges, with backoff between
 // failed ones, until one yields a usable lease or ctx is done.
 func (c *dhcpClient) acquire(ctx context.Context) (*lease, error) {
+	client, err := c.broadcastClient()
+	if err != nil {
+		return nil, err
+	}
+	defer client.Close()
 	for {
 		sent := time.Now()
 		actx, cancel := context.WithTimeout(ctx, discoverTimeout)
-		raw, err := c.broadcast.Request(actx, c.modifiers()...)
+		raw, err := client.Request(actx, c.modifiers()...)
 		cancel()
 		var l *lease
 		if err == nil {
@@ -226,15 +213,16 @@ func (c *dhcpClient) hold(ctx context.Context) (string, error) {
 // answer comes or until passes. Requests are repeated after half the time
 // that is left, but not more often than every minRetransmit.
 func (c *dhcpClient) extend(ctx context.Context, unicast bool, until time.Time) (*lease, error) {
-	client := c.broadcast
-	dest := &net.UDPAddr{IP: net.IPv4bcast, Port: dhcpv4.ServerPort}
+	open, dest := c.broadcastClient, &net.UDPAddr{IP: net.IPv4bcast, Port: dhcpv4.ServerPort}
 	if unicast {
-		var err error
-		client, err = c.unicastClient()
-		if err != nil {
-			return nil, err
-		}
-		defer client.Close()
+		open = c.unicastClient
+	}
+	client, err := open()
+	if err != nil {
+		return nil, err
+	}
+	defer client.Close()
+	if unicast {
 		dest = client.RemoteAddr()
 	}
 	lastErr := errors.New("no answer")
@@ -279,6 +267,29 @@ func (c *dhcpClient) requestExtension(ctx context.Context, client *nclient4.Clie
 		return nil, &nclient4.ErrNak{Offer: c.lease.raw.Offer, Nak: resp}
 	}
 	return leaseFromACK(c.lease.raw.Offer, resp, sent)
+}
+
+// broadcastClient opens a client that exchanges DISCOVERs and rebinding
+// REQUESTs over a raw socket, which works before the link has an address.
+// It is open only for those exchanges: the socket receives a copy of every
+// IPv4 packet of the link, which the client reads and drops, for as long
+// as it is open.
+func (c *dhcpClient) broadcastClient() (*nclient4.Client, error) {
+	var conn net.PacketConn
+	err := c.s.inNamespace(func() error {
+		var err error
+		conn, err = nclient4.NewRawUDPConn(c.link.name, dhcpv4.ClientPort)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("when opening DHCP socket on %s: %w", c.link.name, err)
+	}
+	client, err := nclient4.NewWithConn(conn, c.link.hw, nclient4.WithTimeout(firstResend), nclient4.WithRetry(sendTries))
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("when creating DHCP client: %w", err)
+	}
+	return client, nil
 }
 
 // unicastClient opens a client that talks to the lease's server from the

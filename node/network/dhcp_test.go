@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -12,6 +14,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/insomniacslk/dhcp/dhcpv4"
+	"github.com/insomniacslk/dhcp/dhcpv4/nclient4"
 	"golang.org/x/sys/unix"
 
 	"cairn.dev/cairn/pkg/event"
@@ -92,6 +96,60 @@ func TestDHCPLeaseAndRenewal(t *testing.T) {
 	if p, err := w.Get(t.Context(), event.BacklogOnly[netip.Prefix]()); !errors.Is(err, event.ErrBacklogDone) {
 		t.Errorf("after renewals, Get = %v, %v, want no new value", p, err)
 	}
+}
+
+// TestDHCPBoundHoldsNoRawSocket: the raw socket of DISCOVERs and
+// rebinding, which receives every IPv4 packet of the link, is closed
+// while the lease is held.
+func TestDHCPBoundHoldsNoRawSocket(t *testing.T) {
+	n := newTestNet(t)
+	n.setPeerUp(t)
+	startTestServer(t, n.server, time.Hour, 30*time.Minute, 45*time.Minute)
+	rs := n.runService(t, Config{})
+	rs.waitAddress(t, 20*time.Second, "set", valid)
+	fixture.Eventually(t, 10*time.Second, "the raw socket closed", func() error {
+		if k := n.rawIPSockets(t); k != 0 {
+			return fmt.Errorf("%d raw IPv4 sockets open in the client's namespace while bound", k)
+		}
+		return nil
+	})
+	// The count sees such a socket: one opened here is counted.
+	var conn net.PacketConn
+	if err := inNamespace(n.client, func() error {
+		var err error
+		conn, err = nclient4.NewRawUDPConn("eth0", dhcpv4.ClientPort)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if k := n.rawIPSockets(t); k != 1 {
+		t.Errorf("%d raw IPv4 sockets counted with one open, want 1", k)
+	}
+}
+
+// rawIPSockets counts the packet sockets of IPv4 (the DHCP client's raw
+// socket) open in the client's namespace, from /proc/net/packet.
+func (n *testNet) rawIPSockets(t *testing.T) int {
+	t.Helper()
+	var b []byte
+	if err := inNamespace(n.client, func() error {
+		var err error
+		// thread-self: /proc/net is the namespace of the process's
+		// first thread, not of this one.
+		b, err = os.ReadFile("/proc/thread-self/net/packet")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	count := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n")[1:] {
+		// sk RefCnt Type Proto Iface R Rmem User Inode
+		if f := strings.Fields(line); len(f) > 3 && (f[3] == "800" || f[3] == "0800") {
+			count++
+		}
+	}
+	return count
 }
 
 // TestDHCPRebindingAndExpiry stops the server from extending the lease:

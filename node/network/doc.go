@@ -81,7 +81,9 @@
 // time left in the phase, but not more often than once a minute unless
 // less than that is left (RFC 2131, section 4.4.5); within a window, and
 // within one INIT exchange, an unanswered message is sent again after 1s,
-// 2s and 4s. Every transition is logged with its reason.
+// 2s and 4s. Every transition is logged with its reason. The raw socket
+// is open only in INIT and REBINDING: it receives a copy of every IPv4
+// packet of the link, which nclient4 reads and drops.
 //
 // # Static configuration
 //
