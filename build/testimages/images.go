@@ -322,8 +322,8 @@ func (b *builder) agnhostImageFiles() ([]ociimage.File, error) {
 
 // rootfs is the build machine's /bin/busybox (Debian's) and tools, with
 // everything the loader needs to start them (elfdeps), each at its own
-// path; a link at each path busybox's applet list names, to busybox or
-// to the tool that replaces the applet; and /tmp and /root.
+// path; a link at each path busybox's applet list names and at /bin/NAME,
+// to busybox or to the tool that replaces the applet; and /tmp and /root.
 func rootfs(tools []tool) ([]ociimage.File, error) {
 	const busybox = "/bin/busybox"
 	programs := []string{busybox}
@@ -352,13 +352,18 @@ func rootfs(tools []tool) ([]ociimage.File, error) {
 	}
 	linked := map[string]bool{}
 	for _, applet := range strings.Fields(string(list)) {
-		at, name := "/"+applet, filepath.Base(applet)
-		if to, ok := replaced[name]; ok {
-			link(at, to)
+		name := filepath.Base(applet)
+		to, ok := replaced[name]
+		if ok {
 			linked[name] = true
-			continue
+		} else {
+			to = busybox
 		}
-		link(at, busybox)
+		// At Debian's path, and in /bin as well, as upstream's image
+		// has every applet: the tests run /bin/sysctl, which Debian
+		// puts in /sbin.
+		link("/"+applet, to)
+		link("/bin/"+name, to)
 	}
 	for _, t := range tools {
 		if !linked[t.name] {

@@ -34,9 +34,9 @@ func TestUsers(t *testing.T) {
 }
 
 // TestBusyboxImage builds the busybox image from the build machine's
-// programs: applets are links to busybox but those its tools replace (sh
-// to bash, nc to netcat 1.10, wget GNU's own file), /tmp is sticky, and
-// it runs sh with a PATH.
+// programs: applets are links to busybox, at Debian's paths and in /bin,
+// but those its tools replace (sh to bash, nc to netcat 1.10, wget GNU's
+// own file), /tmp is sticky, and it runs sh with a PATH.
 func TestBusyboxImage(t *testing.T) {
 	for _, p := range append([]string{"/bin/busybox"}, toolPaths(busyboxTools)...) {
 		if _, err := os.Stat(p); err != nil {
@@ -68,7 +68,11 @@ func TestBusyboxImage(t *testing.T) {
 		}
 		entries[h.Name] = h
 	}
-	links := map[string]string{"bin/sh": "/usr/bin/bash", "bin/ls": "/bin/busybox", "usr/bin/nc": "/bin/nc.traditional"}
+	links := map[string]string{
+		"bin/sh": "/usr/bin/bash", "bin/ls": "/bin/busybox", "usr/bin/nc": "/bin/nc.traditional",
+		// Every applet is in /bin too, as in upstream's image.
+		"sbin/sysctl": "/bin/busybox", "bin/sysctl": "/bin/busybox", "bin/wget": "/usr/bin/wget",
+	}
 	for name, to := range links {
 		if h := entries[name]; h == nil || h.Typeflag != tar.TypeSymlink || h.Linkname != to {
 			t.Errorf("%s = %+v, want a link to %s", name, h, to)
