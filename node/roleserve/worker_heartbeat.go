@@ -40,7 +40,7 @@ const beatReport = 30
 // workerHeartbeat tells the curator leader that this node is alive, at
 // the interval its answers name. It does not die when a beat fails: it
 // says so, and tries again after beatRetry, on the newest curator
-// connection.
+// connection; while there is none, it waits for one.
 type workerHeartbeat struct {
 	curator event.Watchable[*curatorConn]
 }
@@ -55,8 +55,16 @@ func (w *workerHeartbeat) run(ctx context.Context) error {
 	healthy := false
 	interval := defaultHeartbeatInterval
 	for failures := 0; ; {
-		if next, err := cw.Get(ctx, event.BacklogOnly[*curatorConn](), event.NotNil[*curatorConn]()); err == nil {
+		if next, err := cw.Get(ctx, event.BacklogOnly[*curatorConn]()); err == nil {
 			cc = next
+		}
+		if cc == nil {
+			// The connection closed (its worker restarts, or the node
+			// was decommissioned): a beat on it would fail at once,
+			// every beatRetry. Wait for the next one.
+			if cc, err = cw.Get(ctx, event.NotNil[*curatorConn]()); err != nil {
+				return fmt.Errorf("when waiting for a curator connection: %w", err)
+			}
 		}
 		timeout := beatTimeout(interval)
 		cctx, cancel := context.WithTimeout(ctx, timeout)

@@ -8,7 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"cairn.dev/cairn/node/rpc"
@@ -171,4 +173,60 @@ func TestHeartbeatStopsWhenDecommissioned(t *testing.T) {
 	if n := leader.calls.Load(); n != 1 {
 		t.Errorf("%d heartbeats after the refusal of a decommissioned node, want 1", n)
 	}
+}
+
+// quickLeader answers every heartbeat, asking for the next in 200 ms.
+type quickLeader struct {
+	api.UnimplementedCuratorServer
+}
+
+func (quickLeader) Heartbeat(context.Context, *api.HeartbeatRequest) (*api.HeartbeatResponse, error) {
+	return &api.HeartbeatResponse{IntervalMillis: 200}, nil
+}
+
+// TestHeartbeatWaitsWhileNoConnection: once the connection worker unsets
+// the connection and closes it (as when the node was decommissioned), the
+// worker makes no more calls on the closed one; it beats again on the
+// next connection.
+func TestHeartbeatWaitsWhileNoConnection(t *testing.T) {
+	first := fakeCurator(t, quickLeader{})
+	var attempts atomic.Int32
+	counting := grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		attempts.Add(1)
+		return invoker(ctx, method, req, reply, cc, opts...)
+	})
+	conn, err := grpc.NewClient(first.conn.Target(), grpc.WithTransportCredentials(insecure.NewCredentials()), counting)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cc memory.Value[*curatorConn]
+	cc.Set(&curatorConn{conn: conn})
+	runWorker(t, (&workerHeartbeat{curator: &cc}).run)
+	beats := func(atLeast int32) {
+		t.Helper()
+		fixture.Eventually(t, time.Minute, "heartbeats", func() error {
+			if n := attempts.Load(); n < atLeast {
+				return fmt.Errorf("%d heartbeats so far", n)
+			}
+			return nil
+		})
+	}
+	beats(3)
+	// As the connection worker does: unset, then close.
+	cc.Set(nil)
+	conn.Close()
+	time.Sleep(200 * time.Millisecond)
+	before := attempts.Load()
+	time.Sleep(2500 * time.Millisecond)
+	if n := attempts.Load() - before; n != 0 {
+		t.Errorf("%d heartbeats tried on the closed connection, want none", n)
+	}
+	// A new connection brings the beats back.
+	next, err := grpc.NewClient(first.conn.Target(), grpc.WithTransportCredentials(insecure.NewCredentials()), counting)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	cc.Set(&curatorConn{conn: next})
+	beats(attempts.Load() + 3)
 }
