@@ -88,11 +88,45 @@ step() {
 # Kubernetes' release tags: SELinux labels, no test-only code paths, no
 # x/net/trace in gRPC.
 ktags=selinux,notest,grpcnotrace
-# kbuild TAGS ARGS... builds with the release tags and TAGS.
+
+# patches/*.patch are fixes the release lacks, each a diff against the
+# k8s.io/kubernetes module with a note on top saying why. They are
+# applied to a copy of the module, BINDIR/../patched (hard links to the
+# module cache, but for the files patched), which a copy of this go.mod
+# puts in its place: the module cache stays what the checksum database vouches
+# for, and Go records the replacement in every binary. A patch that no
+# longer applies (a new release changed its lines) stops the build.
+kdir=$(cd "$here" && $GO list -m -f '{{.Dir}}' k8s.io/kubernetes)
+src=$(dirname "$out")/patched
+rm -rf "$src" "$src.mod" "$src.sum"
+cp -al "$kdir" "$src" 2>/dev/null || cp -a "$kdir" "$src"
+# The module cache's directories are read-only; the copy's are new, and
+# made writable so that a patch, and make clean, can change them. (Its
+# files are the cache's own: their modes stay.)
+find "$src" -type d -exec chmod u+w {} +
+for p in "$here"/patches/*.patch; do
+  [ -e "$p" ] || continue
+  while read -r _ _ f; do
+    # A copy of its own, not a link to the module cache's file.
+    cp --remove-destination "$kdir/$f" "$src/$f"
+    chmod u+w "$src/$f"
+  done < <(git apply --numstat "$p")
+  (cd "$src" && git apply "$p") ||
+    { echo "kubernetes: $(basename "$p") does not apply to k8s.io/kubernetes $kversion" >&2; exit 1; }
+  echo "kubernetes: applied $(basename "$p")"
+done
+# Relative to this directory, as Go resolves it: the path is written
+# into the binaries, and is the same in every clone.
+cp "$here/go.mod" "$src.mod"
+cp "$here/go.sum" "$src.sum"
+(cd "$here" && $GO mod edit -modfile "$src.mod" -replace "k8s.io/kubernetes=$(realpath --relative-to=. "$src")")
+
+# kbuild TAGS ARGS... builds the patched Kubernetes with the release tags
+# and TAGS.
 kbuild() {
   local tags=$ktags${1:+,$1}
   shift
-  (cd "$here" && CGO_ENABLED=0 $GO build -trimpath -tags "$tags" -ldflags "$kldflags" "$@")
+  (cd "$here" && CGO_ENABLED=0 $GO build -modfile "$src.mod" -trimpath -tags "$tags" -ldflags "$kldflags" "$@")
 }
 step "hyperkube (Kubernetes $kversion)" kbuild "" -o "$bin/hyperkube" ./hyperkube
 mkdir "$bin/worker"

@@ -31,4 +31,14 @@
 // libraries but those it carries for its host binaries, so every program
 // here is static: Go's own network and user lookups (netgo, osusergo),
 // cgo only for runc, which links Debian's libseccomp.a into a static PIE.
+//
+// # Patches
+//
+// patches/ holds the few fixes Kubernetes' release lacks, each a diff
+// with a note on why. build.sh applies them to a copy of the module
+// (out/kubernetes/patched) and builds through a copy of go.mod that
+// replaces k8s.io/kubernetes with it; the module cache is never edited,
+// and each binary's build information names the patched copy, which
+// payload_test.go checks. A patch that no longer applies to a new
+// release stops the build.
 package kubernetes

@@ -13,6 +13,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime/debug"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -57,7 +59,7 @@ func moduleVersion(t *testing.T, file, path string) string {
 	}
 	for _, d := range info.Deps {
 		if d.Path == path {
-			if d.Replace != nil {
+			if d.Replace != nil && !(path == "k8s.io/kubernetes" && isPatchedCopy(d.Replace)) {
 				t.Fatalf("%s: %s is replaced by %s %s", file, path, d.Replace.Path, d.Replace.Version)
 			}
 			return d.Version
@@ -65,6 +67,41 @@ func moduleVersion(t *testing.T, file, path string) string {
 	}
 	t.Fatalf("%s was not built from %s", file, path)
 	return ""
+}
+
+// isPatchedCopy reports whether m is build.sh's patched copy of
+// k8s.io/kubernetes: a directory named patched beside the payload.
+func isPatchedCopy(m *debug.Module) bool {
+	return (m.Version == "" || m.Version == "(devel)") && filepath.Base(m.Path) == "patched"
+}
+
+// TestKubernetesPatched checks that each build of hyperkube, and kubectl,
+// is built from the patched copy of Kubernetes when patches/ holds any:
+// a build.sh that applied them and built from the module cache anyway
+// would ship the release's bugs.
+func TestKubernetesPatched(t *testing.T) {
+	patches, err := filepath.Glob("patches/*.patch")
+	if err != nil || len(patches) == 0 {
+		t.Fatalf("no patches/*.patch (%v): nothing to check", err)
+	}
+	for _, file := range []string{bin(t, "hyperkube"), bin(t, "worker/hyperkube"), *kubectl} {
+		info, err := buildinfo.ReadFile(file)
+		if err != nil {
+			t.Fatalf("reading the build information of %s: %v", file, err)
+		}
+		// kubectl's package is Kubernetes' own: its main module.
+		i := slices.IndexFunc(info.Deps, func(d *debug.Module) bool { return d.Path == "k8s.io/kubernetes" })
+		m := &info.Main
+		if i >= 0 {
+			m = info.Deps[i]
+		}
+		switch {
+		case m.Path != "k8s.io/kubernetes":
+			t.Errorf("%s is not built from k8s.io/kubernetes", file)
+		case m.Replace == nil || !isPatchedCopy(m.Replace):
+			t.Errorf("%s is built from k8s.io/kubernetes %s, not its patched copy: %d patch(es) left out", file, m.Version, len(patches))
+		}
+	}
 }
 
 // run runs name with args and env and returns what it wrote to stdout
