@@ -98,11 +98,21 @@ ktags=selinux,notest,grpcnotrace
 # longer applies (a new release changed its lines) stops the build.
 kdir=$(cd "$here" && $GO list -m -f '{{.Dir}}' k8s.io/kubernetes)
 src=$(dirname "$out")/patched
-rm -rf "$src" "$src.mod" "$src.sum"
-cp -al "$kdir" "$src" 2>/dev/null || cp -a "$kdir" "$src"
-# The module cache's directories are read-only; the copy's are new, and
-# made writable so that a patch, and make clean, can change them. (Its
-# files are the cache's own: their modes stay.)
+# remove DIR removes a copy of the module. The module cache's directories
+# are read-only; the copy's are its own, made writable first. (Its files
+# are the cache's: their modes stay.)
+remove() {
+  [ ! -e "$1" ] || find "$1" -type d -exec chmod u+w {} +
+  rm -rf "$1"
+}
+remove "$src"
+rm -f "$src.mod" "$src.sum"
+if ! cp -al "$kdir" "$src" 2>/dev/null; then
+  # Hard links cannot cross file systems: a copy, then.
+  remove "$src"
+  cp -a "$kdir" "$src"
+fi
+# Writable, so that a patch, and make clean, can change them.
 find "$src" -type d -exec chmod u+w {} +
 for p in "$here"/patches/*.patch; do
   [ -e "$p" ] || continue
