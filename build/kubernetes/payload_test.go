@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime/debug"
-	"slices"
 	"strings"
 	"testing"
 )
@@ -45,28 +44,37 @@ func bin(t *testing.T, name string) string {
 	return filepath.Join(*binDir, name)
 }
 
-// moduleVersion returns the version of module path that the binary at
-// file was built from, as Go recorded it in the binary: the version a
-// program prints must be the one it was built from.
-func moduleVersion(t *testing.T, file, path string) string {
+// module returns module path as Go recorded it in the binary at file:
+// its main module (kubectl's package is Kubernetes' own) or one of its
+// dependencies.
+func module(t *testing.T, file, path string) *debug.Module {
 	t.Helper()
 	info, err := buildinfo.ReadFile(file)
 	if err != nil {
 		t.Fatalf("reading the build information of %s: %v", file, err)
 	}
 	if info.Main.Path == path {
-		return info.Main.Version
+		return &info.Main
 	}
 	for _, d := range info.Deps {
 		if d.Path == path {
-			if d.Replace != nil && !(path == "k8s.io/kubernetes" && isPatchedCopy(d.Replace)) {
-				t.Fatalf("%s: %s is replaced by %s %s", file, path, d.Replace.Path, d.Replace.Version)
-			}
-			return d.Version
+			return d
 		}
 	}
 	t.Fatalf("%s was not built from %s", file, path)
-	return ""
+	return nil
+}
+
+// moduleVersion returns the version of module path that the binary at
+// file was built from: the version a program prints must be the one it
+// was built from. Only Kubernetes may be replaced, by its patched copy.
+func moduleVersion(t *testing.T, file, path string) string {
+	t.Helper()
+	m := module(t, file, path)
+	if m.Replace != nil && !(path == "k8s.io/kubernetes" && isPatchedCopy(m.Replace)) {
+		t.Fatalf("%s: %s is replaced by %s %s", file, path, m.Replace.Path, m.Replace.Version)
+	}
+	return m.Version
 }
 
 // isPatchedCopy reports whether m is build.sh's patched copy of
@@ -85,20 +93,7 @@ func TestKubernetesPatched(t *testing.T) {
 		t.Fatalf("no patches/*.patch (%v): nothing to check", err)
 	}
 	for _, file := range []string{bin(t, "hyperkube"), bin(t, "worker/hyperkube"), *kubectl} {
-		info, err := buildinfo.ReadFile(file)
-		if err != nil {
-			t.Fatalf("reading the build information of %s: %v", file, err)
-		}
-		// kubectl's package is Kubernetes' own: its main module.
-		i := slices.IndexFunc(info.Deps, func(d *debug.Module) bool { return d.Path == "k8s.io/kubernetes" })
-		m := &info.Main
-		if i >= 0 {
-			m = info.Deps[i]
-		}
-		switch {
-		case m.Path != "k8s.io/kubernetes":
-			t.Errorf("%s is not built from k8s.io/kubernetes", file)
-		case m.Replace == nil || !isPatchedCopy(m.Replace):
+		if m := module(t, file, "k8s.io/kubernetes"); m.Replace == nil || !isPatchedCopy(m.Replace) {
 			t.Errorf("%s is built from k8s.io/kubernetes %s, not its patched copy: %d patch(es) left out", file, m.Version, len(patches))
 		}
 	}
