@@ -139,6 +139,15 @@ func TestKubernetes(t *testing.T) {
 				t.Errorf("%s's %s made itself a serving certificate", n0.Name(), dn)
 			}
 		}
+		// The kubelets started before the apiserver was ready; without
+		// static pods they do not wait for their Node's registration,
+		// an error logged every 100 ms (build/kubernetes/patches).
+		for _, n := range []*cluster.Node{n1, n2} {
+			out := s.cairnctl(t, c, "logs", n.ID(), "--dn", "root.roleserve.kubeworker.worker.kubelet")
+			if lines := strings.Count(out, "Unable to register mirror pod"); lines > 0 {
+				t.Errorf("%s's kubelet logged %d times that it waited for its Node to create mirror pods", n.Name(), lines)
+			}
+		}
 		// Pods need their namespace's default service account, which
 		// the controller-manager makes on its own time.
 		k.waitFor(t, "the default service account", 5*time.Minute, func() error {
