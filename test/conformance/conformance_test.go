@@ -6,8 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -48,6 +50,9 @@ func playE2E(args []string) int {
 	if *kubectl != "/payload/kubectl" {
 		return 4 // not the kubectl the runner was given
 	}
+	// Before the call is noted, which tells a test that it may stop it.
+	interrupt := make(chan os.Signal, 1)
+	signal.Notify(interrupt, syscall.SIGINT)
 	f, err := os.OpenFile(os.Getenv(fakeE2E), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return 3
@@ -55,6 +60,27 @@ func playE2E(args []string) int {
 	fmt.Fprintf(f, "%s|%s\n", *labels, *focus)
 	f.Close()
 	if strings.Contains(*labels, "sig-noreport") {
+		return 1
+	}
+	if strings.Contains(*labels, "sig-slow") {
+		// Interrupted, ginkgo reports the specs that ended and the one
+		// it stopped.
+		select {
+		case <-interrupt:
+		case <-time.After(time.Minute):
+			return 5
+		}
+		report := `<?xml version="1.0" encoding="UTF-8"?>
+<testsuites tests="2">
+  <testsuite name="Kubernetes e2e suite">
+    <testcase name="[It] [sig-slow] First things should work [Conformance]" classname="Kubernetes e2e suite" status="passed" time="1"></testcase>
+    <testcase name="[It] [sig-slow] Slow things should end [Conformance]" classname="Kubernetes e2e suite" status="interrupted" time="9"><failure type="interrupted">Interrupted by User</failure></testcase>
+  </testsuite>
+</testsuites>
+`
+		if err := os.WriteFile(filepath.Join(*reportDir, "junit_01.xml"), []byte(report), 0o644); err != nil {
+			return 4
+		}
 		return 1
 	}
 	sig := "sig-focus"
@@ -146,7 +172,9 @@ func TestSelectShards(t *testing.T) {
 // whose result is missing (as after an interrupted run); another commit,
 // or -again, runs them all; a focus shard passes its focus, and another
 // focus is another shard; a shard whose e2e.test leaves no report is an
-// error, not a result. The summary counts the outcomes by SIG.
+// error, not a result; an interrupted shard keeps what its report named,
+// unfinished, and runs again. The summary counts the outcomes by SIG and
+// names the shards unfinished or not run.
 func TestRunnerResumes(t *testing.T) {
 	self, err := os.Executable()
 	if err != nil {
@@ -192,7 +220,7 @@ func TestRunnerResumes(t *testing.T) {
 		t.Errorf("first run ran %v, want the three shards, the serial one last", got)
 	}
 	var sum bytes.Buffer
-	summary(&sum, results)
+	summary(&sum, results, nil)
 	for _, want := range []string{
 		"| sig-apps | 1 | 0 | 0 |",
 		"| sig-failing | 0 | 1 | 0 |",
@@ -250,6 +278,42 @@ func TestRunnerResumes(t *testing.T) {
 	}
 	if _, statErr := os.Stat(filepath.Join(dir, "n", "result.json")); statErr == nil {
 		t.Errorf("a shard without a report has a result.json, so it would never run again")
+	}
+
+	// Interrupted while a shard runs, a run keeps what the shard's
+	// report named, marked unfinished, and leaves the shard to run
+	// again; the summary says so, and names a shard that did not run.
+	ictx, interrupt := context.WithCancel(ctx)
+	go func() {
+		for ictx.Err() == nil {
+			if b, _ := os.ReadFile(calls); strings.Contains(string(b), "sig-slow") {
+				interrupt()
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	results, err = newRunner("c3", false).run(ictx, []shard{{Name: "w", Labels: "Conformance && sig-slow && !Serial"}})
+	interrupt()
+	if err == nil || !strings.Contains(err.Error(), "run again to resume") {
+		t.Errorf("interrupted run = %v, want an error saying how to resume", err)
+	}
+	if len(results) != 1 || !results[0].Interrupted || results[0].tally() != (tally{Passed: 1, Failed: 1}) {
+		t.Errorf("interrupted shard's result = %+v, want interrupted with 1 passed and 1 failed (the spec it stopped)", results)
+	}
+	if _, statErr := os.Stat(filepath.Join(dir, "w", "result.json")); statErr == nil {
+		t.Errorf("an interrupted shard has a result.json, so it would not run again")
+	}
+	sum.Reset()
+	summary(&sum, results, []string{"x"})
+	for _, want := range []string{
+		"| sig-slow | 1 | 1 | 0 |",
+		"Not finished, counted as far as they got: w (1 passed, 1 failed, 0 skipped).",
+		"Not run: x.",
+	} {
+		if !strings.Contains(sum.String(), want) {
+			t.Errorf("summary of an interrupted run lacks %q:\n%s", want, sum.String())
+		}
 	}
 
 	// Interrupted before it starts, a run says how to resume.

@@ -155,8 +155,10 @@ func (t *tally) add(outcome string) {
 }
 
 // summary writes, in Markdown, the outcomes by SIG over every shard's
-// specs, then each failed and each skipped spec with its reason.
-func summary(w io.Writer, results []shardResult) {
+// specs, then the shards that did not finish (interrupted, counted as far
+// as they got) and those that did not run (notRun), then each failed and
+// each skipped spec with its reason.
+func summary(w io.Writer, results []shardResult, notRun []string) {
 	bySIG := map[string]*tally{}
 	var total tally
 	var failed, skipped []spec
@@ -185,6 +187,19 @@ func summary(w io.Writer, results []shardResult) {
 		fmt.Fprintf(w, "| %s | %d | %d | %d |\n", sig, t.Passed, t.Failed, t.Skipped)
 	}
 	fmt.Fprintf(w, "| all | %d | %d | %d |\n", total.Passed, total.Failed, total.Skipped)
+	var unfinished []string
+	for _, r := range results {
+		if r.Interrupted {
+			t := r.tally()
+			unfinished = append(unfinished, fmt.Sprintf("%s (%d passed, %d failed, %d skipped)", r.Shard, t.Passed, t.Failed, t.Skipped))
+		}
+	}
+	if len(unfinished) > 0 {
+		fmt.Fprintf(w, "\nNot finished, counted as far as they got: %s.\n", strings.Join(unfinished, ", "))
+	}
+	if len(notRun) > 0 {
+		fmt.Fprintf(w, "\nNot run: %s.\n", strings.Join(notRun, ", "))
+	}
 	for _, part := range []struct {
 		title string
 		specs []spec

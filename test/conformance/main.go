@@ -5,7 +5,8 @@
 // shard's JUnit report and log stay in its directory; a shard that ended
 // is not run again at the same version of Cairn, so a run that stopped resumes
 // where it was. At the end it prints, and writes to DIR/summary.md, the
-// outcomes by SIG and every failed or skipped test with its reason.
+// outcomes by SIG, the shards interrupted or not run, and every failed or
+// skipped test with its reason.
 //
 //	go run ./test/conformance -e2e out/conformance/e2e.test \
 //	    -kubeconfig out/cluster/kubeconfig -dir out/conformance \
@@ -81,7 +82,13 @@ func main() {
 		results, runErr := r.run(ctx, shards)
 		var buf bytes.Buffer
 		fmt.Fprintf(&buf, "Conformance of Cairn %s (%d shards, %s):\n\n", *commit, len(shards), time.Since(start).Round(time.Second))
-		summary(&buf, slices.DeleteFunc(results, func(r shardResult) bool { return r.Shard == "" }))
+		var notRun []string
+		for i, res := range results {
+			if res.Shard == "" {
+				notRun = append(notRun, shards[i].Name)
+			}
+		}
+		summary(&buf, slices.DeleteFunc(results, func(r shardResult) bool { return r.Shard == "" }), notRun)
 		os.Stdout.Write(buf.Bytes())
 		if err := os.WriteFile(filepath.Join(*dir, "summary.md"), buf.Bytes(), 0o644); err != nil {
 			runErr = errors.Join(runErr, fmt.Errorf("when writing the summary: %w", err))

@@ -73,6 +73,10 @@ type shardResult struct {
 	Ended    time.Time `json:"ended"`
 	ExitCode int       `json:"exit_code"`
 	Specs    []spec    `json:"specs"`
+	// Interrupted: the run stopped before the shard ended. Its specs are
+	// those its report named when e2e.test stopped, and it has no
+	// result.json: the next run runs it again.
+	Interrupted bool `json:"interrupted,omitempty"`
 }
 
 func (r shardResult) tally() tally {
@@ -222,6 +226,17 @@ func (r *runner) runShard(ctx context.Context, s shard, running *runningSet) (sh
 	}
 	if ctx.Err() != nil {
 		// Interrupted: not done, so that the next run runs it again.
+		// What it reported before it stopped still counts in this
+		// run's summary, marked unfinished.
+		res.Interrupted = true
+		specs, err := readJUnitFile(filepath.Join(dir, "junit_01.xml"))
+		if err != nil {
+			r.say("shard %s: interrupted after %s, with no readable report: %v", s.Name, res.Ended.Sub(res.Started).Round(time.Second), err)
+			return res, nil
+		}
+		res.Specs = specs
+		t := res.tally()
+		r.say("shard %s: interrupted after %s: %d passed, %d failed, %d skipped so far; the next run runs it again", s.Name, res.Ended.Sub(res.Started).Round(time.Second), t.Passed, t.Failed, t.Skipped)
 		return res, nil
 	}
 	specs, err := readJUnitFile(filepath.Join(dir, "junit_01.xml"))
