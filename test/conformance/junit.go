@@ -154,6 +154,10 @@ func (t *tally) add(outcome string) {
 	}
 }
 
+func (t tally) String() string {
+	return fmt.Sprintf("%d passed, %d failed, %d skipped", t.Passed, t.Failed, t.Skipped)
+}
+
 // summary writes, in Markdown, the outcomes by SIG over every shard's
 // specs, then the shards that did not finish (interrupted, counted as far
 // as they got) and those that did not run (notRun), then each failed and
@@ -190,8 +194,7 @@ func summary(w io.Writer, results []shardResult, notRun []string) {
 	var unfinished []string
 	for _, r := range results {
 		if r.Interrupted {
-			t := r.tally()
-			unfinished = append(unfinished, fmt.Sprintf("%s (%d passed, %d failed, %d skipped)", r.Shard, t.Passed, t.Failed, t.Skipped))
+			unfinished = append(unfinished, fmt.Sprintf("%s (%v)", r.Shard, r.tally()))
 		}
 	}
 	if len(unfinished) > 0 {

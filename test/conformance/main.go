@@ -82,13 +82,16 @@ func main() {
 		results, runErr := r.run(ctx, shards)
 		var buf bytes.Buffer
 		fmt.Fprintf(&buf, "Conformance of Cairn %s (%d shards, %s):\n\n", *commit, len(shards), time.Since(start).Round(time.Second))
+		var ran []shardResult
 		var notRun []string
 		for i, res := range results {
 			if res.Shard == "" {
 				notRun = append(notRun, shards[i].Name)
+			} else {
+				ran = append(ran, res)
 			}
 		}
-		summary(&buf, slices.DeleteFunc(results, func(r shardResult) bool { return r.Shard == "" }), notRun)
+		summary(&buf, ran, notRun)
 		os.Stdout.Write(buf.Bytes())
 		if err := os.WriteFile(filepath.Join(*dir, "summary.md"), buf.Bytes(), 0o644); err != nil {
 			runErr = errors.Join(runErr, fmt.Errorf("when writing the summary: %w", err))

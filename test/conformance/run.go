@@ -94,8 +94,7 @@ func (r *runner) run(ctx context.Context, shards []shard) ([]shardResult, error)
 	var todo, serial []int
 	for i, s := range shards {
 		if res, ok := r.done(s); ok {
-			t := res.tally()
-			r.say("shard %s: done at %s (%d passed, %d failed, %d skipped), kept; -again runs it again", s.Name, res.Commit, t.Passed, t.Failed, t.Skipped)
+			r.say("shard %s: done at %s (%v), kept; -again runs it again", s.Name, res.Commit, res.tally())
 			results[i] = res
 			continue
 		}
@@ -224,31 +223,28 @@ func (r *runner) runShard(ctx context.Context, s shard, running *runningSet) (sh
 	default:
 		return res, fmt.Errorf("when running %s: %w", r.e2e, runErr)
 	}
-	if ctx.Err() != nil {
-		// Interrupted: not done, so that the next run runs it again.
-		// What it reported before it stopped still counts in this
-		// run's summary, marked unfinished.
-		res.Interrupted = true
-		specs, err := readJUnitFile(filepath.Join(dir, "junit_01.xml"))
-		if err != nil {
-			r.say("shard %s: interrupted after %s, with no readable report: %v", s.Name, res.Ended.Sub(res.Started).Round(time.Second), err)
-			return res, nil
-		}
-		res.Specs = specs
-		t := res.tally()
-		r.say("shard %s: interrupted after %s: %d passed, %d failed, %d skipped so far; the next run runs it again", s.Name, res.Ended.Sub(res.Started).Round(time.Second), t.Passed, t.Failed, t.Skipped)
-		return res, nil
-	}
+	took := res.Ended.Sub(res.Started).Round(time.Second)
+	// Interrupted: not done, so that the next run runs it again. What it
+	// reported before it stopped still counts in this run's summary,
+	// marked unfinished.
+	res.Interrupted = ctx.Err() != nil
 	specs, err := readJUnitFile(filepath.Join(dir, "junit_01.xml"))
-	if err != nil {
+	switch {
+	case err != nil && res.Interrupted:
+		r.say("shard %s: interrupted after %s, with no readable report: %v", s.Name, took, err)
+		return res, nil
+	case err != nil:
 		return res, fmt.Errorf("e2e.test exited with %d and left no readable report (see %s): %w", res.ExitCode, logFile.Name(), err)
 	}
 	res.Specs = specs
+	if res.Interrupted {
+		r.say("shard %s: interrupted after %s: %v so far; the next run runs it again", s.Name, took, res.tally())
+		return res, nil
+	}
 	if err := writeResult(filepath.Join(dir, "result.json"), res); err != nil {
 		return res, err
 	}
-	t := res.tally()
-	r.say("shard %s: ended after %s: %d passed, %d failed, %d skipped", s.Name, res.Ended.Sub(res.Started).Round(time.Second), t.Passed, t.Failed, t.Skipped)
+	r.say("shard %s: ended after %s: %v", s.Name, took, res.tally())
 	return res, nil
 }
 
