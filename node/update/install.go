@@ -112,6 +112,7 @@ const (
 	StepVerify   = "verifying"
 	StepDownload = "downloading"
 	StepWrite    = "writing"
+	StepCopy     = "copying"
 	StepReadBack = "reading back"
 	StepUKI      = "installing the UKI"
 	StepDone     = "staged"
@@ -216,8 +217,15 @@ func (i *Installer) Install(ctx context.Context, req Request, progress func(Prog
 		return Result{}, fmt.Errorf("%w: release %s's system image has %d bytes, slot %s %d", ErrTooLarge, rel.Version, rel.System().Size, target, size)
 	}
 
-	// Both layers are downloaded and checked before anything is written:
-	// a blob changed in the registry leaves both slots as they were.
+	// The system image may be on this node already, and is then not
+	// downloaded: in the slot to write (a release staged again after its
+	// trial failed) or in the running one (a release that changes only the
+	// UKI). A slot's copy counts only once read back whole.
+	from, fromDevice := i.systemOnNode(target, device, params, progress)
+
+	// What is downloaded is downloaded and checked before anything is
+	// written: a blob changed in the registry leaves both slots as they
+	// were.
 	if err := i.cfg.Spool.MkdirAll(0o700); err != nil {
 		return Result{}, err
 	}
@@ -225,14 +233,20 @@ func (i *Installer) Install(ctx context.Context, req Request, progress func(Prog
 	uki := filepath.Join(i.cfg.Spool.FullPath(), "uki.efi")
 	defer os.Remove(system)
 	defer os.Remove(uki)
-	for _, l := range []struct {
-		what, path string
-		d          ociimage.Descriptor
-	}{{"UKI", uki, rel.UKI()}, {"system image", system, rel.System()}} {
-		if err := download(ctx, reg, l.d, l.path, func(done int64) {
-			progress(Progress{Step: StepDownload + " the " + l.what, Done: done, Total: l.d.Size})
+	fetch := func(what, path string, d ociimage.Descriptor) error {
+		if err := download(ctx, reg, d, path, func(done int64) {
+			progress(Progress{Step: StepDownload + " the " + what, Done: done, Total: d.Size})
 		}); err != nil {
-			return Result{}, fmt.Errorf("when downloading release %s's %s: %w", rel.Version, l.what, err)
+			return fmt.Errorf("when downloading release %s's %s: %w", rel.Version, what, err)
+		}
+		return nil
+	}
+	if err := fetch("UKI", uki, rel.UKI()); err != nil {
+		return Result{}, err
+	}
+	if from == "" {
+		if err := fetch("system image", system, rel.System()); err != nil {
+			return Result{}, err
 		}
 	}
 
@@ -246,14 +260,44 @@ func (i *Installer) Install(ctx context.Context, req Request, progress func(Prog
 	if err := i.record(target, &private.SystemSlots_Slot{State: private.SystemSlots_Slot_WRITING, Version: rel.Version.String(), ReleaseDigest: digest}); err != nil {
 		return Result{}, err
 	}
-	if err := writeSlot(system, device, func(done int64) {
-		progress(Progress{Step: StepWrite + " slot " + string(target), Done: done, Total: rel.System().Size})
-	}); err != nil {
-		return Result{}, fmt.Errorf("when writing system slot %s: %w", target, err)
+	// write writes the image from src, the slot copied's device or
+	// the downloaded file (copied ""), and reads it back.
+	write := func(src string, copied localstorage.Slot) error {
+		step := StepWrite + " slot " + string(target)
+		if copied != "" {
+			step = StepCopy + " slot " + string(copied) + " to slot " + string(target)
+		}
+		if err := writeSlot(src, device, rel.System().Size, func(done int64) {
+			progress(Progress{Step: step, Done: done, Total: rel.System().Size})
+		}); err != nil {
+			return fmt.Errorf("when writing system slot %s: %w", target, err)
+		}
+		progress(Progress{Step: StepReadBack + " slot " + string(target), Total: int64(params.End())})
+		if err := checkSlot(device, params); err != nil {
+			return fmt.Errorf("system slot %s: %w", target, err)
+		}
+		return nil
 	}
-	progress(Progress{Step: StepReadBack + " slot " + string(target), Total: int64(params.End())})
-	if err := checkSlot(device, params); err != nil {
-		return Result{}, fmt.Errorf("system slot %s: %w", target, err)
+	switch from {
+	case target:
+		// Read back whole already; nothing to write.
+	case i.cfg.Running:
+		if err := write(fromDevice, from); err != nil {
+			// The running slot's blocks are checked as they are read
+			// for the system, not on its raw device: one never read may
+			// have changed. The registry has the image.
+			progress(Progress{Step: fmt.Sprintf("slot %s's copy is not the release's (%v): downloading it", from, err)})
+			if err := fetch("system image", system, rel.System()); err != nil {
+				return Result{}, err
+			}
+			if err := write(system, ""); err != nil {
+				return Result{}, err
+			}
+		}
+	default:
+		if err := write(system, ""); err != nil {
+			return Result{}, err
+		}
 	}
 	progress(Progress{Step: StepUKI})
 	if err := i.installUKI(target, uki); err != nil {
@@ -270,6 +314,41 @@ func (i *Installer) Install(ctx context.Context, req Request, progress func(Prog
 	}
 	progress(Progress{Step: StepDone})
 	return Result{Slot: target, Version: rel.Version.String(), Digest: digest}, nil
+}
+
+// systemOnNode returns the slot of this node that holds the system image
+// of p already and its device, or "" for none: target, on device, when it
+// reads back whole; else the running slot when its top block hashes to
+// p's root hash (all of it is read back once copied).
+func (i *Installer) systemOnNode(target localstorage.Slot, device string, p verity.Params, progress func(Progress)) (localstorage.Slot, string) {
+	if holdsTop(device, p) {
+		progress(Progress{Step: StepReadBack + " slot " + string(target) + ", which may hold the system image already", Total: int64(p.End())})
+		err := checkSlot(device, p)
+		if err == nil {
+			return target, device
+		}
+		progress(Progress{Step: fmt.Sprintf("slot %s does not hold it (%v)", target, err)})
+	}
+	if running, _, err := i.cfg.Partition(i.cfg.Running); err == nil && holdsTop(running, p) {
+		return i.cfg.Running, running
+	}
+	return "", ""
+}
+
+// holdsTop says whether the block of device at p's TopOffset hashes to
+// p's root hash: one block read, after which device may hold p's image,
+// and without which it does not.
+func holdsTop(device string, p verity.Params) bool {
+	f, err := os.Open(device)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	block := make([]byte, verity.BlockSize)
+	if _, err := f.ReadAt(block, int64(p.TopOffset())); err != nil {
+		return false
+	}
+	return p.IsTop(block)
 }
 
 // download streams the blob d of reg into path, checked against d as it
@@ -307,9 +386,11 @@ func copyReporting(dst io.Writer, src io.Reader, report func(int64)) error {
 	return nil
 }
 
-// writeSlot copies the file src to the start of device, syncs it, and
-// drops the device's cached pages, so that checkSlot reads from the disk.
-func writeSlot(src, device string, report func(int64)) (err error) {
+// writeSlot copies the first n bytes of src (a file, or a slot's device)
+// to the start of device, syncs it, and drops the device's cached pages,
+// so that checkSlot reads from the disk, and src's, which nothing reads
+// again.
+func writeSlot(src, device string, n int64, report func(int64)) (err error) {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
@@ -324,10 +405,13 @@ func writeSlot(src, device string, report func(int64)) (err error) {
 			err = cerr
 		}
 	}()
-	if err := copyReporting(out, in, report); err != nil {
+	if err := copyReporting(out, io.NewSectionReader(in, 0, n), report); err != nil {
 		return err
 	}
 	if err := out.Sync(); err != nil {
+		return err
+	}
+	if err := dropCache(in); err != nil {
 		return err
 	}
 	return dropCache(out)

@@ -165,3 +165,115 @@ func TestInstallAllowDowngrade(t *testing.T) {
 		t.Fatalf("Install with AllowDowngrade = %+v, %v; want %s installed", res, err, older)
 	}
 }
+
+// TestInstallFromTheNode installs releases whose system image a slot of
+// the node holds already: such an image is not downloaded (the registry's
+// copy is spoiled to prove it) unless the slot's copy is not whole.
+func TestInstallFromTheNode(t *testing.T) {
+	spoil := func(b []byte) []byte { b[100] ^= 1; return b }
+	for _, tc := range []struct {
+		name string
+		// prepare puts the release's system image on the node.
+		prepare  func(t *testing.T, n *updatetest.Node, system []byte)
+		spoiled  bool
+		steps    []string
+		notSteps []string
+	}{
+		{
+			name: "the running slot holds it",
+			prepare: func(t *testing.T, n *updatetest.Node, system []byte) {
+				writeAt(t, n.Slots[localstorage.SlotA], 0, system)
+			},
+			spoiled:  true,
+			steps:    []string{"copying slot a to slot b", "reading back slot b"},
+			notSteps: []string{"downloading the system image", "writing slot b"},
+		},
+		{
+			name: "the slot to write holds it",
+			prepare: func(t *testing.T, n *updatetest.Node, system []byte) {
+				writeAt(t, n.Slots[localstorage.SlotB], 0, system)
+			},
+			spoiled:  true,
+			steps:    []string{"reading back slot b, which may hold the system image already"},
+			notSteps: []string{"downloading the system image", "writing slot b", "copying slot a to slot b"},
+		},
+		{
+			name: "the running slot's copy is changed below its top block",
+			prepare: func(t *testing.T, n *updatetest.Node, system []byte) {
+				changed := bytes.Clone(system)
+				changed[5] ^= 1 // data block 0: the tree's top still matches
+				writeAt(t, n.Slots[localstorage.SlotA], 0, changed)
+			},
+			steps: []string{"copying slot a to slot b", "downloading the system image", "writing slot b"},
+		},
+		{
+			name: "the slot to write's copy is changed below its top block",
+			prepare: func(t *testing.T, n *updatetest.Node, system []byte) {
+				changed := bytes.Clone(system)
+				changed[5] ^= 1
+				writeAt(t, n.Slots[localstorage.SlotB], 0, changed)
+			},
+			steps:    []string{"reading back slot b, which may hold the system image already", "downloading the system image", "writing slot b"},
+			notSteps: []string{"copying slot a to slot b"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := updatetest.New(t)
+			r := n.PushFor(t, newer, "amd64", 40)
+			tc.prepare(t, n, r.System)
+			if tc.spoiled {
+				n.Registry.Change(r.Artifact.System.Digest, spoil)
+			}
+			runningBefore := n.Hashes(t)[localstorage.SlotA]
+			var steps []string
+			_, err := n.Installer.Install(context.Background(), update.Request{Reference: r.Reference}, func(p update.Progress) {
+				if !slices.Contains(steps, p.Step) {
+					steps = append(steps, p.Step)
+				}
+			})
+			t.Logf("steps: %q", steps)
+			if err != nil {
+				t.Fatalf("Install: %v", err)
+			}
+			for _, want := range tc.steps {
+				if !slices.Contains(steps, want) {
+					t.Errorf("steps lack %q", want)
+				}
+			}
+			for _, not := range tc.notSteps {
+				if slices.Contains(steps, not) {
+					t.Errorf("steps include %q", not)
+				}
+			}
+			got, err := os.ReadFile(n.Slots[localstorage.SlotB])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got[:len(r.System)], r.System) {
+				t.Errorf("slot b does not start with the release's system image")
+			}
+			if n.Hashes(t)[localstorage.SlotA] != runningBefore {
+				t.Errorf("the running slot a changed")
+			}
+			if b := record(t, n).GetB(); b.GetState() != private.SystemSlots_Slot_STAGED || b.GetVerity() != r.Artifact.Metadata.Verity {
+				t.Errorf("record of slot b = %v, want STAGED with the release's verity", b)
+			}
+			if uki, err := n.Storage.Root.ESP.EFI.Cairn.For(localstorage.SlotB).Read(); err != nil || !bytes.Equal(uki, r.UKI) {
+				t.Errorf("slot b's UKI = %q, %v; want the release's", uki, err)
+			}
+		})
+	}
+}
+
+// writeAt writes b into the file at path at off.
+func writeAt(t *testing.T, path string, off int64, b []byte) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+}

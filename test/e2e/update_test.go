@@ -23,6 +23,7 @@ import (
 	"cairn.dev/cairn/pkg/gpt"
 	"cairn.dev/cairn/pkg/ociimage"
 	"cairn.dev/cairn/pkg/release"
+	"cairn.dev/cairn/pkg/verity"
 	"cairn.dev/cairn/test/launch"
 	"cairn.dev/cairn/test/launch/cluster"
 )
@@ -38,15 +39,20 @@ var releaseKeyFlag = flag.String("release-key", "", "the release key the image's
 //	    for another architecture, and one whose system image was changed
 //	    in the registry after it was pushed; the slot it does not run
 //	    (b) is read from its disk before them and after each, and unchanged;
-//	(s) a good release, the build's own UKI and system image as version
-//	    1.0.0, is staged: node slots shows slot b staged at 1.0.0, and
+//	(s) a good release, the build's own UKI as version 1.0.0 with a
+//	    system image no slot of the node holds, is staged: the node
+//	    downloads the image, node slots shows slot b staged at 1.0.0, and
 //	    slot b, read from the node's disk, holds the release's system
 //	    image.
 //
+// Every release here has that other system image: the build's data under
+// another verity salt. One whose image is the build's the node copies from
+// its running slot instead of downloading; TestUpdateTrial stages those.
 // Booting a staged slot is TestUpdateTrial's.
 func TestUpdateStaged(t *testing.T) {
 	s := newSuite(t, 1, 25*time.Minute)
 	c, n, key, rb := s.updateCluster(t)
+	rb = rb.otherSystem(t)
 	id := n.ID()
 
 	slotB := func() [32]byte { return hashSlot(t, n.Disk(), gpt.TypeCairnSystemB, 0) }
@@ -98,12 +104,14 @@ func TestUpdateStaged(t *testing.T) {
 
 	t.Run("s-staged", func(t *testing.T) {
 		ref := rb.push(t, "good", "1.0.0", runtime.GOARCH, key)
+		from := n.Mark()
 		start := time.Now()
 		out, err := s.updateNode(c, id, ref)
 		if err != nil {
 			t.Fatalf("node update %s: %v\n%s", ref, err, out)
 		}
-		s.step("update command → 1.0.0 staged (UKI + system image)", time.Since(start))
+		s.step("update command → 1.0.0 staged (UKI + system image downloaded)", time.Since(start))
+		s.waitNode(t, n, from, launch.Substring("Update: downloading the system image"))
 		if want := "staged release 1.0.0 in system slot b"; !strings.Contains(out, want) {
 			t.Errorf("node update printed %q, want %q", out, want)
 		}
@@ -171,6 +179,50 @@ type releaseBuilder struct {
 	verity     string
 	systemSize int64
 	systemHash [32]byte
+}
+
+// otherSystem returns a builder of releases whose system image is the
+// build's data under another verity salt: an image no node holds, which
+// staging downloads, for releases that never boot (a UKI names its
+// image's verity root hash).
+func (rb *releaseBuilder) otherSystem(t *testing.T) *releaseBuilder {
+	t.Helper()
+	p, err := verity.ParseParams(rb.verity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := os.Open(rb.system)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	salt := append([]byte("other"), p.Salt...)[:max(len(p.Salt), 5)]
+	tree, err := verity.Compute(io.NewSectionReader(in, 0, int64(p.DataBlocks)*verity.BlockSize), salt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := *rb
+	own.system = filepath.Join(t.TempDir(), "system-other.img")
+	out, err := os.Create(own.system)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	// The data, and whatever lies between it and the tree, as built.
+	h := sha256.New()
+	w := io.MultiWriter(out, h)
+	if _, err := io.Copy(w, io.NewSectionReader(in, 0, int64(p.HashOffset))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(tree.Hashes); err != nil {
+		t.Fatal(err)
+	}
+	other := tree.Params(salt)
+	other.HashOffset = p.HashOffset
+	own.verity = other.String()
+	own.systemSize = int64(p.HashOffset) + int64(len(tree.Hashes))
+	copy(own.systemHash[:], h.Sum(nil))
+	return &own
 }
 
 // systemDigest is the system image's digest as a blob's.
