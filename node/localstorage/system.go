@@ -203,7 +203,7 @@ func (s *Storage) mountSlot(slot Slot, p verity.Params, start time.Time, corrupt
 		return SystemMount{}, err
 	}
 	m := SystemMount{BootedSystem: BootedSystem{Slot: slot, Params: p, Partition: part}}
-	if err := checkTop(slot, part, size, p); err != nil {
+	if err := CheckTop(slot, part, size, p); err != nil {
 		var sm *slotMismatch
 		if corrupt && errors.As(err, &sm) {
 			return m, fmt.Errorf("%w: slot %s %w", ErrSystemCorrupt, slot, err)
@@ -239,13 +239,14 @@ type slotMismatch struct{ why string }
 func (e *slotMismatch) Error() string        { return e.why }
 func (e *slotMismatch) Is(target error) bool { return target == ErrSlotMismatch }
 
-// checkTop reads the one block of the slot's partition whose digest the
-// root hash is, the top of its hash tree, and checks it: reading whole
-// slots of a GiB to choose one would cost a boot seconds, and setting a
-// verity device up on a slot of another image would have the kernel
-// report corruption that is none. A slot that holds another image or
-// none is a *slotMismatch.
-func checkTop(slot Slot, part string, size uint64, p verity.Params) error {
+// CheckTop reads the one block of the slot's partition part (of size
+// bytes) whose digest the root hash is, the top of its hash tree, and
+// checks it: reading whole slots of a GiB to choose one would cost a boot
+// seconds, and setting a verity device up on a slot of another image
+// would have the kernel report corruption that is none. A slot that holds
+// another image or none is ErrSlotMismatch; one that passes may still
+// hold changed blocks below the top.
+func CheckTop(slot Slot, part string, size uint64, p verity.Params) error {
 	if size < p.End() {
 		return &slotMismatch{fmt.Sprintf("is too small: it holds %d bytes, and the image with its hash tree needs %d", size, p.End())}
 	}

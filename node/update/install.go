@@ -221,7 +221,7 @@ func (i *Installer) Install(ctx context.Context, req Request, progress func(Prog
 	// downloaded: in the slot to write (a release staged again after its
 	// trial failed) or in the running one (a release that changes only the
 	// UKI). A slot's copy counts only once read back whole.
-	from, fromDevice := i.systemOnNode(target, device, params, progress)
+	from, fromDevice := i.systemOnNode(target, device, size, params, progress)
 
 	// What is downloaded is downloaded and checked before anything is
 	// written: a blob changed in the registry leaves both slots as they
@@ -317,11 +317,11 @@ func (i *Installer) Install(ctx context.Context, req Request, progress func(Prog
 }
 
 // systemOnNode returns the slot of this node that holds the system image
-// of p already and its device, or "" for none: target, on device, when it
-// reads back whole; else the running slot when its top block hashes to
-// p's root hash (all of it is read back once copied).
-func (i *Installer) systemOnNode(target localstorage.Slot, device string, p verity.Params, progress func(Progress)) (localstorage.Slot, string) {
-	if holdsTop(device, p) {
+// of p already and its device, or "" for none: target, on device (of size
+// bytes), when it reads back whole; else the running slot when the top of
+// its hash tree matches (all of it is read back once copied).
+func (i *Installer) systemOnNode(target localstorage.Slot, device string, size uint64, p verity.Params, progress func(Progress)) (localstorage.Slot, string) {
+	if localstorage.CheckTop(target, device, size, p) == nil {
 		progress(Progress{Step: StepReadBack + " slot " + string(target) + ", which may hold the system image already", Total: int64(p.End())})
 		err := checkSlot(device, p)
 		if err == nil {
@@ -329,26 +329,11 @@ func (i *Installer) systemOnNode(target localstorage.Slot, device string, p veri
 		}
 		progress(Progress{Step: fmt.Sprintf("slot %s does not hold it (%v)", target, err)})
 	}
-	if running, _, err := i.cfg.Partition(i.cfg.Running); err == nil && holdsTop(running, p) {
+	running, runningSize, err := i.cfg.Partition(i.cfg.Running)
+	if err == nil && localstorage.CheckTop(i.cfg.Running, running, runningSize, p) == nil {
 		return i.cfg.Running, running
 	}
 	return "", ""
-}
-
-// holdsTop says whether the block of device at p's TopOffset hashes to
-// p's root hash: one block read, after which device may hold p's image,
-// and without which it does not.
-func holdsTop(device string, p verity.Params) bool {
-	f, err := os.Open(device)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	block := make([]byte, verity.BlockSize)
-	if _, err := f.ReadAt(block, int64(p.TopOffset())); err != nil {
-		return false
-	}
-	return p.IsTop(block)
 }
 
 // download streams the blob d of reg into path, checked against d as it
