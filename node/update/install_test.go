@@ -22,16 +22,6 @@ const (
 	older = "0.0.0-20250601000000-0123456789ab"
 )
 
-// record reads the record of the slots of n.
-func record(t *testing.T, n *updatetest.Node) *private.SystemSlots {
-	t.Helper()
-	s, err := update.ReadSlots(&n.Storage.Root.ESP.Cairn.SystemSlots)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
 // TestInstall installs a release into slot b and checks every place it
 // left something: the slot, the UKI, the record, and the spool emptied.
 func TestInstall(t *testing.T) {
@@ -70,7 +60,7 @@ func TestInstall(t *testing.T) {
 	if err != nil || !bytes.Equal(uki, r.UKI) {
 		t.Errorf("slot b's UKI = %q, %v; want the release's", uki, err)
 	}
-	b := record(t, n).GetB()
+	b := n.Record(t).GetB()
 	if b.GetState() != private.SystemSlots_Slot_STAGED || b.GetVersion() != newer || b.GetVerity() != r.Artifact.Metadata.Verity || b.GetUkiPath() != "EFI/cairn/system-b.efi" {
 		t.Errorf("record of slot b = %v, want STAGED %s with its verity and UKI", b, newer)
 	}
@@ -83,7 +73,7 @@ func TestInstall(t *testing.T) {
 	}
 	want := []update.SlotInfo{
 		{Slot: localstorage.SlotA, Running: true, State: private.SystemSlots_Slot_GOOD, Version: updatetest.Running},
-		{Slot: localstorage.SlotB, State: private.SystemSlots_Slot_STAGED, Version: newer},
+		{Slot: localstorage.SlotB, State: private.SystemSlots_Slot_STAGED, Version: newer, Digest: r.Artifact.Manifest.Descriptor.Digest},
 	}
 	if !slices.Equal(slots, want) {
 		t.Errorf("Slots() = %+v, want %+v", slots, want)
@@ -140,7 +130,7 @@ func TestInstallRefuses(t *testing.T) {
 				}
 			}
 			if exists, _ := n.Storage.Root.ESP.Cairn.SystemSlots.Exists(); exists {
-				t.Errorf("the record of the slots was written: %v", record(t, n))
+				t.Errorf("the record of the slots was written: %v", n.Record(t))
 			}
 			if exists, _ := n.Storage.Root.ESP.EFI.Cairn.For(localstorage.SlotB).Exists(); exists {
 				t.Errorf("slot b's UKI was written")
@@ -255,7 +245,7 @@ func TestInstallFromTheNode(t *testing.T) {
 			if n.Hashes(t)[localstorage.SlotA] != runningBefore {
 				t.Errorf("the running slot a changed")
 			}
-			if b := record(t, n).GetB(); b.GetState() != private.SystemSlots_Slot_STAGED || b.GetVerity() != r.Artifact.Metadata.Verity {
+			if b := n.Record(t).GetB(); b.GetState() != private.SystemSlots_Slot_STAGED || b.GetVerity() != r.Artifact.Metadata.Verity {
 				t.Errorf("record of slot b = %v, want STAGED with the release's verity", b)
 			}
 			if uki, err := n.Storage.Root.ESP.EFI.Cairn.For(localstorage.SlotB).Read(); err != nil || !bytes.Equal(uki, r.UKI) {

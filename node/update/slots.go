@@ -68,6 +68,9 @@ type SlotInfo struct {
 	Version string
 	// Reason says why a BAD slot's trial failed.
 	Reason string
+	// Digest is the digest of the release manifest the record says the
+	// slot came from ("sha256:<hex>"); empty for a slot never written.
+	Digest string
 }
 
 // Slots says what each system slot holds, a then b.
@@ -79,7 +82,7 @@ func (i *Installer) Slots() ([]SlotInfo, error) {
 	var out []SlotInfo
 	for _, s := range []localstorage.Slot{localstorage.SlotA, localstorage.SlotB} {
 		e := slotEntry(rec, s)
-		info := SlotInfo{Slot: s, State: e.GetState(), Version: e.GetVersion(), Reason: e.GetReason()}
+		info := SlotInfo{Slot: s, State: e.GetState(), Version: e.GetVersion(), Reason: e.GetReason(), Digest: e.GetReleaseDigest()}
 		if s == i.cfg.Running {
 			info.Running, info.Version = true, i.cfg.Version.String()
 			if info.State == private.SystemSlots_Slot_STATE_UNSPECIFIED {

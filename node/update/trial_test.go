@@ -43,7 +43,7 @@ func healthy() update.HealthWait {
 // stateOf is slot's recorded state in n.
 func stateOf(t *testing.T, n *updatetest.Node, slot localstorage.Slot) *private.SystemSlots_Slot {
 	t.Helper()
-	rec := record(t, n)
+	rec := n.Record(t)
 	if slot == localstorage.SlotB {
 		return rec.GetB()
 	}

@@ -19,6 +19,7 @@ import (
 	"cairn.dev/cairn/pkg/ociimage/ocitest"
 	"cairn.dev/cairn/pkg/release"
 	"cairn.dev/cairn/pkg/release/releasetest"
+	"cairn.dev/cairn/proto/private"
 )
 
 const (
@@ -157,4 +158,14 @@ func (n *Node) Hashes(t testing.TB) map[localstorage.Slot][32]byte {
 		h[s] = sha256.Sum256(b)
 	}
 	return h
+}
+
+// Record reads the installer's record of the node's system slots.
+func (n *Node) Record(t testing.TB) *private.SystemSlots {
+	t.Helper()
+	s, err := update.ReadSlots(&n.Storage.Root.ESP.Cairn.SystemSlots)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
