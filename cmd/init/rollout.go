@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -38,8 +39,15 @@ const trialPushWait = 10 * time.Second
 //	the next boot judges the trial (update.Installer.JudgeBoot) and meets
 //	R again: it runs the release (DONE), or rolled back (FAILED)
 //
-// A rollout it acted on is never acted on again in the same boot: a
-// failure is reported once, and the node waits for another rollout.
+// A desired release to be staged only (the node's turn has not come) is
+// installed, but not booted: STAGED. At its turn the same release comes
+// without stage_only, and the node boots the slot it staged without
+// installing it again. A staging's statuses say stage_only, so that the
+// leader never takes them for the turn's.
+//
+// A rollout it acted on is never acted on again in the same boot (its
+// staging and its turn are acted on once each): a failure is reported
+// once, and the node waits for another rollout.
 type rolloutFollower struct {
 	// desired is the node's desired release, nil when it has none.
 	desired event.Watchable[*api.DesiredRelease]
@@ -66,8 +74,18 @@ type rolloutFollower struct {
 	// one that installs the same release again (after the owner cleared
 	// it as bad).
 	rolledBack bool
-	// acted holds the rollouts whose desired release this boot acted on.
+	// acted holds the rollouts whose desired release this boot acted on,
+	// by actedKey.
 	acted map[string]bool
+}
+
+// actedKey names what the node does about d once per boot: a rollout's
+// staging apart from its turn.
+func actedKey(d *api.DesiredRelease) string {
+	if d.StageOnly {
+		return d.RolloutId + " staging"
+	}
+	return d.RolloutId
 }
 
 func (f *rolloutFollower) run(ctx context.Context) error {
@@ -78,13 +96,13 @@ func (f *rolloutFollower) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if f.acted[d.RolloutId] {
+		if f.acted[actedKey(d)] {
 			continue
 		}
 		if f.acted == nil {
 			f.acted = make(map[string]bool)
 		}
-		f.acted[d.RolloutId] = true
+		f.acted[actedKey(d)] = true
 		if err := f.carryOut(ctx, d); err != nil {
 			return err
 		}
@@ -108,20 +126,42 @@ func (f *rolloutFollower) carryOut(ctx context.Context, d *api.DesiredRelease) e
 			}
 		}
 	}
-	decision := decideRollout(releaseState{running: f.running, cannot: f.cannot, other: other, rolledBack: f.rolledBack}, d)
-	f.rolledBack = false
+	decision := decideRollout(releaseState{running: f.running, cannot: f.cannot, other: other, rolledBack: f.rolledBack && !d.StageOnly}, d)
+	if !d.StageOnly {
+		// A staging does not answer the rollout that asked for the trial.
+		f.rolledBack = false
+	}
 	f.say(decision)
 	f.report(decision)
 	if decision.Phase != api.UpdatePhase_UPDATE_PHASE_INSTALLING {
 		return nil
 	}
-	slot, err := f.install(ctx, d)
-	if err != nil {
-		if ctx.Err() != nil {
-			// The node goes down: the next boot acts on d again.
-			return ctx.Err()
+	slot := other.Slot
+	if staged(other, d) {
+		supervisor.Logger(ctx).Infof("Rollout %s: slot %s holds release %s (%s), staged already", d.RolloutId, slot, d.Version, other.Digest)
+	} else {
+		installed, err := f.install(ctx, d)
+		if err != nil {
+			if ctx.Err() != nil {
+				// The node goes down: the next boot acts on d again.
+				return ctx.Err()
+			}
+			failed := updateStatus(d, api.UpdatePhase_UPDATE_PHASE_FAILED, err.Error())
+			f.say(failed)
+			f.report(failed)
+			return nil
 		}
-		failed := updateStatus(d, api.UpdatePhase_UPDATE_PHASE_FAILED, err.Error())
+		slot = installed
+	}
+	if d.StageOnly {
+		done := updateStatus(d, api.UpdatePhase_UPDATE_PHASE_STAGED, "")
+		f.say(done)
+		f.report(done)
+		return nil
+	}
+	if _, err := f.installer.Activate(time.Duration(d.TrialDeadlineSeconds) * time.Second); err != nil {
+		failed := updateStatus(d, api.UpdatePhase_UPDATE_PHASE_FAILED,
+			fmt.Sprintf("when setting up the trial boot of release %s in slot %s: %v", d.Version, slot, err))
 		f.say(failed)
 		f.report(failed)
 		return nil
@@ -135,8 +175,16 @@ func (f *rolloutFollower) carryOut(ctx context.Context, d *api.DesiredRelease) e
 	return ctx.Err()
 }
 
-// install installs d into the other slot and sets up its trial boot; it
-// returns the slot, or an error that says which step failed.
+// staged says whether slot other holds d's release, staged and not yet
+// tried: written and read back by an earlier install, of the manifest d
+// pins by digest.
+func staged(other update.SlotInfo, d *api.DesiredRelease) bool {
+	_, digest, ok := strings.Cut(d.Reference, "@")
+	return ok && other.State == private.SystemSlots_Slot_STAGED && other.Digest == digest && sameVersion(other.Version, d.Version)
+}
+
+// install installs d into the other slot; it returns the slot, or an
+// error that says which step failed.
 func (f *rolloutFollower) install(ctx context.Context, d *api.DesiredRelease) (localstorage.Slot, error) {
 	log := supervisor.Logger(ctx)
 	res, err := f.installer.Install(ctx, update.Request{Reference: d.Reference, AllowDowngrade: d.AllowDowngrade}, func(p update.Progress) {
@@ -151,9 +199,6 @@ func (f *rolloutFollower) install(ctx context.Context, d *api.DesiredRelease) (l
 	}
 	if !sameVersion(res.Version, d.Version) {
 		return "", fmt.Errorf("the rollout names release %s, but the release's signed metadata says %s", d.Version, res.Version)
-	}
-	if _, err := f.installer.Activate(time.Duration(d.TrialDeadlineSeconds) * time.Second); err != nil {
-		return "", fmt.Errorf("when setting up the trial boot of release %s in slot %s: %w", d.Version, res.Slot, err)
 	}
 	return res.Slot, nil
 }
@@ -176,7 +221,13 @@ func (f *rolloutFollower) say(st *api.UpdateStatus) {
 	case api.UpdatePhase_UPDATE_PHASE_DONE:
 		f.printf("rollout %s: this node runs release %s", st.RolloutId, st.Version)
 	case api.UpdatePhase_UPDATE_PHASE_INSTALLING:
-		f.printf("rollout %s: installing release %s", st.RolloutId, st.Version)
+		if st.StageOnly {
+			f.printf("rollout %s: staging release %s ahead of this node's turn", st.RolloutId, st.Version)
+		} else {
+			f.printf("rollout %s: installing release %s", st.RolloutId, st.Version)
+		}
+	case api.UpdatePhase_UPDATE_PHASE_STAGED:
+		f.printf("rollout %s: release %s is staged; this node boots it at its turn", st.RolloutId, st.Version)
 	case api.UpdatePhase_UPDATE_PHASE_FAILED:
 		f.printf("rollout %s: release %s failed: %s", st.RolloutId, st.Version, st.Reason)
 	}
@@ -216,7 +267,7 @@ func decideRollout(s releaseState, d *api.DesiredRelease) *api.UpdateStatus {
 
 // updateStatus is the status of the node's work on d.
 func updateStatus(d *api.DesiredRelease, phase api.UpdatePhase, reason string) *api.UpdateStatus {
-	return &api.UpdateStatus{RolloutId: d.RolloutId, Version: d.Version, Phase: phase, Reason: reason}
+	return &api.UpdateStatus{RolloutId: d.RolloutId, Version: d.Version, Phase: phase, Reason: reason, StageOnly: d.StageOnly}
 }
 
 // sameVersion says whether two versions are the same release version

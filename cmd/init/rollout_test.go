@@ -148,6 +148,19 @@ func (n *rolloutNode) waitPhase(t *testing.T, rollout string, phase api.UpdatePh
 	return got
 }
 
+// waitReboot waits until the node asked for one reboot, for a trial.
+func (n *rolloutNode) waitReboot(t *testing.T) {
+	t.Helper()
+	fixture.Eventually(t, time.Minute, "the reboot for the trial", func() error {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if n.reboots != 1 {
+			return fmt.Errorf("%d reboots", n.reboots)
+		}
+		return nil
+	})
+}
+
 // took returns what the node reported, said and rebooted since the last
 // call.
 func (n *rolloutNode) took() (statuses []*api.UpdateStatus, lines []string, reboots int) {
@@ -180,14 +193,7 @@ func TestRolloutTrialProvesItself(t *testing.T) {
 	n.desired.Set(d)
 	stop := n.boot(t, n.follower(node.Installer, updatetest.Running))
 	n.waitPhase(t, "r1", api.UpdatePhase_UPDATE_PHASE_TRIAL)
-	fixture.Eventually(t, time.Minute, "the reboot for the trial", func() error {
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		if n.reboots != 1 {
-			return fmt.Errorf("%d reboots", n.reboots)
-		}
-		return nil
-	})
+	n.waitReboot(t)
 	stop()
 	statuses, lines, _ := n.took()
 	want := []api.UpdatePhase{api.UpdatePhase_UPDATE_PHASE_INSTALLING, api.UpdatePhase_UPDATE_PHASE_TRIAL}
@@ -298,5 +304,65 @@ func TestRolloutCannotInstall(t *testing.T) {
 	got := n.waitPhase(t, "r1", api.UpdatePhase_UPDATE_PHASE_FAILED)
 	if len(got) != 1 || got[0].Reason != f.cannot.Error() {
 		t.Errorf("statuses = %v, want one FAILED with reason %q", got, f.cannot)
+	}
+}
+
+// TestRolloutStagesAhead: a desired release to be staged only is installed
+// and reported STAGED, with no reboot; at the node's turn the same release,
+// no longer stage-only, boots the staged slot without installing it again
+// (the registry's copy is spoiled by then, so an install would fail). A
+// staging the node rebooted out of is not answered for the turn.
+func TestRolloutStagesAhead(t *testing.T) {
+	const newer = "0.0.1"
+	node := updatetest.New(t)
+	r := node.Push(t, newer)
+	n := &rolloutNode{}
+	// Rollouts pin the release by digest.
+	pinned := strings.TrimSuffix(r.Reference, ":"+r.Artifact.Tag()) + "@" + r.Artifact.Manifest.Descriptor.Digest
+	turn := &api.DesiredRelease{RolloutId: "r1", Reference: pinned, Version: newer, TrialDeadlineSeconds: 60}
+	stage := proto.Clone(turn).(*api.DesiredRelease)
+	stage.StageOnly = true
+	n.desired.Set(stage)
+	n.boot(t, n.follower(node.Installer, updatetest.Running))
+	n.waitPhase(t, "r1", api.UpdatePhase_UPDATE_PHASE_STAGED)
+	statuses, lines, reboots := n.took()
+	wantStatuses := []*api.UpdateStatus{
+		{RolloutId: "r1", Version: newer, Phase: api.UpdatePhase_UPDATE_PHASE_INSTALLING, StageOnly: true},
+		{RolloutId: "r1", Version: newer, Phase: api.UpdatePhase_UPDATE_PHASE_STAGED, StageOnly: true},
+	}
+	if diff := cmp.Diff(wantStatuses, statuses, protocmp.Transform()); diff != "" {
+		t.Errorf("statuses of the staging (-want +got):\n%s", diff)
+	}
+	wantLines := []string{"rollout r1: staging release 0.0.1 ahead of this node's turn", "rollout r1: release 0.0.1 is staged; this node boots it at its turn"}
+	if diff := cmp.Diff(wantLines, lines); diff != "" {
+		t.Errorf("console lines of the staging (-want +got):\n%s", diff)
+	}
+	if reboots != 0 {
+		t.Errorf("the staging rebooted the node %d times", reboots)
+	}
+	if b := node.Record(t).GetB(); b.GetState() != private.SystemSlots_Slot_STAGED || b.GetReleaseDigest() != r.Artifact.Manifest.Descriptor.Digest {
+		t.Fatalf("record of slot b after the staging = %v, want STAGED from %s", b, r.Artifact.Manifest.Descriptor.Digest)
+	}
+
+	// The same staging again in this boot is not acted on; the turn is.
+	node.Registry.Change(r.Artifact.System.Digest, func(b []byte) []byte { b[100] ^= 1; return b })
+	node.Registry.Change(r.Artifact.UKI.Digest, func(b []byte) []byte { b[0] ^= 1; return b })
+	n.desired.Set(proto.Clone(stage).(*api.DesiredRelease))
+	n.desired.Set(turn)
+	n.waitPhase(t, "r1", api.UpdatePhase_UPDATE_PHASE_TRIAL)
+	n.waitReboot(t)
+	statuses, lines, _ = n.took()
+	wantStatuses = []*api.UpdateStatus{
+		{RolloutId: "r1", Version: newer, Phase: api.UpdatePhase_UPDATE_PHASE_INSTALLING},
+		{RolloutId: "r1", Version: newer, Phase: api.UpdatePhase_UPDATE_PHASE_TRIAL},
+	}
+	if diff := cmp.Diff(wantStatuses, statuses, protocmp.Transform()); diff != "" {
+		t.Errorf("statuses of the turn (-want +got):\n%s", diff)
+	}
+	if len(lines) != 2 || lines[1] != "rollout r1: rebooting into slot b for the trial of release 0.0.1" {
+		t.Errorf("console lines of the turn = %q, want the install and the trial's reboot", lines)
+	}
+	if b := node.Record(t).GetB(); b.GetState() != private.SystemSlots_Slot_TRIAL {
+		t.Errorf("record of slot b after the turn = %v, want TRIAL", b)
 	}
 }

@@ -208,6 +208,10 @@ type curator struct {
 	leaders memory.Value[leader]
 	// drain is the rollout's client of an apiserver (rollout.go).
 	drain drainClient
+	// unstaged is the last ended rollout whose releases to stage this
+	// leader took from the nodes (unstage); only the rollout runnable
+	// uses it.
+	unstaged string
 	// ownerTrust follows the owner trust in etcd (state_owner.go), by which
 	// this curator judges owner callers and which WatchOwnerTrust streams.
 	ownerTrust event.Watchable[*api.OwnerTrust]

@@ -91,8 +91,11 @@ func (c *curator) driveRollouts(ctx context.Context) error {
 // round, and stores it if anything changed.
 func (c *curator) rolloutRound(ctx context.Context) error {
 	r, rev, err := c.getRollout(ctx)
-	if err != nil || r == nil || !rolloutActive(r) {
+	if err != nil || r == nil {
 		return err
+	}
+	if !rolloutActive(r) {
+		return c.unstage(ctx, r)
 	}
 	nodes, _, err := c.listNodes(ctx)
 	if err != nil {
@@ -167,7 +170,88 @@ func (d *rolloutDriver) round(ctx context.Context) {
 		d.r.State = api.RolloutState_ROLLOUT_STATE_DONE
 		d.r.Reason = fmt.Sprintf("every node runs %s", d.r.Version)
 		d.r.EndedUnixNanos = d.now.UnixNano()
+		return
 	}
+	d.stageAhead(ctx)
+}
+
+// desired is the release a step's node is given: to stage only, ahead
+// of its turn, or to install and boot.
+func (d *rolloutDriver) desired(stageOnly bool) *api.DesiredRelease {
+	return &api.DesiredRelease{
+		RolloutId:            d.r.Id,
+		Reference:            d.r.Reference,
+		Version:              d.r.Version,
+		AllowDowngrade:       d.r.AllowDowngrade,
+		TrialDeadlineSeconds: d.r.TrialDeadlineSeconds,
+		StageOnly:            stageOnly,
+	}
+}
+
+// stageAhead gives every node whose turn has not come the release to
+// stage only: it downloads, writes and reads it back while it still
+// serves, and at its turn boots what it staged, so that a step holds its
+// node out of service for its drain and reboot alone, and the nodes'
+// stagings overlap. A staging that failed is not the step's failure: the
+// node installs the release again at its turn, whose outcome counts.
+func (d *rolloutDriver) stageAhead(ctx context.Context) {
+	for _, s := range d.r.Steps {
+		n := d.nodes[s.NodeId]
+		if s.Phase != api.StepPhase_STEP_PHASE_PENDING || n == nil || n.FsmState != api.NodeState_NODE_STATE_UP ||
+			n.GetStatus().GetVersion() == d.r.Version {
+			continue
+		}
+		if n.GetDesiredRelease().GetRolloutId() != d.r.Id {
+			if err := d.c.setDesiredRelease(ctx, s.NodeId, d.desired(true)); err != nil {
+				s.Message = "giving the node the release to stage: " + err.Error()
+			}
+			continue
+		}
+		if strings.HasPrefix(s.Message, "waiting: ") {
+			// Why its turn waits says more.
+			continue
+		}
+		switch u := n.GetStatus().GetUpdate(); {
+		case u.GetRolloutId() != d.r.Id || !u.GetStageOnly():
+		case u.Phase == api.UpdatePhase_UPDATE_PHASE_INSTALLING:
+			s.Message = "staging " + d.r.Version + " ahead of its turn"
+		case u.Phase == api.UpdatePhase_UPDATE_PHASE_STAGED:
+			s.Message = "staged " + d.r.Version + ", waiting for its turn"
+		case u.Phase == api.UpdatePhase_UPDATE_PHASE_FAILED:
+			s.Message = "staging failed (it installs at its turn): " + u.Reason
+		}
+	}
+}
+
+// unstage takes the releases to stage that rollout r gave, once r ended,
+// from the nodes whose turn never came; once per rollout while this
+// curator leads. What a node staged stays in its other slot, unbooted.
+func (c *curator) unstage(ctx context.Context, r *api.Rollout) error {
+	if c.unstaged == r.Id {
+		return nil
+	}
+	nodes, _, err := c.listNodes(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		if dr := n.GetDesiredRelease(); dr.GetRolloutId() != r.Id || !dr.GetStageOnly() {
+			continue
+		}
+		id := identity.NodeID(n.PublicKey)
+		_, err := c.updateNode(ctx, id, func(n *private.Node) error {
+			if dr := n.GetDesiredRelease(); dr.GetRolloutId() != r.Id || !dr.GetStageOnly() {
+				return errUnchanged
+			}
+			n.DesiredRelease = nil
+			return nil
+		})
+		if err != nil && !errors.Is(err, errUnchanged) {
+			return fmt.Errorf("when taking rollout %s's release to stage from node %s: %w", r.Id, id, err)
+		}
+	}
+	c.unstaged = r.Id
+	return nil
 }
 
 // startSteps starts the steps whose turn came.
@@ -275,13 +359,7 @@ func (d *rolloutDriver) drain(ctx context.Context, s *api.RolloutStep) {
 			return
 		}
 	}
-	if err := d.c.setDesiredRelease(ctx, s.NodeId, &api.DesiredRelease{
-		RolloutId:            d.r.Id,
-		Reference:            d.r.Reference,
-		Version:              d.r.Version,
-		AllowDowngrade:       d.r.AllowDowngrade,
-		TrialDeadlineSeconds: d.r.TrialDeadlineSeconds,
-	}); err != nil {
+	if err := d.c.setDesiredRelease(ctx, s.NodeId, d.desired(false)); err != nil {
 		s.Message = "giving the node the release: " + err.Error()
 		return
 	}
@@ -312,7 +390,9 @@ func (d *rolloutDriver) watchUpdate(ctx context.Context, s *api.RolloutStep) {
 	st := n.GetStatus()
 	u := st.GetUpdate()
 	health := d.c.heartbeats.health(s.NodeId, d.now)
-	if u.GetRolloutId() == d.r.Id {
+	// What the node says of its staging ahead of its turn is not the
+	// turn's outcome.
+	if u.GetRolloutId() == d.r.Id && !u.GetStageOnly() {
 		switch u.Phase {
 		case api.UpdatePhase_UPDATE_PHASE_FAILED:
 			d.fail(ctx, s, u.Reason)

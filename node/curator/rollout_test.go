@@ -2,6 +2,7 @@ package curator
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"slices"
 	"strings"
@@ -69,6 +70,10 @@ func TestRollout(t *testing.T) {
 	}
 
 	t.Run("good release", func(t *testing.T) {
+		// A staging that fails is not the step's failure: the node
+		// installs the release at its turn.
+		agents[order[2]].setStageFail("no space left on the data partition")
+		defer agents[order[2]].setStageFail("")
 		good := push("1.2.0", key)
 		r, err := m.StartRollout(ctx, &api.StartRolloutRequest{Reference: good.Reference})
 		if err != nil {
@@ -95,6 +100,18 @@ func TestRollout(t *testing.T) {
 			t.Errorf("nodes were given the release in order %v, want %v", got, order)
 		}
 		log.checkOneAtATime(t, r.Id)
+		// The nodes whose turn had not come staged the release while the
+		// member took its turn.
+		history := log.history(r.Id, true)
+		memberDone := slices.Index(history, order[0]+" done")
+		for _, want := range []string{order[1] + " staged", order[2] + " staging failed"} {
+			if i := slices.Index(history, want); i < 0 || i > memberDone {
+				t.Errorf("the release's events were %v, want %q before the member was done", history, want)
+			}
+		}
+		if slices.Contains(history, order[0]+" staged") {
+			t.Errorf("the member, whose turn came first, was given the release to stage: %v", history)
+		}
 		for _, s := range end.Rollout.Steps {
 			if s.Phase != api.StepPhase_STEP_PHASE_DONE || s.StartedUnixNanos == 0 || s.FinishedUnixNanos < s.StartedUnixNanos {
 				t.Errorf("step %v, want DONE with its times", s)
@@ -131,6 +148,23 @@ func TestRollout(t *testing.T) {
 		if s := end.Rollout.Steps[2]; s.Phase != api.StepPhase_STEP_PHASE_PENDING {
 			t.Errorf("the step after the failure is %v, want PENDING", s)
 		}
+		// The node whose turn never came staged the release, and is no
+		// longer asked to.
+		if !slices.Contains(log.history(r.Id, true), order[2]+" staged") {
+			t.Errorf("the release's events were %v, want %s to have staged it", log.history(r.Id, true), order[2])
+		}
+		fixture.Eventually(t, 10*time.Second, "the release to stage taken from "+order[2], func() error {
+			nodes, err := m.GetNodes(ctx, &api.GetNodesRequest{})
+			if err != nil {
+				return err
+			}
+			for _, n := range nodes.Nodes {
+				if n.DesiredRelease != nil {
+					return fmt.Errorf("node %s is still given %v", n.Id, n.DesiredRelease)
+				}
+			}
+			return nil
+		})
 		digest := end.Rollout.Digest
 		if len(end.BadReleases) != 1 || end.BadReleases[0].Digest != digest || end.BadReleases[0].NodeId != order[1] {
 			t.Fatalf("bad releases %v, want %s recorded on %s", end.BadReleases, digest, order[1])
@@ -223,7 +257,7 @@ func TestRollout(t *testing.T) {
 		}
 		// The member still went alone, before the others.
 		member := c.nodes[0].id()
-		if got := log.history(r.Id); len(got) < 2 || !slices.Equal(got[:2], []string{member + " given", member + " done"}) {
+		if got := log.history(r.Id, false); len(got) < 2 || !slices.Equal(got[:2], []string{member + " given", member + " done"}) {
 			t.Errorf("the release's events were %v, want the member given it and done first, alone", got)
 		}
 	})
@@ -439,14 +473,14 @@ func (l *agentLog) checkOneAtATime(t *testing.T, rollout string) {
 	}
 }
 
-// history lists what happened to rollout's release, in order, as "node
-// what".
-func (l *agentLog) history(rollout string) []string {
+// history lists what happened to rollout's release at the nodes' turns,
+// in order, as "node what"; with stagings, their events too.
+func (l *agentLog) history(rollout string, stagings bool) []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var list []string
 	for _, e := range l.events {
-		if e.rollout == rollout {
+		if e.rollout == rollout && (stagings || !strings.HasPrefix(e.what, "stag")) {
 			list = append(list, e.node+" "+e.what)
 		}
 	}
@@ -477,11 +511,15 @@ type agent struct {
 	// quiet stops the agent's heartbeats while set.
 	quiet atomic.Bool
 
-	mu      sync.Mutex
-	version string
-	update  *api.UpdateStatus
-	failure string
-	holdC   chan struct{}
+	mu           sync.Mutex
+	version      string
+	update       *api.UpdateStatus
+	failure      string
+	stageFailure string
+	holdC        chan struct{}
+	// working is held while the agent stages or installs: a node does
+	// one at a time.
+	working sync.Mutex
 }
 
 // silence stops (or starts again) the agent's heartbeats.
@@ -491,6 +529,13 @@ func (a *agent) setFail(why string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.failure = why
+}
+
+// setStageFail makes the agent's stagings fail for why.
+func (a *agent) setStageFail(why string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.stageFailure = why
 }
 
 // hold makes the agent's next install wait until the returned channel is
@@ -527,10 +572,19 @@ func (a *agent) run(ctx context.Context) {
 			}
 			for _, n := range ev.Nodes {
 				d := n.GetDesiredRelease()
-				if d == nil || acted[d.RolloutId] {
+				key := d.GetRolloutId()
+				if d.GetStageOnly() {
+					key += " staging"
+				}
+				if d == nil || acted[key] {
 					continue
 				}
-				acted[d.RolloutId] = true
+				acted[key] = true
+				if d.StageOnly {
+					// A node stages, then takes its turn.
+					a.stage(ctx, cl, d)
+					continue
+				}
 				a.log.add(d.RolloutId, a.n.id(), "given")
 				go a.act(ctx, cl, d)
 			}
@@ -538,8 +592,29 @@ func (a *agent) run(ctx context.Context) {
 	}
 }
 
+// stage stages desired release d, to be staged only, as a node would:
+// it reports its work, and STAGED or the failure it was told to.
+func (a *agent) stage(ctx context.Context, cl api.CuratorClient, d *api.DesiredRelease) {
+	a.working.Lock()
+	defer a.working.Unlock()
+	a.set(ctx, cl, "", &api.UpdateStatus{RolloutId: d.RolloutId, Version: d.Version, Phase: api.UpdatePhase_UPDATE_PHASE_INSTALLING, StageOnly: true})
+	a.mu.Lock()
+	failure := a.stageFailure
+	a.mu.Unlock()
+	time.Sleep(100 * time.Millisecond)
+	if failure != "" {
+		a.set(ctx, cl, "", &api.UpdateStatus{RolloutId: d.RolloutId, Version: d.Version, Phase: api.UpdatePhase_UPDATE_PHASE_FAILED, Reason: failure, StageOnly: true})
+		a.log.add(d.RolloutId, a.n.id(), "staging failed")
+		return
+	}
+	a.set(ctx, cl, "", &api.UpdateStatus{RolloutId: d.RolloutId, Version: d.Version, Phase: api.UpdatePhase_UPDATE_PHASE_STAGED, StageOnly: true})
+	a.log.add(d.RolloutId, a.n.id(), "staged")
+}
+
 // act carries out desired release d as a node would.
 func (a *agent) act(ctx context.Context, cl api.CuratorClient, d *api.DesiredRelease) {
+	a.working.Lock()
+	defer a.working.Unlock()
 	a.set(ctx, cl, "", &api.UpdateStatus{RolloutId: d.RolloutId, Version: d.Version, Phase: api.UpdatePhase_UPDATE_PHASE_INSTALLING})
 	a.mu.Lock()
 	hold, failure := a.holdC, a.failure

@@ -109,6 +109,9 @@ const (
 	// The install was refused or failed, or the trial failed and the node
 	// rolled back; reason says why.
 	UpdatePhase_UPDATE_PHASE_FAILED UpdatePhase = 4
+	// The release is written to the other slot and waits there, as asked
+	// (stage_only), for the node's turn to boot it.
+	UpdatePhase_UPDATE_PHASE_STAGED UpdatePhase = 5
 )
 
 // Enum value maps for UpdatePhase.
@@ -119,6 +122,7 @@ var (
 		2: "UPDATE_PHASE_TRIAL",
 		3: "UPDATE_PHASE_DONE",
 		4: "UPDATE_PHASE_FAILED",
+		5: "UPDATE_PHASE_STAGED",
 	}
 	UpdatePhase_value = map[string]int32{
 		"UPDATE_PHASE_UNSPECIFIED": 0,
@@ -126,6 +130,7 @@ var (
 		"UPDATE_PHASE_TRIAL":       2,
 		"UPDATE_PHASE_DONE":        3,
 		"UPDATE_PHASE_FAILED":      4,
+		"UPDATE_PHASE_STAGED":      5,
 	}
 )
 
@@ -557,8 +562,13 @@ type DesiredRelease struct {
 	// How long the trial boot may take to become healthy, in seconds; zero
 	// means the node's default.
 	TrialDeadlineSeconds int64 `protobuf:"varint,5,opt,name=trial_deadline_seconds,json=trialDeadlineSeconds,proto3" json:"trial_deadline_seconds,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Stage the release only: write it to the other slot, but do not boot
+	// it, as the node's turn in the rollout has not come. Its turn gives
+	// the same release without stage_only, and the node boots what it
+	// staged.
+	StageOnly     bool `protobuf:"varint,6,opt,name=stage_only,json=stageOnly,proto3" json:"stage_only,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DesiredRelease) Reset() {
@@ -626,6 +636,13 @@ func (x *DesiredRelease) GetTrialDeadlineSeconds() int64 {
 	return 0
 }
 
+func (x *DesiredRelease) GetStageOnly() bool {
+	if x != nil {
+		return x.StageOnly
+	}
+	return false
+}
+
 // UpdateStatus is what a node says about its desired release.
 type UpdateStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -636,7 +653,10 @@ type UpdateStatus struct {
 	// Where the node is.
 	Phase UpdatePhase `protobuf:"varint,3,opt,name=phase,proto3,enum=cairn.api.UpdatePhase" json:"phase,omitempty"`
 	// Why it failed, in words; empty otherwise.
-	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Set when the desired release was to be staged only: the status is of
+	// the staging, not of the node's turn.
+	StageOnly     bool `protobuf:"varint,5,opt,name=stage_only,json=stageOnly,proto3" json:"stage_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -697,6 +717,13 @@ func (x *UpdateStatus) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *UpdateStatus) GetStageOnly() bool {
+	if x != nil {
+		return x.StageOnly
+	}
+	return false
 }
 
 // ClockStatus is what a node says about its clock. A node pushes it when
@@ -1177,20 +1204,24 @@ const file_proto_api_node_proto_rawDesc = "" +
 	"\vsecure_boot\x18\x01 \x01(\bR\n" +
 	"secureBoot\x12\x14\n" +
 	"\x05pcr11\x18\x02 \x01(\fR\x05pcr11\x12\x17\n" +
-	"\apcr_key\x18\x03 \x01(\fR\x06pcrKey\"\xc6\x01\n" +
+	"\apcr_key\x18\x03 \x01(\fR\x06pcrKey\"\xe5\x01\n" +
 	"\x0eDesiredRelease\x12\x1d\n" +
 	"\n" +
 	"rollout_id\x18\x01 \x01(\tR\trolloutId\x12\x1c\n" +
 	"\treference\x18\x02 \x01(\tR\treference\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\tR\aversion\x12'\n" +
 	"\x0fallow_downgrade\x18\x04 \x01(\bR\x0eallowDowngrade\x124\n" +
-	"\x16trial_deadline_seconds\x18\x05 \x01(\x03R\x14trialDeadlineSeconds\"\x8d\x01\n" +
+	"\x16trial_deadline_seconds\x18\x05 \x01(\x03R\x14trialDeadlineSeconds\x12\x1d\n" +
+	"\n" +
+	"stage_only\x18\x06 \x01(\bR\tstageOnly\"\xac\x01\n" +
 	"\fUpdateStatus\x12\x1d\n" +
 	"\n" +
 	"rollout_id\x18\x01 \x01(\tR\trolloutId\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\tR\aversion\x12,\n" +
 	"\x05phase\x18\x03 \x01(\x0e2\x16.cairn.api.UpdatePhaseR\x05phase\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xbe\x01\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x1d\n" +
+	"\n" +
+	"stage_only\x18\x05 \x01(\bR\tstageOnly\"\xbe\x01\n" +
 	"\vClockStatus\x12+\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x15.cairn.api.ClockStateR\x05state\x12\x16\n" +
 	"\x06server\x18\x02 \x01(\tR\x06server\x12!\n" +
@@ -1220,13 +1251,14 @@ const file_proto_api_node_proto_rawDesc = "" +
 	"\x0eNODE_STATE_NEW\x10\x01\x12\x16\n" +
 	"\x12NODE_STATE_STANDBY\x10\x02\x12\x11\n" +
 	"\rNODE_STATE_UP\x10\x03\x12\x1d\n" +
-	"\x19NODE_STATE_DECOMMISSIONED\x10\x04*\x90\x01\n" +
+	"\x19NODE_STATE_DECOMMISSIONED\x10\x04*\xa9\x01\n" +
 	"\vUpdatePhase\x12\x1c\n" +
 	"\x18UPDATE_PHASE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17UPDATE_PHASE_INSTALLING\x10\x01\x12\x16\n" +
 	"\x12UPDATE_PHASE_TRIAL\x10\x02\x12\x15\n" +
 	"\x11UPDATE_PHASE_DONE\x10\x03\x12\x17\n" +
-	"\x13UPDATE_PHASE_FAILED\x10\x04*\x84\x01\n" +
+	"\x13UPDATE_PHASE_FAILED\x10\x04\x12\x17\n" +
+	"\x13UPDATE_PHASE_STAGED\x10\x05*\x84\x01\n" +
 	"\n" +
 	"ClockState\x12\x1b\n" +
 	"\x17CLOCK_STATE_UNSPECIFIED\x10\x00\x12\x1e\n" +

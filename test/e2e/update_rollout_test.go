@@ -29,10 +29,11 @@ import (
 //	    while each is away, and the rollout goes on across its leader's
 //	    reboot into the release to end done with every node on 1.0.0.
 //	    The longest Management outage and etcd's elections are reported;
+//	    The nodes whose turn is not first stage the release ahead of it.
 //	(g) 1.0.1, whose kernel panics at boot: the first member rolls back
 //	    by itself, the rollout halts on it with the release recorded bad,
-//	    no other node acts on it, a new rollout of it is refused until
-//	    the owner clears it.
+//	    no other node boots it (they may stage it), a new rollout of it is
+//	    refused until the owner clears it.
 func TestUpdateRollout(t *testing.T) {
 	s := newSuite(t, 3, 35*time.Minute)
 	cfg := s.clusterConfig(3, 0)
@@ -63,6 +64,23 @@ func TestUpdateRollout(t *testing.T) {
 			t.Errorf("cluster update status = %+v, want done, 1.0.0, three steps, the leader's (%v) last", st.Rollout, lead)
 		}
 		s.checkRolloutAway(t, p, nodes, marks, start, end)
+		// The nodes whose turn came later staged the release ahead of
+		// it, while they served.
+		for i, n := range nodes {
+			if n.ID() == st.Rollout.Steps[0].Node {
+				continue
+			}
+			con := n.VM().Console()
+			staged, ok := con.Find(marks[i], launch.Substring("release 1.0.0 is staged; this node boots it at its turn"))
+			if !ok {
+				t.Errorf("%s, whose turn was not first, never staged the release ahead of its turn", n.Name())
+				continue
+			}
+			if down, ok := con.Find(marks[i], launch.Substring("cairn: stopping for reboot")); ok && down.Time.Before(staged.Time) {
+				t.Errorf("%s staged the release at %s, after it stopped for its turn at %s", n.Name(), staged.Time.Format(time.TimeOnly), down.Time.Format(time.TimeOnly))
+			}
+			s.step("  "+n.Name()+" staged ahead of its turn (start → staged)", staged.Time.Sub(start))
+		}
 		for _, n := range nodes {
 			s.checkSlots(t, c, n.ID(), slotView{"a", false, "good", built, ""}, slotView{"b", true, "good", "1.0.0", ""})
 		}
@@ -88,8 +106,10 @@ func TestUpdateRollout(t *testing.T) {
 				panicked := s.waitNode(t, n, marks[i], launch.Substring("Kernel panic"))
 				serving := s.waitNode(t, n, panicked.Index, launch.Mark(marker.CuratorServing))
 				s.step("  start → first member back on 1.0.0, serving", serving.Time.Sub(start))
-			} else if l, ok := n.VM().Console().Find(marks[i], regexp.MustCompile(`cairn: rollout \w+: .*release 1\.0\.1`)); ok {
-				t.Errorf("%s, not the first node, acted on 1.0.1: %s", n.Name(), cluster.Message(l.Text))
+			} else if l, ok := n.VM().Console().Find(marks[i], regexp.MustCompile(`cairn: rollout \w+: (installing|rebooting into slot \w+ for the trial of) release 1\.0\.1`)); ok {
+				// Staging it ahead of a turn that never came is all
+				// the others may do.
+				t.Errorf("%s, not the first node, took a turn with 1.0.1: %s", n.Name(), cluster.Message(l.Text))
 			}
 		}
 		if first == nil {
