@@ -39,9 +39,11 @@ import (
 //
 // A step's turn comes in order: the consensus members one at a time, and
 // only while every other member is healthy (the leader's own node last);
-// then the others, up to max_unavailable at once. A node's part is its
-// own (node/update): it installs the release it was given, boots it for a
-// trial and reports how it went in its status.
+// then the others, up to max_unavailable at once. Until its turn, a node
+// is given the release to stage (Node.release_to_stage), which it writes
+// while it serves. A node's part is its own (node/update): it installs
+// the release it was given (or finds it staged), boots it for a trial and
+// reports how it went in its status.
 const (
 	// DefaultRolloutInterval is how often the leader looks at a running
 	// rollout.
@@ -201,8 +203,8 @@ func (d *rolloutDriver) stageAhead(ctx context.Context) {
 			n.GetStatus().GetVersion() == d.r.Version {
 			continue
 		}
-		if n.GetDesiredRelease().GetRolloutId() != d.r.Id {
-			if err := d.c.setDesiredRelease(ctx, s.NodeId, d.desired(true)); err != nil {
+		if n.GetReleaseToStage().GetRolloutId() != d.r.Id {
+			if err := d.c.setReleases(ctx, s.NodeId, func(n *private.Node) { n.ReleaseToStage = d.desired(true) }); err != nil {
 				s.Message = "giving the node the release to stage: " + err.Error()
 			}
 			continue
@@ -235,18 +237,16 @@ func (c *curator) unstage(ctx context.Context, r *api.Rollout) error {
 		return err
 	}
 	for _, n := range nodes {
-		if dr := n.GetDesiredRelease(); dr.GetRolloutId() != r.Id || !dr.GetStageOnly() {
+		if n.GetReleaseToStage().GetRolloutId() != r.Id {
 			continue
 		}
 		id := identity.NodeID(n.PublicKey)
-		_, err := c.updateNode(ctx, id, func(n *private.Node) error {
-			if dr := n.GetDesiredRelease(); dr.GetRolloutId() != r.Id || !dr.GetStageOnly() {
-				return errUnchanged
+		err := c.setReleases(ctx, id, func(n *private.Node) {
+			if n.GetReleaseToStage().GetRolloutId() == r.Id {
+				n.ReleaseToStage = nil
 			}
-			n.DesiredRelease = nil
-			return nil
 		})
-		if err != nil && !errors.Is(err, errUnchanged) {
+		if err != nil {
 			return fmt.Errorf("when taking rollout %s's release to stage from node %s: %w", r.Id, id, err)
 		}
 	}
@@ -359,7 +359,7 @@ func (d *rolloutDriver) drain(ctx context.Context, s *api.RolloutStep) {
 			return
 		}
 	}
-	if err := d.c.setDesiredRelease(ctx, s.NodeId, d.desired(false)); err != nil {
+	if err := d.c.setReleases(ctx, s.NodeId, func(n *private.Node) { n.DesiredRelease, n.ReleaseToStage = d.desired(false), nil }); err != nil {
 		s.Message = "giving the node the release: " + err.Error()
 		return
 	}
@@ -429,7 +429,7 @@ func (d *rolloutDriver) succeed(ctx context.Context, s *api.RolloutStep) {
 	if !d.uncordon(ctx, s) {
 		return
 	}
-	if err := d.c.setDesiredRelease(ctx, s.NodeId, nil); err != nil {
+	if err := d.c.setReleases(ctx, s.NodeId, func(n *private.Node) { n.DesiredRelease = nil }); err != nil {
 		s.Message = err.Error()
 		return
 	}
@@ -452,7 +452,7 @@ func (d *rolloutDriver) fail(ctx context.Context, s *api.RolloutStep, why string
 		s.Message = "recording the release bad: " + err.Error()
 		return
 	}
-	if err := d.c.setDesiredRelease(ctx, s.NodeId, nil); err != nil {
+	if err := d.c.setReleases(ctx, s.NodeId, func(n *private.Node) { n.DesiredRelease = nil }); err != nil {
 		s.Message = err.Error()
 		return
 	}
@@ -560,18 +560,19 @@ func (d *rolloutDriver) drainer(ctx context.Context) (drainer, error) {
 	return kc.drainer, nil
 }
 
-// setDesiredRelease sets (or, with nil, clears) the release node id is to
-// install.
-func (c *curator) setDesiredRelease(ctx context.Context, id string, want *api.DesiredRelease) error {
+// setReleases changes what releases node id is given, its desired
+// release and its release to stage, with set.
+func (c *curator) setReleases(ctx context.Context, id string, set func(*private.Node)) error {
 	_, err := c.updateNode(ctx, id, func(n *private.Node) error {
-		if proto.Equal(n.DesiredRelease, want) {
+		desired, toStage := n.DesiredRelease, n.ReleaseToStage
+		set(n)
+		if proto.Equal(n.DesiredRelease, desired) && proto.Equal(n.ReleaseToStage, toStage) {
 			return errUnchanged
 		}
-		n.DesiredRelease = want
 		return nil
 	})
 	if err != nil && !errors.Is(err, errUnchanged) {
-		return fmt.Errorf("when setting node %s's desired release: %w", id, err)
+		return fmt.Errorf("when setting the releases node %s is given: %w", id, err)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"cairn.dev/cairn/node/kubernetes"
 	"cairn.dev/cairn/pkg/fixture"
@@ -125,8 +126,8 @@ func TestRollout(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, n := range nodes.Nodes {
-			if n.DesiredRelease != nil || n.GetStatus().GetVersion() != "1.2.0" {
-				t.Errorf("node %s after the rollout: desired %v, runs %s; want none desired, 1.2.0", n.Id, n.DesiredRelease, n.GetStatus().GetVersion())
+			if n.DesiredRelease != nil || n.ReleaseToStage != nil || n.GetStatus().GetVersion() != "1.2.0" {
+				t.Errorf("node %s after the rollout: desired %v, to stage %v, runs %s; want none given, 1.2.0", n.Id, n.DesiredRelease, n.ReleaseToStage, n.GetStatus().GetVersion())
 			}
 		}
 	})
@@ -159,8 +160,8 @@ func TestRollout(t *testing.T) {
 				return err
 			}
 			for _, n := range nodes.Nodes {
-				if n.DesiredRelease != nil {
-					return fmt.Errorf("node %s is still given %v", n.Id, n.DesiredRelease)
+				if n.DesiredRelease != nil || n.ReleaseToStage != nil {
+					return fmt.Errorf("node %s is still given %v to install, %v to stage", n.Id, n.DesiredRelease, n.ReleaseToStage)
 				}
 			}
 			return nil
@@ -571,7 +572,12 @@ func (a *agent) run(ctx context.Context) {
 				break
 			}
 			for _, n := range ev.Nodes {
+				// As a node's rolefetch does: its turn first.
 				d := n.GetDesiredRelease()
+				if d == nil && n.GetReleaseToStage() != nil {
+					d = proto.Clone(n.GetReleaseToStage()).(*api.DesiredRelease)
+					d.StageOnly = true
+				}
 				key := d.GetRolloutId()
 				if d.GetStageOnly() {
 					key += " staging"

@@ -138,6 +138,7 @@ func (c *curator) publicNode(n *private.Node, health func(id string) api.NodeHea
 		Roles:          n.Roles,
 		Status:         n.Status,
 		DesiredRelease: n.DesiredRelease,
+		ReleaseToStage: n.ReleaseToStage,
 		PodNetwork:     n.PodNetwork,
 		SealsWithTpm:   n.SealsWithTpm,
 	}

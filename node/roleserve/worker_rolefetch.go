@@ -104,7 +104,7 @@ func (w *workerRolefetch) run(ctx context.Context) error {
 			if !proto.Equal(roles, w.cur) {
 				w.publish(ctx, roles)
 			}
-			if d := n.GetDesiredRelease(); !w.releaseKnown || !proto.Equal(d, w.curRelease) {
+			if d := givenRelease(n); !w.releaseKnown || !proto.Equal(d, w.curRelease) {
 				w.publishRelease(ctx, d)
 			}
 		}
@@ -147,9 +147,27 @@ func (w *workerRolefetch) publish(ctx context.Context, roles *api.NodeRoles) {
 	marker.Log(supervisor.Logger(ctx), marker.Roles, "roles", roleNames(roles))
 }
 
+// givenRelease is the release a rollout gives node n: the one for its
+// turn, else the one to stage ahead of it, which is staged only whatever
+// it says.
+func givenRelease(n *api.Node) *api.DesiredRelease {
+	if d := n.GetDesiredRelease(); d != nil {
+		return d
+	}
+	d := n.GetReleaseToStage()
+	if d == nil {
+		return nil
+	}
+	d = proto.Clone(d).(*api.DesiredRelease)
+	d.StageOnly = true
+	return d
+}
+
 // publishRelease sets the node's desired release, and logs a change.
 func (w *workerRolefetch) publishRelease(ctx context.Context, d *api.DesiredRelease) {
 	switch {
+	case d != nil && d.StageOnly:
+		supervisor.Logger(ctx).Infof("Rollout %s gives this node release %s (%s) to stage ahead of its turn", d.RolloutId, d.Version, d.Reference)
 	case d != nil:
 		supervisor.Logger(ctx).Infof("Rollout %s gives this node release %s (%s)", d.RolloutId, d.Version, d.Reference)
 	case w.curRelease != nil:

@@ -67,8 +67,10 @@ func runRolefetch(t *testing.T, w *workerRolefetch, creds *identity.Node, srv ap
 // TestRolefetchPublishesDesiredRelease feeds workerRolefetch its node as a
 // curator's Watch sends it: without a desired release, with one, with
 // other roles but the same release, with the release of another rollout,
-// and without one again. The desired release is published at first and
-// then only when it changes.
+// without one again, with a release to stage only (published staged only,
+// though the curator left stage_only out), and with that release for the
+// node's turn beside it (the turn's is published). The desired release is
+// published at first and then only when it changes.
 func TestRolefetchPublishesDesiredRelease(t *testing.T) {
 	ctx := fixture.Context(t)
 	ca := identitytest.NewCA(t, "test CA")
@@ -86,8 +88,14 @@ func TestRolefetchPublishesDesiredRelease(t *testing.T) {
 		AllowDowngrade: true,
 	}
 	worker := &api.NodeRoles{KubernetesWorker: &api.NodeRoles_KubernetesWorker{}}
+	third := &api.DesiredRelease{RolloutId: "r3", Reference: "10.42.0.1:5000/cairn@sha256:" + strings.Repeat("c", 64), Version: "1.2.4"}
+	thirdStaged := proto.Clone(third).(*api.DesiredRelease)
+	thirdStaged.StageOnly = true
+	nodeStaging := func(roles *api.NodeRoles, d, toStage *api.DesiredRelease) *api.WatchEvent {
+		return &api.WatchEvent{Nodes: []*api.Node{{Id: creds.ID(), State: api.NodeState_NODE_STATE_UP, Roles: roles, DesiredRelease: d, ReleaseToStage: toStage}}}
+	}
 	node := func(roles *api.NodeRoles, d *api.DesiredRelease) *api.WatchEvent {
-		return &api.WatchEvent{Nodes: []*api.Node{{Id: creds.ID(), State: api.NodeState_NODE_STATE_UP, Roles: roles, DesiredRelease: d}}}
+		return nodeStaging(roles, d, nil)
 	}
 	cur := &watchingCurator{events: make(chan *api.WatchEvent, 8)}
 	release := &recordingValue[*api.DesiredRelease]{}
@@ -110,8 +118,14 @@ func TestRolefetchPublishesDesiredRelease(t *testing.T) {
 	wait(second)
 	cur.events <- node(worker, nil)
 	wait(nil)
+	cur.events <- nodeStaging(worker, nil, third)
+	wait(thirdStaged)
+	cur.events <- nodeStaging(worker, third, third)
+	wait(third)
+	cur.events <- node(worker, nil)
+	wait(nil)
 
-	want := []*api.DesiredRelease{nil, first, second, nil}
+	want := []*api.DesiredRelease{nil, first, second, nil, thirdStaged, third, nil}
 	if diff := cmp.Diff(want, release.recorded(), protocmp.Transform()); diff != "" {
 		t.Errorf("desired releases published (-want +got):\n%s", diff)
 	}

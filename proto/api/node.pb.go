@@ -563,9 +563,9 @@ type DesiredRelease struct {
 	// means the node's default.
 	TrialDeadlineSeconds int64 `protobuf:"varint,5,opt,name=trial_deadline_seconds,json=trialDeadlineSeconds,proto3" json:"trial_deadline_seconds,omitempty"`
 	// Stage the release only: write it to the other slot, but do not boot
-	// it, as the node's turn in the rollout has not come. Its turn gives
-	// the same release without stage_only, and the node boots what it
-	// staged.
+	// it, as the node's turn in the rollout has not come
+	// (Node.release_to_stage). Its turn gives the same release without
+	// stage_only, and the node boots what it staged.
 	StageOnly     bool `protobuf:"varint,6,opt,name=stage_only,json=stageOnly,proto3" json:"stage_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -852,9 +852,14 @@ type Node struct {
 	// cluster), that it seals its configuration with its TPM; false means
 	// it keeps it plain on its ESP. Whether its seal is also bound to
 	// signed releases is in its status (BootSecurity.pcr_key).
-	SealsWithTpm  bool `protobuf:"varint,10,opt,name=seals_with_tpm,json=sealsWithTpm,proto3" json:"seals_with_tpm,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SealsWithTpm bool `protobuf:"varint,10,opt,name=seals_with_tpm,json=sealsWithTpm,proto3" json:"seals_with_tpm,omitempty"`
+	// The release a running cluster rollout gives the node to stage ahead
+	// of its turn (stage_only set); unset when none does. desired_release,
+	// the node's turn, comes before it. A field apart, so that a node of a
+	// release that knows no staging never takes it for its turn.
+	ReleaseToStage *DesiredRelease `protobuf:"bytes,11,opt,name=release_to_stage,json=releaseToStage,proto3" json:"release_to_stage,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -955,6 +960,13 @@ func (x *Node) GetSealsWithTpm() bool {
 		return x.SealsWithTpm
 	}
 	return false
+}
+
+func (x *Node) GetReleaseToStage() *DesiredRelease {
+	if x != nil {
+		return x.ReleaseToStage
+	}
+	return nil
 }
 
 // PodNetwork is how the other nodes reach a worker's pods: only through
@@ -1227,7 +1239,7 @@ const file_proto_api_node_proto_rawDesc = "" +
 	"\x06server\x18\x02 \x01(\tR\x06server\x12!\n" +
 	"\foffset_nanos\x18\x03 \x01(\x03R\voffsetNanos\x12/\n" +
 	"\x14last_sync_unix_nanos\x18\x04 \x01(\x03R\x11lastSyncUnixNanos\x12\x16\n" +
-	"\x06reason\x18\x05 \x01(\tR\x06reason\"\xc8\x03\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"\x8d\x04\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
@@ -1241,7 +1253,8 @@ const file_proto_api_node_proto_rawDesc = "" +
 	"\vpod_network\x18\t \x01(\v2\x15.cairn.api.PodNetworkR\n" +
 	"podNetwork\x12$\n" +
 	"\x0eseals_with_tpm\x18\n" +
-	" \x01(\bR\fsealsWithTpm\"[\n" +
+	" \x01(\bR\fsealsWithTpm\x12C\n" +
+	"\x10release_to_stage\x18\v \x01(\v2\x19.cairn.api.DesiredReleaseR\x0ereleaseToStage\"[\n" +
 	"\n" +
 	"PodNetwork\x120\n" +
 	"\x14wireguard_public_key\x18\x01 \x01(\fR\x12wireguardPublicKey\x12\x1b\n" +
@@ -1320,11 +1333,12 @@ var file_proto_api_node_proto_depIdxs = []int32{
 	3,  // 12: cairn.api.Node.health:type_name -> cairn.api.NodeHealth
 	7,  // 13: cairn.api.Node.desired_release:type_name -> cairn.api.DesiredRelease
 	11, // 14: cairn.api.Node.pod_network:type_name -> cairn.api.PodNetwork
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	7,  // 15: cairn.api.Node.release_to_stage:type_name -> cairn.api.DesiredRelease
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_proto_api_node_proto_init() }

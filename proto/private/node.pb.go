@@ -54,9 +54,12 @@ type Node struct {
 	DesiredRelease *api.DesiredRelease `protobuf:"bytes,8,opt,name=desired_release,json=desiredRelease,proto3" json:"desired_release,omitempty"`
 	// The WireGuard key and pod range the node published
 	// (Curator.SetPodNetwork).
-	PodNetwork    *api.PodNetwork `protobuf:"bytes,9,opt,name=pod_network,json=podNetwork,proto3" json:"pod_network,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PodNetwork *api.PodNetwork `protobuf:"bytes,9,opt,name=pod_network,json=podNetwork,proto3" json:"pod_network,omitempty"`
+	// The release a running cluster rollout gives the node to stage ahead
+	// of its turn (its stage_only set).
+	ReleaseToStage *api.DesiredRelease `protobuf:"bytes,10,opt,name=release_to_stage,json=releaseToStage,proto3" json:"release_to_stage,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
@@ -152,11 +155,18 @@ func (x *Node) GetPodNetwork() *api.PodNetwork {
 	return nil
 }
 
+func (x *Node) GetReleaseToStage() *api.DesiredRelease {
+	if x != nil {
+		return x.ReleaseToStage
+	}
+	return nil
+}
+
 var File_proto_private_node_proto protoreflect.FileDescriptor
 
 const file_proto_private_node_proto_rawDesc = "" +
 	"\n" +
-	"\x18proto/private/node.proto\x12\rcairn.private\x1a\x14proto/api/node.proto\"\x9e\x03\n" +
+	"\x18proto/private/node.proto\x12\rcairn.private\x1a\x14proto/api/node.proto\"\xe3\x03\n" +
 	"\x04Node\x12\x1d\n" +
 	"\n" +
 	"public_key\x18\x01 \x01(\fR\tpublicKey\x12\x19\n" +
@@ -168,7 +178,9 @@ const file_proto_private_node_proto_rawDesc = "" +
 	"\x0eseals_with_tpm\x18\a \x01(\bR\fsealsWithTpm\x12B\n" +
 	"\x0fdesired_release\x18\b \x01(\v2\x19.cairn.api.DesiredReleaseR\x0edesiredRelease\x126\n" +
 	"\vpod_network\x18\t \x01(\v2\x15.cairn.api.PodNetworkR\n" +
-	"podNetworkB\x1fZ\x1dcairn.dev/cairn/proto/privateb\x06proto3"
+	"podNetwork\x12C\n" +
+	"\x10release_to_stage\x18\n" +
+	" \x01(\v2\x19.cairn.api.DesiredReleaseR\x0ereleaseToStageB\x1fZ\x1dcairn.dev/cairn/proto/privateb\x06proto3"
 
 var (
 	file_proto_private_node_proto_rawDescOnce sync.Once
@@ -197,11 +209,12 @@ var file_proto_private_node_proto_depIdxs = []int32{
 	3, // 2: cairn.private.Node.status:type_name -> cairn.api.NodeStatus
 	4, // 3: cairn.private.Node.desired_release:type_name -> cairn.api.DesiredRelease
 	5, // 4: cairn.private.Node.pod_network:type_name -> cairn.api.PodNetwork
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	4, // 5: cairn.private.Node.release_to_stage:type_name -> cairn.api.DesiredRelease
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_proto_private_node_proto_init() }
