@@ -13,7 +13,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"cairn.dev/cairn/node/kubernetes"
 	"cairn.dev/cairn/pkg/fixture"
@@ -573,11 +572,7 @@ func (a *agent) run(ctx context.Context) {
 			}
 			for _, n := range ev.Nodes {
 				// As a node's rolefetch does: its turn first.
-				d := n.GetDesiredRelease()
-				if d == nil && n.GetReleaseToStage() != nil {
-					d = proto.Clone(n.GetReleaseToStage()).(*api.DesiredRelease)
-					d.StageOnly = true
-				}
+				d := n.GivenRelease()
 				key := d.GetRolloutId()
 				if d.GetStageOnly() {
 					key += " staging"

@@ -104,7 +104,7 @@ func (w *workerRolefetch) run(ctx context.Context) error {
 			if !proto.Equal(roles, w.cur) {
 				w.publish(ctx, roles)
 			}
-			if d := givenRelease(n); !w.releaseKnown || !proto.Equal(d, w.curRelease) {
+			if d := n.GivenRelease(); !w.releaseKnown || !proto.Equal(d, w.curRelease) {
 				w.publishRelease(ctx, d)
 			}
 		}
@@ -145,22 +145,6 @@ func (w *workerRolefetch) publish(ctx context.Context, roles *api.NodeRoles) {
 	w.roles.Set(roles)
 	w.cur = roles
 	marker.Log(supervisor.Logger(ctx), marker.Roles, "roles", roleNames(roles))
-}
-
-// givenRelease is the release a rollout gives node n: the one for its
-// turn, else the one to stage ahead of it, which is staged only whatever
-// it says.
-func givenRelease(n *api.Node) *api.DesiredRelease {
-	if d := n.GetDesiredRelease(); d != nil {
-		return d
-	}
-	d := n.GetReleaseToStage()
-	if d == nil {
-		return nil
-	}
-	d = proto.Clone(d).(*api.DesiredRelease)
-	d.StageOnly = true
-	return d
 }
 
 // publishRelease sets the node's desired release, and logs a change.
