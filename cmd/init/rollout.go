@@ -131,8 +131,7 @@ func (f *rolloutFollower) carryOut(ctx context.Context, d *api.DesiredRelease) e
 		// A staging does not answer the rollout that asked for the trial.
 		f.rolledBack = false
 	}
-	f.say(decision)
-	f.report(decision)
+	f.tell(decision)
 	if decision.Phase != api.UpdatePhase_UPDATE_PHASE_INSTALLING {
 		return nil
 	}
@@ -146,24 +145,18 @@ func (f *rolloutFollower) carryOut(ctx context.Context, d *api.DesiredRelease) e
 				// The node goes down: the next boot acts on d again.
 				return ctx.Err()
 			}
-			failed := updateStatus(d, api.UpdatePhase_UPDATE_PHASE_FAILED, err.Error())
-			f.say(failed)
-			f.report(failed)
+			f.tell(updateStatus(d, api.UpdatePhase_UPDATE_PHASE_FAILED, err.Error()))
 			return nil
 		}
 		slot = installed
 	}
 	if d.StageOnly {
-		done := updateStatus(d, api.UpdatePhase_UPDATE_PHASE_STAGED, "")
-		f.say(done)
-		f.report(done)
+		f.tell(updateStatus(d, api.UpdatePhase_UPDATE_PHASE_STAGED, ""))
 		return nil
 	}
 	if _, err := f.installer.Activate(time.Duration(d.TrialDeadlineSeconds) * time.Second); err != nil {
-		failed := updateStatus(d, api.UpdatePhase_UPDATE_PHASE_FAILED,
-			fmt.Sprintf("when setting up the trial boot of release %s in slot %s: %v", d.Version, slot, err))
-		f.say(failed)
-		f.report(failed)
+		f.tell(updateStatus(d, api.UpdatePhase_UPDATE_PHASE_FAILED,
+			fmt.Sprintf("when setting up the trial boot of release %s in slot %s: %v", d.Version, slot, err)))
 		return nil
 	}
 	trial := updateStatus(d, api.UpdatePhase_UPDATE_PHASE_TRIAL, "")
@@ -212,6 +205,12 @@ func (f *rolloutFollower) waitPushed(ctx context.Context, st *api.UpdateStatus) 
 	if _, err := w.Get(wctx, event.Filter(func(u *api.UpdateStatus) bool { return proto.Equal(u, st) })); err != nil && ctx.Err() == nil {
 		supervisor.Logger(ctx).Warningf("Rebooting for the trial of %s, which the curator leader did not hear of within %v", st.Version, trialPushWait)
 	}
+}
+
+// tell puts st on the consoles and reports it to the role server.
+func (f *rolloutFollower) tell(st *api.UpdateStatus) {
+	f.say(st)
+	f.report(st)
 }
 
 // say puts st on the consoles in words; a trial says more, so carryOut
