@@ -96,7 +96,11 @@ ktags=selinux,notest,grpcnotrace
 # puts in its place: the module cache stays what the checksum database vouches
 # for, and Go records the replacement in every binary. A patch that no
 # longer applies (a new release changed its lines) stops the build.
+# go list names the module's directory only once it is in the module
+# cache, which on a new machine it is not yet.
+(cd "$here" && $GO mod download k8s.io/kubernetes)
 kdir=$(cd "$here" && $GO list -m -f '{{.Dir}}' k8s.io/kubernetes)
+[ -n "$kdir" ] || { echo "kubernetes: k8s.io/kubernetes $kversion is not in the module cache after its download" >&2; exit 1; }
 src=$(dirname "$out")/patched
 # remove DIR removes a copy of the module. The module cache's directories
 # are read-only; the copy's are its own, made writable first. (Its files
