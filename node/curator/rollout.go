@@ -292,8 +292,10 @@ func (d *rolloutDriver) startSteps() {
 			return
 		}
 		why := d.unhealthy(s.NodeId, member)
-		if other := d.memberStaging(s.NodeId); member && why == "" && other != "" {
-			why = fmt.Sprintf("consensus member %s is staging %s", other, d.r.Version)
+		if why == "" && member {
+			if other := d.memberStaging(s.NodeId); other != "" {
+				why = fmt.Sprintf("consensus member %s is staging %s", other, d.r.Version)
+			}
 		}
 		if why != "" {
 			s.Message = "waiting: " + why
