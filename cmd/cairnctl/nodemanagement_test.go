@@ -1,11 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -112,7 +114,8 @@ func TestAgainstNodeManagement(t *testing.T) {
 	}
 
 	// Over a second, the node (this test's process, burning CPU) shows
-	// the CPU it used, busiest first.
+	// the CPU it used, busiest first. Another process (a compiler, when
+	// go test builds packages beside this one) may have used more.
 	burn, stopBurn := context.WithCancel(context.Background())
 	go func() {
 		for x := 0; burn.Err() == nil; x++ {
@@ -125,8 +128,10 @@ func TestAgainstNodeManagement(t *testing.T) {
 	if err != nil {
 		t.Fatalf("node resources --over 1s -o json: %v", err)
 	}
-	if over.OverMillis < 1000 || len(over.Processes) == 0 || over.Processes[0].PID != int32(os.Getpid()) || over.Processes[0].CPUOverMillis < 200 {
-		t.Errorf("node resources --over 1s: %d ms apart, first %+v; want at least 1 s, and the test's busy process first", over.OverMillis, over.Processes[:min(1, len(over.Processes))])
+	i := slices.IndexFunc(over.Processes, func(p processView) bool { return p.PID == int32(os.Getpid()) })
+	sorted := slices.IsSortedFunc(over.Processes, func(a, b processView) int { return cmp.Compare(b.CPUOverMillis, a.CPUOverMillis) })
+	if over.OverMillis < 1000 || i < 0 || over.Processes[i].CPUOverMillis < 200 || !sorted {
+		t.Errorf("node resources --over 1s: %d ms apart, processes %+v; want at least 1 s, the test's busy process with its CPU, busiest first", over.OverMillis, over.Processes[:min(5, len(over.Processes))])
 	}
 
 	if out := mustRun(t, dir, nodeEP, "node", "metrics", id); !strings.Contains(out, "# TYPE cairn_node_memory_total_bytes gauge") || !strings.Contains(out, "go_goroutines ") {
