@@ -38,8 +38,7 @@ import (
 //	                  rollout HALTED            FAILED, release bad, rollout HALTED
 //
 // A step's turn comes in order: the consensus members one at a time, and
-// only while every other member is healthy and none is staging (the
-// leader's own node last);
+// only while every other member is healthy (the leader's own node last);
 // then the others, up to max_unavailable at once. Until its turn, a node
 // is given the release to stage (Node.release_to_stage), which it writes
 // while it serves. A node's part is its own (node/update): it installs
@@ -58,13 +57,6 @@ const (
 	// installAllowance is how long a node may take, beyond its trial
 	// deadline, to download and write a release and reboot.
 	installAllowance = 30 * time.Minute
-	// stagingWait bounds, from a rollout's start, how long a consensus
-	// member's turn waits for the other members' stagings.
-	stagingWait = 15 * time.Minute
-	// stagingGrace is how long, from a rollout's start, a member that
-	// has said nothing of its staging yet counts as about to stage: a
-	// node of an older release never says anything of it.
-	stagingGrace = time.Minute
 )
 
 // WithRolloutInterval sets how often the leader looks at a running
@@ -291,13 +283,7 @@ func (d *rolloutDriver) startSteps() {
 		if !member && (active >= int(max(1, d.r.MaxUnavailable)) || d.memberActive()) {
 			return
 		}
-		why := d.unhealthy(s.NodeId, member)
-		if why == "" && member {
-			if other := d.memberStaging(s.NodeId); other != "" {
-				why = fmt.Sprintf("consensus member %s is staging %s", other, d.r.Version)
-			}
-		}
-		if why != "" {
+		if why := d.unhealthy(s.NodeId, member); why != "" {
 			s.Message = "waiting: " + why
 			return
 		}
@@ -316,34 +302,6 @@ func (d *rolloutDriver) memberActive() bool {
 	return slices.ContainsFunc(d.r.Steps, func(s *api.RolloutStep) bool {
 		return stepActive(s) && d.nodes[s.NodeId].GetRoles().GetConsensusMember() != nil
 	})
-}
-
-// memberStaging names a consensus member other than id that stages the
-// rollout's release now, or is about to, "" when none does. A member's
-// turn waits for the others' stagings: staging is heavy work (under
-// emulation, hashing a whole slot), and the members that keep etcd's
-// quorum while one reboots must not be the ones doing it. So the members
-// all stage at once, then reboot one by one into what they staged. The
-// wait ends stagingWait after the rollout's start, whatever a staging
-// does: a member that stages still installs at its turn.
-func (d *rolloutDriver) memberStaging(id string) string {
-	since := d.now.Sub(time.Unix(0, d.r.StartedUnixNanos))
-	if since >= stagingWait {
-		return ""
-	}
-	for _, s := range d.r.Steps {
-		n := d.nodes[s.NodeId]
-		if s.NodeId == id || s.Phase != api.StepPhase_STEP_PHASE_PENDING || n == nil || n.FsmState != api.NodeState_NODE_STATE_UP ||
-			n.GetRoles().GetConsensusMember() == nil || n.GetStatus().GetVersion() == d.r.Version {
-			continue
-		}
-		u := n.GetStatus().GetUpdate()
-		said := u.GetRolloutId() == d.r.Id && u.GetStageOnly()
-		if said && u.Phase == api.UpdatePhase_UPDATE_PHASE_INSTALLING || !said && since < stagingGrace {
-			return s.NodeId
-		}
-	}
-	return ""
 }
 
 // unhealthy says why node id may not go out of service now, "" when it

@@ -28,9 +28,8 @@ import (
 //	    before proved it healthy (from the consoles); Management answers
 //	    while each is away, and the rollout goes on across its leader's
 //	    reboot into the release to end done with every node on 1.0.0.
-//	    The longest Management outage and etcd's elections are reported.
-//	    The members stage the release ahead of their turns, and the first
-//	    stops for its turn only once the others have staged.
+//	    The longest Management outage and etcd's elections are reported;
+//	    The nodes whose turn is not first stage the release ahead of it.
 //	(g) 1.0.1, whose kernel panics at boot: the first member rolls back
 //	    by itself, the rollout halts on it with the release recorded bad,
 //	    no other node boots it (they may stage it), a new rollout of it is
@@ -65,30 +64,22 @@ func TestUpdateRollout(t *testing.T) {
 			t.Errorf("cluster update status = %+v, want done, 1.0.0, three steps, the leader's (%v) last", st.Rollout, lead)
 		}
 		s.checkRolloutAway(t, p, nodes, marks, start, end)
-		// Every member staged the release ahead of its turn, while it
-		// served, and the first stopped for its turn only once the
-		// others, which keep etcd's quorum while it is away, had staged.
-		var firstDown, othersStaged time.Time
+		// The nodes whose turn came later staged the release ahead of
+		// it, while they served.
 		for i, n := range nodes {
+			if n.ID() == st.Rollout.Steps[0].Node {
+				continue
+			}
 			con := n.VM().Console()
 			staged, ok := con.Find(marks[i], launch.Substring("release 1.0.0 is staged; this node boots it at its turn"))
 			if !ok {
-				t.Errorf("%s never staged the release ahead of its turn", n.Name())
+				t.Errorf("%s, whose turn was not first, never staged the release ahead of its turn", n.Name())
 				continue
 			}
-			down, ok := con.Find(marks[i], launch.Substring("cairn: stopping for reboot"))
-			if ok && down.Time.Before(staged.Time) {
+			if down, ok := con.Find(marks[i], launch.Substring("cairn: stopping for reboot")); ok && down.Time.Before(staged.Time) {
 				t.Errorf("%s staged the release at %s, after it stopped for its turn at %s", n.Name(), staged.Time.Format(time.TimeOnly), down.Time.Format(time.TimeOnly))
 			}
-			if n.ID() == st.Rollout.Steps[0].Node {
-				firstDown = down.Time
-			} else if staged.Time.After(othersStaged) {
-				othersStaged = staged.Time
-			}
 			s.step("  "+n.Name()+" staged ahead of its turn (start → staged)", staged.Time.Sub(start))
-		}
-		if firstDown.Before(othersStaged) {
-			t.Errorf("the first member stopped for its turn at %s, before the other members had staged (the last at %s)", firstDown.Format(time.TimeOnly), othersStaged.Format(time.TimeOnly))
 		}
 		for _, n := range nodes {
 			s.checkSlots(t, c, n.ID(), slotView{"a", false, "good", built, ""}, slotView{"b", true, "good", "1.0.0", ""})
