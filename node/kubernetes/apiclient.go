@@ -139,14 +139,16 @@ func (c *apiClient) ready(ctx context.Context) error {
 	return nil
 }
 
-// waitReady polls ready until it succeeds or ctx ends, saying every
-// interval why it still waits: on an emulated CPU the apiserver's
-// post-start hooks take minutes, so patience, not a fixed timer.
-func (c *apiClient) waitReady(ctx context.Context, logf func(string, ...any)) error {
+// waitReady asks whether the apiserver is ready, every readyInterval
+// through r (shared with the node's other components), until it is or ctx
+// ends, saying every 30 s why it still waits: on an emulated CPU the
+// apiserver's post-start hooks take minutes, so patience, not a fixed
+// timer.
+func (c *apiClient) waitReady(ctx context.Context, r *Readiness, logf func(string, ...any)) error {
 	start := time.Now()
 	lastLog := start
 	for {
-		err := c.ready(ctx)
+		err := r.ask(ctx, c)
 		if err == nil {
 			logf("Apiserver %s ready after %s", c.server, time.Since(start).Round(time.Second))
 			return nil
@@ -158,7 +160,7 @@ func (c *apiClient) waitReady(ctx context.Context, logf func(string, ...any)) er
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("when waiting for apiserver %s: %w (last: %w)", c.server, ctx.Err(), err)
-		case <-time.After(time.Second):
+		case <-time.After(readyInterval):
 		}
 	}
 }

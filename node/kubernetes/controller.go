@@ -58,6 +58,9 @@ type ControllerConfig struct {
 	// while the etcd proxy serves (consensus.Status.Hold), so that the
 	// last writes of the control plane reach it. Nil holds nothing.
 	HoldEtcd func() (release func())
+	// Readiness is the node's one Readiness, through which its
+	// components wait for an apiserver; nil, each asks alone.
+	Readiness *Readiness
 	// Ports are the node's ports; the apiserver listens on KubernetesAPI.
 	Ports ports.Table
 	// Nodes are the cluster's UP nodes, nil until known: the reconciler
@@ -345,7 +348,7 @@ func (c *Controller) runClient(ctx context.Context, bin string, kind api.Certifi
 	if err != nil {
 		return err
 	}
-	if err := cl.waitReady(ctx, supervisor.Logger(ctx).Infof); err != nil {
+	if err := cl.waitReady(ctx, c.cfg.Readiness, supervisor.Logger(ctx).Infof); err != nil {
 		return err
 	}
 	// Each runs again with a fresh credential at renewAt; the day after

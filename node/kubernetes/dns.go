@@ -85,7 +85,7 @@ func (w *Worker) runDNSZone(ctx context.Context, st *dnsState) error {
 	if err != nil {
 		return err
 	}
-	if err := cl.waitReady(ctx, supervisor.Logger(ctx).Infof); err != nil {
+	if err := cl.waitReady(ctx, w.cfg.Readiness, supervisor.Logger(ctx).Infof); err != nil {
 		return err
 	}
 	rctx, cancel := context.WithDeadlineCause(ctx, cred.renewAt, errRenew)

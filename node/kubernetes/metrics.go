@@ -50,7 +50,7 @@ func (c *Controller) runMetrics(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := cl.waitReady(ctx, lg.Infof); err != nil {
+	if err := cl.waitReady(ctx, c.cfg.Readiness, lg.Infof); err != nil {
 		return err
 	}
 	frontProxyCA, proxies, err := frontProxyTrust(ctx, cl)

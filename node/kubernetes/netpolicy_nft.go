@@ -183,7 +183,7 @@ func (w *Worker) runNetworkPolicy(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("when opening nftables: %w", err)
 	}
-	if err := cl.waitReady(ctx, supervisor.Logger(ctx).Infof); err != nil {
+	if err := cl.waitReady(ctx, w.cfg.Readiness, supervisor.Logger(ctx).Infof); err != nil {
 		return err
 	}
 	rctx, cancel := context.WithDeadlineCause(ctx, cred.renewAt, errRenew)

@@ -28,7 +28,7 @@ func (c *Controller) runReconciler(ctx context.Context) error {
 		return err
 	}
 	lg := supervisor.Logger(ctx)
-	if err := cl.waitReady(ctx, lg.Infof); err != nil {
+	if err := cl.waitReady(ctx, c.cfg.Readiness, lg.Infof); err != nil {
 		return err
 	}
 	kubeCA, err := os.ReadFile(cred.CA)

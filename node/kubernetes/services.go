@@ -30,6 +30,9 @@ type ServicesConfig struct {
 	// Routing is the node's one Routing, which the Services' kube-proxy
 	// and pod tunnel program.
 	Routing *Routing
+	// Readiness is the node's one Readiness, through which its
+	// components wait for an apiserver; nil, each asks alone.
+	Readiness *Readiness
 	// Ports are the node's ports: its apiserver's, which Services reach.
 	Ports ports.Table
 	// TunnelPeers are the nodes the pod tunnel reaches, from the
@@ -104,7 +107,7 @@ func (s *Services) runProxy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := cl.waitReady(ctx, supervisor.Logger(ctx).Infof); err != nil {
+	if err := cl.waitReady(ctx, s.cfg.Readiness, supervisor.Logger(ctx).Infof); err != nil {
 		return err
 	}
 	return runKubeProxy(ctx, s.cfg.Layout, s.cfg.Layout.bin("kube-proxy"), dir, s.cfg.NodeID, s.cfg.IP, kubeconfig, cred.renewAt)

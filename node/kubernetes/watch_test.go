@@ -230,7 +230,7 @@ func TestFollowPodRanges(t *testing.T) {
 	ctx, cancel := context.WithCancel(fixture.Context(t))
 	defer cancel()
 	sup := supervisor.New(ctx, func(ctx context.Context) error {
-		return followPodRanges(ctx, cl, time.Now().Add(time.Hour), apply)
+		return followPodRanges(ctx, cl, nil, time.Now().Add(time.Hour), apply)
 	})
 	defer sup.Wait()
 	defer cancel()

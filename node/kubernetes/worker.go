@@ -50,6 +50,9 @@ type WorkerConfig struct {
 	// Routing is the node's one Routing, which the worker's kube-proxy
 	// and pod routes program.
 	Routing *Routing
+	// Readiness is the node's one Readiness, through which its
+	// components wait for an apiserver; nil, each asks alone.
+	Readiness *Readiness
 	// Ready is set to the Ready condition of the node's Node object, as
 	// the pod network reads it every 10 s; nil in tests that do not care.
 	Ready event.Value[bool]
@@ -391,7 +394,7 @@ func (w *Worker) runPodNetwork(ctx context.Context) error {
 	}
 	lg := supervisor.Logger(ctx)
 	var written netip.Prefix
-	return followPodRanges(ctx, cl, cred.renewAt, func(ranges []podRange) (bool, error) {
+	return followPodRanges(ctx, cl, w.cfg.Readiness, cred.renewAt, func(ranges []podRange) (bool, error) {
 		err := w.apply(ranges, &written, lg.Infof)
 		return written.IsValid(), err
 	})
@@ -403,7 +406,7 @@ func (w *Worker) runPodNetwork(ctx context.Context) error {
 // that what failed is tried again without asking the apiserver.
 // It runs until ctx ends or renewAt. It logs what fails once, until it
 // changes, and reports the runnable healthy once apply is ready.
-func followPodRanges(ctx context.Context, cl *apiClient, renewAt time.Time, apply func([]podRange) (ready bool, err error)) error {
+func followPodRanges(ctx context.Context, cl *apiClient, r *Readiness, renewAt time.Time, apply func([]podRange) (ready bool, err error)) error {
 	lg := supervisor.Logger(ctx)
 	rctx, cancel := context.WithDeadlineCause(ctx, renewAt, errRenew)
 	defer cancel()
@@ -415,7 +418,7 @@ func followPodRanges(ctx context.Context, cl *apiClient, renewAt time.Time, appl
 		// the follower with a backoff of up to 30 s; asked every
 		// second instead, a new cluster's nodes learn their ranges
 		// as soon as it can tell them.
-		if err := cl.waitReady(ctx, supervisor.Logger(ctx).Infof); err != nil {
+		if err := cl.waitReady(ctx, r, supervisor.Logger(ctx).Infof); err != nil {
 			return err
 		}
 		return follow(ctx, cl, "/api/v1/nodes", healthyAfter(ctx, func(nodes map[string]kubeNode) error {

@@ -172,6 +172,7 @@ func New(cfg Config) *Service {
 		curator:     &s.curator,
 		layout:      kubernetesLayout(cfg),
 		routing:     kubernetes.NewRouting(),
+		readiness:   kubernetes.NewReadiness(),
 		ports:       cfg.Ports,
 	}
 	s.workers = map[string]supervisor.Runnable{

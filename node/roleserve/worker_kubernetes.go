@@ -38,7 +38,10 @@ type kubeUnit struct {
 	layout      kubernetes.Layout
 	// routing is the node's one, shared by the worker and the Services.
 	routing *kubernetes.Routing
-	ports   ports.Table
+	// readiness is the node's one, shared by every unit's components
+	// that wait for an apiserver.
+	readiness *kubernetes.Readiness
+	ports     ports.Table
 }
 
 // kubeRunner is one Kubernetes worker's own part.

@@ -40,6 +40,7 @@ func (w *workerKubeServices) start(ctx context.Context, creds *identity.Node, cc
 		Curator:     cc.client(),
 		Ports:       w.ports,
 		Routing:     w.routing,
+		Readiness:   w.readiness,
 		TunnelPeers: w.tunnelPeers,
 	})
 	return supervisor.Run(ctx, "services", s.Run)

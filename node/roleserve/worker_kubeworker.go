@@ -45,6 +45,7 @@ func (w *workerKubeWorker) start(ctx context.Context, creds *identity.Node, cc *
 		APIServers:  w.apiservers,
 		Ports:       w.ports,
 		Routing:     w.routing,
+		Readiness:   w.readiness,
 		TunnelPeers: w.tunnelPeers,
 	})
 	return supervisor.Run(ctx, "worker", wk.Run)
