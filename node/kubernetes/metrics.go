@@ -53,7 +53,7 @@ func (c *Controller) runMetrics(ctx context.Context) error {
 	if err := cl.waitReady(ctx, c.cfg.Readiness, lg.Infof); err != nil {
 		return err
 	}
-	frontProxyCA, proxies, err := frontProxyTrust(ctx, cl)
+	frontProxyCA, proxies, err := waitFrontProxyTrust(ctx, cl, lg.Infof)
 	if err != nil {
 		return err
 	}
@@ -150,6 +150,33 @@ func (c *Controller) runMetrics(ctx context.Context) error {
 		err = nil
 	}
 	return fmt.Errorf("the resource metrics API stopped: %w", err)
+}
+
+// waitFrontProxyTrust reads the front proxy's trust (frontProxyTrust),
+// asking again every readyInterval while the apiserver refuses it, and
+// saying why every 30 s: on a new cluster the reconciler lets
+// cairn:metrics read it only once the apiserver is ready, and the metrics
+// API dying on the refusal would take a new certificate from the curator
+// at each restart (seven in the 24 s it took on a controller of make
+// cluster).
+func waitFrontProxyTrust(ctx context.Context, cl *apiClient, logf func(string, ...any)) (*x509.CertPool, []string, error) {
+	start := time.Now()
+	var lastLog time.Time
+	for {
+		pool, names, err := frontProxyTrust(ctx, cl)
+		if !answered(err, http.StatusForbidden) {
+			return pool, names, err
+		}
+		if time.Since(lastLog) >= 30*time.Second {
+			logf("Not yet allowed to read the front proxy's trust after %s (the reconciler allows it): %v", time.Since(start).Round(time.Second), err)
+			lastLog = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("while waiting to read the front proxy's trust: %w (last: %w)", ctx.Err(), err)
+		case <-time.After(readyInterval):
+		}
+	}
 }
 
 // frontProxyTrust reads what the apiserver publishes for aggregated
