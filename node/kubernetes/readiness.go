@@ -15,13 +15,14 @@ const readyInterval = time.Second
 // start (apiClient.waitReady): on a new cluster's controller five
 // components (the reconciler, the metrics API, the controller-manager,
 // the scheduler, kube-proxy), on each worker three (the pod routes, DNS,
-// the NetworkPolicy table), each asking /readyz every second: a starting
-// apiserver of make cluster answered about ten a second. Every answer
-// costs it what it can least spare, CPU: a client certificate's check,
-// the readiness checks (etcd's among them), and, while it is too busy to
-// finish handshakes in time, a new TLS connection each; on an emulated
-// node one such request took it about 15 ms of CPU on a kept connection
-// and 30 ms on a new one, at rest. With one Readiness per node, the node
+// the NetworkPolicy table), each asking /readyz every second: up to eleven
+// questions a second on a cluster of make cluster, beside the
+// apiserver's own (build/kubernetes/patches/apiserver-readyz-poll.patch).
+// Every answer costs it what it can least spare, CPU: a client
+// certificate's check, the readiness checks (etcd's among them), and,
+// while it is too busy to finish handshakes in time, a new TLS connection
+// each; on an emulated node one such request took it about 15 ms of CPU
+// on a kept connection and 30 ms on a new one, at rest. With one Readiness per node, the node
 // asks each apiserver at most once per readyInterval, whatever the
 // number of its components waiting.
 //
