@@ -146,20 +146,35 @@ func (c *apiClient) ready(ctx context.Context) error {
 // timer.
 func (c *apiClient) waitReady(ctx context.Context, r *Readiness, logf func(string, ...any)) error {
 	start := time.Now()
-	lastLog := start
-	for {
+	err := waitUntil(ctx, "apiserver "+c.server, 30*time.Second, logf, func() (bool, error) {
 		err := r.ask(ctx, c)
-		if err == nil {
-			logf("Apiserver %s ready after %s", c.server, time.Since(start).Round(time.Second))
-			return nil
+		return err == nil, err
+	})
+	if err == nil {
+		logf("Apiserver %s ready after %s", c.server, time.Since(start).Round(time.Second))
+	}
+	return err
+}
+
+// waitUntil calls try every readyInterval until it reports done, and
+// returns try's error then, or until ctx ends. From firstSay after its
+// start, and every 30 s after that, it says through logf that it still
+// waits for what, and why: try's last error.
+func waitUntil(ctx context.Context, what string, firstSay time.Duration, logf func(string, ...any), try func() (done bool, err error)) error {
+	start := time.Now()
+	say := start.Add(firstSay)
+	for {
+		done, err := try()
+		if done {
+			return err
 		}
-		if time.Since(lastLog) >= 30*time.Second {
-			logf("Still waiting for apiserver %s after %s: %v", c.server, time.Since(start).Round(time.Second), err)
-			lastLog = time.Now()
+		if !time.Now().Before(say) {
+			logf("Still waiting for %s after %s: %v", what, time.Since(start).Round(time.Second), err)
+			say = time.Now().Add(30 * time.Second)
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("when waiting for apiserver %s: %w (last: %w)", c.server, ctx.Err(), err)
+			return fmt.Errorf("when waiting for %s: %w (last: %w)", what, ctx.Err(), err)
 		case <-time.After(readyInterval):
 		}
 	}

@@ -154,29 +154,18 @@ func (c *Controller) runMetrics(ctx context.Context) error {
 
 // waitFrontProxyTrust reads the front proxy's trust (frontProxyTrust),
 // asking again every readyInterval while the apiserver refuses it, and
-// saying why every 30 s: on a new cluster the reconciler lets
+// saying why at once and every 30 s: on a new cluster the reconciler lets
 // cairn:metrics read it only once the apiserver is ready, and the metrics
 // API dying on the refusal would take a new certificate from the curator
 // at each restart (seven in the 24 s it took on a controller of make
 // cluster).
-func waitFrontProxyTrust(ctx context.Context, cl *apiClient, logf func(string, ...any)) (*x509.CertPool, []string, error) {
-	start := time.Now()
-	var lastLog time.Time
-	for {
-		pool, names, err := frontProxyTrust(ctx, cl)
-		if !answered(err, http.StatusForbidden) {
-			return pool, names, err
-		}
-		if time.Since(lastLog) >= 30*time.Second {
-			logf("Not yet allowed to read the front proxy's trust after %s (the reconciler allows it): %v", time.Since(start).Round(time.Second), err)
-			lastLog = time.Now()
-		}
-		select {
-		case <-ctx.Done():
-			return nil, nil, fmt.Errorf("while waiting to read the front proxy's trust: %w (last: %w)", ctx.Err(), err)
-		case <-time.After(readyInterval):
-		}
-	}
+func waitFrontProxyTrust(ctx context.Context, cl *apiClient, logf func(string, ...any)) (pool *x509.CertPool, names []string, err error) {
+	err = waitUntil(ctx, "the reconciler to allow reading the front proxy's trust", 0, logf, func() (bool, error) {
+		var err error
+		pool, names, err = frontProxyTrust(ctx, cl)
+		return !answered(err, http.StatusForbidden), err
+	})
+	return pool, names, err
 }
 
 // frontProxyTrust reads what the apiserver publishes for aggregated

@@ -22,9 +22,9 @@ const readyInterval = time.Second
 // certificate's check, the readiness checks (etcd's among them), and,
 // while it is too busy to finish handshakes in time, a new TLS connection
 // each; on an emulated node one such request took it about 15 ms of CPU
-// on a kept connection and 30 ms on a new one, at rest. With one Readiness per node, the node
-// asks each apiserver at most once per readyInterval, whatever the
-// number of its components waiting.
+// on a kept connection and 30 ms on a new one, at rest. With one
+// Readiness per node, the node asks each apiserver at most once per
+// readyInterval, whatever the number of its components waiting.
 //
 // A ready answer is shared as well: /readyz is open to every
 // authenticated user once the apiserver is ready, so what one
