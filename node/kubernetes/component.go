@@ -61,10 +61,10 @@ func (l Layout) runComponent(ctx context.Context, cmd *exec.Cmd, renewAt time.Ti
 // all of it as Go's default has it, so a component's heap peaks at 1.5
 // times its live data rather than twice. The apiserver, measured first
 // (its heap went from 195 to 157 MB on an idle controller of make
-// cluster), now runs with apiserverGOGC instead.
+// cluster), now runs with APIServerGOGC instead.
 const componentGOGC = "50"
 
-// apiserverGOGC is the apiserver's GOGC: its live heap is the largest by
+// APIServerGOGC is the apiserver's GOGC: its live heap is the largest by
 // far, about 94 MB on an idle controller, and at 30 it peaks at 1.3 times
 // that rather than 1.5. On an idle controller of make cluster its
 // anonymous memory went from 183 to 161 MiB. At rest it allocates about
@@ -75,7 +75,7 @@ const componentGOGC = "50"
 // and 66 s at 50). Lowered to 30 only once the start was over, it saved
 // a third of that memory (177 MiB rather than 161), likely because the
 // heap the start left stays fragmented.
-const apiserverGOGC = "30"
+const APIServerGOGC = "30"
 
 // command returns the command running the program at path (l.bin,
 // l.workerBin) with args, with PATH set to the payload's directory and the

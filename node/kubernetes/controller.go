@@ -209,57 +209,93 @@ func (c *Controller) runAPIServer(ctx context.Context) error {
 		return err
 	}
 	admission := dir + "/admission.json"
-	if err := writeJSON(admission, admissionConfiguration()); err != nil {
+	if err := writeJSON(admission, AdmissionConfiguration()); err != nil {
 		return err
 	}
-	cmd := c.cfg.Layout.command(c.cfg.Layout.bin("kube-apiserver"),
-		"--advertise-address="+c.cfg.IP.String(),
-		"--secure-port="+strconv.Itoa(c.cfg.Ports.KubernetesAPI),
-		"--etcd-servers=unix://"+c.dir("etcd.sock"),
-		// The apiserver compacts etcd, as upstream's does: its watch
-		// cache learns of compactions only from its own (EtcdProxy).
-		"--etcd-compaction-interval=5m",
-		"--tls-cert-file="+serving.Cert,
-		"--tls-private-key-file="+serving.Key,
-		"--client-ca-file="+serving.CA,
-		"--kubelet-client-certificate="+kubelet.Cert,
-		"--kubelet-client-key="+kubelet.Key,
-		"--kubelet-certificate-authority="+serving.CA,
-		"--kubelet-preferred-address-types=InternalIP",
-		// The aggregation layer: the apiserver proxies to aggregated
-		// apiservers (metrics-server, say) as the front proxy client,
-		// naming the caller in these headers, and publishes the front
-		// proxy CA and the one name it certifies for them to check.
-		"--requestheader-client-ca-file="+frontProxy.CA,
-		"--requestheader-allowed-names="+FrontProxyClient,
-		"--requestheader-username-headers=X-Remote-User",
-		"--requestheader-group-headers=X-Remote-Group",
-		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
-		"--proxy-client-cert-file="+frontProxy.Cert,
-		"--proxy-client-key-file="+frontProxy.Key,
-		"--service-account-issuer="+serviceAccountIssuer,
-		"--service-account-key-file="+sa,
-		"--service-account-signing-key-file="+sa,
-		"--service-cluster-ip-range="+ServiceRange,
-		"--authorization-mode=Node,RBAC",
-		"--enable-admission-plugins=NodeRestriction",
-		"--admission-control-config-file="+admission,
-		"--allow-privileged=true",
-		"--profiling=false",
-		"--cert-dir="+dir,
-	)
+	cmd := c.cfg.Layout.command(c.cfg.Layout.bin("kube-apiserver"), APIServerArgs(APIServerFiles{
+		IP: c.cfg.IP, Port: c.cfg.Ports.KubernetesAPI, Etcd: "unix://" + c.dir("etcd.sock"),
+		Serving: serving.Cert, ServingKey: serving.Key, CA: serving.CA,
+		KubeletClient: kubelet.Cert, KubeletClientKey: kubelet.Key,
+		FrontProxyCA: frontProxy.CA, FrontProxyClient: frontProxy.Cert, FrontProxyClientKey: frontProxy.Key,
+		ServiceAccountKey: sa, Admission: admission, Dir: dir,
+	})...)
 	// The last GOGC in Env is the one the apiserver gets.
-	cmd.Env = append(cmd.Env, "GOGC="+apiserverGOGC)
+	cmd.Env = append(cmd.Env, "GOGC="+APIServerGOGC)
 	defer c.proxyUsers.Take()()
 	ctx, stop := c.apiserverUsers.Outlive(ctx, stopGrace)
 	defer stop()
 	return c.cfg.Layout.runComponent(ctx, cmd, soonest(serving, kubelet, frontProxy))
 }
 
-// admissionConfiguration enforces Pod Security's baseline level in every
+// APIServerFiles are what kube-apiserver starts with on a controller: the
+// node's address and port, etcd's endpoint, and the paths of its
+// certificates, keys and configuration. test/apiserverbench makes its own
+// to start the payload's apiserver as a controller does.
+type APIServerFiles struct {
+	IP   netip.Addr
+	Port int
+	// Etcd is etcd's endpoint: unix:// and the etcd proxy's socket.
+	Etcd string
+	// Serving and ServingKey are the apiserver's serving certificate and
+	// its key; CA is the Kubernetes CA, which clients' certificates and
+	// kubelets' serving certificates chain to.
+	Serving, ServingKey, CA string
+	// KubeletClient and its key: the apiserver's certificate as a client
+	// of kubelets.
+	KubeletClient, KubeletClientKey string
+	// FrontProxyCA certifies FrontProxyClient, the aggregation layer's
+	// client certificate (with its key).
+	FrontProxyCA, FrontProxyClient, FrontProxyClientKey string
+	// ServiceAccountKey signs service account tokens (SEC 1 PEM);
+	// Admission is the admission configuration (AdmissionConfiguration);
+	// Dir is the apiserver's own directory.
+	ServiceAccountKey, Admission, Dir string
+}
+
+// APIServerArgs are kube-apiserver's arguments on a controller.
+func APIServerArgs(f APIServerFiles) []string {
+	return []string{
+		"--advertise-address=" + f.IP.String(),
+		"--secure-port=" + strconv.Itoa(f.Port),
+		"--etcd-servers=" + f.Etcd,
+		// The apiserver compacts etcd, as upstream's does: its watch
+		// cache learns of compactions only from its own (EtcdProxy).
+		"--etcd-compaction-interval=5m",
+		"--tls-cert-file=" + f.Serving,
+		"--tls-private-key-file=" + f.ServingKey,
+		"--client-ca-file=" + f.CA,
+		"--kubelet-client-certificate=" + f.KubeletClient,
+		"--kubelet-client-key=" + f.KubeletClientKey,
+		"--kubelet-certificate-authority=" + f.CA,
+		"--kubelet-preferred-address-types=InternalIP",
+		// The aggregation layer: the apiserver proxies to aggregated
+		// apiservers (metrics-server, say) as the front proxy client,
+		// naming the caller in these headers, and publishes the front
+		// proxy CA and the one name it certifies for them to check.
+		"--requestheader-client-ca-file=" + f.FrontProxyCA,
+		"--requestheader-allowed-names=" + FrontProxyClient,
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file=" + f.FrontProxyClient,
+		"--proxy-client-key-file=" + f.FrontProxyClientKey,
+		"--service-account-issuer=" + serviceAccountIssuer,
+		"--service-account-key-file=" + f.ServiceAccountKey,
+		"--service-account-signing-key-file=" + f.ServiceAccountKey,
+		"--service-cluster-ip-range=" + ServiceRange,
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
+		"--admission-control-config-file=" + f.Admission,
+		"--allow-privileged=true",
+		"--profiling=false",
+		"--cert-dir=" + f.Dir,
+	}
+}
+
+// AdmissionConfiguration enforces Pod Security's baseline level in every
 // namespace but kube-system, and warns about and audits what the
 // restricted level would refuse.
-func admissionConfiguration() any {
+func AdmissionConfiguration() any {
 	return map[string]any{
 		"apiVersion": "apiserver.config.k8s.io/v1",
 		"kind":       "AdmissionConfiguration",

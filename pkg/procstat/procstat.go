@@ -70,6 +70,16 @@ func Read(proc string) (Memory, []Process, error) {
 	return mem, procs, nil
 }
 
+// ReadProcess reads process pid of the procfs at proc, as Read does.
+func ReadProcess(proc string, pid int) (Process, error) {
+	p, err := readProcess(filepath.Join(proc, strconv.Itoa(pid)))
+	if err != nil {
+		return Process{}, fmt.Errorf("when reading process %d: %w", pid, err)
+	}
+	p.PID = pid
+	return p, nil
+}
+
 // readProcess reads one process's name, CPU time and resident memory.
 func readProcess(dir string) (Process, error) {
 	stat, err := os.ReadFile(filepath.Join(dir, "stat"))

@@ -35,6 +35,21 @@ func TestReadSelf(t *testing.T) {
 	t.Errorf("this process (%d) is not among %d processes", os.Getpid(), len(procs))
 }
 
+// TestReadProcess reads this process by its ID, and a process that is not
+// there.
+func TestReadProcess(t *testing.T) {
+	p, err := ReadProcess("/proc", os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.PID != os.Getpid() || p.Name == "" || p.ResidentBytes == 0 {
+		t.Errorf("this process: %+v, want its ID, a name and resident memory", p)
+	}
+	if _, err := ReadProcess(t.TempDir(), 1); err == nil {
+		t.Error("process 1 of an empty procfs: no error")
+	}
+}
+
 // TestReadFixture reads a procfs of files: a name with spaces and
 // parentheses, with each kind of resident memory; a process without
 // resident memory (left out); one whose stat is malformed and one whose
