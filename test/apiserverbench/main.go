@@ -144,7 +144,9 @@ func run(bin, gogc, perf string, timeout time.Duration) (start, error) {
 	}
 	defer logFile.Close()
 
-	cmd := exec.Command(bin, kubernetes.APIServerArgs(f)...)
+	// On loopback only, where a node serves on every address: the
+	// bench's apiserver is for this machine alone.
+	cmd := exec.Command(bin, append(kubernetes.APIServerArgs(f), "--bind-address=127.0.0.1")...)
 	cmd.Env = append(os.Environ(), "GOGC="+gogc)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
