@@ -70,28 +70,41 @@ func (s *Server) socket() url.URL {
 // it does not within a minute.
 func (s *Server) Start(t testing.TB) {
 	t.Helper()
+	e, err := Embed(filepath.Join(s.dir, "data"), s.socket(), s.peer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.e = e
+}
+
+// Embed starts a single-member etcd in this process, its data in dataDir,
+// its clients on socket (a unix:// URL) and its peer port at peer, and
+// waits until it serves, for at most a minute. The caller closes it.
+func Embed(dataDir string, socket, peer url.URL) (*embed.Etcd, error) {
 	cfg := embed.NewConfig()
 	cfg.Name = "test"
-	cfg.Dir = filepath.Join(s.dir, "data")
-	cfg.ListenClientUrls = []url.URL{s.socket()}
+	cfg.Dir = dataDir
+	cfg.ListenClientUrls = []url.URL{socket}
 	// Clients are local only: nothing to advertise. (Not nil, which etcd
 	// refuses.)
 	cfg.AdvertiseClientUrls = []url.URL{}
-	cfg.ListenPeerUrls = []url.URL{s.peer}
-	cfg.AdvertisePeerUrls = []url.URL{s.peer}
-	cfg.InitialCluster = fmt.Sprintf("%s=%s", cfg.Name, s.peer.String())
+	cfg.ListenPeerUrls = []url.URL{peer}
+	cfg.AdvertisePeerUrls = []url.URL{peer}
+	cfg.InitialCluster = fmt.Sprintf("%s=%s", cfg.Name, peer.String())
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
-		t.Fatalf("StartEtcd: %v", err)
+		return nil, fmt.Errorf("when starting etcd: %w", err)
 	}
-	s.e = e
 	select {
 	case <-e.Server.ReadyNotify():
+		return e, nil
 	case err := <-e.Err():
-		t.Fatalf("etcd stopped while starting: %v", err)
+		e.Close()
+		return nil, fmt.Errorf("etcd stopped while starting: %w", err)
 	case <-time.After(startTimeout):
-		t.Fatalf("etcd not ready after %v", startTimeout)
+		e.Close()
+		return nil, fmt.Errorf("etcd not ready after %v", startTimeout)
 	}
 }
 

@@ -36,9 +36,9 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
-	"go.uber.org/zap"
 
 	"cairn.dev/cairn/node/kubernetes"
+	"cairn.dev/cairn/pkg/etcdtest"
 	"cairn.dev/cairn/pkg/procstat"
 )
 
@@ -240,29 +240,7 @@ func startEtcd(dir string) (*embed.Etcd, error) {
 		return nil, err
 	}
 	peer := url.URL{Scheme: "http", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(peerPort))}
-	cfg := embed.NewConfig()
-	cfg.Name = "bench"
-	cfg.Dir = filepath.Join(dir, "etcd")
-	cfg.ListenClientUrls = []url.URL{{Scheme: "unix", Path: filepath.Join(dir, "etcd.sock")}}
-	cfg.AdvertiseClientUrls = []url.URL{}
-	cfg.ListenPeerUrls = []url.URL{peer}
-	cfg.AdvertisePeerUrls = []url.URL{peer}
-	cfg.InitialCluster = cfg.Name + "=" + peer.String()
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("when starting etcd: %w", err)
-	}
-	select {
-	case <-e.Server.ReadyNotify():
-		return e, nil
-	case err := <-e.Err():
-		e.Close()
-		return nil, fmt.Errorf("etcd stopped while starting: %w", err)
-	case <-time.After(time.Minute):
-		e.Close()
-		return nil, errors.New("etcd was not ready after a minute")
-	}
+	return etcdtest.Embed(filepath.Join(dir, "etcd"), url.URL{Scheme: "unix", Path: filepath.Join(dir, "etcd.sock")}, peer)
 }
 
 func freePort() (int, error) {
