@@ -14,6 +14,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/etcdserver"
 
 	"cairn.dev/cairn/node/marker"
 	"cairn.dev/cairn/node/ports"
@@ -108,6 +109,7 @@ type Status struct {
 
 	client *Client
 	raw    *clientv3.Client
+	server *etcdserver.EtcdServer
 	// dataDir is Config.DataDir, where Snapshot keeps its file.
 	dataDir string
 	// holds counts the Holds of the Service that published this Status.
@@ -138,6 +140,12 @@ func (s *Status) Client() *Client { return s.client }
 // apiserver's confining proxy dials etcd like it). It stops working, like
 // Client, once the Status is no longer current.
 func (s *Status) RawClient() *clientv3.Client { return s.raw }
+
+// Server returns the local etcd member's server itself, for callers in
+// this process that would otherwise cross a gRPC connection to reach it on
+// every call (the apiserver's etcd proxy). Like the clients, it stops
+// serving once the Status is no longer current.
+func (s *Status) Server() *etcdserver.EtcdServer { return s.server }
 
 // Service runs this node's etcd member. Build it with New and run Run under
 // a supervisor; follow Status for the result.
@@ -259,6 +267,7 @@ func (s *Service) Run(ctx context.Context) error {
 			Learner: learner,
 			client:  newClient(inst.client, ""),
 			raw:     inst.client,
+			server:  inst.e.Server,
 			dataDir: s.cfg.DataDir,
 			holds:   &s.holds,
 		}

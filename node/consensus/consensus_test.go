@@ -23,6 +23,9 @@ func TestBootstrap(t *testing.T) {
 	if _, err := st.Client().Put(ctx, "hello", "world"); err != nil {
 		t.Fatalf("Put: %v", err)
 	}
+	if srv := st.Server(); srv == nil || uint64(srv.MemberID()) != st.ID {
+		t.Errorf("Status.Server() = %v, want the running member %x itself", srv, st.ID)
+	}
 	list, err := st.raw.MemberList(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/etcdserver"
 
 	"cairn.dev/cairn/node/ports"
 	"cairn.dev/cairn/pkg/event"
@@ -54,6 +55,10 @@ type ControllerConfig struct {
 	// Etcd is the node's local etcd member, for the whole key space; the
 	// apiserver reaches it only through a proxy confined to its prefix.
 	Etcd *clientv3.Client
+	// EtcdServer is the same member's server in this process, which the
+	// proxy's reads, writes and watches reach without a connection; nil
+	// sends them through Etcd.
+	EtcdServer *etcdserver.EtcdServer
 	// HoldEtcd keeps the local etcd member serving, once the node stops,
 	// while the etcd proxy serves (consensus.Status.Hold), so that the
 	// last writes of the control plane reach it. Nil holds nothing.
@@ -124,7 +129,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err := mkdirs(c.dir()); err != nil {
 		return err
 	}
-	proxy := NewEtcdProxy(c.cfg.Etcd, etcdPrefix, c.dir("etcd.sock"))
+	proxy := NewEtcdProxy(c.cfg.Etcd, c.cfg.EtcdServer, etcdPrefix, c.dir("etcd.sock"))
 	runProxy := func(ctx context.Context) error {
 		if c.cfg.HoldEtcd != nil {
 			defer c.cfg.HoldEtcd()()

@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/etcdserver"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -26,9 +28,22 @@ import (
 // else; deletions over everything delete nothing else; what would reach
 // every key (snapshots, membership) is refused; and compaction goes
 // through, as the apiserver's watch cache needs (an old revision is then
-// gone).
+// gone). It runs twice: with KV and Watch through etcd's socket, and in
+// process as a node runs it, where they must not reach etcd's gRPC
+// server at all.
 func TestEtcdProxyConfinesToPrefix(t *testing.T) {
-	raw := etcdtest.StartEtcd(t)
+	t.Run("through etcd's socket", func(t *testing.T) { testEtcdProxyConfines(t, false) })
+	t.Run("in process", func(t *testing.T) { testEtcdProxyConfines(t, true) })
+}
+
+func testEtcdProxyConfines(t *testing.T, inProcess bool) {
+	srv := etcdtest.NewServer(t)
+	srv.Start(t)
+	raw := etcdtest.NewClient(t, srv.Endpoint())
+	var server *etcdserver.EtcdServer
+	if inProcess {
+		server = srv.EtcdServer()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	// Cairn's keys, around and next to the prefix.
@@ -39,7 +54,7 @@ func TestEtcdProxyConfinesToPrefix(t *testing.T) {
 		}
 	}
 	sock := filepath.Join(t.TempDir(), "etcd.sock")
-	supervisortest.Harness(t, NewEtcdProxy(raw, "kubernetes/", sock).Run)
+	supervisortest.Harness(t, NewEtcdProxy(raw, server, "kubernetes/", sock).Run)
 	var cl *clientv3.Client
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -57,6 +72,33 @@ func TestEtcdProxyConfinesToPrefix(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	defer cl.Close()
+
+	// In process, the proxy's reads, writes and watches do not cross
+	// etcd's gRPC server; through its socket, each does.
+	before := etcdCallsStarted(t)
+	wctx0, wcancel0 := context.WithCancel(ctx)
+	cl.Watch(wctx0, "/registry/", clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+	for range 5 {
+		if _, err := cl.Get(ctx, "/registry/none"); err != nil {
+			t.Fatalf("Get: %v", err)
+		}
+	}
+	if _, err := cl.Put(ctx, "/registry/counted", "x"); err != nil {
+		t.Fatalf("Put: %v", err)
+	}
+	if _, err := cl.Delete(ctx, "/registry/counted"); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	wcancel0()
+	after := etcdCallsStarted(t)
+	for _, svc := range []string{"etcdserverpb.KV", "etcdserverpb.Watch"} {
+		switch n := after[svc] - before[svc]; {
+		case inProcess && n != 0:
+			t.Errorf("in process, %v calls of %s reached etcd's gRPC server, want none", n, svc)
+		case !inProcess && n == 0:
+			t.Errorf("through the socket, no call of %s reached etcd's gRPC server", svc)
+		}
+	}
 
 	// Writes land under the prefix, reads come back without it.
 	lease, err := cl.Grant(ctx, 60)
@@ -188,4 +230,28 @@ func TestEtcdProxyConfinesToPrefix(t *testing.T) {
 	if _, err := cl.MemberAdd(ctx, []string{"http://127.0.0.1:1"}); status.Code(err) != codes.PermissionDenied {
 		t.Errorf("MemberAdd = %v, want PermissionDenied", err)
 	}
+}
+
+// etcdCallsStarted returns the calls etcd's gRPC servers in this process
+// have started so far, by service.
+func etcdCallsStarted(t *testing.T) map[string]float64 {
+	t.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatalf("when reading etcd's metrics: %v", err)
+	}
+	calls := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "grpc_server_started_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "grpc_service" {
+					calls[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return calls
 }

@@ -39,14 +39,15 @@ func (w *workerKubeController) inputs(s nodeState) kubernetesInputs {
 
 func (w *workerKubeController) start(ctx context.Context, _ *identity.Node, cc *curatorConn, in kubernetesInputs) error {
 	c := kubernetes.NewController(kubernetes.ControllerConfig{
-		Layout:    w.layout,
-		IP:        in.ip,
-		Curator:   cc.client(),
-		Etcd:      in.etcd.RawClient(),
-		HoldEtcd:  in.etcd.Hold,
-		Ports:     w.ports,
-		Nodes:     w.kubeNodes,
-		Readiness: w.readiness,
+		Layout:     w.layout,
+		IP:         in.ip,
+		Curator:    cc.client(),
+		Etcd:       in.etcd.RawClient(),
+		EtcdServer: in.etcd.Server(),
+		HoldEtcd:   in.etcd.Hold,
+		Ports:      w.ports,
+		Nodes:      w.kubeNodes,
+		Readiness:  w.readiness,
 	})
 	return supervisor.Run(ctx, "controller", c.Run)
 }

@@ -19,6 +19,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/etcdserver"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
@@ -64,6 +65,15 @@ func (s *Server) Endpoint() string {
 
 func (s *Server) socket() url.URL {
 	return url.URL{Scheme: "unix", Path: filepath.Join(s.dir, "c.sock")}
+}
+
+// EtcdServer is the running server itself, for in-process clients; nil
+// while it is stopped.
+func (s *Server) EtcdServer() *etcdserver.EtcdServer {
+	if s.e == nil {
+		return nil
+	}
+	return s.e.Server
 }
 
 // Start starts the server and waits until it serves, failing the test if
