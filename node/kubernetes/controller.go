@@ -323,7 +323,7 @@ func AdmissionConfiguration() any {
 }
 
 // runControllerManager runs kube-controller-manager against the local
-// apiserver. It allocates each node's pod range.
+// apiserver. Cairn gives the pod ranges itself (runPodRanges).
 func (c *Controller) runControllerManager(ctx context.Context) error {
 	dir := c.dir("controller-manager")
 	sa, err := c.serviceAccountKey(ctx, dir)
@@ -337,9 +337,7 @@ func (c *Controller) runControllerManager(ctx context.Context) error {
 				"--service-account-private-key-file=" + sa,
 				"--root-ca-file=" + cred.CA,
 				"--use-service-account-credentials=true",
-				"--allocate-node-cidrs=true",
-				"--cluster-cidr=" + PodRange,
-				"--node-cidr-mask-size=" + strconv.Itoa(podMaskSize),
+				"--allocate-node-cidrs=false",
 				"--service-cluster-ip-range=" + ServiceRange,
 				"--configure-cloud-routes=false",
 				// Stopped, it gives up its lease, as the scheduler

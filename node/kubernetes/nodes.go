@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -35,10 +36,13 @@ const (
 // the cluster: role labels follow the roles, and the Node of a Cairn node
 // that does not hold KubernetesWorker any more (or left the cluster) is
 // cordoned, its pods evicted and the Node deleted, so that they run
-// elsewhere. Node objects whose name is not a Cairn node ID are left
-// alone.
-func reconcileNodes(ctx context.Context, cl *apiClient, nodes []ClusterNode, logf func(string, ...any)) error {
+// elsewhere; its pod range is freed in ranges (when not nil) once the Node
+// is gone. Node objects whose name is not a Cairn node ID are left alone.
+func reconcileNodes(ctx context.Context, cl *apiClient, nodes []ClusterNode, ranges *rangeBook, logf func(string, ...any)) error {
 	var list struct {
+		Metadata struct {
+			ResourceVersion string `json:"resourceVersion"`
+		} `json:"metadata"`
 		Items []struct {
 			Metadata struct {
 				Name   string            `json:"name"`
@@ -50,8 +54,10 @@ func reconcileNodes(ctx context.Context, cl *apiClient, nodes []ClusterNode, log
 		return err
 	}
 	var errs []error
+	listed := map[string]bool{}
 	for _, item := range list.Items {
 		name := item.Metadata.Name
+		listed[name] = true
 		if !strings.HasPrefix(name, cairnNodePrefix) {
 			continue
 		}
@@ -82,6 +88,16 @@ func reconcileNodes(ctx context.Context, cl *apiClient, nodes []ClusterNode, log
 			continue
 		}
 		logf("Node %s labelled for its roles: %v", name, patch)
+	}
+	if ranges != nil {
+		// The list's resource version is the etcd revision it was
+		// read at: the apiserver keeps its objects in the same etcd.
+		rev, err := strconv.ParseInt(list.Metadata.ResourceVersion, 10, 64)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("when reading the Node list's resource version %q: %w", list.Metadata.ResourceVersion, err))
+		} else if err := ranges.releaseGone(ctx, rev, listed, nodes, logf); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -99,7 +99,7 @@ func TestReconcileNodes(t *testing.T) {
 		// cairn-d holds the role, but its kubelet has not registered.
 		{ID: "cairn-d", Worker: true},
 	}
-	if err := reconcileNodes(fixture.Context(t), cl, nodes, t.Logf); err != nil {
+	if err := reconcileNodes(fixture.Context(t), cl, nodes, nil, t.Logf); err != nil {
 		t.Fatalf("reconcileNodes: %v", err)
 	}
 	want := []string{
@@ -118,7 +118,7 @@ func TestReconcileNodes(t *testing.T) {
 	// A pod that a disruption budget holds keeps its Node until a later
 	// round.
 	f.calls, f.budget = nil, true
-	if err := reconcileNodes(fixture.Context(t), cl, []ClusterNode{{ID: "cairn-a", Controller: true, Worker: true}, {ID: "cairn-c", Worker: true}}, t.Logf); err != nil {
+	if err := reconcileNodes(fixture.Context(t), cl, []ClusterNode{{ID: "cairn-a", Controller: true, Worker: true}, {ID: "cairn-c", Worker: true}}, nil, t.Logf); err != nil {
 		t.Fatalf("reconcileNodes: %v", err)
 	}
 	for _, c := range f.calls {

@@ -19,8 +19,9 @@ import (
 const reconcileInterval = 5 * time.Minute
 
 // runReconciler keeps in the cluster the objects Cairn needs (who the owner
-// is and what Cairn's own components may do) and makes the Node objects
-// follow the Cairn nodes' roles (reconcileNodes).
+// is and what Cairn's own components may do), makes the Node objects
+// follow the Cairn nodes' roles (reconcileNodes) and gives each its pod
+// range (runPodRanges).
 func (c *Controller) runReconciler(ctx context.Context) error {
 	dir := c.dir("reconciler")
 	cl, cred, err := issueClient(ctx, c.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_RECONCILER, dir, c.apiserverURL())
@@ -41,6 +42,13 @@ func (c *Controller) runReconciler(ctx context.Context) error {
 	if err := supervisor.Run(rctx, "dns-endpoints", func(ctx context.Context) error { return runDNSEndpoints(ctx, cl) }); err != nil {
 		return fmt.Errorf("when starting the DNS endpoints: %w", err)
 	}
+	var ranges *rangeBook
+	if c.cfg.Etcd != nil {
+		ranges = newRangeBook(c.cfg.Etcd)
+		if err := supervisor.Run(rctx, "pod-ranges", func(ctx context.Context) error { return runPodRanges(ctx, cl, ranges) }); err != nil {
+			return fmt.Errorf("when starting the pod ranges: %w", err)
+		}
+	}
 	nodesC := make(chan []ClusterNode)
 	event.Pipe(rctx, c.cfg.Nodes, nodesC, event.NotNil[[]ClusterNode]())
 	var nodes []ClusterNode
@@ -57,7 +65,7 @@ func (c *Controller) runReconciler(ctx context.Context) error {
 			if err := cl.apply(rctx, slice.path, slice.body); err != nil {
 				return fmt.Errorf("when applying %s: %w", slice.path, err)
 			}
-			if err := reconcileNodes(rctx, cl, nodes, lg.Infof); err != nil {
+			if err := reconcileNodes(rctx, cl, nodes, ranges, lg.Infof); err != nil {
 				// The next round tries again; the objects above are
 				// in place already.
 				lg.Warningf("Reconciling the Node objects: %v", err)
