@@ -48,11 +48,13 @@ func dnsServiceObject() object {
 }
 
 // A kubeNode is what Cairn reads of a Node object: its pod range (the
-// pod network), its addresses and conditions (the DNS endpoints).
+// pod network), its addresses and conditions (the DNS endpoints), its
+// taints (liftNotReady).
 type kubeNode struct {
 	Metadata objectMeta `json:"metadata"`
 	Spec     struct {
-		PodCIDR string `json:"podCIDR"`
+		PodCIDR string      `json:"podCIDR"`
+		Taints  []nodeTaint `json:"taints"`
 	} `json:"spec"`
 	Status struct {
 		Addresses []struct {

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -220,16 +221,33 @@ func (s *rangesServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// TestRunPodRanges runs two controllers' pod range followers against one
-// cluster: each Cairn Node without a range gets the same one from both,
-// a Node with a range and a Node that is not Cairn's are not touched.
-func TestRunPodRanges(t *testing.T) {
+// TestRunNewNodes runs two controllers' followers of new Nodes against one
+// cluster: each Cairn Node without a range gets the same one from both, a
+// Node with a range and a Node that is not Cairn's get none, and a Ready
+// Node loses the not-ready taint, keeping its others, while a Node not
+// Ready keeps it.
+func TestRunNewNodes(t *testing.T) {
 	etcd := etcdtest.StartEtcd(t)
-	node := func(name, cidr string) map[string]any {
-		return map[string]any{"metadata": map[string]any{"name": name}, "spec": map[string]any{"podCIDR": cidr}}
+	node := func(name, cidr, ready string, taints ...string) map[string]any {
+		var ts []map[string]string
+		for _, t := range taints {
+			key, effect, _ := strings.Cut(t, ":")
+			ts = append(ts, map[string]string{"key": key, "effect": effect})
+		}
+		return map[string]any{
+			"metadata": map[string]any{"name": name, "resourceVersion": "7"},
+			"spec":     map[string]any{"podCIDR": cidr, "taints": ts},
+			"status":   map[string]any{"conditions": []map[string]string{{"type": "Ready", "status": ready}}},
+		}
 	}
+	const notReadyTaint = "node.kubernetes.io/not-ready:NoSchedule"
 	srv := &rangesServer{
-		nodes:   []map[string]any{node("cairn-a", ""), node("cairn-b", "10.192.0.0/24"), node("cairn-c", ""), node("laptop", "")},
+		nodes: []map[string]any{
+			node("cairn-a", "", "False", notReadyTaint),
+			node("cairn-b", "10.192.0.0/24", "True", notReadyTaint, "dedicated:NoExecute"),
+			node("cairn-c", "", "Unknown", notReadyTaint),
+			node("laptop", "", "True", notReadyTaint),
+		},
 		patches: map[string][]string{},
 	}
 	ts := httptest.NewServer(srv)
@@ -237,16 +255,18 @@ func TestRunPodRanges(t *testing.T) {
 	t.Cleanup(ts.Close)
 	for range 2 {
 		cl := &apiClient{server: ts.URL, http: ts.Client()}
-		supervisortest.Harness(t, func(ctx context.Context) error { return runPodRanges(ctx, cl, newRangeBook(etcd)) })
+		supervisortest.Harness(t, func(ctx context.Context) error { return runNewNodes(ctx, cl, newRangeBook(etcd)) })
 	}
 	want := map[string]string{
 		"/api/v1/nodes/cairn-a": `{"spec":{"podCIDR":"10.192.1.0/24","podCIDRs":["10.192.1.0/24"]}}`,
 		"/api/v1/nodes/cairn-c": `{"spec":{"podCIDR":"10.192.2.0/24","podCIDRs":["10.192.2.0/24"]}}`,
+		"/api/v1/nodes/cairn-b": `{"metadata":{"resourceVersion":"7"},"spec":{"taints":[{"key":"dedicated","effect":"NoExecute"}]}}`,
 	}
 	deadline := time.Now().Add(time.Minute)
 	for {
 		srv.mu.Lock()
-		done := len(srv.patches["/api/v1/nodes/cairn-a"]) == 2 && len(srv.patches["/api/v1/nodes/cairn-c"]) == 2
+		done := len(srv.patches["/api/v1/nodes/cairn-a"]) == 2 && len(srv.patches["/api/v1/nodes/cairn-c"]) == 2 &&
+			len(srv.patches["/api/v1/nodes/cairn-b"]) == 2
 		got := fmt.Sprint(srv.patches)
 		srv.mu.Unlock()
 		if done {
@@ -259,6 +279,9 @@ func TestRunPodRanges(t *testing.T) {
 	}
 	srv.mu.Lock()
 	defer srv.mu.Unlock()
+	if len(srv.patches) != len(want) {
+		t.Errorf("patched %d Nodes, want %d: %v", len(srv.patches), len(want), srv.patches)
+	}
 	for path, ps := range srv.patches {
 		for _, p := range ps {
 			if p != want[path] {
