@@ -323,7 +323,7 @@ func AdmissionConfiguration() any {
 }
 
 // runControllerManager runs kube-controller-manager against the local
-// apiserver. Cairn gives the pod ranges itself (runNewNodes).
+// apiserver. Cairn gives the pod ranges itself (runPodRanges).
 func (c *Controller) runControllerManager(ctx context.Context) error {
 	dir := c.dir("controller-manager")
 	sa, err := c.serviceAccountKey(ctx, dir)

@@ -48,13 +48,11 @@ func dnsServiceObject() object {
 }
 
 // A kubeNode is what Cairn reads of a Node object: its pod range (the
-// pod network), its addresses and conditions (the DNS endpoints), its
-// taints (liftNotReady).
+// pod network), its addresses and conditions (the DNS endpoints).
 type kubeNode struct {
 	Metadata objectMeta `json:"metadata"`
 	Spec     struct {
-		PodCIDR string      `json:"podCIDR"`
-		Taints  []nodeTaint `json:"taints"`
+		PodCIDR string `json:"podCIDR"`
 	} `json:"spec"`
 	Status struct {
 		Addresses []struct {

@@ -202,11 +202,9 @@ func (p *rangeBook) releaseGone(ctx context.Context, listed int64, kube map[stri
 	return errors.Join(errs...)
 }
 
-// runNewNodes gives each new Node what it needs before pods run on it, as
-// soon as the apiserver reports it: a Cairn Node without a pod range gets
-// one (the ranges Nodes have are recorded first), and a Ready Node loses
-// the not-ready taint it was registered with (liftNotReady).
-func runNewNodes(ctx context.Context, cl *apiClient, p *rangeBook) error {
+// runPodRanges gives every Cairn Node without a pod range one, as soon as
+// the apiserver reports it, and records the ranges Nodes have already.
+func runPodRanges(ctx context.Context, cl *apiClient, p *rangeBook) error {
 	lg := supervisor.Logger(ctx)
 	// known are the Nodes whose range is recorded, so that a Node's
 	// status updates cost no etcd read.
@@ -252,56 +250,6 @@ func runNewNodes(ctx context.Context, cl *apiClient, p *rangeBook) error {
 			}
 			lg.Infof("Node %s given pod range %s", name, r)
 		}
-		for _, k := range slices.Sorted(maps.Keys(nodes)) {
-			lifted, err := liftNotReady(ctx, cl, nodes[k])
-			if err != nil {
-				return err
-			}
-			if lifted {
-				lg.Infof("Node %s is Ready: its not-ready taint lifted", nodes[k].Metadata.Name)
-			}
-		}
 		return nil
 	}))
-}
-
-// A nodeTaint is one of a Node's taints, as the apiserver keeps it.
-type nodeTaint struct {
-	Key       string `json:"key"`
-	Value     string `json:"value,omitempty"`
-	Effect    string `json:"effect"`
-	TimeAdded string `json:"timeAdded,omitempty"`
-}
-
-// notReady is the taint the apiserver gives every Node it registers
-// (admission plugin TaintNodesByCondition), which keeps pods off it until
-// the controller-manager's node lifecycle controller sees it Ready.
-var notReady = nodeTaint{Key: "node.kubernetes.io/not-ready", Effect: "NoSchedule"}
-
-// liftNotReady takes the not-ready taint off a Cairn Node that is Ready,
-// as the node lifecycle controller does once it runs: under emulation it
-// runs a minute or more after the apiserver serves, and every new worker
-// stayed closed to pods until then. The patch holds only for the Node's
-// version n was read at; a Node changed since is left to the next change.
-func liftNotReady(ctx context.Context, cl *apiClient, n kubeNode) (bool, error) {
-	name := n.Metadata.Name
-	if !strings.HasPrefix(name, cairnNodePrefix) || !slices.Contains(n.Status.Conditions, nodeCondition{Type: "Ready", Status: "True"}) {
-		return false, nil
-	}
-	keep := slices.DeleteFunc(slices.Clone(n.Spec.Taints), func(t nodeTaint) bool { return t.Key == notReady.Key && t.Effect == notReady.Effect })
-	if len(keep) == len(n.Spec.Taints) {
-		return false, nil
-	}
-	body := map[string]any{
-		"metadata": map[string]any{"resourceVersion": n.Metadata.ResourceVersion},
-		"spec":     map[string]any{"taints": keep},
-	}
-	err := cl.do(ctx, http.MethodPatch, "/api/v1/nodes/"+name, "application/merge-patch+json", body, nil)
-	if answered(err, http.StatusConflict) || answered(err, http.StatusNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("when lifting the not-ready taint of Node %s: %w", name, err)
-	}
-	return true, nil
 }

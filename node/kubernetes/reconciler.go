@@ -20,8 +20,8 @@ const reconcileInterval = 5 * time.Minute
 
 // runReconciler keeps in the cluster the objects Cairn needs (who the owner
 // is and what Cairn's own components may do), makes the Node objects
-// follow the Cairn nodes' roles (reconcileNodes) and gives each new one its
-// pod range and, once Ready, its place for pods (runNewNodes).
+// follow the Cairn nodes' roles (reconcileNodes) and gives each its pod
+// range (runPodRanges).
 func (c *Controller) runReconciler(ctx context.Context) error {
 	dir := c.dir("reconciler")
 	cl, cred, err := issueClient(ctx, c.cfg.Curator, api.CertificateKind_CERTIFICATE_KIND_KUBERNETES_RECONCILER, dir, c.apiserverURL())
@@ -45,8 +45,8 @@ func (c *Controller) runReconciler(ctx context.Context) error {
 	var ranges *rangeBook
 	if c.cfg.Etcd != nil {
 		ranges = newRangeBook(c.cfg.Etcd)
-		if err := supervisor.Run(rctx, "new-nodes", func(ctx context.Context) error { return runNewNodes(ctx, cl, ranges) }); err != nil {
-			return fmt.Errorf("when starting the new Nodes' follower: %w", err)
+		if err := supervisor.Run(rctx, "pod-ranges", func(ctx context.Context) error { return runPodRanges(ctx, cl, ranges) }); err != nil {
+			return fmt.Errorf("when starting the pod ranges: %w", err)
 		}
 	}
 	nodesC := make(chan []ClusterNode)
