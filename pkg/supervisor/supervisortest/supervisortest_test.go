@@ -38,11 +38,13 @@ func idle(ctx context.Context) error {
 func TestHarness(t *testing.T) {
 	rec := &recordingTB{}
 	var returned sync.WaitGroup
-	t.Run("harness", func(t *testing.T) {
+	ok := t.Run("harness", func(t *testing.T) {
 		rec.TB = t
 		returned.Add(2)
+		childStarted := make(chan struct{})
 		child := func(ctx context.Context) error {
 			defer returned.Done()
+			close(childStarted)
 			return idle(ctx)
 		}
 		_, lt := Harness(rec, func(ctx context.Context) error {
@@ -66,7 +68,17 @@ func TestHarness(t *testing.T) {
 			}
 			return fmt.Errorf("no entry of root says hi")
 		})
+		// Stopped before the root starts its child, the child never
+		// runs and never returns: wait for it to run.
+		select {
+		case <-childStarted:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the child did not start within 20 s")
+		}
 	})
+	if !ok {
+		return
+	}
 	// Cleanup has run: Wait would block forever if a runnable had not
 	// returned.
 	returned.Wait()
