@@ -99,12 +99,9 @@ func (p *rangeBook) read(ctx context.Context) (rangeRecords, error) {
 
 // firstFree is the lowest range of the pool nobody holds.
 func (p *rangeBook) firstFree(held map[netip.Prefix]string) (netip.Prefix, bool) {
-	step := uint32(1) << (32 - p.bits)
-	base := p.pool.Addr().As4()
-	first := uint32(base[0])<<24 | uint32(base[1])<<16 | uint32(base[2])<<8 | uint32(base[3])
-	for i := uint32(0); i < uint32(1)<<(p.bits-p.pool.Bits()); i++ {
-		a := first + i*step
-		r := netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(a >> 24), byte(a >> 16), byte(a >> 8), byte(a)}), p.bits)
+	lo, hi := prefixBounds(p.pool)
+	for a := uint64(lo); a <= uint64(hi); a += 1 << (32 - p.bits) {
+		r := netip.PrefixFrom(addr4(uint32(a)), p.bits)
 		if _, ok := held[r]; !ok {
 			return r, true
 		}

@@ -271,3 +271,20 @@ func TestRunPodRanges(t *testing.T) {
 		t.Errorf("cairn-b's existing range not recorded: %v, %v", rs.byNode, err)
 	}
 }
+
+// TestPodRangesExhausted gives every range of a small pool, in order, and
+// then refuses the next node.
+func TestPodRangesExhausted(t *testing.T) {
+	etcd := etcdtest.StartEtcd(t)
+	ctx := fixture.Context(t)
+	b := &rangeBook{kv: etcd, pool: netip.MustParsePrefix("10.192.0.0/22"), bits: podMaskSize}
+	for i := range 4 {
+		want := netip.MustParsePrefix(fmt.Sprintf("10.192.%d.0/24", i))
+		if r, err := b.record(ctx, fmt.Sprintf("cairn-%d", i), netip.Prefix{}); err != nil || r != want {
+			t.Fatalf("node %d got %s, %v; want %s", i, r, err, want)
+		}
+	}
+	if r, err := b.record(ctx, "cairn-4", netip.Prefix{}); err == nil {
+		t.Errorf("a fifth node got %s from a pool of four ranges", r)
+	}
+}
