@@ -151,28 +151,20 @@ func (p *rangeBook) record(ctx context.Context, node string, have netip.Prefix) 
 	return netip.Prefix{}, fmt.Errorf("when recording a pod range for node %s: the ranges changed under each of %d attempts", node, recordAttempts)
 }
 
-// release frees node's range, unless its record was written at revision
-// before or later: a record older than a list of the Nodes that lacks the
-// node's Node was not given to a Node that list could have missed.
-func (p *rangeBook) release(ctx context.Context, node string, before int64) (netip.Prefix, bool, error) {
-	resp, err := p.kv.Get(ctx, podRangeNodeKey(node))
+// release frees node's range h, as read, unless its record was written at
+// revision before or later, or since it was read: a record older than a
+// list of the Nodes that lacks the node's Node was not given to a Node that
+// list could have missed.
+func (p *rangeBook) release(ctx context.Context, node string, h heldRange, before int64) (bool, error) {
+	if h.rev >= before {
+		return false, nil
+	}
+	tr, err := p.kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(podRangeNodeKey(node)), "=", h.rev)).
+		Then(clientv3.OpDelete(podRangeNodeKey(node)), clientv3.OpDelete(podRangeKey(h.r))).Commit()
 	if err != nil {
-		return netip.Prefix{}, false, fmt.Errorf("when reading the pod range of node %s: %w", node, err)
+		return false, fmt.Errorf("when freeing pod range %s of node %s: %w", h.r, node, err)
 	}
-	if len(resp.Kvs) == 0 || resp.Kvs[0].ModRevision >= before {
-		return netip.Prefix{}, false, nil
-	}
-	kv := resp.Kvs[0]
-	r, err := netip.ParsePrefix(string(kv.Value))
-	if err != nil {
-		return netip.Prefix{}, false, fmt.Errorf("the pod range recorded for node %s: %w", node, err)
-	}
-	tr, err := p.kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(podRangeNodeKey(node)), "=", kv.ModRevision)).
-		Then(clientv3.OpDelete(podRangeNodeKey(node)), clientv3.OpDelete(podRangeKey(r))).Commit()
-	if err != nil {
-		return netip.Prefix{}, false, fmt.Errorf("when freeing pod range %s of node %s: %w", r, node, err)
-	}
-	return r, tr.Succeeded, nil
+	return tr.Succeeded, nil
 }
 
 // releaseGone frees the ranges of the nodes that have no Node in a list
@@ -187,13 +179,14 @@ func (p *rangeBook) releaseGone(ctx context.Context, listed int64, kube map[stri
 		if kube[node] || slices.ContainsFunc(nodes, func(n ClusterNode) bool { return n.ID == node && n.Worker }) {
 			continue
 		}
-		r, freed, err := p.release(ctx, node, listed)
+		h := rs.byNode[node]
+		freed, err := p.release(ctx, node, h, listed)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		if freed {
-			logf("Pod range %s of node %s freed: its Node is gone", r, node)
+			logf("Pod range %s of node %s freed: its Node is gone", h.r, node)
 		}
 	}
 	return errors.Join(errs...)
