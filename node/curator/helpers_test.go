@@ -32,6 +32,10 @@ type testNode struct {
 	member  *consensustest.Member
 	ident   *identity.Node
 	addr    netip.AddrPort
+	// lis listens on addr from the node's making until its first curator
+	// takes it, so that no other server of the test (an etcd member's
+	// peer port, chosen as a free port too) takes the port in between.
+	lis net.Listener
 
 	stopCurator func()
 	curatorLog  *logtree.LogTree
@@ -41,7 +45,17 @@ func newTestNode(t testing.TB) *testNode {
 	t.Helper()
 	n := &testNode{key: identitytest.NewKey(t), joinKey: identitytest.NewKey(t)}
 	n.member = consensustest.NewMember(t, n.key)
-	n.addr = netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(fixture.FreePort(t)))
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("listening for the curator: %v", err)
+	}
+	n.lis = lis
+	n.addr = netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(lis.Addr().(*net.TCPAddr).Port))
+	t.Cleanup(func() {
+		if n.lis != nil {
+			n.lis.Close()
+		}
+	})
 	return n
 }
 
@@ -56,9 +70,14 @@ const testElectionTTL = 10 * time.Second
 func (n *testNode) startCurator(t testing.TB, opts ...Option) {
 	t.Helper()
 	st := n.member.WaitVoter(t)
-	lis, err := net.Listen("tcp", n.addr.String())
-	if err != nil {
-		t.Fatalf("listening on %s: %v", n.addr, err)
+	lis := n.lis
+	n.lis = nil
+	if lis == nil {
+		// A curator started again listens on the address anew.
+		var err error
+		if lis, err = net.Listen("tcp", n.addr.String()); err != nil {
+			t.Fatalf("listening on %s: %v", n.addr, err)
+		}
 	}
 	opts = append([]Option{WithElectionTTL(testElectionTTL)}, opts...)
 	svc := New(Config{Node: n.ident, Consensus: st, Advertise: n.addr, Listener: lis}, opts...)
