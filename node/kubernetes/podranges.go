@@ -199,21 +199,30 @@ func runPodRanges(ctx context.Context, cl *apiClient, p *rangeBook) error {
 	// known are the Nodes whose range is recorded, so that a Node's
 	// status updates cost no etcd read.
 	known := map[string]netip.Prefix{}
+	// given are the Nodes this follower gave a range that it has not yet
+	// seen them have, by name, each the UID of the Node it gave it to.
+	// An event sent before the patch's own (the kubelet's status update)
+	// still shows that Node without a range; a Node made again under the
+	// same name has another UID.
+	given := map[string]string{}
 	return follow(ctx, cl, "/api/v1/nodes", healthyAfter(ctx, func(nodes map[string]kubeNode) error {
-		next := map[string]netip.Prefix{}
-		defer func() { known = next }()
+		next, nextGiven := map[string]netip.Prefix{}, map[string]string{}
+		defer func() { known, given = next, nextGiven }()
 		// The ranges Nodes have are recorded before any is given, so
 		// that none is given twice.
-		var without []string
+		var without []kubeNode
 		for _, k := range slices.Sorted(maps.Keys(nodes)) {
 			name := nodes[k].Metadata.Name
 			if !strings.HasPrefix(name, cairnNodePrefix) {
 				continue
 			}
 			have, _ := netip.ParsePrefix(nodes[k].Spec.PodCIDR)
+			uid := nodes[k].Metadata.UID
 			switch {
+			case !have.IsValid() && uid != "" && given[name] == uid:
+				nextGiven[name] = uid
 			case !have.IsValid():
-				without = append(without, name)
+				without = append(without, nodes[k])
 			case known[name] == have:
 				next[name] = have
 			default:
@@ -225,7 +234,8 @@ func runPodRanges(ctx context.Context, cl *apiClient, p *rangeBook) error {
 				next[name] = have
 			}
 		}
-		for _, name := range without {
+		for _, n := range without {
+			name := n.Metadata.Name
 			r, err := p.record(ctx, name, netip.Prefix{})
 			if err != nil {
 				return err
@@ -239,6 +249,7 @@ func runPodRanges(ctx context.Context, cl *apiClient, p *rangeBook) error {
 				return fmt.Errorf("when giving Node %s pod range %s: %w", name, r, err)
 			}
 			lg.Infof("Node %s given pod range %s", name, r)
+			nextGiven[name] = n.Metadata.UID
 		}
 		return nil
 	}))

@@ -197,6 +197,9 @@ type rangesServer struct {
 	mu      sync.Mutex
 	nodes   []map[string]any
 	patches map[string][]string
+	// events, when not nil, are the watch's events, each sent as it
+	// comes.
+	events chan map[string]any
 }
 
 func (s *rangesServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -204,7 +207,16 @@ func (s *rangesServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.Method == http.MethodGet && r.URL.Query().Get("watch") == "true":
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusOK)
-		<-r.Context().Done()
+		w.(http.Flusher).Flush()
+		for {
+			select {
+			case ev := <-s.events:
+				_ = json.NewEncoder(w).Encode(ev)
+				w.(http.Flusher).Flush()
+			case <-r.Context().Done():
+				return
+			}
+		}
 	case r.Method == http.MethodGet:
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -269,6 +281,66 @@ func TestRunPodRanges(t *testing.T) {
 	b := newRangeBook(etcd)
 	if rs, err := b.read(fixture.Context(t)); err != nil || rs.byNode["cairn-b"].r != netip.MustParsePrefix("10.192.0.0/24") {
 		t.Errorf("cairn-b's existing range not recorded: %v, %v", rs.byNode, err)
+	}
+}
+
+// TestRunPodRangesStaleEvent gives a Node its range once, though an event
+// sent before the patch's own shows it without one, and again to a Node
+// made anew under the same name.
+func TestRunPodRangesStaleEvent(t *testing.T) {
+	etcd := etcdtest.StartEtcd(t)
+	node := func(name, uid string) map[string]any {
+		return map[string]any{"metadata": map[string]any{"name": name, "uid": uid}, "spec": map[string]any{}}
+	}
+	srv := &rangesServer{
+		nodes:   []map[string]any{node("cairn-a", "a1")},
+		patches: map[string][]string{},
+		events:  make(chan map[string]any),
+	}
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	cl := &apiClient{server: ts.URL, http: ts.Client()}
+	supervisortest.Harness(t, func(ctx context.Context) error { return runPodRanges(ctx, cl, newRangeBook(etcd)) })
+	patched := func(path string, n int) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for {
+			srv.mu.Lock()
+			got := len(srv.patches[path])
+			srv.mu.Unlock()
+			if got >= n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s patched %d times after a minute, want %d", path, got, n)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	send := func(typ string, obj map[string]any) {
+		t.Helper()
+		select {
+		case srv.events <- map[string]any{"type": typ, "object": obj}:
+		case <-time.After(time.Minute):
+			t.Fatalf("the follower did not watch for a minute")
+		}
+	}
+	patched("/api/v1/nodes/cairn-a", 1)
+	// The kubelet's status update, sent before the patch's own event.
+	send("MODIFIED", node("cairn-a", "a1"))
+	// The Node deleted and registered again.
+	send("DELETED", node("cairn-a", "a1"))
+	send("ADDED", node("cairn-a", "a2"))
+	patched("/api/v1/nodes/cairn-a", 2)
+	// Events are applied in order: once cairn-z has its range, every
+	// event before it was seen.
+	send("ADDED", node("cairn-z", "z1"))
+	patched("/api/v1/nodes/cairn-z", 1)
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	want := `{"spec":{"podCIDR":"10.192.0.0/24","podCIDRs":["10.192.0.0/24"]}}`
+	if got := srv.patches["/api/v1/nodes/cairn-a"]; len(got) != 2 || got[0] != want || got[1] != want {
+		t.Errorf("cairn-a's patches %q, want %s twice: once for each Node of that name", got, want)
 	}
 }
 

@@ -20,6 +20,7 @@ const watchTimeout = 5 * time.Minute
 type objectMeta struct {
 	Name            string            `json:"name"`
 	Namespace       string            `json:"namespace"`
+	UID             string            `json:"uid"`
 	ResourceVersion string            `json:"resourceVersion"`
 	Labels          map[string]string `json:"labels"`
 }
