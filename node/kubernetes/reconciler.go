@@ -13,9 +13,10 @@ import (
 )
 
 // reconcileInterval is how often the reconciler applies its objects again,
-// undoing what others changed of them. Each round is a dozen server-side
-// applies, work for a busy controller's apiserver even when nothing
-// changed; a change of the nodes' roles starts a round at once.
+// undoing what others changed of them. Each round is a score of
+// server-side applies, work for a busy controller's apiserver even when
+// nothing changed; a change of the nodes' roles reconciles the Node
+// objects at once (reconcileRounds).
 const reconcileInterval = 5 * time.Minute
 
 // runReconciler keeps in the cluster the objects Cairn needs (who the owner
@@ -51,36 +52,61 @@ func (c *Controller) runReconciler(ctx context.Context) error {
 	}
 	nodesC := make(chan []ClusterNode)
 	event.Pipe(rctx, c.cfg.Nodes, nodesC, event.NotNil[[]ClusterNode]())
+	err = reconcileRounds(rctx, cl, objects, nodesC, ranges, reconcileInterval, func() {
+		lg.Infof("Applied %d cluster objects", len(objects))
+		supervisor.Signal(ctx, supervisor.SignalHealthy)
+	})
+	if rctx.Err() != nil {
+		return stopped(ctx)
+	}
+	return err
+}
+
+// reconcileRounds applies objects at once and every interval after, and
+// at each list of nodes from nodesC what follows the nodes: the resource
+// metrics API's endpoints and the Node objects (reconcileNodes). The
+// objects do not follow the nodes, so a new list does not apply them
+// again: at a controller's start, when the list changes as each worker
+// gets its role and the controller-manager builds its controllers, each
+// round of all of them was seconds of an emulated apiserver's time.
+// healthy is called once, after the first round. reconcileRounds returns
+// the first error that stops a round, or nil once ctx is done.
+func reconcileRounds(ctx context.Context, cl *apiClient, objects []object, nodesC <-chan []ClusterNode, ranges *rangeBook, interval time.Duration, healthy func()) error {
+	lg := supervisor.Logger(ctx)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
 	var nodes []ClusterNode
-	healthy := false
+	objectsDue := true
 	for {
-		for _, o := range objects {
-			if err := cl.apply(rctx, o.path, o.body); err != nil {
-				return fmt.Errorf("when applying %s: %w", o.path, err)
+		if objectsDue {
+			for _, o := range objects {
+				if err := cl.apply(ctx, o.path, o.body); err != nil {
+					return fmt.Errorf("when applying %s: %w", o.path, err)
+				}
 			}
+			objectsDue = false
 		}
 		if nodes != nil {
-			// The resource metrics API's endpoints: the controllers.
 			slice := metricsEndpointSlice(nodes)
-			if err := cl.apply(rctx, slice.path, slice.body); err != nil {
+			if err := cl.apply(ctx, slice.path, slice.body); err != nil {
 				return fmt.Errorf("when applying %s: %w", slice.path, err)
 			}
-			if err := reconcileNodes(rctx, cl, nodes, ranges, lg.Infof); err != nil {
-				// The next round tries again; the objects above are
-				// in place already.
+			if err := reconcileNodes(ctx, cl, nodes, ranges, lg.Infof); err != nil {
+				// The next round tries again; the objects are in
+				// place already.
 				lg.Warningf("Reconciling the Node objects: %v", err)
 			}
 		}
-		if !healthy {
-			lg.Infof("Applied %d cluster objects", len(objects))
-			supervisor.Signal(ctx, supervisor.SignalHealthy)
-			healthy = true
+		if healthy != nil {
+			healthy()
+			healthy = nil
 		}
 		select {
-		case <-rctx.Done():
-			return stopped(ctx)
+		case <-ctx.Done():
+			return nil
 		case nodes = <-nodesC:
-		case <-time.After(reconcileInterval):
+		case <-tick.C:
+			objectsDue = true
 		}
 	}
 }

@@ -1,0 +1,78 @@
+package kubernetes
+
+import (
+	"context"
+	"net/http/httptest"
+	"net/netip"
+	"testing"
+	"time"
+
+	"cairn.dev/cairn/pkg/supervisor/supervisortest"
+)
+
+// reconcileServer runs reconcileRounds against a fake apiserver with no
+// Nodes, and returns the server's record and the channel of node lists.
+// healthy is closed after the first round.
+func reconcileServer(t *testing.T, objects []object, interval time.Duration) (*rangesServer, chan<- []ClusterNode, <-chan struct{}) {
+	t.Helper()
+	srv := &rangesServer{patches: map[string][]string{}}
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	cl := &apiClient{server: ts.URL, http: ts.Client()}
+	nodesC := make(chan []ClusterNode)
+	healthy := make(chan struct{})
+	supervisortest.Harness(t, func(ctx context.Context) error {
+		return reconcileRounds(ctx, cl, objects, nodesC, nil, interval, func() { close(healthy) })
+	})
+	return srv, nodesC, healthy
+}
+
+func (s *rangesServer) patchCount(path string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.patches[path])
+}
+
+var testObjects = []object{
+	{path: "/apis/example.cairn.dev/v1/ones/one", body: map[string]any{"kind": "One"}},
+	{path: "/apis/example.cairn.dev/v1/twos/two", body: map[string]any{"kind": "Two"}},
+}
+
+// TestReconcileRoundsNodesDoNotReapply gives the reconciler new node
+// lists: each applies the resource metrics API's endpoints again, and
+// none applies the cluster objects, which the first round applied once.
+func TestReconcileRoundsNodesDoNotReapply(t *testing.T) {
+	srv, nodesC, healthy := reconcileServer(t, testObjects, time.Hour)
+	<-healthy
+	controller := ClusterNode{ID: "cairn-a", Controller: true, Addr: netip.MustParseAddr("10.42.0.10")}
+	slice := metricsEndpointSlice([]ClusterNode{controller}).path
+	for i := range 3 {
+		nodesC <- []ClusterNode{controller, {ID: "cairn-b", Worker: i > 0}}
+	}
+	// A fourth list is taken once the third's round is over.
+	nodesC <- []ClusterNode{controller}
+	if got := srv.patchCount(slice); got < 3 {
+		t.Errorf("the metrics endpoints were applied %d times for 3 node lists, want at least 3", got)
+	}
+	for _, o := range testObjects {
+		if got := srv.patchCount(o.path); got != 1 {
+			t.Errorf("%s applied %d times, want once: node lists do not apply the cluster objects", o.path, got)
+		}
+	}
+}
+
+// TestReconcileRoundsByClock leaves the reconciler without node lists:
+// the cluster objects are applied again each interval.
+func TestReconcileRoundsByClock(t *testing.T) {
+	srv, _, healthy := reconcileServer(t, testObjects, 20*time.Millisecond)
+	<-healthy
+	deadline := time.Now().Add(time.Minute)
+	for _, o := range testObjects {
+		for srv.patchCount(o.path) < 3 {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s applied %d times in a minute, with an interval of 20 ms", o.path, srv.patchCount(o.path))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+}
