@@ -145,6 +145,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		name string
 		run  supervisor.Runnable
 	}{
+		{"prefetch", func(ctx context.Context) error { return prefetch(ctx, c.cfg.Layout.bin("hyperkube")) }},
 		{"apiserver", c.runAPIServer},
 		{"controller-manager", c.runControllerManager},
 		{"scheduler", c.runScheduler},
