@@ -109,8 +109,8 @@ func TestAgainstNodeManagement(t *testing.T) {
 	if res.MemoryTotalBytes == 0 || !self {
 		t.Errorf("node resources = %d bytes of memory, %d processes without pid %d; want memory and the test's process", res.MemoryTotalBytes, len(res.Processes), os.Getpid())
 	}
-	if out := mustRun(t, dir, nodeEP, "node", "resources", id); !strings.Contains(out, "Memory: ") || !strings.Contains(out, "Processes: ") || !strings.Contains(out, "RESIDENT") || !strings.Contains(out, " PSS ") || !strings.Contains(out, " ANON ") || !strings.Contains(out, " FILE ") {
-		t.Errorf("node resources printed %q, want the memory lines and the process table", out)
+	if out := mustRun(t, dir, nodeEP, "node", "resources", id); !strings.Contains(out, "Memory: ") || !strings.Contains(out, "Processes: ") || !strings.Contains(out, "RESIDENT") || !strings.Contains(out, " PSS ") || !strings.Contains(out, " ANON ") || !strings.Contains(out, " FILE ") || !strings.Contains(out, "busy since boot") {
+		t.Errorf("node resources printed %q, want the memory and CPU lines and the process table", out)
 	}
 
 	// Over a second, the node (this test's process, burning CPU) shows
@@ -132,6 +132,11 @@ func TestAgainstNodeManagement(t *testing.T) {
 	sorted := slices.IsSortedFunc(over.Processes, func(a, b processView) int { return cmp.Compare(b.CPUOverMillis, a.CPUOverMillis) })
 	if over.OverMillis < 1000 || i < 0 || over.Processes[i].CPUOverMillis < 200 || !sorted {
 		t.Errorf("node resources --over 1s: %d ms apart, processes %+v; want at least 1 s, the test's busy process with its CPU, busiest first", over.OverMillis, over.Processes[:min(5, len(over.Processes))])
+	}
+	// The node's busy time counts this process's, and all else busy on
+	// the machine (a tick's rounding apart).
+	if i >= 0 && (over.CPUAllOverMillis == 0 || over.CPUBusyOverMillis+20 < over.Processes[i].CPUOverMillis) {
+		t.Errorf("node resources --over 1s: the node busy %d ms of %d, the test's process %d ms; want the node's busy time to count the process's", over.CPUBusyOverMillis, over.CPUAllOverMillis, over.Processes[i].CPUOverMillis)
 	}
 
 	if out := mustRun(t, dir, nodeEP, "node", "metrics", id); !strings.Contains(out, "# TYPE cairn_node_memory_total_bytes gauge") || !strings.Contains(out, "go_goroutines ") {

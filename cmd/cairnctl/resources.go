@@ -18,8 +18,21 @@ type resourcesView struct {
 	MemoryAvailableBytes uint64 `json:"memory_available_bytes"`
 	// OverMillis is the time between the two readings of --over, whose
 	// memory figures are the second's; 0 without it.
-	OverMillis uint64        `json:"over_millis,omitempty"`
-	Processes  []processView `json:"processes"`
+	OverMillis uint64 `json:"over_millis,omitempty"`
+	// The node's CPU time since it booted, its CPUs together (zero from a
+	// node that does not report it): busy running anything, the kernel's
+	// threads and interrupts among it, which no process lists; idle;
+	// stolen by a hypervisor.
+	CPUs            uint32 `json:"cpus,omitempty"`
+	CPUBusyMillis   uint64 `json:"cpu_busy_millis,omitempty"`
+	CPUIdleMillis   uint64 `json:"cpu_idle_millis,omitempty"`
+	CPUStolenMillis uint64 `json:"cpu_stolen_millis,omitempty"`
+	// CPUBusyOverMillis is the node's busy CPU time between the two
+	// readings of --over, and CPUAllOverMillis all of its CPUs' time
+	// then, busy, idle and stolen: its CPUs times the time between.
+	CPUBusyOverMillis uint64        `json:"cpu_busy_over_millis,omitempty"`
+	CPUAllOverMillis  uint64        `json:"cpu_all_over_millis,omitempty"`
+	Processes         []processView `json:"processes"`
 }
 
 // processView is one process of a node.
@@ -53,7 +66,8 @@ func newNodeResourcesCommand(a *app) *cobra.Command {
 			"part, one share for each process that maps it: the processes' PSS add\n" +
 			"up to the memory they take together, their RESIDENT do not.\n\n" +
 			"With --over, it reads the node twice, that long apart, and shows the CPU\n" +
-			"each process used in between, busiest first, as a share of one CPU.",
+			"each process used in between, busiest first, as a share of one CPU, and\n" +
+			"the node's busy CPU time in all, its kernel's threads and interrupts too.",
 		Args: exactArgs("ID"),
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
 			if over < 0 || (over > 0 && over < time.Second) {
@@ -103,6 +117,10 @@ func newResourcesView(res *api.GetResourcesResponse) resourcesView {
 	v := resourcesView{
 		MemoryTotalBytes:     res.GetMemoryTotalBytes(),
 		MemoryAvailableBytes: res.GetMemoryAvailableBytes(),
+		CPUs:                 res.GetCpus(),
+		CPUBusyMillis:        res.GetCpuBusyMillis(),
+		CPUIdleMillis:        res.GetCpuIdleMillis(),
+		CPUStolenMillis:      res.GetCpuStolenMillis(),
 		Processes:            []processView{},
 	}
 	for _, p := range res.GetProcesses() {
@@ -126,6 +144,12 @@ func (v *resourcesView) cpuOver(first *api.GetResourcesResponse, elapsed time.Du
 		before[p.GetPid()] = p
 	}
 	v.OverMillis = uint64(elapsed.Milliseconds())
+	all := v.CPUBusyMillis + v.CPUIdleMillis + v.CPUStolenMillis
+	allBefore := first.GetCpuBusyMillis() + first.GetCpuIdleMillis() + first.GetCpuStolenMillis()
+	if first.GetCpus() > 0 && v.CPUBusyMillis >= first.GetCpuBusyMillis() && all > allBefore {
+		v.CPUBusyOverMillis = v.CPUBusyMillis - first.GetCpuBusyMillis()
+		v.CPUAllOverMillis = all - allBefore
+	}
 	for i := range v.Processes {
 		p := &v.Processes[i]
 		p.CPUOverMillis = p.CPUTimeMillis
@@ -151,8 +175,17 @@ func (a *app) printResources(v resourcesView, all bool) error {
 	fmt.Fprintf(a.out, "Memory: %s total, %s available\n", mib(v.MemoryTotalBytes), mib(v.MemoryAvailableBytes))
 	fmt.Fprintf(a.out, "Processes: %s together (PSS), %s anonymous; %s resident, counting shared pages for each\n",
 		mib(sum.ProportionalBytes), mib(sum.AnonymousBytes), mib(sum.ResidentBytes))
-	if v.OverMillis > 0 {
-		fmt.Fprintf(a.out, "CPU: %s used over %s, %s of one CPU\n", millis(sum.CPUOverMillis), millis(v.OverMillis), share(sum.CPUOverMillis, v.OverMillis))
+	switch {
+	case v.OverMillis > 0:
+		fmt.Fprintf(a.out, "CPU: the processes used %s over %s, %s of one CPU\n", millis(sum.CPUOverMillis), millis(v.OverMillis), share(sum.CPUOverMillis, v.OverMillis))
+		if v.CPUAllOverMillis > 0 {
+			// By the node's own clock: its CPUs' time over their number.
+			fmt.Fprintf(a.out, "CPU: the node was busy %s, %s of one CPU (it has %s), its kernel's threads and interrupts included\n",
+				millis(v.CPUBusyOverMillis), share(v.CPUBusyOverMillis, v.CPUAllOverMillis/uint64(v.CPUs)), cpuCount(v.CPUs))
+		}
+	case v.CPUs > 0:
+		all := v.CPUBusyMillis + v.CPUIdleMillis + v.CPUStolenMillis
+		fmt.Fprintf(a.out, "CPU: %s, %s busy since boot\n", cpuCount(v.CPUs), share(v.CPUBusyMillis, all))
 	}
 	fmt.Fprintln(a.out)
 	shown := v.Processes
@@ -179,6 +212,14 @@ func (a *app) printResources(v resourcesView, all bool) error {
 		fmt.Fprintf(a.out, "(%d more processes; --all lists them)\n", len(v.Processes)-len(shown))
 	}
 	return nil
+}
+
+// cpuCount is n CPUs in words.
+func cpuCount(n uint32) string {
+	if n == 1 {
+		return "1 CPU"
+	}
+	return fmt.Sprintf("%d CPUs", n)
 }
 
 // millis is a count of milliseconds as a duration.

@@ -15,10 +15,10 @@ func TestCPUOver(t *testing.T) {
 	proc := func(pid int32, name string, cpu uint64) *api.GetResourcesResponse_Process {
 		return &api.GetResourcesResponse_Process{Pid: pid, Name: name, CpuTimeMillis: cpu}
 	}
-	first := &api.GetResourcesResponse{Processes: []*api.GetResourcesResponse_Process{
+	first := &api.GetResourcesResponse{Cpus: 2, CpuBusyMillis: 1000, CpuIdleMillis: 50000, CpuStolenMillis: 10, Processes: []*api.GetResourcesResponse_Process{
 		proc(1, "init", 1000), proc(2, "kubelet", 5000), proc(3, "old", 9000), proc(9, "gone", 100),
 	}}
-	v := newResourcesView(&api.GetResourcesResponse{Processes: []*api.GetResourcesResponse_Process{
+	v := newResourcesView(&api.GetResourcesResponse{Cpus: 2, CpuBusyMillis: 4000, CpuIdleMillis: 67000, CpuStolenMillis: 10, Processes: []*api.GetResourcesResponse_Process{
 		proc(1, "init", 1010), proc(2, "kubelet", 6500), proc(3, "new", 300), proc(4, "shim", 50),
 	}})
 	v.cpuOver(first, 10*time.Second)
@@ -36,6 +36,10 @@ func TestCPUOver(t *testing.T) {
 		if p := v.Processes[i]; p.Name != w.name || p.CPUOverMillis != w.over {
 			t.Errorf("process %d = %s with %d ms, want %s with %d ms", i, p.Name, p.CPUOverMillis, w.name, w.over)
 		}
+	}
+	// The node: 3 s busy of its two CPUs' 20 s.
+	if v.CPUBusyOverMillis != 3000 || v.CPUAllOverMillis != 20000 {
+		t.Errorf("node busy %d ms of %d ms, want 3000 of 20000", v.CPUBusyOverMillis, v.CPUAllOverMillis)
 	}
 	if got := share(1500, 10000); got != "15.0%" {
 		t.Errorf("share(1500, 10000) = %q, want 15.0%%", got)

@@ -94,6 +94,7 @@ func Text(g prometheus.Gatherer) ([]byte, error) {
 var (
 	memoryTotal = prometheus.NewDesc("cairn_node_memory_total_bytes", "The node's memory.", nil, nil)
 	memoryAvail = prometheus.NewDesc("cairn_node_memory_available_bytes", "The node's memory available to new work (MemAvailable).", nil, nil)
+	nodeCPU     = prometheus.NewDesc("cairn_node_cpu_seconds_total", "The node's CPU time, its CPUs together, by mode: busy (processes, the kernel's threads, interrupts), idle (waiting for I/O among it), stolen (by a hypervisor).", []string{"mode"}, nil)
 	procRSS     = prometheus.NewDesc("cairn_process_resident_bytes", "Resident memory of each process of the node.", []string{"pid", "name"}, nil)
 	procCPU     = prometheus.NewDesc("cairn_process_cpu_seconds_total", "User and system CPU time of each process of the node.", []string{"pid", "name"}, nil)
 )
@@ -104,7 +105,7 @@ type nodeCollector struct {
 }
 
 func (c nodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{memoryTotal, memoryAvail, procRSS, procCPU} {
+	for _, d := range []*prometheus.Desc{memoryTotal, memoryAvail, nodeCPU, procRSS, procCPU} {
 		ch <- d
 	}
 }
@@ -117,6 +118,13 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(memoryTotal, prometheus.GaugeValue, float64(mem.TotalBytes))
 	ch <- prometheus.MustNewConstMetric(memoryAvail, prometheus.GaugeValue, float64(mem.AvailableBytes))
+	if cpu, err := procstat.ReadCPU(c.proc); err != nil {
+		ch <- prometheus.NewInvalidMetric(nodeCPU, err)
+	} else {
+		ch <- prometheus.MustNewConstMetric(nodeCPU, prometheus.CounterValue, cpu.Busy.Seconds(), "busy")
+		ch <- prometheus.MustNewConstMetric(nodeCPU, prometheus.CounterValue, cpu.Idle.Seconds(), "idle")
+		ch <- prometheus.MustNewConstMetric(nodeCPU, prometheus.CounterValue, cpu.Stolen.Seconds(), "stolen")
+	}
 	for _, p := range procs {
 		pid := strconv.Itoa(p.PID)
 		ch <- prometheus.MustNewConstMetric(procRSS, prometheus.GaugeValue, float64(p.ResidentBytes), pid, p.Name)

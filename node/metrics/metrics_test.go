@@ -56,6 +56,8 @@ func TestHandlerServesOnlyMetricsCertificates(t *testing.T) {
 		{"metrics", metricsTLS, http.StatusOK, []string{
 			"cairn_node_memory_total_bytes ",
 			"cairn_node_memory_available_bytes ",
+			`cairn_node_cpu_seconds_total{mode="busy"} `,
+			`cairn_node_cpu_seconds_total{mode="idle"} `,
 			"cairn_process_resident_bytes{",
 			`cairn_supervisor_restarts_total{dn="root.roleserve.kubeworker"} 1`,
 			"go_goroutines ",

@@ -12,13 +12,22 @@ func (s *Service) GetResources(context.Context, *api.GetResourcesRequest) (*api.
 	return readResources("/proc")
 }
 
-// readResources reads the memory and the processes of the procfs at proc.
+// readResources reads the memory, the CPU time and the processes of the
+// procfs at proc.
 func readResources(proc string) (*api.GetResourcesResponse, error) {
 	mem, procs, err := procstat.Read(proc)
 	if err != nil {
 		return nil, err
 	}
-	res := &api.GetResourcesResponse{MemoryTotalBytes: mem.TotalBytes, MemoryAvailableBytes: mem.AvailableBytes}
+	cpu, err := procstat.ReadCPU(proc)
+	if err != nil {
+		return nil, err
+	}
+	res := &api.GetResourcesResponse{
+		MemoryTotalBytes: mem.TotalBytes, MemoryAvailableBytes: mem.AvailableBytes,
+		Cpus: uint32(cpu.Count), CpuBusyMillis: uint64(cpu.Busy.Milliseconds()),
+		CpuIdleMillis: uint64(cpu.Idle.Milliseconds()), CpuStolenMillis: uint64(cpu.Stolen.Milliseconds()),
+	}
 	for _, p := range procs {
 		pss, err := procstat.Proportional(proc, p.PID)
 		if err != nil {

@@ -37,6 +37,58 @@ type Process struct {
 	CPUTime time.Duration
 }
 
+// CPU is the time a node's CPUs spent since it booted, all of them
+// together, from the first line of /proc/stat. Unlike the processes'
+// times, it counts the kernel's own threads (where dm-verity and dm-crypt
+// hash and decrypt, for one) and interrupts.
+type CPU struct {
+	// Count is the number of CPUs.
+	Count int
+	// Busy is the time spent running anything: processes in user and
+	// kernel mode, the kernel's threads, interrupts.
+	Busy time.Duration
+	// Idle is the time spent idle, waiting for I/O among it.
+	Idle time.Duration
+	// Stolen is the time a hypervisor ran something else on the CPUs.
+	Stolen time.Duration
+}
+
+// ReadCPU reads the node's CPU time from the procfs at proc.
+func ReadCPU(proc string) (CPU, error) {
+	b, err := os.ReadFile(filepath.Join(proc, "stat"))
+	if err != nil {
+		return CPU{}, fmt.Errorf("when reading the CPU time: %w", err)
+	}
+	var cpu CPU
+	var total []string
+	for _, line := range strings.Split(string(b), "\n") {
+		fields := strings.Fields(line)
+		switch {
+		case len(fields) == 0:
+		case fields[0] == "cpu":
+			total = fields[1:]
+		case strings.HasPrefix(fields[0], "cpu"):
+			cpu.Count++
+		}
+	}
+	// user nice system idle iowait irq softirq steal, in USER_HZ; guest
+	// time, after them, is part of user time already.
+	if len(total) < 8 {
+		return CPU{}, fmt.Errorf("when reading the CPU time: %s/stat has no whole cpu line", proc)
+	}
+	var t [8]uint64
+	for i := range t {
+		if t[i], err = strconv.ParseUint(total[i], 10, 64); err != nil {
+			return CPU{}, fmt.Errorf("when reading the CPU time: %s/stat: %w", proc, err)
+		}
+	}
+	ticks := func(n uint64) time.Duration { return time.Duration(n) * time.Second / clockTicks }
+	cpu.Busy = ticks(t[0] + t[1] + t[2] + t[5] + t[6])
+	cpu.Idle = ticks(t[3] + t[4])
+	cpu.Stolen = ticks(t[7])
+	return cpu, nil
+}
+
 // Read reads the memory and the processes of the procfs at proc (/proc on
 // a node): every process with resident memory, largest first. A process
 // that ends while it is read is left out.

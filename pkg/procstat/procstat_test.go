@@ -94,3 +94,36 @@ func TestReadFixture(t *testing.T) {
 		t.Errorf("Proportional(8) = %d, want an error: it has no smaps_rollup", pss)
 	}
 }
+
+// TestReadCPU reads a node's CPU time from a /proc/stat of two CPUs: busy
+// is user, nice, system, irq and softirq; idle counts iowait; guest time
+// is not counted again. A stat without the whole cpu line is an error.
+func TestReadCPU(t *testing.T) {
+	dir := t.TempDir()
+	stat := filepath.Join(dir, "stat")
+	content := "cpu  100 20 300 4000 50 6 7 8 90 0\n" +
+		"cpu0 50 10 150 2000 25 3 4 4 45 0\n" +
+		"cpu1 50 10 150 2000 25 3 3 4 45 0\n" +
+		"intr 12345 0 1\nctxt 999\nbtime 1700000000\n"
+	if err := os.WriteFile(stat, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cpu, err := ReadCPU(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := CPU{Count: 2, Busy: 4330 * time.Millisecond, Idle: 40500 * time.Millisecond, Stolen: 80 * time.Millisecond}
+	if cpu != want {
+		t.Errorf("ReadCPU = %+v, want %+v", cpu, want)
+	}
+	if err := os.WriteFile(stat, []byte("cpu  1 2 3\ncpu0 1 2 3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if cpu, err := ReadCPU(dir); err == nil {
+		t.Errorf("ReadCPU of a short cpu line = %+v, want an error", cpu)
+	}
+	// The real one, on the machine the test runs on.
+	if cpu, err := ReadCPU("/proc"); err != nil || cpu.Count < 1 || cpu.Busy <= 0 {
+		t.Errorf("ReadCPU(/proc) = %+v, %v", cpu, err)
+	}
+}

@@ -755,9 +755,17 @@ type GetResourcesResponse struct {
 	MemoryAvailableBytes uint64 `protobuf:"varint,2,opt,name=memory_available_bytes,json=memoryAvailableBytes,proto3" json:"memory_available_bytes,omitempty"`
 	// Every process with resident memory (kernel threads have none),
 	// largest first.
-	Processes     []*GetResourcesResponse_Process `protobuf:"bytes,3,rep,name=processes,proto3" json:"processes,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Processes []*GetResourcesResponse_Process `protobuf:"bytes,3,rep,name=processes,proto3" json:"processes,omitempty"`
+	// The node's CPU time since it booted, all its CPUs together, from
+	// /proc/stat: busy running anything (processes, the kernel's own
+	// threads, interrupts), which the processes' times do not all show;
+	// idle, waiting for I/O among it; stolen by a hypervisor.
+	Cpus            uint32 `protobuf:"varint,4,opt,name=cpus,proto3" json:"cpus,omitempty"`
+	CpuBusyMillis   uint64 `protobuf:"varint,5,opt,name=cpu_busy_millis,json=cpuBusyMillis,proto3" json:"cpu_busy_millis,omitempty"`
+	CpuIdleMillis   uint64 `protobuf:"varint,6,opt,name=cpu_idle_millis,json=cpuIdleMillis,proto3" json:"cpu_idle_millis,omitempty"`
+	CpuStolenMillis uint64 `protobuf:"varint,7,opt,name=cpu_stolen_millis,json=cpuStolenMillis,proto3" json:"cpu_stolen_millis,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *GetResourcesResponse) Reset() {
@@ -809,6 +817,34 @@ func (x *GetResourcesResponse) GetProcesses() []*GetResourcesResponse_Process {
 		return x.Processes
 	}
 	return nil
+}
+
+func (x *GetResourcesResponse) GetCpus() uint32 {
+	if x != nil {
+		return x.Cpus
+	}
+	return 0
+}
+
+func (x *GetResourcesResponse) GetCpuBusyMillis() uint64 {
+	if x != nil {
+		return x.CpuBusyMillis
+	}
+	return 0
+}
+
+func (x *GetResourcesResponse) GetCpuIdleMillis() uint64 {
+	if x != nil {
+		return x.CpuIdleMillis
+	}
+	return 0
+}
+
+func (x *GetResourcesResponse) GetCpuStolenMillis() uint64 {
+	if x != nil {
+		return x.CpuStolenMillis
+	}
+	return 0
 }
 
 // GetProfileRequest says which profile to take.
@@ -1643,11 +1679,15 @@ const file_proto_api_nodemanagement_proto_rawDesc = "" +
 	"\x11GetMetricsRequest\"(\n" +
 	"\x12GetMetricsResponse\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\fR\x04text\"\x15\n" +
-	"\x13GetResourcesRequest\"\xdc\x03\n" +
+	"\x13GetResourcesRequest\"\xec\x04\n" +
 	"\x14GetResourcesResponse\x12,\n" +
 	"\x12memory_total_bytes\x18\x01 \x01(\x04R\x10memoryTotalBytes\x124\n" +
 	"\x16memory_available_bytes\x18\x02 \x01(\x04R\x14memoryAvailableBytes\x12E\n" +
-	"\tprocesses\x18\x03 \x03(\v2'.cairn.api.GetResourcesResponse.ProcessR\tprocesses\x1a\x98\x02\n" +
+	"\tprocesses\x18\x03 \x03(\v2'.cairn.api.GetResourcesResponse.ProcessR\tprocesses\x12\x12\n" +
+	"\x04cpus\x18\x04 \x01(\rR\x04cpus\x12&\n" +
+	"\x0fcpu_busy_millis\x18\x05 \x01(\x04R\rcpuBusyMillis\x12&\n" +
+	"\x0fcpu_idle_millis\x18\x06 \x01(\x04R\rcpuIdleMillis\x12*\n" +
+	"\x11cpu_stolen_millis\x18\a \x01(\x04R\x0fcpuStolenMillis\x1a\x98\x02\n" +
 	"\aProcess\x12\x10\n" +
 	"\x03pid\x18\x01 \x01(\x05R\x03pid\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12%\n" +
