@@ -62,12 +62,20 @@ var images = []image{
 		if err != nil {
 			return nil, err
 		}
-		return onBusybox(busyboxTools, ociimage.Config{Cmd: []string{"nnp"}},
+		tools, err := b.busyboxSh()
+		if err != nil {
+			return nil, err
+		}
+		return onBusybox(tools, ociimage.Config{Cmd: []string{"nnp"}},
 			ociimage.File{Path: "/usr/local/bin/nnp", Mode: fs.ModeSetuid | 0o755, Data: prog})
 	}},
 	// The busybox image run by user 1234, as upstream's Dockerfile says.
 	{"e2e-test-images/nonroot", []string{"1.5"}, func(b *builder) (*ociimage.Image, error) {
-		return onBusybox(busyboxTools, ociimage.Config{Cmd: []string{"sh"}, User: "1234"})
+		tools, err := b.busyboxSh()
+		if err != nil {
+			return nil, err
+		}
+		return onBusybox(tools, ociimage.Config{Cmd: []string{"sh"}, User: "1234"})
 	}},
 }
 
@@ -81,18 +89,37 @@ const pathEnv = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/b
 // none, a link to it.
 type tool struct {
 	name, path string
+	// data is the program when it is built here (envsh), not the build
+	// machine's at path.
+	data []byte
 }
 
 // busyboxTools stand in for busybox 1.35's applets (Debian's) where
 // they do not behave as upstream's busybox 1.37, which the suite assumes:
-//   - sh is bash, as ash drops the environment variables whose names are
-//     not identifiers (a test gives a container "1-" and "$_-" prefixed
-//     ones) and 1.37's keeps them;
+//   - sh is envsh (build/testimages/envsh, added by busyboxSh): ash, but
+//     bash for an environment with names that are not identifiers (a
+//     test gives a container "1-" and "$_-" prefixed ones), which 1.35's
+//     ash drops and 1.37's passes on;
 //   - wget is GNU's, as busybox 1.35's crashes with -T;
 //   - nc is netcat 1.10 (netcat-traditional), which 1.37's nc copies,
 //     -v included.
 var busyboxTools = []tool{
-	{"sh", "/usr/bin/bash"}, {"bash", "/usr/bin/bash"}, {"wget", "/usr/bin/wget"}, {"nc", "/bin/nc.traditional"},
+	{name: "bash", path: "/usr/bin/bash"}, {name: "wget", path: "/usr/bin/wget"}, {name: "nc", path: "/bin/nc.traditional"},
+}
+
+// envshPath is where the images on busybox carry envsh.
+const envshPath = "/usr/bin/envsh"
+
+// busyboxSh is busyboxTools with sh, envsh, built once.
+func (b *builder) busyboxSh() ([]tool, error) {
+	if b.envsh == nil {
+		prog, err := goprog.Static("", "cairn.dev/cairn/build/testimages/envsh")
+		if err != nil {
+			return nil, err
+		}
+		b.envsh = prog
+	}
+	return append(slices.Clone(busyboxTools), tool{name: "sh", path: envshPath, data: b.envsh}), nil
 }
 
 // agnhostTools are the busybox image's tools, but OpenBSD's nc, and the
@@ -100,9 +127,9 @@ var busyboxTools = []tool{
 // tests run them in agnhost pods (curl and nc most of all), and getent,
 // which Alpine's musl has and the DNS tests run.
 var agnhostTools = []tool{
-	{"sh", "/usr/bin/bash"}, {"bash", "/usr/bin/bash"}, {"wget", "/usr/bin/wget"}, {"nc", "/bin/nc.openbsd"},
-	{"curl", "/usr/bin/curl"}, {"dig", "/usr/bin/dig"}, {"socat", "/usr/bin/socat"}, {"ip", "/usr/sbin/ip"},
-	{"getent", "/usr/bin/getent"},
+	{name: "sh", path: "/usr/bin/bash"}, {name: "bash", path: "/usr/bin/bash"}, {name: "wget", path: "/usr/bin/wget"},
+	{name: "nc", path: "/bin/nc.openbsd"}, {name: "curl", path: "/usr/bin/curl"}, {name: "dig", path: "/usr/bin/dig"},
+	{name: "socat", path: "/usr/bin/socat"}, {name: "ip", path: "/usr/sbin/ip"}, {name: "getent", path: "/usr/bin/getent"},
 }
 
 // A builder builds the images.
@@ -114,6 +141,8 @@ type builder struct {
 	// source is the directory of the Kubernetes release's source, once
 	// found.
 	source string
+	// envsh, once built, is the program busyboxSh adds.
+	envsh []byte
 }
 
 // pause is Cairn's pause program (build/pause), which the suite's pods
@@ -127,10 +156,14 @@ func (b *builder) pause() (*ociimage.Image, error) {
 }
 
 // busybox is Debian's busybox with every applet it has linked to it but
-// those busyboxTools replace, root and nobody in its user database, and
+// those busyboxSh replace, root and nobody in its user database, and
 // /tmp, as upstream's busybox image; it runs sh.
 func (b *builder) busybox() (*ociimage.Image, error) {
-	return onBusybox(busyboxTools, ociimage.Config{Cmd: []string{"sh"}})
+	tools, err := b.busyboxSh()
+	if err != nil {
+		return nil, err
+	}
+	return onBusybox(tools, ociimage.Config{Cmd: []string{"sh"}})
 }
 
 // onBusybox is an image of Debian's busybox with tools (rootfs), the
@@ -156,9 +189,21 @@ func (b *builder) agnhost() (*ociimage.Image, error) {
 	return ociimage.BuildConfig(ociimage.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, Env: []string{pathEnv}}, files)
 }
 
+// webserverOSRelease is the /etc/os-release of upstream's kitten and
+// nautilus images, which they have from agnhost's Alpine base: the
+// ImageVolume tests mount the image and read it as a file the image is
+// known to hold ("Alpine Linux"). Nothing else of these images is
+// Alpine's.
+const webserverOSRelease = `NAME="Alpine Linux"
+ID=alpine
+PRETTY_NAME="Alpine Linux"
+HOME_URL="https://alpinelinux.org/"
+`
+
 // webserver is the kitten or nautilus image: agnhost's with the
-// picture and data.json of test/images/NAME/html, running agnhost
-// test-webserver, which serves them.
+// picture and data.json of test/images/NAME/html and upstream's
+// /etc/os-release (webserverOSRelease), running agnhost test-webserver,
+// which serves them.
 func (b *builder) webserver(name string) (*ociimage.Image, error) {
 	files, err := b.agnhostImageFiles()
 	if err != nil {
@@ -172,6 +217,7 @@ func (b *builder) webserver(name string) (*ociimage.Image, error) {
 		}
 		files = append(files, ociimage.File{Path: "/" + f, Mode: 0o644, Data: data})
 	}
+	files = append(files, ociimage.File{Path: "/etc/os-release", Mode: 0o644, Data: []byte(webserverOSRelease)})
 	return ociimage.BuildConfig(ociimage.Config{Entrypoint: []string{"/agnhost"}, Cmd: []string{"test-webserver"}, Env: []string{pathEnv}}, files)
 }
 
@@ -207,7 +253,11 @@ func (b *builder) nginx() (*ociimage.Image, error) {
 			program[i].Path = "/usr/sbin/nginx"
 		}
 	}
-	base, err := rootfs(busyboxTools)
+	tools, err := b.busyboxSh()
+	if err != nil {
+		return nil, err
+	}
+	base, err := rootfs(tools)
 	if err != nil {
 		return nil, err
 	}
@@ -285,7 +335,11 @@ func (b *builder) program(pkg, path string) (*ociimage.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	return onBusybox(busyboxTools, ociimage.Config{Entrypoint: []string{path}}, ociimage.File{Path: path, Mode: 0o755, Data: prog})
+	tools, err := b.busyboxSh()
+	if err != nil {
+		return nil, err
+	}
+	return onBusybox(tools, ociimage.Config{Entrypoint: []string{path}}, ociimage.File{Path: path, Mode: 0o755, Data: prog})
 }
 
 // agnhostImageFiles are the files of agnhost's image, built once.
@@ -320,7 +374,8 @@ func (b *builder) agnhostImageFiles() ([]ociimage.File, error) {
 	return b.agnhostFiles, nil
 }
 
-// rootfs is the build machine's /bin/busybox (Debian's) and tools, with
+// rootfs is the build machine's /bin/busybox (Debian's) and tools (those
+// built here as they are), with
 // everything the loader needs to start them (elfdeps), each at its own
 // path; a link at each path busybox's applet list names and at /bin/NAME,
 // to busybox or to the tool that replaces the applet; and /tmp and /root.
@@ -328,14 +383,20 @@ func rootfs(tools []tool) ([]ociimage.File, error) {
 	const busybox = "/bin/busybox"
 	programs := []string{busybox}
 	replaced := map[string]string{}
+	var built []ociimage.File
 	for _, t := range tools {
-		programs = append(programs, t.path)
 		replaced[t.name] = t.path
+		if t.data != nil {
+			built = append(built, ociimage.File{Path: t.path, Mode: 0o755, Data: t.data})
+			continue
+		}
+		programs = append(programs, t.path)
 	}
 	files, err := hostFiles(programs)
 	if err != nil {
 		return nil, err
 	}
+	files = append(files, built...)
 	list, err := exec.Command(busybox, "--list-full").Output()
 	if err != nil {
 		return nil, fmt.Errorf("when listing busybox's applets: %w", err)

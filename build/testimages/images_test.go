@@ -35,7 +35,7 @@ func TestUsers(t *testing.T) {
 
 // TestBusyboxImage builds the busybox image from the build machine's
 // programs: applets are links to busybox, at Debian's paths and in /bin,
-// but those its tools replace (sh to bash, nc to netcat 1.10, wget GNU's
+// but those its tools replace (sh to envsh, nc to netcat 1.10, wget GNU's
 // own file), /tmp is sticky, and it runs sh with a PATH.
 func TestBusyboxImage(t *testing.T) {
 	for _, p := range append([]string{"/bin/busybox"}, toolPaths(busyboxTools)...) {
@@ -69,7 +69,7 @@ func TestBusyboxImage(t *testing.T) {
 		entries[h.Name] = h
 	}
 	links := map[string]string{
-		"bin/sh": "/usr/bin/bash", "bin/ls": "/bin/busybox", "usr/bin/nc": "/bin/nc.traditional",
+		"bin/sh": envshPath, "bin/ls": "/bin/busybox", "usr/bin/nc": "/bin/nc.traditional",
 		// Every applet is in /bin too, as in upstream's image.
 		"sbin/sysctl": "/bin/busybox", "bin/sysctl": "/bin/busybox", "bin/wget": "/usr/bin/wget",
 	}
@@ -78,7 +78,7 @@ func TestBusyboxImage(t *testing.T) {
 			t.Errorf("%s = %+v, want a link to %s", name, h, to)
 		}
 	}
-	for _, name := range []string{"bin/busybox", "usr/bin/bash", "usr/bin/wget", "bin/nc.traditional"} {
+	for _, name := range []string{"bin/busybox", "usr/bin/bash", "usr/bin/wget", "bin/nc.traditional", "usr/bin/envsh"} {
 		if h := entries[name]; h == nil || h.Typeflag != tar.TypeReg {
 			t.Errorf("%s = %+v, want a file", name, h)
 		}
