@@ -95,35 +95,44 @@ func TestReadFixture(t *testing.T) {
 	}
 }
 
-// TestReadCPU reads a node's CPU time from a /proc/stat of two CPUs: busy
-// is user, nice, system, irq and softirq; idle counts iowait; guest time
-// is not counted again. A stat without the whole cpu line is an error.
+// TestReadCPU reads a node's CPU time from a /proc/stat of two CPUs and
+// its uptime: busy is the CPUs' time since boot that was neither idle
+// (iowait counted) nor stolen, however little the sampled user and system
+// times say. A stat without the whole cpu lines, or a malformed uptime, is
+// an error.
 func TestReadCPU(t *testing.T) {
 	dir := t.TempDir()
-	stat := filepath.Join(dir, "stat")
-	content := "cpu  100 20 300 4000 50 6 7 8 90 0\n" +
-		"cpu0 50 10 150 2000 25 3 4 4 45 0\n" +
-		"cpu1 50 10 150 2000 25 3 3 4 45 0\n" +
-		"intr 12345 0 1\nctxt 999\nbtime 1700000000\n"
-	if err := os.WriteFile(stat, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
+	write := func(name, content string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
+	write("stat", "cpu  100 20 300 4000 50 6 7 8 90 0\n"+
+		"cpu0 50 10 150 2000 25 3 4 4 45 0\n"+
+		"cpu1 50 10 150 2000 25 3 3 4 45 0\n"+
+		"intr 12345 0 1\nctxt 999\nbtime 1700000000\n")
+	write("uptime", "25.00 39.90\n")
 	cpu, err := ReadCPU(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := CPU{Count: 2, Busy: 4330 * time.Millisecond, Idle: 40500 * time.Millisecond, Stolen: 80 * time.Millisecond}
+	// 2 CPUs × 25 s = 50 s, of which 40.5 s idle and 0.08 s stolen.
+	want := CPU{Count: 2, Busy: 9420 * time.Millisecond, Idle: 40500 * time.Millisecond, Stolen: 80 * time.Millisecond}
 	if cpu != want {
 		t.Errorf("ReadCPU = %+v, want %+v", cpu, want)
 	}
-	if err := os.WriteFile(stat, []byte("cpu  1 2 3\ncpu0 1 2 3\n"), 0o644); err != nil {
-		t.Fatal(err)
+	write("uptime", "soon 1\n")
+	if cpu, err := ReadCPU(dir); err == nil {
+		t.Errorf("ReadCPU with a malformed uptime = %+v, want an error", cpu)
 	}
+	write("uptime", "25.00 39.90\n")
+	write("stat", "cpu  1 2 3\ncpu0 1 2 3\n")
 	if cpu, err := ReadCPU(dir); err == nil {
 		t.Errorf("ReadCPU of a short cpu line = %+v, want an error", cpu)
 	}
 	// The real one, on the machine the test runs on.
-	if cpu, err := ReadCPU("/proc"); err != nil || cpu.Count < 1 || cpu.Busy <= 0 {
+	if cpu, err := ReadCPU("/proc"); err != nil || cpu.Count < 1 || cpu.Busy <= 0 || cpu.Idle <= 0 {
 		t.Errorf("ReadCPU(/proc) = %+v, %v", cpu, err)
 	}
 }

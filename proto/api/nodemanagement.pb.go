@@ -757,9 +757,10 @@ type GetResourcesResponse struct {
 	// largest first.
 	Processes []*GetResourcesResponse_Process `protobuf:"bytes,3,rep,name=processes,proto3" json:"processes,omitempty"`
 	// The node's CPU time since it booted, all its CPUs together, from
-	// /proc/stat: busy running anything (processes, the kernel's own
-	// threads, interrupts), which the processes' times do not all show;
-	// idle, waiting for I/O among it; stolen by a hypervisor.
+	// /proc/stat and /proc/uptime: busy running anything (processes, the
+	// kernel's own threads, interrupts), which the processes' times do not
+	// all show, counted as what was neither idle nor stolen; idle, waiting
+	// for I/O among it; stolen by a hypervisor.
 	Cpus            uint32 `protobuf:"varint,4,opt,name=cpus,proto3" json:"cpus,omitempty"`
 	CpuBusyMillis   uint64 `protobuf:"varint,5,opt,name=cpu_busy_millis,json=cpuBusyMillis,proto3" json:"cpu_busy_millis,omitempty"`
 	CpuIdleMillis   uint64 `protobuf:"varint,6,opt,name=cpu_idle_millis,json=cpuIdleMillis,proto3" json:"cpu_idle_millis,omitempty"`
