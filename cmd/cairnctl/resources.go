@@ -48,6 +48,9 @@ type processView struct {
 	// CPUOverMillis is the CPU time it used between the two readings of
 	// --over (all of it for a process that started in between).
 	CPUOverMillis uint64 `json:"cpu_over_millis,omitempty"`
+	// KernelThread tells a thread of the kernel's (shown in brackets),
+	// whose name may change as it works.
+	KernelThread bool `json:"kernel_thread,omitempty"`
 }
 
 func newNodeResourcesCommand(a *app) *cobra.Command {
@@ -67,7 +70,8 @@ func newNodeResourcesCommand(a *app) *cobra.Command {
 			"up to the memory they take together, their RESIDENT do not.\n\n" +
 			"With --over, it reads the node twice, that long apart, and shows the CPU\n" +
 			"each process used in between, busiest first, as a share of one CPU, and\n" +
-			"the node's busy CPU time in all, its kernel's threads and interrupts too.",
+			"the node's busy CPU time in all, its kernel's threads and interrupts too.\n" +
+			"The kernel's threads that have used CPU time are listed in [brackets].",
 		Args: exactArgs("ID"),
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
 			if over < 0 || (over > 0 && over < time.Second) {
@@ -129,6 +133,7 @@ func newResourcesView(res *api.GetResourcesResponse) resourcesView {
 			AnonymousBytes: p.GetAnonymousBytes(), FileBytes: p.GetFileBytes(), SharedBytes: p.GetSharedBytes(),
 			ProportionalBytes: p.GetProportionalBytes(),
 			CPUTimeMillis:     p.GetCpuTimeMillis(),
+			KernelThread:      p.GetKernelThread(),
 		})
 	}
 	return v
@@ -137,7 +142,8 @@ func newResourcesView(res *api.GetResourcesResponse) resourcesView {
 // cpuOver sets each process's CPU time since the reading first, taken
 // elapsed before v's, and sorts the processes busiest first. A process
 // first does not list, or lists under another name (its PID taken again),
-// started in between: all its CPU time counts.
+// started in between: all its CPU time counts. A kernel thread is known
+// by its PID alone, as its name follows its work.
 func (v *resourcesView) cpuOver(first *api.GetResourcesResponse, elapsed time.Duration) {
 	before := map[int32]*api.GetResourcesResponse_Process{}
 	for _, p := range first.GetProcesses() {
@@ -153,7 +159,9 @@ func (v *resourcesView) cpuOver(first *api.GetResourcesResponse, elapsed time.Du
 	for i := range v.Processes {
 		p := &v.Processes[i]
 		p.CPUOverMillis = p.CPUTimeMillis
-		if b, ok := before[p.PID]; ok && b.GetName() == p.Name && b.GetCpuTimeMillis() <= p.CPUTimeMillis {
+		b, ok := before[p.PID]
+		same := ok && (b.GetName() == p.Name || b.GetKernelThread() && p.KernelThread)
+		if same && b.GetCpuTimeMillis() <= p.CPUTimeMillis {
 			p.CPUOverMillis -= b.GetCpuTimeMillis()
 		}
 	}
@@ -202,8 +210,12 @@ func (a *app) printResources(v resourcesView, all bool) error {
 		if v.OverMillis > 0 {
 			over = share(p.CPUOverMillis, v.OverMillis) + "\t"
 		}
+		name := p.Name
+		if p.KernelThread {
+			name = "[" + name + "]"
+		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s %s\n", p.PID, mib(p.ResidentBytes), mib(p.ProportionalBytes), mib(p.AnonymousBytes), mib(p.FileBytes),
-			millis(p.CPUTimeMillis), over, p.Name)
+			millis(p.CPUTimeMillis), over, name)
 	}
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("when writing the resources: %w", err)

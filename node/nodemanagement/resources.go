@@ -12,8 +12,8 @@ func (s *Service) GetResources(context.Context, *api.GetResourcesRequest) (*api.
 	return readResources("/proc")
 }
 
-// readResources reads the memory, the CPU time and the processes of the
-// procfs at proc.
+// readResources reads the memory, the CPU time, the processes and the
+// kernel's busy threads of the procfs at proc.
 func readResources(proc string) (*api.GetResourcesResponse, error) {
 	mem, procs, err := procstat.Read(proc)
 	if err != nil {
@@ -28,11 +28,18 @@ func readResources(proc string) (*api.GetResourcesResponse, error) {
 		Cpus: uint32(cpu.Count), CpuBusyMillis: uint64(cpu.Busy.Milliseconds()),
 		CpuIdleMillis: uint64(cpu.Idle.Milliseconds()), CpuStolenMillis: uint64(cpu.Stolen.Milliseconds()),
 	}
+	threads, err := procstat.KernelThreads(proc)
+	if err != nil {
+		return nil, err
+	}
+	procs = append(procs, threads...)
 	for _, p := range procs {
-		pss, err := procstat.Proportional(proc, p.PID)
-		if err != nil {
-			// It ended since Read listed it, as Read leaves such out.
-			continue
+		var pss uint64
+		if !p.KernelThread {
+			if pss, err = procstat.Proportional(proc, p.PID); err != nil {
+				// It ended since Read listed it, as Read leaves such out.
+				continue
+			}
 		}
 		res.Processes = append(res.Processes, &api.GetResourcesResponse_Process{
 			Pid:               int32(p.PID),
@@ -43,6 +50,7 @@ func readResources(proc string) (*api.GetResourcesResponse, error) {
 			FileBytes:         p.FileBytes,
 			SharedBytes:       p.SharedBytes,
 			ProportionalBytes: pss,
+			KernelThread:      p.KernelThread,
 		})
 	}
 	return res, nil

@@ -18,6 +18,9 @@ import (
 // times: 100 on every Linux architecture Cairn runs on.
 const clockTicks = 100
 
+// kernelThreadFlag is PF_KTHREAD, of a process's flags in its stat.
+const kernelThreadFlag = 0x00200000
+
 // Memory is the node's memory, from meminfo.
 type Memory struct {
 	TotalBytes, AvailableBytes uint64
@@ -35,6 +38,9 @@ type Process struct {
 	AnonymousBytes, FileBytes, SharedBytes uint64
 	// CPUTime is its user and system CPU time.
 	CPUTime time.Duration
+	// KernelThread tells a thread of the kernel's own (a kworker, say),
+	// which has no memory of its own.
+	KernelThread bool
 }
 
 // CPU is the time a node's CPUs spent since it booted, all of them
@@ -120,9 +126,33 @@ func Read(proc string) (Memory, []Process, error) {
 	if err != nil {
 		return Memory{}, nil, fmt.Errorf("when reading the memory: %w", err)
 	}
+	procs, err := scan(proc, func(p Process) bool { return p.ResidentBytes > 0 })
+	if err != nil {
+		return Memory{}, nil, err
+	}
+	sort.Slice(procs, func(i, j int) bool { return procs[i].ResidentBytes > procs[j].ResidentBytes })
+	return mem, procs, nil
+}
+
+// KernelThreads reads the kernel's threads of the procfs at proc that
+// have used CPU time, busiest first: they have no resident memory, so Read
+// leaves them out, yet they do a node's hashing, decryption and
+// deferred work.
+func KernelThreads(proc string) ([]Process, error) {
+	procs, err := scan(proc, func(p Process) bool { return p.KernelThread && p.CPUTime > 0 })
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(procs, func(i, j int) bool { return procs[i].CPUTime > procs[j].CPUTime })
+	return procs, nil
+}
+
+// scan reads the processes of the procfs at proc that keep accepts. A
+// process that ends while it is read is left out.
+func scan(proc string, keep func(Process) bool) ([]Process, error) {
 	entries, err := os.ReadDir(proc)
 	if err != nil {
-		return Memory{}, nil, fmt.Errorf("when listing the processes: %w", err)
+		return nil, fmt.Errorf("when listing the processes: %w", err)
 	}
 	var procs []Process
 	for _, e := range entries {
@@ -131,14 +161,13 @@ func Read(proc string) (Memory, []Process, error) {
 			continue
 		}
 		p, err := readProcess(filepath.Join(proc, e.Name()))
-		if err != nil || p.ResidentBytes == 0 {
+		if err != nil || !keep(p) {
 			continue
 		}
 		p.PID = pid
 		procs = append(procs, p)
 	}
-	sort.Slice(procs, func(i, j int) bool { return procs[i].ResidentBytes > procs[j].ResidentBytes })
-	return mem, procs, nil
+	return procs, nil
 }
 
 // ReadProcess reads process pid of the procfs at proc, as Read does.
@@ -163,19 +192,22 @@ func readProcess(dir string) (Process, error) {
 	if open < 0 || end < open {
 		return Process{}, fmt.Errorf("%s/stat is malformed", dir)
 	}
-	// Fields from the state on: utime and stime are the 12th and 13th.
+	// Fields from the state on: the flags are the 7th, utime and stime
+	// the 12th and 13th.
 	fields := strings.Fields(string(stat[end+1:]))
 	if len(fields) < 13 {
 		return Process{}, fmt.Errorf("%s/stat is short", dir)
 	}
+	flags, err0 := strconv.ParseUint(fields[6], 10, 64)
 	utime, err1 := strconv.ParseUint(fields[11], 10, 64)
 	stime, err2 := strconv.ParseUint(fields[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return Process{}, fmt.Errorf("%s/stat has no CPU times", dir)
+	if err0 != nil || err1 != nil || err2 != nil {
+		return Process{}, fmt.Errorf("%s/stat has no flags or CPU times", dir)
 	}
 	p := Process{
-		Name:    string(stat[open+1 : end]),
-		CPUTime: time.Duration(utime+stime) * time.Second / clockTicks,
+		Name:         string(stat[open+1 : end]),
+		CPUTime:      time.Duration(utime+stime) * time.Second / clockTicks,
+		KernelThread: flags&kernelThreadFlag != 0,
 	}
 	// status has the resident memory by kind: VmRSS is RssAnon, RssFile
 	// and RssShmem together.

@@ -75,6 +75,12 @@ func TestReadFixture(t *testing.T) {
 	write("9/status", "VmRSS:\t4 kB\n")
 	write("10/stat", "10 (odd) S 1 8 8 0 -1 0 0 0 0 0 1 1 0 0 20 0 1 0 100 0 0\n")
 	write("10/status", "VmRSS:\tmany kB\n")
+	// Kernel threads (flags with PF_KTHREAD): one that has worked, one
+	// that has not.
+	write("11/stat", "11 (kworker/0:1-events) I 2 0 0 0 -1 69238880 0 0 0 0 30 470 0 0 20 0 1 0 100 0 0\n")
+	write("11/status", "Name:\tkworker/0:1-events\n")
+	write("12/stat", "12 (rcu_gp) I 2 0 0 0 -1 69238880 0 0 0 0 0 0 0 0 0 -20 1 0 10 0 0\n")
+	write("12/status", "Name:\trcu_gp\n")
 	mem, procs, err := Read(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -88,6 +94,11 @@ func TestReadFixture(t *testing.T) {
 	}
 	if pss, err := Proportional(dir, 7); err != nil || pss != 5<<10 {
 		t.Errorf("Proportional(7) = %d, %v; want %d", pss, err, 5<<10)
+	}
+	threads, err := KernelThreads(dir)
+	wantThread := Process{PID: 11, Name: "kworker/0:1-events", CPUTime: 5 * time.Second, KernelThread: true}
+	if err != nil || len(threads) != 1 || threads[0] != wantThread {
+		t.Errorf("KernelThreads = %+v, %v; want %+v alone", threads, err, wantThread)
 	}
 	// A process without smaps_rollup has ended, or never was.
 	if pss, err := Proportional(dir, 8); err == nil {

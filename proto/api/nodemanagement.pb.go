@@ -753,8 +753,8 @@ type GetResourcesResponse struct {
 	// MemTotal and MemAvailable of /proc/meminfo.
 	MemoryTotalBytes     uint64 `protobuf:"varint,1,opt,name=memory_total_bytes,json=memoryTotalBytes,proto3" json:"memory_total_bytes,omitempty"`
 	MemoryAvailableBytes uint64 `protobuf:"varint,2,opt,name=memory_available_bytes,json=memoryAvailableBytes,proto3" json:"memory_available_bytes,omitempty"`
-	// Every process with resident memory (kernel threads have none),
-	// largest first.
+	// Every process with resident memory, largest first, then the
+	// kernel's threads that have used CPU time, busiest first.
 	Processes []*GetResourcesResponse_Process `protobuf:"bytes,3,rep,name=processes,proto3" json:"processes,omitempty"`
 	// The node's CPU time since it booted, all its CPUs together, from
 	// /proc/stat and /proc/uptime: busy running anything (processes, the
@@ -1551,8 +1551,12 @@ type GetResourcesResponse_Process struct {
 	// to the memory they take together; their resident memory counts a
 	// shared program's pages once for each.
 	ProportionalBytes uint64 `protobuf:"varint,8,opt,name=proportional_bytes,json=proportionalBytes,proto3" json:"proportional_bytes,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// A thread of the kernel's own (a kworker, say): no memory of its
+	// own, and a name that may change as it works (a kworker's names
+	// the work queue it last ran).
+	KernelThread  bool `protobuf:"varint,9,opt,name=kernel_thread,json=kernelThread,proto3" json:"kernel_thread,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetResourcesResponse_Process) Reset() {
@@ -1641,6 +1645,13 @@ func (x *GetResourcesResponse_Process) GetProportionalBytes() uint64 {
 	return 0
 }
 
+func (x *GetResourcesResponse_Process) GetKernelThread() bool {
+	if x != nil {
+		return x.KernelThread
+	}
+	return false
+}
+
 var File_proto_api_nodemanagement_proto protoreflect.FileDescriptor
 
 const file_proto_api_nodemanagement_proto_rawDesc = "" +
@@ -1680,7 +1691,7 @@ const file_proto_api_nodemanagement_proto_rawDesc = "" +
 	"\x11GetMetricsRequest\"(\n" +
 	"\x12GetMetricsResponse\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\fR\x04text\"\x15\n" +
-	"\x13GetResourcesRequest\"\xec\x04\n" +
+	"\x13GetResourcesRequest\"\x91\x05\n" +
 	"\x14GetResourcesResponse\x12,\n" +
 	"\x12memory_total_bytes\x18\x01 \x01(\x04R\x10memoryTotalBytes\x124\n" +
 	"\x16memory_available_bytes\x18\x02 \x01(\x04R\x14memoryAvailableBytes\x12E\n" +
@@ -1688,7 +1699,7 @@ const file_proto_api_nodemanagement_proto_rawDesc = "" +
 	"\x04cpus\x18\x04 \x01(\rR\x04cpus\x12&\n" +
 	"\x0fcpu_busy_millis\x18\x05 \x01(\x04R\rcpuBusyMillis\x12&\n" +
 	"\x0fcpu_idle_millis\x18\x06 \x01(\x04R\rcpuIdleMillis\x12*\n" +
-	"\x11cpu_stolen_millis\x18\a \x01(\x04R\x0fcpuStolenMillis\x1a\x98\x02\n" +
+	"\x11cpu_stolen_millis\x18\a \x01(\x04R\x0fcpuStolenMillis\x1a\xbd\x02\n" +
 	"\aProcess\x12\x10\n" +
 	"\x03pid\x18\x01 \x01(\x05R\x03pid\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12%\n" +
@@ -1698,7 +1709,8 @@ const file_proto_api_nodemanagement_proto_rawDesc = "" +
 	"\n" +
 	"file_bytes\x18\x06 \x01(\x04R\tfileBytes\x12!\n" +
 	"\fshared_bytes\x18\a \x01(\x04R\vsharedBytes\x12-\n" +
-	"\x12proportional_bytes\x18\b \x01(\x04R\x11proportionalBytes\"j\n" +
+	"\x12proportional_bytes\x18\b \x01(\x04R\x11proportionalBytes\x12#\n" +
+	"\rkernel_thread\x18\t \x01(\bR\fkernelThread\"j\n" +
 	"\x11GetProfileRequest\x12*\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x16.cairn.api.ProfileKindR\x04kind\x12)\n" +
 	"\x10duration_seconds\x18\x02 \x01(\rR\x0fdurationSeconds\"Z\n" +
