@@ -15,7 +15,7 @@ func (s *Service) GetResources(context.Context, *api.GetResourcesRequest) (*api.
 // readResources reads the memory, the CPU time, the processes and the
 // kernel's busy threads of the procfs at proc.
 func readResources(proc string) (*api.GetResourcesResponse, error) {
-	mem, procs, err := procstat.Read(proc)
+	mem, procs, threads, err := procstat.ReadWithKernelThreads(proc)
 	if err != nil {
 		return nil, err
 	}
@@ -28,16 +28,12 @@ func readResources(proc string) (*api.GetResourcesResponse, error) {
 		Cpus: uint32(cpu.Count), CpuBusyMillis: uint64(cpu.Busy.Milliseconds()),
 		CpuIdleMillis: uint64(cpu.Idle.Milliseconds()), CpuStolenMillis: uint64(cpu.Stolen.Milliseconds()),
 	}
-	threads, err := procstat.KernelThreads(proc)
-	if err != nil {
-		return nil, err
-	}
 	procs = append(procs, threads...)
 	for _, p := range procs {
 		var pss uint64
 		if !p.KernelThread {
 			if pss, err = procstat.Proportional(proc, p.PID); err != nil {
-				// It ended since Read listed it, as Read leaves such out.
+				// It ended since it was listed, as Read leaves such out.
 				continue
 			}
 		}

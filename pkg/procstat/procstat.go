@@ -118,56 +118,46 @@ func ReadCPU(proc string) (CPU, error) {
 // a node): every process with resident memory, largest first. A process
 // that ends while it is read is left out.
 func Read(proc string) (Memory, []Process, error) {
-	var mem Memory
-	err := readKB(filepath.Join(proc, "meminfo"), map[string]*uint64{
+	mem, procs, _, err := ReadWithKernelThreads(proc)
+	return mem, procs, err
+}
+
+// ReadWithKernelThreads is Read, and from the same pass over the
+// processes the kernel's threads that have used CPU time, busiest first:
+// they have no resident memory, so Read leaves them out, yet they do a
+// node's hashing, decryption and deferred work.
+func ReadWithKernelThreads(proc string) (mem Memory, procs, threads []Process, err error) {
+	err = readKB(filepath.Join(proc, "meminfo"), map[string]*uint64{
 		"MemTotal":     &mem.TotalBytes,
 		"MemAvailable": &mem.AvailableBytes,
 	})
 	if err != nil {
-		return Memory{}, nil, fmt.Errorf("when reading the memory: %w", err)
+		return Memory{}, nil, nil, fmt.Errorf("when reading the memory: %w", err)
 	}
-	procs, err := scan(proc, func(p Process) bool { return p.ResidentBytes > 0 })
-	if err != nil {
-		return Memory{}, nil, err
-	}
-	sort.Slice(procs, func(i, j int) bool { return procs[i].ResidentBytes > procs[j].ResidentBytes })
-	return mem, procs, nil
-}
-
-// KernelThreads reads the kernel's threads of the procfs at proc that
-// have used CPU time, busiest first: they have no resident memory, so Read
-// leaves them out, yet they do a node's hashing, decryption and
-// deferred work.
-func KernelThreads(proc string) ([]Process, error) {
-	procs, err := scan(proc, func(p Process) bool { return p.KernelThread && p.CPUTime > 0 })
-	if err != nil {
-		return nil, err
-	}
-	sort.Slice(procs, func(i, j int) bool { return procs[i].CPUTime > procs[j].CPUTime })
-	return procs, nil
-}
-
-// scan reads the processes of the procfs at proc that keep accepts. A
-// process that ends while it is read is left out.
-func scan(proc string, keep func(Process) bool) ([]Process, error) {
 	entries, err := os.ReadDir(proc)
 	if err != nil {
-		return nil, fmt.Errorf("when listing the processes: %w", err)
+		return Memory{}, nil, nil, fmt.Errorf("when listing the processes: %w", err)
 	}
-	var procs []Process
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
 		p, err := readProcess(filepath.Join(proc, e.Name()))
-		if err != nil || !keep(p) {
+		if err != nil {
 			continue
 		}
 		p.PID = pid
-		procs = append(procs, p)
+		switch {
+		case p.ResidentBytes > 0:
+			procs = append(procs, p)
+		case p.KernelThread && p.CPUTime > 0:
+			threads = append(threads, p)
+		}
 	}
-	return procs, nil
+	sort.Slice(procs, func(i, j int) bool { return procs[i].ResidentBytes > procs[j].ResidentBytes })
+	sort.Slice(threads, func(i, j int) bool { return threads[i].CPUTime > threads[j].CPUTime })
+	return mem, procs, threads, nil
 }
 
 // ReadProcess reads process pid of the procfs at proc, as Read does.

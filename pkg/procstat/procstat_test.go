@@ -95,10 +95,13 @@ func TestReadFixture(t *testing.T) {
 	if pss, err := Proportional(dir, 7); err != nil || pss != 5<<10 {
 		t.Errorf("Proportional(7) = %d, %v; want %d", pss, err, 5<<10)
 	}
-	threads, err := KernelThreads(dir)
+	_, withThreads, threads, err := ReadWithKernelThreads(dir)
 	wantThread := Process{PID: 11, Name: "kworker/0:1-events", CPUTime: 5 * time.Second, KernelThread: true}
 	if err != nil || len(threads) != 1 || threads[0] != wantThread {
-		t.Errorf("KernelThreads = %+v, %v; want %+v alone", threads, err, wantThread)
+		t.Errorf("ReadWithKernelThreads: threads %+v, %v; want %+v alone", threads, err, wantThread)
+	}
+	if len(withThreads) != 1 || withThreads[0] != want {
+		t.Errorf("ReadWithKernelThreads: processes %+v, want %+v, as Read", withThreads, want)
 	}
 	// A process without smaps_rollup has ended, or never was.
 	if pss, err := Proportional(dir, 8); err == nil {
