@@ -62,20 +62,12 @@ var images = []image{
 		if err != nil {
 			return nil, err
 		}
-		tools, err := b.busyboxSh()
-		if err != nil {
-			return nil, err
-		}
-		return onBusybox(tools, ociimage.Config{Cmd: []string{"nnp"}},
+		return onBusybox(busyboxTools, ociimage.Config{Cmd: []string{"nnp"}},
 			ociimage.File{Path: "/usr/local/bin/nnp", Mode: fs.ModeSetuid | 0o755, Data: prog})
 	}},
 	// The busybox image run by user 1234, as upstream's Dockerfile says.
 	{"e2e-test-images/nonroot", []string{"1.5"}, func(b *builder) (*ociimage.Image, error) {
-		tools, err := b.busyboxSh()
-		if err != nil {
-			return nil, err
-		}
-		return onBusybox(tools, ociimage.Config{Cmd: []string{"sh"}, User: "1234"})
+		return onBusybox(busyboxTools, ociimage.Config{Cmd: []string{"sh"}, User: "1234"})
 	}},
 }
 
@@ -89,14 +81,14 @@ const pathEnv = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/b
 // none, a link to it.
 type tool struct {
 	name, path string
-	// data is the program when it is built here (envsh), not the build
-	// machine's at path.
-	data []byte
+	// pkg, if set, is the Go package of a program built here (envsh),
+	// not the build machine's at path.
+	pkg string
 }
 
 // busyboxTools stand in for busybox 1.35's applets (Debian's) where
 // they do not behave as upstream's busybox 1.37, which the suite assumes:
-//   - sh is envsh (build/testimages/envsh, added by busyboxSh): ash, but
+//   - sh is envsh (build/testimages/envsh), built here: ash, but
 //     bash for an environment with names that are not identifiers (a
 //     test gives a container "1-" and "$_-" prefixed ones), which 1.35's
 //     ash drops and 1.37's passes on;
@@ -104,23 +96,12 @@ type tool struct {
 //   - nc is netcat 1.10 (netcat-traditional), which 1.37's nc copies,
 //     -v included.
 var busyboxTools = []tool{
+	{name: "sh", path: envshPath, pkg: "cairn.dev/cairn/build/testimages/envsh"},
 	{name: "bash", path: "/usr/bin/bash"}, {name: "wget", path: "/usr/bin/wget"}, {name: "nc", path: "/bin/nc.traditional"},
 }
 
 // envshPath is where the images on busybox carry envsh.
 const envshPath = "/usr/bin/envsh"
-
-// busyboxSh is busyboxTools with sh, envsh, built once.
-func (b *builder) busyboxSh() ([]tool, error) {
-	if b.envsh == nil {
-		prog, err := goprog.Static("", "cairn.dev/cairn/build/testimages/envsh")
-		if err != nil {
-			return nil, err
-		}
-		b.envsh = prog
-	}
-	return append(slices.Clone(busyboxTools), tool{name: "sh", path: envshPath, data: b.envsh}), nil
-}
 
 // agnhostTools are the busybox image's tools, but OpenBSD's nc, and the
 // programs agnhost's image carries from Alpine as upstream builds it:
@@ -141,8 +122,6 @@ type builder struct {
 	// source is the directory of the Kubernetes release's source, once
 	// found.
 	source string
-	// envsh, once built, is the program busyboxSh adds.
-	envsh []byte
 }
 
 // pause is Cairn's pause program (build/pause), which the suite's pods
@@ -156,14 +135,10 @@ func (b *builder) pause() (*ociimage.Image, error) {
 }
 
 // busybox is Debian's busybox with every applet it has linked to it but
-// those busyboxSh replace, root and nobody in its user database, and
+// those busyboxTools replace, root and nobody in its user database, and
 // /tmp, as upstream's busybox image; it runs sh.
 func (b *builder) busybox() (*ociimage.Image, error) {
-	tools, err := b.busyboxSh()
-	if err != nil {
-		return nil, err
-	}
-	return onBusybox(tools, ociimage.Config{Cmd: []string{"sh"}})
+	return onBusybox(busyboxTools, ociimage.Config{Cmd: []string{"sh"}})
 }
 
 // onBusybox is an image of Debian's busybox with tools (rootfs), the
@@ -253,11 +228,7 @@ func (b *builder) nginx() (*ociimage.Image, error) {
 			program[i].Path = "/usr/sbin/nginx"
 		}
 	}
-	tools, err := b.busyboxSh()
-	if err != nil {
-		return nil, err
-	}
-	base, err := rootfs(tools)
+	base, err := rootfs(busyboxTools)
 	if err != nil {
 		return nil, err
 	}
@@ -335,11 +306,7 @@ func (b *builder) program(pkg, path string) (*ociimage.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	tools, err := b.busyboxSh()
-	if err != nil {
-		return nil, err
-	}
-	return onBusybox(tools, ociimage.Config{Entrypoint: []string{path}}, ociimage.File{Path: path, Mode: 0o755, Data: prog})
+	return onBusybox(busyboxTools, ociimage.Config{Entrypoint: []string{path}}, ociimage.File{Path: path, Mode: 0o755, Data: prog})
 }
 
 // agnhostImageFiles are the files of agnhost's image, built once.
@@ -386,8 +353,12 @@ func rootfs(tools []tool) ([]ociimage.File, error) {
 	var built []ociimage.File
 	for _, t := range tools {
 		replaced[t.name] = t.path
-		if t.data != nil {
-			built = append(built, ociimage.File{Path: t.path, Mode: 0o755, Data: t.data})
+		if t.pkg != "" {
+			prog, err := goprog.Static("", t.pkg)
+			if err != nil {
+				return nil, err
+			}
+			built = append(built, ociimage.File{Path: t.path, Mode: 0o755, Data: prog})
 			continue
 		}
 		programs = append(programs, t.path)

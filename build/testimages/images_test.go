@@ -91,11 +91,13 @@ func TestBusyboxImage(t *testing.T) {
 	}
 }
 
-// toolPaths are the build machine's paths of tools.
+// toolPaths are the build machine's paths of tools, but those built here.
 func toolPaths(tools []tool) []string {
 	var paths []string
 	for _, t := range tools {
-		paths = append(paths, t.path)
+		if t.pkg == "" {
+			paths = append(paths, t.path)
+		}
 	}
 	return paths
 }
