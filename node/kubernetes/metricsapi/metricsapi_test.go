@@ -120,6 +120,16 @@ func TestStoreUsage(t *testing.T) {
 		t.Errorf("dns-1's containers %+v, want one at 0 cores", dns)
 	}
 
+	// A scrape that brings the node's reading again, stamped as before
+	// (its kubelet had not read it anew), keeps the usage it had.
+	add("n1", 12.5, 300, now.Add(-10*time.Second))
+	if u, ok := s.nodeUsage()["n1"]; !ok || u.window != 10*time.Second || u.cpu != 0.25 {
+		t.Errorf("n1's usage after a scrape of the same stamp: %+v (found: %v), want 0.25 cores over 10 s", u, ok)
+	}
+	if got := s.podUsage()[podKey{"default", "agent-1"}]; len(got) != 2 {
+		t.Errorf("agent-1's containers after a scrape of the same stamp: %+v, want both", got)
+	}
+
 	// A container that restarted counts from zero again: no usage until
 	// its next scrape.
 	add("n1", 1, 200, now)

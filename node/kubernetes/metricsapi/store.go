@@ -31,8 +31,8 @@ func usageBetween(a, b reading) (usage, bool) {
 	return usage{at: b.cpuAt, window: window, cpu: (b.cpu - a.cpu) / window.Seconds(), memory: b.memory}, true
 }
 
-// A nodeHistory is a node's last two scrapes, and when the last one was
-// taken (by the scraper's clock).
+// A nodeHistory is a node's last scrape, the readings its windows start
+// from (add), and when the last one was taken (by the scraper's clock).
 type nodeHistory struct {
 	prev, last scrape
 	taken      time.Time
@@ -53,7 +53,11 @@ func newStore(maxAge time.Duration) *store {
 	return &store{maxAge: maxAge, now: time.Now, nodes: map[string]*nodeHistory{}}
 }
 
-// add records a scrape of node.
+// add records a scrape of node. Each reading's window starts at the
+// reading before it that was stamped earlier: the kubelet stamps the
+// node's CPU time when its cAdvisor last read it, every 10 to 20 s, so
+// two scrapes 15 s apart may carry the same stamp, and a window of
+// nothing would leave the node out of kubectl top until the next scrape.
 func (s *store) add(node string, sc scrape) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -62,7 +66,25 @@ func (s *store) add(node string, sc scrape) {
 		h = &nodeHistory{}
 		s.nodes[node] = h
 	}
-	h.prev, h.last, h.taken = h.last, sc, s.now()
+	prev := scrape{
+		node:       windowStart(h.prev.node, h.last.node, sc.node),
+		containers: make(map[containerKey]reading, len(sc.containers)),
+	}
+	for k, r := range sc.containers {
+		if st := windowStart(h.prev.containers[k], h.last.containers[k], r); st.complete() {
+			prev.containers[k] = st
+		}
+	}
+	h.prev, h.last, h.taken = prev, sc, s.now()
+}
+
+// windowStart is the reading a window ending at next starts from: last,
+// if it was stamped before next, else prev, the one before last.
+func windowStart(prev, last, next reading) reading {
+	if last.cpuAt.Before(next.cpuAt) {
+		return last
+	}
+	return prev
 }
 
 // retain forgets every node but those named.
