@@ -206,6 +206,9 @@ func TestKubernetes(t *testing.T) {
 			return k.podPhase(t, "pause", "Running")
 		})
 		s.step("pod created → Running", time.Since(start))
+		// The first pod a user could run, though created only after the
+		// CSI driver registered: at most what a user waits.
+		s.step("roles given → first pod Running", time.Since(rolesGiven))
 	})
 
 	t.Run("c-pod-network", func(t *testing.T) {
