@@ -40,7 +40,11 @@ const (
 	// directory.
 	kubeCredentialFile = "kubernetes-credential.json"
 	// kubeCredentialSlack is how long before its end a cached credential
-	// is no longer handed out.
+	// is no longer handed out, and how long before its end kubectl is
+	// told it expires: client-go keeps a credential until the expiry it
+	// was told, so a certificate told to expire at its very end failed
+	// the requests in flight then, and any that reached an apiserver
+	// whose clock runs ahead, with 401 Unauthorized.
 	kubeCredentialSlack = 10 * time.Minute
 )
 
@@ -131,7 +135,9 @@ func (a *app) issueKubeCredential(ctx context.Context, o *owner) (*kubeCredentia
 }
 
 // kubernetesCredential prints the cached credential while it is good for
-// kubeCredentialSlack more, else a fresh one, which it caches.
+// kubeCredentialSlack more, else a fresh one, which it caches. It tells
+// kubectl the credential expires kubeCredentialSlack before the
+// certificate does, when it would no longer hand it out either.
 func (a *app) kubernetesCredential(ctx context.Context, o *owner) error {
 	path := filepath.Join(o.dir, kubeCredentialFile)
 	var cred *kubeCredential
@@ -159,7 +165,7 @@ func (a *app) kubernetesCredential(ctx context.Context, o *owner) error {
 		"apiVersion": "client.authentication.k8s.io/v1",
 		"kind":       "ExecCredential",
 		"status": map[string]any{
-			"expirationTimestamp":   cred.NotAfter.UTC().Format(time.RFC3339),
+			"expirationTimestamp":   cred.NotAfter.Add(-kubeCredentialSlack).UTC().Format(time.RFC3339),
 			"clientCertificateData": cred.CertificatePEM,
 			"clientKeyData":         cred.KeyPEM,
 		},

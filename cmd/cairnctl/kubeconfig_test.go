@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/yaml"
 )
@@ -17,7 +18,8 @@ import (
 // TestKubeconfig runs kubeconfig and kubernetes credential against a real
 // curator: the kubeconfig merges into an existing file, pins the
 // Kubernetes CA, and runs cairnctl for credentials; the credential is the
-// owner's, of that CA, and is cached while it is good.
+// owner's, of that CA, is cached while it is good, and is told to expire
+// before its certificate does.
 func TestKubeconfig(t *testing.T) {
 	dir := t.TempDir()
 	c := ownedControlPlane(t, dir)
@@ -97,6 +99,7 @@ func TestKubeconfig(t *testing.T) {
 		var ec struct {
 			Kind   string
 			Status struct {
+				ExpirationTimestamp   time.Time
 				ClientCertificateData string
 				ClientKeyData         string
 			}
@@ -114,6 +117,12 @@ func TestKubeconfig(t *testing.T) {
 		}
 		if err := cert.CheckSignatureFrom(ca); err != nil || cert.Subject.CommonName != "cairn:owner" {
 			t.Errorf("the credential is %q (%v), want the owner's of the Kubernetes CA", cert.Subject.CommonName, err)
+		}
+		// client-go uses a credential until the expiry it is told; told
+		// the certificate's own end, its last requests fail.
+		if want := cert.NotAfter.Add(-kubeCredentialSlack); !ec.Status.ExpirationTimestamp.Equal(want) {
+			t.Errorf("expirationTimestamp = %v, want %v: %v before the certificate's end, %v",
+				ec.Status.ExpirationTimestamp, want, kubeCredentialSlack, cert.NotAfter)
 		}
 		return ec.Status.ClientCertificateData
 	}
