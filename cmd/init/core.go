@@ -59,6 +59,9 @@ func runCore() int {
 	if err := writeOSRelease(osReleasePath, version()); err != nil {
 		initLog.Errorf("%v", err)
 	}
+	if err := writeProtocols(protocolsPath); err != nil {
+		initLog.Errorf("%v", err)
+	}
 
 	buttons := openPowerButtons("/sys/class/input", "/dev/input", true, lt.LeveledFor("init.power"))
 	defer buttons.Close()
