@@ -1,11 +1,5 @@
 package main
 
-import (
-	"fmt"
-	"os"
-	"path/filepath"
-)
-
 // protocolsPath is where the C library looks up IP protocols by name and
 // number (protocols(5)).
 const protocolsPath = "/etc/protocols"
@@ -42,11 +36,5 @@ udplite	136	UDPLite
 // writes it into the in-memory root once per boot, before kube-proxy can
 // start.
 func writeProtocols(path string) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("when making the directory of %s: %w", path, err)
-	}
-	if err := os.WriteFile(path, []byte(protocols), 0o644); err != nil {
-		return fmt.Errorf("when writing %s: %w", path, err)
-	}
-	return nil
+	return writeRootFile(path, protocols)
 }

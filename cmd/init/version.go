@@ -43,10 +43,16 @@ func osRelease(v string) string {
 // it into the in-memory root once per boot, before anything that reads it
 // starts.
 func writeOSRelease(path, v string) error {
+	return writeRootFile(path, osRelease(v))
+}
+
+// writeRootFile writes content at path in the node's in-memory root,
+// readable by all, making its directory if it has none.
+func writeRootFile(path, content string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("when making the directory of %s: %w", path, err)
 	}
-	if err := os.WriteFile(path, []byte(osRelease(v)), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 		return fmt.Errorf("when writing %s: %w", path, err)
 	}
 	return nil
