@@ -25,6 +25,11 @@
 //	                     unmount the container's root and print what the
 //	                     namespace's root then holds, a name a line
 //	                     (needs CAP_SYS_ADMIN: a privileged pod)
+//	agent kill NAME      kill (SIGKILL) every process whose program is
+//	                     named NAME (its argv[0]'s last element), print
+//	                     their PIDs and wait until they are gone; exit 1
+//	                     when there is none (needs the host's PID
+//	                     namespace and CAP_KILL: a privileged hostPID pod)
 //	agent aggregated ADDR CA
 //	                     serve the API group test.cairn.dev/v1 over TLS on
 //	                     ADDR, as an aggregated apiserver behind the
@@ -88,13 +93,15 @@ func main() {
 		err = aggregated(args[1], args[2])
 	case args[0] == "underneath" && len(args) == 1:
 		err = underneath()
+	case args[0] == "kill" && len(args) == 2:
+		err = kill(args[1])
 	case args[0] == "cat" && len(args) == 2:
 		var b []byte
 		if b, err = os.ReadFile(args[1]); err == nil {
 			_, err = os.Stdout.Write(b)
 		}
 	default:
-		fmt.Fprintln(os.Stderr, "usage: agent serve [ADDR] | agent get URL | agent bench URL | agent resolve NAME|ADDR | agent api PATH | agent statfs PATH | agent fill PATH N | agent blocksize DEV | agent blockwrite DEV | agent write PATH TEXT | agent cat PATH | agent underneath | agent aggregated ADDR CA")
+		fmt.Fprintln(os.Stderr, "usage: agent serve [ADDR] | agent get URL | agent bench URL | agent resolve NAME|ADDR | agent api PATH | agent statfs PATH | agent fill PATH N | agent blocksize DEV | agent blockwrite DEV | agent write PATH TEXT | agent cat PATH | agent underneath | agent kill NAME | agent aggregated ADDR CA")
 		os.Exit(2)
 	}
 	if err != nil {
