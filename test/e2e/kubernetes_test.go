@@ -52,7 +52,8 @@ import (
 //	    each worker's NodePort, from pods on both workers (kube-proxy);
 //	    pods resolve Service, pod and outside names through their node's
 //	    cluster DNS, and reach the apiserver by its Service name with
-//	    their service-account token; an aggregated apiserver (an agent)
+//	    their service-account token; a worker's kube-proxy, killed, comes
+//	    back and keeps its Services; an aggregated apiserver (an agent)
 //	    answers through the apiserver, given the owner's name by the
 //	    apiserver's front proxy client certificate;
 //	(e) a pod whose image does not exist says why it cannot start;
@@ -507,6 +508,61 @@ func TestKubernetes(t *testing.T) {
 			}
 		}
 		s.step("Service created → ClusterIP and every node's NodePort answer from both workers' pods", time.Since(start))
+	})
+
+	// A worker's kube-proxy, killed, is restarted by its node, and its
+	// first sync reads back the rules it left and replaces what it does
+	// not recognise as its own: the ClusterIP it had programmed answers
+	// after that sync as before, beside one created while it was away.
+	// Without the node's /etc/protocols, nft named protocols by number,
+	// and that sync deleted every Service's rules.
+	t.Run("d-kube-proxy-restarts", func(t *testing.T) {
+		k.apply(t, `{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"restart",
+			"labels":{"pod-security.kubernetes.io/enforce":"privileged"}}}`)
+		k.apply(t, `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"killer","namespace":"restart"},"spec":{
+			"nodeName":"`+n2.ID()+`","hostPID":true,"terminationGracePeriodSeconds":0,
+			"containers":[{"name":"agent","image":"cairn/agent:1","args":["serve"],"securityContext":{"privileged":true}}]}}`)
+		k.waitFor(t, "the pod with the host's PIDs Running", 5*time.Minute, func() error {
+			return k.podPhase(t, "killer", "Running", "-n", "restart")
+		})
+		pods, err := k.agentPods(t)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names := map[string]bool{}
+		for _, p := range pods {
+			names[p.Name] = true
+		}
+		start := time.Now()
+		out, err := k.run(t, "exec", "-n", "restart", "killer", "--", "/agent", "kill", "kube-proxy")
+		if err != nil {
+			t.Fatalf("killing kube-proxy on %s: %v", n2.Name(), err)
+		}
+		t.Logf("killed kube-proxy on %s: PID %s", n2.Name(), strings.Fields(string(out)))
+		k.apply(t, `{"apiVersion":"v1","kind":"Service","metadata":{"name":"agent-again"},"spec":{
+			"selector":{"app":"agent"},"ports":[{"port":80,"targetPort":8080}]}}`)
+		// The new Service first: it answers only once the new kube-proxy
+		// has synced.
+		for _, name := range []string{"agent-again", "agent"} {
+			var svc struct{ Spec struct{ ClusterIP string } }
+			if err := k.getJSON(t, &svc, "service", name); err != nil {
+				t.Fatal(err)
+			}
+			u := "http://" + svc.Spec.ClusterIP + "/"
+			k.waitFor(t, "the Service "+name+" at "+u+" from "+n2.Name(), 2*time.Minute, func() error {
+				out, err := k.run(t, "exec", "-n", "restart", "killer", "--", "/agent", "get", u)
+				if err != nil {
+					return err
+				}
+				if got := strings.TrimSpace(string(out)); !names[got] {
+					return fmt.Errorf("%s answered by %q, not an agent", u, got)
+				}
+				return nil
+			})
+		}
+		s.step("kube-proxy killed → restarted, a new and an old ClusterIP answer", time.Since(start))
+		k.mustRun(t, "delete", "service", "agent-again")
+		k.mustRun(t, "delete", "namespace", "restart", "--wait=false")
 	})
 
 	// A pod's host port (the CNI portmap plugin) answers on its node's
