@@ -496,14 +496,7 @@ func TestKubernetes(t *testing.T) {
 		for _, p := range pods {
 			for _, u := range urls {
 				k.waitFor(t, p.Name+" reaching the Service at "+u, 2*time.Minute, func() error {
-					out, err := k.run(t, "exec", p.Name, "--", "/agent", "get", u)
-					if err != nil {
-						return err
-					}
-					if got := strings.TrimSpace(string(out)); !names[got] {
-						return fmt.Errorf("%s answered by %q, not an agent", u, got)
-					}
-					return nil
+					return k.agentAnswers(t, u, names, p.Name)
 				})
 			}
 		}
@@ -550,14 +543,7 @@ func TestKubernetes(t *testing.T) {
 			}
 			u := "http://" + svc.Spec.ClusterIP + "/"
 			k.waitFor(t, "the Service "+name+" at "+u+" from "+n2.Name(), 2*time.Minute, func() error {
-				out, err := k.run(t, "exec", "-n", "restart", "killer", "--", "/agent", "get", u)
-				if err != nil {
-					return err
-				}
-				if got := strings.TrimSpace(string(out)); !names[got] {
-					return fmt.Errorf("%s answered by %q, not an agent", u, got)
-				}
-				return nil
+				return k.agentAnswers(t, u, names, "-n", "restart", "killer")
 			})
 		}
 		s.step("kube-proxy killed → restarted, a new and an old ClusterIP answer", time.Since(start))
@@ -1474,6 +1460,21 @@ func (k *kube) agentPods(t *testing.T) ([]agentPod, error) {
 		}
 	}
 	return out, nil
+}
+
+// agentAnswers GETs u with the agent of a pod (kubectl exec's arguments
+// before its "--": the pod, and its namespace if not the default) and
+// checks that an agent of names answered.
+func (k *kube) agentAnswers(t *testing.T, u string, names map[string]bool, pod ...string) error {
+	args := append(append([]string{"exec"}, pod...), "--", "/agent", "get", u)
+	out, err := k.run(t, args...)
+	if err != nil {
+		return err
+	}
+	if got := strings.TrimSpace(string(out)); !names[got] {
+		return fmt.Errorf("%s answered by %q, not an agent", u, got)
+	}
+	return nil
 }
 
 // keepContainer returns the ID of the running container of the keep
