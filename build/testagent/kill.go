@@ -3,19 +3,25 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
+	"slices"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"cairn.dev/cairn/pkg/procstat"
 )
+
+// commLen is the most a process's name (its comm, which procstat reads)
+// holds: the kernel cuts longer names to it.
+const commLen = 15
 
 // kill kills every process named name and waits until none of them is
 // left but a zombie, so that whoever restarts them can be told apart from
 // them.
 func kill(name string) error {
+	if len(name) > commLen {
+		return fmt.Errorf("no process can be named %s: the kernel keeps at most %d characters of a name", name, commLen)
+	}
 	pids, err := named(name)
 	if err != nil {
 		return err
@@ -30,50 +36,34 @@ func kill(name string) error {
 		fmt.Println(pid)
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for _, pid := range pids {
-		for alive(pid) {
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%s (PID %d) still runs 30 s after SIGKILL", name, pid)
-			}
-			time.Sleep(50 * time.Millisecond)
+	for {
+		now, err := named(name)
+		if err != nil {
+			return err
 		}
+		i := slices.IndexFunc(pids, func(pid int) bool { return slices.Contains(now, pid) })
+		if i < 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s (PID %d) still runs 30 s after SIGKILL", name, pids[i])
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	return nil
 }
 
-// named lists the processes whose argv[0] ends in name.
+// named lists the processes named name. A zombie has no resident memory,
+// so procstat leaves it out.
 func named(name string) ([]int, error) {
-	entries, err := os.ReadDir("/proc")
+	_, procs, err := procstat.Read("/proc")
 	if err != nil {
-		return nil, fmt.Errorf("when listing processes: %w", err)
+		return nil, err
 	}
 	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		// A process that ended since the listing has no command line.
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		argv0, _, _ := strings.Cut(string(b), "\x00")
-		if filepath.Base(argv0) == name {
-			pids = append(pids, pid)
+	for _, p := range procs {
+		if p.Name == name {
+			pids = append(pids, p.PID)
 		}
 	}
 	return pids, nil
-}
-
-// alive tells whether pid still runs: it exists and is not a zombie.
-func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// The state follows the command's name, which is in parentheses and
-	// may hold anything.
-	i := strings.LastIndexByte(string(b), ')')
-	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
 }

@@ -25,11 +25,11 @@
 //	                     unmount the container's root and print what the
 //	                     namespace's root then holds, a name a line
 //	                     (needs CAP_SYS_ADMIN: a privileged pod)
-//	agent kill NAME      kill (SIGKILL) every process whose program is
-//	                     named NAME (its argv[0]'s last element), print
-//	                     their PIDs and wait until they are gone; exit 1
-//	                     when there is none (needs the host's PID
-//	                     namespace and CAP_KILL: a privileged hostPID pod)
+//	agent kill NAME      kill (SIGKILL) every process named NAME (its
+//	                     comm, as ps shows it), print their PIDs and wait
+//	                     until they are gone; exit 1 when there is none
+//	                     (needs the host's PID namespace and CAP_KILL: a
+//	                     privileged hostPID pod)
 //	agent aggregated ADDR CA
 //	                     serve the API group test.cairn.dev/v1 over TLS on
 //	                     ADDR, as an aggregated apiserver behind the
