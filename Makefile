@@ -494,7 +494,8 @@ kube-payload-test: kube-payload
 # in another terminal first. test/conformance runs it in shards, one per
 # SIG and then the serial tests, two at a time; SHARDS=network,apps picks
 # some; FOCUS=REGEXP runs only the conformance tests whose names match,
-# as the shard focus. Each shard's log and JUnit report stay in out/conformance/SHARD,
+# as the shard focus, or with SHARDS only those shards' tests whose names
+# match, as the shards focus-SHARD. Each shard's log and JUnit report stay in out/conformance/SHARD,
 # with out/conformance/summary.md over all; a shard that ended is not run
 # again at the same version of Cairn (the one the cluster's Nodes report),
 # so a run that stopped resumes where it was. First the test images the

@@ -167,6 +167,46 @@ func TestSelectShards(t *testing.T) {
 	}
 }
 
+// TestCheckArgs checks what -shards and -focus select: a focus alone is
+// the conformance tests it matches; with shards, each of them narrowed to
+// it, in a directory of its own and serial only if the shard is.
+func TestCheckArgs(t *testing.T) {
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kubeconfig, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	all := defaultShards()
+	for _, tc := range []struct {
+		shards, focus string
+		want          []shard
+	}{
+		{"", "SCTP", []shard{{Name: "focus", Labels: "Conformance", Focus: "SCTP", Serial: true}}},
+		{"networkpolicy,serial", "SCTP|Daemon", []shard{
+			{Name: "focus-networkpolicy", Labels: "Feature:NetworkPolicy && !Serial && !Disruptive", Focus: "SCTP|Daemon"},
+			{Name: "focus-serial", Labels: "Conformance && (Serial || Disruptive)", Focus: "SCTP|Daemon", Serial: true},
+		}},
+		{"networkpolicy", "", []shard{{Name: "networkpolicy", Labels: "Feature:NetworkPolicy && !Serial && !Disruptive"}}},
+	} {
+		got, err := checkArgs(all, tc.shards, tc.focus, kubeconfig)
+		if err != nil {
+			t.Errorf("checkArgs(%q, %q): %v", tc.shards, tc.focus, err)
+			continue
+		}
+		if diff := cmp.Diff(tc.want, got); diff != "" {
+			t.Errorf("checkArgs(%q, %q) (-want +got):\n%s", tc.shards, tc.focus, diff)
+		}
+	}
+	if _, err := checkArgs(all, "nosuch", "x", kubeconfig); err == nil {
+		t.Error("checkArgs of an unknown shard with a focus: no error")
+	}
+	if _, err := checkArgs(all, "", "x", filepath.Join(t.TempDir(), "none")); err == nil || !strings.Contains(err.Error(), "no kubeconfig") {
+		t.Errorf("checkArgs without a kubeconfig = %v, want an error saying so", err)
+	}
+	if got := defaultShards(); !cmp.Equal(got, all) {
+		t.Error("checkArgs changed the default shards")
+	}
+}
+
 // TestRunnerResumes runs shards through a stand-in e2e.test: each shard
 // ends with a result; a second run at the same commit runs only the shard
 // whose result is missing (as after an interrupted run); another commit,

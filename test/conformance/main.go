@@ -10,7 +10,7 @@
 //
 //	go run ./test/conformance -e2e out/conformance/e2e.test \
 //	    -kubeconfig out/cluster/kubeconfig -dir out/conformance \
-//	    [-shards network,apps | -focus REGEXP] [-background]
+//	    [-shards network,apps] [-focus REGEXP] [-background]
 //
 // `make conformance` builds e2e.test and runs it against `make cluster`'s
 // cluster; docs/conformance.md records the results.
@@ -39,7 +39,7 @@ func main() {
 	dir := flag.String("dir", "out/conformance", "directory of the results, one per shard")
 	commit := flag.String("commit", "", "Cairn's version the cluster runs, if its Nodes do not say it (results of another are run again)")
 	shardList := flag.String("shards", "", "comma-separated shards to run (default: all)")
-	focus := flag.String("focus", "", "run only the conformance tests whose names match this regular expression, as the shard focus")
+	focus := flag.String("focus", "", "run only the tests whose names match this regular expression: of the conformance tests, as the shard focus, or with -shards, of those shards, each as the shard focus-SHARD")
 	parallel := flag.Int("parallel", 2, "shards that run at once")
 	timeout := flag.Duration("timeout", 6*time.Hour, "deadline of each shard")
 	repoList := flag.String("repo-list", "", "KUBE_TEST_REPO_LIST file mapping the test images' registries")
@@ -109,10 +109,12 @@ func checkArgs(all []shard, shardList, focus, kubeconfig string) ([]shard, error
 	if err != nil {
 		return nil, err
 	}
-	if focus != "" {
-		if shardList != "" {
-			return nil, errors.New("-focus and -shards do not go together: -focus is a shard of its own")
+	switch {
+	case focus != "" && shardList != "":
+		for i, s := range shards {
+			shards[i] = s.narrowed(focus)
 		}
+	case focus != "":
 		shards = []shard{focusShard(focus)}
 	}
 	if _, err := os.Stat(kubeconfig); err != nil {

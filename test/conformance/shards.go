@@ -31,6 +31,16 @@ func focusShard(focus string) shard {
 	return shard{Name: "focus", Labels: "Conformance", Focus: focus, Serial: true}
 }
 
+// narrowed is the shard of s's tests whose names match focus, for
+// running some of a shard that is not a conformance one (networkpolicy)
+// or parts of one beside each other. Its results have a directory of
+// their own, so that the whole shard's stay.
+func (s shard) narrowed(focus string) shard {
+	s.Name = "focus-" + s.Name
+	s.Focus = focus
+	return s
+}
+
 // sigs are the SIGs that own conformance tests.
 var sigs = []string{
 	"api-machinery", "apps", "architecture", "auth", "cli",
