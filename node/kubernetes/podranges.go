@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -193,9 +194,19 @@ func (p *rangeBook) releaseGone(ctx context.Context, listed int64, kube map[stri
 }
 
 // runPodRanges gives every Cairn Node without a pod range one, as soon as
-// the apiserver reports it, and records the ranges Nodes have already.
+// the apiserver reports it, and records the ranges Nodes have already. It
+// starts once the apiserver lists Nodes, which it asks every
+// readyInterval: until then a failed list would restart it with a backoff
+// of up to 30 s.
 func runPodRanges(ctx context.Context, cl *apiClient, p *rangeBook) error {
 	lg := supervisor.Logger(ctx)
+	err := waitUntil(ctx, "apiserver "+cl.server+" to list the Nodes", 30*time.Second, lg.Infof, func() (bool, error) {
+		err := cl.do(ctx, http.MethodGet, "/api/v1/nodes?limit=1", "", nil, nil)
+		return err == nil, err
+	})
+	if err != nil {
+		return err
+	}
 	// known are the Nodes whose range is recorded, so that a Node's
 	// status updates cost no etcd read.
 	known := map[string]netip.Prefix{}

@@ -30,6 +30,22 @@ func (c *Controller) runReconciler(ctx context.Context) error {
 		return err
 	}
 	lg := supervisor.Logger(ctx)
+	rctx, cancel := context.WithDeadlineCause(ctx, cred.renewAt, errRenew)
+	defer cancel()
+	// The pod ranges are given from when the apiserver serves, not when
+	// it is ready: the reconciler's credential (system:masters) needs no
+	// RBAC object, and on a new cluster the workers' kubelets register
+	// their Nodes, and wait for a range to report them Ready, while the
+	// apiserver still makes its default RBAC objects: 61 s from serving
+	// to ready in a start of make cluster, its workers' Nodes registered
+	// 8 s after it served.
+	var ranges *rangeBook
+	if c.cfg.Etcd != nil {
+		ranges = newRangeBook(c.cfg.Etcd)
+		if err := supervisor.Run(rctx, "pod-ranges", func(ctx context.Context) error { return runPodRanges(ctx, cl, ranges) }); err != nil {
+			return fmt.Errorf("when starting the pod ranges: %w", err)
+		}
+	}
 	if err := cl.waitReady(ctx, c.cfg.Readiness, lg.Infof); err != nil {
 		return err
 	}
@@ -38,17 +54,8 @@ func (c *Controller) runReconciler(ctx context.Context) error {
 		return fmt.Errorf("when reading the Kubernetes CA: %w", err)
 	}
 	objects := append(clusterObjects(), metricsObjects(kubeCA)...)
-	rctx, cancel := context.WithDeadlineCause(ctx, cred.renewAt, errRenew)
-	defer cancel()
 	if err := supervisor.Run(rctx, "dns-endpoints", func(ctx context.Context) error { return runDNSEndpoints(ctx, cl) }); err != nil {
 		return fmt.Errorf("when starting the DNS endpoints: %w", err)
-	}
-	var ranges *rangeBook
-	if c.cfg.Etcd != nil {
-		ranges = newRangeBook(c.cfg.Etcd)
-		if err := supervisor.Run(rctx, "pod-ranges", func(ctx context.Context) error { return runPodRanges(ctx, cl, ranges) }); err != nil {
-			return fmt.Errorf("when starting the pod ranges: %w", err)
-		}
 	}
 	nodesC := make(chan []ClusterNode)
 	event.Pipe(rctx, c.cfg.Nodes, nodesC, event.NotNil[[]ClusterNode]())

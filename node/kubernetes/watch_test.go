@@ -167,14 +167,24 @@ func TestHealthyAfterKeepsBackoff(t *testing.T) {
 	}
 }
 
-// nodesServer plays an apiserver's Nodes for followPodRanges: the list has
-// node "me" without a pod range yet and node "b" with one; the watch
-// gives "me" its range once told to (give), then stays open. It is
-// always ready.
+// nodesServer plays an apiserver's Nodes for followPodRanges. Node "me"
+// has its pod range from the start; node "b" has none in the list, and the
+// watch gives it one once told to (give), then stays open. "me" alone
+// may be read before the apiserver is ready, and it has its range only
+// once told to (own); /readyz says ready only once told to (ready).
 type nodesServer struct {
-	give  chan struct{}
-	mu    sync.Mutex
-	lists int
+	own, ready, give chan struct{}
+	mu               sync.Mutex
+	lists, reads     int
+}
+
+func closed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 func (s *nodesServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -183,34 +193,47 @@ func (s *nodesServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			`"status":{"addresses":[{"type":"InternalIP","address":"10.42.0.%d"}],"conditions":[{"type":"Ready","status":"True"}]}}`,
 			name, rv, cidr, len(name))
 	}
-	if r.URL.Path == "/readyz" {
+	switch {
+	case r.URL.Path == "/readyz" && closed(s.ready):
 		fmt.Fprint(w, "ok")
-		return
-	}
-	if r.URL.Query().Get("watch") == "" {
+	case r.URL.Path == "/readyz":
+		http.Error(w, "[-]poststarthook/rbac/bootstrap-roles failed", http.StatusInternalServerError)
+	case r.URL.Path == "/api/v1/nodes/me":
+		s.mu.Lock()
+		s.reads++
+		s.mu.Unlock()
+		if closed(s.own) {
+			fmt.Fprint(w, node("me", "10.192.0.0/24", "8"))
+		} else {
+			fmt.Fprint(w, node("me", "", "7"))
+		}
+	case !closed(s.ready):
+		http.Error(w, "the apiserver is not ready", http.StatusForbidden)
+	case r.URL.Query().Get("watch") == "":
 		s.mu.Lock()
 		s.lists++
 		s.mu.Unlock()
-		fmt.Fprintf(w, `{"metadata":{"resourceVersion":"10"},"items":[%s,%s]}`, node("me", "", "8"), node("b", "10.192.1.0/24", "9"))
-		return
-	}
-	w.(http.Flusher).Flush()
-	select {
-	case <-s.give:
-		fmt.Fprintln(w, `{"type":"MODIFIED","object":`+node("me", "10.192.0.0/24", "11")+`}`)
+		fmt.Fprintf(w, `{"metadata":{"resourceVersion":"10"},"items":[%s,%s]}`, node("me", "10.192.0.0/24", "8"), node("b", "", "9"))
+	default:
 		w.(http.Flusher).Flush()
-	case <-r.Context().Done():
-		return
+		select {
+		case <-s.give:
+			fmt.Fprintln(w, `{"type":"MODIFIED","object":`+node("b", "10.192.1.0/24", "11")+`}`)
+			w.(http.Flusher).Flush()
+		case <-r.Context().Done():
+			return
+		}
+		<-r.Context().Done()
 	}
-	<-r.Context().Done()
 }
 
-// TestFollowPodRanges checks that the pod ranges come from one list and a
-// watch: a Node's new range is applied as soon as the watch reports it,
-// and meanwhile the ranges already known are applied again without
-// asking the apiserver.
+// TestFollowPodRanges checks that the node's own pod range is applied as
+// soon as its Node has one, before the apiserver is ready, and that the
+// other ranges come from one list and a watch: a Node's new range is
+// applied as soon as the watch reports it, and meanwhile the ranges
+// already known are applied again without asking the apiserver.
 func TestFollowPodRanges(t *testing.T) {
-	srv := &nodesServer{give: make(chan struct{})}
+	srv := &nodesServer{own: make(chan struct{}), ready: make(chan struct{}), give: make(chan struct{})}
 	ts := httptest.NewServer(srv)
 	defer ts.Close()
 	cl := &apiClient{server: ts.URL, http: &http.Client{Timeout: time.Second}}
@@ -219,33 +242,51 @@ func TestFollowPodRanges(t *testing.T) {
 		ranges string
 	}
 	calls := make(chan call, 16)
+	// Ready once every range is known.
 	apply := func(ranges []podRange) (bool, error) {
 		var s []string
 		for _, r := range ranges {
 			s = append(s, fmt.Sprintf("%s=%v", r.Node, r.Range))
 		}
 		calls <- call{time.Now(), strings.Join(s, ",")}
-		return ranges[slices.IndexFunc(ranges, func(r podRange) bool { return r.Node == "me" })].Range.IsValid(), nil
+		return !slices.ContainsFunc(ranges, func(r podRange) bool { return !r.Range.IsValid() }), nil
 	}
 	ctx, cancel := context.WithCancel(fixture.Context(t))
 	defer cancel()
 	sup := supervisor.New(ctx, func(ctx context.Context) error {
-		return followPodRanges(ctx, cl, nil, time.Now().Add(time.Hour), apply)
+		return followPodRanges(ctx, cl, nil, "me", time.Now().Add(time.Hour), apply)
 	})
 	defer sup.Wait()
 	defer cancel()
 
-	const before = "b=10.192.1.0/24,me=invalid Prefix"
+	// Nothing is applied while the node's own Node has no range.
+	select {
+	case c := <-calls:
+		t.Fatalf("apply got %s before the node had a range", c.ranges)
+	case <-time.After(1500 * time.Millisecond):
+	}
+	close(srv.own)
+	select {
+	case c := <-calls:
+		if want := "me=10.192.0.0/24"; c.ranges != want {
+			t.Fatalf("apply before the apiserver is ready got %s, want %s", c.ranges, want)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the node's own range was not applied within 10 s of its Node having it")
+	}
+	close(srv.ready)
+
+	const before = "b=invalid Prefix,me=10.192.0.0/24"
 	const after = "b=10.192.1.0/24,me=10.192.0.0/24"
 	// Applied after the list, then again from what is known.
 	for i := range 2 {
 		select {
 		case c := <-calls:
 			if c.ranges != before {
-				t.Fatalf("apply %d got %s, want %s", i, c.ranges, before)
+				t.Fatalf("apply %d after the list got %s, want %s", i, c.ranges, before)
 			}
 		case <-time.After(10 * time.Second):
-			t.Fatalf("apply was called %d times in 10 s, want 2 before the Node changes", i)
+			t.Fatalf("apply was called %d times in 10 s after the list, want 2 before the Node changes", i)
 		}
 	}
 	gave := time.Now()
@@ -266,5 +307,8 @@ func TestFollowPodRanges(t *testing.T) {
 	defer srv.mu.Unlock()
 	if srv.lists != 1 {
 		t.Errorf("the Nodes were listed %d times, want once: the rest comes from the watch", srv.lists)
+	}
+	if srv.reads < 2 {
+		t.Errorf("the node's own Node was read %d times, want it asked again until it had a range", srv.reads)
 	}
 }

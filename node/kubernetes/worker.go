@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -394,7 +396,7 @@ func (w *Worker) runPodNetwork(ctx context.Context) error {
 	}
 	lg := supervisor.Logger(ctx)
 	var written netip.Prefix
-	return followPodRanges(ctx, cl, w.cfg.Readiness, cred.renewAt, func(ranges []podRange) (bool, error) {
+	return followPodRanges(ctx, cl, w.cfg.Readiness, w.cfg.NodeID, cred.renewAt, func(ranges []podRange) (bool, error) {
 		err := w.apply(ranges, &written, lg.Infof)
 		return written.IsValid(), err
 	})
@@ -404,9 +406,11 @@ func (w *Worker) runPodNetwork(ctx context.Context) error {
 // a Node changes, which it learns from a watch, and again every 10 s (2 s
 // until apply reports it is ready) with the ranges it last learned, so
 // that what failed is tried again without asking the apiserver.
+// Before the watch, which waits for the apiserver to be ready, it gives
+// apply the range of self's own Node (ownRange).
 // It runs until ctx ends or renewAt. It logs what fails once, until it
 // changes, and reports the runnable healthy once apply is ready.
-func followPodRanges(ctx context.Context, cl *apiClient, r *Readiness, renewAt time.Time, apply func([]podRange) (ready bool, err error)) error {
+func followPodRanges(ctx context.Context, cl *apiClient, r *Readiness, self string, renewAt time.Time, apply func([]podRange) (ready bool, err error)) error {
 	lg := supervisor.Logger(ctx)
 	rctx, cancel := context.WithDeadlineCause(ctx, renewAt, errRenew)
 	defer cancel()
@@ -414,6 +418,15 @@ func followPodRanges(ctx context.Context, cl *apiClient, r *Readiness, renewAt t
 	// reports replaces one this loop has not taken yet.
 	latest := make(chan []podRange, 1)
 	err := supervisor.Run(ctx, "nodes", func(ctx context.Context) error {
+		own, err := ownRange(ctx, cl, self)
+		if err != nil {
+			return err
+		}
+		select {
+		case <-latest:
+		default:
+		}
+		latest <- own
 		// Until the apiserver is ready, a failed list would restart
 		// the follower with a backoff of up to 30 s; asked every
 		// second instead, a new cluster's nodes learn their ranges
@@ -463,6 +476,30 @@ func followPodRanges(ctx context.Context, cl *apiClient, r *Readiness, renewAt t
 			wait = 10 * time.Second
 		}
 	}
+}
+
+// ownRange waits until the Node of self has its pod range and returns it,
+// asking every readyInterval. A kubelet's credential may read its own
+// Node as soon as the apiserver serves, long before it is ready: on a new
+// cluster its default RBAC objects are still being made, and then the
+// reconciler's, which let a node list the others (cairn:pod-network),
+// while the controller gives ranges from the start (runPodRanges). So
+// the node writes its CNI configuration, and its kubelet reports it
+// Ready, without waiting for either.
+func ownRange(ctx context.Context, cl *apiClient, self string) ([]podRange, error) {
+	var own []podRange
+	err := waitUntil(ctx, "the pod range of Node "+self, 30*time.Second, supervisor.Logger(ctx).Infof, func() (bool, error) {
+		var n kubeNode
+		if err := cl.do(ctx, http.MethodGet, "/api/v1/nodes/"+self, "", nil, &n); err != nil {
+			return false, err
+		}
+		own = podRanges(map[string]kubeNode{self: n})
+		if !own[0].Range.IsValid() {
+			return false, errors.New("the Node has no pod range yet")
+		}
+		return true, nil
+	})
+	return own, err
 }
 
 // apply writes the CNI configuration for the node's own range when it is
