@@ -101,6 +101,15 @@ func (w *Worker) runProvisioner(m *localvolume.Manager, changed <-chan struct{})
 		if err != nil {
 			return err
 		}
+		// Its three followers would otherwise each ask a starting
+		// apiserver again and again, a new TLS connection each while it
+		// is too busy to finish handshakes, restarted with a backoff
+		// from 100 ms: in a start of make cluster, a worker's followers
+		// failed 33 times before the apiserver was ready, 21 of them in
+		// their first 8 s.
+		if err := cl.waitReady(ctx, w.cfg.Readiness, supervisor.Logger(ctx).Infof); err != nil {
+			return err
+		}
 		rctx, cancel := context.WithDeadlineCause(ctx, cred.renewAt, errRenew)
 		defer cancel()
 		p := &provisioner{node: w.cfg.NodeID, volumes: m, cl: cl, log: supervisor.Logger(ctx), refused: map[string]string{}, made: map[string]bool{}}
