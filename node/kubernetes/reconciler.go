@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"cairn.dev/cairn/node/kubernetes/csiplugin"
@@ -46,14 +48,25 @@ func (c *Controller) runReconciler(ctx context.Context) error {
 			return fmt.Errorf("when starting the pod ranges: %w", err)
 		}
 	}
-	if err := cl.waitReady(ctx, c.cfg.Readiness, lg.Infof); err != nil {
-		return err
-	}
 	kubeCA, err := os.ReadFile(cred.CA)
 	if err != nil {
 		return fmt.Errorf("when reading the Kubernetes CA: %w", err)
 	}
 	objects := append(clusterObjects(), metricsObjects(kubeCA)...)
+	// So are Cairn's cluster roles and their bindings, which need no
+	// namespace: the owner's, and those the workers' loops and the
+	// metrics API read with, hold the moment the apiserver's default
+	// roles exist, not seconds after it is ready, when every component
+	// that waited for it asks it at once (in a start of make cluster the
+	// owner saw the workers Ready 23 s after it was ready, and each
+	// worker's loops were refused meanwhile). The first round applies
+	// them again, which changes nothing.
+	if err := applyClusterRBAC(ctx, cl, objects, lg.Infof); err != nil {
+		return err
+	}
+	if err := cl.waitReady(ctx, c.cfg.Readiness, lg.Infof); err != nil {
+		return err
+	}
 	if err := supervisor.Run(rctx, "dns-endpoints", func(ctx context.Context) error { return runDNSEndpoints(ctx, cl) }); err != nil {
 		return fmt.Errorf("when starting the DNS endpoints: %w", err)
 	}
@@ -65,6 +78,25 @@ func (c *Controller) runReconciler(ctx context.Context) error {
 	})
 	if rctx.Err() != nil {
 		return stopped(ctx)
+	}
+	return err
+}
+
+// applyClusterRBAC applies the cluster roles and cluster role bindings
+// among objects, all of them again every readyInterval until the
+// apiserver has taken each, or ctx ends.
+func applyClusterRBAC(ctx context.Context, cl *apiClient, objects []object, logf func(string, ...any)) error {
+	rbac := slices.DeleteFunc(slices.Clone(objects), func(o object) bool { return !strings.HasPrefix(o.path, clusterRBACPrefix) })
+	err := waitUntil(ctx, "apiserver "+cl.server+" to take Cairn's cluster roles", 30*time.Second, logf, func() (bool, error) {
+		for _, o := range rbac {
+			if err := cl.apply(ctx, o.path, o.body); err != nil {
+				return false, fmt.Errorf("when applying %s: %w", o.path, err)
+			}
+		}
+		return true, nil
+	})
+	if err == nil {
+		logf("Applied %d cluster roles and bindings", len(rbac))
 	}
 	return err
 }
@@ -117,6 +149,10 @@ func reconcileRounds(ctx context.Context, cl *apiClient, objects []object, nodes
 		}
 	}
 }
+
+// clusterRBACPrefix begins the path of every cluster role and cluster
+// role binding.
+const clusterRBACPrefix = "/apis/rbac.authorization.k8s.io/v1/cluster"
 
 // An object is a Kubernetes object the reconciler applies at path.
 type object struct {

@@ -2,11 +2,15 @@ package kubernetes
 
 import (
 	"context"
+	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"cairn.dev/cairn/pkg/fixture"
 	"cairn.dev/cairn/pkg/supervisor/supervisortest"
 )
 
@@ -74,5 +78,44 @@ func TestReconcileRoundsByClock(t *testing.T) {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
+	}
+}
+
+// TestApplyClusterRBAC applies Cairn's objects' cluster roles and
+// bindings, and nothing else, through an apiserver that refuses the
+// first requests, as one does that does not serve yet.
+func TestApplyClusterRBAC(t *testing.T) {
+	srv := &rangesServer{patches: map[string][]string{}}
+	var mu sync.Mutex
+	refuse := 3
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if refuse > 0 {
+			refuse--
+			http.Error(w, "the apiserver is starting", http.StatusServiceUnavailable)
+			return
+		}
+		srv.ServeHTTP(w, r)
+	}))
+	defer ts.Close()
+	cl := &apiClient{server: ts.URL, http: ts.Client()}
+	objects := append(clusterObjects(), metricsObjects([]byte("CA"))...)
+	if err := applyClusterRBAC(fixture.Context(t), cl, objects, t.Logf); err != nil {
+		t.Fatal(err)
+	}
+	var rbac int
+	for _, o := range objects {
+		want := 0
+		if strings.Contains(o.path, "/clusterroles/") || strings.Contains(o.path, "/clusterrolebindings/") {
+			want = 1
+			rbac++
+		}
+		if got := srv.patchCount(o.path); got != want {
+			t.Errorf("%s applied %d times, want %d", o.path, got, want)
+		}
+	}
+	if rbac < 10 {
+		t.Errorf("only %d of Cairn's objects are cluster roles or bindings; want the owner's, the nodes' and the metrics API's", rbac)
 	}
 }
