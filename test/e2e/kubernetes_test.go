@@ -117,12 +117,11 @@ func TestKubernetes(t *testing.T) {
 
 	t.Run("a-worker-ready", func(t *testing.T) {
 		s.cairnctl(t, c, "kubeconfig", "--out", k.config, "--apiserver", "https://"+n0.KubernetesAddr())
-		k.waitFor(t, "the apiserver to answer the owner", 15*time.Minute, func() error {
-			_, err := k.run(t, "get", "--raw", "/readyz")
-			return err
-		})
-		s.step("roles given → apiserver ready for the owner", time.Since(rolesGiven))
-		k.waitFor(t, n1.Name()+"'s Node Ready", 10*time.Minute, func() error {
+		// The workers are Ready, and the owner may see it, before the
+		// apiserver is: it serves, and Cairn gives pod ranges and
+		// applies its RBAC objects, while it still makes its default
+		// RBAC objects, the last of its start.
+		k.waitFor(t, n1.Name()+"'s Node Ready", 15*time.Minute, func() error {
 			return k.nodeReady(t, n1.ID())
 		})
 		s.step("roles given → worker Node Ready", time.Since(rolesGiven))
@@ -130,6 +129,11 @@ func TestKubernetes(t *testing.T) {
 			return k.nodeReady(t, n2.ID())
 		})
 		s.step("roles given → both workers' Nodes Ready", time.Since(rolesGiven))
+		k.waitFor(t, "the apiserver to answer the owner", 10*time.Minute, func() error {
+			_, err := k.run(t, "get", "--raw", "/readyz")
+			return err
+		})
+		s.step("roles given → apiserver ready for the owner", time.Since(rolesGiven))
 		// The controller-manager and the scheduler serve the loopback
 		// certificate Cairn wrote, rather than make themselves an RSA
 		// key at start: seconds of an emulated CPU before the workers
