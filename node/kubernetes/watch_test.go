@@ -167,17 +167,18 @@ func TestHealthyAfterKeepsBackoff(t *testing.T) {
 	}
 }
 
-// nodesServer plays an apiserver's Nodes for followPodRanges. Node "me"
-// has its pod range from the start; node "b" has none in the list, and the
-// watch gives it one once told to (give), then stays open. "me" alone
-// may be read before the apiserver is ready, and it has its range only
-// once told to (own); /readyz says ready only once told to (ready).
+// nodesServer plays an apiserver's Nodes for followPodRanges. /readyz
+// says ready only once told to (ready). Before that only Node "me" may
+// be read, alone, and it has its pod range once told to (own). The list
+// has "me" with its range and node "b" without one; the watch gives "b"
+// its range once told to (give), then stays open.
 type nodesServer struct {
 	own, ready, give chan struct{}
 	mu               sync.Mutex
 	lists, reads     int
 }
 
+// closed reports whether c is closed.
 func closed(c chan struct{}) bool {
 	select {
 	case <-c:
