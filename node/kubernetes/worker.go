@@ -414,19 +414,22 @@ func followPodRanges(ctx context.Context, cl *apiClient, r *Readiness, self stri
 	lg := supervisor.Logger(ctx)
 	rctx, cancel := context.WithDeadlineCause(ctx, renewAt, errRenew)
 	defer cancel()
-	// The follower leaves only the latest ranges here; a change it
-	// reports replaces one this loop has not taken yet.
+	// The follower leaves only the latest ranges here (leave); a change
+	// it reports replaces one this loop has not taken yet.
 	latest := make(chan []podRange, 1)
+	leave := func(ranges []podRange) {
+		select {
+		case <-latest:
+		default:
+		}
+		latest <- ranges
+	}
 	err := supervisor.Run(ctx, "nodes", func(ctx context.Context) error {
 		own, err := ownRange(ctx, cl, self)
 		if err != nil {
 			return err
 		}
-		select {
-		case <-latest:
-		default:
-		}
-		latest <- own
+		leave(own)
 		// Until the apiserver is ready, a failed list would restart
 		// the follower with a backoff of up to 30 s; asked every
 		// second instead, a new cluster's nodes learn their ranges
@@ -435,11 +438,7 @@ func followPodRanges(ctx context.Context, cl *apiClient, r *Readiness, self stri
 			return err
 		}
 		return follow(ctx, cl, "/api/v1/nodes", healthyAfter(ctx, func(nodes map[string]kubeNode) error {
-			select {
-			case <-latest:
-			default:
-			}
-			latest <- podRanges(nodes)
+			leave(podRanges(nodes))
 			return nil
 		}))
 	})
