@@ -128,6 +128,18 @@ bench-failover: deps image cairnctl
 	$(GO) test -tags e2e -count=1 -v -timeout 60m -run '^TestFailoverSoak$$' ./test/e2e \
 	  -image-dir $(abspath $(OUT)) -cairnctl $(abspath $(OUT))/cairnctl -soak $(SOAK)
 
+# bench-idle forms the cluster of make cluster with Kubernetes, runs a pause
+# pod on each worker under a NetworkPolicy, checks the resource metrics API
+# answers, leaves it at rest for IDLE, then reads every node's busy time and
+# each process's memory (PSS) and CPU over IDLE_OVER: the footprint goals'
+# figures.
+IDLE ?= 10m
+IDLE_OVER ?= 5m
+.PHONY: bench-idle
+bench-idle: deps image cairnctl kube-payload
+	$(GO) test -tags e2e -count=1 -v -timeout 60m -run '^TestIdleFootprint$$' ./test/e2e \
+	  -image-dir $(abspath $(OUT)) -cairnctl $(abspath $(OUT))/cairnctl -idle $(IDLE) -idle-over $(IDLE_OVER)
+
 # cairnctl is the operator's CLI, built for this machine.
 cairnctl:
 	$(GO) build -o $(OUT)/cairnctl ./cmd/cairnctl
