@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -43,16 +42,7 @@ func TestIdleFootprint(t *testing.T) {
 		t.Fatalf("forming the cluster: %v", err)
 	}
 	n0, n1, n2 := c.Node(0), c.Node(1), c.Node(2)
-	k := &kube{s: s, kubectl: artifact(t, "kubectl"), config: filepath.Join(t.TempDir(), "kubeconfig")}
-	defer func() {
-		if t.Failed() {
-			s.dumpKubernetes(t, c, k)
-		}
-	}()
-	rolesGiven := time.Now()
-	s.cairnctl(t, c, "node", "add-role", n0.ID(), "KubernetesController")
-	s.cairnctl(t, c, "node", "add-role", n1.ID(), "KubernetesWorker")
-	s.cairnctl(t, c, "node", "add-role", n2.ID(), "KubernetesWorker")
+	k, rolesGiven := s.giveKubernetesRoles(t, c)
 	s.cairnctl(t, c, "kubeconfig", "--out", k.config, "--apiserver", "https://"+n0.KubernetesAddr())
 	for _, n := range []*cluster.Node{n1, n2} {
 		k.waitFor(t, n.Name()+"'s Node Ready", 15*time.Minute, func() error { return k.nodeReady(t, n.ID()) })

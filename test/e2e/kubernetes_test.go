@@ -103,17 +103,7 @@ func TestKubernetes(t *testing.T) {
 		s.step(p.Name, p.Duration)
 	}
 	n0, n1, n2 := c.Node(0), c.Node(1), c.Node(2)
-	k := &kube{s: s, kubectl: artifact(t, "kubectl"), config: filepath.Join(t.TempDir(), "kubeconfig")}
-	defer func() {
-		if t.Failed() {
-			s.dumpKubernetes(t, c, k)
-		}
-	}()
-
-	rolesGiven := time.Now()
-	s.cairnctl(t, c, "node", "add-role", n0.ID(), "KubernetesController")
-	s.cairnctl(t, c, "node", "add-role", n1.ID(), "KubernetesWorker")
-	s.cairnctl(t, c, "node", "add-role", n2.ID(), "KubernetesWorker")
+	k, rolesGiven := s.giveKubernetesRoles(t, c)
 
 	t.Run("a-worker-ready", func(t *testing.T) {
 		s.cairnctl(t, c, "kubeconfig", "--out", k.config, "--apiserver", "https://"+n0.KubernetesAddr())
@@ -182,8 +172,7 @@ func TestKubernetes(t *testing.T) {
 		}
 	})
 	if t.Failed() {
-		s.dumpKubernetes(t, c, k)
-		return
+		return // dumped by giveKubernetesRoles' cleanup
 	}
 
 	t.Run("a-csi-driver", func(t *testing.T) {
@@ -1606,6 +1595,26 @@ func (k *kube) nodeLabel(t *testing.T, name, label string) error {
 		return fmt.Errorf("node %s has labels %v, not %s", name, node.Metadata.Labels, label)
 	}
 	return nil
+}
+
+// giveKubernetesRoles gives the roles of make cluster to the three nodes
+// of c: node 0 KubernetesController, nodes 1 and 2 KubernetesWorker. It
+// returns stock kubectl for the owner, whose kubeconfig is not yet
+// written, and when the roles were given. A test that fails dumps the
+// cluster's Kubernetes state at its end.
+func (s *suite) giveKubernetesRoles(t *testing.T, c *cluster.Cluster) (*kube, time.Time) {
+	t.Helper()
+	k := &kube{s: s, kubectl: artifact(t, "kubectl"), config: filepath.Join(t.TempDir(), "kubeconfig")}
+	t.Cleanup(func() {
+		if t.Failed() {
+			s.dumpKubernetes(t, c, k)
+		}
+	})
+	rolesGiven := time.Now()
+	s.cairnctl(t, c, "node", "add-role", c.Node(0).ID(), "KubernetesController")
+	s.cairnctl(t, c, "node", "add-role", c.Node(1).ID(), "KubernetesWorker")
+	s.cairnctl(t, c, "node", "add-role", c.Node(2).ID(), "KubernetesWorker")
+	return k, rolesGiven
 }
 
 // kube runs stock kubectl with the owner's kubeconfig.
