@@ -5,12 +5,8 @@ import (
 	"context"
 	"crypto/ed25519"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"net/netip"
-	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -49,7 +45,7 @@ func newTestNode(t testing.TB) *testNode {
 	t.Helper()
 	n := &testNode{key: identitytest.NewKey(t), joinKey: identitytest.NewKey(t)}
 	n.member = consensustest.NewMember(t, n.key)
-	lis := listenBelowEphemeral(t)
+	lis := fixture.ListenBelowEphemeral(t)
 	n.lis = lis
 	n.addr = netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(lis.Addr().(*net.TCPAddr).Port))
 	t.Cleanup(func() {
@@ -58,34 +54,6 @@ func newTestNode(t testing.TB) *testNode {
 		}
 	})
 	return n
-}
-
-// listenBelowEphemeral listens on a random port of 127.0.0.1 below the
-// kernel's ephemeral range. A curator started again listens anew on its
-// node's address, as a real node's does on its fixed port; a port of the
-// ephemeral range (what port 0 gives) may meanwhile be the local end of
-// any outgoing connection on the machine, and make that listen fail.
-// Only a server that chose the same port on purpose can take this one.
-func listenBelowEphemeral(t testing.TB) net.Listener {
-	t.Helper()
-	low := 32768 // Linux's default
-	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
-		if f := strings.Fields(string(b)); len(f) == 2 {
-			if v, err := strconv.Atoi(f[0]); err == nil && v > 2048 {
-				low = v
-			}
-		}
-	}
-	var err error
-	for range 100 {
-		var lis net.Listener
-		port := low/2 + rand.IntN(low-low/2)
-		if lis, err = net.Listen("tcp", netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), uint16(port)).String()); err == nil {
-			return lis
-		}
-	}
-	t.Fatalf("listening for the curator below port %d: %v", low, err)
-	return nil
 }
 
 func (n *testNode) pub() ed25519.PublicKey { return n.key.Public().(ed25519.PublicKey) }
