@@ -241,12 +241,15 @@ func statusError(ctx context.Context, err error) error {
 // the call did not read the caller's record (unaryInterceptor), so that a
 // forwarded call costs one etcd read, at the leader, not one on each side.
 func (c *curator) trustForwarder(ctx context.Context, forwarder, caller identity.Peer) error {
-	ops := []clientv3.Op{clientv3.OpGet(nodeKey(forwarder.NodeID))}
+	method, _ := grpc.Method(ctx)
+	read := callerRead(method)
+	ops := []clientv3.Op{clientv3.OpGet(nodeKey(forwarder.NodeID), read...)}
 	judgeCaller := caller.Kind == identity.PeerNode
 	if judgeCaller {
-		ops = append(ops, clientv3.OpGet(nodeKey(caller.NodeID)))
+		ops = append(ops, clientv3.OpGet(nodeKey(caller.NodeID), read...))
 	}
-	// A transaction of reads only is one linearizable read.
+	// A transaction of reads only is one read, linearizable unless every
+	// read in it is serializable.
 	resp, err := c.etcd.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
 		// Not a refusal: etcd did not answer (it may be electing a
