@@ -278,7 +278,8 @@ func (s *suite) rebootSingle(t *testing.T, c *cluster.Cluster, n *cluster.Node, 
 		t.Errorf("the reboot did not kexec into the ESP's image: %s", s.lineAfter(n, mark, "cairn: rebooting"))
 	}
 	// The core loaded that image while its services stopped, so PID 1
-	// did not.
+	// did not. The load bounds the shutdown, so its time is logged.
+	t.Logf("during the shutdown: %s", s.lineAfter(n, mark, "cairn: loaded the ESP's image for kexec"))
 	if _, ok := n.VM().Console().Find(mark, launch.Substring("cairn: the core loaded the ESP's image for kexec")); !ok {
 		t.Errorf("PID 1 loaded the image for kexec itself: %s", s.lineAfter(n, mark, "for kexec"))
 	}
