@@ -199,6 +199,8 @@ type curator struct {
 	log logtree.LeveledLogger
 
 	heartbeats heartbeats
+	// honours are the records the leader read UP, for heartbeats.
+	honours honours
 	// quotas are what callers used of opts.limits in this run.
 	quotas *quotas
 	// registering holds a token for each RegisterNode between its count

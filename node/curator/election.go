@@ -278,6 +278,7 @@ func (c *curator) setLeader(ctx context.Context, l leader) {
 	case l.Local && !old.Local:
 		// Before the first call this curator serves as the leader.
 		c.heartbeats.lead(time.Now(), c.opts.heartbeatInterval)
+		c.honours.reset()
 	case !l.Local && old.Local:
 		// The node Watch streams it serves end: it no longer hears the
 		// beats their health comes from.

@@ -20,6 +20,7 @@ import (
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/rpc"
 	"cairn.dev/cairn/pkg/event"
+	"cairn.dev/cairn/proto/api"
 )
 
 // servedLocally are the methods every curator answers itself, leader or
@@ -240,12 +241,26 @@ func statusError(ctx context.Context, err error) error {
 // linearizable read as the forwarder's record: the curator that forwarded
 // the call did not read the caller's record (unaryInterceptor), so that a
 // forwarded call costs one etcd read, at the leader, not one on each side.
+// A forwarded heartbeat is judged like one made here (honours): from
+// memory, or else with a serializable read.
 func (c *curator) trustForwarder(ctx context.Context, forwarder, caller identity.Peer) error {
-	method, _ := grpc.Method(ctx)
-	read := callerRead(method)
-	ops := []clientv3.Op{clientv3.OpGet(nodeKey(forwarder.NodeID), read...)}
 	judgeCaller := caller.Kind == identity.PeerNode
+	method, _ := grpc.Method(ctx)
+	beat := method == api.Curator_Heartbeat_FullMethodName
+	now := time.Now()
+	var read []clientv3.OpOption
+	if beat {
+		member, ok := c.honours.known(forwarder, now)
+		_, callerOK := c.honours.known(caller, now)
+		if ok && member && (callerOK || !judgeCaller) {
+			return nil
+		}
+		read = append(read, clientv3.WithSerializable())
+	}
+	tokens := []honourToken{c.honours.token(forwarder.NodeID)}
+	ops := []clientv3.Op{clientv3.OpGet(nodeKey(forwarder.NodeID), read...)}
 	if judgeCaller {
+		tokens = append(tokens, c.honours.token(caller.NodeID))
 		ops = append(ops, clientv3.OpGet(nodeKey(caller.NodeID), read...))
 	}
 	// A transaction of reads only is one read, linearizable unless every
@@ -263,10 +278,16 @@ func (c *curator) trustForwarder(ctx context.Context, forwarder, caller identity
 	if n.GetRoles().GetConsensusMember() == nil {
 		return errors.New("it is not a consensus member")
 	}
+	if beat {
+		c.honours.remember(tokens[0], n, now)
+	}
 	if judgeCaller {
 		m, _, err := nodeFrom(caller.NodeID, resp.Responses[1].GetResponseRange().GetKvs())
 		if err := judgeRead(caller, m, err); err != nil {
 			return rpc.CallerRefused{Err: err}
+		}
+		if beat {
+			c.honours.remember(tokens[1], m, now)
 		}
 	}
 	return nil

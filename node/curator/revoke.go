@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
@@ -79,8 +80,19 @@ func (c *curator) checkCaller(ctx context.Context) error {
 	if !ok || p.Kind != identity.PeerNode {
 		return nil
 	}
-	method, _ := grpc.Method(ctx)
-	_, _, err := c.honoured(ctx, p, callerRead(method)...)
+	if method, _ := grpc.Method(ctx); method != api.Curator_Heartbeat_FullMethodName {
+		_, _, err := c.honoured(ctx, p)
+		return err
+	}
+	now := time.Now()
+	if _, ok := c.honours.known(p, now); ok {
+		return nil
+	}
+	t := c.honours.token(p.NodeID)
+	n, _, err := c.honoured(ctx, p, clientv3.WithSerializable())
+	if err == nil {
+		c.honours.remember(t, n, now)
+	}
 	return err
 }
 
@@ -149,24 +161,4 @@ func streamEnd(ctx context.Context, err error) error {
 		return fmt.Errorf("stream ended: %w", cause)
 	}
 	return err
-}
-
-// callerRead returns the options of the read that judges a caller of
-// method, made by the leading curator on its own etcd member. It is
-// linearizable, except for Heartbeat, which reads what the member has
-// applied (serializable): a heartbeat grants nothing but a time in the
-// leader's memory, it is most of a cluster's calls, and while nodes enrol a
-// linearizable read waits for etcd's leader to confirm it still leads and
-// for the member to apply the writes queued before it (make bench-scale:
-// p99 66 ms, 37 ms serializable). It still sees every revocation that
-// returned before the beat: the leader makes them through this member,
-// which applies a write before it answers, and a curator leads only once
-// this member applied the end of the candidacies before its own. Only a
-// revocation that a deposed leader still made while leadership moved may
-// be seen a beat late, once this member applies it.
-func callerRead(method string) []clientv3.OpOption {
-	if method == api.Curator_Heartbeat_FullMethodName {
-		return []clientv3.OpOption{clientv3.WithSerializable()}
-	}
-	return nil
 }
