@@ -249,6 +249,7 @@ func (c *curator) trustForwarder(ctx context.Context, forwarder, caller identity
 	beat := method == api.Curator_Heartbeat_FullMethodName
 	now := time.Now()
 	var read []clientv3.OpOption
+	var tokens []honourToken
 	if beat {
 		member, ok := c.honours.known(forwarder, now)
 		_, callerOK := c.honours.known(caller, now)
@@ -256,11 +257,10 @@ func (c *curator) trustForwarder(ctx context.Context, forwarder, caller identity
 			return nil
 		}
 		read = append(read, clientv3.WithSerializable())
+		tokens = []honourToken{c.honours.token(forwarder.NodeID), c.honours.token(caller.NodeID)}
 	}
-	tokens := []honourToken{c.honours.token(forwarder.NodeID)}
 	ops := []clientv3.Op{clientv3.OpGet(nodeKey(forwarder.NodeID), read...)}
 	if judgeCaller {
-		tokens = append(tokens, c.honours.token(caller.NodeID))
 		ops = append(ops, clientv3.OpGet(nodeKey(caller.NodeID), read...))
 	}
 	// A transaction of reads only is one read, linearizable unless every

@@ -30,9 +30,10 @@ const honourTTL = time.Minute
 // the leader's own member: the leader makes every revocation through that
 // member, which applies a write before it answers, and a curator leads
 // only once its member applied the end of the candidacies before its own.
-// A revocation (updateNode, deleteNode) forgets the node before and after
-// its write, so once it has returned no heartbeat is honoured from
-// memory; a read that started before a forget is not remembered (token).
+// A revocation (updateNode, deleteNode) forgets the node once its write
+// ended, whatever the outcome, so once it has returned no heartbeat is
+// honoured from memory: a read that started before the forget is not
+// remembered (token), and one that started after it sees the write.
 type honours struct {
 	mu sync.Mutex
 	// nodes are the records read UP, by node ID.

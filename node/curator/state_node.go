@@ -113,10 +113,8 @@ func (c *curator) updateNodeGuarded(ctx context.Context, id string, change func(
 		if wasNew && n.FsmState != api.NodeState_NODE_STATE_NEW {
 			ops = append(ops, clientv3.OpDelete(waitingKey(id)))
 		}
-		// Forgotten before the write and after it, whatever its outcome
-		// (honours).
-		c.honours.forget(id)
 		resp, err := c.etcd.Txn(ctx).If(cmps...).Then(ops...).Commit()
+		// Whatever the outcome, as the write may have happened (honours).
 		c.honours.forget(id)
 		if err != nil {
 			return nil, fmt.Errorf("when writing node %s: %w", id, err)
@@ -182,7 +180,6 @@ func (c *curator) notLastMember(ctx context.Context, id string) ([]clientv3.Cmp,
 // revision rev, and says whether it was.
 func (c *curator) deleteNode(ctx context.Context, id string, rev int64) (bool, error) {
 	key := nodeKey(id)
-	c.honours.forget(id)
 	defer c.honours.forget(id)
 	resp, err := c.etcd.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
