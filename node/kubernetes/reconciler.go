@@ -52,6 +52,11 @@ func (c *Controller) runReconciler(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("when reading the Kubernetes CA: %w", err)
 	}
+	if err := supervisor.Run(rctx, "first-pod-objects", func(ctx context.Context) error {
+		return runFirstPodObjects(ctx, cl, firstPodObjects(kubeCA))
+	}); err != nil {
+		return fmt.Errorf("when starting the first pod's objects: %w", err)
+	}
 	objects := append(clusterObjects(), metricsObjects(kubeCA)...)
 	// So are Cairn's cluster roles and their bindings, which need no
 	// namespace: the owner's, and those the workers' loops and the
