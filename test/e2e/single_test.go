@@ -278,10 +278,17 @@ func (s *suite) rebootSingle(t *testing.T, c *cluster.Cluster, n *cluster.Node, 
 		t.Errorf("the reboot did not kexec into the ESP's image: %s", s.lineAfter(n, mark, "cairn: rebooting"))
 	}
 	// The core loaded that image while its services stopped, so PID 1
-	// did not. The load bounds the shutdown, so its time is logged.
+	// did not. The load bounds the shutdown, so its time is logged. A
+	// core cut off at its stop deadline (on a starved host, the load
+	// alone can outlast it) leaves the load to PID 1, which is what the
+	// deadline is for: said, not failed.
 	t.Logf("during the shutdown: %s", s.lineAfter(n, mark, "cairn: loaded the ESP's image for kexec"))
 	if _, ok := n.VM().Console().Find(mark, launch.Substring("cairn: the core loaded the ESP's image for kexec")); !ok {
-		t.Errorf("PID 1 loaded the image for kexec itself: %s", s.lineAfter(n, mark, "for kexec"))
+		if cut, late := n.VM().Console().Find(mark, launch.Substring("cairn: supervisor did not stop within")); late && cut.Index < boot.Index {
+			t.Logf("PID 1 loaded the image for kexec itself, the core having been cut off at its deadline: %s", cluster.Message(cut.Text))
+		} else {
+			t.Errorf("PID 1 loaded the image for kexec itself: %s", s.lineAfter(n, mark, "for kexec"))
+		}
 	}
 	// A TPM-sealed configuration opens only with the TPM that sealed it:
 	// sealed with the TPM before the reboot and never sealed again, the
