@@ -76,6 +76,7 @@ func TestIdleFootprint(t *testing.T) {
 		t.Fatalf("the suite's deadline passed while the cluster rested")
 	}
 	nodes := []*cluster.Node{n0, n1, n2}
+	before := readCalls(t, s, k, c, nodes)
 	views := make([]idleView, len(nodes))
 	errs := make([]error, len(nodes))
 	var wg sync.WaitGroup
@@ -94,6 +95,8 @@ func TestIdleFootprint(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	after := readCalls(t, s, k, c, nodes)
+	over := after.at.Sub(before.at)
 	for i, n := range nodes {
 		if errs[i] != nil {
 			t.Fatalf("reading %s: %v", n.Name(), errs[i])
@@ -102,8 +105,12 @@ func TestIdleFootprint(t *testing.T) {
 		if n == n0 {
 			role = "controller"
 		}
-		t.Logf("%s (%s) after %v at rest:\n%s", n.Name(), role, *idleFlag, views[i].report())
+		t.Logf("%s (%s) after %v at rest:\n%s  the calls its core answered over %v (etcd's and Cairn's gRPC calls started, by method):\n%s",
+			n.Name(), role, *idleFlag, views[i].report(), over.Round(time.Second),
+			census(before.core[i], after.core[i], over, 12, "grpc_service", "grpc_method"))
 	}
+	t.Logf("the requests the apiserver answered over %v (by verb, resource and subresource):\n%s",
+		over.Round(time.Second), census(before.apiserver, after.apiserver, over, 15, "verb", "resource", "subresource"))
 	// The pods ran throughout: a footprint of a cluster that broke would
 	// measure nothing the goals speak of.
 	for _, n := range []*cluster.Node{n1, n2} {
@@ -111,6 +118,42 @@ func TestIdleFootprint(t *testing.T) {
 			t.Errorf("after the rest: %v", err)
 		}
 	}
+}
+
+// calls are the counters of the calls servers answered, read at once:
+// the apiserver's requests and each node's core's gRPC calls.
+type calls struct {
+	at        time.Time
+	apiserver map[string]float64
+	core      []map[string]float64
+}
+
+// readCalls reads the apiserver's request counters (through kubectl) and
+// the gRPC counters of the cores of nodes (cairnctl node metrics).
+func readCalls(t *testing.T, s *suite, k *kube, c *cluster.Cluster, nodes []*cluster.Node) calls {
+	t.Helper()
+	r := calls{at: time.Now()}
+	text, err := k.run(t, "get", "--raw", "/metrics")
+	if err != nil {
+		t.Fatalf("reading the apiserver's metrics: %v", err)
+	}
+	if r.apiserver, err = counters(text, "apiserver_request_total"); err != nil {
+		t.Fatalf("the apiserver's metrics: %v", err)
+	}
+	for _, n := range nodes {
+		ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
+		text, err := c.Cairnctl(ctx, "node", "metrics", n.ID())
+		cancel()
+		if err != nil {
+			t.Fatalf("reading the metrics of %s: %v", n.Name(), err)
+		}
+		m, err := counters(text, "grpc_server_started_total", "cairn_grpc_server_started_total")
+		if err != nil {
+			t.Fatalf("the metrics of %s: %v", n.Name(), err)
+		}
+		r.core = append(r.core, m)
+	}
+	return r
 }
 
 // idlePolicy selects the idle pods and lets in only pods labelled as
