@@ -3,63 +3,47 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"cmp"
 	"fmt"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
 )
 
 // A call census: which calls a server answered in a window, from two
 // readings of its Prometheus counters, so that a footprint names what
 // polls rather than only what it costs.
 
-// counters are the samples of a Prometheus text exposition whose metric
-// is one of names, by their whole series (name and labels).
-func counters(text []byte, names ...string) (map[string]float64, error) {
-	out := make(map[string]float64)
-	sc := bufio.NewScanner(bytes.NewReader(text))
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		name, _, _ := strings.Cut(line, "{")
-		name, _, _ = strings.Cut(name, " ")
-		if !slices.Contains(names, name) {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			return nil, fmt.Errorf("the sample %q has no value", line)
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			return nil, fmt.Errorf("the sample %q: %w", line, err)
-		}
-		out[line[:i]] = v
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("when reading metrics: %w", err)
-	}
-	return out, nil
+// counterSample is one series of a counter: its labels and its value.
+type counterSample struct {
+	labels map[string]string
+	value  float64
 }
 
-var labelPair = regexp.MustCompile(`(\w+)="((?:[^"\\]|\\.)*)"`)
-
-// labels are a series' labels.
-func labels(series string) map[string]string {
-	m := make(map[string]string)
-	for _, p := range labelPair.FindAllStringSubmatch(series, -1) {
-		m[p[1]] = p[2]
+// counters are the series of the metrics names in a Prometheus text
+// exposition, by their name and labels.
+func counters(text []byte, names ...string) (map[string]counterSample, error) {
+	var p expfmt.TextParser
+	families, err := p.TextToMetricFamilies(bytes.NewReader(text))
+	if err != nil {
+		return nil, fmt.Errorf("when reading metrics: %w", err)
 	}
-	return m
+	out := make(map[string]counterSample)
+	for _, name := range names {
+		for _, m := range families[name].GetMetric() {
+			l := make(map[string]string)
+			for _, lp := range m.GetLabel() {
+				l[lp.GetName()] = lp.GetValue()
+			}
+			// fmt prints a map's keys sorted: one key per series.
+			out[name+fmt.Sprint(l)] = counterSample{l, m.GetCounter().GetValue() + m.GetUntyped().GetValue()}
+		}
+	}
+	return out, nil
 }
 
 // census is the rate per minute of each kind of call between two readings
@@ -67,15 +51,15 @@ func labels(series string) map[string]string {
 // missing from a series are left out), most frequent first; kinds of the
 // same name (differing in labels not among keys) are added up. It lists
 // the first top kinds and the calls in all.
-func census(before, after map[string]float64, over time.Duration, top int, keys ...string) string {
+func census(before, after map[string]counterSample, over time.Duration, top int, keys ...string) string {
 	perKind := make(map[string]float64)
 	var all float64
 	for series, v := range after {
-		d := v - before[series]
+		d := v.value - before[series].value
 		if d <= 0 {
 			continue
 		}
-		l := labels(series)
+		l := v.labels
 		var name []string
 		for _, k := range keys {
 			if l[k] != "" {

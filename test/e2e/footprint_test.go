@@ -124,8 +124,8 @@ func TestIdleFootprint(t *testing.T) {
 // the apiserver's requests and each node's core's gRPC calls.
 type calls struct {
 	at        time.Time
-	apiserver map[string]float64
-	core      []map[string]float64
+	apiserver map[string]counterSample
+	core      []map[string]counterSample
 }
 
 // readCalls reads the apiserver's request counters (through kubectl) and
