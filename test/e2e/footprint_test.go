@@ -111,6 +111,8 @@ func TestIdleFootprint(t *testing.T) {
 	}
 	t.Logf("the requests the apiserver answered over %v (by verb, resource and subresource):\n%s",
 		over.Round(time.Second), census(before.apiserver, after.apiserver, over, 15, "verb", "resource", "subresource"))
+	t.Logf("the apiserver's own calls to etcd over %v (by operation and resource):\n%s",
+		over.Round(time.Second), census(before.etcd, after.etcd, over, 15, "operation", "resource"))
 	// The pods ran throughout: a footprint of a cluster that broke would
 	// measure nothing the goals speak of.
 	for _, n := range []*cluster.Node{n1, n2} {
@@ -121,15 +123,18 @@ func TestIdleFootprint(t *testing.T) {
 }
 
 // calls are the counters of the calls servers answered, read at once:
-// the apiserver's requests and each node's core's gRPC calls.
+// the apiserver's requests, its own calls to etcd, and each node's core's
+// gRPC calls.
 type calls struct {
 	at        time.Time
 	apiserver map[string]counterSample
+	etcd      map[string]counterSample
 	core      []map[string]counterSample
 }
 
-// readCalls reads the apiserver's request counters (through kubectl) and
-// the gRPC counters of the cores of nodes (cairnctl node metrics).
+// readCalls reads the apiserver's counters of its requests and of its
+// own calls to etcd (through kubectl), and the gRPC counters of the cores
+// of nodes (cairnctl node metrics).
 func readCalls(t *testing.T, s *suite, k *kube, c *cluster.Cluster, nodes []*cluster.Node) calls {
 	t.Helper()
 	r := calls{at: time.Now()}
@@ -138,6 +143,9 @@ func readCalls(t *testing.T, s *suite, k *kube, c *cluster.Cluster, nodes []*clu
 		t.Fatalf("reading the apiserver's metrics: %v", err)
 	}
 	if r.apiserver, err = counters(text, "apiserver_request_total"); err != nil {
+		t.Fatalf("the apiserver's metrics: %v", err)
+	}
+	if r.etcd, err = counters(text, "etcd_requests_total"); err != nil {
 		t.Fatalf("the apiserver's metrics: %v", err)
 	}
 	for _, n := range nodes {
