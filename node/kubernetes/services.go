@@ -76,6 +76,9 @@ func (s *Services) Run(ctx context.Context) error {
 	if err := os.WriteFile(ipForward, []byte("1"), 0); err != nil {
 		return fmt.Errorf("when turning IPv4 forwarding on: %w", err)
 	}
+	if err := supervisor.Run(ctx, "modules", loadModules(networkModules)); err != nil {
+		return fmt.Errorf("when starting the modules: %w", err)
+	}
 	if err := supervisor.Run(ctx, "proxy", s.runProxy); err != nil {
 		return fmt.Errorf("when starting kube-proxy: %w", err)
 	}

@@ -118,6 +118,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		name string
 		run  supervisor.Runnable
 	}{
+		{"modules", loadModules(slices.Concat(podModules, networkModules))},
 		{"balancer", w.runBalancer},
 		{"registries", w.runRegistries},
 		{"containerd", w.runContainerd},

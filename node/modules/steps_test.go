@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
+	"cairn.dev/cairn/pkg/kmod"
 	"cairn.dev/cairn/pkg/logtree"
 )
 
@@ -46,5 +49,42 @@ func TestLoadSystemWithoutModules(t *testing.T) {
 	}
 	if len(lines) != 0 || unreadable.placed {
 		t.Errorf("LoadSystem with an unreadable module directory said %q and placed=%v, want neither", lines, unreadable.placed)
+	}
+}
+
+// TestLoadNamed: Load loads the named modules after their dependencies,
+// skips names no module has, built-in modules and those loaded already,
+// and takes a module the kernel refuses as no error: the program that
+// needs it asks again, and learns why.
+func TestLoadNamed(t *testing.T) {
+	dir, proc := writeModules(t, "libcrc32c")
+	k := &moduleKernel{broken: []string{"ecb"}}
+	var mu sync.Mutex
+	load := func(f *os.File, params string, flags int) error {
+		mu.Lock()
+		defer mu.Unlock()
+		return k.load(f, params, flags)
+	}
+	n, err := loadFrom(context.Background(), dir, proc, []string{"dm_crypt", "xfs", "ecb", "no_such_module", "cbc"}, kmod.WithLoadFunc(load))
+	if err != nil {
+		t.Fatalf("loadFrom: %v", err)
+	}
+	got := slices.Clone(k.loaded)
+	if i, j := slices.Index(got, "dm_mod"), slices.Index(got, "dm_crypt"); i < 0 || j < i {
+		t.Errorf("loaded %v: want dm_mod before dm_crypt", got)
+	}
+	slices.Sort(got)
+	if want := []string{"dm_crypt", "dm_mod", "xfs"}; !slices.Equal(got, want) || n != len(want) {
+		t.Errorf("loaded %v, counted %d; want %v", got, n, want)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	k = &moduleKernel{}
+	if _, err := loadFrom(ctx, dir, proc, []string{"xfs"}, kmod.WithLoadFunc(load)); err == nil || len(k.loaded) != 0 {
+		t.Errorf("a cancelled load: error %v, loaded %v; want an error and nothing loaded", err, k.loaded)
+	}
+	if _, err := loadFrom(context.Background(), filepath.Join(dir, "missing"), proc, []string{"xfs"}); err == nil {
+		t.Error("a module directory without an index loaded without error")
 	}
 }
