@@ -41,7 +41,8 @@ import (
 //
 // Loading a module by name here costs milliseconds; the kernel's own
 // request for it runs /init in modprobe mode (modprobe.go), some 0.13 s
-// under software emulation. So what every boot asks for is named.
+// under software emulation. So what every boot asks for is named, and a
+// role names what its programs will ask for (Load).
 
 // bootModules are what the core needs before the supervisor starts: the
 // power button, read through evdev, and efivarfs.
