@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 )
 
@@ -27,11 +28,27 @@ type counterSample struct {
 // counters are the series of the metrics names in a Prometheus text
 // exposition, by their name and labels.
 func counters(text []byte, names ...string) (map[string]counterSample, error) {
+	families, err := parseMetrics(text)
+	if err != nil {
+		return nil, err
+	}
+	return series(families, names...), nil
+}
+
+// parseMetrics reads a Prometheus text exposition, once, for series to
+// pick from.
+func parseMetrics(text []byte) (map[string]*dto.MetricFamily, error) {
 	var p expfmt.TextParser
 	families, err := p.TextToMetricFamilies(bytes.NewReader(text))
 	if err != nil {
 		return nil, fmt.Errorf("when reading metrics: %w", err)
 	}
+	return families, nil
+}
+
+// series are the series of the metrics names among families, by their
+// name and labels.
+func series(families map[string]*dto.MetricFamily, names ...string) map[string]counterSample {
 	out := make(map[string]counterSample)
 	for _, name := range names {
 		for _, m := range families[name].GetMetric() {
@@ -43,7 +60,7 @@ func counters(text []byte, names ...string) (map[string]counterSample, error) {
 			out[name+fmt.Sprint(l)] = counterSample{l, m.GetCounter().GetValue() + m.GetUntyped().GetValue()}
 		}
 	}
-	return out, nil
+	return out
 }
 
 // census is the rate per minute of each kind of call between two readings

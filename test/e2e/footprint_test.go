@@ -142,12 +142,12 @@ func readCalls(t *testing.T, s *suite, k *kube, c *cluster.Cluster, nodes []*clu
 	if err != nil {
 		t.Fatalf("reading the apiserver's metrics: %v", err)
 	}
-	if r.apiserver, err = counters(text, "apiserver_request_total"); err != nil {
+	families, err := parseMetrics(text)
+	if err != nil {
 		t.Fatalf("the apiserver's metrics: %v", err)
 	}
-	if r.etcd, err = counters(text, "etcd_requests_total"); err != nil {
-		t.Fatalf("the apiserver's metrics: %v", err)
-	}
+	r.apiserver = series(families, "apiserver_request_total")
+	r.etcd = series(families, "etcd_requests_total")
 	for _, n := range nodes {
 		ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
 		text, err := c.Cairnctl(ctx, "node", "metrics", n.ID())
