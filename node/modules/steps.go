@@ -123,7 +123,7 @@ func LoadBoot(ctx context.Context, log logtree.LeveledLogger) (int, error) {
 // kernel for within their first minute, so that the loads happen while it
 // waits for its cluster, not on the way to its first pod: each costs
 // milliseconds here, where the kernel's request for it runs /init in
-// modprobe mode, 0.3 to 0.8 s on a busy emulated node. A name no module
+// modprobe mode, 0.2 to 2.5 s on a busy emulated node. A name no module
 // has is skipped; a module that fails to load is a warning in log, and its
 // program's own request later says why.
 func Load(ctx context.Context, log logtree.LeveledLogger, names ...string) (int, error) {
