@@ -140,6 +140,18 @@ bench-idle: deps image cairnctl kube-payload
 	$(GO) test -tags e2e -count=1 -v -timeout 60m -run '^TestIdleFootprint$$' ./test/e2e \
 	  -image-dir $(abspath $(OUT)) -cairnctl $(abspath $(OUT))/cairnctl -idle $(IDLE) -idle-over $(IDLE_OVER)
 
+# bench-churn forms the cluster of make cluster with Kubernetes, starts
+# CHURN pause pods at once across the workers, then deletes them: the load
+# of the conformance tests that start 100 pods (CHURN=100 takes over an
+# hour under emulation). It prints how long until
+# all were Ready and all were gone, when a worker's Node was not Ready,
+# and the apiserver's requests, lease latency and etcd calls meanwhile.
+CHURN ?= 40
+.PHONY: bench-churn
+bench-churn: deps image cairnctl kube-payload
+	$(GO) test -tags e2e -count=1 -v -timeout 90m -run '^TestChurn$$' ./test/e2e \
+	  -image-dir $(abspath $(OUT)) -cairnctl $(abspath $(OUT))/cairnctl -churn $(CHURN)
+
 # cairnctl is the operator's CLI, built for this machine.
 cairnctl:
 	$(GO) build -o $(OUT)/cairnctl ./cmd/cairnctl

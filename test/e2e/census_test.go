@@ -52,15 +52,21 @@ func series(families map[string]*dto.MetricFamily, names ...string) map[string]c
 	out := make(map[string]counterSample)
 	for _, name := range names {
 		for _, m := range families[name].GetMetric() {
-			l := make(map[string]string)
-			for _, lp := range m.GetLabel() {
-				l[lp.GetName()] = lp.GetValue()
-			}
+			l := labels(m)
 			// fmt prints a map's keys sorted: one key per series.
 			out[name+fmt.Sprint(l)] = counterSample{l, m.GetCounter().GetValue() + m.GetUntyped().GetValue()}
 		}
 	}
 	return out
+}
+
+// labels are the labels of m by name.
+func labels(m *dto.Metric) map[string]string {
+	l := make(map[string]string)
+	for _, lp := range m.GetLabel() {
+		l[lp.GetName()] = lp.GetValue()
+	}
+	return l
 }
 
 // census is the rate per minute of each kind of call between two readings

@@ -37,21 +37,8 @@ func TestIdleFootprint(t *testing.T) {
 		t.Skip("the idle footprint rests a cluster for minutes: make bench-idle runs it (or pass -idle)")
 	}
 	s := newSuite(t, 3, *idleFlag+*idleOverFlag+30*time.Minute)
-	c := s.startCluster(s.clusterConfig(3, 0))
-	if err := c.Form(s.ctx); err != nil {
-		t.Fatalf("forming the cluster: %v", err)
-	}
+	c, k, rolesGiven := s.kubernetesCluster(t)
 	n0, n1, n2 := c.Node(0), c.Node(1), c.Node(2)
-	k, rolesGiven := s.giveKubernetesRoles(t, c)
-	s.cairnctl(t, c, "kubeconfig", "--out", k.config, "--apiserver", "https://"+n0.KubernetesAddr())
-	for _, n := range []*cluster.Node{n1, n2} {
-		k.waitFor(t, n.Name()+"'s Node Ready", 15*time.Minute, func() error { return k.nodeReady(t, n.ID()) })
-	}
-	s.step("roles given → both workers' Nodes Ready", time.Since(rolesGiven))
-	k.waitFor(t, "the default service account", 5*time.Minute, func() error {
-		_, err := k.run(t, "get", "serviceaccount", "default")
-		return err
-	})
 
 	// A policy for the pods, so that each worker's NetworkPolicy rules
 	// are in place, not only its controller.
@@ -120,6 +107,30 @@ func TestIdleFootprint(t *testing.T) {
 			t.Errorf("after the rest: %v", err)
 		}
 	}
+}
+
+// kubernetesCluster forms the cluster of make cluster with its
+// Kubernetes roles (node 0 the controller, nodes 1 and 2 workers), writes
+// the owner's kubeconfig, and waits for both workers' Nodes Ready and for
+// the namespace default's service account. It returns when the roles
+// were given.
+func (s *suite) kubernetesCluster(t *testing.T) (*cluster.Cluster, *kube, time.Time) {
+	t.Helper()
+	c := s.startCluster(s.clusterConfig(3, 0))
+	if err := c.Form(s.ctx); err != nil {
+		t.Fatalf("forming the cluster: %v", err)
+	}
+	k, rolesGiven := s.giveKubernetesRoles(t, c)
+	s.cairnctl(t, c, "kubeconfig", "--out", k.config, "--apiserver", "https://"+c.Node(0).KubernetesAddr())
+	for _, n := range []*cluster.Node{c.Node(1), c.Node(2)} {
+		k.waitFor(t, n.Name()+"'s Node Ready", 15*time.Minute, func() error { return k.nodeReady(t, n.ID()) })
+	}
+	s.step("roles given → both workers' Nodes Ready", time.Since(rolesGiven))
+	k.waitFor(t, "the default service account", 5*time.Minute, func() error {
+		_, err := k.run(t, "get", "serviceaccount", "default")
+		return err
+	})
+	return c, k, rolesGiven
 }
 
 // calls are the counters of the calls servers answered, read at once:

@@ -1678,6 +1678,12 @@ func (k *kube) retry(t *testing.T, args ...string) {
 // check's last error after d.
 func (k *kube) waitFor(t *testing.T, what string, d time.Duration, check func() error) {
 	t.Helper()
+	k.waitEvery(t, what, d, 2*time.Second, check)
+}
+
+// waitEvery is waitFor calling check every interval.
+func (k *kube) waitEvery(t *testing.T, what string, d, interval time.Duration, check func() error) {
+	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
 		err := check()
@@ -1687,7 +1693,7 @@ func (k *kube) waitFor(t *testing.T, what string, d time.Duration, check func() 
 		if time.Now().After(deadline) || k.s.ctx.Err() != nil {
 			t.Fatalf("waited %s for %s: %v", d, what, err)
 		}
-		time.Sleep(2 * time.Second)
+		time.Sleep(interval)
 	}
 }
 
