@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -346,7 +347,8 @@ func (w *readinessWatch) report() string {
 		return "  Ready throughout"
 	}
 	var b strings.Builder
-	for worker, spans := range w.notReady {
+	for _, worker := range slices.Sorted(maps.Keys(w.notReady)) {
+		spans := w.notReady[worker]
 		fmt.Fprintf(&b, "  %s not Ready:", worker)
 		for _, s := range spans {
 			if s[1] < 0 {
