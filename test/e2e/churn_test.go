@@ -30,8 +30,9 @@ var churnFlag = flag.Int("churn", 0, "how many pods TestChurn starts at once acr
 // then its deletion. It reports how long until every pod was Ready and
 // until none was left (in the API, then on the workers), when a worker's
 // Node was not Ready, the apiserver's requests and their latency, how
-// long its goroutines waited to run, and its calls to etcd. It asserts only that the pods came and went: a
-// benchmark, make bench-churn, not part of make test.
+// long its goroutines waited to run, and its calls to etcd. It asserts
+// only that the pods came and went: a benchmark, make bench-churn, not
+// part of make test.
 func TestChurn(t *testing.T) {
 	if *churnFlag <= 0 {
 		t.Skip("the churn benchmark starts and deletes dozens of pods for half an hour or more: make bench-churn runs it (or pass -churn)")
@@ -54,11 +55,7 @@ func TestChurn(t *testing.T) {
 		readiness.stop()
 		t.Logf("each worker's Node until the benchmark failed:\n%s", readiness.report())
 		if now, err := tryReadChurn(t, k); err == nil {
-			over := time.Since(start)
-			t.Logf("since the Deployment was applied (%v): the apiserver's requests:\n%s\n  its latency of the kubelets' lease renewals: %s\n  how long its goroutines waited to run: %s\n  its calls to etcd:\n%s",
-				over.Round(time.Second), census(before.requests, now.requests, over, 12, "verb", "resource", "subresource"),
-				histogramDelta(before.leasePUT, now.leasePUT, "renewals"), histogramDelta(before.sched, now.sched, "waits"),
-				etcdLatency(before, now, 8))
+			t.Logf("since the Deployment was applied %s", churnReport(before, now, time.Since(start)))
 		}
 	}()
 	k.apply(t, fmt.Sprintf(churnDeployment, n))
@@ -121,13 +118,20 @@ func TestChurn(t *testing.T) {
 		{"while the pods started", before, mid, up},
 		{"while they were deleted", mid, after, down},
 	} {
-		t.Logf("%s (%v): the apiserver's requests (by verb, resource and subresource):\n%s\n  its latency of the kubelets' lease renewals (PUT leases): %s\n  how long its goroutines waited to run: %s\n  its calls to etcd, with their mean latency:\n%s",
-			phase.name, phase.over.Round(time.Second),
-			census(phase.from.requests, phase.to.requests, phase.over, 12, "verb", "resource", "subresource"),
-			histogramDelta(phase.from.leasePUT, phase.to.leasePUT, "renewals"),
-			histogramDelta(phase.from.sched, phase.to.sched, "waits"),
-			etcdLatency(phase.from, phase.to, 8))
+		t.Logf("%s %s", phase.name, churnReport(phase.from, phase.to, phase.over))
 	}
+}
+
+// churnReport is what the apiserver went through between two readings
+// over: its requests, the latency of the kubelets' lease renewals, how
+// long its goroutines waited to run, and its calls to etcd.
+func churnReport(from, to churnReading, over time.Duration) string {
+	return fmt.Sprintf("(%v): the apiserver's requests (by verb, resource and subresource):\n%s\n  its latency of the kubelets' lease renewals (PUT leases): %s\n  how long its goroutines waited to run: %s\n  its calls to etcd, with their mean latency:\n%s",
+		over.Round(time.Second),
+		census(from.requests, to.requests, over, 12, "verb", "resource", "subresource"),
+		histogramDelta(from.leasePUT, to.leasePUT, "renewals"),
+		histogramDelta(from.sched, to.sched, "waits"),
+		etcdLatency(from, to, 8))
 }
 
 // churnDeployment is a Deployment of %d pause pods, which end at once when
