@@ -309,8 +309,8 @@ func watchReadiness(t *testing.T, k *kube, workers []*cluster.Node, start time.T
 				// An apiserver that does not answer says nothing of
 				// the Node: only a Ready condition other than True
 				// counts.
-				err := k.nodeReady(t, n.ID())
-				w.observe(n.Name(), err != nil && strings.Contains(err.Error(), "Ready="))
+				c, err := k.readyCondition(t, n.ID())
+				w.observe(n.Name(), err == nil && c != nil && c.Status != "True")
 			}
 			select {
 			case <-w.done:

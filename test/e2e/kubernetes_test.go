@@ -1791,25 +1791,40 @@ func (k *kube) csiDriverOn(t *testing.T, node string) error {
 
 // nodeReady returns nil once the Node name has condition Ready True.
 func (k *kube) nodeReady(t *testing.T, name string) error {
+	c, err := k.readyCondition(t, name)
+	switch {
+	case err != nil:
+		return err
+	case c == nil:
+		return fmt.Errorf("node %s has no Ready condition yet", name)
+	case c.Status != "True":
+		return fmt.Errorf("node %s Ready=%s: %s: %s", name, c.Status, c.Reason, c.Message)
+	}
+	return nil
+}
+
+// nodeCondition is a condition of a Node's status.
+type nodeCondition struct {
+	Type, Status, Reason, Message string
+}
+
+// readyCondition returns the Ready condition of the Node name, nil while
+// it has none.
+func (k *kube) readyCondition(t *testing.T, name string) (*nodeCondition, error) {
 	var node struct {
 		Status struct {
-			Conditions []struct {
-				Type, Status, Reason, Message string
-			}
+			Conditions []nodeCondition
 		}
 	}
 	if err := k.getJSON(t, &node, "node", name); err != nil {
-		return err
+		return nil, err
 	}
 	for _, c := range node.Status.Conditions {
 		if c.Type == "Ready" {
-			if c.Status == "True" {
-				return nil
-			}
-			return fmt.Errorf("node %s Ready=%s: %s: %s", name, c.Status, c.Reason, c.Message)
+			return &c, nil
 		}
 	}
-	return fmt.Errorf("node %s has no Ready condition yet", name)
+	return nil, nil
 }
 
 // podPhase returns nil once pod name is in phase; args are more of kubectl
