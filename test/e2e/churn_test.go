@@ -30,7 +30,10 @@ var churnFlag = flag.Int("churn", 0, "how many pods TestChurn starts at once acr
 // then its deletion. It reports how long until every pod was Ready and
 // until none was left (in the API, then on the workers), when a worker's
 // Node was not Ready, the apiserver's requests and their latency, how
-// long its goroutines waited to run, and its calls to etcd. It asserts
+// long its goroutines waited to run, its calls to etcd, and where each
+// node's CPU time went: its processes by program, and what no living
+// process shows (the programs that ran and ended, the pods' runc and CNI
+// plugins among them, and the kernel's own work). It asserts
 // only that the pods came and went: a benchmark, make bench-churn, not
 // part of make test.
 func TestChurn(t *testing.T) {
@@ -42,10 +45,11 @@ func TestChurn(t *testing.T) {
 	c, k, _ := s.kubernetesCluster(t)
 	workers := []*cluster.Node{c.Node(1), c.Node(2)}
 
+	nodes := []*cluster.Node{c.Node(0), c.Node(1), c.Node(2)}
 	start := time.Now()
 	readiness := watchReadiness(t, k, workers, start)
 	defer readiness.stop()
-	before := readChurn(t, k)
+	before := readChurn(t, s, c, k, nodes)
 	// A burst the cluster does not absorb in time is what this measures
 	// too: say what it went through before the test fails.
 	defer func() {
@@ -54,8 +58,8 @@ func TestChurn(t *testing.T) {
 		}
 		readiness.stop()
 		t.Logf("each worker's Node until the benchmark failed:\n%s", readiness.report())
-		if now, err := tryReadChurn(t, k); err == nil {
-			t.Logf("since the Deployment was applied %s", churnReport(before, now, time.Since(start)))
+		if now, err := tryReadChurn(t, s, c, k, nodes); err == nil {
+			t.Logf("since the Deployment was applied %s", churnReport(before, now, nodes, time.Since(start)))
 		}
 	}()
 	k.apply(t, fmt.Sprintf(churnDeployment, n))
@@ -80,7 +84,7 @@ func TestChurn(t *testing.T) {
 	})
 	up := time.Since(start)
 	s.step(fmt.Sprintf("Deployment of %d pods applied → all Ready", n), up)
-	mid := readChurn(t, k)
+	mid := readChurn(t, s, c, k, nodes)
 
 	deleted := time.Now()
 	k.retry(t, "delete", "deployment", "churn", "--wait=false")
@@ -106,7 +110,7 @@ func TestChurn(t *testing.T) {
 		s.step("Deployment deleted → "+w.Name()+" runs none of its pods", time.Since(deleted))
 	}
 	down := time.Since(deleted)
-	after := readChurn(t, k)
+	after := readChurn(t, s, c, k, nodes)
 	readiness.stop()
 
 	t.Logf("each worker's Node while the pods came and went:\n%s", readiness.report())
@@ -118,20 +122,26 @@ func TestChurn(t *testing.T) {
 		{"while the pods started", before, mid, up},
 		{"while they were deleted", mid, after, down},
 	} {
-		t.Logf("%s %s", phase.name, churnReport(phase.from, phase.to, phase.over))
+		t.Logf("%s %s", phase.name, churnReport(phase.from, phase.to, nodes, phase.over))
 	}
 }
 
 // churnReport is what the apiserver went through between two readings
 // over: its requests, the latency of the kubelets' lease renewals, how
-// long its goroutines waited to run, and its calls to etcd.
-func churnReport(from, to churnReading, over time.Duration) string {
-	return fmt.Sprintf("(%v): the apiserver's requests (by verb, resource and subresource):\n%s\n  its latency of the kubelets' lease renewals (PUT leases): %s\n  how long its goroutines waited to run: %s\n  its calls to etcd, with their mean latency:\n%s",
+// long its goroutines waited to run, and its calls to etcd; then where
+// the CPU time of each of nodes went.
+func churnReport(from, to churnReading, nodes []*cluster.Node, over time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "(%v): the apiserver's requests (by verb, resource and subresource):\n%s\n  its latency of the kubelets' lease renewals (PUT leases): %s\n  how long its goroutines waited to run: %s\n  its calls to etcd, with their mean latency:\n%s",
 		over.Round(time.Second),
 		census(from.requests, to.requests, over, 12, "verb", "resource", "subresource"),
 		histogramDelta(from.leasePUT, to.leasePUT, "renewals"),
 		histogramDelta(from.sched, to.sched, "waits"),
 		etcdLatency(from, to, 8))
+	for i, n := range nodes {
+		fmt.Fprintf(&b, "\n  %s's CPU: %s", n.Name(), cpuDelta(from.nodes[i], to.nodes[i], 8))
+	}
+	return b.String()
 }
 
 // churnDeployment is a Deployment of %d pause pods, which end at once when
@@ -146,23 +156,107 @@ const churnDeployment = `{"apiVersion":"apps/v1","kind":"Deployment","metadata":
 // TestChurn's pods (its sandbox and its container), none once they are
 // all gone.
 func pauseProcesses(s *suite, c *cluster.Cluster, w *cluster.Node) (int, error) {
-	ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
-	defer cancel()
-	out, err := c.Cairnctl(ctx, "node", "resources", "--all", w.ID(), "-o", "json")
+	r, err := readNodeCPU(s, c, w)
 	if err != nil {
-		return 0, fmt.Errorf("reading the processes of %s: %w", w.Name(), err)
-	}
-	var v idleView
-	if err := json.Unmarshal(out, &v); err != nil {
-		return 0, fmt.Errorf("reading the processes of %s: %w", w.Name(), err)
+		return 0, err
 	}
 	left := 0
-	for _, p := range v.Processes {
+	for _, p := range r.Processes {
 		if p.Name == "pause" {
 			left++
 		}
 	}
 	return left, nil
+}
+
+// nodeCPU is the part of cairnctl node resources -o json that tells where
+// a node's CPU time went: its CPUs' time since it booted, busy and not,
+// and each living process's CPU time since it started.
+type nodeCPU struct {
+	Busy      uint64 `json:"cpu_busy_millis"`
+	Idle      uint64 `json:"cpu_idle_millis"`
+	Stolen    uint64 `json:"cpu_stolen_millis"`
+	Processes []struct {
+		PID  int32  `json:"pid"`
+		Name string `json:"name"`
+		CPU  uint64 `json:"cpu_time_millis"`
+	} `json:"processes"`
+}
+
+// readNodeCPU reads node n's CPU times and its processes.
+func readNodeCPU(s *suite, c *cluster.Cluster, n *cluster.Node) (nodeCPU, error) {
+	ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
+	defer cancel()
+	out, err := c.Cairnctl(ctx, "node", "resources", "--all", n.ID(), "-o", "json")
+	if err != nil {
+		return nodeCPU{}, fmt.Errorf("reading the processes of %s: %w", n.Name(), err)
+	}
+	var r nodeCPU
+	if err := json.Unmarshal(out, &r); err != nil {
+		return nodeCPU{}, fmt.Errorf("reading the processes of %s: %w", n.Name(), err)
+	}
+	return r, nil
+}
+
+// cpuDelta is where a node's CPU time went between two readings: how
+// busy it was, as a share of its CPUs' time; the top programs by the CPU
+// time their processes used, each with how many processes ran it (a
+// process that started in between counts all of its time, one that
+// ended counts none); and what was busy that no process of the second
+// reading shows: the programs that ran and ended between the readings,
+// and the kernel's own work.
+func cpuDelta(from, to nodeCPU, top int) string {
+	all := float64(to.Busy + to.Idle + to.Stolen - from.Busy - from.Idle - from.Stolen)
+	if all <= 0 || to.Busy < from.Busy {
+		return "not read (the node restarted in between, or did not report its CPU time)"
+	}
+	pct := func(ms uint64) float64 { return 100 * float64(ms) / all }
+	before := map[int32]string{}
+	beforeCPU := map[int32]uint64{}
+	for _, p := range from.Processes {
+		before[p.PID], beforeCPU[p.PID] = p.Name, p.CPU
+	}
+	type program struct {
+		name  string
+		cpu   uint64
+		count int
+	}
+	byName := map[string]*program{}
+	var shown uint64
+	for _, p := range to.Processes {
+		d := p.CPU
+		if before[p.PID] == p.Name && beforeCPU[p.PID] <= p.CPU {
+			d -= beforeCPU[p.PID]
+		}
+		if d == 0 {
+			continue
+		}
+		g := byName[p.Name]
+		if g == nil {
+			g = &program{name: p.Name}
+			byName[p.Name] = g
+		}
+		g.cpu += d
+		g.count++
+		shown += d
+	}
+	programs := slices.SortedFunc(maps.Values(byName), func(a, b *program) int {
+		return cmp.Or(cmp.Compare(b.cpu, a.cpu), cmp.Compare(a.name, b.name))
+	})
+	busy := to.Busy - from.Busy
+	var b strings.Builder
+	fmt.Fprintf(&b, "busy %.0f %% of its CPUs' time;", pct(busy))
+	for i, g := range programs {
+		if i == top {
+			fmt.Fprintf(&b, " %d more programs;", len(programs)-top)
+			break
+		}
+		fmt.Fprintf(&b, " %s %.1f %% (%d);", g.name, pct(g.cpu), g.count)
+	}
+	if busy > shown {
+		fmt.Fprintf(&b, " ended programs and the kernel %.1f %%", pct(busy-shown))
+	}
+	return strings.TrimSuffix(b.String(), ";")
 }
 
 // churnReading is what TestChurn reads of the apiserver's metrics at
@@ -177,23 +271,26 @@ type churnReading struct {
 	// sched is the histogram of how long the apiserver's goroutines
 	// waited to run once runnable (Go's scheduling latency).
 	sched *dto.Histogram
+	// nodes are the CPU times of the benchmark's nodes, in order.
+	nodes []nodeCPU
 }
 
-// readChurn reads the apiserver's metrics, trying again for five
-// minutes.
-func readChurn(t *testing.T, k *kube) churnReading {
+// readChurn reads the apiserver's metrics and the CPU times of nodes,
+// trying again for five minutes.
+func readChurn(t *testing.T, s *suite, c *cluster.Cluster, k *kube, nodes []*cluster.Node) churnReading {
 	t.Helper()
 	var r churnReading
-	k.waitFor(t, "the apiserver's metrics", 5*time.Minute, func() error {
+	k.waitFor(t, "the apiserver's metrics and the nodes' CPU times", 5*time.Minute, func() error {
 		var err error
-		r, err = tryReadChurn(t, k)
+		r, err = tryReadChurn(t, s, c, k, nodes)
 		return err
 	})
 	return r
 }
 
-// tryReadChurn reads the apiserver's metrics once.
-func tryReadChurn(t *testing.T, k *kube) (churnReading, error) {
+// tryReadChurn reads the apiserver's metrics and the CPU times of nodes
+// once.
+func tryReadChurn(t *testing.T, s *suite, c *cluster.Cluster, k *kube, nodes []*cluster.Node) (churnReading, error) {
 	text, err := k.run(t, "get", "--raw", "/metrics")
 	if err != nil {
 		return churnReading{}, err
@@ -222,6 +319,13 @@ func tryReadChurn(t *testing.T, k *kube) (churnReading, error) {
 		if l := labels(m); l["verb"] == "PUT" && l["resource"] == "leases" {
 			r.leasePUT = m.GetHistogram()
 		}
+	}
+	for _, n := range nodes {
+		cpu, err := readNodeCPU(s, c, n)
+		if err != nil {
+			return churnReading{}, err
+		}
+		r.nodes = append(r.nodes, cpu)
 	}
 	return r, nil
 }
@@ -386,5 +490,34 @@ func TestHistogramDelta(t *testing.T) {
 	}
 	if got := histogramDelta(to, to, "renewals"); got != "none" {
 		t.Errorf("histogramDelta of no observations = %q, want none", got)
+	}
+}
+
+// TestCPUDelta reads where a node's CPU time went between two readings:
+// a process that lived through both counts what it used in between, one
+// that started counts all of its time, a PID taken again by another
+// program counts as new, and what no process shows is the ended
+// programs' and the kernel's.
+func TestCPUDelta(t *testing.T) {
+	reading := func(busy, idle uint64, procs ...any) nodeCPU {
+		r := nodeCPU{Busy: busy, Idle: idle}
+		for i := 0; i < len(procs); i += 3 {
+			r.Processes = append(r.Processes, struct {
+				PID  int32  `json:"pid"`
+				Name string `json:"name"`
+				CPU  uint64 `json:"cpu_time_millis"`
+			}{procs[i].(int32), procs[i+1].(string), procs[i+2].(uint64)})
+		}
+		return r
+	}
+	from := reading(1000, 9000, int32(1), "init", uint64(500), int32(7), "kubelet", uint64(300), int32(9), "runc", uint64(50))
+	to := reading(6000, 14000, int32(1), "init", uint64(1500), int32(7), "kubelet", uint64(2300),
+		int32(9), "containerd-shim", uint64(400), int32(12), "containerd-shim", uint64(600))
+	want := "busy 50 % of its CPUs' time; kubelet 20.0 % (1); containerd-shim 10.0 % (2); init 10.0 % (1); ended programs and the kernel 10.0 %"
+	if got := cpuDelta(from, to, 8); got != want {
+		t.Errorf("cpuDelta =\n  %s\nwant\n  %s", got, want)
+	}
+	if got := cpuDelta(to, from, 8); !strings.HasPrefix(got, "not read") {
+		t.Errorf("cpuDelta of a node whose times went back = %q, want not read", got)
 	}
 }
