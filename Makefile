@@ -145,7 +145,8 @@ bench-idle: deps image cairnctl kube-payload
 # of the conformance tests that start 100 pods (CHURN=100 takes over an
 # hour under emulation). It prints how long until
 # all were Ready and all were gone, when a worker's Node was not Ready,
-# and the apiserver's requests, lease latency and etcd calls meanwhile.
+# the apiserver's requests, lease latency and etcd calls meanwhile, and
+# where each node's CPU time went.
 CHURN ?= 40
 .PHONY: bench-churn
 bench-churn: deps image cairnctl kube-payload
