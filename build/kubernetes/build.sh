@@ -12,8 +12,9 @@
 #   containerd-shim-runc-v2   its shim: a binary of its own, since it
 #                             re-executes itself
 #   runc                      with seccomp (cgo, Debian's libseccomp.a)
-#   ptp host-local loopback   the CNI plugins the pod network uses, and
-#   portmap                   the one that serves pods' host ports
+#   ptp host-local            the CNI plugins the pod network uses (the
+#                             pods' loopback containerd brings up itself),
+#   portmap                   and the one that serves pods' host ports
 #
 # and kubectl, for the host's tests, into KUBECTL. With -e2e it builds
 # Kubernetes' e2e.test instead (make conformance).
@@ -164,12 +165,22 @@ step "ctr $cversion" env GOBIN="$bin" CGO_ENABLED=0 \
 step "containerd-shim-runc-v2 $cversion" env GOBIN="$bin" CGO_ENABLED=0 \
   $GO install -trimpath -tags "$ctags no_grpc" -ldflags "$cldflags" "$cpath/cmd/containerd-shim-runc-v2@$cversion"
 
-# runc's Makefile `static` target: a static PIE linked by the C linker.
-# Without its libpathrs tag: libpathrs is a Rust library Debian does not
-# package, and runc falls back to its Go implementation (pathrs-lite).
+# runc as its Makefile's `static` target builds it, static and linked by
+# the C linker, but not position-independent: every pod's start and end
+# runs runc several times (create, its init, start, kill, delete),
+# and under emulation a static PIE cost about 120-150 ms of CPU a run
+# where this costs 30 ms, as other Go programs do (runc --version and
+# runc state, timed in an emulated VM). The PIE run without address
+# randomization cost 30 ms too: qemu's translator keeps the code it has
+# translated by virtual address, and a PIE that lands at another address
+# each run is translated anew each time. What is given up is the
+# randomized address of runc's own code, as for every pure Go program,
+# whose default is not PIE either. Without its libpathrs tag: libpathrs
+# is a Rust library Debian does not package, and runc falls back to its
+# Go implementation (pathrs-lite).
 step "runc ${runc#*@}" env GOBIN="$bin" CGO_ENABLED=1 \
-  $GO install -trimpath -buildmode=pie -tags "seccomp urfave_cli_no_docs netgo osusergo" \
-  -ldflags "-s -w -linkmode external -extldflags -static-pie" "$runc"
+  $GO install -trimpath -tags "seccomp urfave_cli_no_docs netgo osusergo" \
+  -ldflags "-s -w -linkmode external -extldflags -static" "$runc"
 
 # The CNI plugins' release build: static, stamped with the version.
 ppath=${cni_plugins%@*}
@@ -177,7 +188,7 @@ pversion=${cni_plugins#*@}
 step "CNI plugins $pversion" env GOBIN="$bin" CGO_ENABLED=0 \
   $GO install -trimpath -ldflags "-s -w -X $ppath/pkg/utils/buildversion.BuildVersion=$pversion" \
   "$ppath/plugins/main/ptp@$pversion" "$ppath/plugins/ipam/host-local@$pversion" \
-  "$ppath/plugins/main/loopback@$pversion" "$ppath/plugins/meta/portmap@$pversion"
+  "$ppath/plugins/meta/portmap@$pversion"
 
 # update FILE DEST moves FILE to DEST unless DEST has the same bytes.
 update() {

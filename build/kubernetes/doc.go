@@ -10,8 +10,7 @@
 //	containerd/v2 ─▶ go install @version ─▶ containerd,                  │
 //	                                        containerd-shim-runc-v2 ─────┤
 //	runc ─▶ go install @version, cgo ─▶ runc (static libseccomp) ────────┤
-//	CNI plugins ─▶ go install @version ─▶ ptp, host-local, loopback, ────┤
-//	                                        portmap                      │
+//	CNI plugins ─▶ go install @version ─▶ ptp, host-local, portmap ──────┤
 //	                                                                     ▼
 //	         out/kubernetes/bin ─▶ mkimage system -kubernetes ─▶ /system/kubernetes/bin
 //
@@ -30,7 +29,8 @@
 // The node runs the payload from the verified system partition with no
 // libraries but those it carries for its host binaries, so every program
 // here is static: Go's own network and user lookups (netgo, osusergo),
-// cgo only for runc, which links Debian's libseccomp.a into a static PIE.
+// cgo only for runc, which links Debian's libseccomp.a, static and not
+// position-independent (build.sh says why).
 //
 // # Patches
 //

@@ -30,7 +30,7 @@ var components = []string{"kube-apiserver", "kube-controller-manager", "kube-sch
 	"worker/kubelet", "worker/kube-proxy"}
 
 // cniPlugins are the CNI plugins of the payload.
-var cniPlugins = []string{"ptp", "host-local", "loopback", "portmap"}
+var cniPlugins = []string{"ptp", "host-local", "portmap"}
 
 // programs are the regular files of the payload; every one must be
 // static.
