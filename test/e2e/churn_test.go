@@ -43,9 +43,9 @@ func TestChurn(t *testing.T) {
 	n := *churnFlag
 	s := newSuite(t, 3, 90*time.Minute)
 	c, k, _ := s.kubernetesCluster(t)
-	workers := []*cluster.Node{c.Node(1), c.Node(2)}
-
 	nodes := []*cluster.Node{c.Node(0), c.Node(1), c.Node(2)}
+	workers := nodes[1:]
+
 	start := time.Now()
 	readiness := watchReadiness(t, k, workers, start)
 	defer readiness.stop()
@@ -173,14 +173,20 @@ func pauseProcesses(s *suite, c *cluster.Cluster, w *cluster.Node) (int, error) 
 // a node's CPU time went: its CPUs' time since it booted, busy and not,
 // and each living process's CPU time since it started.
 type nodeCPU struct {
-	Busy      uint64 `json:"cpu_busy_millis"`
-	Idle      uint64 `json:"cpu_idle_millis"`
-	Stolen    uint64 `json:"cpu_stolen_millis"`
-	Processes []struct {
-		PID  int32  `json:"pid"`
-		Name string `json:"name"`
-		CPU  uint64 `json:"cpu_time_millis"`
-	} `json:"processes"`
+	Busy      uint64           `json:"cpu_busy_millis"`
+	Idle      uint64           `json:"cpu_idle_millis"`
+	Stolen    uint64           `json:"cpu_stolen_millis"`
+	Processes []nodeCPUProcess `json:"processes"`
+}
+
+// nodeCPUProcess is one process of a nodeCPU. A kernel thread's name
+// follows its work (a kworker's names its queue), so only its PID says
+// it is the same thread in two readings.
+type nodeCPUProcess struct {
+	PID          int32  `json:"pid"`
+	Name         string `json:"name"`
+	CPU          uint64 `json:"cpu_time_millis"`
+	KernelThread bool   `json:"kernel_thread"`
 }
 
 // readNodeCPU reads node n's CPU times and its processes.
@@ -202,7 +208,9 @@ func readNodeCPU(s *suite, c *cluster.Cluster, n *cluster.Node) (nodeCPU, error)
 // busy it was, as a share of its CPUs' time; the top programs by the CPU
 // time their processes used, each with how many processes ran it (a
 // process that started in between counts all of its time, one that
-// ended counts none); and what was busy that no process of the second
+// ended counts none; a process is the same in both readings as
+// cairnctl node resources --over tells: its PID and name, or its PID
+// for a kernel thread); and what was busy that no process of the second
 // reading shows: the programs that ran and ended between the readings,
 // and the kernel's own work.
 func cpuDelta(from, to nodeCPU, top int) string {
@@ -211,10 +219,9 @@ func cpuDelta(from, to nodeCPU, top int) string {
 		return "not read (the node restarted in between, or did not report its CPU time)"
 	}
 	pct := func(ms uint64) float64 { return 100 * float64(ms) / all }
-	before := map[int32]string{}
-	beforeCPU := map[int32]uint64{}
+	before := map[int32]nodeCPUProcess{}
 	for _, p := range from.Processes {
-		before[p.PID], beforeCPU[p.PID] = p.Name, p.CPU
+		before[p.PID] = p
 	}
 	type program struct {
 		name  string
@@ -225,8 +232,10 @@ func cpuDelta(from, to nodeCPU, top int) string {
 	var shown uint64
 	for _, p := range to.Processes {
 		d := p.CPU
-		if before[p.PID] == p.Name && beforeCPU[p.PID] <= p.CPU {
-			d -= beforeCPU[p.PID]
+		b, ok := before[p.PID]
+		same := ok && (b.Name == p.Name || b.KernelThread && p.KernelThread)
+		if same && b.CPU <= p.CPU {
+			d -= b.CPU
 		}
 		if d == 0 {
 			continue
@@ -496,24 +505,23 @@ func TestHistogramDelta(t *testing.T) {
 // TestCPUDelta reads where a node's CPU time went between two readings:
 // a process that lived through both counts what it used in between, one
 // that started counts all of its time, a PID taken again by another
-// program counts as new, and what no process shows is the ended
+// program counts as new, a kernel thread that changed its name counts
+// what it used in between, and what no process shows is the ended
 // programs' and the kernel's.
 func TestCPUDelta(t *testing.T) {
-	reading := func(busy, idle uint64, procs ...any) nodeCPU {
-		r := nodeCPU{Busy: busy, Idle: idle}
-		for i := 0; i < len(procs); i += 3 {
-			r.Processes = append(r.Processes, struct {
-				PID  int32  `json:"pid"`
-				Name string `json:"name"`
-				CPU  uint64 `json:"cpu_time_millis"`
-			}{procs[i].(int32), procs[i+1].(string), procs[i+2].(uint64)})
-		}
-		return r
+	kworker := func(name string, cpu uint64) nodeCPUProcess {
+		return nodeCPUProcess{PID: 40, Name: name, CPU: cpu, KernelThread: true}
 	}
-	from := reading(1000, 9000, int32(1), "init", uint64(500), int32(7), "kubelet", uint64(300), int32(9), "runc", uint64(50))
-	to := reading(6000, 14000, int32(1), "init", uint64(1500), int32(7), "kubelet", uint64(2300),
-		int32(9), "containerd-shim", uint64(400), int32(12), "containerd-shim", uint64(600))
-	want := "busy 50 % of its CPUs' time; kubelet 20.0 % (1); containerd-shim 10.0 % (2); init 10.0 % (1); ended programs and the kernel 10.0 %"
+	from := nodeCPU{Busy: 1000, Idle: 9000, Processes: []nodeCPUProcess{
+		{PID: 1, Name: "init", CPU: 500}, {PID: 7, Name: "kubelet", CPU: 300}, {PID: 9, Name: "runc", CPU: 50},
+		kworker("kworker/0:1-events", 4000),
+	}}
+	to := nodeCPU{Busy: 6000, Idle: 14000, Processes: []nodeCPUProcess{
+		{PID: 1, Name: "init", CPU: 1500}, {PID: 7, Name: "kubelet", CPU: 2300},
+		{PID: 9, Name: "containerd-shim", CPU: 400}, {PID: 12, Name: "containerd-shim", CPU: 600},
+		kworker("kworker/0:1-kblockd", 4500),
+	}}
+	want := "busy 50 % of its CPUs' time; kubelet 20.0 % (1); containerd-shim 10.0 % (2); init 10.0 % (1); kworker/0:1-kblockd 5.0 % (1); ended programs and the kernel 5.0 %"
 	if got := cpuDelta(from, to, 8); got != want {
 		t.Errorf("cpuDelta =\n  %s\nwant\n  %s", got, want)
 	}
