@@ -51,6 +51,14 @@ type processView struct {
 	// KernelThread tells a thread of the kernel's (shown in brackets),
 	// whose name may change as it works.
 	KernelThread bool `json:"kernel_thread,omitempty"`
+	// ParentPID is the process that reaps it when it ends.
+	ParentPID int32 `json:"parent_pid"`
+	// ChildrenCPUTimeMillis is the CPU time of the children it reaped
+	// since it started (theirs included), and ChildrenCPUOverMillis
+	// that of the ones it reaped between the two readings of --over,
+	// from the first reading on: the programs it ran that ended.
+	ChildrenCPUTimeMillis uint64 `json:"children_cpu_time_millis"`
+	ChildrenCPUOverMillis uint64 `json:"children_cpu_over_millis,omitempty"`
 }
 
 func newNodeResourcesCommand(a *app) *cobra.Command {
@@ -71,6 +79,9 @@ func newNodeResourcesCommand(a *app) *cobra.Command {
 			"With --over, it reads the node twice, that long apart, and shows the CPU\n" +
 			"each process used in between, busiest first, as a share of one CPU, and\n" +
 			"the node's busy CPU time in all, its kernel's threads and interrupts too.\n" +
+			"CHILD % is the CPU of the processes each one reaped in between (the\n" +
+			"programs it ran that ended: a kubelet's mounts, a shim's runc), from the\n" +
+			"first reading on.\n" +
 			"The kernel's threads that have used CPU time are listed in [brackets].",
 		Args: exactArgs("ID"),
 		PreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -131,9 +142,11 @@ func newResourcesView(res *api.GetResourcesResponse) resourcesView {
 		v.Processes = append(v.Processes, processView{
 			PID: p.GetPid(), Name: p.GetName(), ResidentBytes: p.GetResidentBytes(),
 			AnonymousBytes: p.GetAnonymousBytes(), FileBytes: p.GetFileBytes(), SharedBytes: p.GetSharedBytes(),
-			ProportionalBytes: p.GetProportionalBytes(),
-			CPUTimeMillis:     p.GetCpuTimeMillis(),
-			KernelThread:      p.GetKernelThread(),
+			ProportionalBytes:     p.GetProportionalBytes(),
+			CPUTimeMillis:         p.GetCpuTimeMillis(),
+			KernelThread:          p.GetKernelThread(),
+			ParentPID:             p.GetParentPid(),
+			ChildrenCPUTimeMillis: p.GetChildrenCpuTimeMillis(),
 		})
 	}
 	return v
@@ -144,10 +157,26 @@ func newResourcesView(res *api.GetResourcesResponse) resourcesView {
 // first does not list, or lists under another name (its PID taken again),
 // started in between: all its CPU time counts. A kernel thread is known
 // by its PID alone, as its name follows its work.
+//
+// A process's reaped children's time grows by each child's whole life
+// as it reaps it. A child that first lists and v does not ended in
+// between; what it had used by the first reading, and its own reaped
+// children, is taken from the time of its parent then, so that only
+// what it used in between counts.
 func (v *resourcesView) cpuOver(first *api.GetResourcesResponse, elapsed time.Duration) {
 	before := map[int32]*api.GetResourcesResponse_Process{}
 	for _, p := range first.GetProcesses() {
 		before[p.GetPid()] = p
+	}
+	now := map[int32]processView{}
+	for _, p := range v.Processes {
+		now[p.PID] = p
+	}
+	endedBefore := map[int32]uint64{} // by parent
+	for _, b := range first.GetProcesses() {
+		if p, ok := now[b.GetPid()]; !ok || !sameProcess(b, p) {
+			endedBefore[b.GetParentPid()] += b.GetCpuTimeMillis() + b.GetChildrenCpuTimeMillis()
+		}
 	}
 	v.OverMillis = uint64(elapsed.Milliseconds())
 	all := v.CPUBusyMillis + v.CPUIdleMillis + v.CPUStolenMillis
@@ -160,12 +189,18 @@ func (v *resourcesView) cpuOver(first *api.GetResourcesResponse, elapsed time.Du
 		p := &v.Processes[i]
 		p.CPUOverMillis = p.CPUTimeMillis
 		b, ok := before[p.PID]
-		same := ok && (b.GetName() == p.Name || b.GetKernelThread() && p.KernelThread)
+		same := ok && sameProcess(b, *p)
 		if same && b.GetCpuTimeMillis() <= p.CPUTimeMillis {
 			p.CPUOverMillis -= b.GetCpuTimeMillis()
 		}
+		p.ChildrenCPUOverMillis = p.ChildrenCPUTimeMillis
+		if same {
+			p.ChildrenCPUOverMillis = minus(p.ChildrenCPUOverMillis, b.GetChildrenCpuTimeMillis()+endedBefore[p.PID])
+		}
 	}
-	sort.SliceStable(v.Processes, func(i, j int) bool { return v.Processes[i].CPUOverMillis > v.Processes[j].CPUOverMillis })
+	sort.SliceStable(v.Processes, func(i, j int) bool {
+		return v.Processes[i].CPUOverMillis+v.Processes[i].ChildrenCPUOverMillis > v.Processes[j].CPUOverMillis+v.Processes[j].ChildrenCPUOverMillis
+	})
 }
 
 func (a *app) printResources(v resourcesView, all bool) error {
@@ -179,13 +214,15 @@ func (a *app) printResources(v resourcesView, all bool) error {
 		sum.FileBytes += p.FileBytes
 		sum.ProportionalBytes += p.ProportionalBytes
 		sum.CPUOverMillis += p.CPUOverMillis
+		sum.ChildrenCPUOverMillis += p.ChildrenCPUOverMillis
 	}
 	fmt.Fprintf(a.out, "Memory: %s total, %s available\n", mib(v.MemoryTotalBytes), mib(v.MemoryAvailableBytes))
 	fmt.Fprintf(a.out, "Processes: %s together (PSS), %s anonymous; %s resident, counting shared pages for each\n",
 		mib(sum.ProportionalBytes), mib(sum.AnonymousBytes), mib(sum.ResidentBytes))
 	switch {
 	case v.OverMillis > 0:
-		fmt.Fprintf(a.out, "CPU: the processes used %s over %s, %s of one CPU\n", millis(sum.CPUOverMillis), millis(v.OverMillis), share(sum.CPUOverMillis, v.OverMillis))
+		fmt.Fprintf(a.out, "CPU: the processes used %s over %s, %s of one CPU, and the children they reaped %s more\n",
+			millis(sum.CPUOverMillis), millis(v.OverMillis), share(sum.CPUOverMillis, v.OverMillis), share(sum.ChildrenCPUOverMillis, v.OverMillis))
 		if v.CPUAllOverMillis > 0 {
 			// By the node's own clock: its CPUs' time over their number.
 			fmt.Fprintf(a.out, "CPU: the node was busy %s, %s of one CPU (it has %s), its kernel's threads and interrupts included\n",
@@ -203,12 +240,12 @@ func (a *app) printResources(v resourcesView, all bool) error {
 	tw := tabwriter.NewWriter(a.out, 0, 8, 2, ' ', tabwriter.AlignRight)
 	over := ""
 	if v.OverMillis > 0 {
-		over = "CPU %\t"
+		over = "CPU %\tCHILD %\t"
 	}
 	fmt.Fprintf(tw, "PID\tRESIDENT\tPSS\tANON\tFILE\tCPU TIME\t%s NAME\n", over)
 	for _, p := range shown {
 		if v.OverMillis > 0 {
-			over = share(p.CPUOverMillis, v.OverMillis) + "\t"
+			over = share(p.CPUOverMillis, v.OverMillis) + "\t" + share(p.ChildrenCPUOverMillis, v.OverMillis) + "\t"
 		}
 		name := p.Name
 		if p.KernelThread {
@@ -224,6 +261,20 @@ func (a *app) printResources(v resourcesView, all bool) error {
 		fmt.Fprintf(a.out, "(%d more processes; --all lists them)\n", len(v.Processes)-len(shown))
 	}
 	return nil
+}
+
+// sameProcess tells whether b, of an earlier reading, is p: a process
+// under the same name, or a kernel thread, whose name follows its work.
+func sameProcess(b *api.GetResourcesResponse_Process, p processView) bool {
+	return b.GetPid() == p.PID && (b.GetName() == p.Name || b.GetKernelThread() && p.KernelThread)
+}
+
+// minus is a-b, or 0 where b is larger.
+func minus(a, b uint64) uint64 {
+	if b > a {
+		return 0
+	}
+	return a - b
 }
 
 // cpuCount is n CPUs in words.

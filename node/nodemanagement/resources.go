@@ -38,15 +38,17 @@ func readResources(proc string) (*api.GetResourcesResponse, error) {
 			}
 		}
 		res.Processes = append(res.Processes, &api.GetResourcesResponse_Process{
-			Pid:               int32(p.PID),
-			Name:              p.Name,
-			ResidentBytes:     p.ResidentBytes,
-			CpuTimeMillis:     uint64(p.CPUTime.Milliseconds()),
-			AnonymousBytes:    p.AnonymousBytes,
-			FileBytes:         p.FileBytes,
-			SharedBytes:       p.SharedBytes,
-			ProportionalBytes: pss,
-			KernelThread:      p.KernelThread,
+			Pid:                   int32(p.PID),
+			Name:                  p.Name,
+			ResidentBytes:         p.ResidentBytes,
+			CpuTimeMillis:         uint64(p.CPUTime.Milliseconds()),
+			AnonymousBytes:        p.AnonymousBytes,
+			FileBytes:             p.FileBytes,
+			SharedBytes:           p.SharedBytes,
+			ProportionalBytes:     pss,
+			KernelThread:          p.KernelThread,
+			ParentPid:             int32(p.ParentPID),
+			ChildrenCpuTimeMillis: uint64(p.ChildrenCPUTime.Milliseconds()),
 		})
 	}
 	return res, nil

@@ -2,20 +2,42 @@ package nodemanagement
 
 import (
 	"os"
+	"os/exec"
 	"testing"
 )
 
-// TestReadResources reads this machine's procfs: the memory figures are
-// sane, the node's CPU time counts at least the test's own, and the test's
-// own process is listed with its resident memory and
-// CPU time, largest processes first.
-func TestReadResources(t *testing.T) {
-	// Some CPU time of our own to see.
+// burnEnv makes this test binary, run again as a child, burn some CPU
+// and exit (TestBurnChild), for its parent's reaped-children time.
+const burnEnv = "CAIRN_TEST_BURN"
+
+func TestBurnChild(t *testing.T) {
+	if os.Getenv(burnEnv) == "" {
+		return
+	}
 	sum := 0
 	for i := range 50_000_000 {
 		sum += i
 	}
 	_ = sum
+}
+
+// TestReadResources reads this machine's procfs: the memory figures are
+// sane, the node's CPU time counts at least the test's own, and the test's
+// own process is listed with its resident memory and
+// CPU time, its parent and the time of a child it ran, largest
+// processes first.
+func TestReadResources(t *testing.T) {
+	// Some CPU time of our own to see, and of a child's.
+	sum := 0
+	for i := range 50_000_000 {
+		sum += i
+	}
+	_ = sum
+	child := exec.Command(os.Args[0], "-test.run=^TestBurnChild$")
+	child.Env = append(os.Environ(), burnEnv+"=1")
+	if out, err := child.CombinedOutput(); err != nil {
+		t.Fatalf("child: %v: %s", err, out)
+	}
 	res, err := readResources("/proc")
 	if err != nil {
 		t.Fatal(err)
@@ -34,6 +56,9 @@ func TestReadResources(t *testing.T) {
 			own = p.CpuTimeMillis
 			if p.Name == "" || p.ResidentBytes < 1<<20 || p.CpuTimeMillis == 0 {
 				t.Errorf("own process = %+v: want its name, over 1 MiB resident and some CPU time", p)
+			}
+			if int(p.ParentPid) != os.Getppid() || p.ChildrenCpuTimeMillis == 0 {
+				t.Errorf("own process = %+v: want parent %d and the CPU time of the child it ran", p, os.Getppid())
 			}
 		}
 	}

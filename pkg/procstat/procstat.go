@@ -38,6 +38,13 @@ type Process struct {
 	AnonymousBytes, FileBytes, SharedBytes uint64
 	// CPUTime is its user and system CPU time.
 	CPUTime time.Duration
+	// ParentPID is the process that will reap it when it ends (its
+	// parent, or the subreaper it was handed to).
+	ParentPID int
+	// ChildrenCPUTime is the CPU time of the children it reaped, their
+	// own reaped children's included: the programs it ran and waited
+	// for, which no reading of living processes shows once they ended.
+	ChildrenCPUTime time.Duration
 	// KernelThread tells a thread of the kernel's own (a kworker, say),
 	// which has no memory of its own.
 	KernelThread bool
@@ -182,22 +189,32 @@ func readProcess(dir string) (Process, error) {
 	if open < 0 || end < open {
 		return Process{}, fmt.Errorf("%s/stat is malformed", dir)
 	}
-	// Fields from the state on: the flags are the 7th, utime and stime
-	// the 12th and 13th.
+	// Fields from the state on: the parent's PID is the 2nd, the flags
+	// the 7th, utime and stime the 12th and 13th, and the reaped
+	// children's cutime and cstime the 14th and 15th.
 	fields := strings.Fields(string(stat[end+1:]))
-	if len(fields) < 13 {
+	if len(fields) < 15 {
 		return Process{}, fmt.Errorf("%s/stat is short", dir)
 	}
-	flags, err0 := strconv.ParseUint(fields[6], 10, 64)
-	utime, err1 := strconv.ParseUint(fields[11], 10, 64)
-	stime, err2 := strconv.ParseUint(fields[12], 10, 64)
-	if err0 != nil || err1 != nil || err2 != nil {
-		return Process{}, fmt.Errorf("%s/stat has no flags or CPU times", dir)
+	ppid, err0 := strconv.Atoi(fields[1])
+	flags, err1 := strconv.ParseUint(fields[6], 10, 64)
+	if err0 != nil || err1 != nil {
+		return Process{}, fmt.Errorf("%s/stat has no parent or flags", dir)
+	}
+	var ticks [4]uint64 // utime, stime, cutime, cstime
+	for i := range ticks {
+		// The children's times are signed in the kernel's format,
+		// though never below zero.
+		if ticks[i], err = strconv.ParseUint(fields[11+i], 10, 64); err != nil {
+			return Process{}, fmt.Errorf("%s/stat has no CPU times: %w", dir, err)
+		}
 	}
 	p := Process{
-		Name:         string(stat[open+1 : end]),
-		CPUTime:      time.Duration(utime+stime) * time.Second / clockTicks,
-		KernelThread: flags&kernelThreadFlag != 0,
+		Name:            string(stat[open+1 : end]),
+		CPUTime:         time.Duration(ticks[0]+ticks[1]) * time.Second / clockTicks,
+		ParentPID:       ppid,
+		ChildrenCPUTime: time.Duration(ticks[2]+ticks[3]) * time.Second / clockTicks,
+		KernelThread:    flags&kernelThreadFlag != 0,
 	}
 	// status has the resident memory by kind: VmRSS is RssAnon, RssFile
 	// and RssShmem together.

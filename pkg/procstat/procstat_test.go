@@ -61,7 +61,8 @@ func TestReadProcess(t *testing.T) {
 // TestReadFixture reads a procfs of files: a name with spaces and
 // parentheses, with each kind of resident memory; a process without
 // resident memory (left out); one whose stat is malformed and one whose
-// status is (both left out).
+// status is (both left out). The first has reaped children, whose times
+// it carries.
 func TestReadFixture(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, content string) {
@@ -74,7 +75,7 @@ func TestReadFixture(t *testing.T) {
 		}
 	}
 	write("meminfo", "MemTotal:       2048 kB\nMemFree:   10 kB\nMemAvailable:   1024 kB\n")
-	write("7/stat", "7 (a (b) c) S 1 7 7 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 1 0 100 1000 10\n")
+	write("7/stat", "7 (a (b) c) S 1 7 7 0 -1 4194560 100 0 0 0 250 50 30 10 20 0 1 0 100 1000 10\n")
 	write("7/status", "Name:\ta (b) c\nVmRSS:\t      12 kB\nRssAnon:\t       8 kB\nRssFile:\t       3 kB\nRssShmem:\t       1 kB\n")
 	write("7/smaps_rollup", "00400000-7ffc0000 ---p 00000000 00:00 0  [rollup]\nRss:  12 kB\nPss:   5 kB\nPss_Anon:  4 kB\n")
 	write("8/stat", "8 (idle) S 1 8 8 0 -1 0 0 0 0 0 1 1 0 0 20 0 1 0 100 0 0\n")
@@ -96,7 +97,8 @@ func TestReadFixture(t *testing.T) {
 	if mem.TotalBytes != 2048*1024 || mem.AvailableBytes != 1024*1024 {
 		t.Errorf("memory %+v", mem)
 	}
-	want := Process{PID: 7, Name: "a (b) c", ResidentBytes: 12 << 10, AnonymousBytes: 8 << 10, FileBytes: 3 << 10, SharedBytes: 1 << 10, CPUTime: 3 * time.Second}
+	want := Process{PID: 7, Name: "a (b) c", ResidentBytes: 12 << 10, AnonymousBytes: 8 << 10, FileBytes: 3 << 10, SharedBytes: 1 << 10,
+		CPUTime: 3 * time.Second, ParentPID: 1, ChildrenCPUTime: 400 * time.Millisecond}
 	if len(procs) != 1 || procs[0] != want {
 		t.Errorf("processes %+v, want %+v", procs, want)
 	}
@@ -104,7 +106,7 @@ func TestReadFixture(t *testing.T) {
 		t.Errorf("Proportional(7) = %d, %v; want %d", pss, err, 5<<10)
 	}
 	_, withThreads, threads, err := ReadWithKernelThreads(dir)
-	wantThread := Process{PID: 11, Name: "kworker/0:1-events", CPUTime: 5 * time.Second, KernelThread: true}
+	wantThread := Process{PID: 11, Name: "kworker/0:1-events", CPUTime: 5 * time.Second, ParentPID: 2, KernelThread: true}
 	if err != nil || len(threads) != 1 || threads[0] != wantThread {
 		t.Errorf("ReadWithKernelThreads: threads %+v, %v; want %+v alone", threads, err, wantThread)
 	}

@@ -1554,9 +1554,16 @@ type GetResourcesResponse_Process struct {
 	// A thread of the kernel's own (a kworker, say): no memory of its
 	// own, and a name that may change as it works (a kworker's names
 	// the work queue it last ran).
-	KernelThread  bool `protobuf:"varint,9,opt,name=kernel_thread,json=kernelThread,proto3" json:"kernel_thread,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	KernelThread bool `protobuf:"varint,9,opt,name=kernel_thread,json=kernelThread,proto3" json:"kernel_thread,omitempty"`
+	// The process that reaps it when it ends: its parent, or the
+	// subreaper it was handed to.
+	ParentPid int32 `protobuf:"varint,10,opt,name=parent_pid,json=parentPid,proto3" json:"parent_pid,omitempty"`
+	// CPU time, user and system, of the children it reaped since it
+	// started, theirs included: the programs it ran and waited for, which
+	// the living processes' times no longer show once they ended.
+	ChildrenCpuTimeMillis uint64 `protobuf:"varint,11,opt,name=children_cpu_time_millis,json=childrenCpuTimeMillis,proto3" json:"children_cpu_time_millis,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *GetResourcesResponse_Process) Reset() {
@@ -1652,6 +1659,20 @@ func (x *GetResourcesResponse_Process) GetKernelThread() bool {
 	return false
 }
 
+func (x *GetResourcesResponse_Process) GetParentPid() int32 {
+	if x != nil {
+		return x.ParentPid
+	}
+	return 0
+}
+
+func (x *GetResourcesResponse_Process) GetChildrenCpuTimeMillis() uint64 {
+	if x != nil {
+		return x.ChildrenCpuTimeMillis
+	}
+	return 0
+}
+
 var File_proto_api_nodemanagement_proto protoreflect.FileDescriptor
 
 const file_proto_api_nodemanagement_proto_rawDesc = "" +
@@ -1691,7 +1712,7 @@ const file_proto_api_nodemanagement_proto_rawDesc = "" +
 	"\x11GetMetricsRequest\"(\n" +
 	"\x12GetMetricsResponse\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\fR\x04text\"\x15\n" +
-	"\x13GetResourcesRequest\"\x91\x05\n" +
+	"\x13GetResourcesRequest\"\xe9\x05\n" +
 	"\x14GetResourcesResponse\x12,\n" +
 	"\x12memory_total_bytes\x18\x01 \x01(\x04R\x10memoryTotalBytes\x124\n" +
 	"\x16memory_available_bytes\x18\x02 \x01(\x04R\x14memoryAvailableBytes\x12E\n" +
@@ -1699,7 +1720,7 @@ const file_proto_api_nodemanagement_proto_rawDesc = "" +
 	"\x04cpus\x18\x04 \x01(\rR\x04cpus\x12&\n" +
 	"\x0fcpu_busy_millis\x18\x05 \x01(\x04R\rcpuBusyMillis\x12&\n" +
 	"\x0fcpu_idle_millis\x18\x06 \x01(\x04R\rcpuIdleMillis\x12*\n" +
-	"\x11cpu_stolen_millis\x18\a \x01(\x04R\x0fcpuStolenMillis\x1a\xbd\x02\n" +
+	"\x11cpu_stolen_millis\x18\a \x01(\x04R\x0fcpuStolenMillis\x1a\x95\x03\n" +
 	"\aProcess\x12\x10\n" +
 	"\x03pid\x18\x01 \x01(\x05R\x03pid\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12%\n" +
@@ -1710,7 +1731,11 @@ const file_proto_api_nodemanagement_proto_rawDesc = "" +
 	"file_bytes\x18\x06 \x01(\x04R\tfileBytes\x12!\n" +
 	"\fshared_bytes\x18\a \x01(\x04R\vsharedBytes\x12-\n" +
 	"\x12proportional_bytes\x18\b \x01(\x04R\x11proportionalBytes\x12#\n" +
-	"\rkernel_thread\x18\t \x01(\bR\fkernelThread\"j\n" +
+	"\rkernel_thread\x18\t \x01(\bR\fkernelThread\x12\x1d\n" +
+	"\n" +
+	"parent_pid\x18\n" +
+	" \x01(\x05R\tparentPid\x127\n" +
+	"\x18children_cpu_time_millis\x18\v \x01(\x04R\x15childrenCpuTimeMillis\"j\n" +
 	"\x11GetProfileRequest\x12*\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x16.cairn.api.ProfileKindR\x04kind\x12)\n" +
 	"\x10duration_seconds\x18\x02 \x01(\rR\x0fdurationSeconds\"Z\n" +
