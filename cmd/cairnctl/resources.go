@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"cairn.dev/cairn/pkg/procstat"
 	"cairn.dev/cairn/proto/api"
 )
 
@@ -152,32 +153,10 @@ func newResourcesView(res *api.GetResourcesResponse) resourcesView {
 	return v
 }
 
-// cpuOver sets each process's CPU time since the reading first, taken
-// elapsed before v's, and sorts the processes busiest first. A process
-// first does not list, or lists under another name (its PID taken again),
-// started in between: all its CPU time counts. A kernel thread is known
-// by its PID alone, as its name follows its work.
-//
-// A process's reaped children's time grows by each child's whole life
-// as it reaps it. A child that first lists and v does not ended in
-// between; what it had used by the first reading, and its own reaped
-// children, is taken from the time of its parent then, so that only
-// what it used in between counts.
+// cpuOver sets each process's CPU time, and its reaped children's, since
+// the reading first, taken elapsed before v's (procstat.Between), and
+// sorts the processes busiest first, their children's time included.
 func (v *resourcesView) cpuOver(first *api.GetResourcesResponse, elapsed time.Duration) {
-	before := map[int32]*api.GetResourcesResponse_Process{}
-	for _, p := range first.GetProcesses() {
-		before[p.GetPid()] = p
-	}
-	now := map[int32]processView{}
-	for _, p := range v.Processes {
-		now[p.PID] = p
-	}
-	endedBefore := map[int32]uint64{} // by parent
-	for _, b := range first.GetProcesses() {
-		if p, ok := now[b.GetPid()]; !ok || !sameProcess(b, p) {
-			endedBefore[b.GetParentPid()] += b.GetCpuTimeMillis() + b.GetChildrenCpuTimeMillis()
-		}
-	}
 	v.OverMillis = uint64(elapsed.Milliseconds())
 	all := v.CPUBusyMillis + v.CPUIdleMillis + v.CPUStolenMillis
 	allBefore := first.GetCpuBusyMillis() + first.GetCpuIdleMillis() + first.GetCpuStolenMillis()
@@ -185,22 +164,26 @@ func (v *resourcesView) cpuOver(first *api.GetResourcesResponse, elapsed time.Du
 		v.CPUBusyOverMillis = v.CPUBusyMillis - first.GetCpuBusyMillis()
 		v.CPUAllOverMillis = all - allBefore
 	}
-	for i := range v.Processes {
-		p := &v.Processes[i]
-		p.CPUOverMillis = p.CPUTimeMillis
-		b, ok := before[p.PID]
-		same := ok && sameProcess(b, *p)
-		if same && b.GetCpuTimeMillis() <= p.CPUTimeMillis {
-			p.CPUOverMillis -= b.GetCpuTimeMillis()
-		}
-		p.ChildrenCPUOverMillis = p.ChildrenCPUTimeMillis
-		if same {
-			p.ChildrenCPUOverMillis = minus(p.ChildrenCPUOverMillis, b.GetChildrenCpuTimeMillis()+endedBefore[p.PID])
-		}
+	for i, u := range procstat.Between(newResourcesView(first).cpuTimes(), v.cpuTimes()) {
+		v.Processes[i].CPUOverMillis = uint64(u.CPU.Milliseconds())
+		v.Processes[i].ChildrenCPUOverMillis = uint64(u.Children.Milliseconds())
 	}
 	sort.SliceStable(v.Processes, func(i, j int) bool {
 		return v.Processes[i].CPUOverMillis+v.Processes[i].ChildrenCPUOverMillis > v.Processes[j].CPUOverMillis+v.Processes[j].ChildrenCPUOverMillis
 	})
+}
+
+// cpuTimes is v's processes' CPU times, as procstat.Between takes them.
+func (v resourcesView) cpuTimes() []procstat.Process {
+	ps := make([]procstat.Process, len(v.Processes))
+	for i, p := range v.Processes {
+		ps[i] = procstat.Process{
+			PID: int(p.PID), Name: p.Name, KernelThread: p.KernelThread, ParentPID: int(p.ParentPID),
+			CPUTime:         time.Duration(p.CPUTimeMillis) * time.Millisecond,
+			ChildrenCPUTime: time.Duration(p.ChildrenCPUTimeMillis) * time.Millisecond,
+		}
+	}
+	return ps
 }
 
 func (a *app) printResources(v resourcesView, all bool) error {
@@ -261,20 +244,6 @@ func (a *app) printResources(v resourcesView, all bool) error {
 		fmt.Fprintf(a.out, "(%d more processes; --all lists them)\n", len(v.Processes)-len(shown))
 	}
 	return nil
-}
-
-// sameProcess tells whether b, of an earlier reading, is p: a process
-// under the same name, or a kernel thread, whose name follows its work.
-func sameProcess(b *api.GetResourcesResponse_Process, p processView) bool {
-	return b.GetPid() == p.PID && (b.GetName() == p.Name || b.GetKernelThread() && p.KernelThread)
-}
-
-// minus is a-b, or 0 where b is larger.
-func minus(a, b uint64) uint64 {
-	if b > a {
-		return 0
-	}
-	return a - b
 }
 
 // cpuCount is n CPUs in words.

@@ -18,6 +18,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"cairn.dev/cairn/pkg/procstat"
 	"cairn.dev/cairn/test/launch/cluster"
 )
 
@@ -179,14 +180,28 @@ type nodeCPU struct {
 	Processes []nodeCPUProcess `json:"processes"`
 }
 
-// nodeCPUProcess is one process of a nodeCPU. A kernel thread's name
-// follows its work (a kworker's names its queue), so only its PID says
-// it is the same thread in two readings.
+// nodeCPUProcess is one process of a nodeCPU, with the CPU time of the
+// children it reaped.
 type nodeCPUProcess struct {
 	PID          int32  `json:"pid"`
 	Name         string `json:"name"`
 	CPU          uint64 `json:"cpu_time_millis"`
 	KernelThread bool   `json:"kernel_thread"`
+	ParentPID    int32  `json:"parent_pid"`
+	Children     uint64 `json:"children_cpu_time_millis"`
+}
+
+// cpuTimes is r's processes as procstat.Between takes them.
+func (r nodeCPU) cpuTimes() []procstat.Process {
+	ps := make([]procstat.Process, len(r.Processes))
+	for i, p := range r.Processes {
+		ps[i] = procstat.Process{
+			PID: int(p.PID), Name: p.Name, KernelThread: p.KernelThread, ParentPID: int(p.ParentPID),
+			CPUTime:         time.Duration(p.CPU) * time.Millisecond,
+			ChildrenCPUTime: time.Duration(p.Children) * time.Millisecond,
+		}
+	}
+	return ps
 }
 
 // readNodeCPU reads node n's CPU times and its processes.
@@ -206,53 +221,43 @@ func readNodeCPU(s *suite, c *cluster.Cluster, n *cluster.Node) (nodeCPU, error)
 
 // cpuDelta is where a node's CPU time went between two readings: how
 // busy it was, as a share of its CPUs' time; the top programs by the CPU
-// time their processes used, each with how many processes ran it (a
-// process that started in between counts all of its time, one that
-// ended counts none; a process is the same in both readings as
-// cairnctl node resources --over tells: its PID and name, or its PID
-// for a kernel thread); and what was busy that no process of the second
-// reading shows: the programs that ran and ended between the readings,
-// and the kernel's own work.
+// time their processes used, each with how many processes ran it, and
+// what the children they reaped in between used ("reaped": the programs
+// a kubelet or a shim ran that ended), as cairnctl node resources --over
+// counts them (procstat.Between); and what was busy that neither shows:
+// the programs that ran and ended that no living process reaped, and the
+// kernel's own work.
 func cpuDelta(from, to nodeCPU, top int) string {
 	all := float64(to.Busy + to.Idle + to.Stolen - from.Busy - from.Idle - from.Stolen)
 	if all <= 0 || to.Busy < from.Busy {
 		return "not read (the node restarted in between, or did not report its CPU time)"
 	}
-	pct := func(ms uint64) float64 { return 100 * float64(ms) / all }
-	before := map[int32]nodeCPUProcess{}
-	for _, p := range from.Processes {
-		before[p.PID] = p
-	}
+	pct := func(d time.Duration) float64 { return 100 * float64(d.Milliseconds()) / all }
 	type program struct {
-		name  string
-		cpu   uint64
-		count int
+		name          string
+		cpu, children time.Duration
+		count         int
 	}
 	byName := map[string]*program{}
-	var shown uint64
-	for _, p := range to.Processes {
-		d := p.CPU
-		b, ok := before[p.PID]
-		same := ok && (b.Name == p.Name || b.KernelThread && p.KernelThread)
-		if same && b.CPU <= p.CPU {
-			d -= b.CPU
-		}
-		if d == 0 {
+	var shown time.Duration
+	for _, u := range procstat.Between(from.cpuTimes(), to.cpuTimes()) {
+		if u.CPU == 0 && u.Children == 0 {
 			continue
 		}
-		g := byName[p.Name]
+		g := byName[u.Name]
 		if g == nil {
-			g = &program{name: p.Name}
-			byName[p.Name] = g
+			g = &program{name: u.Name}
+			byName[u.Name] = g
 		}
-		g.cpu += d
+		g.cpu += u.CPU
+		g.children += u.Children
 		g.count++
-		shown += d
+		shown += u.CPU + u.Children
 	}
 	programs := slices.SortedFunc(maps.Values(byName), func(a, b *program) int {
-		return cmp.Or(cmp.Compare(b.cpu, a.cpu), cmp.Compare(a.name, b.name))
+		return cmp.Or(cmp.Compare(b.cpu+b.children, a.cpu+a.children), cmp.Compare(a.name, b.name))
 	})
-	busy := to.Busy - from.Busy
+	busy := time.Duration(to.Busy-from.Busy) * time.Millisecond
 	var b strings.Builder
 	fmt.Fprintf(&b, "busy %.0f %% of its CPUs' time;", pct(busy))
 	for i, g := range programs {
@@ -260,10 +265,14 @@ func cpuDelta(from, to nodeCPU, top int) string {
 			fmt.Fprintf(&b, " %d more programs;", len(programs)-top)
 			break
 		}
-		fmt.Fprintf(&b, " %s %.1f %% (%d);", g.name, pct(g.cpu), g.count)
+		fmt.Fprintf(&b, " %s %.1f %% (%d)", g.name, pct(g.cpu), g.count)
+		if g.children > 0 {
+			fmt.Fprintf(&b, " + reaped %.1f %%", pct(g.children))
+		}
+		b.WriteString(";")
 	}
 	if busy > shown {
-		fmt.Fprintf(&b, " ended programs and the kernel %.1f %%", pct(busy-shown))
+		fmt.Fprintf(&b, " ended unreaped and the kernel %.1f %%", pct(busy-shown))
 	}
 	return strings.TrimSuffix(b.String(), ";")
 }
@@ -506,22 +515,27 @@ func TestHistogramDelta(t *testing.T) {
 // a process that lived through both counts what it used in between, one
 // that started counts all of its time, a PID taken again by another
 // program counts as new, a kernel thread that changed its name counts
-// what it used in between, and what no process shows is the ended
-// programs' and the kernel's.
+// what it used in between, a process's reaped children count what they
+// used in between (procstat.Between has the cases), the programs come
+// busiest first with their children, and what no process shows is the
+// unreaped ended programs' and the kernel's.
 func TestCPUDelta(t *testing.T) {
 	kworker := func(name string, cpu uint64) nodeCPUProcess {
-		return nodeCPUProcess{PID: 40, Name: name, CPU: cpu, KernelThread: true}
+		return nodeCPUProcess{PID: 40, Name: name, CPU: cpu, KernelThread: true, ParentPID: 2}
 	}
+	// The kubelet reaped a mount of 200 ms in between; runc, which had
+	// used 50 ms by the first reading, ended and a shim took its PID.
 	from := nodeCPU{Busy: 1000, Idle: 9000, Processes: []nodeCPUProcess{
-		{PID: 1, Name: "init", CPU: 500}, {PID: 7, Name: "kubelet", CPU: 300}, {PID: 9, Name: "runc", CPU: 50},
+		{PID: 1, Name: "init", CPU: 500}, {PID: 7, Name: "kubelet", CPU: 300, ParentPID: 1, Children: 100},
+		{PID: 9, Name: "runc", CPU: 50, ParentPID: 12},
 		kworker("kworker/0:1-events", 4000),
 	}}
 	to := nodeCPU{Busy: 6000, Idle: 14000, Processes: []nodeCPUProcess{
-		{PID: 1, Name: "init", CPU: 1500}, {PID: 7, Name: "kubelet", CPU: 2300},
-		{PID: 9, Name: "containerd-shim", CPU: 400}, {PID: 12, Name: "containerd-shim", CPU: 600},
+		{PID: 1, Name: "init", CPU: 1500}, {PID: 7, Name: "kubelet", CPU: 2300, ParentPID: 1, Children: 300},
+		{PID: 9, Name: "containerd-shim", CPU: 400, ParentPID: 1}, {PID: 12, Name: "containerd-shim", CPU: 600, ParentPID: 1},
 		kworker("kworker/0:1-kblockd", 4500),
 	}}
-	want := "busy 50 % of its CPUs' time; kubelet 20.0 % (1); containerd-shim 10.0 % (2); init 10.0 % (1); kworker/0:1-kblockd 5.0 % (1); ended programs and the kernel 5.0 %"
+	want := "busy 50 % of its CPUs' time; kubelet 20.0 % (1) + reaped 2.0 %; containerd-shim 10.0 % (2); init 10.0 % (1); kworker/0:1-kblockd 5.0 % (1); ended unreaped and the kernel 3.0 %"
 	if got := cpuDelta(from, to, 8); got != want {
 		t.Errorf("cpuDelta =\n  %s\nwant\n  %s", got, want)
 	}
