@@ -196,11 +196,14 @@ type idleProcess struct {
 	ProportionalBytes uint64 `json:"proportional_bytes"`
 	AnonymousBytes    uint64 `json:"anonymous_bytes"`
 	CPUOverMillis     uint64 `json:"cpu_over_millis"`
+	// ChildrenCPUOverMillis is what the children it reaped used: the
+	// programs it ran that ended (kube-proxy's nft, say).
+	ChildrenCPUOverMillis uint64 `json:"children_cpu_over_millis"`
 }
 
 // report is the node's busy share of its CPUs, its processes' memory
 // together, and each process that holds memory or used a percent of a
-// CPU, most memory first.
+// CPU, itself or its reaped children, most memory first.
 func (v idleView) report() string {
 	const mib = 1 << 20
 	pct := func(ms uint64) float64 {
@@ -216,11 +219,32 @@ func (v idleView) report() string {
 	for _, p := range procs {
 		pss += p.ProportionalBytes
 		anon += p.AnonymousBytes
-		if p.ProportionalBytes >= mib || pct(p.CPUOverMillis) >= 1 {
-			fmt.Fprintf(&b, "  %-24s %7.1f MiB PSS %7.1f MiB anonymous %5.1f %% CPU\n",
+		if p.ProportionalBytes >= mib || pct(p.CPUOverMillis) >= 1 || pct(p.ChildrenCPUOverMillis) >= 1 {
+			fmt.Fprintf(&b, "  %-24s %7.1f MiB PSS %7.1f MiB anonymous %5.1f %% CPU",
 				p.Name, float64(p.ProportionalBytes)/mib, float64(p.AnonymousBytes)/mib, pct(p.CPUOverMillis))
+			if p.ChildrenCPUOverMillis > 0 {
+				fmt.Fprintf(&b, ", its reaped children %.1f %%", pct(p.ChildrenCPUOverMillis))
+			}
+			b.WriteString("\n")
 		}
 	}
 	return fmt.Sprintf("  busy %.1f %% of its CPUs; processes together %.1f MiB PSS, %.1f MiB anonymous\n%s",
 		pct(v.CPUBusyOverMillis), float64(pss)/mib, float64(anon)/mib, b.String())
+}
+
+// TestIdleReport reports a node's busy share, its processes' memory
+// together, and the processes that hold memory or used a percent of a
+// CPU, themselves or their reaped children, most memory first.
+func TestIdleReport(t *testing.T) {
+	v := idleView{CPUBusyOverMillis: 2000, CPUAllOverMillis: 10000, Processes: []idleProcess{
+		{Name: "kube-proxy", ProportionalBytes: 20 << 20, AnonymousBytes: 10 << 20, CPUOverMillis: 50, ChildrenCPUOverMillis: 300},
+		{Name: "kubelet", ProportionalBytes: 50 << 20, AnonymousBytes: 30 << 20, CPUOverMillis: 1200},
+		{Name: "tiny", ProportionalBytes: 1 << 10, CPUOverMillis: 20},
+	}}
+	want := "  busy 20.0 % of its CPUs; processes together 70.0 MiB PSS, 40.0 MiB anonymous\n" +
+		"  kubelet                     50.0 MiB PSS    30.0 MiB anonymous  12.0 % CPU\n" +
+		"  kube-proxy                  20.0 MiB PSS    10.0 MiB anonymous   0.5 % CPU, its reaped children 3.0 %\n"
+	if got := v.report(); got != want {
+		t.Errorf("report =\n%s\nwant\n%s", got, want)
+	}
 }
