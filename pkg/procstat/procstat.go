@@ -1,6 +1,7 @@
 // Package procstat reads a node's memory and its processes' resident
 // memory and CPU time from procfs, for NodeManagement.GetResources and the
-// node's metrics.
+// node's metrics, and tells what each process used between two readings
+// (Between), for those who read a node twice.
 package procstat
 
 import (
