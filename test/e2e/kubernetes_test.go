@@ -1644,39 +1644,28 @@ func (k *kube) askFirstPod(t *testing.T, node string) *firstPod {
 	})
 	go func() {
 		defer close(p.done)
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		var last error
-		for p.admitted.IsZero() {
+		err := poll(ctx, 15*time.Minute, time.Second, func() error {
 			_, err := k.run(t, "run", "pause", "--image=registry.k8s.io/pause:3.10", "--image-pull-policy=Never",
 				"--restart=Never", `--overrides={"spec":{"nodeName":"`+node+`"}}`)
 			// A call that timed out may have created it.
-			if err == nil || strings.Contains(err.Error(), "AlreadyExists") {
-				p.admitted = time.Now()
-				break
+			if err != nil && strings.Contains(err.Error(), "AlreadyExists") {
+				return nil
 			}
-			last = err
-			select {
-			case <-ctx.Done():
-				p.err = fmt.Errorf("the pause pod not admitted: %w (last refusal: %w)", ctx.Err(), last)
-				return
-			case <-tick.C:
-			}
+			return err
+		})
+		if err != nil {
+			p.err = fmt.Errorf("the pause pod not admitted within 15 minutes of the roles or before the test ended (last refusal: %w)", err)
+			return
 		}
-		for {
-			err := k.podPhase(t, "pause", "Running")
-			if err == nil {
-				p.running = time.Now()
-				return
-			}
-			last = err
-			select {
-			case <-ctx.Done():
-				p.err = fmt.Errorf("the pause pod, admitted %v ago, not Running: %w (%w)", time.Since(p.admitted).Round(time.Second), ctx.Err(), last)
-				return
-			case <-tick.C:
-			}
+		p.admitted = time.Now()
+		err = poll(ctx, 15*time.Minute, time.Second, func() error {
+			return k.podPhase(t, "pause", "Running")
+		})
+		if err != nil {
+			p.err = fmt.Errorf("the pause pod, admitted %v ago, not Running within 15 minutes of the roles or before the test ended: %w", time.Since(p.admitted).Round(time.Second), err)
+			return
 		}
+		p.running = time.Now()
 	}()
 	return p
 }
@@ -1748,16 +1737,28 @@ func (k *kube) waitFor(t *testing.T, what string, d time.Duration, check func() 
 // waitEvery is waitFor calling check every interval.
 func (k *kube) waitEvery(t *testing.T, what string, d, interval time.Duration, check func() error) {
 	t.Helper()
+	if err := poll(k.s.ctx, d, interval, check); err != nil {
+		t.Fatalf("waited %s for %s: %v", d, what, err)
+	}
+}
+
+// poll calls check every interval until it returns nil, and returns
+// check's last error once d has passed or ctx is done. It fails no test,
+// so a goroutine may use it.
+func poll(ctx context.Context, d, interval time.Duration, check func() error) error {
 	deadline := time.Now().Add(d)
 	for {
 		err := check()
 		if err == nil {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) || k.s.ctx.Err() != nil {
-			t.Fatalf("waited %s for %s: %v", d, what, err)
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return err
 		}
-		time.Sleep(interval)
+		select {
+		case <-ctx.Done():
+		case <-time.After(interval):
+		}
 	}
 }
 
