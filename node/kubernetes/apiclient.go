@@ -11,6 +11,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -111,8 +112,18 @@ func (c *apiClient) do(ctx context.Context, method, path, contentType string, bo
 
 // apply creates or updates the object at path (its REST path, with name)
 // by server-side apply, as field manager "cairn": fields Cairn sets are
-// set back when someone changes them, others are left alone.
+// set back when someone changes them, others are left alone. A role
+// binding's role cannot change, so a binding that names another role (one
+// Cairn bound to another role in an earlier version) is deleted and made
+// again.
 func (c *apiClient) apply(ctx context.Context, path string, obj any) error {
+	err := c.do(ctx, http.MethodPatch, path+"?fieldManager=cairn&force=true", "application/apply-patch+yaml", obj, nil)
+	if !answered(err, http.StatusUnprocessableEntity) || !strings.Contains(err.Error(), "cannot change roleRef") {
+		return err
+	}
+	if err := c.do(ctx, http.MethodDelete, path, "", nil, nil); err != nil && !answered(err, http.StatusNotFound) {
+		return fmt.Errorf("when deleting %s to bind it to another role: %w", path, err)
+	}
 	return c.do(ctx, http.MethodPatch, path+"?fieldManager=cairn&force=true", "application/apply-patch+yaml", obj, nil)
 }
 

@@ -34,7 +34,8 @@ var (
 // kube-dns Service, whose endpoints are every worker's DNS with a hint
 // that keeps each node's queries on the node (reconciler, dnsEndpoints).
 // It reads Services and EndpointSlices as the node's kubelet identity,
-// which the reconciler binds to system:node-proxier.
+// which the reconciler binds to cairn:node-proxier (what
+// system:node-proxier allows).
 //
 //	apiserver ──watch Services, EndpointSlices──▶ clusterZone
 //	pod ──10.96.0.10:53──kube-proxy──▶ <node address>:53 ──▶ zone, or

@@ -10,7 +10,8 @@ import (
 // Services on this node, for its pods and for the node itself. It runs
 // the nft program of the system partition (PATH of Layout.command) and
 // reads Services and EndpointSlices as the node's kubelet identity, which
-// the reconciler binds to system:node-proxier.
+// the reconciler binds to cairn:node-proxier (what system:node-proxier
+// allows).
 func (w *Worker) runProxy(ctx context.Context) error {
 	defer w.cfg.Routing.hold(ctx)()
 	dir := w.dir("proxy")

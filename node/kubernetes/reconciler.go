@@ -165,20 +165,45 @@ type object struct {
 	body map[string]any
 }
 
-// clusterObjects are the objects Cairn keeps in every cluster.
+// clusterObjects are the objects Cairn keeps in every cluster, those a
+// new cluster's owner and Services wait for first: the reconciler applies
+// them in this order as soon as the apiserver serves.
+//
+// The owner and kube-proxy are bound to roles of Cairn's own, not to
+// cluster-admin and system:node-proxier, the apiserver's default roles of
+// the same rules. A new apiserver makes its default roles one by one
+// after it serves: in a start of make cluster cluster-admin came 14 s
+// after it served and system:node-proxier 25 s, 10 s after Cairn's own
+// bindings were in place, and meanwhile the owner was refused every
+// request and each worker's kube-proxy and DNS every list, so that the
+// first pod's sandbox started beside kube-proxy's first sync.
 func clusterObjects() []object {
 	return []object{
 		// The owner's credentials (cairnctl kubeconfig) are in group
-		// cairn:owners, which may do anything.
-		clusterRoleBinding("cairn:owners", "cluster-admin", "Group", "cairn:owners"),
-		// The apiserver's certificate towards kubelets: logs, exec,
-		// port-forward and metrics.
-		clusterRoleBinding("cairn:apiserver-kubelet-client", "system:kubelet-api-admin", "User", "cairn:apiserver-kubelet-client"),
+		// cairn:owners, which may do anything, as cluster-admin may.
+		clusterRole("cairn:owners",
+			rule{Group: "*", Resources: []string{"*"}, Verbs: []string{"*"}},
+			rule{NonResourceURLs: []string{"*"}, Verbs: []string{"*"}}),
+		clusterRoleBinding("cairn:owners", "cairn:owners", "Group", "cairn:owners"),
+		// kube-proxy and each worker's DNS run with their node's
+		// kubelet identity, or as cairn:proxy:<node> on a controller
+		// that is not a worker (Services), and may do what
+		// system:node-proxier may.
+		clusterRole("cairn:node-proxier",
+			rule{Resources: []string{"services", "endpoints"}, Verbs: []string{"list", "watch"}},
+			rule{Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
+			rule{Group: "discovery.k8s.io", Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
+			rule{Group: "networking.k8s.io", Resources: []string{"servicecidrs"}, Verbs: []string{"list", "watch"}},
+			rule{Resources: []string{"events"}, Verbs: []string{"create", "update", "patch"}},
+			rule{Group: "events.k8s.io", Resources: []string{"events"}, Verbs: []string{"create", "update", "patch"}}),
+		clusterRoleBinding("cairn:node-proxier", "cairn:node-proxier", "Group", "system:nodes"),
+		clusterRoleBinding("cairn:proxies", "cairn:node-proxier", "Group", "cairn:proxies"),
 		// Each worker routes to the other nodes' pod ranges, which it
 		// reads from their Node objects with its kubelet credential;
 		// the Node authorizer lets a kubelet read only its own.
 		clusterRole("cairn:pod-network", rule{Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}}),
 		clusterRoleBinding("cairn:pod-network", "cairn:pod-network", "Group", "system:nodes"),
+		clusterRoleBinding("cairn:proxies-pod-network", "cairn:pod-network", "Group", "cairn:proxies"),
 		// Each worker enforces NetworkPolicy for its pods (runNetworkPolicy),
 		// from every policy, namespace and pod, with its kubelet
 		// credential.
@@ -186,13 +211,9 @@ func clusterObjects() []object {
 			rule{Resources: []string{"pods", "namespaces"}, Verbs: []string{"get", "list", "watch"}},
 			rule{Group: "networking.k8s.io", Resources: []string{"networkpolicies"}, Verbs: []string{"get", "list", "watch"}}),
 		clusterRoleBinding("cairn:network-policy", "cairn:network-policy", "Group", "system:nodes"),
-		// kube-proxy and each worker's DNS run with their node's
-		// kubelet identity.
-		clusterRoleBinding("cairn:node-proxier", "system:node-proxier", "Group", "system:nodes"),
-		// A controller that is not a worker runs kube-proxy and the pod
-		// routes as cairn:proxy:<node> (Services).
-		clusterRoleBinding("cairn:proxies", "system:node-proxier", "Group", "cairn:proxies"),
-		clusterRoleBinding("cairn:proxies-pod-network", "cairn:pod-network", "Group", "cairn:proxies"),
+		// The apiserver's certificate towards kubelets: logs, exec,
+		// port-forward and metrics.
+		clusterRoleBinding("cairn:apiserver-kubelet-client", "system:kubelet-api-admin", "User", "cairn:apiserver-kubelet-client"),
 		// The cluster DNS (runDNS, runDNSEndpoints).
 		dnsServiceObject(),
 		// The local volumes' CSI driver (runVolumes), their
@@ -258,18 +279,23 @@ func csiDriverObject() object {
 	}
 }
 
-// A rule is one rule of a ClusterRole, in API group Group ("" is the core
-// group).
+// A rule is one rule of a ClusterRole: on Resources in API group Group
+// ("" is the core group), or on NonResourceURLs.
 type rule struct {
-	Group     string
-	Resources []string
-	Verbs     []string
+	Group           string
+	Resources       []string
+	NonResourceURLs []string
+	Verbs           []string
 }
 
 // clusterRole is a ClusterRole of rules.
 func clusterRole(name string, rules ...rule) object {
 	rs := make([]map[string]any, len(rules))
 	for i, r := range rules {
+		if r.NonResourceURLs != nil {
+			rs[i] = map[string]any{"nonResourceURLs": r.NonResourceURLs, "verbs": r.Verbs}
+			continue
+		}
 		rs[i] = map[string]any{"apiGroups": []string{r.Group}, "resources": r.Resources, "verbs": r.Verbs}
 	}
 	return object{

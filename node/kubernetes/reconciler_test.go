@@ -2,9 +2,13 @@ package kubernetes
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"path"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -117,5 +121,83 @@ func TestApplyClusterRBAC(t *testing.T) {
 	}
 	if rbac < 10 {
 		t.Errorf("only %d of Cairn's objects are cluster roles or bindings; want the owner's, the nodes' and the metrics API's", rbac)
+	}
+}
+
+// bindingServer keeps cluster role bindings as an apiserver does: a
+// binding's role cannot change once it is made.
+type bindingServer struct {
+	mu      sync.Mutex
+	roles   map[string]string // binding path → the role it names
+	deleted []string
+}
+
+func (s *bindingServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch r.Method {
+	case http.MethodPatch:
+		var b struct {
+			RoleRef struct{ Name string } `json:"roleRef"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&b); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if old, ok := s.roles[r.URL.Path]; ok && b.RoleRef.Name != "" && old != b.RoleRef.Name {
+			w.WriteHeader(http.StatusUnprocessableEntity)
+			fmt.Fprintf(w, `{"kind":"Status","message":"ClusterRoleBinding %q is invalid: roleRef: Invalid value: %q: cannot change roleRef","code":422}`, path.Base(r.URL.Path), b.RoleRef.Name)
+			return
+		}
+		s.roles[r.URL.Path] = b.RoleRef.Name
+		fmt.Fprint(w, `{}`)
+	case http.MethodDelete:
+		if _, ok := s.roles[r.URL.Path]; !ok {
+			http.Error(w, `{"kind":"Status","code":404}`, http.StatusNotFound)
+			return
+		}
+		delete(s.roles, r.URL.Path)
+		s.deleted = append(s.deleted, r.URL.Path)
+		fmt.Fprint(w, `{}`)
+	default:
+		w.WriteHeader(http.StatusMethodNotAllowed)
+	}
+}
+
+// TestApplyClusterRBACRebinds applies Cairn's cluster roles and bindings
+// over those an earlier version left, which bound the owner and
+// kube-proxy to the apiserver's default roles: those two bindings are
+// deleted and made again with Cairn's roles, and no other is touched.
+func TestApplyClusterRBACRebinds(t *testing.T) {
+	const prefix = clusterRBACPrefix + "rolebindings/"
+	srv := &bindingServer{roles: map[string]string{
+		prefix + "cairn:owners":       "cluster-admin",
+		prefix + "cairn:node-proxier": "system:node-proxier",
+		prefix + "cairn:pod-network":  "cairn:pod-network",
+	}}
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	cl := &apiClient{server: ts.URL, http: ts.Client()}
+	objects := append(clusterObjects(), metricsObjects([]byte("CA"))...)
+	// applyClusterRBAC tries again until the apiserver takes every
+	// binding; a binding it cannot make again ends the test here.
+	ctx, cancel := context.WithTimeout(fixture.Context(t), 10*time.Second)
+	defer cancel()
+	if err := applyClusterRBAC(ctx, cl, objects, t.Logf); err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]string{
+		prefix + "cairn:owners":       "cairn:owners",
+		prefix + "cairn:node-proxier": "cairn:node-proxier",
+		prefix + "cairn:proxies":      "cairn:node-proxier",
+		prefix + "cairn:pod-network":  "cairn:pod-network",
+	} {
+		if got := srv.roles[p]; got != want {
+			t.Errorf("%s binds %q, want %q", p, got, want)
+		}
+	}
+	slices.Sort(srv.deleted)
+	if want := []string{prefix + "cairn:node-proxier", prefix + "cairn:owners"}; !slices.Equal(srv.deleted, want) {
+		t.Errorf("deleted %q, want %q", srv.deleted, want)
 	}
 }
