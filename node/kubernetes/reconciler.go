@@ -172,11 +172,12 @@ type object struct {
 // The owner and kube-proxy are bound to roles of Cairn's own, not to
 // cluster-admin and system:node-proxier, the apiserver's default roles of
 // the same rules. A new apiserver makes its default roles one by one
-// after it serves: in a start of make cluster cluster-admin came 14 s
-// after it served and system:node-proxier 25 s, 10 s after Cairn's own
-// bindings were in place, and meanwhile the owner was refused every
-// request and each worker's kube-proxy and DNS every list, so that the
-// first pod's sandbox started beside kube-proxy's first sync.
+// after it serves, each write slow on a loaded controller: in a start of
+// make cluster cluster-admin came 14 s after it served and
+// system:node-proxier 25 s, and until then the owner was refused every
+// request and each worker's kube-proxy and DNS every list (kube-proxy had
+// its Services 31 s after the apiserver served, 17-21 s with Cairn's
+// roles).
 func clusterObjects() []object {
 	return []object{
 		// The owner's credentials (cairnctl kubeconfig) are in group
