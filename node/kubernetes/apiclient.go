@@ -117,14 +117,17 @@ func (c *apiClient) do(ctx context.Context, method, path, contentType string, bo
 // Cairn bound to another role in an earlier version) is deleted and made
 // again.
 func (c *apiClient) apply(ctx context.Context, path string, obj any) error {
-	err := c.do(ctx, http.MethodPatch, path+"?fieldManager=cairn&force=true", "application/apply-patch+yaml", obj, nil)
+	patch := func() error {
+		return c.do(ctx, http.MethodPatch, path+"?fieldManager=cairn&force=true", "application/apply-patch+yaml", obj, nil)
+	}
+	err := patch()
 	if !answered(err, http.StatusUnprocessableEntity) || !strings.Contains(err.Error(), "cannot change roleRef") {
 		return err
 	}
 	if err := c.do(ctx, http.MethodDelete, path, "", nil, nil); err != nil && !answered(err, http.StatusNotFound) {
 		return fmt.Errorf("when deleting %s to bind it to another role: %w", path, err)
 	}
-	return c.do(ctx, http.MethodPatch, path+"?fieldManager=cairn&force=true", "application/apply-patch+yaml", obj, nil)
+	return patch()
 }
 
 // get decodes the object at path into out.
