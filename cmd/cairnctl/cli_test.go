@@ -3,6 +3,7 @@ package main
 import (
 	"crypto/ed25519"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -306,5 +307,51 @@ func TestParamsBootstrapImage(t *testing.T) {
 
 	if _, err := run(t, dir, "params", "bootstrap", "--image", filepath.Join(dir, "missing.img")); err == nil || !strings.Contains(err.Error(), "missing.img") {
 		t.Errorf("params bootstrap into a missing image = %v, want an error naming it", err)
+	}
+}
+
+// TestParamsBootstrapDisk: --disk makes a new parameters disk, readable
+// by others only as its owner, whose FAT filesystem holds the parameters
+// where a node looks; it never overwrites an existing file.
+func TestParamsBootstrapDisk(t *testing.T) {
+	dir := t.TempDir()
+	img := filepath.Join(t.TempDir(), "stick.img")
+	out := mustRun(t, dir, "params", "bootstrap", "--disk", img)
+	if !strings.Contains(out, esp.ParametersPath+" on the new parameters disk "+img) {
+		t.Errorf("params bootstrap --disk printed %q, want it to name the disk", out)
+	}
+	st, err := os.Stat(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode().Perm() != 0o600 {
+		t.Errorf("parameters disk mode = %v, want 0600", st.Mode().Perm())
+	}
+	d, err := diskfs.Open(img, diskfs.WithOpenMode(diskfs.ReadOnly))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	fs, err := d.GetFilesystem(0)
+	if err != nil {
+		t.Fatalf("the parameters disk has no filesystem over the whole disk: %v", err)
+	}
+	f, err := fs.OpenFile("/"+esp.ParametersPath, os.O_RDONLY)
+	if err != nil {
+		t.Fatalf("opening %s on the parameters disk: %v", esp.ParametersPath, err)
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := readOwnerKey(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readParams(t, data).GetClusterBootstrap().GetOwnerPublicKey(); !key.Public().(ed25519.PublicKey).Equal(ed25519.PublicKey(got)) {
+		t.Errorf("owner key on the parameters disk = %x, want the config dir's", got)
+	}
+	if _, err := run(t, dir, "params", "bootstrap", "--disk", img); err == nil || !strings.Contains(err.Error(), "exists") {
+		t.Errorf("params bootstrap --disk over an existing file = %v, want an error saying it exists", err)
 	}
 }

@@ -18,17 +18,20 @@ import (
 	"cairn.dev/cairn/proto/api"
 )
 
-// paramsTarget is where params commands write: an image's ESP or a file.
+// paramsTarget is where params commands write: an image's ESP, a new
+// parameters disk, or a file.
 type paramsTarget struct {
 	image string
+	disk  string
 	out   string
 }
 
 func (t *paramsTarget) addFlags(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&t.image, "image", "", "disk image whose ESP receives "+esp.ParametersPath)
+	cmd.Flags().StringVar(&t.disk, "disk", "", "new image of a parameters disk (FAT, holding "+esp.ParametersPath+") to write onto a stick or attach to a node that waits for parameters")
 	cmd.Flags().StringVar(&t.out, "out", "", "file to write the parameters to instead (for qemu fw_cfg)")
-	cmd.MarkFlagsOneRequired("image", "out")
-	cmd.MarkFlagsMutuallyExclusive("image", "out")
+	cmd.MarkFlagsOneRequired("image", "disk", "out")
+	cmd.MarkFlagsMutuallyExclusive("image", "disk", "out")
 }
 
 // write encodes params, writes them and says where they went.
@@ -42,6 +45,16 @@ func (t *paramsTarget) write(params *api.NodeParameters) (string, error) {
 			return "", fmt.Errorf("when writing parameters into the image: %w", err)
 		}
 		return fmt.Sprintf("%s on the ESP of %s", esp.ParametersPath, t.image), nil
+	}
+	if t.disk != "" {
+		if err := espimage.NewDisk(t.disk, esp.ParametersPath, data); err != nil {
+			return "", fmt.Errorf("when making the parameters disk: %w", err)
+		}
+		// It holds the register ticket, a secret, as the file below does.
+		if err := os.Chmod(t.disk, 0o600); err != nil {
+			return "", fmt.Errorf("when making the parameters disk private: %w", err)
+		}
+		return fmt.Sprintf("%s on the new parameters disk %s", esp.ParametersPath, t.disk), nil
 	}
 	// Register parameters hold the register ticket, a secret.
 	if err := os.WriteFile(t.out, data, 0o600); err != nil {

@@ -22,6 +22,7 @@ import (
 
 	diskfs "github.com/diskfs/go-diskfs"
 	"github.com/diskfs/go-diskfs/disk"
+	"github.com/diskfs/go-diskfs/filesystem"
 	"github.com/diskfs/go-diskfs/filesystem/fat32"
 	"github.com/diskfs/go-diskfs/partition/gpt"
 )
@@ -140,24 +141,33 @@ func WriteFile(imagePath, name string, data []byte) (err error) {
 			err = cerr
 		}
 		if err == nil {
-			err = forgetHints(imagePath, im.espStart)
+			err = tidyFAT(imagePath, im.espStart)
 		}
 	}()
+	if err := writeFAT(im.fs, p, data); err != nil {
+		return fmt.Errorf("on the ESP: %w", err)
+	}
+	return nil
+}
+
+// writeFAT writes data as the file p (clean, relative) of fs, making its
+// parent directories and replacing a file of that name.
+func writeFAT(fs filesystem.FileSystem, p string, data []byte) error {
 	if dir := path.Dir(p); dir != "." {
-		if err := im.fs.Mkdir(dir); err != nil {
-			return fmt.Errorf("when creating %s on the ESP: %w", dir, err)
+		if err := fs.Mkdir(dir); err != nil {
+			return fmt.Errorf("when creating %s: %w", dir, err)
 		}
 	}
-	f, err := im.fs.OpenFile(p, os.O_CREATE|os.O_RDWR|os.O_TRUNC)
+	f, err := fs.OpenFile(p, os.O_CREATE|os.O_RDWR|os.O_TRUNC)
 	if err != nil {
-		return fmt.Errorf("when creating %s on the ESP: %w", p, err)
+		return fmt.Errorf("when creating %s: %w", p, err)
 	}
 	if _, err := f.Write(data); err != nil {
 		f.Close()
-		return fmt.Errorf("when writing %s on the ESP: %w", p, err)
+		return fmt.Errorf("when writing %s: %w", p, err)
 	}
 	if err := f.Close(); err != nil {
-		return fmt.Errorf("when closing %s on the ESP: %w", p, err)
+		return fmt.Errorf("when closing %s: %w", p, err)
 	}
 	return nil
 }

@@ -172,3 +172,30 @@ func TestErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestNewDisk makes a parameters disk and checks it with the reference
+// tools: fsck.fat finds nothing to repair, mtools reads the file, and
+// NewDisk refuses to overwrite an existing image.
+func TestNewDisk(t *testing.T) {
+	for _, tool := range []string{"mtype", "fsck.fat"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s (dosfstools/mtools) is not installed here; the image builder needs it", tool)
+		}
+	}
+	img := filepath.Join(t.TempDir(), "params.img")
+	want := []byte("parameters on a stick")
+	if err := NewDisk(img, "cairn/parameters.pb", want); err != nil {
+		t.Fatalf("NewDisk: %v", err)
+	}
+	cmd := exec.Command("mtype", "-i", img, "::/cairn/parameters.pb")
+	cmd.Env = append(os.Environ(), "MTOOLS_SKIP_CHECK=1")
+	if out, err := cmd.Output(); err != nil || !bytes.Equal(out, want) {
+		t.Errorf("mtype = %q, %v, want %q", out, err, want)
+	}
+	if out, err := exec.Command("fsck.fat", "-n", "-v", img).CombinedOutput(); err != nil {
+		t.Errorf("fsck.fat -n on the new disk: %v\n%s", err, out)
+	}
+	if err := NewDisk(img, "cairn/parameters.pb", want); !errors.Is(err, os.ErrExist) {
+		t.Errorf("NewDisk over an existing image = %v, want os.ErrExist", err)
+	}
+}
