@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -13,6 +16,7 @@ import (
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/node/logstore"
+	"cairn.dev/cairn/node/marker"
 	"cairn.dev/cairn/node/nodemanagement"
 	"cairn.dev/cairn/node/parameters"
 	"cairn.dev/cairn/node/ports"
@@ -36,17 +40,99 @@ func waitMounted(ctx context.Context, mounted event.Watchable[bool]) error {
 
 // parametersRunnable reads the node parameters once the ESP is mounted,
 // once per boot, and publishes what it found for the network and
-// enrolment.
-func parametersRunnable(st *localstorage.Storage, mounted event.Watchable[bool], out event.Value[*parameters.Loaded]) supervisor.Runnable {
+// enrolment. A node that found none and belongs to no cluster looks for
+// them on its other disks (parameters.Disks), at once and then every
+// second, until one holds parameters it can use: an operator may attach
+// the disk after the node booted. The network has by then started from
+// what the first look found, so parameters found later that carry a
+// network configuration are refused, with the reason, rather than half
+// applied.
+func parametersRunnable(st *localstorage.Storage, mounted event.Watchable[bool], out event.Value[*parameters.Loaded], printf func(string, ...any)) supervisor.Runnable {
 	return func(ctx context.Context) error {
+		log := supervisor.Logger(ctx)
 		if err := waitMounted(ctx, mounted); err != nil {
 			return err
 		}
-		out.Set(parameters.Load(parameters.FWCfgPath, st.Root.ESP.Cairn.Parameters.FullPath()))
+		l := parameters.Load(parameters.FWCfgPath, st.Root.ESP.Cairn.Parameters.FullPath())
+		disks, err := parameterDisks(st, l, log.Infof)
+		if err != nil {
+			log.Errorf("Not looking for a parameters disk: %v", err)
+		}
+		if disks == nil {
+			out.Set(l)
+			supervisor.Signal(ctx, supervisor.SignalHealthy)
+			supervisor.Signal(ctx, supervisor.SignalDone)
+			return nil
+		}
+		found, src := disks.Scan()
+		if found == nil {
+			found = l
+		} else {
+			marker.Log(log, marker.ParametersFound, "source", src)
+		}
+		out.Set(found)
+		if found.Err == nil && found.Parameters != nil {
+			supervisor.Signal(ctx, supervisor.SignalHealthy)
+			supervisor.Signal(ctx, supervisor.SignalDone)
+			return nil
+		}
+		marker.Log(log, marker.WaitingForParameters)
+		printf("no node parameters: waiting for a disk that holds %s", parameters.DiskFile)
 		supervisor.Signal(ctx, supervisor.SignalHealthy)
-		supervisor.Signal(ctx, supervisor.SignalDone)
-		return nil
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-tick.C:
+			}
+			found, src := disks.Scan()
+			if found == nil {
+				continue
+			}
+			if found.Err == nil && found.Parameters.GetNetworkConfig() != nil {
+				found = &parameters.Loaded{Err: fmt.Errorf("parameters disk %s holds a network configuration, which a node reads only at boot: boot the node with the disk attached", src)}
+			}
+			marker.Log(log, marker.ParametersFound, "source", src)
+			printf("node parameters found on %s", src)
+			out.Set(found)
+			if found.Err == nil {
+				supervisor.Signal(ctx, supervisor.SignalDone)
+				return nil
+			}
+		}
 	}
+}
+
+// parameterDisks returns what looks for a parameters disk, or nil when
+// the node has no reason to: parameters were read at boot (usable or not),
+// or it belongs to a cluster (a sealed configuration, or one it cannot
+// tell, which enrolment reports).
+func parameterDisks(st *localstorage.Storage, l *parameters.Loaded, logf func(string, ...any)) (*parameters.Disks, error) {
+	if l.Parameters != nil || l.Err != nil {
+		return nil, nil
+	}
+	if sealed, err := st.Root.ESP.Cairn.SealedConfiguration.Exists(); err != nil || sealed {
+		return nil, nil
+	}
+	boot, err := st.BootDisk()
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(st.Root.Ephemeral.FullPath(), "parameters-disk")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("when making the mount point %s: %w", dir, err)
+	}
+	return &parameters.Disks{
+		SysBlock: "/sys/class/block",
+		Dev:      "/dev",
+		BootDisk: boot,
+		Mount:    parameters.MountFAT,
+		Unmount:  parameters.Unmount,
+		Dir:      dir,
+		Logf:     logf,
+	}, nil
 }
 
 // enrolmentRunnable is the cluster child: once the ESP is mounted and the

@@ -84,7 +84,7 @@ func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogg
 	gatherer := metrics.Gatherer("/proc", append(curator.Metrics(), restarts)...)
 	cs := []child{
 		{"storage", newStorage(st, fl, &booted, &mounted, &dataReady, printf, func() { request(firmwareReboot) }).run},
-		{"parameters", parametersRunnable(st, &mounted, &params)},
+		{"parameters", parametersRunnable(st, &mounted, &params, printf)},
 		{"network", networkRunnable(&params, &address, &ntp, printf)},
 		{"timesync", timesyncRunnable(&ntp, &clock, printf)},
 		{"cluster", enrolmentRunnable(st, &dataReady, &address, &params, &membership, rs, boot.GetSecureBoot(), binding)},

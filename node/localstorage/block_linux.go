@@ -42,6 +42,20 @@ func (k *kernelBlock) disk() (*bootDisk, error) {
 	return k.boot, nil
 }
 
+// BootDisk returns the kernel name of the disk the node booted from
+// ("vda"), found as MountESP finds it.
+func (s *Storage) BootDisk() (string, error) {
+	kb, ok := s.block.(*kernelBlock)
+	if !ok {
+		return "", errors.New("the boot disk is known only to the kernel block layer")
+	}
+	d, err := kb.disk()
+	if err != nil {
+		return "", err
+	}
+	return d.name, nil
+}
+
 // MountESP finds the boot disk and mounts its ESP at Root.ESP.
 func (s *Storage) MountESP() error {
 	kb, ok := s.block.(*kernelBlock)

@@ -46,6 +46,12 @@ const (
 	// ParametersInvalid: the node parameters do not parse or validate;
 	// reason=text.
 	ParametersInvalid Name = "parameters-invalid"
+	// WaitingForParameters: the node found no parameters at boot and
+	// belongs to no cluster; it looks for a parameters disk.
+	WaitingForParameters Name = "waiting-for-parameters"
+	// ParametersFound: node parameters were found on a disk;
+	// source=device.
+	ParametersFound Name = "parameters-found"
 	// ConfigurationSealed: the sealed configuration is on the ESP;
 	// tpm=true|false.
 	ConfigurationSealed Name = "configuration-sealed"
