@@ -34,8 +34,14 @@ type plan struct {
 	network   Network
 	qmpSocket string
 	noReboot  bool
-	extraArgs []string
+	// hotplugPort adds an empty PCI Express root port, hotplugPortID.
+	hotplugPort bool
+	extraArgs   []string
 }
+
+// hotplugPortID names the root port of plan.hotplugPort, the bus of a
+// disk Node.AttachDisk plugs in.
+const hotplugPortID = "hotplug0"
 
 // diskMode says how qemu uses the node's disk file.
 type diskMode int
@@ -109,6 +115,9 @@ func (p plan) args() []string {
 	)
 	if p.network != nil {
 		a = append(a, p.network.netArgs(p.name)...)
+	}
+	if p.hotplugPort {
+		a = append(a, "-device", "pcie-root-port,id="+hotplugPortID+",chassis=1")
 	}
 	if p.tpmSocket != "" {
 		a = append(a,

@@ -61,6 +61,12 @@ func TestArgs(t *testing.T) {
 			want:   [][]string{argsHead, argsTCG, argsOVMF, argsDisk, argsRNG, argsTail},
 		},
 		{
+			name:   "hotplug port",
+			change: func(p *plan) { p.hotplugPort = true },
+			want: [][]string{argsHead, argsTCG, argsOVMF, argsDisk, argsRNG,
+				{"-device", "pcie-root-port,id=hotplug0,chassis=1"}, argsTail},
+		},
+		{
 			name: "kvm, memory and cpus",
 			change: func(p *plan) {
 				p.kvm, p.memoryMiB, p.cpus = true, 4096, 4

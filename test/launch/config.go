@@ -160,6 +160,7 @@ type options struct {
 	consoleFile          string
 	extraArgs            []string
 	writableImage        bool
+	hotplugPort          bool
 
 	// kvm is accel as Launch resolved it.
 	kvm bool
@@ -270,6 +271,10 @@ func WithConsoleFile(path string) Option {
 // of the built image, never the image: a copy smaller than DiskSize is
 // grown to it (sparsely), as a machine's disk is larger than the image.
 func WithWritableImage() Option { return func(o *options) { o.writableImage = true } }
+
+// WithHotplugPort gives the machine an empty PCI Express slot, into
+// which Node.AttachDisk plugs a disk while the node runs.
+func WithHotplugPort() Option { return func(o *options) { o.hotplugPort = true } }
 
 // WithAccel chooses the accelerator; the default is AccelAuto.
 func WithAccel(a Accel) Option { return func(o *options) { o.accel = a } }

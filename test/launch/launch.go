@@ -102,6 +102,8 @@ func (n *Node) start(ctx context.Context, cfg Config, o options) error {
 		qmpSocket: filepath.Join(n.dir, "qmp.sock"),
 		noReboot:  o.noReboot,
 		extraArgs: o.extraArgs,
+
+		hotplugPort: o.hotplugPort,
 	}
 	if cfg.Image != "" {
 		image, err := filepath.Abs(cfg.Image)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sync"
 	"time"
 )
@@ -79,6 +80,36 @@ func (n *Node) WaitFrom(ctx context.Context, from int, m Matcher) (Line, error) 
 func (n *Node) Powerdown(ctx context.Context) error {
 	if err := qmpExecute(ctx, n.qmpSocket, "system_powerdown", false); err != nil {
 		return fmt.Errorf("node %s: %w", n.name, err)
+	}
+	return nil
+}
+
+// AttachDisk plugs the raw image at path into the running node as a
+// read-only virtio disk, as an operator plugs a stick into a machine that
+// is on: the disk goes into the empty slot of WithHotplugPort, so a node
+// takes one such disk. The guest sees it appear as the kernel enumerates
+// the slot.
+func (n *Node) AttachDisk(ctx context.Context, path string) error {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return fmt.Errorf("node %s: when resolving the disk's path: %w", n.name, err)
+	}
+	err = qmpRun(ctx, n.qmpSocket, false,
+		qmpCommand{Execute: "blockdev-add", Arguments: map[string]any{
+			"node-name": "attached0",
+			"driver":    "raw",
+			"read-only": true,
+			"file":      map[string]any{"driver": "file", "filename": abs},
+		}},
+		qmpCommand{Execute: "device_add", Arguments: map[string]any{
+			"driver": "virtio-blk-pci",
+			"id":     "attached-disk0",
+			"drive":  "attached0",
+			"bus":    hotplugPortID,
+		}},
+	)
+	if err != nil {
+		return fmt.Errorf("node %s: when attaching the disk %s: %w", n.name, path, err)
 	}
 	return nil
 }

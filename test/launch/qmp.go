@@ -12,15 +12,28 @@ import (
 	"time"
 )
 
-// qmpExecute runs one QMP command on the monitor at socket: it connects,
-// leaves capabilities negotiation mode and executes cmd. qemu serves one
-// QMP client at a time per socket, so holding no connection between
-// commands leaves the socket free for other tools.
+// qmpExecute runs one QMP command, without arguments, on the monitor at
+// socket (see qmpRun).
+func qmpExecute(ctx context.Context, socket, cmd string, eofIsSuccess bool) error {
+	return qmpRun(ctx, socket, eofIsSuccess, qmpCommand{Execute: cmd})
+}
+
+// qmpCommand is a QMP command with its arguments, if any.
+type qmpCommand struct {
+	Execute   string `json:"execute"`
+	Arguments any    `json:"arguments,omitempty"`
+}
+
+// qmpRun runs QMP commands in turn on the monitor at socket: it connects,
+// leaves capabilities negotiation mode and executes each, stopping at the
+// first that fails. qemu serves one QMP client at a time per socket, so
+// holding no connection between calls leaves the socket free for other
+// tools.
 //
-// When qemu closes the connection right after the command (as after
+// When qemu closes the connection right after the last command (as after
 // "quit"), the command counts as done if closing was the point: pass
 // eofIsSuccess.
-func qmpExecute(ctx context.Context, socket, cmd string, eofIsSuccess bool) error {
+func qmpRun(ctx context.Context, socket string, eofIsSuccess bool, cmds ...qmpCommand) error {
 	conn, err := dialQMP(ctx, socket)
 	if err != nil {
 		return fmt.Errorf("when connecting to QMP: %w", err)
@@ -39,15 +52,17 @@ func qmpExecute(ctx context.Context, socket, cmd string, eofIsSuccess bool) erro
 	if _, err := q.read(); err != nil {
 		return fmt.Errorf("when reading QMP greeting: %w", err)
 	}
-	if err := q.execute("qmp_capabilities"); err != nil {
+	if err := q.execute(qmpCommand{Execute: "qmp_capabilities"}); err != nil {
 		return fmt.Errorf("when negotiating QMP capabilities: %w", err)
 	}
-	err = q.execute(cmd)
-	if eofIsSuccess && errors.Is(err, io.EOF) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("when executing QMP %s: %w", cmd, err)
+	for i, cmd := range cmds {
+		err = q.execute(cmd)
+		if eofIsSuccess && i == len(cmds)-1 && errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("when executing QMP %s: %w", cmd.Execute, err)
+		}
 	}
 	return nil
 }
@@ -86,8 +101,8 @@ func (q *qmpConn) read() (*qmpMessage, error) {
 
 // execute sends a command and waits for its reply, skipping the events
 // that qemu may send in between.
-func (q *qmpConn) execute(cmd string) error {
-	req, err := json.Marshal(map[string]string{"execute": cmd})
+func (q *qmpConn) execute(cmd qmpCommand) error {
+	req, err := json.Marshal(cmd)
 	if err != nil {
 		return err
 	}

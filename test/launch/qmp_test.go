@@ -16,7 +16,8 @@ import (
 )
 
 // fakeQMP serves one QMP connection on a unix socket the way qemu does and
-// records the commands it receives. reply answers each command after
+// records the commands it receives, each with its arguments' JSON after a
+// space if it has any. reply answers each command after
 // qmp_capabilities; it returns the lines to send, or nil to hang up.
 func fakeQMP(t *testing.T, reply func(cmd string) []string) (socket string, got <-chan []string) {
 	t.Helper()
@@ -42,12 +43,19 @@ func fakeQMP(t *testing.T, reply func(cmd string) []string) (socket string, got 
 			if err != nil {
 				return
 			}
-			var req struct{ Execute string }
+			var req struct {
+				Execute   string
+				Arguments json.RawMessage
+			}
 			if err := json.Unmarshal(line, &req); err != nil {
 				t.Errorf("client sent bad JSON %q: %v", line, err)
 				return
 			}
-			seen = append(seen, req.Execute)
+			if req.Arguments != nil {
+				seen = append(seen, req.Execute+" "+string(req.Arguments))
+			} else {
+				seen = append(seen, req.Execute)
+			}
 			if req.Execute == "qmp_capabilities" {
 				conn.Write([]byte(`{"return": {}}` + "\n"))
 				continue
@@ -98,6 +106,26 @@ func TestQMPExecute(t *testing.T) {
 				t.Errorf("commands sent (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestAttachDisk: the disk is added read-only as a block node, then as a
+// virtio disk on the machine's hotplug port, on one connection.
+func TestAttachDisk(t *testing.T) {
+	socket, cmds := fakeQMP(t, func(string) []string { return []string{`{"return": {}}`} })
+	n := &Node{name: "node1", qmpSocket: socket}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := n.AttachDisk(ctx, "/images/params.img"); err != nil {
+		t.Fatalf("AttachDisk: %v", err)
+	}
+	want := []string{
+		"qmp_capabilities",
+		`blockdev-add {"driver":"raw","file":{"driver":"file","filename":"/images/params.img"},"node-name":"attached0","read-only":true}`,
+		`device_add {"bus":"hotplug0","drive":"attached0","driver":"virtio-blk-pci","id":"attached-disk0"}`,
+	}
+	if diff := cmp.Diff(want, <-cmds); diff != "" {
+		t.Errorf("commands sent (-want +got):\n%s", diff)
 	}
 }
 
