@@ -4,8 +4,11 @@
 //	launch-cluster -n 3 -image out/cairn.img -cairnctl out/cairnctl
 //	    │
 //	    ├─ cairnctl params bootstrap ─▶ node0 (fw_cfg) ─▶ curator serving
+//	    │     └─ node1..N-1 boot without parameters once node0's firmware
+//	    │        has started its boot loader, and wait for a disk
 //	    ├─ cairnctl takeownership   (owner key and certificate in -dir)
-//	    ├─ cairnctl params register ─▶ node1..N-1 ─▶ waiting for approval
+//	    ├─ cairnctl params register --disk ─▶ plugged into node1..N-1
+//	    │     while they run ─▶ registering ─▶ waiting for approval
 //	    ├─ cairnctl node approve    ─▶ committed, UP
 //	    ├─ cairnctl config add-context local --from <dir>/cairnctl --use
 //	    │     (your $XDG_CONFIG_HOME/cairnctl: plain cairnctl reaches it)
@@ -118,6 +121,7 @@ func parseFlags(args []string) (cluster.Config, time.Duration, error) {
 		HostPortBase:    *portBase,
 		Context:         *contextName,
 		Registry:        *registry,
+		EarlyBoot:       true,
 	}
 	if *registry != "" {
 		cfg.RegistryHostAddr = *registryAddr

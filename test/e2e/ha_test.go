@@ -27,7 +27,9 @@ import (
 // TestHACluster is the three-node cluster of issue 7, one cluster through
 // every step, in order:
 //
-//	(a) node 0 bootstraps, nodes 1 and 2 register, are approved, commit;
+//	(a) node 0 bootstraps while nodes 1 and 2 boot without parameters
+//	    and wait; given a parameters disk while they run, they
+//	    register, are approved, commit;
 //	(h) nodes 1 and 2 registered at the same moment, and so do two nodes
 //	    the test plays over the API: all succeed;
 //	(f) a node with a wrong register ticket is refused and says why;
@@ -48,7 +50,9 @@ import (
 //	    curator stop, and the cluster directory shrinks to two.
 func TestHACluster(t *testing.T) {
 	s := newSuite(t, 3, 35*time.Minute)
-	c := s.newCluster(3, 1)
+	cfg := s.clusterConfig(3, 1)
+	cfg.EarlyBoot = true
+	c := s.startCluster(cfg)
 	nodes := c.Nodes()
 	wrongTicketNode := c.Node(3)
 
@@ -68,6 +72,24 @@ func TestHACluster(t *testing.T) {
 			if !hasNode(list, n.ID(), "UP") {
 				t.Errorf("%s (%s) is not UP in the node list %+v", n.Name(), n.ID(), list)
 			}
+		}
+		// Nodes 1 and 2 waited for parameters, then found them on the
+		// disk plugged in, and only then registered.
+		for _, n := range nodes[1:] {
+			con := n.VM().Console()
+			waiting, ok := con.Find(0, launch.Mark(marker.WaitingForParameters))
+			if !ok {
+				t.Errorf("%s never said it waits for parameters", n.Name())
+				continue
+			}
+			found, ok := con.Find(0, launch.Mark(marker.ParametersFound))
+			registering, ok2 := con.Find(0, launch.Mark(marker.Registering))
+			if !ok || !ok2 || found.Time.Before(waiting.Time) || registering.Time.Before(found.Time) {
+				t.Errorf("%s: waiting for parameters at %v, found them at %v (%v), registering at %v (%v): want them in that order",
+					n.Name(), waiting.Time, found.Time, ok, registering.Time, ok2)
+				continue
+			}
+			s.step(n.Name()+": parameters disk found → registering", registering.Time.Sub(found.Time))
 		}
 		o = readOwner(t, c.ConfigDir())
 	})

@@ -85,6 +85,15 @@ type Config struct {
 	// LaunchOptions are added to every node's launch (binaries,
 	// accelerator).
 	LaunchOptions []launch.Option
+	// EarlyBoot has Form boot every node together, as an operator powers
+	// on a rack: node 0 with bootstrap parameters, and once its firmware
+	// has started its boot loader the others, with none, so that they
+	// wait for parameters (marker.WaitingForParameters).
+	// Once the owner holds the new cluster, each of them is given a
+	// parameters disk (cairnctl params register --disk), plugged in while
+	// it runs. Without it the others boot only then, with their register
+	// parameters through fw_cfg.
+	EarlyBoot bool
 	// Switch, when not nil, joins the nodes with the harness's own switch
 	// instead of the kernel's bridge, impairing every link as the
 	// profile says (delay, jitter, loss, duplication, reordering), and

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sync"
 	"time"
 
@@ -21,19 +22,43 @@ import (
 // it waits for approval, and waits until cairnctl lists every node UP.
 // It records the timings of each step (Phases). The nodes' progress is
 // read from the markers they state (node/marker).
+//
+// With Config.EarlyBoot the other nodes boot while node 0 does, once its
+// firmware has started its boot loader, without parameters, and
+// RegisterNodes gives them a parameters disk instead.
 func (c *Cluster) Form(ctx context.Context) error {
 	start := time.Now()
-	if err := c.Bootstrap(ctx); err != nil {
+	var others []int
+	for i := 1; i < c.cfg.Nodes; i++ {
+		others = append(others, i)
+	}
+	vm, err := c.bootBootstrap(ctx)
+	if err != nil {
+		return err
+	}
+	if c.cfg.EarlyBoot {
+		// The others power on once node 0's firmware has started its boot
+		// loader: node 0 is the critical path, and its firmware the
+		// heaviest part of its boot under emulation, which then does not
+		// share the host's cores with two other firmwares.
+		if _, err := waitFirmwareDone(ctx, vm); err != nil {
+			return err
+		}
+		for _, i := range others {
+			n := c.nodes[i]
+			c.logf("cluster: booting %s without parameters: it waits for a parameters disk", n.name)
+			if _, err := n.Boot(ctx, nil, launch.WithHotplugPort()); err != nil {
+				return err
+			}
+		}
+	}
+	if err := c.waitServing(ctx, vm); err != nil {
 		return err
 	}
 	if err := c.TakeOwnership(ctx); err != nil {
 		return err
 	}
 	c.phase("launch → owner's first call (takeownership) done", time.Since(start))
-	var others []int
-	for i := 1; i < c.cfg.Nodes; i++ {
-		others = append(others, i)
-	}
 	if err := c.RegisterNodes(ctx, others...); err != nil {
 		return err
 	}
@@ -83,16 +108,42 @@ func (c *Cluster) BootstrapParams(ctx context.Context) ([]byte, error) {
 // Bootstrap boots node 0 with fresh bootstrap parameters and waits until
 // its curator serves (marker.CuratorServing).
 func (c *Cluster) Bootstrap(ctx context.Context) error {
-	params, err := c.BootstrapParams(ctx)
+	vm, err := c.bootBootstrap(ctx)
 	if err != nil {
 		return err
+	}
+	return c.waitServing(ctx, vm)
+}
+
+// bootBootstrap boots node 0 with fresh bootstrap parameters.
+func (c *Cluster) bootBootstrap(ctx context.Context) (*launch.Node, error) {
+	params, err := c.BootstrapParams(ctx)
+	if err != nil {
+		return nil, err
 	}
 	n := c.nodes[0]
 	c.logf("cluster: booting %s with bootstrap parameters", n.name)
-	vm, err := n.Boot(ctx, params)
+	return n.Boot(ctx, params)
+}
+
+// firmwareDone matches the console line of the firmware starting the boot
+// loader, or, on a boot without firmware, /init's first.
+var firmwareDone = regexp.MustCompile(`BdsDxe: starting|cairn: init started`)
+
+// waitFirmwareDone waits until the firmware of vm has started its boot
+// loader.
+func waitFirmwareDone(ctx context.Context, vm *launch.Node) (launch.Line, error) {
+	l, err := vm.WaitFor(ctx, firmwareDone)
 	if err != nil {
-		return err
+		return l, fmt.Errorf("waiting for the firmware of %s: %w", vm.Name(), err)
 	}
+	return l, nil
+}
+
+// waitServing waits until node 0, booted as vm, serves its curator and
+// names itself.
+func (c *Cluster) waitServing(ctx context.Context, vm *launch.Node) error {
+	n := c.nodes[0]
 	l, err := n.WaitFor(ctx, 0, launch.Mark(marker.CuratorServing))
 	if err != nil {
 		return fmt.Errorf("waiting for node 0 to serve: %w", err)
@@ -133,24 +184,64 @@ func (c *Cluster) RegisterParams(ctx context.Context) ([]byte, error) {
 	return os.ReadFile(file)
 }
 
-// RegisterNodes boots the given nodes at the same moment with register
-// parameters, approves each as it waits for approval, and waits for each
-// to commit.
+// RegisterDisk writes a parameters disk of register parameters with
+// cairnctl (params register --disk) and returns its path.
+func (c *Cluster) RegisterDisk(ctx context.Context) (string, error) {
+	file := filepath.Join(c.cfg.Dir, "params", "register-disk.img")
+	if err := os.Remove(file); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("when removing the last parameters disk: %w", err)
+	}
+	if _, err := Retry(ctx, 2*time.Minute, func(ctx context.Context) error {
+		_, err := c.Cairnctl(ctx, "params", "register", "--disk", file)
+		return err
+	}); err != nil {
+		return "", err
+	}
+	return file, nil
+}
+
+// RegisterNodes has the given nodes register at the same moment: it boots
+// them with register parameters, or, for those that run already waiting
+// for parameters (Config.EarlyBoot), plugs a parameters disk into each.
+// It approves each as it waits for approval, and waits for each to
+// commit.
 func (c *Cluster) RegisterNodes(ctx context.Context, nodes ...int) error {
 	if len(nodes) == 0 {
 		return nil
 	}
-	params, err := c.RegisterParams(ctx)
-	if err != nil {
-		return err
-	}
-	var vms []*launch.Node
-	for _, i := range nodes {
-		vm, err := c.nodes[i].Boot(ctx, params)
-		if err != nil {
+	vms := make([]*launch.Node, len(nodes))
+	var disk string
+	var params []byte
+	for k, i := range nodes {
+		n := c.nodes[i]
+		if !n.Running() {
+			if params == nil {
+				p, err := c.RegisterParams(ctx)
+				if err != nil {
+					return err
+				}
+				params = p
+			}
+			vm, err := n.Boot(ctx, params)
+			if err != nil {
+				return err
+			}
+			vms[k] = vm
+			continue
+		}
+		if disk == "" {
+			d, err := c.RegisterDisk(ctx)
+			if err != nil {
+				return err
+			}
+			disk = d
+		}
+		vm := n.VM()
+		if err := vm.AttachDisk(ctx, disk); err != nil {
 			return err
 		}
-		vms = append(vms, vm)
+		c.logf("cluster: plugged a parameters disk into %s", n.name)
+		vms[k] = vm
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, len(nodes))
