@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/proto"
 
 	"cairn.dev/cairn/node/cluster"
 	"cairn.dev/cairn/node/identity"
@@ -40,13 +41,13 @@ func waitMounted(ctx context.Context, mounted event.Watchable[bool]) error {
 
 // parametersRunnable reads the node parameters once the ESP is mounted,
 // once per boot, and publishes what it found for the network and
-// enrolment. A node that found none and belongs to no cluster looks for
-// them on its other disks (parameters.Disks), at once and then every
-// second, until one holds parameters it can use: an operator may attach
-// the disk after the node booted. The network has by then started from
-// what the first look found, so parameters found later that carry a
-// network configuration are refused, with the reason, rather than half
-// applied.
+// enrolment. A node that found none that enrol it (none at all, or a
+// network configuration alone) and belongs to no cluster looks for them
+// on its other disks (parameters.Disks), at once and then every second,
+// until one holds parameters it can use: an operator may attach the disk
+// after the node booted. The network has by then started from what the
+// first look found, so parameters found later with another network
+// configuration are refused, with the reason, rather than half applied.
 func parametersRunnable(st *localstorage.Storage, mounted event.Watchable[bool], out event.Value[*parameters.Loaded], printf func(string, ...any)) supervisor.Runnable {
 	return func(ctx context.Context) error {
 		log := supervisor.Logger(ctx)
@@ -68,10 +69,13 @@ func parametersRunnable(st *localstorage.Storage, mounted event.Watchable[bool],
 		if found == nil {
 			found = l
 		} else {
+			// Present at boot: these are the boot's parameters, network
+			// configuration included.
+			l = found
 			marker.Log(log, marker.ParametersFound, "source", src)
 		}
 		out.Set(found)
-		if found.Err == nil && found.Parameters != nil {
+		if found.Err == nil && found.Parameters.GetCluster() != nil {
 			supervisor.Signal(ctx, supervisor.SignalHealthy)
 			supervisor.Signal(ctx, supervisor.SignalDone)
 			return nil
@@ -88,11 +92,14 @@ func parametersRunnable(st *localstorage.Storage, mounted event.Watchable[bool],
 			case <-tick.C:
 			}
 			found, src := disks.Scan()
-			if found == nil {
+			switch {
+			case found == nil:
 				continue
-			}
-			if found.Err == nil && found.Parameters.GetNetworkConfig() != nil {
-				found = &parameters.Loaded{Err: fmt.Errorf("parameters disk %s holds a network configuration, which a node reads only at boot: boot the node with the disk attached", src)}
+			case found.Err == nil && found.Parameters.GetCluster() == nil:
+				log.Warningf("Parameters disk %s holds no enrolment (cluster_bootstrap or cluster_register): passed over", src)
+				continue
+			case found.Err == nil && !proto.Equal(found.Parameters.GetNetworkConfig(), l.NetworkConfig()):
+				found = &parameters.Loaded{Err: fmt.Errorf("parameters disk %s holds another network configuration than the node booted with, and a node reads it only at boot: boot the node with the disk attached", src)}
 			}
 			marker.Log(log, marker.ParametersFound, "source", src)
 			printf("node parameters found on %s", src)
@@ -106,11 +113,11 @@ func parametersRunnable(st *localstorage.Storage, mounted event.Watchable[bool],
 }
 
 // parameterDisks returns what looks for a parameters disk, or nil when
-// the node has no reason to: parameters were read at boot (usable or not),
-// or it belongs to a cluster (a sealed configuration, or one it cannot
-// tell, which enrolment reports).
+// the node has no reason to: parameters that enrol it were read at boot
+// (or ones that cannot be used, which enrolment reports), or it belongs
+// to a cluster (a sealed configuration, or one it cannot tell).
 func parameterDisks(st *localstorage.Storage, l *parameters.Loaded, logf func(string, ...any)) (*parameters.Disks, error) {
-	if l.Parameters != nil || l.Err != nil {
+	if l.Parameters.GetCluster() != nil || l.Err != nil {
 		return nil, nil
 	}
 	if sealed, err := st.Root.ESP.Cairn.SealedConfiguration.Exists(); err != nil || sealed {

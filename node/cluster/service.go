@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/node/marker"
@@ -281,18 +283,43 @@ func (s *Service) seal(ctx context.Context, u *unsealedEnrolment) error {
 	return s.removeParameters(log)
 }
 
-// removeParameters deletes the node parameters from the ESP once the
-// sealed configuration replaces them: they hold the register ticket (or
-// the owner's public key), which nobody should find on a disk that left
-// the cluster. Only after the sealed configuration is written: a power cut
-// before leaves the parameters for a new first enrolment, one after leaves
-// them for the next join to remove. The fw_cfg copy is the hypervisor's,
-// not the node's to delete.
+// removeParameters takes the enrolment out of the node parameters on the
+// ESP once the sealed configuration replaces them: they hold the register
+// ticket (or the owner's public key), which nobody should find on a disk
+// that left the cluster. An operator's network configuration is the
+// node's on every boot, so parameters that carry one are written back
+// with it alone; others are deleted. Only after the sealed configuration
+// is written: a power cut before leaves the parameters for a new first
+// enrolment, one after leaves them for the next join to remove. The
+// fw_cfg copy is the hypervisor's, not the node's to change.
 func (s *Service) removeParameters(log logtree.LeveledLogger) error {
 	f := &s.root.ESP.Cairn.Parameters
 	there, err := f.Exists()
 	if err != nil || !there {
 		return err
+	}
+	b, err := f.Read()
+	if err != nil {
+		return fmt.Errorf("when reading the node parameters: %w", err)
+	}
+	var p api.NodeParameters
+	if err := proto.Unmarshal(b, &p); err != nil {
+		// Not parameters the node can use (this boot said so): gone.
+		p.Reset()
+	}
+	switch {
+	case p.GetCluster() == nil && p.GetNetworkConfig() != nil:
+		return nil // what an earlier removal left
+	case p.GetNetworkConfig() != nil:
+		kept, err := proto.Marshal(&api.NodeParameters{NetworkConfig: p.GetNetworkConfig()})
+		if err != nil {
+			return fmt.Errorf("when encoding the network configuration: %w", err)
+		}
+		if err := f.Write(kept); err != nil {
+			return fmt.Errorf("when removing the enrolment from the node parameters: %w", err)
+		}
+		log.Infof("Removed the enrolment from the node parameters on the ESP, keeping their network configuration: the sealed configuration replaces it")
+		return nil
 	}
 	if err := f.Remove(); err != nil {
 		return fmt.Errorf("when removing the node parameters: %w", err)

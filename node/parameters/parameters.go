@@ -99,7 +99,9 @@ func Parse(b []byte) (*api.NodeParameters, error) {
 
 // Validate checks node parameters strictly, so that a mistake
 // shows at boot with a message naming it, not later as a confusing failure:
-// exactly one of bootstrap and register, keys of the right length, an
+// exactly one of bootstrap and register (or neither, with a network
+// configuration alone: what a node keeps once it enrolled), keys of the
+// right length, an
 // initial cluster configuration that clusterconfig.Validate accepts, a CA
 // certificate that parses, directory entries whose IDs match their keys, a
 // network configuration that parses.
@@ -117,7 +119,9 @@ func Validate(p *api.NodeParameters) error {
 			return fmt.Errorf("cluster_register: %w", err)
 		}
 	default:
-		return errors.New("neither cluster_bootstrap nor cluster_register is set")
+		if p.GetNetworkConfig() == nil {
+			return errors.New("neither cluster_bootstrap nor cluster_register is set")
+		}
 	}
 	if err := validateNetwork(p.GetNetworkConfig()); err != nil {
 		return fmt.Errorf("network_config: %w", err)

@@ -25,6 +25,12 @@ func TestValidate(t *testing.T) {
 		{name: "register", base: parameterstest.Register},
 		{name: "neither", base: parameterstest.Bootstrap, edit: func(p *api.NodeParameters) { p.Cluster = nil },
 			errHas: "neither cluster_bootstrap nor cluster_register"},
+		{name: "network configuration alone", base: parameterstest.Bootstrap, edit: func(p *api.NodeParameters) {
+			p.Cluster = nil
+			p.NetworkConfig = &api.NetworkConfig{Method: &api.NetworkConfig_Static{Static: &api.NetworkConfig_StaticConfig{
+				Addresses: []string{"10.0.2.15/24"},
+			}}}
+		}},
 		{name: "short owner key", base: parameterstest.Bootstrap, edit: func(p *api.NodeParameters) {
 			p.GetClusterBootstrap().OwnerPublicKey = []byte{1, 2, 3}
 		}, errHas: "owner_public_key is 3 bytes"},
