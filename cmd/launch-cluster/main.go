@@ -3,9 +3,8 @@
 //
 //	launch-cluster -n 3 -image out/cairn.img -cairnctl out/cairnctl
 //	    │
+//	    ├─ node1..N-1 boot without parameters: each waits for a disk
 //	    ├─ cairnctl params bootstrap ─▶ node0 (fw_cfg) ─▶ curator serving
-//	    │     └─ node1..N-1 boot without parameters once node0's firmware
-//	    │        has started its boot loader, and wait for a disk
 //	    ├─ cairnctl takeownership   (owner key and certificate in -dir)
 //	    ├─ cairnctl params register --disk ─▶ plugged into node1..N-1
 //	    │     while they run ─▶ registering ─▶ waiting for approval

@@ -85,10 +85,9 @@ type Config struct {
 	// LaunchOptions are added to every node's launch (binaries,
 	// accelerator).
 	LaunchOptions []launch.Option
-	// EarlyBoot has Form boot every node together, as an operator powers
-	// on a rack: node 0 with bootstrap parameters, and once its firmware
-	// has started its boot loader the others, with none, so that they
-	// wait for parameters (marker.WaitingForParameters).
+	// EarlyBoot has Form boot every node at once, as an operator powers
+	// on a rack: node 0 with bootstrap parameters, the others with none,
+	// so that they wait for parameters (marker.WaitingForParameters).
 	// Once the owner holds the new cluster, each of them is given a
 	// parameters disk (cairnctl params register --disk), plugged in while
 	// it runs. Without it the others boot only then, with their register
