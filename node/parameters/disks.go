@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"cairn.dev/cairn/node/esp"
 )
 
 // DiskFile is where a parameters disk holds the node parameters: the
@@ -14,7 +16,7 @@ import (
 // partitions. A node that found no parameters at boot, and belongs to no
 // cluster yet, waits for such a disk (a USB stick, a BMC's virtual
 // medium, a disk the hypervisor attaches) and enrols with what it holds.
-const DiskFile = "cairn/parameters.pb"
+const DiskFile = esp.ParametersPath
 
 // Disks looks for node parameters on the block devices attached to the
 // node, other than the disk it booted from. Each device is tried once
