@@ -63,10 +63,14 @@ func (d *Disks) Scan() (found *Loaded, source string) {
 	var names []string
 	for _, e := range entries {
 		name := e.Name()
-		if !d.candidate(name) {
+		if ownDevice(name) {
 			continue
 		}
-		key := name + "@" + d.diskSeq(name)
+		disk := d.disk(name)
+		if disk == d.BootDisk {
+			continue
+		}
+		key := name + "@" + d.diskSeq(disk)
 		present[key] = true
 		if !d.tried[key] {
 			names = append(names, key)
@@ -123,16 +127,16 @@ func (d *Disks) read(name string) ([]byte, error) {
 	return b, nil
 }
 
-// candidate says whether the device name may hold parameters: a disk or a
-// partition that is not the boot disk's, nor a device the node makes
-// itself (device-mapper, loop, RAM disks) or an optical drive.
-func (d *Disks) candidate(name string) bool {
+// ownDevice says whether the device name cannot hold parameters: a
+// device the node makes itself (device-mapper, loop, RAM disks) or an
+// optical drive.
+func ownDevice(name string) bool {
 	for _, p := range []string{"loop", "ram", "zram", "dm-", "sr", "nbd", "md"} {
 		if strings.HasPrefix(name, p) {
-			return false
+			return true
 		}
 	}
-	return d.disk(name) != d.BootDisk
+	return false
 }
 
 // disk returns the disk that holds device name: name itself for a disk,
@@ -148,11 +152,11 @@ func (d *Disks) disk(name string) string {
 	return filepath.Base(filepath.Dir(real))
 }
 
-// diskSeq returns the kernel's sequence number of the disk holding name,
-// which changes when a disk is attached again under the same name; empty
-// when the kernel has none.
-func (d *Disks) diskSeq(name string) string {
-	b, err := os.ReadFile(filepath.Join(d.SysBlock, d.disk(name), "diskseq"))
+// diskSeq returns the kernel's sequence number of disk, which changes
+// when a disk is attached again under the same name; empty when the
+// kernel has none.
+func (d *Disks) diskSeq(disk string) string {
+	b, err := os.ReadFile(filepath.Join(d.SysBlock, disk, "diskseq"))
 	if err != nil {
 		return ""
 	}
