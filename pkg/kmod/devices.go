@@ -2,11 +2,14 @@ package kmod
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -41,6 +44,9 @@ type Devices struct {
 // overflowed): the caller must walk sysfs again.
 type eventSource interface {
 	added() (modaliases []string, complete bool, err error)
+	// wait returns once an event is queued or ctx is done, without
+	// reading the event.
+	wait(ctx context.Context) error
 	close() error
 }
 
@@ -101,6 +107,32 @@ func (d *Devices) Modaliases() ([]string, error) {
 	return slices.Sorted(maps.Keys(d.set)), nil
 }
 
+// Known returns every modalias seen so far, sorted, without reading the
+// uevents queued since: the devices a coldplug that just returned has
+// served, where Modaliases would take in devices added since.
+func (d *Devices) Known() []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Sorted(maps.Keys(d.set))
+}
+
+// Wait returns once the kernel has sent a uevent that Modaliases has not
+// read yet (of any device, with a modalias or not), or ctx is done. It
+// blocks without polling. Devices that walks sysfs at every call has
+// nothing to wait on, and says so.
+func (d *Devices) Wait(ctx context.Context) error {
+	d.mu.Lock()
+	src := d.events
+	d.mu.Unlock()
+	if src == nil {
+		return errors.New("when waiting for devices: not following uevents")
+	}
+	if err := src.wait(ctx); err != nil {
+		return fmt.Errorf("when waiting for devices: %w", err)
+	}
+	return nil
+}
+
 // Stats says how often sysfs was walked, for how long in all (wall time),
 // and how many device additions came from uevents instead.
 func (d *Devices) Stats() (scans int, scanning time.Duration, events int) {
@@ -127,9 +159,11 @@ func (d *Devices) Close() error {
 const ueventBuffer = 4 << 20
 
 // uevents is the kernel's uevent socket (NETLINK_KOBJECT_UEVENT, group 1,
-// which only the kernel sends to), read without blocking.
+// which only the kernel sends to), read without blocking. It is a file of
+// Go's poller, so that wait blocks no thread.
 type uevents struct {
-	fd  int
+	f   *os.File
+	raw syscall.RawConn
 	buf []byte
 }
 
@@ -147,14 +181,40 @@ func openUevents() (*uevents, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("when joining the kernel's uevent group: %w", err)
 	}
-	return &uevents{fd: fd, buf: make([]byte, 64<<10)}, nil
+	// A non-blocking descriptor becomes a file of the poller.
+	f := os.NewFile(uintptr(fd), "uevents")
+	raw, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("when polling the uevent socket: %w", err)
+	}
+	return &uevents{f: f, raw: raw, buf: make([]byte, 64<<10)}, nil
 }
 
 func (u *uevents) added() ([]string, bool, error) {
+	var (
+		found    []string
+		complete = true
+		readErr  error
+	)
+	err := u.raw.Control(func(fd uintptr) {
+		found, complete, readErr = u.read(int(fd))
+	})
+	if err == nil {
+		err = readErr
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("when reading uevents: %w", err)
+	}
+	return found, complete, nil
+}
+
+// read takes every uevent queued on the socket fd.
+func (u *uevents) read(fd int) ([]string, bool, error) {
 	var found []string
 	complete := true
 	for {
-		n, from, err := unix.Recvfrom(u.fd, u.buf, 0)
+		n, from, err := unix.Recvfrom(fd, u.buf, unix.MSG_DONTWAIT)
 		switch {
 		case errors.Is(err, unix.EAGAIN):
 			return found, complete, nil
@@ -166,7 +226,7 @@ func (u *uevents) added() ([]string, bool, error) {
 			complete = false
 			continue
 		case err != nil:
-			return nil, false, fmt.Errorf("when reading uevents: %w", err)
+			return nil, false, err
 		}
 		if nl, ok := from.(*unix.SockaddrNetlink); !ok || nl.Pid != 0 {
 			continue // only the kernel's own messages
@@ -177,7 +237,33 @@ func (u *uevents) added() ([]string, bool, error) {
 	}
 }
 
-func (u *uevents) close() error { return unix.Close(u.fd) }
+// wait peeks at the socket until a message (or a loss) is queued; the
+// poller parks it in between. ctx's end sets a read deadline, which ends
+// the wait.
+func (u *uevents) wait(ctx context.Context) error {
+	if err := u.f.SetReadDeadline(time.Time{}); err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() { _ = u.f.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
+	var peek [1]byte
+	err := u.raw.Read(func(fd uintptr) bool {
+		for {
+			_, _, err := unix.Recvfrom(int(fd), peek[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+			if !errors.Is(err, unix.EINTR) {
+				// Anything but an empty queue is for added to read:
+				// a message, a loss, a failure.
+				return !errors.Is(err, unix.EAGAIN)
+			}
+		}
+	})
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+func (u *uevents) close() error { return u.f.Close() }
 
 // parseUevent returns the modalias of a kernel uevent that announces a
 // device added with one. A uevent is "<action>@<devpath>" followed by

@@ -2,10 +2,13 @@ package kmod
 
 import (
 	"context"
+	"errors"
+	"os"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -17,12 +20,36 @@ type fakeEvents struct {
 	lost     bool
 	closed   bool
 	readings int
+	// queue is signalled, without blocking, at every add.
+	queue chan struct{}
 }
 
 func (f *fakeEvents) add(modalias string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.queued = append(f.queued, modalias)
+	if f.queue != nil {
+		select {
+		case f.queue <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (f *fakeEvents) wait(ctx context.Context) error {
+	for {
+		f.mu.Lock()
+		n := len(f.queued)
+		f.mu.Unlock()
+		if n > 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-f.queue:
+		}
+	}
 }
 
 func (f *fakeEvents) added() ([]string, bool, error) {
@@ -163,7 +190,37 @@ func TestWatchDevicesReadsTheKernelsSocket(t *testing.T) {
 	if scans, _, _ := devices.Stats(); scans != 1 {
 		t.Errorf("WatchDevices walked sysfs %d times, want once", scans)
 	}
+
+	// Waiting parks until the context ends, and then returns at once.
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	start := time.Now()
+	err = devices.Wait(ctx)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) || time.Since(start) > 5*time.Second {
+		t.Errorf("Wait with nothing announced: %v after %v, want the context's deadline after 0.2 s", err, time.Since(start))
+	}
+	// A uevent the kernel sends ends the wait: writing "change" to a
+	// device's uevent file makes the kernel announce it again (/dev/null:
+	// nothing on the machine acts on it). Where sysfs is read-only, as in
+	// some containers, this part cannot run and the test says so.
+	const trigger = "/sys/devices/virtual/mem/null/uevent"
+	if err := os.WriteFile(trigger, []byte("change"), 0); err != nil {
+		t.Logf("not checking that a uevent ends a wait: %v", err)
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := devices.Wait(ctx)
+		cancel()
+		if err != nil {
+			t.Errorf("Wait after the kernel announced /dev/null: %v, want nil", err)
+		}
+		if _, err := devices.Modaliases(); err != nil {
+			t.Errorf("Modaliases after the announcement: %v", err)
+		}
+	}
 	if err := devices.Close(); err != nil {
 		t.Errorf("Close: %v", err)
+	}
+	if err := devices.Wait(context.Background()); err == nil {
+		t.Error("Wait on closed Devices returned nil, want an error")
 	}
 }

@@ -47,11 +47,18 @@
 // prefix and, for a modalias, only tries the patterns filed under one of
 // its own prefixes.
 //
+// # Hotplug
+//
+// Devices that appear after the coldplug (a USB stick, a disk added to a
+// running virtual machine) are Hotplug's: it keeps reading the uevents of
+// the coldplug's Devices, and serves each modalias that the coldplug had
+// not, with the loads of Coldplug but one round at a time. Between rounds
+// it waits on the socket in Go's poller (Devices.Wait), not on a timer.
+//
 // # What it does not do
 //
-// There is no hotplug here: devices that appear later (USB sticks, devices
-// probed asynchronously after Coldplug returned) are not seen. Soft
-// dependencies (modules.softdep) and module parameters are not supported.
+// Soft dependencies (modules.softdep) and module parameters are not
+// supported. Devices removed are not followed: their modules stay loaded.
 // A failed module load is reported to the Logger and to the caller, never
 // fatal: the machine may well boot without that device.
 package kmod
