@@ -35,6 +35,17 @@ var Carried = []Prefix{
 	{"drivers/scsi/sd_mod.ko", "SCSI disk class, used by SATA and virtio-scsi"},
 	{"drivers/block/loop.ko", "loop devices for containers and images"},
 
+	// USB sticks, for a parameters disk plugged into a node that waits for
+	// one: the host controllers (xHCI, and the EHCI, OHCI and UHCI of
+	// older machines) and USB mass storage. Loaded only on a machine that
+	// has the controller, and usb-storage only once a stick is plugged in.
+	{"drivers/usb/host/xhci-pci.ko", "USB 3 host controllers"},
+	{"drivers/usb/host/ehci-pci.ko", "USB 2 host controllers"},
+	{"drivers/usb/host/ohci-pci.ko", "USB 1.1 host controllers (OHCI)"},
+	{"drivers/usb/host/uhci-hcd.ko", "USB 1.1 host controllers (UHCI)"},
+	{"drivers/usb/storage/usb-storage.ko", "USB sticks (bulk-only transport)"},
+	{"drivers/usb/storage/uas.ko", "USB disks (USB Attached SCSI)"},
+
 	// Common network cards.
 	{"drivers/net/ethernet/intel/e1000/", "Intel PRO/1000 (qemu's default e1000)"},
 	{"drivers/net/ethernet/intel/e1000e/", "Intel PCIe gigabit"},

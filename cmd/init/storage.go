@@ -72,6 +72,10 @@ type storage struct {
 	// once the ESP is mounted (node/modules). Nil in tests that do not
 	// care.
 	diskModules, systemModules, dataModules func(ctx context.Context, log logtree.LeveledLogger) error
+	// hotplug loads, from then on, the modules of devices that appear
+	// later (node/modules): it runs once the modules above are loaded.
+	// Nil in tests that do not care.
+	hotplug func(ctx context.Context, log logtree.LeveledLogger, ready func()) error
 
 	diskModulesLoaded, systemMounted, systemModulesLoaded, espMounted, ephemeralMounted, dataModulesLoaded bool
 	// systemFailure is why the system partition cannot be mounted, when
@@ -100,6 +104,7 @@ func newStorage(s *localstorage.Storage, fl flags, booted event.Value[*localstor
 	st.hooks = fl.test.Storage(s, st.espCairn, st.dataRoot, printf)
 	m := modules.NewSteps(s.Root.System.FullPath(), printf)
 	st.diskModules, st.systemModules, st.dataModules = m.LoadDisks, m.LoadSystem, m.LoadData
+	st.hotplug = m.Hotplug
 	return st
 }
 
@@ -155,10 +160,21 @@ func (s *storage) run(ctx context.Context) error {
 	if s.dataReady != nil {
 		s.dataReady.Set(true)
 	}
+	if s.hotplug != nil {
+		if err := supervisor.Run(ctx, "hotplug", s.runHotplug); err != nil {
+			return fmt.Errorf("when starting hotplug: %w", err)
+		}
+	}
 	if err := s.hooks.Run(ctx, log); err != nil {
 		return err
 	}
 	supervisor.Signal(ctx, supervisor.SignalHealthy)
 	<-ctx.Done()
 	return ctx.Err()
+}
+
+// runHotplug is the storage child's runnable that loads the modules of
+// devices plugged in after boot.
+func (s *storage) runHotplug(ctx context.Context) error {
+	return s.hotplug(ctx, supervisor.Logger(ctx), func() { supervisor.Signal(ctx, supervisor.SignalHealthy) })
 }

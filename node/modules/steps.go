@@ -171,9 +171,12 @@ type Steps struct {
 	// placed is set once system is bound over initramfs.
 	placed bool
 	// devices follows the devices' modaliases from the first coldplug
-	// to the last, the system partition's, which then needs no walk of
-	// sysfs of its own.
+	// on: the system partition's needs no walk of sysfs of its own, and
+	// Hotplug takes over from it.
 	devices *kmod.Devices
+	// served are the modaliases the last coldplug served, which Hotplug
+	// leaves alone.
+	served []string
 }
 
 // NewSteps returns the steps of a node whose system partition is mounted
@@ -229,7 +232,7 @@ func (m *Steps) LoadSystem(ctx context.Context, log logtree.LeveledLogger) error
 		if errors.Is(err, os.ErrNotExist) {
 			m.printf("the system partition has no modules for kernel %s (%v): only the initramfs's are loaded", kmod.KernelRelease(), err)
 			m.placed = true
-			m.stopWatching(log)
+			m.coldplugged()
 			return nil
 		}
 		if err != nil {
@@ -246,20 +249,45 @@ func (m *Steps) LoadSystem(ctx context.Context, log logtree.LeveledLogger) error
 	if err := m.step(ctx, "coldplug loaded %d more modules from the system partition in %v", nil, devices, nil, log); err != nil {
 		return err
 	}
-	m.stopWatching(log)
+	m.coldplugged()
 	return nil
 }
 
-// stopWatching closes the uevent socket after the last coldplug: the
-// kernel's uevents need no reader from then on.
-func (m *Steps) stopWatching(log logtree.LeveledLogger) {
+// coldplugged notes what the last coldplug served, for Hotplug.
+func (m *Steps) coldplugged() {
+	if m.devices != nil {
+		m.served = m.devices.Known()
+	}
+}
+
+// Hotplug loads, for as long as the node runs, what the devices that
+// appear after LoadSystem ask for (kmod.Hotplug): a USB stick's
+// usb-storage, then the SCSI disk driver its disk asks for, so that a
+// parameters disk plugged into a waiting node is seen. It takes over the
+// coldplug's uevent socket, and waits on it without polling. It runs
+// after LoadSystem; a run that failed leaves the next one to open a socket
+// of its own and walk sysfs for the devices it missed meanwhile. ready is
+// called once, when it first waits.
+func (m *Steps) Hotplug(ctx context.Context, log logtree.LeveledLogger, ready func()) error {
 	if m.devices == nil {
-		return
+		d, err := kmod.WatchDevices("/sys/devices")
+		if err != nil {
+			d.Close()
+			return fmt.Errorf("no hotplug: %w", err)
+		}
+		m.devices = d
 	}
-	if err := m.devices.Close(); err != nil {
-		log.Warningf("when closing the uevent socket: %v", err)
+	open := func() (*kmod.Loader, error) {
+		return openLoader(m.initramfs, procModules, kmod.WithLogger(log))
 	}
-	m.devices = nil
+	err := kmod.Hotplug(ctx, m.devices, m.served, devices, open, log, ready)
+	if ctx.Err() == nil {
+		// The socket may be what failed: the next run opens another,
+		// and walks sysfs for what it missed.
+		m.devices.Close()
+		m.devices = nil
+	}
+	return err
 }
 
 // LoadData loads the CPU's AES module, if it has one, which dm-crypt picks
