@@ -28,8 +28,9 @@ import (
 // every step, in order:
 //
 //	(a) node 0 bootstraps while nodes 1 and 2 boot without parameters
-//	    and wait; given a parameters disk while they run, they
-//	    register, are approved, commit;
+//	    and wait; given a parameters disk while they run (node 1 a
+//	    virtio disk, node 2 a USB stick), they register, are approved,
+//	    commit;
 //	(h) nodes 1 and 2 registered at the same moment, and so do two nodes
 //	    the test plays over the API: all succeed;
 //	(f) a node with a wrong register ticket is refused and says why;
@@ -52,6 +53,8 @@ func TestHACluster(t *testing.T) {
 	s := newSuite(t, 3, 35*time.Minute)
 	cfg := s.clusterConfig(3, 1)
 	cfg.EarlyBoot = true
+	// Node 2's parameters disk is a USB stick, node 1's a virtio disk.
+	cfg.StickNodes = []int{2}
 	c := s.startCluster(cfg)
 	nodes := c.Nodes()
 	wrongTicketNode := c.Node(3)
@@ -74,7 +77,8 @@ func TestHACluster(t *testing.T) {
 			}
 		}
 		// Nodes 1 and 2 waited for parameters, then found them on the
-		// disk plugged in, and only then registered.
+		// disk plugged in, and only then registered; node 2's on the
+		// stick, a SCSI disk once its USB driver loaded.
 		for _, n := range nodes[1:] {
 			con := n.VM().Console()
 			waiting, ok := con.Find(0, launch.Mark(marker.WaitingForParameters))
@@ -88,6 +92,13 @@ func TestHACluster(t *testing.T) {
 				t.Errorf("%s: waiting for parameters at %v, found them at %v (%v), registering at %v (%v): want them in that order",
 					n.Name(), waiting.Time, found.Time, ok, registering.Time, ok2)
 				continue
+			}
+			wantSource := "source=vd"
+			if n == nodes[2] {
+				wantSource = "source=sd"
+			}
+			if !strings.Contains(found.Text, wantSource) {
+				t.Errorf("%s found its parameters as %q, want %s…", n.Name(), found.Text, wantSource)
 			}
 			s.step(n.Name()+": parameters disk found → registering", registering.Time.Sub(found.Time))
 		}

@@ -36,12 +36,18 @@ type plan struct {
 	noReboot  bool
 	// hotplugPort adds an empty PCI Express root port, hotplugPortID.
 	hotplugPort bool
-	extraArgs   []string
+	// usbPort adds a USB 3 controller, usbControllerID.
+	usbPort   bool
+	extraArgs []string
 }
 
 // hotplugPortID names the root port of plan.hotplugPort, the bus of a
 // disk Node.AttachDisk plugs in.
 const hotplugPortID = "hotplug0"
+
+// usbControllerID names the controller of plan.usbPort, on whose bus
+// Node.AttachStick plugs a stick.
+const usbControllerID = "usb0"
 
 // diskMode says how qemu uses the node's disk file.
 type diskMode int
@@ -118,6 +124,9 @@ func (p plan) args() []string {
 	}
 	if p.hotplugPort {
 		a = append(a, "-device", "pcie-root-port,id="+hotplugPortID+",chassis=1")
+	}
+	if p.usbPort {
+		a = append(a, "-device", "qemu-xhci,id="+usbControllerID)
 	}
 	if p.tpmSocket != "" {
 		a = append(a,

@@ -67,6 +67,12 @@ func TestArgs(t *testing.T) {
 				{"-device", "pcie-root-port,id=hotplug0,chassis=1"}, argsTail},
 		},
 		{
+			name:   "usb port",
+			change: func(p *plan) { p.usbPort = true },
+			want: [][]string{argsHead, argsTCG, argsOVMF, argsDisk, argsRNG,
+				{"-device", "qemu-xhci,id=usb0"}, argsTail},
+		},
+		{
 			name: "kvm, memory and cpus",
 			change: func(p *plan) {
 				p.kvm, p.memoryMiB, p.cpus = true, 4096, 4

@@ -161,6 +161,7 @@ type options struct {
 	extraArgs            []string
 	writableImage        bool
 	hotplugPort          bool
+	usbPort              bool
 
 	// kvm is accel as Launch resolved it.
 	kvm bool
@@ -275,6 +276,10 @@ func WithWritableImage() Option { return func(o *options) { o.writableImage = tr
 // WithHotplugPort gives the machine an empty PCI Express slot, into
 // which Node.AttachDisk plugs a disk while the node runs.
 func WithHotplugPort() Option { return func(o *options) { o.hotplugPort = true } }
+
+// WithUSBPort gives the machine a USB 3 controller (qemu-xhci), into
+// which Node.AttachStick plugs a USB stick while the node runs.
+func WithUSBPort() Option { return func(o *options) { o.usbPort = true } }
 
 // WithAccel chooses the accelerator; the default is AccelAuto.
 func WithAccel(a Accel) Option { return func(o *options) { o.accel = a } }

@@ -104,6 +104,7 @@ func (n *Node) start(ctx context.Context, cfg Config, o options) error {
 		extraArgs: o.extraArgs,
 
 		hotplugPort: o.hotplugPort,
+		usbPort:     o.usbPort,
 	}
 	if cfg.Image != "" {
 		image, err := filepath.Abs(cfg.Image)

@@ -85,31 +85,51 @@ func (n *Node) Powerdown(ctx context.Context) error {
 }
 
 // AttachDisk plugs the raw image at path into the running node as a
-// read-only virtio disk, as an operator plugs a stick into a machine that
-// is on: the disk goes into the empty slot of WithHotplugPort, so a node
+// read-only virtio disk, as an operator adds a disk to a machine that is
+// on: the disk goes into the empty slot of WithHotplugPort, so a node
 // takes one such disk. The guest sees it appear as the kernel enumerates
 // the slot.
 func (n *Node) AttachDisk(ctx context.Context, path string) error {
+	return n.attach(ctx, path, "disk", map[string]any{
+		"driver": "virtio-blk-pci",
+		"bus":    hotplugPortID,
+	})
+}
+
+// AttachStick plugs the raw image at path into the running node as a
+// read-only USB stick (usb-storage), as an operator plugs one into a
+// machine that is on: it goes onto the bus of WithUSBPort's controller.
+// The guest sees a USB device appear, loads its driver, and then finds a
+// SCSI disk.
+func (n *Node) AttachStick(ctx context.Context, path string) error {
+	return n.attach(ctx, path, "stick", map[string]any{
+		"driver":    "usb-storage",
+		"bus":       usbControllerID + ".0",
+		"removable": true,
+	})
+}
+
+// attach adds the raw image at path to the running node as a read-only
+// block device, and then the device of the properties device over it;
+// what names the device in errors.
+func (n *Node) attach(ctx context.Context, path, what string, device map[string]any) error {
 	abs, err := filepath.Abs(path)
 	if err != nil {
-		return fmt.Errorf("node %s: when resolving the disk's path: %w", n.name, err)
+		return fmt.Errorf("node %s: when resolving the %s's path: %w", n.name, what, err)
 	}
+	node := "attached-" + what
+	device["id"], device["drive"] = node+"-device", node
 	err = qmpRun(ctx, n.qmpSocket, false,
 		qmpCommand{Execute: "blockdev-add", Arguments: map[string]any{
-			"node-name": "attached0",
+			"node-name": node,
 			"driver":    "raw",
 			"read-only": true,
 			"file":      map[string]any{"driver": "file", "filename": abs},
 		}},
-		qmpCommand{Execute: "device_add", Arguments: map[string]any{
-			"driver": "virtio-blk-pci",
-			"id":     "attached-disk0",
-			"drive":  "attached0",
-			"bus":    hotplugPortID,
-		}},
+		qmpCommand{Execute: "device_add", Arguments: device},
 	)
 	if err != nil {
-		return fmt.Errorf("node %s: when attaching the disk %s: %w", n.name, path, err)
+		return fmt.Errorf("node %s: when attaching the %s %s: %w", n.name, what, path, err)
 	}
 	return nil
 }

@@ -110,22 +110,37 @@ func TestQMPExecute(t *testing.T) {
 }
 
 // TestAttachDisk: the disk is added read-only as a block node, then as a
-// virtio disk on the machine's hotplug port, on one connection.
+// virtio disk on the machine's hotplug port, or as a USB stick on its USB
+// controller's bus, on one connection.
 func TestAttachDisk(t *testing.T) {
-	socket, cmds := fakeQMP(t, func(string) []string { return []string{`{"return": {}}`} })
-	n := &Node{name: "node1", qmpSocket: socket}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := n.AttachDisk(ctx, "/images/params.img"); err != nil {
-		t.Fatalf("AttachDisk: %v", err)
-	}
-	want := []string{
-		"qmp_capabilities",
-		`blockdev-add {"driver":"raw","file":{"driver":"file","filename":"/images/params.img"},"node-name":"attached0","read-only":true}`,
-		`device_add {"bus":"hotplug0","drive":"attached0","driver":"virtio-blk-pci","id":"attached-disk0"}`,
-	}
-	if diff := cmp.Diff(want, <-cmds); diff != "" {
-		t.Errorf("commands sent (-want +got):\n%s", diff)
+	for _, tc := range []struct {
+		name   string
+		attach func(*Node, context.Context, string) error
+		want   []string
+	}{
+		{"disk", (*Node).AttachDisk, []string{
+			"qmp_capabilities",
+			`blockdev-add {"driver":"raw","file":{"driver":"file","filename":"/images/params.img"},"node-name":"attached-disk","read-only":true}`,
+			`device_add {"bus":"hotplug0","drive":"attached-disk","driver":"virtio-blk-pci","id":"attached-disk-device"}`,
+		}},
+		{"stick", (*Node).AttachStick, []string{
+			"qmp_capabilities",
+			`blockdev-add {"driver":"raw","file":{"driver":"file","filename":"/images/params.img"},"node-name":"attached-stick","read-only":true}`,
+			`device_add {"bus":"usb0.0","drive":"attached-stick","driver":"usb-storage","id":"attached-stick-device","removable":true}`,
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			socket, cmds := fakeQMP(t, func(string) []string { return []string{`{"return": {}}`} })
+			n := &Node{name: "node1", qmpSocket: socket}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := tc.attach(n, ctx, "/images/params.img"); err != nil {
+				t.Fatalf("attaching: %v", err)
+			}
+			if diff := cmp.Diff(tc.want, <-cmds); diff != "" {
+				t.Errorf("commands sent (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 

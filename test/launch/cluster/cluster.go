@@ -93,6 +93,10 @@ type Config struct {
 	// it runs. Without it the others boot only then, with their register
 	// parameters through fw_cfg.
 	EarlyBoot bool
+	// StickNodes are the nodes, of those EarlyBoot boots without
+	// parameters, whose parameters disk is a USB stick (on a USB
+	// controller) rather than a disk in an empty PCI Express slot.
+	StickNodes []int
 	// Switch, when not nil, joins the nodes with the harness's own switch
 	// instead of the kernel's bridge, impairing every link as the
 	// profile says (delay, jitter, loss, duplication, reordering), and

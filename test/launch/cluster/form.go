@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -38,7 +39,11 @@ func (c *Cluster) Form(ctx context.Context) error {
 		for _, i := range others {
 			n := c.nodes[i]
 			c.logf("cluster: booting %s without parameters: it waits for a parameters disk", n.name)
-			if _, err := n.Boot(ctx, nil, launch.WithHotplugPort()); err != nil {
+			port := launch.WithHotplugPort()
+			if slices.Contains(c.cfg.StickNodes, i) {
+				port = launch.WithUSBPort()
+			}
+			if _, err := n.Boot(ctx, nil, port); err != nil {
 				return err
 			}
 		}
@@ -218,10 +223,14 @@ func (c *Cluster) RegisterNodes(ctx context.Context, nodes ...int) error {
 			disk = d
 		}
 		vm := n.VM()
-		if err := vm.AttachDisk(ctx, disk); err != nil {
+		attach, what := vm.AttachDisk, "disk"
+		if slices.Contains(c.cfg.StickNodes, i) {
+			attach, what = vm.AttachStick, "USB stick"
+		}
+		if err := attach(ctx, disk); err != nil {
 			return err
 		}
-		c.logf("cluster: plugged a parameters disk into %s", n.name)
+		c.logf("cluster: plugged a parameters %s into %s", what, n.name)
 		vms[k] = vm
 	}
 	var wg sync.WaitGroup
