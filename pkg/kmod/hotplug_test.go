@@ -3,37 +3,11 @@ package kmod
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
-
-// lockedLog is a Logger that Hotplug's goroutine and the test may share.
-type lockedLog struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *lockedLog) Infof(format string, args ...any) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lines = append(l.lines, "I "+fmt.Sprintf(format, args...))
-}
-
-func (l *lockedLog) Warningf(format string, args ...any) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lines = append(l.lines, "W "+fmt.Sprintf(format, args...))
-}
-
-func (l *lockedLog) has(part string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return slices.ContainsFunc(l.lines, func(s string) bool { return strings.Contains(s, part) })
-}
 
 // TestHotplug: after a coldplug, Hotplug loads nothing for the devices the
 // coldplug served, loads the modules of a device announced later and of
@@ -56,7 +30,7 @@ func TestHotplug(t *testing.T) {
 			events.add("input:b0019v0000p0001e0000-e0,1,k74,ramlsfw")
 		}
 	}
-	log := &lockedLog{}
+	log := &fakeLog{}
 	idx, err := Open(writeModuleDir(t, testDep, testAlias, testBuiltin))
 	if err != nil {
 		t.Fatal(err)

@@ -52,15 +52,30 @@ func (k *fakeKernel) load(f *os.File, params string, flags int) error {
 	return nil
 }
 
-// fakeLog records what a Loader logs.
-type fakeLog struct{ lines []string }
+// fakeLog records what a Loader logs; a goroutine that logs and the test
+// that reads may share it through has.
+type fakeLog struct {
+	mu    sync.Mutex
+	lines []string
+}
 
 func (l *fakeLog) Infof(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.lines = append(l.lines, "I "+fmt.Sprintf(format, args...))
 }
 
 func (l *fakeLog) Warningf(format string, args ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.lines = append(l.lines, "W "+fmt.Sprintf(format, args...))
+}
+
+// has reports whether a line logged so far contains part.
+func (l *fakeLog) has(part string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.ContainsFunc(l.lines, func(s string) bool { return strings.Contains(s, part) })
 }
 
 // writeModuleDir makes a module directory with the given modules.dep,
