@@ -238,14 +238,25 @@ func (u *uevents) read(fd int) ([]string, bool, error) {
 }
 
 // wait peeks at the socket until a message (or a loss) is queued; the
-// poller parks it in between. ctx's end sets a read deadline, which ends
-// the wait.
+// poller parks it in between. ctx's end sets a read deadline in the past,
+// which ends the wait. The next wait clears it, which must not race with
+// that func, so wait does not return while the func runs (as
+// evdev.Device.WaitKeyPress and acpievent.Conn.Receive do): a later run of
+// Hotplug on the same socket would otherwise find a stale deadline.
 func (u *uevents) wait(ctx context.Context) error {
 	if err := u.f.SetReadDeadline(time.Time{}); err != nil {
 		return err
 	}
-	stop := context.AfterFunc(ctx, func() { _ = u.f.SetReadDeadline(time.Unix(1, 0)) })
-	defer stop()
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		_ = u.f.SetReadDeadline(time.Unix(1, 0))
+		close(fired)
+	})
+	defer func() {
+		if !stop() {
+			<-fired
+		}
+	}()
 	var peek [1]byte
 	err := u.raw.Read(func(fd uintptr) bool {
 		for {
