@@ -24,8 +24,8 @@ func stopped(ctx context.Context) error {
 	return errRenew
 }
 
-// runComponent runs a Kubernetes component as a child process, in the
-// layout's cgroup: its klog output goes into the runnable's log with each
+// runComponent runs a Kubernetes component as a child process, in its
+// group below the layout's cgroup (cgroup.go): its klog output goes into the runnable's log with each
 // line's severity, a crash is the runnable's death (the supervisor
 // restarts it with backoff), and at renewAt it is stopped and errRenew
 // returned. A zero renewAt never renews. extra are more options for
@@ -33,10 +33,11 @@ func stopped(ctx context.Context) error {
 func (l Layout) runComponent(ctx context.Context, cmd *exec.Cmd, renewAt time.Time, extra ...supervisor.CommandOption) error {
 	opts := append([]supervisor.CommandOption{supervisor.ParseKlog()}, extra...)
 	if l.Cgroup != "" {
-		if err := prepareCgroup(l.Cgroup); err != nil {
+		dir, err := l.componentCgroup(cmd.Path)
+		if err != nil {
 			return fmt.Errorf("when starting %s: %w", cmd.Path, err)
 		}
-		opts = append(opts, supervisor.InCgroup(l.Cgroup))
+		opts = append(opts, supervisor.InCgroup(dir))
 	}
 	rctx := ctx
 	if !renewAt.IsZero() {

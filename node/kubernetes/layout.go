@@ -22,8 +22,8 @@ type Layout struct {
 	// Etc is the node's /etc, where the kubelet reads the machine ID and
 	// the user database.
 	Etc string
-	// Cgroup is the cgroup (v2) directory the components run in
-	// (cgroup.go); empty, they run in the core's.
+	// Cgroup is the cgroup (v2) directory the components run below, each
+	// in a group of its own (cgroup.go); empty, they run in the core's.
 	Cgroup string
 }
 
