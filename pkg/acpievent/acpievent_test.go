@@ -1,8 +1,12 @@
 package acpievent
 
 import (
+	"context"
 	"encoding/binary"
+	"errors"
+	"os"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -139,4 +143,36 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestReceiveCancel: a Receive waiting for events returns its context's
+// error when the context ends, and the Conn then receives the next
+// datagram of events under a new one. The datagrams come through a
+// socket pair rather than the kernel's netlink socket.
+func TestReceiveCancel(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Conn{f: os.NewFile(uintptr(fds[0]), "acpi_event"), family: 0x1a}
+	defer c.Close()
+	defer unix.Close(fds[1])
+
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if got, err := c.Receive(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Receive until its context ended = %v, %v, want context.DeadlineExceeded", got, err)
+	}
+
+	power := Event{DeviceClass: "button/power", BusID: "LNXPWRBN:00", Type: 0x80, Data: 1}
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		unix.Write(fds[1], genlMessage(0x1a, attr(attrEvent, rawEvent(power.DeviceClass, power.BusID, power.Type, power.Data))))
+	}()
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	got, err := c.Receive(ctx)
+	if err != nil || len(got) != 1 || got[0] != power {
+		t.Errorf("Receive after a cancelled one = %+v, %v, want [%+v]", got, err, power)
+	}
 }

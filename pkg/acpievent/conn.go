@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"cairn.dev/cairn/pkg/readcancel"
 )
 
 // Conn is a netlink socket subscribed to ACPI events.
@@ -77,21 +79,11 @@ func (c *Conn) subscribe() error {
 // returns ctx.Err() once ctx is done, leaving c usable for another call.
 // Events that arrive between calls wait in the socket.
 func (c *Conn) Receive(ctx context.Context) ([]Event, error) {
-	if err := c.f.SetReadDeadline(time.Time{}); err != nil {
+	release, err := readcancel.Bind(ctx, c.f)
+	if err != nil {
 		return nil, fmt.Errorf("when receiving acpi events: %w", err)
 	}
-	// A deadline in the past ends a blocked Read; the next call clears it,
-	// so it must not race with this func, hence the wait for it below.
-	fired := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		c.f.SetReadDeadline(time.Now())
-		close(fired)
-	})
-	defer func() {
-		if !stop() {
-			<-fired
-		}
-	}()
+	defer release()
 	buf := make([]byte, 8192)
 	for {
 		n, err := c.f.Read(buf)

@@ -21,6 +21,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"cairn.dev/cairn/pkg/readcancel"
 )
 
 // Event types and codes from linux/input-event-codes.h that Cairn uses.
@@ -143,22 +145,11 @@ func (d *Device) Close() error {
 // ctx is done, leaving the device usable for another call, and an error
 // if the device cannot be read.
 func (d *Device) WaitKeyPress(ctx context.Context, code uint16) error {
-	if err := d.f.SetReadDeadline(time.Time{}); err != nil {
+	release, err := readcancel.Bind(ctx, d.f)
+	if err != nil {
 		return fmt.Errorf("when reading input device: %w", err)
 	}
-	// A deadline in the past ends a blocked Read. The deadline is cleared
-	// again at the next call, which must not race with this func: hence
-	// the wait for it below when it has started.
-	fired := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		d.f.SetReadDeadline(time.Now())
-		close(fired)
-	})
-	defer func() {
-		if !stop() {
-			<-fired
-		}
-	}()
+	defer release()
 	buf := make([]byte, 64*EventSize)
 	for {
 		n, err := d.f.Read(buf)

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"cairn.dev/cairn/pkg/readcancel"
 )
 
 // Devices keeps the modaliases of the devices the kernel has found, for
@@ -238,27 +240,17 @@ func (u *uevents) read(fd int) ([]string, bool, error) {
 }
 
 // wait peeks at the socket until a message (or a loss) is queued; the
-// poller parks it in between. ctx's end sets a read deadline in the past,
-// which ends the wait. The next wait clears it, which must not race with
-// that func, so wait does not return while the func runs (as
-// evdev.Device.WaitKeyPress and acpievent.Conn.Receive do): a later run of
-// Hotplug on the same socket would otherwise find a stale deadline.
+// poller parks it in between. ctx's end sets a read deadline in the past
+// (readcancel), which ends the wait and leaves the socket to a later run
+// of Hotplug.
 func (u *uevents) wait(ctx context.Context) error {
-	if err := u.f.SetReadDeadline(time.Time{}); err != nil {
+	release, err := readcancel.Bind(ctx, u.f)
+	if err != nil {
 		return err
 	}
-	fired := make(chan struct{})
-	stop := context.AfterFunc(ctx, func() {
-		_ = u.f.SetReadDeadline(time.Unix(1, 0))
-		close(fired)
-	})
-	defer func() {
-		if !stop() {
-			<-fired
-		}
-	}()
+	defer release()
 	var peek [1]byte
-	err := u.raw.Read(func(fd uintptr) bool {
+	err = u.raw.Read(func(fd uintptr) bool {
 		for {
 			_, _, err := unix.Recvfrom(int(fd), peek[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
 			if !errors.Is(err, unix.EINTR) {
