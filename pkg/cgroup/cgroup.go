@@ -26,9 +26,7 @@ const DefaultWeight = 100
 // Prepare makes dir, a group below a cgroup v2 hierarchy, ready to hold
 // processes of CPU weight weight: the CPU controller enabled for the
 // children of dir's parent, dir made, its cpu.weight set. What is already
-// so stays. A parent that itself holds processes (other than a
-// hierarchy's root) cannot give its children the CPU controller, and
-// Prepare then fails.
+// so stays.
 func Prepare(dir string, weight int) error {
 	if weight < 1 || weight > 10000 {
 		return fmt.Errorf("when preparing cgroup %s: CPU weight %d is not within 1 to 10000", dir, weight)
