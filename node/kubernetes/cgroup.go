@@ -24,10 +24,10 @@ import (
 // container: while a worker starts dozens of pods at once they are many
 // and busy, and the kubelet, sharing one group with them thread for
 // thread, fell behind its node status until the controller manager
-// marked the node NotReady (issue 37's serial shard). Two components weigh more than the
-// rest, as the others wait on them: the kubelet, which keeps its node in
-// the cluster and drives its pods, and the apiserver, which every other
-// component and client calls.
+// marked the node NotReady (issue 37's serial shard). Two components
+// weigh more than the rest, as the others wait on them: the kubelet,
+// which keeps its node in the cluster and drives its pods, and the
+// apiserver, which every other component and client calls.
 
 // DefaultCgroup is the cgroup the node's Kubernetes components run below.
 const DefaultCgroup = "/sys/fs/cgroup/kubernetes"

@@ -25,11 +25,11 @@ func stopped(ctx context.Context) error {
 }
 
 // runComponent runs a Kubernetes component as a child process, in its
-// group below the layout's cgroup (cgroup.go): its klog output goes into the runnable's log with each
-// line's severity, a crash is the runnable's death (the supervisor
-// restarts it with backoff), and at renewAt it is stopped and errRenew
-// returned. A zero renewAt never renews. extra are more options for
-// supervisor.RunCommand.
+// group below the layout's cgroup (cgroup.go): its klog output goes into
+// the runnable's log with each line's severity, a crash is the runnable's
+// death (the supervisor restarts it with backoff), and at renewAt it is
+// stopped and errRenew returned. A zero renewAt never renews. extra are
+// more options for supervisor.RunCommand.
 func (l Layout) runComponent(ctx context.Context, cmd *exec.Cmd, renewAt time.Time, extra ...supervisor.CommandOption) error {
 	opts := append([]supervisor.CommandOption{supervisor.ParseKlog()}, extra...)
 	if l.Cgroup != "" {
