@@ -1,11 +1,13 @@
 package kubernetes
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -311,5 +313,44 @@ func TestFollowPodRanges(t *testing.T) {
 	}
 	if srv.reads < 2 {
 		t.Errorf("the node's own Node was read %d times, want it asked again until it had a range", srv.reads)
+	}
+}
+
+// BenchmarkPodEvent measures what one event of the cluster's Pods costs
+// a worker's core, whose NetworkPolicy controller follows every Pod:
+// reading a Pod of 4.5 KB as the apiserver sends it (a Deployment's
+// pause pod, its managed fields included) from a watch, and handing it
+// to the controller's state with 100 Pods known.
+func BenchmarkPodEvent(b *testing.B) {
+	pod, err := os.ReadFile("testdata/pod.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	event := fmt.Appendf(nil, `{"type":"MODIFIED","object":%s}`+"\n", bytes.TrimSpace(pod))
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for range b.N {
+			w.Write(event)
+		}
+	}))
+	defer ts.Close()
+	cl := &apiClient{server: ts.URL, http: ts.Client()}
+	objects := make(map[string]policyPod)
+	for i := range 100 {
+		objects[fmt.Sprintf("default/pod-%d", i)] = policyPod{}
+	}
+	st := newPolicyState()
+	set := setInto(st, &st.pods)
+	events := 0
+	b.SetBytes(int64(len(event)))
+	b.ResetTimer()
+	_, err = watch(fixture.Context(b), cl, "/api/v1/pods", "1", objects, func(m map[string]policyPod) error {
+		events++
+		return set(m)
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if events != b.N {
+		b.Fatalf("the watch gave %d events, want %d", events, b.N)
 	}
 }
