@@ -17,7 +17,7 @@ type policyCluster struct {
 	policies   map[string]networkPolicy
 }
 
-func decodeInto[T any](t *testing.T, into map[string]T, docs ...string) {
+func decodeInto[T followed](t *testing.T, into map[string]T, docs ...string) {
 	t.Helper()
 	for _, d := range docs {
 		key, obj, err := decodeObject[T](json.RawMessage(d))

@@ -29,10 +29,7 @@ const (
 // claim is what the provisioner reads of a PersistentVolumeClaim.
 type claim struct {
 	Metadata struct {
-		Name              string            `json:"name"`
-		Namespace         string            `json:"namespace"`
-		UID               string            `json:"uid"`
-		ResourceVersion   string            `json:"resourceVersion"`
+		objectMeta
 		Annotations       map[string]string `json:"annotations"`
 		DeletionTimestamp string            `json:"deletionTimestamp"`
 	} `json:"metadata"`
@@ -54,7 +51,7 @@ type claim struct {
 // persistentVolume is what the provisioner reads of a PersistentVolume.
 type persistentVolume struct {
 	Metadata struct {
-		Name              string `json:"name"`
+		objectMeta
 		DeletionTimestamp string `json:"deletionTimestamp"`
 	} `json:"metadata"`
 	Spec struct {

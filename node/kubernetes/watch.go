@@ -25,6 +25,21 @@ type objectMeta struct {
 	Labels          map[string]string `json:"labels"`
 }
 
+// followed is what follow keeps of each item of a collection: it tells its
+// metadata, so that one decoding of the item gives both the object and
+// its key.
+type followed interface{ meta() objectMeta }
+
+// The objects Cairn follows.
+func (s service) meta() objectMeta          { return s.Metadata }
+func (e endpointSlice) meta() objectMeta    { return e.Metadata }
+func (n kubeNode) meta() objectMeta         { return n.Metadata }
+func (np networkPolicy) meta() objectMeta   { return np.Metadata }
+func (p policyPod) meta() objectMeta        { return p.Metadata }
+func (n kubeNamespace) meta() objectMeta    { return n.Metadata }
+func (c claim) meta() objectMeta            { return c.Metadata.objectMeta }
+func (v persistentVolume) meta() objectMeta { return v.Metadata.objectMeta }
+
 // errExpired is a watch whose resource version the apiserver no longer
 // has (410 Gone): follow lists again.
 var errExpired = errors.New("watch expired")
@@ -53,7 +68,7 @@ func healthyAfter[T any](ctx context.Context, changed func(map[string]T) error) 
 // apiserver's watch reports. T decodes one object; changed must not keep
 // the map. It returns when ctx ends, the apiserver fails, or changed
 // returns an error.
-func follow[T any](ctx context.Context, c *apiClient, path string, changed func(map[string]T) error) error {
+func follow[T followed](ctx context.Context, c *apiClient, path string, changed func(map[string]T) error) error {
 	for {
 		objects, version, err := list[T](ctx, c, path)
 		if err != nil {
@@ -84,7 +99,7 @@ func follow[T any](ctx context.Context, c *apiClient, path string, changed func(
 }
 
 // list reads the whole collection at path and its resource version.
-func list[T any](ctx context.Context, c *apiClient, path string) (map[string]T, string, error) {
+func list[T followed](ctx context.Context, c *apiClient, path string) (map[string]T, string, error) {
 	var answer struct {
 		Metadata struct {
 			ResourceVersion string `json:"resourceVersion"`
@@ -106,24 +121,19 @@ func list[T any](ctx context.Context, c *apiClient, path string) (map[string]T, 
 }
 
 // decodeObject decodes raw as T and returns it with its key.
-func decodeObject[T any](raw json.RawMessage) (string, T, error) {
+func decodeObject[T followed](raw json.RawMessage) (string, T, error) {
 	var obj T
-	var meta struct {
-		Metadata objectMeta `json:"metadata"`
-	}
-	if err := json.Unmarshal(raw, &meta); err != nil {
-		return "", obj, err
-	}
 	if err := json.Unmarshal(raw, &obj); err != nil {
 		return "", obj, err
 	}
-	return meta.Metadata.Namespace + "/" + meta.Metadata.Name, obj, nil
+	m := obj.meta()
+	return m.Namespace + "/" + m.Name, obj, nil
 }
 
 // watch applies to objects the changes to path after version, calling
 // changed after each, until the apiserver ends the watch (nil error) or
 // ctx ends. It returns the last version seen.
-func watch[T any](ctx context.Context, c *apiClient, path, version string, objects map[string]T, changed func(map[string]T) error) (string, error) {
+func watch[T followed](ctx context.Context, c *apiClient, path, version string, objects map[string]T, changed func(map[string]T) error) (string, error) {
 	sep := "?"
 	if strings.Contains(path, "?") {
 		sep = "&"
@@ -182,19 +192,14 @@ func watch[T any](ctx context.Context, c *apiClient, path, version string, objec
 		default:
 			return version, fmt.Errorf("when watching %s: unknown event %q", path, ev.Type)
 		}
-		var meta struct {
-			Metadata objectMeta `json:"metadata"`
-		}
-		if err := json.Unmarshal(ev.Object, &meta); err != nil {
-			return version, fmt.Errorf("when reading a watch event of %s: %w", path, err)
-		}
-		version = meta.Metadata.ResourceVersion
-		if ev.Type == "BOOKMARK" {
-			continue
-		}
+		// A bookmark's object is a T with only its metadata.
 		key, obj, err := decodeObject[T](ev.Object)
 		if err != nil {
 			return version, fmt.Errorf("when reading a watch event of %s: %w", path, err)
+		}
+		version = obj.meta().ResourceVersion
+		if ev.Type == "BOOKMARK" {
+			continue
 		}
 		if ev.Type == "DELETED" {
 			delete(objects, key)
