@@ -94,7 +94,7 @@ lint: proto-check
 	$(GO) run $(STATICCHECK) -tags cairntest ./cmd/init ./node/testhooks ./node/testpoint
 
 bench: deps
-	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
+	$(GO) test -run '^$$' -bench . -benchmem ./pkg/... ./node/kubernetes
 
 # bench-scale runs three in-process curators with 1000 simulated nodes that
 # register, are approved and heartbeat, next to raw etcd puts for the ratio.
