@@ -77,8 +77,8 @@ e2e: deps image test-image cairnctl kube-payload-test registry testagent-image n
 # The packages whose unit tests need what only a node has (project quotas
 # on the data partition's XFS, a cgroup v2 hierarchy): their test
 # binaries, static, which the e2e suite TestPackagesInNode runs inside a
-# node. On the build machine these
-# tests skip where its kernel lacks what they need, and say so.
+# node. On the build machine these tests skip where its kernel lacks what
+# they need, and say so.
 NODE_TEST_PKGS := ./pkg/cgroup ./pkg/fsquota ./node/kubernetes/localvolume ./node/kubernetes/csiplugin
 .PHONY: node-tests
 node-tests:
