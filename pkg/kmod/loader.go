@@ -49,9 +49,10 @@ const (
 // loading is waited for by the others, so that the kernel's waits (a
 // controller probing its ports) overlap with other loads.
 type Loader struct {
-	index *Index
-	load  LoadFunc
-	log   Logger
+	index  *Index
+	load   LoadFunc
+	log    Logger
+	params map[string]string
 
 	mu     sync.Mutex
 	state  map[string]loadState
@@ -73,6 +74,14 @@ func WithLoadFunc(f LoadFunc) LoaderOption {
 // WithLogger sends a line for each loaded or failed module to log.
 func WithLogger(log Logger) LoaderOption {
 	return func(l *Loader) { l.log = log }
+}
+
+// WithParams gives modules their parameters when this Loader loads them:
+// params maps a module's name to a parameter string as finit_module(2)
+// takes it ("name=value", separated by spaces). A module loaded before,
+// or built in, keeps the parameters it has.
+func WithParams(params map[string]string) LoaderOption {
+	return func(l *Loader) { l.params = params }
 }
 
 // WithPresent names modules that are loaded already (see ReadProcModules),
@@ -219,7 +228,7 @@ func (l *Loader) loadFile(m *Module) error {
 		// CONFIG_MODULE_DECOMPRESS refuse such a file.
 		flags |= unix.MODULE_INIT_COMPRESSED_FILE
 	}
-	err = l.load(f, "", flags)
+	err = l.load(f, l.params[m.Name], flags)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
@@ -231,7 +240,11 @@ func (l *Loader) loadFile(m *Module) error {
 	}
 	l.state[m.Name] = stateLoaded
 	l.loaded = append(l.loaded, m.Name)
-	l.log.Infof("loaded module %s", m.Name)
+	if p := l.params[m.Name]; p != "" {
+		l.log.Infof("loaded module %s (%s)", m.Name, p)
+	} else {
+		l.log.Infof("loaded module %s", m.Name)
+	}
 	return nil
 }
 

@@ -21,6 +21,7 @@ type fakeKernel struct {
 	mu     sync.Mutex
 	loaded []string
 	flags  map[string]int
+	params map[string]string
 	// fail makes loading a module return an error.
 	fail map[string]error
 	// onLoad runs after a module loaded, e.g. to add devices to sysfs.
@@ -46,6 +47,10 @@ func (k *fakeKernel) load(f *os.File, params string, flags int) error {
 		k.flags = make(map[string]int)
 	}
 	k.flags[name] = flags
+	if k.params == nil {
+		k.params = make(map[string]string)
+	}
+	k.params[name] = params
 	if k.onLoad != nil {
 		k.onLoad(name)
 	}
@@ -138,6 +143,22 @@ func newTestLoader(t *testing.T, k *fakeKernel, log *fakeLog, opts ...LoaderOpti
 		t.Fatalf("Open: %v", err)
 	}
 	return NewLoader(idx, append([]LoaderOption{WithLoadFunc(k.load), WithLogger(log)}, opts...)...)
+}
+
+func TestLoadGivesParameters(t *testing.T) {
+	k := &fakeKernel{}
+	log := &fakeLog{}
+	l := newTestLoader(t, k, log, WithParams(map[string]string{"failover": "a=1 b=0", "button": "x=2"}))
+	if err := l.Load("virtio_net"); err != nil {
+		t.Fatalf("Load(virtio_net) = %v, want nil", err)
+	}
+	want := map[string]string{"failover": "a=1 b=0", "net_failover": "", "virtio": "", "virtio_ring": "", "virtio_net": ""}
+	if diff := cmp.Diff(want, k.params); diff != "" {
+		t.Errorf("parameters given to the kernel (-want +got):\n%s", diff)
+	}
+	if !log.has("loaded module failover (a=1 b=0)") {
+		t.Errorf("log %q does not say which parameters failover was given", log.lines)
+	}
 }
 
 func TestLoadResolvesDependencies(t *testing.T) {
