@@ -46,6 +46,10 @@ type watchdogFeeder struct {
 	// see it.
 	starve bool
 	core   int
+	// hangReboot asks PID 1 for a reboot once armed, which finish ends
+	// by halting the kernel: a test hook, a machine that hangs on its
+	// way down.
+	hangReboot bool
 	// said is set once an error opening the device was said.
 	said bool
 	// start is when the feeder was made, at PID 1's start.
@@ -54,7 +58,7 @@ type watchdogFeeder struct {
 
 func newWatchdogFeeder(con *consoles) *watchdogFeeder {
 	c, _ := cmdline.Read()
-	return &watchdogFeeder{con: con, path: watchdogPath, starve: testhooks.StarveWatchdog(c), start: time.Now()}
+	return &watchdogFeeder{con: con, path: watchdogPath, starve: testhooks.StarveWatchdog(c), hangReboot: testhooks.HangReboot(c), start: time.Now()}
 }
 
 // interval is how long until the next tick.
@@ -89,19 +93,27 @@ func (w *watchdogFeeder) tick() {
 		return
 	}
 	w.dev = d
-	w.con.Printf("watchdog armed (%s): the machine resets when PID 1 is not heard for %d s", d.Identity, d.Timeout)
+	reboot := "the kernel stops it in a reboot"
+	if watchdog.KeptThroughReboot() {
+		reboot = "and when a reboot hangs"
+	}
+	w.con.Printf("watchdog armed (%s): the machine resets when PID 1 is not heard for %d s, %s", d.Identity, d.Timeout, reboot)
 	if w.starve {
 		w.con.Printf("test hook: PID 1 stops feeding the watchdog and freezes the core, as a hung machine would")
 		if w.core > 0 {
 			unix.Kill(w.core, unix.SIGSTOP)
 		}
 	}
+	if w.hangReboot {
+		w.con.Printf("test hook: PID 1 asks for a reboot, and halts the kernel at its end instead of restarting the machine")
+		unix.Kill(os.Getpid(), unix.SIGINT)
+	}
 }
 
 // disarm stops the device before a poweroff, where a slow end must not
-// turn into a reset. A reboot leaves it armed until the kernel's own
-// reboot stops it: a machine that hangs on its way down is reset all the
-// same.
+// turn into a reset. A reboot leaves it armed, and the kernel too
+// (node/modules gives the watchdog core stop_on_reboot=0): a machine that
+// hangs on its way down, in PID 1 or in a driver's shutdown, is reset.
 func (w *watchdogFeeder) disarm() {
 	if w.dev == nil {
 		return

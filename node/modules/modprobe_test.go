@@ -97,6 +97,8 @@ kernel/lib/libcrc32c.ko:
 kernel/drivers/md/dm-mod.ko:
 kernel/drivers/md/dm-crypt.ko: kernel/drivers/md/dm-mod.ko
 kernel/drivers/block/loop.ko:
+kernel/drivers/watchdog/watchdog.ko:
+kernel/drivers/watchdog/i6300esb.ko: kernel/drivers/watchdog/watchdog.ko
 `
 	testModulesAlias = `# Aliases extracted from modules themselves.
 alias crypto-ecb ecb
@@ -119,9 +121,11 @@ type moduleKernel struct {
 	absent []string
 	// broken are modules the kernel refuses.
 	broken []string
+	// params are the parameters each loaded module was given.
+	params map[string]string
 }
 
-func (k *moduleKernel) load(f *os.File, _ string, _ int) error {
+func (k *moduleKernel) load(f *os.File, params string, _ int) error {
 	b, err := io.ReadAll(f)
 	if err != nil {
 		return err
@@ -136,6 +140,10 @@ func (k *moduleKernel) load(f *os.File, _ string, _ int) error {
 		return unix.EEXIST
 	}
 	k.loaded = append(k.loaded, name)
+	if k.params == nil {
+		k.params = make(map[string]string)
+	}
+	k.params[name] = params
 	return nil
 }
 
@@ -300,6 +308,24 @@ func TestServeRequests(t *testing.T) {
 				t.Errorf("serveRequests(%q).line() = %d, %q; want %d, %q", tc.names, level, line, tc.wantLevel, tc.wantLine)
 			}
 		})
+	}
+}
+
+// A node's loader gives the watchdog core the parameter that keeps a
+// device running through a reboot, whoever asks for the driver.
+func TestOpenLoaderParameters(t *testing.T) {
+	dir, proc := writeModules(t)
+	k := &moduleKernel{}
+	l, err := openLoader(dir, proc, kmod.WithLoadFunc(k.load))
+	if err != nil {
+		t.Fatalf("openLoader: %v", err)
+	}
+	if err := l.Load("i6300esb"); err != nil {
+		t.Fatalf("Load(i6300esb) = %v", err)
+	}
+	want := map[string]string{"watchdog": "stop_on_reboot=0", "i6300esb": ""}
+	if diff := cmp.Diff(want, k.params); diff != "" {
+		t.Errorf("parameters given to the kernel (-want +got):\n%s", diff)
 	}
 }
 

@@ -76,6 +76,18 @@ const cpuModaliasFile = "/sys/devices/system/cpu/modalias"
 // dataModules are what the data partition needs besides its cipher.
 var dataModules = []string{"dm_crypt", "xfs"}
 
+// moduleParams are the parameters a node gives modules as it loads them,
+// by module name.
+var moduleParams = map[string]string{
+	// The watchdog core stops every device early in the kernel's reboot,
+	// before the drivers shut down, and a machine that hangs after that
+	// (a driver stuck in its shutdown, a lockup under emulation) would
+	// stay hung. Kept running, the device resets it. The next boot's
+	// driver stops it when it probes, until PID 1 arms it again
+	// (cmd/init/watchdog.go); a poweroff disarms it first.
+	"watchdog": "stop_on_reboot=0",
+}
+
 // devices tells the devices' modaliases from the CPU's.
 func devices(modalias string) bool { return !kmod.CPUModalias(modalias) }
 
@@ -100,7 +112,7 @@ func openLoader(dir, procModules string, opts ...kmod.LoaderOption) (*kmod.Loade
 			opts = append(opts, kmod.WithPresent(present...))
 		}
 	}
-	return kmod.NewLoader(idx, opts...), nil
+	return kmod.NewLoader(idx, append([]kmod.LoaderOption{kmod.WithParams(moduleParams)}, opts...)...), nil
 }
 
 // LoadBoot points the kernel's module requests at modprobe mode, then

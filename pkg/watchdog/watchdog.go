@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -60,6 +61,20 @@ func (d *Device) Feed() error {
 		return fmt.Errorf("when feeding the watchdog: %w", err)
 	}
 	return nil
+}
+
+// stopOnReboot is the watchdog core's parameter that says whether the
+// kernel stops the devices in a reboot: 0 keeps them running, 1 stops
+// them, -1 leaves it to each driver (most stop theirs).
+const stopOnReboot = "/sys/module/watchdog/parameters/stop_on_reboot"
+
+// KeptThroughReboot says whether the kernel leaves the devices running
+// through a reboot, so that one that hangs on its way down is reset.
+func KeptThroughReboot() bool { return keptThroughReboot(stopOnReboot) }
+
+func keptThroughReboot(param string) bool {
+	b, err := os.ReadFile(param)
+	return err == nil && strings.TrimSpace(string(b)) == "0"
 }
 
 // Disarm stops the device: it writes the magic character before it
