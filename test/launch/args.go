@@ -118,6 +118,9 @@ func (p plan) args() []string {
 	a = append(a,
 		"-object", "rng-random,id=rng0,filename=/dev/urandom",
 		"-device", "virtio-rng-pci,rng=rng0",
+		// A hardware watchdog, as a real board has one: PID 1 feeds it,
+		// and a node that hangs, its kernel included, is reset.
+		"-device", "i6300esb", "-action", "watchdog=reset",
 	)
 	if p.network != nil {
 		a = append(a, p.network.netArgs(p.name)...)

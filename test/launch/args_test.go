@@ -38,9 +38,10 @@ var (
 		"-drive", "if=none,id=disk0,format=qcow2,cache=unsafe,file=/s/disk.qcow2",
 		"-device", "virtio-blk-pci,drive=disk0,bootindex=1",
 	}
-	argsRNG = []string{
+	argsBoard = []string{
 		"-object", "rng-random,id=rng0,filename=/dev/urandom",
 		"-device", "virtio-rng-pci,rng=rng0",
+		"-device", "i6300esb", "-action", "watchdog=reset",
 	}
 	argsTail = []string{
 		"-chardev", "stdio,id=console,signal=off",
@@ -58,18 +59,18 @@ func TestArgs(t *testing.T) {
 		{
 			name:   "base",
 			change: func(*plan) {},
-			want:   [][]string{argsHead, argsTCG, argsOVMF, argsDisk, argsRNG, argsTail},
+			want:   [][]string{argsHead, argsTCG, argsOVMF, argsDisk, argsBoard, argsTail},
 		},
 		{
 			name:   "hotplug port",
 			change: func(p *plan) { p.hotplugPort = true },
-			want: [][]string{argsHead, argsTCG, argsOVMF, argsDisk, argsRNG,
+			want: [][]string{argsHead, argsTCG, argsOVMF, argsDisk, argsBoard,
 				{"-device", "pcie-root-port,id=hotplug0,chassis=1"}, argsTail},
 		},
 		{
 			name:   "usb port",
 			change: func(p *plan) { p.usbPort = true },
-			want: [][]string{argsHead, argsTCG, argsOVMF, argsDisk, argsRNG,
+			want: [][]string{argsHead, argsTCG, argsOVMF, argsDisk, argsBoard,
 				{"-device", "qemu-xhci,id=usb0"}, argsTail},
 		},
 		{
@@ -79,21 +80,21 @@ func TestArgs(t *testing.T) {
 			},
 			want: [][]string{argsHead,
 				{"-accel", "kvm", "-cpu", "host", "-m", "4096", "-smp", "4"},
-				argsOVMF, argsDisk, argsRNG, argsTail},
+				argsOVMF, argsDisk, argsBoard, argsTail},
 		},
 		{
 			name:   "cpu model under tcg",
 			change: func(p *plan) { p.cpu = "qemu64" },
 			want: [][]string{argsHead,
 				{"-accel", "tcg", "-cpu", "qemu64", "-m", "1024", "-smp", "1"},
-				argsOVMF, argsDisk, argsRNG, argsTail},
+				argsOVMF, argsDisk, argsBoard, argsTail},
 		},
 		{
 			name:   "cpu model with features under kvm",
 			change: func(p *plan) { p.kvm, p.cpu = true, "qemu64,+aes" },
 			want: [][]string{argsHead,
 				{"-accel", "kvm", "-cpu", "qemu64,+aes", "-m", "1024", "-smp", "1"},
-				argsOVMF, argsDisk, argsRNG, argsTail},
+				argsOVMF, argsDisk, argsBoard, argsTail},
 		},
 		{
 			name:   "secure boot: smm, the firmware's flash secure",
@@ -101,12 +102,12 @@ func TestArgs(t *testing.T) {
 			want: [][]string{
 				{"-name", "n1", "-nodefaults", "-no-user-config", "-display", "none",
 					"-machine", "q35,smm=on", "-global", "driver=cfi.pflash01,property=secure,value=on"},
-				argsTCG, argsOVMF, argsDisk, argsRNG, argsTail},
+				argsTCG, argsOVMF, argsDisk, argsBoard, argsTail},
 		},
 		{
 			name:   "tpm",
 			change: func(p *plan) { p.tpmSocket = "/s/swtpm/ctrl.sock" },
-			want: [][]string{argsHead, argsTCG, argsOVMF, argsDisk, argsRNG,
+			want: [][]string{argsHead, argsTCG, argsOVMF, argsDisk, argsBoard,
 				{
 					"-chardev", "socket,id=chrtpm,path=/s/swtpm/ctrl.sock",
 					"-tpmdev", "emulator,id=tpm0,chardev=chrtpm",
@@ -122,7 +123,7 @@ func TestArgs(t *testing.T) {
 					{name: "opt/dev.cairn/other", path: "/s/fwcfg-1"},
 				}
 			},
-			want: [][]string{argsHead, argsTCG, argsOVMF, argsDisk, argsRNG,
+			want: [][]string{argsHead, argsTCG, argsOVMF, argsDisk, argsBoard,
 				{
 					"-fw_cfg", "name=" + parameters.FWCfgName + ",file=/s/fwcfg-0",
 					"-fw_cfg", "name=opt/dev.cairn/other,file=/s/fwcfg-1",
@@ -132,7 +133,7 @@ func TestArgs(t *testing.T) {
 		{
 			name:   "user network, derived MAC",
 			change: func(p *plan) { p.network = UserNetwork{} },
-			want: [][]string{argsHead, argsTCG, argsOVMF, argsDisk, argsRNG,
+			want: [][]string{argsHead, argsTCG, argsOVMF, argsDisk, argsBoard,
 				{
 					"-netdev", "user,id=net0",
 					"-device", "virtio-net-pci,netdev=net0,mac=" + MACFor("n1"),
@@ -150,7 +151,7 @@ func TestArgs(t *testing.T) {
 					},
 				}
 			},
-			want: [][]string{argsHead, argsTCG, argsOVMF, argsDisk, argsRNG,
+			want: [][]string{argsHead, argsTCG, argsOVMF, argsDisk, argsBoard,
 				{
 					"-netdev", "user,id=net0,hostfwd=tcp:127.0.0.1:17833-:7833,hostfwd=tcp:127.0.0.2:17835-:7835",
 					"-device", "virtio-net-pci,netdev=net0,mac=52:54:00:00:00:01",
@@ -165,7 +166,7 @@ func TestArgs(t *testing.T) {
 					"-drive", "if=pflash,format=raw,unit=0,readonly=on,file=/fw/CODE.fd",
 					"-drive", "if=pflash,format=raw,unit=1,file=/c/node0.vars.fd",
 				},
-				argsDisk, argsRNG, argsTail},
+				argsDisk, argsBoard, argsTail},
 		},
 		{
 			name: "direct boot replaces OVMF, keeps the disk",
@@ -174,7 +175,7 @@ func TestArgs(t *testing.T) {
 			},
 			want: [][]string{argsHead, argsTCG,
 				{"-kernel", "/o/vmlinuz", "-initrd", "/o/initramfs.img", "-append", "console=ttyS0 cairn.test.root-fail"},
-				argsDisk, argsRNG, argsTail},
+				argsDisk, argsBoard, argsTail},
 		},
 		{
 			name: "direct boot without initrd or disk",
@@ -184,7 +185,7 @@ func TestArgs(t *testing.T) {
 			},
 			want: [][]string{argsHead, argsTCG,
 				{"-kernel", "/o/vmlinuz", "-append", "quiet"},
-				argsRNG, argsTail},
+				argsBoard, argsTail},
 		},
 		{
 			name:   "raw snapshot when qemu-img is missing",
@@ -194,7 +195,7 @@ func TestArgs(t *testing.T) {
 					"-drive", "if=none,id=disk0,format=raw,snapshot=on,cache=unsafe,file=/img/cairn.img",
 					"-device", "virtio-blk-pci,drive=disk0,bootindex=1",
 				},
-				argsRNG, argsTail},
+				argsBoard, argsTail},
 		},
 		{
 			name:   "writable image",
@@ -204,7 +205,7 @@ func TestArgs(t *testing.T) {
 					"-drive", "if=none,id=disk0,format=raw,cache=writeback,file=/t/disk.img",
 					"-device", "virtio-blk-pci,drive=disk0,bootindex=1",
 				},
-				argsRNG, argsTail},
+				argsBoard, argsTail},
 		},
 		{
 			name: "no reboot and extra arguments come last",
@@ -212,7 +213,7 @@ func TestArgs(t *testing.T) {
 				p.noReboot = true
 				p.extraArgs = []string{"-d", "guest_errors"}
 			},
-			want: [][]string{argsHead, argsTCG, argsOVMF, argsDisk, argsRNG, argsTail,
+			want: [][]string{argsHead, argsTCG, argsOVMF, argsDisk, argsBoard, argsTail,
 				{"-no-reboot", "-d", "guest_errors"}},
 		},
 		{
@@ -234,7 +235,7 @@ func TestArgs(t *testing.T) {
 					"-drive", "if=none,id=disk0,format=qcow2,cache=unsafe,file=/s,,1/disk.qcow2",
 					"-device", "virtio-blk-pci,drive=disk0,bootindex=1",
 				},
-				argsRNG,
+				argsBoard,
 				{
 					"-chardev", "stdio,id=console,signal=off",
 					"-serial", "chardev:console",
