@@ -7,7 +7,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"cairn.dev/cairn/node/kexec"
+	"cairn.dev/cairn/node/testhooks"
 	"cairn.dev/cairn/node/update"
+	"cairn.dev/cairn/pkg/cmdline"
 	"cairn.dev/cairn/pkg/reaper"
 )
 
@@ -69,6 +71,8 @@ const (
 // (node/kexec), unless Secure Boot is on: then only the firmware starts
 // the next image, having checked it. It never returns.
 func finish(con *consoles, a action, failed bool) {
+	c, _ := cmdline.Read()
+	hang := a != poweroff && testhooks.HangReboot(c)
 	if !reaper.KillAll(killGrace) {
 		con.Printf("processes stuck in the kernel outlived SIGKILL for %v; going on with the %s", killGrace, a)
 	}
@@ -98,6 +102,11 @@ func finish(con *consoles, a action, failed bool) {
 	con.Printf("unmounted filesystems")
 	cmd := unix.LINUX_REBOOT_CMD_POWER_OFF
 	switch {
+	case hang:
+		// The kernel shuts the devices down and stops the CPU, as if it
+		// hung there; the watchdog, which it leaves running, resets it.
+		con.Printf("test hook: halting the kernel instead of the %s", a)
+		cmd = unix.LINUX_REBOOT_CMD_HALT
 	case viaKexec:
 		con.Printf("rebooting (kexec into the ESP's image, without the firmware)")
 		if err := unix.Reboot(unix.LINUX_REBOOT_CMD_KEXEC); err != nil {

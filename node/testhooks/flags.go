@@ -59,6 +59,11 @@ const (
 	// the machine hangs and is reset as a hung one would be:
 	// "cairn.test.starve-watchdog".
 	flagTestStarveWatchdog = Prefix + "starve-watchdog"
+	// flagTestHangReboot makes PID 1 ask for a reboot once it armed the
+	// hardware watchdog, and halt the kernel at its end instead of
+	// restarting the machine, so that the machine stops on its way down
+	// as one whose kernel hangs there: "cairn.test.hang-reboot".
+	flagTestHangReboot = Prefix + "hang-reboot"
 	// flagTestHoldCuratorPort listens on the curator's port on every
 	// address from the start, so that the node's own curator can never
 	// serve: a release that boots and enrols but never becomes healthy.
@@ -76,6 +81,14 @@ const (
 // flag.
 func StarveWatchdog(c cmdline.Cmdline) bool {
 	_, ok := c.Lookup(flagTestStarveWatchdog)
+	return ok
+}
+
+// HangReboot says whether c asks PID 1 to reboot once it armed the
+// watchdog and to halt the kernel instead of restarting the machine
+// (flagTestHangReboot). PID 1 reads it itself.
+func HangReboot(c cmdline.Cmdline) bool {
+	_, ok := c.Lookup(flagTestHangReboot)
 	return ok
 }
 

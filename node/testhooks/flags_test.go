@@ -89,3 +89,17 @@ func TestParseHoldCuratorPort(t *testing.T) {
 		}
 	}
 }
+
+func TestPID1Flags(t *testing.T) {
+	for cl, want := range map[string][2]bool{
+		"cairn.test.starve-watchdog":                        {true, false},
+		"cairn.test.hang-reboot":                            {false, true},
+		"cairn.test.hang_reboot cairn.test.starve-watchdog": {true, true},
+		"console=ttyS0":                                     {false, false},
+	} {
+		c := cmdline.Parse(cl)
+		if got := [2]bool{StarveWatchdog(c), HangReboot(c)}; got != want {
+			t.Errorf("%q: StarveWatchdog, HangReboot = %v, want %v", cl, got, want)
+		}
+	}
+}

@@ -61,3 +61,6 @@ func (*Storage) Run(context.Context, logtree.LeveledLogger) error { return nil }
 
 // StarveWatchdog is false: PID 1 always feeds the watchdog.
 func StarveWatchdog(cmdline.Cmdline) bool { return false }
+
+// HangReboot is false: a reboot restarts the machine.
+func HangReboot(cmdline.Cmdline) bool { return false }

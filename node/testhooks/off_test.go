@@ -29,4 +29,8 @@ func TestProductionIgnoresTestFlags(t *testing.T) {
 	if f.RootFailure() != nil || len(f.Services(nil, "", nil)) != 0 || h.Run(context.Background(), nil) != nil {
 		t.Errorf("the production build acts on test flags")
 	}
+	pid1 := cmdline.Parse("cairn.test.starve-watchdog cairn.test.hang-reboot")
+	if StarveWatchdog(pid1) || HangReboot(pid1) {
+		t.Errorf("the production build's PID 1 acts on its test flags")
+	}
 }
