@@ -2,11 +2,13 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"cairn.dev/cairn/node/kexec"
+	"cairn.dev/cairn/node/network"
 	"cairn.dev/cairn/node/testhooks"
 	"cairn.dev/cairn/node/update"
 	"cairn.dev/cairn/pkg/cmdline"
@@ -65,8 +67,8 @@ const (
 )
 
 // finish ends the machine: every process left gets SIGTERM, then SIGKILL,
-// filesystems are synced and unmounted, and the kernel powers off or
-// reboots. A reboot that was asked for (not one after a failure, nor one
+// filesystems are synced, the network links taken down, filesystems
+// unmounted, and the kernel powers off or reboots. A reboot that was asked for (not one after a failure, nor one
 // through the firmware) kexecs into the ESP's image when it can
 // (node/kexec), unless Secure Boot is on: then only the firmware starts
 // the next image, having checked it. It never returns.
@@ -96,6 +98,15 @@ func finish(con *consoles, a action, failed bool) {
 			}
 		}
 	}
+	// Before the kernel shuts the devices down under a network stack
+	// that may still use them (node/network.TakeLinksDown).
+	down, err := network.TakeLinksDown()
+	if len(down) > 0 {
+		con.Printf("network links down: %s", strings.Join(down, ", "))
+	}
+	if err != nil {
+		con.Printf("%v", err)
+	}
 	for _, err := range unmountAll() {
 		con.Printf("%v", err)
 	}
@@ -119,7 +130,7 @@ func finish(con *consoles, a action, failed bool) {
 	default:
 		con.Printf("powering off")
 	}
-	err := unix.Reboot(cmd)
+	err = unix.Reboot(cmd)
 	// PID 1 must not exit, or the kernel panics; if reboot(2) failed there
 	// is nothing left to do but say so and wait.
 	con.Printf("%s failed: %v; halting here", a, err)
