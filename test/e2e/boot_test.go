@@ -73,17 +73,7 @@ func TestBootAndPowerOff(t *testing.T) {
 // -no-reboot turns the reboot into qemu exiting.
 func TestRootFailureReboots(t *testing.T) {
 	s := newSuite(t, 1, 10*time.Minute)
-	cmdline, err := os.ReadFile(artifact(t, "cmdline"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := s.launch(launch.Config{Name: "rootfail", Image: artifact(t, "cairn.img")},
-		launch.WithDirectBoot(launch.DirectBoot{
-			Kernel:  artifact(t, "vmlinuz"),
-			Initrd:  artifact(t, "initramfs-test.img"), // the test hooks: cairn.test.*
-			Cmdline: strings.TrimSpace(string(cmdline)) + " cairn.test.root-fail",
-		}),
-		launch.WithNoReboot())
+	n := s.launchTestImage("rootfail", "cairn.test.root-fail", launch.WithNoReboot())
 
 	failed := s.waitFor(n, launch.Substring("cairn: root runnable failed"))
 	s.bootTimings(n, launch.BootMarks{
@@ -99,6 +89,23 @@ func TestRootFailureReboots(t *testing.T) {
 	}
 	s.step("root failure → reboot", time.Since(reboot))
 	assertNoPanic(t, n)
+}
+
+// launchTestImage boots the image's kernel directly with the test
+// initramfs, whose /init reads the test flags (cairn.test.*), and flags
+// added to the image's command line; the disk is the image's.
+func (s *suite) launchTestImage(name, flags string, opts ...launch.Option) *launch.Node {
+	s.t.Helper()
+	cmdline, err := os.ReadFile(artifact(s.t, "cmdline"))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return s.launch(launch.Config{Name: name, Image: artifact(s.t, "cairn.img")},
+		append([]launch.Option{launch.WithDirectBoot(launch.DirectBoot{
+			Kernel:  artifact(s.t, "vmlinuz"),
+			Initrd:  artifact(s.t, "initramfs-test.img"),
+			Cmdline: strings.TrimSpace(string(cmdline)) + " " + flags,
+		})}, opts...)...)
 }
 
 // assertNoPanic fails the test if the kernel panicked: a reboot after a

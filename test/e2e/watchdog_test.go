@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -20,16 +19,7 @@ import (
 // machine. The machine must boot again, by the watchdog alone.
 func TestWatchdogResetsHungReboot(t *testing.T) {
 	s := newSuite(t, 1, 10*time.Minute)
-	cmdline, err := os.ReadFile(artifact(t, "cmdline"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := s.launch(launch.Config{Name: "hang", Image: artifact(t, "cairn.img")},
-		launch.WithDirectBoot(launch.DirectBoot{
-			Kernel:  artifact(t, "vmlinuz"),
-			Initrd:  artifact(t, "initramfs-test.img"), // the test hooks: cairn.test.*
-			Cmdline: strings.TrimSpace(string(cmdline)) + " cairn.test.hang-reboot",
-		}))
+	n := s.launchTestImage("hang", "cairn.test.hang-reboot")
 
 	armed := s.waitFor(n, launch.Substring("cairn: watchdog armed"))
 	if !strings.Contains(armed.Text, "and when a reboot hangs") {
