@@ -209,6 +209,15 @@ func TestKubernetes(t *testing.T) {
 	})
 
 	t.Run("c-pod-network", func(t *testing.T) {
+		// A Node turns Ready before the node lifecycle controller lifts
+		// its not-ready taint, seconds later on a busy controller; a
+		// Deployment applied in between has both its agents scheduled on
+		// the other worker, its anti-affinity being a preference.
+		for _, n := range []*cluster.Node{n1, n2} {
+			k.waitFor(t, n.Name()+"'s Node schedulable", 5*time.Minute, func() error {
+				return k.nodeSchedulable(t, n.ID())
+			})
+		}
 		start := time.Now()
 		k.apply(t, agentDeployment)
 		k.waitFor(t, "the agent Deployment available", 10*time.Minute, func() error {
@@ -1315,8 +1324,9 @@ func TestKubernetes(t *testing.T) {
 	})
 }
 
-// agentDeployment runs the test agent on two nodes (required
-// anti-affinity), ready once it answers HTTP; its image comes from the
+// agentDeployment runs the test agent on two nodes (anti-affinity, as a
+// preference: with one worker away both run on the other), ready once it
+// answers HTTP; its image comes from the
 // harness's registry, the cluster's mirror of docker.io.
 const agentDeployment = `{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"agent"},"spec":{
 	"replicas":2,
@@ -1864,6 +1874,34 @@ func (k *kube) nodeReady(t *testing.T, name string) error {
 		return fmt.Errorf("node %s has no Ready condition yet", name)
 	case c.Status != "True":
 		return fmt.Errorf("node %s Ready=%s: %s: %s", name, c.Status, c.Reason, c.Message)
+	}
+	return nil
+}
+
+// nodeSchedulable returns nil once the Node name is Ready and takes new
+// pods: not cordoned, and without a taint that keeps them off
+// (NoSchedule or NoExecute), such as the not-ready taint the node
+// lifecycle controller lifts some time after the Node turned Ready.
+func (k *kube) nodeSchedulable(t *testing.T, name string) error {
+	if err := k.nodeReady(t, name); err != nil {
+		return err
+	}
+	var node struct {
+		Spec struct {
+			Unschedulable bool
+			Taints        []struct{ Key, Effect string }
+		}
+	}
+	if err := k.getJSON(t, &node, "node", name); err != nil {
+		return err
+	}
+	if node.Spec.Unschedulable {
+		return fmt.Errorf("node %s is cordoned", name)
+	}
+	for _, taint := range node.Spec.Taints {
+		if taint.Effect == "NoSchedule" || taint.Effect == "NoExecute" {
+			return fmt.Errorf("node %s has the taint %s:%s", name, taint.Key, taint.Effect)
+		}
 	}
 	return nil
 }
