@@ -68,10 +68,11 @@ const (
 
 // finish ends the machine: every process left gets SIGTERM, then SIGKILL,
 // filesystems are synced, the network links taken down, filesystems
-// unmounted, and the kernel powers off or reboots. A reboot that was asked for (not one after a failure, nor one
-// through the firmware) kexecs into the ESP's image when it can
-// (node/kexec), unless Secure Boot is on: then only the firmware starts
-// the next image, having checked it. It never returns.
+// unmounted, and the kernel powers off or reboots. A reboot that was
+// asked for (not one after a failure, nor one through the firmware)
+// kexecs into the ESP's image when it can (node/kexec), unless Secure
+// Boot is on: then only the firmware starts the next image, having
+// checked it. It never returns.
 func finish(con *consoles, a action, failed bool) {
 	c, _ := cmdline.Read()
 	hang := a != poweroff && testhooks.HangReboot(c)
