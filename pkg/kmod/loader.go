@@ -228,7 +228,8 @@ func (l *Loader) loadFile(m *Module) error {
 		// CONFIG_MODULE_DECOMPRESS refuse such a file.
 		flags |= unix.MODULE_INIT_COMPRESSED_FILE
 	}
-	err = l.load(f, l.params[m.Name], flags)
+	params := l.params[m.Name]
+	err = l.load(f, params, flags)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	switch {
@@ -240,8 +241,8 @@ func (l *Loader) loadFile(m *Module) error {
 	}
 	l.state[m.Name] = stateLoaded
 	l.loaded = append(l.loaded, m.Name)
-	if p := l.params[m.Name]; p != "" {
-		l.log.Infof("loaded module %s (%s)", m.Name, p)
+	if params != "" {
+		l.log.Infof("loaded module %s (%s)", m.Name, params)
 	} else {
 		l.log.Infof("loaded module %s", m.Name)
 	}
