@@ -9,9 +9,7 @@ import (
 
 	"cairn.dev/cairn/node/kexec"
 	"cairn.dev/cairn/node/network"
-	"cairn.dev/cairn/node/testhooks"
 	"cairn.dev/cairn/node/update"
-	"cairn.dev/cairn/pkg/cmdline"
 	"cairn.dev/cairn/pkg/reaper"
 )
 
@@ -72,10 +70,10 @@ const (
 // asked for (not one after a failure, nor one through the firmware)
 // kexecs into the ESP's image when it can (node/kexec), unless Secure
 // Boot is on: then only the firmware starts the next image, having
-// checked it. It never returns.
-func finish(con *consoles, a action, failed bool) {
-	c, _ := cmdline.Read()
-	hang := a != poweroff && testhooks.HangReboot(c)
+// checked it. It never returns. hang (a test hook) halts the kernel
+// instead of a reboot.
+func finish(con *consoles, a action, failed, hang bool) {
+	hang = hang && a != poweroff
 	if !reaper.KillAll(killGrace) {
 		con.Printf("processes stuck in the kernel outlived SIGKILL for %v; going on with the %s", killGrace, a)
 	}

@@ -42,7 +42,7 @@ func runPID1() {
 	if a == poweroff {
 		wd.disarm()
 	}
-	finish(con, a, pause)
+	finish(con, a, pause, wd.hangReboot)
 }
 
 // superviseCore starts the core and reaps every child of PID 1 until the
