@@ -57,7 +57,7 @@ func (s *Service) bootstrap(ctx context.Context, p *api.NodeParameters_ClusterBo
 		log.Warningf("The cluster's storage security policy is INSECURE: the data partition is not encrypted")
 	}
 	if !s.mounted {
-		if err := mountNew(ctx, s.storage, sc); err != nil {
+		if err := mountNew(ctx, log, s.storage, sc); err != nil {
 			return nil, fmt.Errorf("when creating the data partition: %w", err)
 		}
 		s.mounted = true

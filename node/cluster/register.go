@@ -106,7 +106,7 @@ func (s *Service) register(ctx context.Context, p *api.NodeParameters_ClusterReg
 		return nil, fmt.Errorf("the curator handed out a cluster unlock key of %d bytes, want %d", len(sc.ClusterUnlockKey), localstorage.KeySize)
 	}
 	if !s.mounted {
-		if err := mountNew(ctx, s.storage, sc); err != nil {
+		if err := mountNew(ctx, log, s.storage, sc); err != nil {
 			return nil, fmt.Errorf("when creating the data partition: %w", err)
 		}
 		s.mounted = true

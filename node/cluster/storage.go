@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/node/parameters"
+	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/proto/api"
 	private "cairn.dev/cairn/proto/private"
 )
@@ -55,12 +57,21 @@ func readIdentity(root *localstorage.Root) (*identity.Node, error) {
 }
 
 // mountNew sets up the data partition of a node enrolling for the first
-// time, encrypted unless sc says insecure.
-func mountNew(ctx context.Context, st storage, sc *private.SealedConfiguration) error {
+// time, encrypted unless sc says insecure, and logs how long it took (a
+// filesystem made under emulation is seconds of an enrolment).
+func mountNew(ctx context.Context, log logtree.LeveledLogger, st storage, sc *private.SealedConfiguration) error {
+	start := time.Now()
+	var err error
 	if sc.GetStorageSecurity() == private.StorageSecurity_STORAGE_SECURITY_INSECURE {
-		return st.MountNewInsecure(ctx)
+		err = st.MountNewInsecure(ctx)
+	} else {
+		err = st.MountNew(ctx, sc.GetNodeUnlockKey(), sc.GetClusterUnlockKey())
 	}
-	return st.MountNew(ctx, sc.GetNodeUnlockKey(), sc.GetClusterUnlockKey())
+	if err != nil {
+		return err
+	}
+	log.Infof("Data partition set up and mounted in %s", time.Since(start).Round(time.Millisecond))
+	return nil
 }
 
 // mountExisting opens the data partition of a node that enrolled before,
