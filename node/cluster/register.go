@@ -180,6 +180,10 @@ func (s *Service) registerNode(ctx context.Context, log logtree.LeveledLogger, i
 func (s *Service) waitCommitted(ctx context.Context, log logtree.LeveledLogger, id, first string, targets []string, ca []byte, key ed25519.PrivateKey, plan sealPlan) (*api.CommitNodeResponse, error) {
 	start := time.Now()
 	var reported time.Time
+	// An owner who approves as the node registers (an operator's script,
+	// make cluster) is answered within a fraction of a second; one who
+	// takes longer is asked every approvalPoll.
+	poll := newBackoff(s.timing.approvalPoll/8, s.timing.approvalPoll)
 	order := append([]string{first}, targets...)
 	for i := 0; ; i++ {
 		t := order[i%len(order)]
@@ -220,7 +224,7 @@ func (s *Service) waitCommitted(ctx context.Context, log logtree.LeveledLogger, 
 		default:
 			log.Warningf("Committing with %s failed: %v", t, err)
 		}
-		if err := sleep.For(ctx, s.timing.approvalPoll); err != nil {
+		if err := sleepNext(ctx, poll); err != nil {
 			return nil, err
 		}
 	}

@@ -82,7 +82,8 @@ type timing struct {
 	// callTimeout bounds one call to one curator.
 	callTimeout time.Duration
 	// approvalPoll is how often a registered node asks whether it was
-	// approved; approvalReport how often it says it is still waiting.
+	// approved, once it has waited a while (it asks sooner at first);
+	// approvalReport how often it says it is still waiting.
 	approvalPoll, approvalReport time.Duration
 	// coldStartAfter is how long a joining node tries to reach a curator
 	// before it starts from its own sealed configuration.
