@@ -506,6 +506,36 @@ func TestKubernetes(t *testing.T) {
 			}
 		}
 		s.step("Service created → ClusterIP and every node's NodePort answer from both workers' pods", time.Since(start))
+
+		// A Service whose one endpoint is on node 1 answers at every
+		// node's NodePort, to the pods of both workers: node 2 and the
+		// controller send the request on into the tunnel, from their
+		// tunnel address (node 2's in its pod range), and the answer
+		// comes back the same way. With an endpoint on each worker,
+		// kube-proxy's random pick may never take that path.
+		i := slices.IndexFunc(pods, func(p agentPod) bool { return p.Node == n1.ID() })
+		if i < 0 {
+			t.Fatalf("no agent pod on %s: %+v", n1.Name(), pods)
+		}
+		only := pods[i]
+		k.mustRun(t, "label", "pod", only.Name, "only-endpoint=yes")
+		k.apply(t, `{"apiVersion":"v1","kind":"Service","metadata":{"name":"agent-one"},"spec":{
+			"type":"NodePort","selector":{"app":"agent","only-endpoint":"yes"},"ports":[{"port":80,"targetPort":8080}]}}`)
+		if err := k.getJSON(t, &svc, "service", "agent-one"); err != nil {
+			t.Fatal(err)
+		}
+		start = time.Now()
+		for _, p := range pods {
+			for _, n := range []*cluster.Node{n0, n1, n2} {
+				u := fmt.Sprintf("http://%s:%d/", n.IP(), svc.Spec.Ports[0].NodePort)
+				k.waitFor(t, p.Name+" on "+p.Node+" reaching "+only.Name+" through "+u, 2*time.Minute, func() error {
+					return k.agentAnswers(t, u, map[string]bool{only.Name: true}, p.Name)
+				})
+			}
+		}
+		s.step("Service with its one endpoint on node 1 created → every node's NodePort answers from both workers' pods", time.Since(start))
+		k.mustRun(t, "delete", "service", "agent-one")
+		k.mustRun(t, "label", "pod", only.Name, "only-endpoint-")
 	})
 
 	// A worker's kube-proxy, killed, is restarted by its node, and its
