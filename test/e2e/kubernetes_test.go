@@ -513,11 +513,7 @@ func TestKubernetes(t *testing.T) {
 		// tunnel address (node 2's in its pod range), and the answer
 		// comes back the same way. With an endpoint on each worker,
 		// kube-proxy's random pick may never take that path.
-		i := slices.IndexFunc(pods, func(p agentPod) bool { return p.Node == n1.ID() })
-		if i < 0 {
-			t.Fatalf("no agent pod on %s: %+v", n1.Name(), pods)
-		}
-		only := pods[i]
+		only := agentOn(t, pods, n1)
 		k.mustRun(t, "label", "pod", only.Name, "only-endpoint=yes")
 		k.apply(t, `{"apiVersion":"v1","kind":"Service","metadata":{"name":"agent-one"},"spec":{
 			"type":"NodePort","selector":{"app":"agent","only-endpoint":"yes"},"ports":[{"port":80,"targetPort":8080}]}}`)
@@ -603,13 +599,10 @@ func TestKubernetes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		i := slices.IndexFunc(pods, func(p agentPod) bool { return p.Node == n1.ID() })
-		if i < 0 {
-			t.Fatalf("no agent pod on %s: %+v", n1.Name(), pods)
-		}
+		client := agentOn(t, pods, n1)
 		u := fmt.Sprintf("http://%s:30808/", n2.IP())
-		k.waitFor(t, pods[i].Name+" reaching the host port at "+u, 2*time.Minute, func() error {
-			out, err := k.run(t, "exec", pods[i].Name, "--", "/agent", "get", u)
+		k.waitFor(t, client.Name+" reaching the host port at "+u, 2*time.Minute, func() error {
+			out, err := k.run(t, "exec", client.Name, "--", "/agent", "get", u)
 			if err != nil {
 				return err
 			}
@@ -1513,6 +1506,17 @@ func (k *kube) agentAnswers(t *testing.T, u string, names map[string]bool, pod .
 	return nil
 }
 
+// agentOn returns the agent pod of pods on node n, and fails the test
+// when there is none.
+func agentOn(t *testing.T, pods []agentPod, n *cluster.Node) agentPod {
+	t.Helper()
+	i := slices.IndexFunc(pods, func(p agentPod) bool { return p.Node == n.ID() })
+	if i < 0 {
+		t.Fatalf("no agent pod on %s: %+v", n.Name(), pods)
+	}
+	return pods[i]
+}
+
 // keepContainer returns the ID of the running container of the keep
 // Deployment's pod.
 func (k *kube) keepContainer(t *testing.T) (string, error) {
@@ -1897,9 +1901,16 @@ func (k *kube) csiDriverOn(t *testing.T, node string) error {
 // nodeReady returns nil once the Node name has condition Ready True.
 func (k *kube) nodeReady(t *testing.T, name string) error {
 	c, err := k.readyCondition(t, name)
-	switch {
-	case err != nil:
+	if err != nil {
 		return err
+	}
+	return readyErr(name, c)
+}
+
+// readyErr says why the Node name, whose Ready condition is c (nil
+// while it has none), is not Ready; nil when it is.
+func readyErr(name string, c *nodeCondition) error {
+	switch {
 	case c == nil:
 		return fmt.Errorf("node %s has no Ready condition yet", name)
 	case c.Status != "True":
@@ -1913,16 +1924,11 @@ func (k *kube) nodeReady(t *testing.T, name string) error {
 // (NoSchedule or NoExecute), such as the not-ready taint the node
 // lifecycle controller lifts some time after the Node turned Ready.
 func (k *kube) nodeSchedulable(t *testing.T, name string) error {
-	if err := k.nodeReady(t, name); err != nil {
+	var node kubeNode
+	if err := k.getJSON(t, &node, "node", name); err != nil {
 		return err
 	}
-	var node struct {
-		Spec struct {
-			Unschedulable bool
-			Taints        []struct{ Key, Effect string }
-		}
-	}
-	if err := k.getJSON(t, &node, "node", name); err != nil {
+	if err := readyErr(name, node.ready()); err != nil {
 		return err
 	}
 	if node.Spec.Unschedulable {
@@ -1941,23 +1947,35 @@ type nodeCondition struct {
 	Type, Status, Reason, Message string
 }
 
+// kubeNode is what the tests read of a Node.
+type kubeNode struct {
+	Spec struct {
+		Unschedulable bool
+		Taints        []struct{ Key, Effect string }
+	}
+	Status struct {
+		Conditions []nodeCondition
+	}
+}
+
+// ready returns the Node's Ready condition, nil while it has none.
+func (n *kubeNode) ready() *nodeCondition {
+	for _, c := range n.Status.Conditions {
+		if c.Type == "Ready" {
+			return &c
+		}
+	}
+	return nil
+}
+
 // readyCondition returns the Ready condition of the Node name, nil while
 // it has none.
 func (k *kube) readyCondition(t *testing.T, name string) (*nodeCondition, error) {
-	var node struct {
-		Status struct {
-			Conditions []nodeCondition
-		}
-	}
+	var node kubeNode
 	if err := k.getJSON(t, &node, "node", name); err != nil {
 		return nil, err
 	}
-	for _, c := range node.Status.Conditions {
-		if c.Type == "Ready" {
-			return &c, nil
-		}
-	}
-	return nil, nil
+	return node.ready(), nil
 }
 
 // podPhase returns nil once pod name is in phase; args are more of kubectl
