@@ -28,7 +28,9 @@ func TestMain(m *testing.M) {
 }
 
 // playE2E is a stand-in for e2e.test with the flags the runner passes
-// (it fails unless its kubectl is the runner's, /payload/kubectl): it notes its label filter in the file $fakeE2E names, and writes a
+// (it fails unless its kubectl is the runner's, /payload/kubectl): it
+// notes its label filter, focus and skip in the file $fakeE2E names, and
+// writes a
 // JUnit report in ginkgo's form, with one spec of its shard that passes
 // (or fails, when the filter names sig-failing), a spec of another shard
 // that its filter left out, and its suite nodes. With sig-noreport it
@@ -38,6 +40,7 @@ func playE2E(args []string) int {
 	reportDir := fs.String("report-dir", "", "")
 	labels := fs.String("ginkgo.label-filter", "", "")
 	focus := fs.String("ginkgo.focus", "", "")
+	skip := fs.String("ginkgo.skip", "", "")
 	fs.String("kubeconfig", "", "")
 	kubectl := fs.String("kubectl-path", "", "")
 	fs.String("provider", "", "")
@@ -57,7 +60,7 @@ func playE2E(args []string) int {
 	if err != nil {
 		return 3
 	}
-	fmt.Fprintf(f, "%s|%s\n", *labels, *focus)
+	fmt.Fprintf(f, "%s\t%s\t%s\n", *labels, *focus, *skip)
 	f.Close()
 	if strings.Contains(*labels, "sig-noreport") {
 		return 1
@@ -183,7 +186,7 @@ func TestCheckArgs(t *testing.T) {
 		{"", "SCTP", []shard{{Name: "focus", Labels: "Conformance", Focus: "SCTP", Serial: true}}},
 		{"networkpolicy,serial", "SCTP|Daemon", []shard{
 			{Name: "focus-networkpolicy", Labels: "Feature:NetworkPolicy && !Serial && !Disruptive", Focus: "SCTP|Daemon"},
-			{Name: "focus-serial", Labels: "Conformance && (Serial || Disruptive)", Focus: "SCTP|Daemon", Serial: true},
+			{Name: "focus-serial", Labels: "Conformance && (Serial || Disruptive)", Focus: "SCTP|Daemon", Skip: manyPods, Serial: true},
 		}},
 		{"networkpolicy", "", []shard{{Name: "networkpolicy", Labels: "Feature:NetworkPolicy && !Serial && !Disruptive"}}},
 	} {
@@ -241,10 +244,14 @@ func TestRunnerResumes(t *testing.T) {
 		os.Remove(calls)
 		var out []string
 		for l := range strings.Lines(string(b)) {
-			labels, focus, _ := strings.Cut(strings.TrimSpace(l), "|")
-			if focus != "" {
+			labels, rest, _ := strings.Cut(strings.TrimSuffix(l, "\n"), "\t")
+			focus, skip, _ := strings.Cut(rest, "\t")
+			switch {
+			case focus != "":
 				out = append(out, "focus "+focus)
-			} else {
+			case skip != "":
+				out = append(out, "skip "+skip)
+			default:
 				out = append(out, strings.Fields(labels)[2])
 			}
 		}
@@ -310,6 +317,25 @@ func TestRunnerResumes(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"focus Other things"}, ran()); diff != "" {
 		t.Errorf("a focus shard with another focus at the same commit ran (-want +got):\n%s", diff)
+	}
+
+	// The serial shards run one after the other, in their order: the
+	// tests of many pods last. A shard that skips other specs is
+	// another shard.
+	all := defaultShards()
+	serial := all[len(all)-2:]
+	if _, err := newRunner("c2", false).run(ctx, serial); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"skip " + manyPods, "focus " + manyPods}, ran()); diff != "" {
+		t.Errorf("run of the serial shards ran (-want +got):\n%s", diff)
+	}
+	serial[0].Skip = "Other things"
+	if _, err := newRunner("c2", false).run(ctx, serial); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"skip Other things"}, ran()); diff != "" {
+		t.Errorf("a shard with another skip at the same commit ran (-want +got):\n%s", diff)
 	}
 
 	_, err = newRunner("c2", false).run(ctx, []shard{{Name: "n", Labels: "Conformance && sig-noreport"}})

@@ -68,6 +68,7 @@ type shardResult struct {
 	Shard    string    `json:"shard"`
 	Labels   string    `json:"labels"`
 	Focus    string    `json:"focus,omitempty"`
+	Skip     string    `json:"skip,omitempty"`
 	Commit   string    `json:"commit"`
 	Started  time.Time `json:"started"`
 	Ended    time.Time `json:"ended"`
@@ -159,7 +160,7 @@ func (r *runner) done(s shard) (shardResult, bool) {
 		return shardResult{}, false
 	}
 	var res shardResult
-	if err := json.Unmarshal(b, &res); err != nil || res.Commit != r.commit || res.Labels != s.Labels || res.Focus != s.Focus {
+	if err := json.Unmarshal(b, &res); err != nil || res.Commit != r.commit || res.Labels != s.Labels || res.Focus != s.Focus || res.Skip != s.Skip {
 		return shardResult{}, false
 	}
 	return res, true
@@ -182,7 +183,7 @@ func (r *runner) runShard(ctx context.Context, s shard, running *runningSet) (sh
 	}
 	defer logFile.Close()
 
-	res := shardResult{Shard: s.Name, Labels: s.Labels, Focus: s.Focus, Commit: r.commit, Started: time.Now()}
+	res := shardResult{Shard: s.Name, Labels: s.Labels, Focus: s.Focus, Skip: s.Skip, Commit: r.commit, Started: time.Now()}
 	r.say("shard %s: started (%s); log in %s", s.Name, s.Labels, logFile.Name())
 	running.add(s.Name, res.Started)
 	defer running.remove(s.Name)
@@ -203,6 +204,9 @@ func (r *runner) runShard(ctx context.Context, s shard, running *runningSet) (sh
 	}
 	if s.Focus != "" {
 		args = append(args, "--ginkgo.focus="+s.Focus)
+	}
+	if s.Skip != "" {
+		args = append(args, "--ginkgo.skip="+s.Skip)
 	}
 	cmd := exec.CommandContext(sctx, r.e2e, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile

@@ -19,6 +19,9 @@ type shard struct {
 	// Focus, if set, is a regular expression that a spec's name must
 	// match too (e2e.test --ginkgo.focus).
 	Focus string
+	// Skip, if set, is a regular expression of the specs the shard
+	// leaves to another (e2e.test --ginkgo.skip).
+	Skip string
 	// Serial shards run alone, after every other shard, as their specs
 	// assume nothing else runs on the cluster.
 	Serial bool
@@ -34,7 +37,8 @@ func focusShard(focus string) shard {
 // narrowed is the shard of s's tests whose names match focus, for
 // running some of a shard that is not a conformance one (networkpolicy)
 // or parts of one beside each other. Its results have a directory of
-// their own, so that the whole shard's stay.
+// their own, so that the whole shard's stay. The focus replaces the
+// shard's own; what the shard skips it still skips.
 func (s shard) narrowed(focus string) shard {
 	s.Name = "focus-" + s.Name
 	s.Focus = focus
@@ -47,10 +51,20 @@ var sigs = []string{
 	"instrumentation", "network", "node", "scheduling", "storage",
 }
 
+// manyPods names the serial conformance tests of up to 100 pods: the
+// garbage collector's, which make a ReplicationController as large as
+// the workers' pod capacity allows (at most 100 pods). A worker of one
+// emulated CPU starts and tears down 50 pods for many minutes after such
+// a test has ended, and a test that follows starts on a busy worker and
+// times out waiting for its own pods. They run in a shard of their own,
+// serial-gc, after the shard serial, which skips them.
+const manyPods = `Garbage collector should (orphan pods created by rc if delete options say so|keep the rc around until all its pods are deleted|not delete dependents that have both valid owner and owner)`
+
 // defaultShards are the conformance tests, one shard per SIG for those
 // that may run beside others; then sig-network's NetworkPolicy tests,
-// which are not conformance tests but test what Cairn enforces; then one
-// shard of the serial conformance tests.
+// which are not conformance tests but test what Cairn enforces; then the
+// serial conformance tests, in two shards that run one after the other:
+// those of up to 100 pods last.
 func defaultShards() []shard {
 	var out []shard
 	for _, sig := range sigs {
@@ -60,7 +74,10 @@ func defaultShards() []shard {
 		})
 	}
 	out = append(out, shard{Name: "networkpolicy", Labels: "Feature:NetworkPolicy && !Serial && !Disruptive"})
-	return append(out, shard{Name: "serial", Labels: "Conformance && (Serial || Disruptive)", Serial: true})
+	const serial = "Conformance && (Serial || Disruptive)"
+	return append(out,
+		shard{Name: "serial", Labels: serial, Skip: manyPods, Serial: true},
+		shard{Name: "serial-gc", Labels: serial, Focus: manyPods, Serial: true})
 }
 
 // selectShards returns the shards of all whose names are in names (a
