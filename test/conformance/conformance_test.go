@@ -30,10 +30,9 @@ func TestMain(m *testing.M) {
 // playE2E is a stand-in for e2e.test with the flags the runner passes
 // (it fails unless its kubectl is the runner's, /payload/kubectl): it
 // notes its label filter, focus and skip in the file $fakeE2E names, and
-// writes a
-// JUnit report in ginkgo's form, with one spec of its shard that passes
-// (or fails, when the filter names sig-failing), a spec of another shard
-// that its filter left out, and its suite nodes. With sig-noreport it
+// writes a JUnit report in ginkgo's form, with one spec of its shard that
+// passes (or fails, when the filter names sig-failing), a spec of another
+// shard that its filter left out, and its suite nodes. With sig-noreport it
 // writes no report.
 func playE2E(args []string) int {
 	fs := flag.NewFlagSet("e2e.test", flag.ContinueOnError)

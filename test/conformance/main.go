@@ -51,13 +51,7 @@ func main() {
 	all := defaultShards()
 	if *list {
 		for _, s := range all {
-			fmt.Printf("%-16s %s\n", s.Name, s.Labels)
-			if s.Focus != "" {
-				fmt.Printf("%-16s   names matching %s\n", "", s.Focus)
-			}
-			if s.Skip != "" {
-				fmt.Printf("%-16s   names not matching %s\n", "", s.Skip)
-			}
+			fmt.Printf("%-16s %s\n", s.Name, s.filter())
 		}
 		return
 	}

@@ -184,7 +184,7 @@ func (r *runner) runShard(ctx context.Context, s shard, running *runningSet) (sh
 	defer logFile.Close()
 
 	res := shardResult{Shard: s.Name, Labels: s.Labels, Focus: s.Focus, Skip: s.Skip, Commit: r.commit, Started: time.Now()}
-	r.say("shard %s: started (%s); log in %s", s.Name, s.Labels, logFile.Name())
+	r.say("shard %s: started (%s); log in %s", s.Name, s.filter(), logFile.Name())
 	running.add(s.Name, res.Started)
 	defer running.remove(s.Name)
 

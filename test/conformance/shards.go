@@ -27,6 +27,19 @@ type shard struct {
 	Serial bool
 }
 
+// filter says which specs the shard runs: its labels, and its focus and
+// skip where it has them.
+func (s shard) filter() string {
+	f := s.Labels
+	if s.Focus != "" {
+		f += "; names matching " + s.Focus
+	}
+	if s.Skip != "" {
+		f += "; names not matching " + s.Skip
+	}
+	return f
+}
+
 // focusShard is the shard of the conformance tests whose names match
 // focus, for running one test again: serial, so that it may be a serial
 // test.
