@@ -389,6 +389,107 @@ func TestRunnerResumes(t *testing.T) {
 	}
 }
 
+// TestRunnerSettles runs serial shards with a cluster whose namespaces
+// are being deleted: each serial shard starts once none is, or once it
+// has waited settleFor, or at once when they cannot be listed; shards
+// that run beside others do not wait.
+func TestRunnerSettles(t *testing.T) {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := filepath.Join(t.TempDir(), "calls")
+	t.Setenv(fakeE2E, calls)
+	shards := []shard{
+		{Name: "p", Labels: "Conformance && sig-apps && !Serial"},
+		{Name: "s1", Labels: "Conformance && sig-one && Serial", Serial: true},
+		{Name: "s2", Labels: "Conformance && sig-two && Serial", Serial: true},
+	}
+	for _, tc := range []struct {
+		name string
+		// answers are the namespaces being deleted at each listing
+		// (the last repeats); an empty slice is none, nil an error.
+		answers [][]string
+		// want is the order of listings ("list") and shards' starts.
+		want []string
+		// wantLog are parts of the log, the times left out.
+		wantLog []string
+	}{
+		{
+			name:    "gone",
+			answers: [][]string{{"gc-1", "gc-2"}, {"gc-2"}, {}},
+			want:    []string{"sig-apps", "list", "list", "list", "sig-one", "list", "sig-two"},
+			wantLog: []string{"waiting for the namespaces of earlier tests to be deleted (", "s so far): gc-1, gc-2\n", "the namespaces of earlier tests are gone after "},
+		},
+		{
+			name:    "still going",
+			answers: [][]string{{"stuck"}},
+			want:    []string{"sig-apps", "list", "sig-one", "list", "sig-two"},
+			wantLog: []string{"namespaces still being deleted after ", "s, the next shard starts beside them: stuck\n"},
+		},
+		{
+			name:    "unlisted",
+			answers: [][]string{nil},
+			want:    []string{"sig-apps", "list", "sig-one", "list", "sig-two"},
+			wantLog: []string{"not waiting for the namespaces being deleted: no cluster\n"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			os.Remove(calls)
+			var (
+				log   bytes.Buffer
+				order []string
+				n     int
+			)
+			shardsRan := 0
+			// What e2e.test ran so far, appended to order at each listing
+			// and at the end.
+			catchUp := func() {
+				b, _ := os.ReadFile(calls)
+				lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+				for _, l := range lines[shardsRan:] {
+					if l != "" {
+						order = append(order, strings.Fields(l)[2])
+						shardsRan++
+					}
+				}
+			}
+			settleFor := time.Hour
+			if tc.name == "still going" {
+				settleFor = 0
+			}
+			r := &runner{
+				e2e: self, kubeconfig: "kubeconfig", kubectl: "/payload/kubectl", dir: t.TempDir(), commit: "c1",
+				parallel: 2, timeout: time.Minute, progress: time.Hour,
+				logf: func(format string, args ...any) { fmt.Fprintf(&log, format+"\n", args...) },
+				terminating: func(context.Context) ([]string, error) {
+					catchUp()
+					order = append(order, "list")
+					a := tc.answers[min(n, len(tc.answers)-1)]
+					n++
+					if a == nil {
+						return nil, fmt.Errorf("no cluster")
+					}
+					return a, nil
+				},
+				settleFor: settleFor, settlePoll: time.Millisecond,
+			}
+			if _, err := r.run(t.Context(), shards); err != nil {
+				t.Fatalf("run: %v\n%s", err, log.String())
+			}
+			catchUp()
+			if diff := cmp.Diff(tc.want, order); diff != "" {
+				t.Errorf("listings and shards (-want +got):\n%s", diff)
+			}
+			for _, want := range tc.wantLog {
+				if !strings.Contains(log.String(), want) {
+					t.Errorf("log lacks %q:\n%s", want, log.String())
+				}
+			}
+		})
+	}
+}
+
 func TestVersionOfNodes(t *testing.T) {
 	for _, tc := range []struct {
 		nodes, want, err string

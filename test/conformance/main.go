@@ -74,6 +74,10 @@ func main() {
 			e2e: *e2e, kubeconfig: *kubeconfig, kubectl: kubectlPath, dir: *dir, commit: *commit,
 			parallel: *parallel, timeout: *timeout, repoList: *repoList, again: *again,
 			progress: 5 * time.Minute,
+			terminating: func(ctx context.Context) ([]string, error) {
+				return terminatingNamespaces(ctx, kubectlPath, *kubeconfig)
+			},
+			settleFor: 20 * time.Minute, settlePoll: 10 * time.Second,
 			logf: func(format string, args ...any) {
 				fmt.Printf("%s conformance: %s\n", time.Now().Format(time.TimeOnly), fmt.Sprintf(format, args...))
 			},
@@ -188,6 +192,22 @@ func clusterVersion(ctx context.Context, kubectl, kubeconfig string) (string, er
 		return "", fmt.Errorf("the cluster of %s does not list its nodes (is make cluster running?): %w: %s", kubeconfig, err, bytes.TrimSpace(out))
 	}
 	return versionOfNodes(string(out))
+}
+
+// terminatingNamespaces returns the names of the namespaces of the
+// cluster of kubeconfig that are being deleted.
+func terminatingNamespaces(ctx context.Context, kubectl, kubeconfig string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, kubectl, "--kubeconfig", kubeconfig, "--request-timeout=50s",
+		"get", "namespaces", "-o", `jsonpath={range .items[?(@.status.phase=="Terminating")]}{.metadata.name}{"\n"}{end}`)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("when listing the namespaces being deleted: %w: %s", err, bytes.TrimSpace(stderr.Bytes()))
+	}
+	return strings.Fields(string(out)), nil
 }
 
 // versionOfNodes returns the version of Cairn that every line of nodes

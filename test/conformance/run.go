@@ -50,6 +50,11 @@ type runner struct {
 	again bool
 	// progress is how often running shards are reported.
 	progress time.Duration
+	// terminating, if set, lists the cluster's namespaces being deleted,
+	// for which each serial shard waits first (settle), at most settleFor,
+	// asking every settlePoll.
+	terminating           func(context.Context) ([]string, error)
+	settleFor, settlePoll time.Duration
 	// logf reports progress; the runner calls it from one goroutine at
 	// a time.
 	logf  func(format string, args ...any)
@@ -139,6 +144,7 @@ func (r *runner) run(ctx context.Context, shards []shard) ([]shardResult, error)
 	}
 	wg.Wait()
 	for _, i := range serial {
+		r.settle(ctx)
 		if ctx.Err() != nil {
 			break
 		}
@@ -148,6 +154,48 @@ func (r *runner) run(ctx context.Context, shards []shard) ([]shardResult, error)
 		errs = append(errs, fmt.Errorf("stopped before every shard ran (run again to resume): %w", err))
 	}
 	return results, errors.Join(errs...)
+}
+
+// settle waits until no namespace of the cluster is being deleted, at
+// most r.settleFor. The suite's tests delete their namespaces as they end
+// and do not wait, and a worker of one emulated CPU takes minutes to tear
+// down their pods (a namespace of 100 pods, about 10), which a serial
+// test that started meanwhile would share with them. Past r.settleFor,
+// or when the namespaces cannot be listed, the shard starts anyway and
+// the log says why.
+func (r *runner) settle(ctx context.Context) {
+	if r.terminating == nil {
+		return
+	}
+	start := time.Now()
+	var said time.Time
+	for {
+		names, err := r.terminating(ctx)
+		waited := time.Since(start).Round(time.Second)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			r.say("not waiting for the namespaces being deleted: %v", err)
+			return
+		case len(names) == 0:
+			if !said.IsZero() {
+				r.say("the namespaces of earlier tests are gone after %s", waited)
+			}
+			return
+		case waited >= r.settleFor:
+			r.say("namespaces still being deleted after %s, the next shard starts beside them: %s", waited, strings.Join(names, ", "))
+			return
+		case said.IsZero() || time.Since(said) >= time.Minute:
+			r.say("waiting for the namespaces of earlier tests to be deleted (%s so far): %s", waited, strings.Join(names, ", "))
+			said = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(r.settlePoll):
+		}
+	}
 }
 
 // done returns the result of a shard that is done at r.commit.
