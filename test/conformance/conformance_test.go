@@ -218,12 +218,7 @@ func TestCheckArgs(t *testing.T) {
 // unfinished, and runs again. The summary counts the outcomes by SIG and
 // names the shards unfinished or not run.
 func TestRunnerResumes(t *testing.T) {
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	calls := filepath.Join(t.TempDir(), "calls")
-	t.Setenv(fakeE2E, calls)
+	self, calls := playingE2E(t)
 	dir := t.TempDir()
 	shards := []shard{
 		{Name: "a", Labels: "Conformance && sig-apps && !Serial"},
@@ -389,17 +384,25 @@ func TestRunnerResumes(t *testing.T) {
 	}
 }
 
+// playingE2E makes this test binary, whose path it returns, play
+// e2e.test for the rest of t, noting each run in the file calls.
+func playingE2E(t *testing.T) (self, calls string) {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls = filepath.Join(t.TempDir(), "calls")
+	t.Setenv(fakeE2E, calls)
+	return self, calls
+}
+
 // TestRunnerSettles runs serial shards with a cluster whose namespaces
 // are being deleted: each serial shard starts once none is, or once it
 // has waited settleFor, or at once when they cannot be listed; shards
 // that run beside others do not wait.
 func TestRunnerSettles(t *testing.T) {
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	calls := filepath.Join(t.TempDir(), "calls")
-	t.Setenv(fakeE2E, calls)
+	self, calls := playingE2E(t)
 	shards := []shard{
 		{Name: "p", Labels: "Conformance && sig-apps && !Serial"},
 		{Name: "s1", Labels: "Conformance && sig-one && Serial", Serial: true},
