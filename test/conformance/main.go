@@ -184,30 +184,38 @@ func detach(dir string) error {
 // for nodes, and when the Nodes run different versions (a rollout half
 // done).
 func clusterVersion(ctx context.Context, kubectl, kubeconfig string) (string, error) {
+	out, err := kubectlGet(ctx, kubectl, kubeconfig, "nodes", `{range .items[*]}{.metadata.name}={.status.nodeInfo.osImage}{"\n"}{end}`)
+	if err != nil {
+		return "", fmt.Errorf("the cluster of %s does not list its nodes (is make cluster running?): %w", kubeconfig, err)
+	}
+	return versionOfNodes(out)
+}
+
+// kubectlGet lists resource in the cluster of kubeconfig through
+// kubectl, printed by jsonpath, within a minute. Its error holds what
+// kubectl printed to stderr.
+func kubectlGet(ctx context.Context, kubectl, kubeconfig, resource, jsonpath string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, kubectl, "--kubeconfig", kubeconfig, "--request-timeout=50s",
-		"get", "nodes", "-o", `jsonpath={range .items[*]}{.metadata.name}={.status.nodeInfo.osImage}{"\n"}{end}`).CombinedOutput()
+	cmd := exec.CommandContext(ctx, kubectl, "--kubeconfig", kubeconfig, "--request-timeout=50s",
+		"get", resource, "-o", "jsonpath="+jsonpath)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		return "", fmt.Errorf("the cluster of %s does not list its nodes (is make cluster running?): %w: %s", kubeconfig, err, bytes.TrimSpace(out))
+		return "", fmt.Errorf("%w: %s", err, bytes.TrimSpace(stderr.Bytes()))
 	}
-	return versionOfNodes(string(out))
+	return string(out), nil
 }
 
 // terminatingNamespaces returns the names of the namespaces of the
 // cluster of kubeconfig that are being deleted.
 func terminatingNamespaces(ctx context.Context, kubectl, kubeconfig string) ([]string, error) {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, kubectl, "--kubeconfig", kubeconfig, "--request-timeout=50s",
-		"get", "namespaces", "-o", `jsonpath={range .items[?(@.status.phase=="Terminating")]}{.metadata.name}{"\n"}{end}`)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
+	out, err := kubectlGet(ctx, kubectl, kubeconfig, "namespaces", `{range .items[?(@.status.phase=="Terminating")]}{.metadata.name}{"\n"}{end}`)
 	if err != nil {
-		return nil, fmt.Errorf("when listing the namespaces being deleted: %w: %s", err, bytes.TrimSpace(stderr.Bytes()))
+		return nil, fmt.Errorf("when listing the namespaces being deleted: %w", err)
 	}
-	return strings.Fields(string(out)), nil
+	return strings.Fields(out), nil
 }
 
 // versionOfNodes returns the version of Cairn that every line of nodes
