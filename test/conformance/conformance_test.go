@@ -413,28 +413,33 @@ func TestRunnerSettles(t *testing.T) {
 		// answers are the namespaces being deleted at each listing
 		// (the last repeats); an empty slice is none, nil an error.
 		answers [][]string
+		// settleFor is how long a serial shard waits at most.
+		settleFor time.Duration
 		// want is the order of listings ("list") and shards' starts.
 		want []string
 		// wantLog are parts of the log, the times left out.
 		wantLog []string
 	}{
 		{
-			name:    "gone",
-			answers: [][]string{{"gc-1", "gc-2"}, {"gc-2"}, {}},
-			want:    []string{"sig-apps", "list", "list", "list", "sig-one", "list", "sig-two"},
-			wantLog: []string{"waiting for the namespaces of earlier tests to be deleted (", "s so far): gc-1, gc-2\n", "the namespaces of earlier tests are gone after "},
+			name:      "gone",
+			answers:   [][]string{{"gc-1", "gc-2"}, {"gc-2"}, {}},
+			settleFor: time.Hour,
+			want:      []string{"sig-apps", "list", "list", "list", "sig-one", "list", "sig-two"},
+			wantLog:   []string{"waiting for the namespaces of earlier tests to be deleted (", "s so far): gc-1, gc-2\n", "the namespaces of earlier tests are gone after "},
 		},
 		{
-			name:    "still going",
-			answers: [][]string{{"stuck"}},
-			want:    []string{"sig-apps", "list", "sig-one", "list", "sig-two"},
-			wantLog: []string{"namespaces still being deleted after ", "s, the next shard starts beside them: stuck\n"},
+			name:      "still going",
+			answers:   [][]string{{"stuck"}},
+			settleFor: 0,
+			want:      []string{"sig-apps", "list", "sig-one", "list", "sig-two"},
+			wantLog:   []string{"namespaces still being deleted after ", "s, the next shard starts beside them: stuck\n"},
 		},
 		{
-			name:    "unlisted",
-			answers: [][]string{nil},
-			want:    []string{"sig-apps", "list", "sig-one", "list", "sig-two"},
-			wantLog: []string{"not waiting for the namespaces being deleted: no cluster\n"},
+			name:      "unlisted",
+			answers:   [][]string{nil},
+			settleFor: time.Hour,
+			want:      []string{"sig-apps", "list", "sig-one", "list", "sig-two"},
+			wantLog:   []string{"not waiting for the namespaces being deleted: no cluster\n"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -457,10 +462,6 @@ func TestRunnerSettles(t *testing.T) {
 					}
 				}
 			}
-			settleFor := time.Hour
-			if tc.name == "still going" {
-				settleFor = 0
-			}
 			r := &runner{
 				e2e: self, kubeconfig: "kubeconfig", kubectl: "/payload/kubectl", dir: t.TempDir(), commit: "c1",
 				parallel: 2, timeout: time.Minute, progress: time.Hour,
@@ -475,7 +476,7 @@ func TestRunnerSettles(t *testing.T) {
 					}
 					return a, nil
 				},
-				settleFor: settleFor, settlePoll: time.Millisecond,
+				settleFor: tc.settleFor, settlePoll: time.Millisecond,
 			}
 			if _, err := r.run(t.Context(), shards); err != nil {
 				t.Fatalf("run: %v\n%s", err, log.String())
