@@ -142,16 +142,17 @@ func parameterDisks(st *localstorage.Storage, l *parameters.Loaded, logf func(st
 	}, nil
 }
 
-// enrolmentRunnable is the cluster child: once the ESP is mounted and the
-// data partition's modules are loaded (dataReady) it runs enrolment
-// (node/cluster), which mounts the data partition and hands the node's membership to the
-// role server, rs. secureBoot, whether the firmware booted the node under
-// Secure Boot, is what enrolment tells the curator; binding, when not nil,
-// binds its seals to the release this boot came from.
+// enrolmentRunnable is the cluster child: once the ESP is mounted
+// (mounted) it runs enrolment (node/cluster), which mounts the data
+// partition once its modules are loaded too (dataReady) and hands the
+// node's membership to the role server, rs. secureBoot, whether the
+// firmware booted the node under Secure Boot, is what enrolment tells the
+// curator; binding, when not nil, binds its seals to the release this boot
+// came from.
 //
 // The enrolment Service is built once per boot, outside the runnable: it
 // remembers its keys and what it mounted, which a restart must not lose.
-func enrolmentRunnable(st *localstorage.Storage, dataReady event.Watchable[bool], address event.Watchable[netip.Prefix], params event.Watchable[*parameters.Loaded], membership event.Value[*roleserve.Membership], rs *roleserve.Service, secureBoot bool, binding *tpmseal.Binding) supervisor.Runnable {
+func enrolmentRunnable(st *localstorage.Storage, mounted, dataReady event.Watchable[bool], address event.Watchable[netip.Prefix], params event.Watchable[*parameters.Loaded], membership event.Value[*roleserve.Membership], rs *roleserve.Service, secureBoot bool, binding *tpmseal.Binding) supervisor.Runnable {
 	svc := cluster.New(cluster.Config{
 		Storage:         st,
 		ExternalAddress: address,
@@ -161,9 +162,10 @@ func enrolmentRunnable(st *localstorage.Storage, dataReady event.Watchable[bool]
 		StoredDirectory: rs.StoredDirectory(),
 		SecureBoot:      secureBoot,
 		Binding:         binding,
+		DataModules:     dataReady,
 	})
 	return func(ctx context.Context) error {
-		if err := waitMounted(ctx, dataReady); err != nil {
+		if err := waitMounted(ctx, mounted); err != nil {
 			return err
 		}
 		if err := supervisor.Run(ctx, "enrolment", svc.Run); err != nil {

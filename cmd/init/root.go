@@ -87,7 +87,7 @@ func nodeChildren(fl flags, printf func(string, ...any), log logtree.LeveledLogg
 		{"parameters", parametersRunnable(st, &mounted, &params, printf)},
 		{"network", networkRunnable(&params, &address, &ntp, printf)},
 		{"timesync", timesyncRunnable(&ntp, &clock, printf)},
-		{"cluster", enrolmentRunnable(st, &dataReady, &address, &params, &membership, rs, boot.GetSecureBoot(), binding)},
+		{"cluster", enrolmentRunnable(st, &mounted, &dataReady, &address, &params, &membership, rs, boot.GetSecureBoot(), binding)},
 		{"roleserve", rs.Run},
 		{"update", updateRunnable(st, &booted, &mounted, rs, &installers, request, printf)},
 		{"nodemanagement", nodeManagementRunnable(st, rs, &installers, lt, ls, gatherer, request)},

@@ -63,8 +63,8 @@ type storage struct {
 	mounted event.Value[bool]
 
 	// dataReady is set once the modules of the data partition are
-	// loaded too, after mounted: enrolment waits for it. Nil in tests
-	// that do not care.
+	// loaded too, after mounted: enrolment waits for it before it mounts
+	// the data partition. Nil in tests that do not care.
 	dataReady event.Value[bool]
 	// diskModules loads the modules the disks need, before anything is
 	// mounted; systemModules loads the system partition's once it is

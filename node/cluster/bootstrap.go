@@ -57,6 +57,9 @@ func (s *Service) bootstrap(ctx context.Context, p *api.NodeParameters_ClusterBo
 		log.Warningf("The cluster's storage security policy is INSECURE: the data partition is not encrypted")
 	}
 	if !s.mounted {
+		if err := s.awaitDataModules(ctx, log); err != nil {
+			return nil, err
+		}
 		if err := mountNew(ctx, log, s.storage, sc); err != nil {
 			return nil, fmt.Errorf("when creating the data partition: %w", err)
 		}

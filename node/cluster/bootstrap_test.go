@@ -16,6 +16,7 @@ import (
 
 	"cairn.dev/cairn/node/marker"
 	"cairn.dev/cairn/node/parameters/parameterstest"
+	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/pkg/tpmseal"
 	api "cairn.dev/cairn/proto/api"
@@ -199,4 +200,47 @@ func TestJoinRebinds(t *testing.T) {
 	tpm.rebind.Store(false)
 	n.boot(t, nil, n.curatorPort)
 	n.waitMarker(t, marker.Joined, "node", id)
+}
+
+// TestMountWaitsForDataModules boots a node whose data partition's
+// modules are not loaded yet (Config.DataModules false): enrolment goes as
+// far as it can without them and mounts nothing until they are. The
+// bootstrap states it is bootstrapping; after a reboot, the join unseals
+// its configuration with the TPM. Only once the value turns true does either mount the
+// data partition, and the join logs how long it waited.
+func TestMountWaitsForDataModules(t *testing.T) {
+	n := newTestNode(t)
+	tpm := newFakeTPM()
+	n.tpm = tpm.open
+	params := parameterstest.Bootstrap(t)
+	const still = 300 * time.Millisecond
+
+	n.dataModules = &memory.Value[bool]{}
+	n.dataModules.Set(false)
+	n.boot(t, params, 0)
+	n.waitMarker(t, marker.Bootstrapping)
+	time.Sleep(still)
+	if got := n.storage.mountCalls(); len(got) != 0 {
+		t.Fatalf("the bootstrap mounted %q before the data partition's modules were loaded", got)
+	}
+	n.dataModules.Set(true)
+	id := n.waitMarker(t, marker.Bootstrapped).Get("node")
+	if got := n.storage.mountCalls(); !slices.Equal(got, []string{"MountNew"}) {
+		t.Errorf("mounts of the bootstrap = %q, want MountNew", got)
+	}
+
+	n.dataModules = &memory.Value[bool]{}
+	n.dataModules.Set(false)
+	n.boot(t, params, 0)
+	waitCount(t, "the join's Unseal calls", &tpm.unseals, 1)
+	time.Sleep(still)
+	if got := n.storage.mountCalls(); len(got) != 0 {
+		t.Fatalf("the join mounted %q before the data partition's modules were loaded", got)
+	}
+	n.dataModules.Set(true)
+	n.waitMarker(t, marker.Joined, "node", id, "via", "cold-start")
+	if got := n.storage.mountCalls(); !slices.Equal(got, []string{"MountExisting"}) {
+		t.Errorf("mounts of the join = %q, want MountExisting", got)
+	}
+	n.waitLog(t, "Waited ", logtree.INFO)
 }

@@ -79,7 +79,7 @@ func (s *Service) join(ctx context.Context) (*roleserve.Membership, error) {
 			return nil, err
 		}
 		if r.through != "" {
-			m, err := s.openExisting(log, sc, r.clusterKey, dir)
+			m, err := s.openExisting(ctx, log, sc, r.clusterKey, dir)
 			if err != nil {
 				log.Errorf("Cannot open the data partition: %v", err)
 				return nil, err
@@ -96,7 +96,7 @@ func (s *Service) join(ctx context.Context) (*roleserve.Membership, error) {
 		}
 		lone := dirErr == nil && len(targets) == 0
 		if !r.answered && refusal == "" && (lone || time.Since(start) >= s.timing.coldStartAfter) {
-			m, err := s.openExisting(log, sc, sc.GetClusterUnlockKey(), dir)
+			m, err := s.openExisting(ctx, log, sc, sc.GetClusterUnlockKey(), dir)
 			if err != nil {
 				log.Errorf("Cannot open the data partition: %v", err)
 				return nil, err
@@ -236,8 +236,11 @@ func (s *Service) joinRound(ctx context.Context, log logtree.LeveledLogger, roun
 // openExisting opens the data partition with clusterKey, loads the
 // node's identity from it and checks that it is the node the sealed
 // configuration names.
-func (s *Service) openExisting(log logtree.LeveledLogger, sc *private.SealedConfiguration, clusterKey []byte, dir *api.ClusterDirectory) (*roleserve.Membership, error) {
+func (s *Service) openExisting(ctx context.Context, log logtree.LeveledLogger, sc *private.SealedConfiguration, clusterKey []byte, dir *api.ClusterDirectory) (*roleserve.Membership, error) {
 	if !s.mounted {
+		if err := s.awaitDataModules(ctx, log); err != nil {
+			return nil, err
+		}
 		start := time.Now()
 		if err := mountExisting(s.storage, sc, clusterKey); err != nil {
 			return nil, fmt.Errorf("when opening the data partition: %w", err)

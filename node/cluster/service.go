@@ -24,7 +24,8 @@ import (
 	private "cairn.dev/cairn/proto/private"
 )
 
-// Config is what enrolment needs. Every field but Ports is required.
+// Config is what enrolment needs. Every field but Ports, SecureBoot,
+// Binding and DataModules is required.
 type Config struct {
 	// Storage is the node's storage, its ESP already mounted. Enrolment
 	// mounts the data partition on it.
@@ -61,6 +62,12 @@ type Config struct {
 	// boot cannot bind (no Secure Boot, or a UKI without them): seals are
 	// then bound to the TPM alone.
 	Binding *tpmseal.Binding
+	// DataModules, when set, turns true once the data partition's kernel
+	// modules (dm-crypt, XFS, the CPU's AES) are loaded. Enrolment waits
+	// for it only when it comes to mount the data partition, so that what
+	// comes before (unsealing with the TPM, the network, the curator's
+	// answer) overlaps their loading. Nil: they are loaded already.
+	DataModules event.Watchable[bool]
 
 	// Test overrides; zero values mean the node's behaviour.
 

@@ -46,8 +46,10 @@ type testNode struct {
 	address    memory.Value[netip.Prefix]
 	membership *memory.Value[*roleserve.Membership]
 	params     *memory.Value[*parameters.Loaded]
-	lt         *logtree.LogTree
-	cancel     context.CancelFunc
+	// dataModules, when set before boot, is the boot's Config.DataModules.
+	dataModules *memory.Value[bool]
+	lt          *logtree.LogTree
+	cancel      context.CancelFunc
 	// curatorPort is where the cluster's curators serve: this node's own
 	// when it bootstrapped. peerPort is its etcd's, the same every boot.
 	curatorPort, peerPort int
@@ -106,6 +108,9 @@ func (n *testNode) boot(t *testing.T, params *api.NodeParameters, curatorPort in
 		Binding:         n.binding,
 		timing:          &tm,
 	})
+	if n.dataModules != nil {
+		svc.cfg.DataModules = n.dataModules
+	}
 	n.cancel, n.lt = supervisortest.Harness(t, func(ctx context.Context) error {
 		for name, r := range map[string]supervisor.Runnable{"enrolment": svc.Run, "roleserve": rs.Run} {
 			if err := supervisor.Run(ctx, name, r); err != nil {

@@ -12,6 +12,7 @@ import (
 	"cairn.dev/cairn/node/identity"
 	"cairn.dev/cairn/node/localstorage"
 	"cairn.dev/cairn/node/parameters"
+	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/logtree"
 	"cairn.dev/cairn/proto/api"
 	private "cairn.dev/cairn/proto/private"
@@ -54,6 +55,25 @@ func readIdentity(root *localstorage.Root) (*identity.Node, error) {
 		return nil, fmt.Errorf("when parsing the identity: %w", err)
 	}
 	return n, nil
+}
+
+// awaitDataModules waits until the data partition's modules are loaded
+// (Config.DataModules), and logs how long it waited when that was long
+// enough to show in a boot's timeline.
+func (s *Service) awaitDataModules(ctx context.Context, log logtree.LeveledLogger) error {
+	if s.cfg.DataModules == nil {
+		return nil
+	}
+	start := time.Now()
+	w := s.cfg.DataModules.Watch()
+	defer w.Close()
+	if _, err := w.Get(ctx, event.Filter(func(loaded bool) bool { return loaded })); err != nil {
+		return fmt.Errorf("when waiting for the data partition's modules: %w", err)
+	}
+	if waited := time.Since(start); waited >= 10*time.Millisecond {
+		log.Infof("Waited %v for the data partition's modules", waited.Round(time.Millisecond))
+	}
+	return nil
 }
 
 // mountNew sets up the data partition of a node enrolling for the first

@@ -36,8 +36,9 @@ import (
 // line turns the tests off: build/README.md). Those for sha256 and
 // crc32c load with the disks (diskAlgorithms); the one for AES, which
 // dm-crypt picks when it opens the data partition, loads last, while the
-// network comes up, and enrolment waits for it. The others (GHASH, SHA-1,
-// SHA-512, CRC-T10DIF) load when the kernel asks for their algorithm.
+// network comes up and enrolment unseals, and enrolment waits for it only
+// before it mounts the data partition. The others (GHASH, SHA-1, SHA-512,
+// CRC-T10DIF) load when the kernel asks for their algorithm.
 //
 // Loading a module by name here costs milliseconds; the kernel's own
 // request for it runs /init in modprobe mode (modprobe.go), some 0.13 s
