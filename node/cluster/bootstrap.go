@@ -57,10 +57,7 @@ func (s *Service) bootstrap(ctx context.Context, p *api.NodeParameters_ClusterBo
 		log.Warningf("The cluster's storage security policy is INSECURE: the data partition is not encrypted")
 	}
 	if !s.mounted {
-		if err := s.awaitDataModules(ctx, log); err != nil {
-			return nil, err
-		}
-		if err := mountNew(ctx, log, s.storage, sc); err != nil {
+		if err := s.mountNew(ctx, log, sc); err != nil {
 			return nil, fmt.Errorf("when creating the data partition: %w", err)
 		}
 		s.mounted = true

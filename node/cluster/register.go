@@ -106,10 +106,7 @@ func (s *Service) register(ctx context.Context, p *api.NodeParameters_ClusterReg
 		return nil, fmt.Errorf("the curator handed out a cluster unlock key of %d bytes, want %d", len(sc.ClusterUnlockKey), localstorage.KeySize)
 	}
 	if !s.mounted {
-		if err := s.awaitDataModules(ctx, log); err != nil {
-			return nil, err
-		}
-		if err := mountNew(ctx, log, s.storage, sc); err != nil {
+		if err := s.mountNew(ctx, log, sc); err != nil {
 			return nil, fmt.Errorf("when creating the data partition: %w", err)
 		}
 		s.mounted = true

@@ -77,15 +77,19 @@ func (s *Service) awaitDataModules(ctx context.Context, log logtree.LeveledLogge
 }
 
 // mountNew sets up the data partition of a node enrolling for the first
-// time, encrypted unless sc says insecure, and logs how long it took (a
-// filesystem made under emulation is seconds of an enrolment).
-func mountNew(ctx context.Context, log logtree.LeveledLogger, st storage, sc *private.SealedConfiguration) error {
+// time, encrypted unless sc says insecure, once its modules are loaded,
+// and logs how long it took (a filesystem made under emulation is seconds
+// of an enrolment).
+func (s *Service) mountNew(ctx context.Context, log logtree.LeveledLogger, sc *private.SealedConfiguration) error {
+	if err := s.awaitDataModules(ctx, log); err != nil {
+		return err
+	}
 	start := time.Now()
 	var err error
 	if sc.GetStorageSecurity() == private.StorageSecurity_STORAGE_SECURITY_INSECURE {
-		err = st.MountNewInsecure(ctx)
+		err = s.storage.MountNewInsecure(ctx)
 	} else {
-		err = st.MountNew(ctx, sc.GetNodeUnlockKey(), sc.GetClusterUnlockKey())
+		err = s.storage.MountNew(ctx, sc.GetNodeUnlockKey(), sc.GetClusterUnlockKey())
 	}
 	if err != nil {
 		return err
