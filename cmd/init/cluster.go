@@ -33,9 +33,7 @@ import (
 // waitMounted waits until the storage child has mounted the ESP and
 // /ephemeral.
 func waitMounted(ctx context.Context, mounted event.Watchable[bool]) error {
-	w := mounted.Watch()
-	defer w.Close()
-	_, err := w.Get(ctx, event.Filter(func(m bool) bool { return m }))
+	_, err := event.Get(ctx, mounted, event.Filter(func(m bool) bool { return m }))
 	return err
 }
 

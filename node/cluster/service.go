@@ -260,10 +260,8 @@ func (s *Service) seal(ctx context.Context, u *unsealedEnrolment) error {
 	log := supervisor.Logger(ctx)
 	node := u.node
 	if node == nil {
-		w := s.cfg.Credentials.Watch()
-		defer w.Close()
 		var err error
-		node, err = w.Get(ctx, event.NotNil[*identity.Node]())
+		node, err = event.Get(ctx, s.cfg.Credentials, event.NotNil[*identity.Node]())
 		if err != nil {
 			return fmt.Errorf("when waiting for the bootstrapped identity: %w", err)
 		}
@@ -271,9 +269,7 @@ func (s *Service) seal(ctx context.Context, u *unsealedEnrolment) error {
 	if err := writeIdentity(s.root, node); err != nil {
 		return err
 	}
-	dw := s.cfg.StoredDirectory.Watch()
-	defer dw.Close()
-	if _, err := dw.Get(ctx, event.NotNil[*api.ClusterDirectory]()); err != nil {
+	if _, err := event.Get(ctx, s.cfg.StoredDirectory, event.NotNil[*api.ClusterDirectory]()); err != nil {
 		return fmt.Errorf("when waiting for the cluster directory to be stored: %w", err)
 	}
 	sc := cloneSealed(u.sc)
@@ -338,9 +334,7 @@ func (s *Service) removeParameters(log logtree.LeveledLogger) error {
 
 // waitAddress waits for the node's external address.
 func (s *Service) waitAddress(ctx context.Context) (netip.Addr, error) {
-	w := s.cfg.ExternalAddress.Watch()
-	defer w.Close()
-	p, err := w.Get(ctx, event.Filter(func(p netip.Prefix) bool { return p.IsValid() }))
+	p, err := event.Get(ctx, s.cfg.ExternalAddress, event.Filter(func(p netip.Prefix) bool { return p.IsValid() }))
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("when waiting for an external address: %w", err)
 	}

@@ -65,9 +65,7 @@ func (s *Service) awaitDataModules(ctx context.Context, log logtree.LeveledLogge
 		return nil
 	}
 	start := time.Now()
-	w := s.cfg.DataModules.Watch()
-	defer w.Close()
-	if _, err := w.Get(ctx, event.Filter(func(loaded bool) bool { return loaded })); err != nil {
+	if _, err := event.Get(ctx, s.cfg.DataModules, event.Filter(func(loaded bool) bool { return loaded })); err != nil {
 		return fmt.Errorf("when waiting for the data partition's modules: %w", err)
 	}
 	if waited := time.Since(start); waited >= 10*time.Millisecond {

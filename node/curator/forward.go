@@ -49,9 +49,7 @@ func (c *curator) routeWaiting(ctx context.Context) (*grpc.ClientConn, leader) {
 	}
 	wctx, cancel := context.WithTimeout(ctx, leaderWait)
 	defer cancel()
-	w := c.leaders.Watch()
-	defer w.Close()
-	if _, err := w.Get(wctx, event.Filter(func(l leader) bool { return l.NodeID != "" })); err != nil {
+	if _, err := event.Get[leader](wctx, &c.leaders, event.Filter(func(l leader) bool { return l.NodeID != "" })); err != nil {
 		return nil, leader{}
 	}
 	return c.route()

@@ -146,9 +146,7 @@ type Config struct {
 
 // Run serves /metrics on cfg.Port until ctx ends.
 func Run(ctx context.Context, cfg Config) error {
-	w := cfg.Credentials.Watch()
-	defer w.Close()
-	node, err := w.Get(ctx, event.NotNil[*identity.Node]())
+	node, err := event.Get(ctx, cfg.Credentials, event.NotNil[*identity.Node]())
 	if err != nil {
 		return err
 	}

@@ -366,17 +366,10 @@ func (s *Service) Run(ctx context.Context) error {
 // supervisor runs it again on the new ones (see the package documentation).
 var errInputChanged = fmt.Errorf("inputs changed: %w", supervisor.ErrRestart)
 
-// get returns the first value of v that every option accepts.
-func get[T any](ctx context.Context, v event.Watchable[T], opts ...event.GetOption[T]) (T, error) {
-	w := v.Watch()
-	defer w.Close()
-	return w.Get(ctx, opts...)
-}
-
 // waitFor returns the first non-nil value of v; what names it in the
 // error.
 func waitFor[T any](ctx context.Context, v event.Watchable[*T], what string) (*T, error) {
-	x, err := get(ctx, v, event.NotNil[*T]())
+	x, err := event.Get(ctx, v, event.NotNil[*T]())
 	if err != nil {
 		return nil, fmt.Errorf("when waiting for %s: %w", what, err)
 	}

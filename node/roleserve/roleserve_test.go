@@ -97,7 +97,7 @@ func TestCluster(t *testing.T) {
 	// status.
 	done := &api.UpdateStatus{RolloutId: "r1", Version: "test", Phase: api.UpdatePhase_UPDATE_PHASE_DONE}
 	a.svc.SetUpdateStatus(done)
-	if _, err := get(ctx, a.svc.UpdatePushed(), event.Filter(func(u *api.UpdateStatus) bool { return proto.Equal(u, done) })); err != nil {
+	if _, err := event.Get(ctx, a.svc.UpdatePushed(), event.Filter(func(u *api.UpdateStatus) bool { return proto.Equal(u, done) })); err != nil {
 		t.Fatalf("waiting for A's update status to be pushed: %v", err)
 	}
 	n, err := getNode(ctx, mgmt, a.id())

@@ -95,7 +95,7 @@ func TestClusterwatchPublishes(t *testing.T) {
 	// state of the cluster.
 	view := func(wantNodes int) clusterView {
 		t.Helper()
-		dir, err := get(ctx, w.directory, event.Filter(func(d *api.ClusterDirectory) bool { return len(d.GetNodes()) == wantNodes }))
+		dir, err := event.Get(ctx, w.directory, event.Filter(func(d *api.ClusterDirectory) bool { return len(d.GetNodes()) == wantNodes }))
 		if err != nil {
 			t.Fatalf("no directory of %d nodes: %v", wantNodes, err)
 		}

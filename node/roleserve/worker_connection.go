@@ -44,7 +44,7 @@ func (w *workerConnection) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	gone, err := get(ctx, w.decommissioned)
+	gone, err := event.Get(ctx, w.decommissioned)
 	if err != nil {
 		return fmt.Errorf("when reading whether the node was decommissioned: %w", err)
 	}

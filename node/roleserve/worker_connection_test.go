@@ -119,7 +119,7 @@ func TestConnectionClosesWhenDecommissioned(t *testing.T) {
 	c.decommissioned.Set(true)
 	ctx, cancel := context.WithTimeout(fixture.Context(t), 30*time.Second)
 	defer cancel()
-	if _, err := get(ctx, &c.conn, event.Filter(func(cc *curatorConn) bool { return cc == nil })); err != nil {
+	if _, err := event.Get(ctx, &c.conn, event.Filter(func(cc *curatorConn) bool { return cc == nil })); err != nil {
 		t.Fatalf("waiting for the connection to be unset: %v", err)
 	}
 	fixture.Eventually(t, 30*time.Second, "the resolver's streams to end", func() error {

@@ -61,10 +61,10 @@ func (w *workerControlplane) runMember(m *Membership, ip netip.Addr) supervisor.
 			return fmt.Errorf("when starting curator: %w", err)
 		}
 		supervisor.Signal(ctx, supervisor.SignalHealthy)
-		if _, err := get[bool](ctx, &removed, event.Filter(func(b bool) bool { return b })); err != nil {
+		if _, err := event.Get[bool](ctx, &removed, event.Filter(func(b bool) bool { return b })); err != nil {
 			return fmt.Errorf("when running consensus: %w", err)
 		}
-		if _, err := get(ctx, w.roles, event.NotNil[*api.NodeRoles](), event.Filter(func(r *api.NodeRoles) bool { return !isMember(r) })); err != nil {
+		if _, err := event.Get(ctx, w.roles, event.NotNil[*api.NodeRoles](), event.Filter(func(r *api.NodeRoles) bool { return !isMember(r) })); err != nil {
 			return fmt.Errorf("when waiting for the role to go: %w", err)
 		}
 		marker.Log(supervisor.Logger(ctx), marker.ConsensusStopped)
@@ -135,9 +135,7 @@ func (w *workerControlplane) runConsensus(svc *consensus.Service, removed *memor
 
 // isSet tells whether v holds true, without waiting.
 func isSet(v *memory.Value[bool]) bool {
-	w := v.Watch()
-	defer w.Close()
-	b, err := w.Get(context.Background(), event.BacklogOnly[bool]())
+	b, err := event.Get(context.Background(), v, event.BacklogOnly[bool]())
 	return err == nil && b
 }
 
@@ -154,7 +152,7 @@ func (w *workerControlplane) runCurator(m *Membership, svc *consensus.Service, i
 		if !isMember(roles) {
 			// etcd runs only until the curator removed it.
 			supervisor.Signal(ctx, supervisor.SignalHealthy)
-			if _, err := get(ctx, w.roles, event.NotNil[*api.NodeRoles](), event.Filter(isMember)); err != nil {
+			if _, err := event.Get(ctx, w.roles, event.NotNil[*api.NodeRoles](), event.Filter(isMember)); err != nil {
 				return fmt.Errorf("when waiting for the role: %w", err)
 			}
 			return fmt.Errorf("%w: role given", errInputChanged)

@@ -105,7 +105,7 @@ func TestRolefetchPublishesDesiredRelease(t *testing.T) {
 	// wait waits until the desired release is want.
 	wait := func(want *api.DesiredRelease) {
 		t.Helper()
-		if _, err := get(ctx, w.release, event.Filter(func(d *api.DesiredRelease) bool { return proto.Equal(d, want) })); err != nil {
+		if _, err := event.Get(ctx, w.release, event.Filter(func(d *api.DesiredRelease) bool { return proto.Equal(d, want) })); err != nil {
 			t.Fatalf("waiting for desired release %v: %v", want, err)
 		}
 	}
@@ -179,7 +179,7 @@ func TestRolefetchGivesUpWhenDecommissioned(t *testing.T) {
 	}
 
 	worker := &api.NodeRoles{KubernetesWorker: &api.NodeRoles_KubernetesWorker{}}
-	if _, err := get(ctx, &roles, event.Filter(func(r *api.NodeRoles) bool { return proto.Equal(r, worker) })); err != nil {
+	if _, err := event.Get(ctx, &roles, event.Filter(func(r *api.NodeRoles) bool { return proto.Equal(r, worker) })); err != nil {
 		t.Fatalf("waiting for the worker role: %v", err)
 	}
 	if err := rolesFile(worker); err != nil {
@@ -188,14 +188,14 @@ func TestRolefetchGivesUpWhenDecommissioned(t *testing.T) {
 	close(cur.refuse)
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if _, err := get(ctx, &roles, event.Filter(func(r *api.NodeRoles) bool { return proto.Equal(r, &api.NodeRoles{}) })); err != nil {
+	if _, err := event.Get(ctx, &roles, event.Filter(func(r *api.NodeRoles) bool { return proto.Equal(r, &api.NodeRoles{}) })); err != nil {
 		t.Fatalf("waiting for the roles to be given up: %v", err)
 	}
 	if err := rolesFile(&api.NodeRoles{}); err != nil {
 		t.Errorf("roles.pb after the decommissioning: %v", err)
 	}
 	// The connection to the curators closes on it.
-	if _, err := get(ctx, &decommissioned, event.Filter(func(gone bool) bool { return gone })); err != nil {
+	if _, err := event.Get(ctx, &decommissioned, event.Filter(func(gone bool) bool { return gone })); err != nil {
 		t.Errorf("waiting for the node to be said decommissioned: %v", err)
 	}
 	// A restart of the worker would open a second Watch; giving up, it

@@ -152,7 +152,7 @@ func TestStatuspushPushesUpdateStatus(t *testing.T) {
 		if diff := cmp.Diff(want, next(), protocmp.Transform()); diff != "" {
 			t.Errorf("update status pushed after %v (-want +got):\n%s", u, diff)
 		}
-		if _, err := get(ctx, &updatePushed, event.Filter(func(p *api.UpdateStatus) bool { return proto.Equal(p, u) })); err != nil {
+		if _, err := event.Get(ctx, &updatePushed, event.Filter(func(p *api.UpdateStatus) bool { return proto.Equal(p, u) })); err != nil {
 			t.Fatalf("waiting for UpdatePushed %v: %v", u, err)
 		}
 	}

@@ -82,9 +82,7 @@ func serveTCP(ctx context.Context, port int, what string, handle func(context.Co
 // are returned, and the supervisor tries again after a backoff.
 func dialRunnable(target netip.AddrPort, address event.Watchable[netip.Prefix], printf func(string, ...any)) supervisor.Runnable {
 	return func(ctx context.Context) error {
-		w := address.Watch()
-		defer w.Close()
-		own, err := w.Get(ctx, event.Filter(func(p netip.Prefix) bool { return p.IsValid() }))
+		own, err := event.Get(ctx, address, event.Filter(func(p netip.Prefix) bool { return p.IsValid() }))
 		if err != nil {
 			return err
 		}

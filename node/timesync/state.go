@@ -103,9 +103,7 @@ func (c *Clock) Check() error {
 	if c.state == nil {
 		return nil
 	}
-	w := c.state.Watch()
-	defer w.Close()
-	st, err := w.Get(context.Background(), event.BacklogOnly[State]())
+	st, err := event.Get(context.Background(), c.state, event.BacklogOnly[State]())
 	if err != nil {
 		// Nothing published yet: the service has not judged the clock.
 		return nil

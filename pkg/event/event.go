@@ -139,6 +139,17 @@ func BacklogOnly[T any]() GetOption[T] {
 	}
 }
 
+// Get waits once for a value of value that every option accepts, which may
+// be the current one, and returns it: a Watcher of its own, closed on
+// return, for a reader that needs one value rather than to follow them,
+// such as a node's credentials before it starts. Its error is the
+// Watcher's.
+func Get[T any](ctx context.Context, value Watchable[T], opts ...GetOption[T]) (T, error) {
+	w := value.Watch()
+	defer w.Close()
+	return w.Get(ctx, opts...)
+}
+
 // Pipe copies every update of value into c from a goroutine of its own
 // until ctx is done. Returns at once.
 //

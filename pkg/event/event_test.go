@@ -2,6 +2,8 @@ package event_test
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -58,6 +60,59 @@ func TestNewGetOptions(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// countedValue counts the Watchers of its Value that are open.
+type countedValue struct {
+	memory.Value[int]
+	open atomic.Int32
+}
+
+func (v *countedValue) Watch() event.Watcher[int] {
+	v.open.Add(1)
+	return countedWatcher{v.Value.Watch(), v}
+}
+
+type countedWatcher struct {
+	event.Watcher[int]
+	v *countedValue
+}
+
+func (w countedWatcher) Close() error {
+	w.v.open.Add(-1)
+	return w.Watcher.Close()
+}
+
+// TestGet checks that Get returns the current value when its options
+// accept it, waits for one they accept otherwise, returns the context's
+// error when it ends first, and closes its Watcher in each case.
+func TestGet(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var v countedValue
+	v.Set(1)
+	if got, err := event.Get(ctx, &v); got != 1 || err != nil {
+		t.Errorf("Get = %d, %v, want the current value 1", got, err)
+	}
+
+	even := event.Filter(func(i int) bool { return i%2 == 0 })
+	go func() {
+		time.Sleep(10 * time.Millisecond)
+		v.Set(3)
+		v.Set(4)
+	}()
+	if got, err := event.Get(ctx, &v, even); got != 4 || err != nil {
+		t.Errorf("Get with a filter = %d, %v, want 4", got, err)
+	}
+
+	short, stop := context.WithTimeout(ctx, 10*time.Millisecond)
+	defer stop()
+	if _, err := event.Get(short, &v, event.Filter(func(i int) bool { return i > 10 })); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Get past its deadline = %v, want context.DeadlineExceeded", err)
+	}
+	if n := v.open.Load(); n != 0 {
+		t.Errorf("%d Watchers left open", n)
 	}
 }
 

@@ -84,9 +84,7 @@ func (m *Member) WaitStatus(t testing.TB, what string, pred func(*consensus.Stat
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	w := m.Service.Status().Watch()
-	defer w.Close()
-	st, err := w.Get(ctx, event.NotNil[*consensus.Status](), event.Filter(pred))
+	st, err := event.Get(ctx, m.Service.Status(), event.NotNil[*consensus.Status](), event.Filter(pred))
 	if err != nil {
 		t.Fatalf("%s: waiting for %s: %v", m.Config.Name, what, err)
 	}
