@@ -35,11 +35,8 @@ func (c *Cluster) Form(ctx context.Context) error {
 		// All at once, as a rack powers on. Booting them once node 0's
 		// firmware is done instead left node 0 serving 1-2 s sooner but
 		// the others 4-6 s later, the sum of the work being the same on
-		// a host whose cores the nodes share. Booting them at once at
-		// nice 10 until node 0 served did no better: node 0 served 10 s
-		// sooner (25-26 s against 34-37 s after the launch), the others
-		// waited for parameters 5 s later, and all were UP after 38.6-
-		// 40.6 s against 38.8-41.1 s (three and four formations).
+		// a host whose cores the nodes share. Nor does giving node 0 the
+		// larger share of them (docs/testing.md).
 		for _, i := range others {
 			n := c.nodes[i]
 			c.logf("cluster: booting %s without parameters: it waits for a parameters disk", n.name)
