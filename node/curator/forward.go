@@ -49,7 +49,7 @@ func (c *curator) routeWaiting(ctx context.Context) (*grpc.ClientConn, leader) {
 	}
 	wctx, cancel := context.WithTimeout(ctx, leaderWait)
 	defer cancel()
-	if _, err := event.Get[leader](wctx, &c.leaders, event.Filter(func(l leader) bool { return l.NodeID != "" })); err != nil {
+	if _, err := event.Get(wctx, &c.leaders, event.Filter(func(l leader) bool { return l.NodeID != "" })); err != nil {
 		return nil, leader{}
 	}
 	return c.route()

@@ -181,7 +181,7 @@ func (r *Resolver) probeOnce(ctx context.Context, conn *grpc.ClientConn) error {
 // at once would leave the node without a leader for as long again, and
 // its heartbeats unheard by the new leader.
 func (r *Resolver) nextEndpoint(ctx context.Context) (string, error) {
-	if _, err := event.Get[[]string](ctx, &r.known, event.Filter(func(eps []string) bool { return len(eps) > 0 })); err != nil {
+	if _, err := event.Get(ctx, &r.known, event.Filter(func(eps []string) bool { return len(eps) > 0 })); err != nil {
 		return "", fmt.Errorf("when waiting for a curator endpoint: %w", err)
 	}
 	r.mu.Lock()
