@@ -87,7 +87,7 @@ func (s *suite) cairnctl(t *testing.T, c *cluster.Cluster, args ...string) strin
 	defer cancel()
 	out, err := c.Cairnctl(ctx, args...)
 	if err != nil {
-		t.Fatalf("%v", err)
+		s.fatalf(t, "%v", err)
 	}
 	return string(out)
 }
@@ -111,7 +111,7 @@ func (s *suite) waitNodeCtx(ctx context.Context, t *testing.T, n *cluster.Node, 
 				last = clip(lines[len(lines)-1].Text, 200)
 			}
 		}
-		t.Fatalf("%v (its last console line: %s)", err, last)
+		s.fatalf(t, "%v (its last console line: %s)", err, last)
 	}
 	return l
 }

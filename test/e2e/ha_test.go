@@ -424,7 +424,7 @@ func (s *suite) rebootMember(t *testing.T, c *cluster.Cluster, p *prober, n *clu
 	_, err := c.CairnctlVia(ctx, via, args...)
 	cancel()
 	if err != nil {
-		t.Fatalf("rebooting %s: %v", n.Name(), err)
+		s.fatalf(t, "rebooting %s: %v", n.Name(), err)
 	}
 	// A node back within minutes on a loaded machine; one that is not
 	// fails the step then, not at the suite's deadline.

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"text/tabwriter"
 	"time"
@@ -100,6 +101,23 @@ type suite struct {
 	ctx   context.Context
 	start time.Time
 	steps []launch.Phase
+
+	mu sync.Mutex
+	// consoles are the digests of the nodes' consoles, kept when the
+	// suite failed; failures are the messages of its failed waits.
+	consoles, failures []string
+}
+
+// fatalf fails t at once, as t.Fatalf does, and keeps the message for the
+// suite's digest: the test's own output holds it among the lines of every
+// suite that ran beside it.
+func (s *suite) fatalf(t *testing.T, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	s.mu.Lock()
+	s.failures = append(s.failures, t.Name()+": "+msg)
+	s.mu.Unlock()
+	t.Fatal(msg)
 }
 
 // newSuite starts a parallel suite that runs up to nodes nodes at once
@@ -163,10 +181,8 @@ func (s *suite) closeAtEnd(n *launch.Node, logFile string) {
 var milestone = regexp.MustCompile(`@cairn-mark|\] cairn: |^E\d{4} |panic|reboot: |BdsDxe: starting|Linux version`)
 
 // consoleOnFailure logs the tail of the console of node name (vm) for a
-// suite that failed, and appends a digest of it, the node's last
-// milestones, to out/e2e/<suite>.failed.txt. make e2e prints these files
-// after every suite has ended, so that why a suite failed is at the end of
-// the output and not lost among the lines of the suites that ran beside it.
+// suite that failed, and keeps a digest of it, the node's last milestones,
+// for the suite's report.
 func (s *suite) consoleOnFailure(name string, vm *launch.Node) {
 	s.t.Logf("last console lines of %s (all in %s):\n%s", name, vm.ConsolePath(), vm.Console().Tail(40))
 	lines := vm.Console().Lines()
@@ -185,10 +201,15 @@ func (s *suite) consoleOnFailure(name string, vm *launch.Node) {
 	if n := len(lines); n > 0 {
 		fmt.Fprintf(&b, "  last line: %s %s\n", lines[n-1].Time.Format("15:04:05.0"), clip(lines[n-1].Text, 200))
 	}
-	s.digest(b.String())
+	s.mu.Lock()
+	s.consoles = append(s.consoles, b.String())
+	s.mu.Unlock()
 }
 
-// digest appends text to out/e2e/<suite>.failed.txt.
+// digest appends text to out/e2e/<suite>.failed.txt. make e2e prints these
+// files after every suite has ended, so that why a suite failed is at the
+// end of the output and not lost among the lines of the suites that ran
+// beside it.
 func (s *suite) digest(text string) {
 	path := filepath.Join(repoRoot(s.t), "out", "e2e", strings.ReplaceAll(s.t.Name(), "/", "_")+".failed.txt")
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
@@ -222,7 +243,7 @@ func (s *suite) waitFrom(n *launch.Node, from int, m launch.Matcher) launch.Line
 	s.t.Helper()
 	l, err := n.WaitFrom(s.ctx, from, m)
 	if err != nil {
-		s.t.Fatalf("%v", err)
+		s.fatalf(s.t, "%v", err)
 	}
 	return l
 }
@@ -263,7 +284,20 @@ func (s *suite) report() {
 	}
 	w.Flush()
 	s.t.Log("\n" + b.String())
-	if s.t.Failed() {
-		s.digest("== " + b.String())
+	if !s.t.Failed() {
+		return
 	}
+	// What explains the failure best comes last, where a reader of the
+	// output's tail looks first: the timings, the nodes' milestones, then
+	// the failed waits' messages.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b.WriteString(strings.Join(s.consoles, ""))
+	if len(s.failures) > 0 {
+		fmt.Fprintf(&b, "== %s failed:\n", s.t.Name())
+		for _, f := range s.failures {
+			fmt.Fprintf(&b, "  %s\n", clip(f, 600))
+		}
+	}
+	s.digest("== " + b.String())
 }
