@@ -158,12 +158,37 @@ func (c *Console) Close() error {
 }
 
 func (c *Console) addLocked(now time.Time) {
-	c.lines = append(c.lines, Line{
-		Index: len(c.lines),
-		Time:  now,
-		Text:  cleanLine(c.partial),
-	})
+	for _, text := range splitKernelLines(cleanLine(c.partial)) {
+		c.lines = append(c.lines, Line{Index: len(c.lines), Time: now, Text: text})
+	}
 	c.partial = c.partial[:0]
+}
+
+// kernelStamp matches the stamp that starts a kernel message, "[   12.345678] ".
+var kernelStamp = regexp.MustCompile(`\[ *\d+\.\d{6}\] `)
+
+// splitKernelLines cuts text before each kernel message that does not
+// start it. The kernel writes its messages to the serial port past the
+// terminal that a program's writes go through, so one can land within a
+// program's line, most often between its text and its newline (the
+// terminal sends the newline apart, as "\r\n"): "cairn: clock
+// unsynchronized[    4.643382] device-mapper: uevent: version 1.0.3".
+// Cut, the program's line reads as it was written, and a marker in it
+// parses; left whole, a wait for that marker would miss it.
+func splitKernelLines(text string) []string {
+	var parts []string
+	for {
+		var loc []int
+		if text != "" {
+			loc = kernelStamp.FindStringIndex(text[1:])
+		}
+		if loc == nil {
+			return append(parts, text)
+		}
+		cut := loc[0] + 1
+		parts = append(parts, text[:cut])
+		text = text[cut:]
+	}
 }
 
 func (c *Console) notifyLocked() {

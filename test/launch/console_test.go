@@ -42,6 +42,17 @@ func TestConsoleLines(t *testing.T) {
 		},
 		{"escape split across reads", []string{"a\x1b[0", "1;01Hb\n"}, []string{"ab"}},
 		{"two-byte escape", []string{"\x1bcreset\n"}, []string{"reset"}},
+		{
+			// A kernel message between a program's line and its newline.
+			"kernel message within a line",
+			[]string{"@cairn-mark consensus-running voting=true[   12.996085] cryptd: max_cpu_qlen set to 1000\r\n\r\n"},
+			[]string{"@cairn-mark consensus-running voting=true", "[   12.996085] cryptd: max_cpu_qlen set to 1000", ""},
+		},
+		{
+			"two kernel messages within a line",
+			[]string{"[   13.021049] cairn: watchdog armed[   12.9] no stamp[    1.000001] a[    1.000002] b\n"},
+			[]string{"[   13.021049] cairn: watchdog armed[   12.9] no stamp", "[    1.000001] a", "[    1.000002] b"},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := NewConsole()
