@@ -14,6 +14,7 @@ import (
 	"cairn.dev/cairn/node/parameters"
 	"cairn.dev/cairn/node/ports"
 	"cairn.dev/cairn/node/roleserve"
+	"cairn.dev/cairn/pkg/event"
 	"cairn.dev/cairn/pkg/event/memory"
 	"cairn.dev/cairn/pkg/fixture"
 	"cairn.dev/cairn/pkg/logtree"
@@ -133,9 +134,7 @@ func (n *testNode) waitMembership(t *testing.T) *roleserve.Membership {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	w := n.membership.Watch()
-	defer w.Close()
-	m, err := w.Get(ctx)
+	m, err := event.Get(ctx, n.membership)
 	if err != nil {
 		t.Fatalf("waiting for the membership: %v", err)
 	}

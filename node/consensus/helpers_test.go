@@ -101,9 +101,7 @@ func (n *testNode) waitStatus(t testing.TB, what string, pred func(*Status) bool
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	w := n.svc.Status().Watch()
-	defer w.Close()
-	st, err := w.Get(ctx, event.NotNil[*Status](), event.Filter(pred))
+	st, err := event.Get(ctx, n.svc.Status(), event.NotNil[*Status](), event.Filter(pred))
 	if err != nil {
 		t.Fatalf("%s: waiting for %s: %v", n.cfg.Name, what, err)
 	}

@@ -153,9 +153,7 @@ func (rs *runningService) waitAddress(t *testing.T, timeout time.Duration, what 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	w := rs.address.Watch()
-	defer w.Close()
-	p, err := w.Get(ctx, event.Filter(pred))
+	p, err := event.Get(ctx, rs.address, event.Filter(pred))
 	if err != nil {
 		t.Fatalf("waiting for published address to be %s: %v", what, err)
 	}
@@ -165,9 +163,7 @@ func (rs *runningService) waitAddress(t *testing.T, timeout time.Duration, what 
 // ntpServers returns the NTP servers the service publishes now.
 func (rs *runningService) ntpServers(t *testing.T) []netip.Addr {
 	t.Helper()
-	w := rs.ntp.Watch()
-	defer w.Close()
-	servers, err := w.Get(t.Context(), event.BacklogOnly[[]netip.Addr]())
+	servers, err := event.Get(t.Context(), rs.ntp, event.BacklogOnly[[]netip.Addr]())
 	if err != nil {
 		t.Fatalf("reading the published NTP servers: %v", err)
 	}

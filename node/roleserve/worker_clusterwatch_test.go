@@ -149,9 +149,7 @@ func tunnelPeers(ps []kubernetes.TunnelPeer) []string {
 // current returns the value v holds, failing the test if it holds none.
 func current[T any](t *testing.T, v event.Watchable[T]) T {
 	t.Helper()
-	w := v.Watch()
-	defer w.Close()
-	x, err := w.Get(context.Background(), event.BacklogOnly[T]())
+	x, err := event.Get(context.Background(), v, event.BacklogOnly[T]())
 	if err != nil {
 		t.Fatalf("no value: %v", err)
 	}

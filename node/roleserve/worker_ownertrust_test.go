@@ -25,9 +25,7 @@ func waitOwnerKey(t *testing.T, n *testNode, key ed25519.PublicKey, timeout time
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	w := n.svc.OwnerTrust().Watch()
-	defer w.Close()
-	if _, err := w.Get(ctx, event.Filter(func(t *api.OwnerTrust) bool {
+	if _, err := event.Get(ctx, n.svc.OwnerTrust(), event.Filter(func(t *api.OwnerTrust) bool {
 		return t != nil && bytes.Equal(t.OwnerPublicKey, key)
 	})); err != nil {
 		t.Fatalf("%s: no owner trust for key %s within %v: %v", n.id(), rpc.OwnerKeyFingerprint(key), timeout, err)

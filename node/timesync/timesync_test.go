@@ -150,9 +150,7 @@ func waitState(t *testing.T, state event.Watchable[State], what string, pred fun
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	w := state.Watch()
-	defer w.Close()
-	st, err := w.Get(ctx, event.Filter(pred))
+	st, err := event.Get(ctx, state, event.Filter(pred))
 	if err != nil {
 		t.Fatalf("waiting for the clock's state to be %s: %v", what, err)
 	}
@@ -349,9 +347,7 @@ func TestNoHotLoop(t *testing.T) {
 	if n := requests.Load(); n < 2 || n > 20 {
 		t.Errorf("%d queries in 2s to a silent server, want a few, spaced by a growing backoff", n)
 	}
-	w := state.Watch()
-	defer w.Close()
-	st, err := w.Get(t.Context(), event.BacklogOnly[State]())
+	st, err := event.Get(t.Context(), state, event.BacklogOnly[State]())
 	if err != nil || st.Sync != Unsynchronized {
 		t.Errorf("state = %+v, %v; want unsynchronized", st, err)
 	}
