@@ -177,18 +177,16 @@ var kernelStamp = regexp.MustCompile(`\[ *\d+\.\d{6}\] `)
 // parses; left whole, a wait for that marker would miss it.
 func splitKernelLines(text string) []string {
 	var parts []string
-	for {
-		var loc []int
-		if text != "" {
-			loc = kernelStamp.FindStringIndex(text[1:])
-		}
+	for len(text) > 1 {
+		loc := kernelStamp.FindStringIndex(text[1:])
 		if loc == nil {
-			return append(parts, text)
+			break
 		}
 		cut := loc[0] + 1
 		parts = append(parts, text[:cut])
 		text = text[cut:]
 	}
+	return append(parts, text)
 }
 
 func (c *Console) notifyLocked() {
